@@ -1,0 +1,54 @@
+// Command featurefs mounts an object bucket as a read-only filesystem of DNN
+// feature views. See README.md for the quick start.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `featurefs: an object bucket as a read-only filesystem of DNN features
+
+Usage:
+  featurefs mount [flags] SOURCE MOUNTPOINT   SOURCE = s3://BUCKET[/PREFIX] | DIR
+  featurefs layers MODEL.onnx                 print a model's layer table
+  featurefs extract --model M.onnx --layer K IMAGE... -o DIR
+  featurefs cache stats|clear --cache-dir DIR
+  featurefs version
+
+Run 'featurefs COMMAND -h' for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run dispatches to a subcommand and returns the process exit code.
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "mount":
+		return runMount(rest)
+	case "layers":
+		return runLayers(rest)
+	case "extract":
+		return runExtract(rest)
+	case "cache":
+		return runCache(rest)
+	case "version", "--version", "-v":
+		fmt.Println("featurefs", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "featurefs: unknown command %q\n\n%s", cmd, usage)
+	return 2
+}

@@ -1,0 +1,145 @@
+package extractor
+
+// This file holds the types the rest of featurefs (fs/, cmd/) programs
+// against. Implementations live in the files named after each part.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// DType is the element type of the .npy files served.
+type DType string
+
+const (
+	// Float32 serves '<f4' arrays (the default).
+	Float32 DType = "float32"
+	// Float16 serves '<f2' arrays, half the bytes.
+	Float16 DType = "float16"
+)
+
+// Size returns the bytes per element.
+func (d DType) Size() int64 {
+	if d == Float16 {
+		return 2
+	}
+	return 4
+}
+
+// Priority orders extraction requests: a reader blocked now goes first.
+type Priority int
+
+const (
+	// Foreground is a request a reader is waiting on.
+	Foreground Priority = iota
+	// Background is prefetch or warm-up work.
+	Background
+)
+
+// Layer is one block boundary of a model (see DESIGN.md, Layers).
+type Layer struct {
+	// Index is the layer's number, counted from 0 in topological order.
+	Index int
+	// Name is the directory name, "layer<Index>".
+	Name string
+	// Tensor is the ONNX tensor name of the layer's output.
+	Tensor string
+	// Shape is the per-sample output shape (no batch axis).
+	Shape []int64
+	// Bytes is the per-sample size of the output as float32.
+	Bytes int64
+	// CumGFLOPs is the compute from the input up to and including this layer,
+	// in GFLOPs per sample (multiply-adds counted as 2).
+	CumGFLOPs float64
+}
+
+// Elements returns the number of elements per sample.
+func (l Layer) Elements() int64 {
+	n := int64(1)
+	for _, d := range l.Shape {
+		n *= d
+	}
+	return n
+}
+
+// ModelSpec names a model file and how to feed it.
+type ModelSpec struct {
+	// Name is the model's directory name under features/.
+	Name string
+	// Path is the .onnx file.
+	Path string
+	// Preprocess overrides the default ImageNet preprocessing when non-nil.
+	Preprocess *Preprocess
+	// Aliases maps extra directory names to layer names, e.g. "pool": "layer18".
+	Aliases map[string]string
+}
+
+// Request asks for one feature tensor.
+type Request struct {
+	// Model is the model's name (ModelSpec.Name).
+	Model string
+	// Layer is the layer index.
+	Layer int
+	// Key is the object key, used in errors and logs.
+	Key string
+	// ID identifies the input for sharing identical in-flight requests
+	// (source identity, key and ETag). Empty means Key.
+	ID string
+	// Fetch returns the encoded image bytes.
+	Fetch func(ctx context.Context) ([]byte, error)
+	// Priority orders the request against others.
+	Priority Priority
+}
+
+// ErrBadImage is matched (errors.Is) by every error caused by the input
+// object itself: not an image, corrupt, truncated, empty or too large. Such an
+// error is permanent for that object version and may be cached negatively.
+var ErrBadImage = errors.New("bad image")
+
+// ImageError is the error for one bad input object.
+type ImageError struct {
+	Key    string
+	Reason string
+	Err    error
+}
+
+func (e *ImageError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Key, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Key, e.Reason)
+}
+
+// Unwrap lets errors.Is(err, ErrBadImage) match.
+func (e *ImageError) Unwrap() []error { return []error{ErrBadImage, e.Err} }
+
+// Preprocess describes how an image becomes the model's input tensor. The
+// default matches torchvision's Resize(256), CenterCrop(224), ToTensor(),
+// Normalize(ImageNet mean, std) on a PIL image converted to RGB.
+type Preprocess struct {
+	// Resize is the length the shorter side is resized to (antialiased
+	// bilinear, as PIL does it).
+	Resize int `yaml:"resize"`
+	// Crop is the side of the square center crop: the model's input size.
+	Crop int `yaml:"crop"`
+	// Mean and Std normalize each RGB channel after scaling to [0,1].
+	Mean [3]float32 `yaml:"mean"`
+	Std  [3]float32 `yaml:"std"`
+}
+
+// DefaultPreprocess returns torchvision's ImageNet evaluation transform.
+func DefaultPreprocess() Preprocess {
+	return Preprocess{
+		Resize: 256,
+		Crop:   224,
+		Mean:   [3]float32{0.485, 0.456, 0.406},
+		Std:    [3]float32{0.229, 0.224, 0.225},
+	}
+}
+
+// Key is a canonical string of the settings, part of the cache key.
+func (p Preprocess) Key() string {
+	return fmt.Sprintf("rgb/resize=%d/bilinear-aa/crop=%d/mean=%g,%g,%g/std=%g,%g,%g",
+		p.Resize, p.Crop, p.Mean[0], p.Mean[1], p.Mean[2], p.Std[0], p.Std[1], p.Std[2])
+}

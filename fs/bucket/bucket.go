@@ -1,0 +1,54 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is matched (errors.Is) when an object or prefix does not exist.
+var ErrNotFound = errors.New("object not found")
+
+// Object describes one object in a bucket.
+type Object struct {
+	// Key is the full object key, '/'-separated, relative to the bucket root
+	// (or the source's prefix).
+	Key string
+	// Size is the object's size in bytes.
+	Size int64
+	// ETag identifies the object's content version (S3 ETag; size+mtime for
+	// a local directory).
+	ETag string
+	// ModTime is the object's last modification time.
+	ModTime time.Time
+}
+
+// Page is one page of a one-level listing.
+type Page struct {
+	// Prefixes are the immediate sub-"directories", each ending in '/',
+	// relative to the bucket root like Object.Key.
+	Prefixes []string
+	// Objects are the objects directly under the listed prefix.
+	Objects []Object
+	// Next is the continuation token; empty when the listing is complete.
+	Next string
+}
+
+// Bucket is a read-only view of an object store. Implementations are safe
+// for concurrent use and honour ctx cancellation.
+type Bucket interface {
+	// List returns one page of the objects and sub-prefixes directly under
+	// prefix ("" for the root, else ending in '/'), starting at token.
+	List(ctx context.Context, prefix, token string) (Page, error)
+	// Stat returns an object's metadata, or an error matching ErrNotFound.
+	Stat(ctx context.Context, key string) (Object, error)
+	// Get returns an object's content and metadata. Objects larger than
+	// maxBytes fail with an error matching ErrTooLarge.
+	Get(ctx context.Context, key string, maxBytes int64) ([]byte, Object, error)
+	// Identity names the source for cache keys, e.g. "s3://host/bucket/prefix"
+	// or "file:///abs/dir".
+	Identity() string
+}
+
+// ErrTooLarge is matched when an object exceeds the size allowed for a Get.
+var ErrTooLarge = errors.New("object too large")

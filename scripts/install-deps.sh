@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs everything featurefs needs to build, test and run its demo on a
+# fresh Debian 12 machine (as root): apt packages, the ONNX Runtime shared
+# library (from the onnxruntime-node npm package), a MinIO server binary and
+# the Go modules. Idempotent: a second run only checks.
+#
+# Where things go: $FEATUREFS_DEPS (default ~/.cache/featurefs):
+#   lib/libonnxruntime.so.1   ONNX Runtime 1.24.1, CPU build
+#   bin/minio                 MinIO server
+set -euo pipefail
+
+ORT_VERSION=1.24.1
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+DEPS=${FEATUREFS_DEPS:-$HOME/.cache/featurefs}
+mkdir -p "$DEPS/lib" "$DEPS/bin"
+
+log() { echo "install-deps: $*" >&2; }
+
+need_apt=()
+for p in fuse3 python3-torch python3-torchvision python3-onnx python3-numpy python3-pil python3-boto3 iproute2 ca-certificates; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$p")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "apt-get install ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -s "$DEPS/lib/libonnxruntime.so.1" ]; then
+  log "fetching libonnxruntime $ORT_VERSION (npm onnxruntime-node)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "onnxruntime-node@$ORT_VERSION" >/dev/null && tar xzf onnxruntime-node-*.tgz)
+  cp "$tmp/package/bin/napi-v6/linux/x64/libonnxruntime.so.1" "$DEPS/lib/libonnxruntime.so.1.tmp"
+  mv "$DEPS/lib/libonnxruntime.so.1.tmp" "$DEPS/lib/libonnxruntime.so.1"
+  rm -rf "$tmp"
+fi
+
+if [ ! -x "$DEPS/bin/minio" ]; then
+  log "building minio $MINIO_VERSION (takes a few minutes)"
+  GOBIN="$DEPS/bin" GOFLAGS=-mod=mod go install "github.com/minio/minio@$MINIO_VERSION"
+fi
+
+if [ -f go.mod ]; then
+  go mod download
+fi
+log "ok: FEATUREFS_ORT_LIB=$DEPS/lib/libonnxruntime.so.1 MINIO=$DEPS/bin/minio"
