@@ -1,0 +1,26 @@
+// Package mountopts holds every setting of a featurefs mount in one
+// documented struct, [Options], with its defaults ([Default]), a YAML config
+// file ([Options.LoadFile]) and a [Options.Validate] that answers with a
+// message a user can act on.
+//
+// # Precedence
+//
+// Defaults, then the config file, then command-line flags: cmd/featurefs
+// applies the file to [Default] and binds its flags on top, so a flag always
+// wins over the file. Flags are bound in cmd/ only; this package knows
+// nothing of the flag package.
+//
+// # Config file
+//
+//	models:
+//	  resnet50:
+//	    path: /models/resnet50.onnx
+//	    preprocess: {resize: 256, crop: 224, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}
+//	    aliases: {pool: layer18}
+//	endpoint-url: http://127.0.0.1:9000
+//	cache-size: 20GiB
+//	metadata-ttl: 2m
+//
+// Option keys are the flag names without the leading dashes. Sizes take the
+// forms [ParseSize] accepts, durations Go's (90s, 5m, 1h30m).
+package mountopts

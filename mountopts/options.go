@@ -1,0 +1,323 @@
+package mountopts
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/featurefs/featurefs/extractor"
+)
+
+// Options is every setting of a featurefs mount. The flag of each field is
+// named in its comment; the config file uses the same names as keys.
+type Options struct {
+	// Models are the models served under features/<name>/. --model
+	// NAME=PATH.onnx (repeatable) adds one or replaces the path of one named
+	// in the config file, keeping its preprocessing and aliases.
+	Models []extractor.ModelSpec
+
+	// ConfigFile is the YAML file the other settings were read from, if any
+	// (--config).
+	ConfigFile string
+
+	// EndpointURL is the S3 endpoint for S3-compatible stores such as MinIO or
+	// Ceph RGW, e.g. http://127.0.0.1:9000 (--endpoint-url). Empty: AWS.
+	EndpointURL string
+	// Region is the S3 region (--region). Empty: from the AWS profile or
+	// environment, else us-east-1.
+	Region string
+	// Profile is the AWS shared-config profile to take credentials from
+	// (--profile). Empty: the standard AWS credential chain.
+	Profile string
+
+	// CacheDir is the directory of the feature cache (--cache-dir). Only one
+	// process may use it at a time.
+	CacheDir string
+	// CacheSize bounds the cache in bytes; least recently used features are
+	// evicted beyond it (--cache-size, e.g. 10GiB).
+	CacheSize int64
+
+	// Device selects where models run: auto (a GPU when there is one),
+	// cpu, cuda or cuda:N (--device).
+	Device string
+	// TensorRT runs models through ONNX Runtime's TensorRT provider on CUDA
+	// devices (--tensorrt).
+	TensorRT bool
+	// DType is the element type of the served .npy files: float32 or float16
+	// (--dtype).
+	DType extractor.DType
+	// BatchSize is the most images run through a model at once; 0 picks one
+	// from the device (--batch-size).
+	BatchSize int
+
+	// MetadataTTL is how long directory listings, entries and attributes are
+	// cached, by featurefs and by the kernel. A changed bucket shows after at
+	// most this long (--metadata-ttl).
+	MetadataTTL time.Duration
+	// NegativeTTL is how long an object that failed extraction because of
+	// its content (not an image, corrupt, too large) keeps failing without
+	// being fetched again (--negative-ttl).
+	NegativeTTL time.Duration
+	// ReadTimeout bounds the fetch and extraction behind one read; the read
+	// fails with EIO past it. 0 means no bound (--read-timeout).
+	ReadTimeout time.Duration
+
+	// AllowOther lets users other than the one who mounted read the mount
+	// (--allow-other; needs user_allow_other in /etc/fuse.conf for non-root).
+	AllowOther bool
+	// Foreground keeps `featurefs mount` attached to the terminal, logging
+	// to stderr unless LogFile is set (--foreground).
+	Foreground bool
+
+	// LogLevel is debug, info, warn or error (--log-level).
+	LogLevel string
+	// LogFile receives the log of a background mount (--log-file). Empty:
+	// ~/.cache/featurefs/featurefs.log in the background, stderr in the
+	// foreground.
+	LogFile string
+	// MetricsAddr is reserved for a Prometheus endpoint, host:port
+	// (--metrics-addr). Not served yet.
+	MetricsAddr string
+
+	// ORTLib is the path of libonnxruntime (--ort-lib). Default:
+	// $FEATUREFS_ORT_LIB, else ~/.cache/featurefs/lib/libonnxruntime.so.1.
+	ORTLib string
+
+	// ImageExtensions are the object extensions shown as .npy files, without
+	// the dot, lower case; matching is case-insensitive
+	// (--image-extensions jpg,jpeg,png).
+	ImageExtensions []string
+	// MaxPixels rejects images with more pixels than this before decoding
+	// them (--max-pixels).
+	MaxPixels int64
+	// MaxObjectSize rejects objects larger than this before fetching them
+	// (--max-object-size, e.g. 256MiB).
+	MaxObjectSize int64
+}
+
+// Default returns the defaults of every option. Models is empty: a mount
+// needs at least one from a flag or the config file.
+func Default() Options {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	base := filepath.Join(home, ".cache", "featurefs")
+	ort := os.Getenv("FEATUREFS_ORT_LIB")
+	if ort == "" {
+		ort = filepath.Join(base, "lib", "libonnxruntime.so.1")
+	}
+	return Options{
+		CacheDir:        filepath.Join(base, "cache"),
+		CacheSize:       10 * GiB,
+		Device:          "auto",
+		DType:           extractor.Float32,
+		MetadataTTL:     60 * time.Second,
+		NegativeTTL:     5 * time.Minute,
+		ReadTimeout:     5 * time.Minute,
+		LogLevel:        "info",
+		ORTLib:          ort,
+		ImageExtensions: []string{"jpg", "jpeg", "png"},
+		MaxPixels:       100_000_000,
+		MaxObjectSize:   256 * MiB,
+	}
+}
+
+// DefaultLogFile is where a background mount logs when LogFile is empty.
+func DefaultLogFile() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "featurefs", "featurefs.log")
+}
+
+// ErrNoModel is matched by Validate's error when no model is configured.
+var ErrNoModel = errors.New("no model: pass --model NAME=PATH.onnx or a config file")
+
+// validName is a model or alias directory name.
+var validName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.+-]*$`)
+
+// layerName is the directory name of a numbered layer.
+var layerName = regexp.MustCompile(`^layer[0-9]+$`)
+
+// AddModel parses a --model value NAME=PATH.onnx. A model already named
+// NAME (from the config file) gets the new path and keeps its preprocessing
+// and aliases; otherwise the model is appended.
+func (o *Options) AddModel(value string) error {
+	name, path, ok := strings.Cut(value, "=")
+	if !ok || name == "" || path == "" {
+		return fmt.Errorf("--model %q: want NAME=PATH.onnx, e.g. resnet50=/models/resnet50.onnx", value)
+	}
+	for i := range o.Models {
+		if o.Models[i].Name == name {
+			o.Models[i].Path = path
+			return nil
+		}
+	}
+	o.Models = append(o.Models, extractor.ModelSpec{Name: name, Path: path})
+	return nil
+}
+
+// SetImageExtensions parses a comma-separated --image-extensions value
+// ("jpg,.JPEG, png") into lower-case extensions without dots.
+func (o *Options) SetImageExtensions(value string) error {
+	var exts []string
+	for e := range strings.SplitSeq(value, ",") {
+		e = strings.ToLower(strings.TrimPrefix(strings.TrimSpace(e), "."))
+		if e == "" {
+			continue
+		}
+		exts = append(exts, e)
+	}
+	if len(exts) == 0 {
+		return fmt.Errorf("--image-extensions %q: want a comma-separated list such as jpg,jpeg,png", value)
+	}
+	o.ImageExtensions = exts
+	return nil
+}
+
+// ModelArg renders a model as its --model flag value.
+func ModelArg(m extractor.ModelSpec) string { return m.Name + "=" + m.Path }
+
+// Validate checks every option and returns all problems found, one per
+// line, each naming the flag and what to do about it.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if len(o.Models) == 0 {
+		errs = append(errs, ErrNoModel)
+	}
+	seen := map[string]bool{}
+	for _, m := range o.Models {
+		arg := ModelArg(m)
+		switch {
+		case !validName.MatchString(m.Name) || m.Name == "layers":
+			bad("--model %s: model name %q must be letters, digits, '_', '-', '.' or '+' and not start with '.' or '-'", arg, m.Name)
+		case seen[m.Name]:
+			bad("--model %s: model %q is given twice", arg, m.Name)
+		}
+		seen[m.Name] = true
+		if m.Path == "" {
+			bad("model %q: no path: give its .onnx file (--model %s=PATH.onnx or path: in the config file)", m.Name, m.Name)
+		} else if st, err := os.Stat(m.Path); errors.Is(err, os.ErrNotExist) {
+			bad("--model %s: file does not exist", arg)
+		} else if err != nil {
+			bad("--model %s: %v", arg, err)
+		} else if !st.Mode().IsRegular() {
+			bad("--model %s: not a regular file", arg)
+		}
+		if p := m.Preprocess; p != nil {
+			if err := checkPreprocess(*p); err != nil {
+				bad("model %q: preprocess: %v", m.Name, err)
+			}
+		}
+		for alias, target := range m.Aliases {
+			switch {
+			case !validName.MatchString(alias) || alias == "layers" || layerName.MatchString(alias):
+				bad("model %q: alias %q: must be a plain name other than \"layers\" and layerN", m.Name, alias)
+			case !layerName.MatchString(target):
+				bad("model %q: alias %s: %q is not a layer name such as layer18 (see `featurefs layers %s`)", m.Name, alias, target, m.Path)
+			}
+		}
+	}
+
+	if o.EndpointURL != "" {
+		u, err := url.Parse(o.EndpointURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("--endpoint-url %q: want http://HOST:PORT or https://HOST", o.EndpointURL)
+		}
+	}
+	if o.CacheDir == "" {
+		bad("--cache-dir: must not be empty")
+	}
+	if o.CacheSize < MiB {
+		bad("--cache-size %s: must be at least 1MiB, e.g. 10GiB", FormatSize(o.CacheSize))
+	}
+	if !validDevice(o.Device) {
+		bad("--device %q: want auto, cpu, cuda or cuda:N", o.Device)
+	}
+	if o.DType != extractor.Float32 && o.DType != extractor.Float16 {
+		bad("--dtype %q: want float32 or float16", o.DType)
+	}
+	if o.BatchSize < 0 {
+		bad("--batch-size %d: must be 0 (automatic) or positive", o.BatchSize)
+	}
+	if o.MetadataTTL < 0 {
+		bad("--metadata-ttl %v: must not be negative", o.MetadataTTL)
+	}
+	if o.NegativeTTL < 0 {
+		bad("--negative-ttl %v: must not be negative", o.NegativeTTL)
+	}
+	if o.ReadTimeout < 0 {
+		bad("--read-timeout %v: must be 0 (no bound) or positive", o.ReadTimeout)
+	}
+	switch strings.ToLower(o.LogLevel) {
+	case "debug", "info", "warn", "warning", "error":
+	default:
+		bad("--log-level %q: want debug, info, warn or error", o.LogLevel)
+	}
+	if o.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
+			bad("--metrics-addr %q: want HOST:PORT, e.g. 127.0.0.1:9090", o.MetricsAddr)
+		}
+	}
+	if o.ORTLib == "" {
+		bad("--ort-lib: must not be empty: name libonnxruntime.so (or set FEATUREFS_ORT_LIB)")
+	} else if _, err := os.Stat(o.ORTLib); err != nil {
+		bad("--ort-lib %s: %v: install ONNX Runtime 1.24 (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err))
+	}
+	if len(o.ImageExtensions) == 0 {
+		bad("--image-extensions: must name at least one extension, e.g. jpg,jpeg,png")
+	}
+	for _, e := range o.ImageExtensions {
+		if e == "" || e == "npy" || strings.ContainsAny(e, "./") || e != strings.ToLower(e) {
+			bad("--image-extensions: %q: want lower-case extensions without dots, other than npy", e)
+		}
+	}
+	if o.MaxPixels <= 0 {
+		bad("--max-pixels %d: must be positive", o.MaxPixels)
+	}
+	if o.MaxObjectSize <= 0 {
+		bad("--max-object-size %s: must be positive, e.g. 256MiB", FormatSize(o.MaxObjectSize))
+	}
+	return errors.Join(errs...)
+}
+
+// validDevice reports whether d is auto, cpu, cuda or cuda:N.
+func validDevice(d string) bool {
+	switch d {
+	case "auto", "cpu", "cuda":
+		return true
+	}
+	n, ok := strings.CutPrefix(d, "cuda:")
+	if !ok {
+		return false
+	}
+	i, err := strconv.Atoi(n)
+	return err == nil && i >= 0
+}
+
+// checkPreprocess checks the settings a config file can override.
+func checkPreprocess(p extractor.Preprocess) error {
+	switch {
+	case p.Crop <= 0:
+		return fmt.Errorf("crop %d: must be positive (the model's input size, e.g. 224)", p.Crop)
+	case p.Resize < p.Crop:
+		return fmt.Errorf("resize %d: must be at least crop (%d)", p.Resize, p.Crop)
+	}
+	for i, s := range p.Std {
+		if s <= 0 {
+			return fmt.Errorf("std[%d] = %g: must be positive", i, s)
+		}
+	}
+	return nil
+}
