@@ -1,0 +1,50 @@
+// Package cache is featurefs's persistent store of computed features.
+//
+// Features are the expensive thing featurefs makes; this store is what lets a
+// second epoch run at local-disk speed. In the data flow the fs layer asks the
+// cache first and, on a miss, asks the extractor and then Puts the result
+// here. The package knows nothing of FUSE or ONNX: it maps a Key (source
+// identity including the ETag, model digest, layer tensor name, preprocessing
+// settings, dtype and a schema version) to opaque bytes, normally a whole .npy
+// file of 4 KiB to 4 MiB.
+//
+// # Storage
+//
+// Entries live in an embedded Badger (v4) database in Options.Dir. Values go to
+// Badger's value log (a low ValueThreshold, no compression, one version per
+// key); every value is framed with a CRC-32C over the key ID and the bytes,
+// verified on every read. A mismatch is reported as a miss, the entry is
+// deleted, counted in Stats.ChecksumFailures and logged once.
+//
+// Next to each value the store keeps a small metadata record (size and an
+// access sequence number) written in the same transaction, so a restart knows
+// every entry's size and approximate recency by iterating only those small
+// records, never the values.
+//
+// # Budget and eviction
+//
+// Badger has no size bound, so the store counts bytes itself (Stats.Bytes is
+// the sum of stored value lengths) and evicts least-recently-used entries when
+// a Put takes it over Options.MaxBytes. Entries being read by a Get are pinned
+// and never evicted. A background goroutine retries evictions that pinned
+// entries postponed, persists access order lazily (batched, so reads stay
+// cheap), and reclaims disk space: after enough evicted bytes it forces the
+// LSM tree to flush and compact (so Badger learns which value-log bytes are
+// dead) and runs value-log GC until nothing is left to rewrite.
+//
+// # Durability and locking
+//
+// Writes are not fsynced by default (Options.SyncWrites). A kill -9 loses
+// nothing whose Put returned: Badger's logs are memory-mapped, so the bytes
+// are in the page cache when Put returns. A power loss or kernel crash can
+// lose the most recent unsynced Puts; torn values are never served, because
+// Badger discards incomplete transactions on replay and the checksum catches
+// anything else. A second process opening the same directory fails at once
+// with an error matching ErrLocked that names the directory.
+//
+// # Memory
+//
+// The in-memory index costs about 40 bytes per entry (a 32-byte slot in a
+// doubly linked LRU list plus an open-addressing hash table of int32), so a
+// million cached features need tens of megabytes.
+package cache

@@ -1,0 +1,638 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// Lock order (outermost first): gate, a key stripe, writeGate, mu.
+// mu is never held across a Badger call.
+
+// DefaultMaxBytes is the byte budget used when Options.MaxBytes is zero.
+const DefaultMaxBytes int64 = 10 << 30
+
+// Errors returned by the store; match them with errors.Is.
+var (
+	// ErrLocked means another process holds the cache directory.
+	ErrLocked = errors.New("cache: directory locked")
+	// ErrTooLarge means a value exceeds what the store accepts (the byte
+	// budget, or the value-log file size).
+	ErrTooLarge = errors.New("cache: value too large")
+	// ErrClosed means the store was used after Close.
+	ErrClosed = errors.New("cache: store closed")
+)
+
+// Options configures a Store.
+type Options struct {
+	// Dir is the cache directory; it is created if missing. Only one
+	// process at a time may open it.
+	Dir string
+	// MaxBytes is the budget for stored value bytes (the sum of the lengths
+	// of the values Put); least recently used entries are evicted to stay
+	// within it. Zero means DefaultMaxBytes. Disk use is somewhat higher:
+	// the docs report the ratio measured after value-log GC.
+	MaxBytes int64
+	// Logger receives the store's and Badger's messages; nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// SyncWrites makes every Put fsync before returning, so even a power
+	// loss loses nothing that was acknowledged. Off by default: a kill -9
+	// loses nothing either way, and a power loss can only lose the most
+	// recent Puts, never serve a torn one.
+	SyncWrites bool
+}
+
+// Stats are the store's counters, for the mount's stats file and metrics.
+type Stats struct {
+	// Hits counts Gets that returned a value.
+	Hits int64 `json:"hits"`
+	// Misses counts Gets that returned no value (including checksum failures).
+	Misses int64 `json:"misses"`
+	// Puts counts successful Puts.
+	Puts int64 `json:"puts"`
+	// Evictions counts entries evicted to stay within MaxBytes.
+	Evictions int64 `json:"evictions"`
+	// ChecksumFailures counts values that failed verification and were deleted.
+	ChecksumFailures int64 `json:"checksum_failures"`
+	// Entries is the number of stored entries.
+	Entries int64 `json:"entries"`
+	// Bytes is the sum of the stored values' lengths.
+	Bytes int64 `json:"bytes"`
+	// MaxBytes is the byte budget.
+	MaxBytes int64 `json:"max_bytes"`
+	// DiskBytes is Badger's own estimate of its LSM tree and value log
+	// sizes on disk; it lags behind writes and GC.
+	DiskBytes int64 `json:"disk_bytes"`
+	// GCRewrites counts value-log files rewritten by GC.
+	GCRewrites int64 `json:"gc_rewrites"`
+}
+
+// Tuning constants.
+const (
+	numStripes          = 64
+	valueThreshold      = 1 << 10
+	memTableSize        = 8 << 20
+	minVlogFileSize     = 8 << 20
+	maxVlogFileSize     = 256 << 20
+	accessFlushInterval = 30 * time.Second
+	accessFlushDirty    = 1 << 16
+	reclaimInterval     = 5 * time.Minute
+	tickInterval        = time.Second
+	gcDiscardRatio      = 0.5
+)
+
+// Store is a persistent, checksummed, byte-bounded LRU cache of feature
+// bytes. All methods are safe for concurrent use.
+type Store struct {
+	// Constant after Open.
+	dir          string
+	maxBytes     int64
+	maxValue     int64
+	reclaimAfter int64
+	log          *slog.Logger
+	db           *badger.DB
+	lock         *dirLock
+
+	// gate is held shared by every operation for its whole duration and
+	// exclusively by Clear and Close (Badger's DropAll must not overlap
+	// reads).
+	gate   sync.RWMutex
+	closed bool // GUARDED_BY(gate)
+
+	// stripes serialize writers of the same key (Put, Delete, eviction,
+	// access-order flushes), so an eviction never deletes a value that was
+	// just Put again.
+	stripes [numStripes]sync.Mutex
+
+	// writeGate is held shared around every Badger write transaction and
+	// exclusively by reclaim while it forces a flush (Badger refuses writes
+	// then).
+	writeGate sync.RWMutex
+
+	mu                  sync.Mutex
+	idx                 *index       // GUARDED_BY(mu)
+	bytes               int64        // GUARDED_BY(mu)
+	pins                map[id]int32 // GUARDED_BY(mu); entries being read
+	seq                 uint64       // GUARDED_BY(mu); last access sequence number
+	evictedSinceReclaim int64        // GUARDED_BY(mu)
+	lastFlush           time.Time    // GUARDED_BY(mu)
+	lastReclaim         time.Time    // GUARDED_BY(mu)
+
+	hits, misses, puts, evictions, checksumFailures, gcRewrites atomic.Int64
+
+	closeOnce sync.Once
+	kick      chan struct{}
+	quit      chan struct{}
+	done      chan struct{}
+}
+
+// Open opens (creating if needed) the cache in opts.Dir. If another process
+// has the directory open it fails at once with an error matching ErrLocked.
+func Open(opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("cache: Options.Dir is empty")
+	}
+	if opts.MaxBytes < 0 {
+		return nil, fmt.Errorf("cache: MaxBytes %d is negative", opts.MaxBytes)
+	}
+	if opts.MaxBytes == 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cache: create %s: %w", opts.Dir, err)
+	}
+	lk, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	vlogSize := min(max(opts.MaxBytes/16, minVlogFileSize), maxVlogFileSize)
+	bo := badger.DefaultOptions(opts.Dir).
+		WithLogger(badgerLogger{log}).
+		WithSyncWrites(opts.SyncWrites).
+		WithNumVersionsToKeep(1).
+		WithValueThreshold(valueThreshold).
+		WithCompression(options.None).
+		WithBlockCacheSize(8 << 20).
+		WithIndexCacheSize(32 << 20).
+		WithMemTableSize(memTableSize).
+		WithValueLogFileSize(vlogSize).
+		WithNumCompactors(2).
+		WithNumGoroutines(2).
+		WithMetricsEnabled(false).
+		WithDetectConflicts(false)
+	db, err := badger.Open(bo)
+	if err != nil {
+		lk.release()
+		if strings.Contains(err.Error(), "Another process is using this Badger database") {
+			return nil, fmt.Errorf("%w: cache directory %s is in use by another process: %w", ErrLocked, opts.Dir, err)
+		}
+		return nil, fmt.Errorf("cache: open %s: %w", opts.Dir, err)
+	}
+	s := &Store{
+		dir:          opts.Dir,
+		maxBytes:     opts.MaxBytes,
+		maxValue:     min(opts.MaxBytes, vlogSize-(1<<20)),
+		reclaimAfter: max(vlogSize, opts.MaxBytes/8),
+		log:          log,
+		db:           db,
+		lock:         lk,
+		idx:          newIndex(),
+		pins:         make(map[id]int32),
+		lastFlush:    time.Now(),
+		lastReclaim:  time.Now(),
+		kick:         make(chan struct{}, 1),
+		quit:         make(chan struct{}),
+		done:         make(chan struct{}),
+	}
+	if err := s.loadIndex(); err != nil {
+		db.Close()
+		lk.release()
+		return nil, err
+	}
+	go s.loop()
+	s.mu.Lock()
+	over := s.bytes > s.maxBytes
+	s.mu.Unlock()
+	if over {
+		s.kickCleaner()
+	}
+	return s, nil
+}
+
+// loadIndex rebuilds the in-memory index from the metadata records, oldest
+// access first, without reading any value.
+func (s *Store) loadIndex() error {
+	type rec struct {
+		id   id
+		size uint32
+		seq  uint64
+	}
+	var all []rec
+	var bad [][]byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixMeta}, PrefetchValues: false})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			k := item.Key()
+			var m metaRecord
+			var derr error
+			if err := item.Value(func(b []byte) error {
+				m, derr = decodeMeta(b)
+				return nil
+			}); err != nil {
+				return err
+			}
+			if len(k) != 1+IDLen || derr != nil {
+				bad = append(bad, item.KeyCopy(nil))
+				continue
+			}
+			all = append(all, rec{id: id(k[1:]), size: m.size, seq: m.seq})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cache: load index of %s: %w", s.dir, err)
+	}
+	slices.SortFunc(all, func(a, b rec) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return 0
+	})
+	for _, r := range all {
+		s.idx.insert(r.id, r.size)
+		s.bytes += int64(r.size)
+		s.seq = max(s.seq, r.seq)
+	}
+	for _, k := range bad {
+		s.log.Warn("cache: dropping unreadable metadata record", "key", fmt.Sprintf("%x", k))
+		var i id
+		copy(i[:], k[1:])
+		if err := s.commit(func(txn *badger.Txn) error {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+			if len(k) == 1+IDLen {
+				return txn.Delete(dbKey(prefixValue, i))
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("cache: drop bad metadata in %s: %w", s.dir, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) stripe(i id) *sync.Mutex { return &s.stripes[i[IDLen-1]%numStripes] }
+
+// commit runs fn in a Badger write transaction.
+func (s *Store) commit(fn func(txn *badger.Txn) error) error {
+	s.writeGate.RLock()
+	defer s.writeGate.RUnlock()
+	return s.db.Update(fn)
+}
+
+func (s *Store) kickCleaner() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Get returns the value stored under k. A miss, including a value that
+// failed its checksum (which is then deleted), returns nil, false, nil. The
+// returned slice belongs to the caller.
+func (s *Store) Get(k Key) ([]byte, bool, error) {
+	i := k.id()
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return nil, false, ErrClosed
+	}
+	s.mu.Lock()
+	if _, ok := s.idx.lookup(i); !ok {
+		s.mu.Unlock()
+		s.misses.Add(1)
+		return nil, false, nil
+	}
+	s.pins[i]++
+	s.mu.Unlock()
+
+	rec, err := s.readValue(i)
+	var data []byte
+	if err == nil && rec != nil {
+		data, err = decodeValue(i, rec)
+	}
+
+	s.mu.Lock()
+	if s.pins[i]--; s.pins[i] <= 0 {
+		delete(s.pins, i)
+	}
+	if err == nil && rec != nil {
+		if sl, ok := s.idx.lookup(i); ok {
+			s.idx.touch(sl)
+		}
+	}
+	over := s.bytes > s.maxBytes
+	s.mu.Unlock()
+	if over {
+		s.kickCleaner()
+	}
+
+	switch {
+	case err == nil && rec != nil:
+		s.hits.Add(1)
+		return data, true, nil
+	case err == nil:
+		// Indexed but not stored: the index was stale (a concurrent
+		// Delete, or an earlier failed write). Forget it.
+		s.dropIfBad(k, i, nil)
+		s.misses.Add(1)
+		return nil, false, nil
+	case errors.Is(err, errChecksum):
+		s.dropIfBad(k, i, err)
+		s.misses.Add(1)
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("cache: get %s: %w", i, err)
+}
+
+// readValue reads the framed value for i; a missing value is nil, nil.
+func (s *Store) readValue(i id) ([]byte, error) {
+	var rec []byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(dbKey(prefixValue, i))
+		if err != nil {
+			return err
+		}
+		rec, err = item.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	return rec, err
+}
+
+// dropIfBad deletes the entry for i if, under its stripe lock, its value is
+// still missing or still fails verification. A checksum failure is counted
+// and logged once, by the caller that deletes it.
+func (s *Store) dropIfBad(k Key, i id, cause error) {
+	st := s.stripe(i)
+	st.Lock()
+	defer st.Unlock()
+	rec, err := s.readValue(i)
+	if err != nil {
+		return
+	}
+	if rec != nil {
+		if _, derr := decodeValue(i, rec); derr == nil {
+			return // replaced by a good value meanwhile
+		} else {
+			cause = derr
+		}
+	}
+	if err := s.commit(func(txn *badger.Txn) error {
+		if err := txn.Delete(dbKey(prefixValue, i)); err != nil {
+			return err
+		}
+		return txn.Delete(dbKey(prefixMeta, i))
+	}); err != nil {
+		s.log.Warn("cache: delete bad entry", "key", k.Object, "layer", k.Layer, "id", i.String(), "err", err)
+	}
+	s.mu.Lock()
+	sl, ok := s.idx.lookup(i)
+	if ok {
+		s.bytes -= int64(s.idx.slots[sl].size)
+		s.idx.remove(sl)
+	}
+	s.mu.Unlock()
+	if ok && rec != nil {
+		s.checksumFailures.Add(1)
+		s.log.Warn("cache: checksum failure, entry deleted", "key", k.Object, "model", k.ModelDigest, "layer", k.Layer, "id", i.String(), "err", cause)
+	}
+}
+
+// Has reports whether k is stored, without reading or verifying the value
+// and without counting a hit or miss.
+func (s *Store) Has(k Key) bool {
+	i := k.id()
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.idx.lookup(i)
+	return ok
+}
+
+// Put stores v under k, replacing any previous value, and evicts least
+// recently used entries if the store goes over its budget. A value larger
+// than the budget is refused with an error matching ErrTooLarge.
+func (s *Store) Put(k Key, v []byte) error {
+	if int64(len(v)) > s.maxValue {
+		return fmt.Errorf("%w: %d bytes for %s (limit %d bytes, cache budget %d bytes)", ErrTooLarge, len(v), k.Object, s.maxValue, s.maxBytes)
+	}
+	i := k.id()
+	rec := encodeValue(i, v)
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	st := s.stripe(i)
+	st.Lock()
+	s.mu.Lock()
+	s.seq++
+	meta := metaRecord{size: uint32(len(v)), seq: s.seq}
+	s.mu.Unlock()
+	err := s.commit(func(txn *badger.Txn) error {
+		if err := txn.Set(dbKey(prefixValue, i), rec); err != nil {
+			return err
+		}
+		return txn.Set(dbKey(prefixMeta, i), meta.encode())
+	})
+	if err != nil {
+		st.Unlock()
+		return fmt.Errorf("cache: put %s: %w", k.Object, err)
+	}
+	s.mu.Lock()
+	if sl, ok := s.idx.lookup(i); ok {
+		s.bytes -= int64(s.idx.slots[sl].size)
+		s.idx.remove(sl)
+	}
+	s.idx.insert(i, meta.size)
+	s.bytes += int64(meta.size)
+	victims := s.pickVictimsLocked(&i)
+	s.mu.Unlock()
+	st.Unlock()
+	s.puts.Add(1)
+	s.deleteVictims(victims)
+	return nil
+}
+
+type victim struct {
+	id   id
+	size uint32
+}
+
+// pickVictimsLocked removes least recently used, unpinned entries (other
+// than keep) from the index until the store is within budget, and returns
+// them for deletion from Badger.
+func (s *Store) pickVictimsLocked(keep *id) []victim {
+	var vs []victim
+	for p := s.idx.tail; p != nilSlot && s.bytes > s.maxBytes; {
+		e := s.idx.slots[p]
+		prev := e.prev
+		if (keep == nil || e.id != *keep) && s.pins[e.id] == 0 {
+			vs = append(vs, victim{id: e.id, size: e.size})
+			s.bytes -= int64(e.size)
+			s.idx.remove(p)
+		}
+		p = prev
+	}
+	return vs
+}
+
+// deleteVictims deletes evicted entries from Badger, unless one was Put
+// again since it was picked.
+func (s *Store) deleteVictims(vs []victim) {
+	if len(vs) == 0 {
+		return
+	}
+	var freed int64
+	for _, v := range vs {
+		st := s.stripe(v.id)
+		st.Lock()
+		s.mu.Lock()
+		_, back := s.idx.lookup(v.id)
+		s.mu.Unlock()
+		if !back {
+			if err := s.commit(func(txn *badger.Txn) error {
+				if err := txn.Delete(dbKey(prefixValue, v.id)); err != nil {
+					return err
+				}
+				return txn.Delete(dbKey(prefixMeta, v.id))
+			}); err != nil {
+				s.log.Warn("cache: delete evicted entry", "id", v.id.String(), "err", err)
+			}
+		}
+		st.Unlock()
+		freed += int64(v.size)
+	}
+	s.evictions.Add(int64(len(vs)))
+	s.mu.Lock()
+	s.evictedSinceReclaim += freed
+	due := s.evictedSinceReclaim >= s.reclaimAfter
+	s.mu.Unlock()
+	if due {
+		s.kickCleaner()
+	}
+}
+
+// Delete removes k. Deleting a missing key is not an error.
+func (s *Store) Delete(k Key) error {
+	i := k.id()
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	st := s.stripe(i)
+	st.Lock()
+	defer st.Unlock()
+	if err := s.commit(func(txn *badger.Txn) error {
+		if err := txn.Delete(dbKey(prefixValue, i)); err != nil {
+			return err
+		}
+		return txn.Delete(dbKey(prefixMeta, i))
+	}); err != nil {
+		return fmt.Errorf("cache: delete %s: %w", k.Object, err)
+	}
+	s.mu.Lock()
+	if sl, ok := s.idx.lookup(i); ok {
+		s.bytes -= int64(s.idx.slots[sl].size)
+		s.idx.remove(sl)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Clear deletes every entry. It waits for operations in progress.
+func (s *Store) Clear() error {
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.db.DropAll(); err != nil {
+		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
+	}
+	s.mu.Lock()
+	s.idx = newIndex()
+	s.bytes = 0
+	s.evictedSinceReclaim = 0
+	s.mu.Unlock()
+	return nil
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		Hits:             s.hits.Load(),
+		Misses:           s.misses.Load(),
+		Puts:             s.puts.Load(),
+		Evictions:        s.evictions.Load(),
+		ChecksumFailures: s.checksumFailures.Load(),
+		MaxBytes:         s.maxBytes,
+		GCRewrites:       s.gcRewrites.Load(),
+	}
+	s.mu.Lock()
+	st.Entries = int64(s.idx.count)
+	st.Bytes = s.bytes
+	s.mu.Unlock()
+	s.gate.RLock()
+	if !s.closed {
+		lsm, vlog := s.db.Size()
+		st.DiskBytes = lsm + vlog
+	}
+	s.gate.RUnlock()
+	return st
+}
+
+// Dir returns the cache directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Close persists the access order, closes the database and releases the
+// directory lock. Further calls return ErrClosed; a second Close returns nil.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.done
+		s.gate.Lock()
+		defer s.gate.Unlock()
+		s.flushAccess()
+		s.closed = true
+		err = s.db.Close()
+		if lerr := s.lock.release(); err == nil {
+			err = lerr
+		}
+		if err != nil {
+			err = fmt.Errorf("cache: close %s: %w", s.dir, err)
+		}
+	})
+	return err
+}
+
+// badgerLogger sends Badger's messages to slog, one level lower than Badger
+// rates them (its Info is chatty).
+type badgerLogger struct{ log *slog.Logger }
+
+func (l badgerLogger) msg(format string, args []any) string {
+	return "badger: " + strings.TrimSpace(fmt.Sprintf(format, args...))
+}
+func (l badgerLogger) Errorf(f string, a ...any)   { l.log.Error(l.msg(f, a)) }
+func (l badgerLogger) Warningf(f string, a ...any) { l.log.Warn(l.msg(f, a)) }
+func (l badgerLogger) Infof(f string, a ...any)    { l.log.Debug(l.msg(f, a)) }
+func (l badgerLogger) Debugf(string, ...any)       {}
