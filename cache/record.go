@@ -11,6 +11,7 @@ import (
 const (
 	prefixValue    = 'v' // 'v' + id -> framed value (value log)
 	prefixMeta     = 'm' // 'm' + id -> metaRecord (inline in the LSM tree)
+	prefixSetting  = 's' // 's' + name -> store settings
 	prefixSentinel = 'z' // written then dropped to force a flush and compaction
 )
 

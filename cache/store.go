@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,11 @@ type Options struct {
 	// loses nothing either way, and a power loss can only lose the most
 	// recent Puts, never serve a torn one.
 	SyncWrites bool
+	// Inspect opens the store for tools such as featurefs cache stats and
+	// clear: nothing is evicted and no background work runs, and when
+	// MaxBytes is zero the budget reported is the one the store was last
+	// opened with for serving.
+	Inspect bool
 }
 
 // Stats are the store's counters, for the mount's stats file and metrics.
@@ -70,8 +76,7 @@ type Stats struct {
 	Bytes int64 `json:"bytes"`
 	// MaxBytes is the byte budget.
 	MaxBytes int64 `json:"max_bytes"`
-	// DiskBytes is Badger's own estimate of its LSM tree and value log
-	// sizes on disk; it lags behind writes and GC.
+	// DiskBytes is the space the cache directory occupies on disk.
 	DiskBytes int64 `json:"disk_bytes"`
 	// GCRewrites counts value-log files rewritten by GC.
 	GCRewrites int64 `json:"gc_rewrites"`
@@ -99,6 +104,7 @@ type Store struct {
 	maxBytes     int64
 	maxValue     int64
 	reclaimAfter int64
+	inspect      bool
 	log          *slog.Logger
 	db           *badger.DB
 	lock         *dirLock
@@ -145,7 +151,8 @@ func Open(opts Options) (*Store, error) {
 	if opts.MaxBytes < 0 {
 		return nil, fmt.Errorf("cache: MaxBytes %d is negative", opts.MaxBytes)
 	}
-	if opts.MaxBytes == 0 {
+	budgetGiven := opts.MaxBytes != 0
+	if !budgetGiven {
 		opts.MaxBytes = DefaultMaxBytes
 	}
 	log := opts.Logger
@@ -185,6 +192,7 @@ func Open(opts Options) (*Store, error) {
 	s := &Store{
 		dir:          opts.Dir,
 		maxBytes:     opts.MaxBytes,
+		inspect:      opts.Inspect,
 		maxValue:     min(opts.MaxBytes, vlogSize-(1<<20)),
 		reclaimAfter: max(vlogSize, opts.MaxBytes/8),
 		log:          log,
@@ -202,6 +210,15 @@ func Open(opts Options) (*Store, error) {
 		db.Close()
 		lk.release()
 		return nil, err
+	}
+	if err := s.syncBudget(budgetGiven); err != nil {
+		db.Close()
+		lk.release()
+		return nil, err
+	}
+	if s.inspect {
+		close(s.done)
+		return s, nil
 	}
 	go s.loop()
 	s.mu.Lock()
@@ -277,6 +294,40 @@ func (s *Store) loadIndex() error {
 		}); err != nil {
 			return fmt.Errorf("cache: drop bad metadata in %s: %w", s.dir, err)
 		}
+	}
+	return nil
+}
+
+// budgetKey holds the MaxBytes the store was last opened with for serving
+// (8 bytes, little endian), for Options.Inspect.
+var budgetKey = []byte{prefixSetting, 'b', 'u', 'd', 'g', 'e', 't'}
+
+// syncBudget records the budget of a serving store, or for an inspecting
+// store without a budget of its own reads the recorded one.
+func (s *Store) syncBudget(given bool) error {
+	if s.inspect {
+		if given {
+			return nil
+		}
+		return s.db.View(func(txn *badger.Txn) error {
+			item, err := txn.Get(budgetKey)
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			return item.Value(func(b []byte) error {
+				if len(b) == 8 {
+					s.maxBytes = int64(binary.LittleEndian.Uint64(b))
+				}
+				return nil
+			})
+		})
+	}
+	b := binary.LittleEndian.AppendUint64(nil, uint64(s.maxBytes))
+	if err := s.commit(func(txn *badger.Txn) error { return txn.Set(budgetKey, b) }); err != nil {
+		return fmt.Errorf("cache: record budget in %s: %w", s.dir, err)
 	}
 	return nil
 }
@@ -480,6 +531,9 @@ type victim struct {
 // than keep) from the index until the store is within budget, and returns
 // them for deletion from Badger.
 func (s *Store) pickVictimsLocked(keep *id) []victim {
+	if s.inspect {
+		return nil
+	}
 	var vs []victim
 	for p := s.idx.tail; p != nilSlot && s.bytes > s.maxBytes; {
 		e := s.idx.slots[p]
@@ -591,12 +645,9 @@ func (s *Store) Stats() Stats {
 	st.Entries = int64(s.idx.count)
 	st.Bytes = s.bytes
 	s.mu.Unlock()
-	s.gate.RLock()
-	if !s.closed {
-		lsm, vlog := s.db.Size()
-		st.DiskBytes = lsm + vlog
+	if du, err := DiskUsage(s.dir); err == nil {
+		st.DiskBytes = du
 	}
-	s.gate.RUnlock()
 	return st
 }
 

@@ -1,11 +1,137 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/mountopts"
 )
 
+const cacheUsage = `Usage:
+  featurefs cache stats [--cache-dir DIR] [--json]   show what the cache holds
+  featurefs cache clear [--cache-dir DIR]            delete every cached feature
+
+A mounted featurefs holds its cache directory; unmount it first (its live
+figures are in MOUNT/.featurefs/stats).
+`
+
+// runCache implements "featurefs cache stats|clear".
 func runCache(args []string) int {
-	fmt.Fprintln(os.Stderr, "featurefs cache: not implemented yet")
-	return 1
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, cacheUsage)
+		return 2
+	}
+	sub, rest := args[0], args[1:]
+	fl := flag.NewFlagSet("featurefs cache "+sub, flag.ContinueOnError)
+	fl.Usage = func() { fmt.Fprint(fl.Output(), cacheUsage); fl.PrintDefaults() }
+	dir := fl.String("cache-dir", mountopts.Default().CacheDir, "cache directory")
+	var asJSON bool
+	switch sub {
+	case "stats":
+		fl.BoolVar(&asJSON, "json", false, "print the statistics as JSON")
+	case "clear":
+	case "help", "-h", "--help":
+		fmt.Print(cacheUsage)
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "featurefs cache: unknown subcommand %q\n\n%s", sub, cacheUsage)
+		return 2
+	}
+	if err := fl.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fl.NArg() != 0 {
+		fmt.Fprintf(os.Stderr, "featurefs cache %s: unexpected arguments %q\n", sub, fl.Args())
+		return 2
+	}
+	if err := checkCacheDir(*dir); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs cache %s: %v\n", sub, err)
+		return 1
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := cache.Open(cache.Options{Dir: *dir, Logger: logger, Inspect: true})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs cache %s: %v\n", sub, err)
+		return 1
+	}
+	var code int
+	if sub == "stats" {
+		code = cacheStats(os.Stdout, s, asJSON)
+	} else {
+		code = cacheClear(os.Stdout, s)
+	}
+	if err := s.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs cache %s: %v\n", sub, err)
+		return 1
+	}
+	return code
+}
+
+// cacheStatsJSON is what "featurefs cache stats --json" prints.
+type cacheStatsJSON struct {
+	Dir string `json:"dir"`
+	cache.Stats
+}
+
+func cacheStats(w io.Writer, s *cache.Store, asJSON bool) int {
+	st := s.Stats()
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(cacheStatsJSON{Dir: s.Dir(), Stats: st}); err != nil {
+			fmt.Fprintf(os.Stderr, "featurefs cache stats: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	pct := 0.0
+	if st.MaxBytes > 0 {
+		pct = 100 * float64(st.Bytes) / float64(st.MaxBytes)
+	}
+	fmt.Fprintf(w, "cache directory  %s\n", s.Dir())
+	fmt.Fprintf(w, "entries          %d\n", st.Entries)
+	fmt.Fprintf(w, "stored           %s of %s budget (%.1f%%)\n", mountopts.FormatSize(st.Bytes), mountopts.FormatSize(st.MaxBytes), pct)
+	if st.Entries > 0 {
+		fmt.Fprintf(w, "average entry    %s\n", mountopts.FormatSize(st.Bytes/st.Entries))
+	}
+	fmt.Fprintf(w, "on disk          %s\n", mountopts.FormatSize(st.DiskBytes))
+	return 0
+}
+
+func cacheClear(w io.Writer, s *cache.Store) int {
+	before := s.Stats()
+	if err := s.Clear(); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs cache clear: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(w, "cleared %d entries (%s) from %s\n", before.Entries, mountopts.FormatSize(before.Bytes), s.Dir())
+	return 0
+}
+
+// checkCacheDir refuses a directory that is neither empty nor a cache, so a
+// mistyped --cache-dir does not get Badger files written into it.
+func checkCacheDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("no cache at %s: %w", dir, err)
+	}
+	if len(ents) == 0 {
+		return nil
+	}
+	for _, name := range []string{"MANIFEST", "featurefs.lock"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not a featurefs cache directory (no MANIFEST)", dir)
 }
