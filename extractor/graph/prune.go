@@ -1,0 +1,260 @@
+package graph
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Prune returns a serialized ModelProto that computes only the given
+// tensors: the original model with the nodes and initializers they do not
+// need removed, graph outputs set to exactly those tensors (in that order)
+// and graph inputs reduced to the needed ones. Every field the package does
+// not interpret (opset imports, metadata, functions, doc strings...) is
+// copied verbatim. Output types carry the inferred element type and, where
+// known, the shape with a dynamic "batch" dimension.
+func (m *Model) Prune(outputs ...string) ([]byte, error) {
+	return m.prune("", outputs)
+}
+
+// PruneFrom is Prune for split execution: the sub-model's only input is the
+// intermediate tensor input (typically a layer tensor), and it computes
+// outputs from it. When the outputs depend on a graph input other than
+// through input, the error matches ErrNotCut.
+func (m *Model) PruneFrom(input string, outputs ...string) ([]byte, error) {
+	if !m.defined(input) {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownTensor, input)
+	}
+	if _, ok := m.inits[input]; ok {
+		return nil, fmt.Errorf("graph: PruneFrom: %q is an initializer, not an activation", input)
+	}
+	if m.isGraphInput(input) {
+		return m.prune("", outputs)
+	}
+	return m.prune(input, outputs)
+}
+
+func (m *Model) isGraphInput(name string) bool {
+	for _, in := range m.inputs {
+		if in.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Model) prune(from string, outputs []string) ([]byte, error) {
+	if len(outputs) == 0 {
+		return nil, fmt.Errorf("graph: Prune needs at least one output")
+	}
+	var outs []string
+	seenOut := map[string]bool{}
+	for _, o := range outputs {
+		if !m.defined(o) {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownTensor, o)
+		}
+		if !seenOut[o] {
+			seenOut[o] = true
+			outs = append(outs, o)
+		}
+	}
+
+	// Walk back from the outputs, stopping at `from`.
+	needed := map[string]bool{}
+	keepNode := map[int]bool{} // by fileIdx
+	stack := append([]string(nil), outs...)
+	for len(stack) > 0 {
+		t := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if needed[t] {
+			continue
+		}
+		needed[t] = true
+		if t == from {
+			continue
+		}
+		p, ok := m.producer[t]
+		if !ok {
+			continue // graph input or initializer
+		}
+		n := m.nodes[p]
+		if keepNode[n.fileIdx] {
+			continue
+		}
+		keepNode[n.fileIdx] = true
+		for _, r := range n.reads() {
+			if r != "" && !needed[r] {
+				stack = append(stack, r)
+			}
+		}
+	}
+	if from != "" {
+		for _, in := range m.inputs {
+			if _, isInit := m.inits[in.name]; !isInit && needed[in.name] {
+				return nil, fmt.Errorf("%w: %v need graph input %q besides %q", ErrNotCut, outs, in.name, from)
+			}
+		}
+	}
+
+	newIO := map[string]bool{from: from != ""}
+	for _, o := range outs {
+		newIO[o] = true
+	}
+	var g []byte
+	nodeIdx := 0
+	for _, f := range m.gfields {
+		switch f.num {
+		case fGraphNode:
+			if keepNode[nodeIdx] {
+				g = append(g, f.raw...)
+			}
+			nodeIdx++
+		case fGraphInitializer:
+			b, _ := f.msg() // parsed successfully before
+			t, err := parseTensor(b)
+			if err != nil {
+				return nil, err
+			}
+			if needed[t.name] {
+				g = append(g, f.raw...)
+			}
+		case fGraphInput:
+			b, _ := f.msg()
+			v, err := parseValueInfo(b)
+			if err != nil {
+				return nil, err
+			}
+			_, isInit := m.inits[v.name]
+			if needed[v.name] && (from == "" || isInit) {
+				g = append(g, f.raw...)
+			}
+		case fGraphOutput:
+			// replaced below
+		case fGraphValueInfo:
+			b, _ := f.msg()
+			v, err := parseValueInfo(b)
+			if err != nil {
+				return nil, err
+			}
+			if needed[v.name] && !newIO[v.name] {
+				g = append(g, f.raw...)
+			}
+		default:
+			g = append(g, f.raw...)
+		}
+	}
+	if from != "" {
+		vi, err := m.valueInfoFor(from)
+		if err != nil {
+			return nil, err
+		}
+		g = appendMessage(g, fGraphInput, vi)
+	}
+	for _, o := range outs {
+		vi, err := m.valueInfoFor(o)
+		if err != nil {
+			return nil, err
+		}
+		g = appendMessage(g, fGraphOutput, vi)
+	}
+
+	var out []byte
+	for i, f := range m.top {
+		if i == m.graphAt {
+			out = appendMessage(out, fModelGraph, g)
+			continue
+		}
+		out = append(out, f.raw...)
+	}
+	return out, nil
+}
+
+// valueInfoFor returns an encoded ValueInfoProto for tensor name: the
+// original graph output's or value_info's when the model has one, otherwise
+// built from shape inference (element type, and the shape with the batch
+// axis as the symbolic dimension "batch").
+func (m *Model) valueInfoFor(name string) ([]byte, error) {
+	for _, o := range m.outputs {
+		if o.name == name {
+			return (field{raw: o.raw}).payload()
+		}
+	}
+	for _, o := range m.inputs {
+		if o.name == name {
+			return (field{raw: o.raw}).payload()
+		}
+	}
+	if v, ok := m.valueInfo[name]; ok && v.elem != 0 {
+		return (field{raw: v.raw}).payload()
+	}
+	elem := int32(dtFloat)
+	var dims []dim
+	hasShape := false
+	if inf, err := m.infer(); err == nil {
+		v1, v2 := inf.b1[name], inf.b2[name]
+		if v1 != nil && v1.dtype != 0 {
+			elem = v1.dtype
+		}
+		if v1 != nil && v2 != nil && len(v1.shape) == len(v2.shape) {
+			hasShape = true
+			batchAxes := 0
+			for i := range v1.shape {
+				switch {
+				case v1.shape[i] == v2.shape[i]:
+					dims = append(dims, dim{value: v1.shape[i]})
+				case v1.shape[i] == 1 && v2.shape[i] == 2:
+					dims = append(dims, dim{value: -1, param: "batch"})
+					batchAxes++
+				default:
+					dims = append(dims, dim{value: -1})
+				}
+			}
+			if batchAxes > 1 {
+				for i := range dims {
+					if dims[i].param != "" {
+						dims[i] = dim{value: -1}
+					}
+				}
+			}
+		}
+	}
+	return encodeValueInfo(name, elem, hasShape, dims), nil
+}
+
+// payload returns the message inside a raw length-delimited field.
+func (f field) payload() ([]byte, error) {
+	_, _, n := protowire.ConsumeTag(f.raw)
+	if n < 0 {
+		return nil, fmt.Errorf("%w: bad tag", ErrBadModel)
+	}
+	b, m := protowire.ConsumeBytes(f.raw[n:])
+	if m < 0 {
+		return nil, fmt.Errorf("%w: bad length", ErrBadModel)
+	}
+	return b, nil
+}
+
+// encodeValueInfo builds a ValueInfoProto for a tensor type.
+func encodeValueInfo(name string, elem int32, hasShape bool, dims []dim) []byte {
+	var tt []byte
+	tt = appendVarint(tt, fTensorTypeElem, uint64(elem))
+	if hasShape {
+		var shape []byte
+		for _, d := range dims {
+			var db []byte
+			switch {
+			case d.value >= 0:
+				db = appendVarint(db, fDimValue, uint64(d.value))
+			case d.param != "":
+				db = appendString(db, fDimParam, d.param)
+			}
+			shape = appendMessage(shape, fShapeDim, db)
+		}
+		tt = appendMessage(tt, fTensorTypeShape, shape)
+	}
+	var typ []byte
+	typ = appendMessage(typ, fTypeTensor, tt)
+	var vi []byte
+	vi = appendString(vi, fValueName, name)
+	return appendMessage(vi, fValueType, typ)
+}
