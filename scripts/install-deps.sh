@@ -7,6 +7,9 @@
 # Where things go: $FEATUREFS_DEPS (default ~/.cache/featurefs):
 #   lib/libonnxruntime.so.1   ONNX Runtime 1.24.1, CPU build
 #   bin/minio                 MinIO server
+#   go/                       a Go toolchain, only when none is on PATH
+#                             (the golang.org/toolchain module from the Go
+#                             module proxy, as GOTOOLCHAIN=auto fetches it)
 set -euo pipefail
 
 ORT_VERSION=1.24.1
@@ -17,14 +20,37 @@ mkdir -p "$DEPS/lib" "$DEPS/bin"
 log() { echo "install-deps: $*" >&2; }
 
 need_apt=()
-for p in fuse3 python3-torch python3-torchvision python3-onnx python3-numpy python3-pil python3-boto3 iproute2 ca-certificates; do
+# fuse3: mounts; python3-*: the demo, tests and model export; gcc, libc6-dev:
+# cgo (ONNX Runtime bindings, go test -race); util-linux: mountpoint(1).
+for p in fuse3 python3-torch python3-torchvision python3-onnx python3-numpy python3-pil python3-boto3 \
+  iproute2 ca-certificates gcc libc6-dev make git curl util-linux procps findutils; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$p")
 done
+command -v npm >/dev/null || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# Go: the one on PATH, else a toolchain fetched once into $DEPS/go.
+if ! command -v go >/dev/null; then
+  export PATH="$PATH:$DEPS/go/bin"
+fi
+if ! command -v go >/dev/null; then
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  gover=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$here/go.mod" 2>/dev/null | head -1)
+  gover=${gover:-1.26.8}
+  log "no go on PATH: fetching the go$gover toolchain module into $DEPS/go"
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/go.zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-go$gover.linux-amd64.zip"
+  /usr/bin/python3 -m zipfile -e "$tmp/go.zip" "$tmp/x"
+  rm -rf "$DEPS/go"
+  mv "$tmp/x/golang.org/toolchain@v0.0.1-go$gover.linux-amd64" "$DEPS/go"
+  chmod +x "$DEPS"/go/bin/* "$DEPS"/go/pkg/tool/*/*
+  rm -rf "$tmp"
+  go version >&2
 fi
 
 if [ ! -s "$DEPS/lib/libonnxruntime.so.1" ]; then

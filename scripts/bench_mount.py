@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""Second-epoch DataLoader throughput through a featurefs mount vs the same
+.npy files on local disk (scripts/bench-mount.sh runs it).
+
+    /usr/bin/python3 scripts/bench_mount.py --mount ROOT --local ROOT
+        [--repeats 3] [--workers 4] [--batch 32] [--epoch1-json FILE]
+
+Both ROOTs hold the same DatasetFolder tree. Each epoch builds an unmodified
+DatasetFolder(root, loader=np.load, extensions=(".npy",)) and iterates a
+DataLoader(num_workers=W, shuffle=True) over it; mount and local epochs
+alternate, and the median of the repeats is reported. Prints one markdown
+section on stdout.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+import torchvision
+
+warnings.filterwarnings("ignore", message="This DataLoader will create")
+
+
+def epoch(root, workers, batch):
+    ds = torchvision.datasets.DatasetFolder(root, loader=np.load, extensions=(".npy",))
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers)
+    t0 = time.perf_counter()
+    n = nbytes = 0
+    for x, y in dl:
+        n += len(y)
+        nbytes += x.numel() * x.element_size()
+    return time.perf_counter() - t0, n, nbytes, ds
+
+
+def file_bytes(ds):
+    return sum(os.path.getsize(p) for p, _ in ds.samples)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mount", required=True)
+    ap.add_argument("--local", required=True)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--epoch1", help="JSON from --warm: the extraction epoch")
+    ap.add_argument("--warm", action="store_true", help="run one epoch over --mount, print JSON")
+    ap.add_argument("--command", default="make bench")
+    ap.add_argument("--env", default="")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+
+    if args.warm:
+        dt, n, nbytes, ds = epoch(args.mount, args.workers, args.batch)
+        json.dump({"seconds": dt, "samples": n, "bytes": file_bytes(ds)}, sys.stdout)
+        return 0
+
+    runs = {"mount": [], "local": []}
+    n_samples = fbytes = None
+    for _ in range(args.repeats):
+        for name, root in (("mount", args.mount), ("local", args.local)):
+            dt, n, nbytes, ds = epoch(root, args.workers, args.batch)
+            if n_samples is None:
+                n_samples, fbytes = n, file_bytes(ds)
+            if n != n_samples:
+                print(f"bench: {name} epoch read {n} samples, expected {n_samples}", file=sys.stderr)
+                return 1
+            runs[name].append(dt)
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    ratio = med["local"] / med["mount"]
+
+    def row(label, dt, note=""):
+        return (f"| {label} | {n_samples / dt:,.1f} | {fbytes / dt / 1e6:,.1f} | {dt:.3f} | {note} |")
+
+    sample_bytes = fbytes // max(n_samples, 1)
+    first = np.load(ds.samples[0][0])
+    shape = "x".join(map(str, first.shape))
+    print("## Mount: second-epoch DataLoader throughput, featurefs vs local disk")
+    print()
+    print(f"Command: `{args.command}`{(' (' + args.env + ')') if args.env else ''}.")
+    print(f"ResNet-50 (torchvision, random weights) `layer12` features, {n_samples} samples of "
+          f"{sample_bytes:,} bytes ({shape} {first.dtype} .npy), read by an unmodified "
+          f"`DatasetFolder(root, loader=np.load, extensions=(\".npy\",))` with "
+          f"`DataLoader(num_workers={args.workers}, batch_size={args.batch}, shuffle=True)`. "
+          f"Mount and local epochs alternate; median of {args.repeats}. The local directory "
+          f"holds copies of the same .npy files (both in the page cache).")
+    print()
+    print("| source | samples/s | MB/s | epoch s | |")
+    print("|---|---:|---:|---:|---|")
+    print(row("local directory (.npy copies)", med["local"], "baseline"))
+    print(row("featurefs mount, epoch 2+ (cache)", med["mount"],
+              f"**{ratio:.2f}x local** (target >= 0.8x)"))
+    if args.epoch1:
+        e1 = json.loads(args.epoch1)
+        print(f"| featurefs mount, epoch 1 (extraction) | {e1['samples'] / e1['seconds']:,.1f} | "
+              f"{e1['bytes'] / e1['seconds'] / 1e6:,.1f} | {e1['seconds']:.3f} | model runs on every image |")
+    print()
+    print(f"Epoch seconds: mount {', '.join(f'{x:.3f}' for x in runs['mount'])}; "
+          f"local {', '.join(f'{x:.3f}' for x in runs['local'])}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
