@@ -1,0 +1,162 @@
+package extractor
+
+// This file turns encoded image bytes into the model's input tensor exactly
+// as torchvision 0.14's ImageNet evaluation transform does on a PIL image:
+// Resize(Resize) -> CenterCrop(Crop) -> ToTensor() -> Normalize(Mean, Std).
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// maxPreprocessSide bounds Resize and Crop: anything larger is a
+// configuration mistake, not a model input.
+const maxPreprocessSide = 8192
+
+// ErrBadPreprocess is matched (errors.Is) by Validate's errors.
+var ErrBadPreprocess = errors.New("invalid preprocessing settings")
+
+// Validate reports settings torchvision would reject or that cannot be a
+// model input: sizes must be in 1..8192 and every Std nonzero and finite.
+// Crop may exceed Resize: the resized image is then zero-padded, as
+// torchvision's CenterCrop does.
+func (p Preprocess) Validate() error {
+	if p.Resize <= 0 || p.Resize > maxPreprocessSide {
+		return fmt.Errorf("%w: resize %d must be in 1..%d", ErrBadPreprocess, p.Resize, maxPreprocessSide)
+	}
+	if p.Crop <= 0 || p.Crop > maxPreprocessSide {
+		return fmt.Errorf("%w: crop %d must be in 1..%d", ErrBadPreprocess, p.Crop, maxPreprocessSide)
+	}
+	for c := 0; c < 3; c++ {
+		m, s := float64(p.Mean[c]), float64(p.Std[c])
+		if math.IsNaN(m) || math.IsInf(m, 0) {
+			return fmt.Errorf("%w: mean[%d] = %v is not finite", ErrBadPreprocess, c, m)
+		}
+		if s == 0 || math.IsNaN(s) || math.IsInf(s, 0) {
+			return fmt.Errorf("%w: std[%d] = %v must be finite and nonzero", ErrBadPreprocess, c, s)
+		}
+	}
+	return nil
+}
+
+// resizedSize is torchvision 0.14's _compute_resized_output_size for an int
+// size: the shorter side becomes p.Resize, the longer
+// int(p.Resize * long / short).
+func (p Preprocess) resizedSize(w, h int) (tw, th int) {
+	short, long := h, w
+	if w <= h {
+		short, long = w, h
+	}
+	newLong := int(float64(int64(p.Resize)*int64(long)) / float64(short))
+	if w <= h {
+		return p.Resize, newLong
+	}
+	return newLong, p.Resize
+}
+
+// cropOffset is where torchvision's CenterCrop starts along an axis of
+// length size: int(round((size - crop) / 2.0)) with Python's round half to
+// even, or minus the left/top zero padding when crop > size.
+func cropOffset(size, crop int) int {
+	if crop > size {
+		return -((crop - size) / 2)
+	}
+	d := size - crop
+	off := d / 2
+	if d%2 == 1 && off%2 == 1 {
+		off++ // round(x.5) goes to the even neighbour
+	}
+	return off
+}
+
+// preprocScratch holds the buffers of one Apply call.
+type preprocScratch struct {
+	rgb  []byte
+	rs   resizeScratch
+	crop []byte
+}
+
+// scratchPool recycles preprocessing buffers across calls (and goroutines).
+var scratchPool = sync.Pool{New: func() any { return new(preprocScratch) }}
+
+// cropRGB decodes data and returns the Crop x Crop RGB (HWC, uint8) image
+// torchvision would hand to ToTensor: resized, center cropped, zero-padded
+// where the crop exceeds the resized image. The result lives in sc.
+func (p Preprocess) cropRGB(data []byte, maxPixels int64, sc *preprocScratch) ([]byte, error) {
+	img, err := decodeRGB(data, maxPixels, sc.rgb)
+	sc.rgb = img.pix
+	if err != nil {
+		return nil, err
+	}
+	tw, th := p.resizedSize(img.w, img.h)
+	if tw <= 0 || th <= 0 {
+		return nil, badImage(fmt.Sprintf("%dx%d image resizes to %dx%d", img.w, img.h, tw, th), nil)
+	}
+	left, top := cropOffset(tw, p.Crop), cropOffset(th, p.Crop)
+	// The part of the crop window that lies on the resized image.
+	x0, x1 := max(left, 0), min(left+p.Crop, tw)
+	y0, y1 := max(top, 0), min(top+p.Crop, th)
+	n := 3 * p.Crop * p.Crop
+	sc.crop = growBytes(sc.crop, n)
+	out := sc.crop
+	if x0 == left && y0 == top && x1 == left+p.Crop && y1 == top+p.Crop {
+		win := resizeCrop(img, tw, th, x0, y0, x1-x0, y1-y0, &sc.rs)
+		copy(out, win)
+		return out, nil
+	}
+	clear(out)
+	win := resizeCrop(img, tw, th, x0, y0, x1-x0, y1-y0, &sc.rs)
+	rw := 3 * (x1 - x0)
+	for y := y0; y < y1; y++ {
+		d := 3 * ((y-top)*p.Crop + (x0 - left))
+		copy(out[d:d+rw], win[(y-y0)*rw:(y-y0+1)*rw])
+	}
+	return out, nil
+}
+
+// Apply decodes a JPEG or PNG image and writes the model input tensor, CHW
+// float32 of length 3*Crop*Crop, into dst: torchvision's Resize(Resize)
+// (PIL bilinear, antialiased), CenterCrop(Crop), ToTensor(), Normalize(Mean,
+// Std) on Image.open(...).convert("RGB"). Images larger than maxPixels
+// (DefaultMaxPixels when <= 0) are rejected from their header before any
+// pixel is decoded. Errors caused by the input match ErrBadImage.
+func (p Preprocess) Apply(data []byte, maxPixels int64, dst []float32) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	plane := p.Crop * p.Crop
+	if len(dst) != 3*plane {
+		return fmt.Errorf("extractor: preprocess: dst holds %d floats, need 3*%d*%d = %d", len(dst), p.Crop, p.Crop, 3*plane)
+	}
+	sc := scratchPool.Get().(*preprocScratch)
+	defer scratchPool.Put(sc)
+	pix, err := p.cropRGB(data, maxPixels, sc)
+	if err != nil {
+		return err
+	}
+	lut := p.normLUT()
+	r, g, b := dst[:plane], dst[plane:2*plane], dst[2*plane:]
+	for i := 0; i < plane; i++ {
+		r[i] = lut[0][pix[3*i]]
+		g[i] = lut[1][pix[3*i+1]]
+		b[i] = lut[2][pix[3*i+2]]
+	}
+	return nil
+}
+
+// normLUT maps each 8-bit value to (v/255 - mean) / std per channel in
+// float32 arithmetic, as ToTensor's div(255) and Normalize's sub_/div_ do.
+func (p Preprocess) normLUT() *[3][256]float32 {
+	var lut [3][256]float32
+	for c := 0; c < 3; c++ {
+		m, s := p.Mean[c], p.Std[c]
+		for v := 0; v < 256; v++ {
+			x := float32(v) / 255
+			x -= m
+			lut[c][v] = x / s
+		}
+	}
+	return &lut
+}

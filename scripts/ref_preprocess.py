@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""Reference preprocessing for featurefs's extractor tests (run with /usr/bin/python3).
+
+  ref_preprocess.py ref [--resize 256 --crop 224 --mean M M M --std S S S] --out DIR IMG...
+      For each IMG writes DIR/<name>.npy: torchvision's
+      Compose([Resize(resize), CenterCrop(crop), ToTensor(), Normalize(mean, std)])
+      applied to Image.open(IMG).convert("RGB") (torchvision's default loader),
+      float32 CHW; and DIR/<name>.u8.npy: the uint8 HWC image after CenterCrop.
+  ref_preprocess.py gen DIR
+      Writes a varied set of test images made with PIL (PNG modes, JPEG
+      subsamplings, progressive, grayscale, CMYK, odd sizes).
+  ref_preprocess.py bench IMG SECONDS
+      Prints images/s of open+convert+transform on IMG, one line: "<rate>".
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+from PIL import Image
+
+
+def transform(resize, crop, mean, std):
+    from torchvision import transforms
+
+    return transforms.Compose(
+        [
+            transforms.Resize(resize),
+            transforms.CenterCrop(crop),
+            transforms.ToTensor(),
+            transforms.Normalize(mean, std),
+        ]
+    )
+
+
+def load(path):
+    # torchvision.datasets.folder.pil_loader
+    with open(path, "rb") as f:
+        img = Image.open(f)
+        return img.convert("RGB")
+
+
+def cmd_ref(a):
+    from torchvision import transforms
+
+    t = transform(a.resize, a.crop, a.mean, a.std)
+    geo = transforms.Compose([transforms.Resize(a.resize), transforms.CenterCrop(a.crop)])
+    os.makedirs(a.out, exist_ok=True)
+    for p in a.images:
+        name = os.path.basename(p)
+        img = load(p)
+        np.save(os.path.join(a.out, name + ".npy"), t(img).numpy().astype(np.float32))
+        np.save(os.path.join(a.out, name + ".u8.npy"), np.asarray(geo(img), dtype=np.uint8))
+
+
+def pattern(w, h, seed):
+    """Smooth gradients, hard edges and noise: exercises every filter tap."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    r = 127.5 + 127.5 * np.sin(x / max(w, 1) * 7.0 + seed)
+    g = 255.0 * (y / max(h - 1, 1))
+    b = np.where(((x // 17) + (y // 13)) % 2 == 0, 230.0, 20.0)
+    img = np.stack([r, g, b], axis=-1) + rng.normal(0, 18, (h, w, 3))
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def cmd_gen(a):
+    d = a.dir
+    os.makedirs(d, exist_ok=True)
+
+    def rgb(w, h, seed=1):
+        return Image.fromarray(pattern(w, h, seed), "RGB")
+
+    # PNG, 8-bit RGB, many geometries.
+    for w, h in [(500, 375), (375, 500), (224, 224), (256, 256), (257, 300), (300, 257),
+                 (511, 384), (100, 80), (1, 1), (2000, 100), (3, 1000), (640, 427), (256, 700)]:
+        rgb(w, h, w + h).save(os.path.join(d, f"rgb_{w}x{h}.png"))
+    base = rgb(320, 240, 7)
+    # Paletted, with and without transparency.
+    pal = base.convert("P", palette=Image.ADAPTIVE, colors=200)
+    pal.save(os.path.join(d, "p_320x240.png"))
+    alpha = bytes(range(0, 250, 1))[:200]
+    pal.save(os.path.join(d, "p_trns_320x240.png"), transparency=alpha)
+    # RGBA with varying alpha (dropped, not composited), LA, L, 1-bit.
+    rgba = base.copy()
+    rgba.putalpha(Image.fromarray(pattern(320, 240, 3)[:, :, 0]))
+    rgba.save(os.path.join(d, "rgba_320x240.png"))
+    base.convert("LA").save(os.path.join(d, "la_320x240.png"))
+    base.convert("L").save(os.path.join(d, "l_320x240.png"))
+    base.convert("1").save(os.path.join(d, "bw_320x240.png"))
+    rgb(300, 200, 9).convert("RGB").save(os.path.join(d, "rgb_trns_300x200.png"), transparency=(20, 20, 230))
+    # 16-bit grayscale: PIL opens it as mode I and convert("RGB") clips to 255.
+    g16 = (pattern(300, 200, 5)[:, :, 1].astype(np.uint16) * 3).astype(np.uint16)
+    Image.fromarray(g16, "I;16").save(os.path.join(d, "l16_300x200.png"))
+    # JPEG: subsamplings, progressive, grayscale, CMYK, odd sizes.
+    j = rgb(500, 375, 11)
+    j.save(os.path.join(d, "j420_500x375.jpg"), quality=90)
+    j.save(os.path.join(d, "j444_500x375.jpg"), quality=90, subsampling=0)
+    j.save(os.path.join(d, "j422_500x375.jpg"), quality=90, subsampling=1)
+    j.save(os.path.join(d, "jprog_500x375.jpg"), quality=85, progressive=True)
+    j.convert("L").save(os.path.join(d, "jgray_500x375.jpg"), quality=90)
+    j.convert("CMYK").save(os.path.join(d, "jcmyk_500x375.jpg"), quality=90)
+    rgb(333, 251, 13).save(os.path.join(d, "j420_333x251.jpg"), quality=75)
+    rgb(1024, 683, 17).save(os.path.join(d, "j420_1024x683.jpg"), quality=95)
+
+
+def cmd_bench(a):
+    t = transform(256, 224, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    with open(a.image, "rb") as f:
+        data = f.read()
+    import io
+
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < a.seconds:
+        img = Image.open(io.BytesIO(data)).convert("RGB")
+        t(img)
+        n += 1
+    print(f"{n / (time.perf_counter() - start):.1f}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("ref")
+    r.add_argument("--resize", type=int, default=256)
+    r.add_argument("--crop", type=int, default=224)
+    r.add_argument("--mean", type=float, nargs=3, default=[0.485, 0.456, 0.406])
+    r.add_argument("--std", type=float, nargs=3, default=[0.229, 0.224, 0.225])
+    r.add_argument("--out", required=True)
+    r.add_argument("images", nargs="+")
+    g = sub.add_parser("gen")
+    g.add_argument("dir")
+    b = sub.add_parser("bench")
+    b.add_argument("image")
+    b.add_argument("seconds", type=float)
+    a = ap.parse_args()
+    {"ref": cmd_ref, "gen": cmd_gen, "bench": cmd_bench}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
