@@ -1,0 +1,82 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"syscall"
+	"time"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// errObjectChanged is returned when an object's ETag changed between the
+// listing that named it and the read that fetched it. The next listing, after
+// MetadataTTL, shows the new version.
+var errObjectChanged = errors.New("object changed since it was listed")
+
+// errBadFeature is returned when the extractor's answer is not the size the
+// layer's shape promises.
+var errBadFeature = errors.New("feature has the wrong size")
+
+// badObject reports whether err is caused by the object's content and is
+// permanent for that version of it: such errors are cached negatively.
+func badObject(err error) bool {
+	return errors.Is(err, extractor.ErrBadImage) || errors.Is(err, bucket.ErrTooLarge)
+}
+
+// errno is the one place where errors become errnos. Errors a user should
+// hear about but that no errno explains are logged once per key and reason;
+// bad objects are logged where they are recorded (FS.recordBad).
+//
+//	bucket.ErrNotFound            ENOENT
+//	context.Canceled (interrupt)  EINTR
+//	bad image, too large          EIO
+//	context.DeadlineExceeded      EIO, logged (--read-timeout)
+//	anything else                 EIO, logged
+func (f *FS) errno(err error, key string) syscall.Errno {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, bucket.ErrNotFound):
+		return syscall.ENOENT
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	case badObject(err):
+		f.stats.ioErrors.Add(1)
+		return syscall.EIO
+	case errors.Is(err, context.DeadlineExceeded):
+		f.stats.ioErrors.Add(1)
+		f.logOnce(key, "timed out (--read-timeout)", err)
+		return syscall.EIO
+	default:
+		f.stats.ioErrors.Add(1)
+		f.logOnce(key, "error", err)
+		return syscall.EIO
+	}
+}
+
+// logOnce logs an error for key unless the same key and error were logged
+// recently (a bounded set), and records it in the stats file's recent
+// errors.
+func (f *FS) logOnce(key, reason string, err error) {
+	f.recordError(key, reason+": "+err.Error())
+	id := key + "\x00" + err.Error()
+	if _, seen := f.logged.get(id); seen {
+		return
+	}
+	f.logged.put(id, struct{}{}, 1)
+	f.log.Error("featurefs: "+reason, slog.String("key", key), slog.Any("err", err))
+}
+
+// recordError keeps the last few errors for the stats file.
+func (f *FS) recordError(key, msg string) {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	if len(f.recent) >= maxRecentErrors {
+		copy(f.recent, f.recent[1:])
+		f.recent = f.recent[:len(f.recent)-1]
+	}
+	f.recent = append(f.recent, ErrorRecord{Time: f.now().UTC().Format(time.RFC3339), Key: key, Error: msg})
+}

@@ -1,0 +1,164 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// featureFile is one .npy file: the feature of one object version at one
+// layer. Its size follows from the layer's shape; its content is computed
+// on the first read of an open handle.
+type featureFile struct {
+	gofs.Inode
+	readOnly
+	fs   *FS
+	view *layerView
+	obj  bucket.Object
+}
+
+var _ = (gofs.NodeGetattrer)((*featureFile)(nil))
+var _ = (gofs.NodeOpener)((*featureFile)(nil))
+var _ = (gofs.NodeReader)((*featureFile)(nil))
+
+// Getattr reports the size the layer's shape gives; it never computes.
+func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fileAttr(&out.Attr, ff.view.size, ff.obj.ModTime)
+	return 0
+}
+
+// Open hands out a handle; the content is immutable, so the kernel keeps
+// its page cache across opens.
+func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if openForWrite(flags) {
+		return nil, 0, syscall.EROFS
+	}
+	ff.fs.stats.opens.Add(1)
+	return &featureHandle{}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// featureHandle holds the whole feature once read, for the later reads of
+// the same open file.
+type featureHandle struct {
+	mu   sync.Mutex
+	data []byte // GUARDED_BY(mu)
+}
+
+// Read returns part of the feature, computing it on the first read.
+func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h, ok := fh.(*featureHandle)
+	if !ok {
+		h = &featureHandle{}
+	}
+	h.mu.Lock()
+	if h.data == nil {
+		data, err := ff.fs.feature(ctx, ff.view, ff.obj)
+		if err != nil {
+			h.mu.Unlock()
+			return nil, ff.fs.errno(err, ff.obj.Key)
+		}
+		h.data = data
+	}
+	data := h.data
+	h.mu.Unlock()
+	ff.fs.stats.reads.Add(1)
+	if off >= int64(len(data)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	end := min(off+int64(len(dest)), int64(len(data)))
+	ff.fs.stats.readBytes.Add(end - off)
+	return fuse.ReadResultData(data[off:end]), 0
+}
+
+// cacheKey is the cache key of one object version's feature at one layer.
+func (f *FS) cacheKey(v *layerView, obj bucket.Object) cache.Key {
+	return cache.Key{
+		Source:      f.identity,
+		Object:      obj.Key,
+		ETag:        obj.ETag,
+		ModelDigest: v.model.Digest,
+		Layer:       v.layer.Tensor,
+		Preprocess:  v.model.Preprocess.Key(),
+		DType:       string(f.dtype),
+	}
+}
+
+// feature returns the .npy bytes of an object's feature: a known bad object
+// fails at once; otherwise concurrent readers share one cache lookup and, on
+// a miss, one extraction, whose result is stored in the cache.
+func (f *FS) feature(ctx context.Context, v *layerView, obj bucket.Object) ([]byte, error) {
+	if reason, bad := f.isBad(obj.Key, obj.ETag); bad {
+		f.stats.badHits.Add(1)
+		return nil, &extractor.ImageError{Key: obj.Key, Reason: reason}
+	}
+	key := f.cacheKey(v, obj)
+	return f.features.do(ctx, string(key.ID()), func(ctx context.Context) ([]byte, error) {
+		return f.compute(ctx, v, obj, key)
+	})
+}
+
+// compute reads the cache, else extracts and stores. It runs detached from
+// the reader (see flightGroup) under ReadTimeout.
+func (f *FS) compute(ctx context.Context, v *layerView, obj bucket.Object, key cache.Key) ([]byte, error) {
+	data, ok, err := f.cfg.Cache.Get(key)
+	switch {
+	case err != nil:
+		f.stats.cacheErrors.Add(1)
+		f.log.Warn("featurefs: cache read failed; extracting again", slog.String("key", obj.Key), slog.Any("err", err))
+	case ok && int64(len(data)) == v.size:
+		f.stats.cacheHits.Add(1)
+		return data, nil
+	case ok:
+		f.stats.cacheErrors.Add(1)
+		f.log.Warn("featurefs: cached feature has the wrong size; extracting again", slog.String("key", obj.Key),
+			slog.String("model", v.model.Name), slog.String("layer", v.layer.Name), slog.Int("bytes", len(data)), slog.Int64("want", v.size))
+	}
+	f.stats.cacheMisses.Add(1)
+	if f.cfg.ReadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.cfg.ReadTimeout)
+		defer cancel()
+	}
+	f.stats.extractions.Add(1)
+	data, err = f.cfg.Extractor.Extract(ctx, extractor.Request{
+		Model:    v.model.Name,
+		Layer:    v.layer.Index,
+		Key:      obj.Key,
+		ID:       f.identity + "\x00" + obj.Key + "\x00" + obj.ETag,
+		Priority: extractor.Foreground,
+		Fetch: func(ctx context.Context) ([]byte, error) {
+			b, o, err := f.cfg.Bucket.Get(ctx, obj.Key, f.cfg.MaxObjectSize)
+			if err != nil {
+				return nil, fmt.Errorf("get %q: %w", obj.Key, err)
+			}
+			if obj.ETag != "" && o.ETag != "" && o.ETag != obj.ETag {
+				return nil, fmt.Errorf("get %q: %w (listed ETag %s, now %s)", obj.Key, errObjectChanged, obj.ETag, o.ETag)
+			}
+			return b, nil
+		},
+	})
+	if err != nil {
+		if badObject(err) {
+			f.recordBad(obj.Key, obj.ETag, err)
+		}
+		return nil, err
+	}
+	if int64(len(data)) != v.size {
+		return nil, fmt.Errorf("model %s %s: %w: %d bytes, the layer's shape %v gives %d",
+			v.model.Name, v.layer.Name, errBadFeature, len(data), v.layer.Shape, v.size)
+	}
+	if err := f.cfg.Cache.Put(key, data); err != nil {
+		f.stats.cacheErrors.Add(1)
+		f.log.Warn("featurefs: cache write failed", slog.String("key", obj.Key), slog.Any("err", err))
+	}
+	return data, nil
+}

@@ -1,0 +1,272 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// Extractor is what the tree needs of the extraction service
+// (*extractor.Service implements it).
+type Extractor interface {
+	// Models returns the models served, in order.
+	Models() []*extractor.Model
+	// Model returns the model called name.
+	Model(name string) (*extractor.Model, bool)
+	// Extract returns the whole .npy file of one feature.
+	Extract(ctx context.Context, req extractor.Request) ([]byte, error)
+	// DType is the element type of the .npy files.
+	DType() extractor.DType
+	// Stats returns the service's figures, for .featurefs/stats.
+	Stats() extractor.Stats
+	// Device names where models run, e.g. "cpu" or "cuda:0".
+	Device() string
+}
+
+// Cache is what the tree needs of the feature store (*cache.Store
+// implements it).
+type Cache interface {
+	// Get returns a stored feature; a miss is (nil, false, nil).
+	Get(k cache.Key) ([]byte, bool, error)
+	// Put stores a feature.
+	Put(k cache.Key, v []byte) error
+	// Stats returns the store's figures, for .featurefs/stats.
+	Stats() cache.Stats
+}
+
+// Config is what New needs. Bucket, Extractor and Cache are required.
+type Config struct {
+	// Bucket is the object store mirrored under each layer directory.
+	Bucket bucket.Bucket
+	// Extractor computes features.
+	Extractor Extractor
+	// Cache stores computed features.
+	Cache Cache
+	// Logger receives errors and bad objects; nil discards.
+	Logger *slog.Logger
+
+	// MetadataTTL is how long listings, entries and attributes are cached.
+	MetadataTTL time.Duration
+	// NegativeTTL is how long a bad object keeps failing without a retry.
+	NegativeTTL time.Duration
+	// ReadTimeout bounds the fetch and extraction behind a read; 0: none.
+	ReadTimeout time.Duration
+	// ImageExtensions are the extensions shown (default jpg, jpeg, png).
+	ImageExtensions []string
+	// MaxObjectSize is the largest object fetched (default 256MiB).
+	MaxObjectSize int64
+
+	// MaxListingEntries bounds the listing cache, in entries over all
+	// prefixes (default 1<<20, roughly 200MB).
+	MaxListingEntries int
+	// MaxBadObjects bounds the negative cache of bad objects (default 65536).
+	MaxBadObjects int
+	// RelistPages is how many listing pages a lookup reads before it falls
+	// back to Stat calls (default 10).
+	RelistPages int
+	// Now is the clock (default time.Now); tests inject one.
+	Now func() time.Time
+}
+
+// maxRecentErrors is how many errors the stats file shows.
+const maxRecentErrors = 20
+
+// statParallel bounds the Stat calls of all lookups together.
+const statParallel = 32
+
+// FS is a featurefs tree. Create it with New and serve it with Mount.
+type FS struct {
+	// Constant after New.
+	cfg      Config
+	log      *slog.Logger
+	naming   naming
+	identity string
+	models   []*extractor.Model
+	dtype    extractor.DType
+	started  time.Time
+	statSem  chan struct{}
+
+	listings *lru[string, *listing] // prefix -> listing
+	bad      *lru[string, badEntry] // object version -> why it is bad
+	logged   *lru[string, struct{}] // key+error already logged
+	lists    flightGroup[*listing]  // lookups' listings in flight
+	features flightGroup[[]byte]    // reads in flight
+
+	stats counters
+
+	errMu  sync.Mutex
+	recent []ErrorRecord // GUARDED_BY(errMu)
+}
+
+// badEntry records a bad object version.
+type badEntry struct {
+	until  time.Time
+	reason string
+}
+
+// counters are the tree's own figures.
+type counters struct {
+	lookups, statLookups, listPages, stats     atomic.Int64
+	reads, readBytes, opens                    atomic.Int64
+	cacheHits, cacheMisses, extractions        atomic.Int64
+	badObjects, badHits, ioErrors, cacheErrors atomic.Int64
+}
+
+// New checks cfg, fills its defaults and returns the tree.
+func New(cfg Config) (*FS, error) {
+	if cfg.Bucket == nil || cfg.Extractor == nil || cfg.Cache == nil {
+		return nil, errors.New("fs.New: Bucket, Extractor and Cache are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.ImageExtensions) == 0 {
+		cfg.ImageExtensions = []string{"jpg", "jpeg", "png"}
+	}
+	if cfg.MaxObjectSize <= 0 {
+		cfg.MaxObjectSize = 256 << 20
+	}
+	if cfg.MaxListingEntries <= 0 {
+		cfg.MaxListingEntries = 1 << 20
+	}
+	if cfg.MaxBadObjects <= 0 {
+		cfg.MaxBadObjects = 65536
+	}
+	if cfg.RelistPages <= 0 {
+		cfg.RelistPages = 10
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	f := &FS{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		naming:   newNaming(cfg.ImageExtensions),
+		identity: cfg.Bucket.Identity(),
+		models:   cfg.Extractor.Models(),
+		dtype:    cfg.Extractor.DType(),
+		statSem:  make(chan struct{}, statParallel),
+		listings: newLRU[string, *listing](cfg.MaxListingEntries),
+		bad:      newLRU[string, badEntry](cfg.MaxBadObjects),
+		logged:   newLRU[string, struct{}](4096),
+	}
+	f.started = f.now()
+	if len(f.models) == 0 {
+		return nil, errors.New("fs.New: the extractor serves no model")
+	}
+	seen := map[string]bool{}
+	for _, m := range f.models {
+		if !validName(m.Name) || m.Name == "layers" || seen[m.Name] {
+			return nil, fmt.Errorf("fs.New: model name %q is not a usable directory name", m.Name)
+		}
+		seen[m.Name] = true
+	}
+	return f, nil
+}
+
+func (f *FS) now() time.Time { return f.cfg.Now() }
+
+// Root returns the root node, for fs.Mount or a custom server.
+func (f *FS) Root() gofs.InodeEmbedder { return &rootDir{fs: f} }
+
+// MountOptions are the mount-time settings.
+type MountOptions struct {
+	// FsName is shown as the mount's source in /proc/mounts (the SOURCE).
+	FsName string
+	// AllowOther lets other users access the mount.
+	AllowOther bool
+	// DirectMount calls mount(2) directly (needs root) instead of fusermount3.
+	DirectMount bool
+	// MaxBackground is how many requests the kernel keeps in flight
+	// (default 64; go-fuse's own default of 12 throttles parallel readers).
+	MaxBackground int
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+// Mount mounts the tree read-only on dir and serves it in the background.
+// It returns once the kernel answers on dir. Unmount with Server.Unmount.
+func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
+	ttl := f.cfg.MetadataTTL
+	if mo.MaxBackground <= 0 {
+		mo.MaxBackground = 64
+	}
+	opts := &gofs.Options{
+		EntryTimeout:    &ttl,
+		AttrTimeout:     &ttl,
+		NegativeTimeout: &ttl,
+		UID:             uint32(syscall.Getuid()),
+		GID:             uint32(syscall.Getgid()),
+		MountOptions: fuse.MountOptions{
+			FsName:           mo.FsName,
+			Name:             "featurefs",
+			AllowOther:       mo.AllowOther,
+			Options:          []string{"ro", "default_permissions"},
+			DirectMount:      mo.DirectMount,
+			DirectMountFlags: syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV,
+			MaxBackground:    mo.MaxBackground,
+			MaxReadAhead:     1 << 20,
+			Debug:            mo.Debug,
+		},
+	}
+	srv, err := gofs.Mount(dir, f.Root(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	return srv, nil
+}
+
+// ino derives a stable inode number from a node's kind and path, so that
+// numbers survive forgets and remounts.
+func ino(kind byte, parts ...string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte{kind})
+	for _, p := range parts {
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+	}
+	v := h.Sum64()
+	if v <= fuse.FUSE_ROOT_ID || v == ^uint64(0) {
+		v += 2
+	}
+	return v
+}
+
+// badKey names one version of one object.
+func (f *FS) badKey(key, etag string) string { return key + "\x00" + etag }
+
+// recordBad remembers a bad object version for NegativeTTL and logs it once.
+func (f *FS) recordBad(key, etag string, err error) {
+	id := f.badKey(key, etag)
+	_, known := f.bad.get(id)
+	f.bad.put(id, badEntry{until: f.now().Add(f.cfg.NegativeTTL), reason: err.Error()}, 1)
+	f.recordError(key, err.Error())
+	if known {
+		return
+	}
+	f.stats.badObjects.Add(1)
+	f.log.Warn("featurefs: bad object", slog.String("key", key), slog.String("etag", etag), slog.Any("err", err))
+}
+
+// isBad returns the reason an object version is known bad, if it is and
+// NegativeTTL has not passed.
+func (f *FS) isBad(key, etag string) (string, bool) {
+	e, ok := f.bad.get(f.badKey(key, etag))
+	if !ok || !f.now().Before(e.until) {
+		return "", false
+	}
+	return e.reason, true
+}

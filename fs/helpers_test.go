@@ -1,0 +1,351 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// fakeBucket is an in-memory bucket with S3's one-level, sorted, paged
+// listing.
+type fakeBucket struct {
+	pageSize int
+
+	mu      sync.Mutex
+	objects map[string]fakeObject
+
+	lists, stats, gets atomic.Int64
+}
+
+type fakeObject struct {
+	data  []byte
+	etag  string
+	mtime time.Time
+}
+
+func newFakeBucket(pageSize int) *fakeBucket {
+	return &fakeBucket{pageSize: pageSize, objects: map[string]fakeObject{}}
+}
+
+func (b *fakeBucket) put(key string, data []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sum := sha256.Sum256(data)
+	b.objects[key] = fakeObject{data: data, etag: fmt.Sprintf("%x", sum[:8]), mtime: time.Unix(1700000000, 0)}
+}
+
+func (b *fakeBucket) del(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.objects, key)
+}
+
+func (b *fakeBucket) Identity() string { return "fake://bucket" }
+
+func (b *fakeBucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
+	b.lists.Add(1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// One-level names in key order: objects, and prefixes as "dir/".
+	seen := map[string]bool{}
+	var names []string
+	for k := range b.objects {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		n := prefix + rest
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			n = prefix + rest[:i+1]
+		}
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var p bucket.Page
+	i := sort.SearchStrings(names, token)
+	if token != "" && i < len(names) && names[i] == token {
+		i++
+	}
+	for ; i < len(names) && len(p.Prefixes)+len(p.Objects) < b.pageSize; i++ {
+		n := names[i]
+		if strings.HasSuffix(n, "/") {
+			p.Prefixes = append(p.Prefixes, n)
+		} else {
+			o := b.objects[n]
+			p.Objects = append(p.Objects, bucket.Object{Key: n, Size: int64(len(o.data)), ETag: o.etag, ModTime: o.mtime})
+		}
+	}
+	if i < len(names) {
+		p.Next = names[i-1]
+	}
+	return p, nil
+}
+
+func (b *fakeBucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
+	b.stats.Add(1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, ok := b.objects[key]
+	if !ok {
+		return bucket.Object{}, fmt.Errorf("stat %s: %w", key, bucket.ErrNotFound)
+	}
+	return bucket.Object{Key: key, Size: int64(len(o.data)), ETag: o.etag, ModTime: o.mtime}, nil
+}
+
+func (b *fakeBucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
+	b.gets.Add(1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, ok := b.objects[key]
+	if !ok {
+		return nil, bucket.Object{}, fmt.Errorf("get %s: %w", key, bucket.ErrNotFound)
+	}
+	obj := bucket.Object{Key: key, Size: int64(len(o.data)), ETag: o.etag, ModTime: o.mtime}
+	if int64(len(o.data)) > maxBytes {
+		return nil, obj, fmt.Errorf("get %s: %d bytes: %w", key, len(o.data), bucket.ErrTooLarge)
+	}
+	return append([]byte(nil), o.data...), obj, nil
+}
+
+// fakeExtractor "extracts" a feature by hashing the object's bytes into the
+// layer's shape. Objects starting with "BAD" are bad images.
+type fakeExtractor struct {
+	models []*extractor.Model
+	dtype  extractor.DType
+
+	mu    sync.Mutex
+	calls map[string]int // object key -> Extract calls
+	total atomic.Int64
+}
+
+// testModel returns a model with three small layers and an alias.
+func testModel() *extractor.Model {
+	return &extractor.Model{
+		Name:   "tiny",
+		Digest: "d1g35t",
+		Layers: []extractor.Layer{
+			{Index: 0, Name: "layer0", Tensor: "conv", Shape: []int64{4, 3, 3}, Bytes: 144},
+			{Index: 1, Name: "layer1", Tensor: "pool", Shape: []int64{8}, Bytes: 32},
+			{Index: 2, Name: "layer2", Tensor: "fc", Shape: []int64{5}, Bytes: 20},
+		},
+		Aliases:    map[string]string{"pool": "layer1"},
+		Preprocess: extractor.DefaultPreprocess(),
+	}
+}
+
+func newFakeExtractor() *fakeExtractor {
+	return &fakeExtractor{models: []*extractor.Model{testModel()}, dtype: extractor.Float32, calls: map[string]int{}}
+}
+
+func (e *fakeExtractor) Models() []*extractor.Model { return e.models }
+func (e *fakeExtractor) Model(name string) (*extractor.Model, bool) {
+	for _, m := range e.models {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return nil, false
+}
+func (e *fakeExtractor) DType() extractor.DType { return e.dtype }
+func (e *fakeExtractor) Device() string         { return "fake" }
+func (e *fakeExtractor) Stats() extractor.Stats {
+	return extractor.Stats{Device: "fake", Requests: e.total.Load()}
+}
+
+func (e *fakeExtractor) callsFor(key string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls[key]
+}
+
+func (e *fakeExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+	e.total.Add(1)
+	e.mu.Lock()
+	e.calls[req.Key]++
+	e.mu.Unlock()
+	m, ok := e.Model(req.Model)
+	if !ok || req.Layer < 0 || req.Layer >= len(m.Layers) {
+		return nil, fmt.Errorf("no model %s layer %d", req.Model, req.Layer)
+	}
+	data, err := req.Fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if bytes.HasPrefix(data, []byte("BAD")) {
+		return nil, &extractor.ImageError{Key: req.Key, Reason: "not an image"}
+	}
+	return expectedNPY(m.Layers[req.Layer], data, e.dtype), nil
+}
+
+// expectedNPY is the fake extractor's answer for an object's bytes.
+func expectedNPY(l extractor.Layer, data []byte, dt extractor.DType) []byte {
+	vals := make([]float32, l.Elements())
+	seed := sha256.Sum256(append([]byte(l.Tensor+"\x00"), data...))
+	for i := range vals {
+		vals[i] = float32(binary.LittleEndian.Uint32(seed[(i*4)%28:])%1000)/100 + float32(i)
+	}
+	return extractor.EncodeNPY(l.Shape, vals, dt)
+}
+
+// fakeCache is an in-memory feature store.
+type fakeCache struct {
+	mu         sync.Mutex
+	m          map[string][]byte
+	hits, puts atomic.Int64
+}
+
+func newFakeCache() *fakeCache { return &fakeCache{m: map[string][]byte{}} }
+
+func (c *fakeCache) Get(k cache.Key) ([]byte, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[string(k.ID())]
+	if ok {
+		c.hits.Add(1)
+	}
+	return v, ok, nil
+}
+
+func (c *fakeCache) Put(k cache.Key, v []byte) error {
+	c.puts.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[string(k.ID())] = v
+	return nil
+}
+
+func (c *fakeCache) Stats() cache.Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cache.Stats{Hits: c.hits.Load(), Puts: c.puts.Load(), Entries: int64(len(c.m))}
+}
+
+// fakeClock is a settable clock.
+type fakeClock struct{ t atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.t.Store(time.Unix(1700000000, 0).UnixNano())
+	return c
+}
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.t.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.t.Add(int64(d)) }
+
+// env is one mounted tree over fakes.
+type env struct {
+	mnt   string
+	fs    *FS
+	b     *fakeBucket
+	x     *fakeExtractor
+	c     *fakeCache
+	clock *fakeClock
+	logs  *syncBuffer
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testMount mounts a tree over b with fake extractor and cache on a fresh
+// directory through the kernel, and unmounts it when the test ends. The
+// kernel caches entries for an hour: the fake clock drives featurefs's own
+// TTLs.
+func testMount(t *testing.T, b *fakeBucket, modify ...func(*Config)) *env {
+	t.Helper()
+	e := &env{b: b, x: newFakeExtractor(), c: newFakeCache(), clock: newFakeClock(), logs: &syncBuffer{}}
+	cfg := Config{
+		Bucket:      b,
+		Extractor:   e.x,
+		Cache:       e.c,
+		Logger:      slog.New(slog.NewTextHandler(e.logs, nil)),
+		MetadataTTL: time.Hour,
+		NegativeTTL: 5 * time.Minute,
+		ReadTimeout: time.Minute,
+		Now:         e.clock.now,
+	}
+	for _, m := range modify {
+		m(&cfg)
+	}
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fs = f
+	e.mnt = filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(e.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := f.Mount(e.mnt, MountOptions{FsName: "fake", DirectMount: true})
+	if err != nil {
+		t.Fatalf("mount: %v (the tests need /dev/fuse and root)", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return e
+}
+
+// path returns a path in the mount.
+func (e *env) path(parts ...string) string {
+	return filepath.Join(append([]string{e.mnt}, parts...)...)
+}
+
+// names lists a directory of the mount.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("readdir %s: %v", dir, err)
+	}
+	var out []string
+	for _, d := range des {
+		n := d.Name()
+		if d.IsDir() {
+			n += "/"
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// same reports whether two string lists hold the same names.
+func same(a, b []string) bool {
+	a, b = append([]string(nil), a...), append([]string(nil), b...)
+	sort.Strings(a)
+	sort.Strings(b)
+	return strings.Join(a, "\n") == strings.Join(b, "\n")
+}

@@ -1,0 +1,49 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// layersFile is features/<model>/layers: the model's layer table (index,
+// tensor, shape, bytes per sample, cumulative GFLOPs). Fixed at mount.
+type layersFile struct {
+	gofs.Inode
+	readOnly
+	fs   *FS
+	data []byte
+}
+
+var _ = (gofs.NodeGetattrer)((*layersFile)(nil))
+var _ = (gofs.NodeOpener)((*layersFile)(nil))
+var _ = (gofs.NodeReader)((*layersFile)(nil))
+
+// Getattr reports the table's size.
+func (lf *layersFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fileAttr(&out.Attr, int64(len(lf.data)), lf.fs.started)
+	return 0
+}
+
+// Open refuses writes; the table never changes, so the kernel may cache it.
+func (lf *layersFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if openForWrite(flags) {
+		return nil, 0, syscall.EROFS
+	}
+	return nil, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// Read returns part of the table.
+func (lf *layersFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return fuse.ReadResultData(sliceAt(lf.data, dest, off)), 0
+}
+
+// sliceAt returns the part of data a read of len(dest) bytes at off sees.
+func sliceAt(data, dest []byte, off int64) []byte {
+	if off >= int64(len(data)) || off < 0 {
+		return nil
+	}
+	return data[off:min(off+int64(len(dest)), int64(len(data)))]
+}

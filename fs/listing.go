@@ -1,0 +1,135 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// listing is what featurefs knows of one bucket prefix: the entries decided
+// so far and whether they are all of them. A listing being read grows page
+// by page; readers of the cache see the entries decided so far (good for
+// positive answers only) until it is complete.
+type listing struct {
+	prefix string    // constant
+	at     time.Time // constant: when listing started
+
+	mu       sync.Mutex
+	entries  []dirEntry     // GUARDED_BY(mu), in the order decided
+	byName   map[string]int // GUARDED_BY(mu), index into entries
+	complete bool           // GUARDED_BY(mu)
+	failed   bool           // GUARDED_BY(mu): a page failed; never complete
+}
+
+func newListing(prefix string, at time.Time) *listing {
+	return &listing{prefix: prefix, at: at, byName: map[string]int{}}
+}
+
+func (l *listing) append(es []dirEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range es {
+		if _, dup := l.byName[e.name]; dup {
+			continue // a directory and a file, or colliding long and short names: the first wins
+		}
+		l.byName[e.name] = len(l.entries)
+		l.entries = append(l.entries, e)
+	}
+}
+
+// find returns the entry called name, and whether the listing is complete
+// (so that a miss means the name does not exist).
+func (l *listing) find(name string) (e dirEntry, found, complete bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i, ok := l.byName[name]; ok {
+		return l.entries[i], true, l.complete
+	}
+	return dirEntry{}, false, l.complete
+}
+
+// snapshot returns the entries and whether they are complete.
+func (l *listing) snapshot() ([]dirEntry, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.entries, l.complete
+}
+
+func (l *listing) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.entries)
+}
+
+// listStream reads a prefix page by page and records what it decides in a
+// listing, publishing it in the listing cache as it grows. Not safe for
+// concurrent use.
+type listStream struct {
+	fs    *FS
+	l     *listing
+	r     *resolver
+	token string
+	done  bool
+	// buf holds entries decided but not yet handed out.
+	buf []dirEntry
+}
+
+func (f *FS) newListStream(prefix string) *listStream {
+	l := newListing(prefix, f.now())
+	f.listings.put(prefix, l, 1)
+	return &listStream{fs: f, l: l, r: newResolver(f.naming, prefix)}
+}
+
+// next reads one more page; it returns the entries newly decided, or done
+// when the listing is complete.
+func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
+	if s.done {
+		return nil, nil
+	}
+	p, err := s.fs.cfg.Bucket.List(ctx, s.l.prefix, s.token)
+	s.fs.stats.listPages.Add(1)
+	if err != nil {
+		s.l.mu.Lock()
+		s.l.failed = true
+		s.l.mu.Unlock()
+		s.fs.listings.removeIf(s.l.prefix, func(l *listing) bool { return l == s.l })
+		return nil, fmt.Errorf("listing %q: %w", s.l.prefix, err)
+	}
+	if p.Next != "" && p.Next == s.token {
+		return nil, fmt.Errorf("listing %q: the bucket returned the same continuation token twice", s.l.prefix)
+	}
+	s.token = p.Next
+	complete := p.Next == ""
+	es := s.r.add(p, complete)
+	s.l.append(es)
+	n := s.l.len()
+	if complete {
+		s.done = true
+		s.l.mu.Lock()
+		s.l.complete = true
+		s.l.mu.Unlock()
+	}
+	// Re-publish with the new cost; a listing larger than the whole cache
+	// bound is dropped from it (lookups then Stat) but still streams.
+	if cur, ok := s.fs.listings.get(s.l.prefix); ok && cur == s.l {
+		s.fs.listings.put(s.l.prefix, s.l, n)
+	}
+	return es, nil
+}
+
+// all reads the stream to the end, or up to maxPages more pages; it returns
+// whether the listing is complete.
+func (s *listStream) all(ctx context.Context, maxPages int) (bool, error) {
+	for i := 0; !s.done && (maxPages <= 0 || i < maxPages); i++ {
+		if _, err := s.next(ctx); err != nil {
+			return false, err
+		}
+	}
+	return s.done, nil
+}
+
+// fresh reports whether a listing started less than MetadataTTL ago.
+func (f *FS) fresh(l *listing) bool {
+	return f.now().Sub(l.at) < f.cfg.MetadataTTL
+}

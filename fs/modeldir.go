@@ -1,0 +1,61 @@
+package fs
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/featurefs/featurefs/extractor"
+)
+
+// modelDir is features/<model>: one directory per layer (layer0..layerN),
+// one per alias (e.g. pool -> layer18) and the layers table.
+type modelDir struct {
+	gofs.Inode
+	readOnly
+	fs    *FS
+	model *extractor.Model
+}
+
+var _ = (gofs.NodeOnAdder)((*modelDir)(nil))
+var _ = (gofs.NodeGetattrer)((*modelDir)(nil))
+
+// OnAdd builds the layer directories, alias directories and layers file.
+func (d *modelDir) OnAdd(ctx context.Context) {
+	m := d.model
+	for _, l := range m.Layers {
+		d.addLayer(ctx, l.Name, l)
+	}
+	aliases := make([]string, 0, len(m.Aliases))
+	for a := range m.Aliases {
+		aliases = append(aliases, a)
+	}
+	sort.Strings(aliases)
+	for _, a := range aliases {
+		l, ok := m.Lookup(a)
+		if !ok || !validName(a) || a == "layers" || d.GetChild(a) != nil {
+			d.fs.log.Warn("featurefs: alias ignored", slog.String("model", m.Name), slog.String("alias", a), slog.String("layer", m.Aliases[a]))
+			continue
+		}
+		d.addLayer(ctx, a, l)
+	}
+	table := []byte(m.Table())
+	lf := d.NewPersistentInode(ctx, &layersFile{fs: d.fs, data: table}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
+	d.AddChild("layers", lf, true)
+}
+
+func (d *modelDir) addLayer(ctx context.Context, dir string, l extractor.Layer) {
+	v := newLayerView(d.fs, d.model, l, dir)
+	ch := d.NewPersistentInode(ctx, newLayerDir(d.fs, v), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: v.dirIno("")})
+	d.AddChild(dir, ch, true)
+}
+
+// Getattr reports a read-only directory.
+func (d *modelDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.fs.dirAttr(&out.Attr)
+	return 0
+}

@@ -1,0 +1,57 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// rootDir is the mount's root: features/ and .featurefs/. The whole tree
+// down to the layer directories is built once, when the root is attached,
+// from persistent inodes.
+type rootDir struct {
+	gofs.Inode
+	readOnly
+	fs *FS
+}
+
+var _ = (gofs.NodeOnAdder)((*rootDir)(nil))
+var _ = (gofs.NodeGetattrer)((*rootDir)(nil))
+
+// OnAdd builds features/<model>/... and .featurefs/stats.
+func (r *rootDir) OnAdd(ctx context.Context) {
+	features := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "features")})
+	r.AddChild("features", features, true)
+	for _, m := range r.fs.models {
+		md := features.NewPersistentInode(ctx, &modelDir{fs: r.fs, model: m}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "features", m.Name)})
+		features.AddChild(m.Name, md, true)
+	}
+	meta := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', ".featurefs")})
+	r.AddChild(".featurefs", meta, true)
+	stats := meta.NewPersistentInode(ctx, &statsFile{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('s', ".featurefs/stats")})
+	meta.AddChild("stats", stats, true)
+}
+
+// Getattr reports a read-only directory.
+func (r *rootDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	r.fs.dirAttr(&out.Attr)
+	return 0
+}
+
+// staticDir is a directory whose children are all built at mount
+// (features/, .featurefs/); go-fuse lists and looks them up.
+type staticDir struct {
+	gofs.Inode
+	readOnly
+	fs *FS
+}
+
+var _ = (gofs.NodeGetattrer)((*staticDir)(nil))
+
+// Getattr reports a read-only directory.
+func (d *staticDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.fs.dirAttr(&out.Attr)
+	return 0
+}

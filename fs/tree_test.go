@@ -1,0 +1,87 @@
+package fs
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/featurefs/featurefs/extractor"
+)
+
+func TestTreeShape(t *testing.T) {
+	b := newFakeBucket(1000)
+	b.put("train/cat/1.jpg", []byte("cat1"))
+	b.put("train/dog/1.png", []byte("dog1"))
+	b.put("README.txt", []byte("hello"))
+	b.put("top.jpeg", []byte("top"))
+	e := testMount(t, b)
+
+	if got := names(t, e.mnt); !same(got, []string{"features/", ".featurefs/"}) {
+		t.Errorf("root = %q", got)
+	}
+	if got := names(t, e.path("features")); !same(got, []string{"tiny/"}) {
+		t.Errorf("features = %q", got)
+	}
+	if got := names(t, e.path("features", "tiny")); !same(got, []string{"layer0/", "layer1/", "layer2/", "pool/", "layers"}) {
+		t.Errorf("model dir = %q", got)
+	}
+	if got := names(t, e.path("features", "tiny", "layer1")); !same(got, []string{"train/", "top.npy"}) {
+		t.Errorf("layer dir = %q (README.txt must not show)", got)
+	}
+	if got := names(t, e.path("features", "tiny", "layer1", "train")); !same(got, []string{"cat/", "dog/"}) {
+		t.Errorf("train = %q", got)
+	}
+	if got := names(t, e.path("features", "tiny", "pool", "train", "dog")); !same(got, []string{"1.npy"}) {
+		t.Errorf("alias dir = %q", got)
+	}
+
+	table, err := os.ReadFile(e.path("features", "tiny", "layers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(table) != e.x.models[0].Table() {
+		t.Errorf("layers file = %q, want the model's Table()", table)
+	}
+
+	// The alias serves the aliased layer's features.
+	a, err := os.ReadFile(e.path("features", "tiny", "pool", "train", "dog", "1.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := os.ReadFile(e.path("features", "tiny", "layer1", "train", "dog", "1.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(l) || string(a) != string(expectedNPY(e.x.models[0].Layers[1], []byte("dog1"), extractor.Float32)) {
+		t.Error("pool/ and layer1/ differ or are not the extractor's answer")
+	}
+
+	raw, err := os.ReadFile(e.path(".featurefs", "stats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Stats
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatalf("stats is not JSON: %v\n%s", err, raw)
+	}
+	if st.Device != "fake" || st.Source != "fake://bucket" || st.FS.Extractions < 1 || st.Cache.Puts < 1 || st.Extractor.Device != "fake" {
+		t.Errorf("stats = %+v", st)
+	}
+
+	for _, p := range []string{"nope", "features/nope", "features/tiny/layer9", "features/tiny/layer1/nope", "features/tiny/layer1/top.jpeg.npy", "features/tiny/layer1/README.npy"} {
+		if _, err := os.Stat(e.path(p)); !os.IsNotExist(err) {
+			t.Errorf("stat %s: %v, want ENOENT", p, err)
+		}
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Error("New without a bucket passed")
+	}
+	x := newFakeExtractor()
+	x.models[0].Name = "layers"
+	if _, err := New(Config{Bucket: newFakeBucket(10), Extractor: x, Cache: newFakeCache()}); err == nil {
+		t.Error("a model named layers passed")
+	}
+}
