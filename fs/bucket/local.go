@@ -1,0 +1,319 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// localBucket serves a local directory tree as a bucket.
+//
+// Keys are '/'-separated paths relative to the root. A key that is empty,
+// absolute, or has an empty, "." or ".." element is refused with ErrNotFound;
+// symbolic links are followed only while they stay inside the root (os.Root
+// enforces it), so a link pointing outside is ErrNotFound too. Only regular
+// files are objects and only directories are prefixes; other entries
+// (sockets, FIFOs, devices, dangling links) are left out of listings.
+//
+// Listing memory: S3 lists in key order, so List sorts a directory's names,
+// which needs all of them at once (strings only, read in chunks; about 50 MB
+// for a million-entry directory). To keep paging a large directory linear
+// rather than quadratic, the sorted names of the few most recently listed
+// large directories are kept (dirCacheSize of them) and reused while the
+// directory's inode and mtime are unchanged (a directory changed within the
+// last second is not cached, as mtimes tick coarsely).
+type localBucket struct {
+	// Constant data.
+	root     *os.Root
+	dir      string // absolute, symlinks resolved
+	pageSize int
+	maxBytes int64
+	sem      semaphore
+
+	mu   sync.Mutex
+	dirs []*dirNames // GUARDED_BY(mu); most recently used last, at most dirCacheSize
+}
+
+// dirCacheSize is the number of large directories whose sorted names are kept.
+const dirCacheSize = 4
+
+// readdirChunk is the number of names read from a directory per syscall batch.
+const readdirChunk = 1024
+
+// dirNames is the sorted listing of one directory at one version.
+type dirNames struct {
+	rel   string
+	ino   uint64
+	mtime time.Time
+	names []string
+}
+
+var _ Bucket = (*localBucket)(nil)
+
+func openLocal(dir string, opts S3Options) (*localBucket, error) {
+	if dir == "" {
+		return nil, errors.New("bucket: empty directory source")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("bucket: directory %s: %w", dir, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("bucket: directory %s: %w", dir, err)
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return nil, fmt.Errorf("bucket: directory %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("bucket: source %s is not a directory (want s3://BUCKET[/PREFIX] or a directory)", dir)
+	}
+	root, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, fmt.Errorf("bucket: directory %s: %w", dir, err)
+	}
+	return &localBucket{
+		root:     root,
+		dir:      real,
+		pageSize: opts.ListPageSize,
+		maxBytes: opts.MaxObjectBytes,
+		sem:      make(semaphore, opts.MaxConcurrentGets),
+	}, nil
+}
+
+// Identity returns "file://" + the absolute, symlink-free root directory.
+func (b *localBucket) Identity() string { return "file://" + b.dir }
+
+// Close releases the root directory handle.
+func (b *localBucket) Close() error { return b.root.Close() }
+
+// cleanKey reports whether key is a well-formed relative key that stays
+// inside the root.
+func cleanKey(key string) bool {
+	if key == "" || strings.HasPrefix(key, "/") || strings.ContainsRune(key, 0) {
+		return false
+	}
+	for elem := range strings.SplitSeq(key, "/") {
+		if elem == "" || elem == "." || elem == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// notFound maps errors of os.Root operations to ErrNotFound where the key
+// does not name an object: missing, not a directory on the way, or a path
+// that escapes the root (os.Root's escape error is not a syscall error).
+func (b *localBucket) notFound(op, key string, err error) error {
+	var errno syscall.Errno
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) ||
+		errors.Is(err, syscall.ELOOP) || !errors.As(err, &errno) {
+		return fmt.Errorf("bucket: %s %s: %w", op, b.url(key), ErrNotFound)
+	}
+	return fmt.Errorf("bucket: %s %s: %w", op, b.url(key), err)
+}
+
+func (b *localBucket) url(key string) string { return b.Identity() + "/" + key }
+
+func objectFromInfo(key string, fi fs.FileInfo) Object {
+	return Object{
+		Key:     key,
+		Size:    fi.Size(),
+		ETag:    fmt.Sprintf("%x-%x", fi.Size(), fi.ModTime().UnixNano()),
+		ModTime: fi.ModTime(),
+	}
+}
+
+// Stat returns the metadata of the regular file key.
+func (b *localBucket) Stat(ctx context.Context, key string) (Object, error) {
+	if err := ctx.Err(); err != nil {
+		return Object{}, err
+	}
+	if !cleanKey(key) {
+		return Object{}, fmt.Errorf("bucket: stat %q: %w", key, ErrNotFound)
+	}
+	fi, err := b.root.Stat(key)
+	if err != nil {
+		return Object{}, b.notFound("stat", key, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return Object{}, fmt.Errorf("bucket: stat %s: not a regular file: %w", b.url(key), ErrNotFound)
+	}
+	return objectFromInfo(key, fi), nil
+}
+
+// Get reads the regular file key, at most maxBytes (<= 0: the bucket's
+// MaxObjectBytes) of it. The returned Object describes the file as opened.
+func (b *localBucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, Object, error) {
+	if !cleanKey(key) {
+		return nil, Object{}, fmt.Errorf("bucket: get %q: %w", key, ErrNotFound)
+	}
+	if err := b.sem.acquire(ctx); err != nil {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
+	}
+	defer b.sem.release()
+	if err := ctx.Err(); err != nil {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
+	}
+	// O_NONBLOCK: opening a FIFO must not hang; no effect on regular files.
+	f, err := b.root.OpenFile(key, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, Object{}, b.notFound("get", key, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: not a regular file: %w", b.url(key), ErrNotFound)
+	}
+	lim := limit(maxBytes, b.maxBytes)
+	if fi.Size() > lim {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: %d bytes, limit %d: %w", b.url(key), fi.Size(), lim, ErrTooLarge)
+	}
+	buf := make([]byte, fi.Size())
+	const chunk = 1 << 20
+	for off := 0; off < len(buf); {
+		if err := ctx.Err(); err != nil {
+			return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
+		}
+		n, err := io.ReadFull(f, buf[off:min(off+chunk, len(buf))])
+		off += n
+		if err != nil {
+			return nil, Object{}, fmt.Errorf("bucket: get %s: file shrank while reading: %w", b.url(key), err)
+		}
+	}
+	return buf, objectFromInfo(key, fi), nil
+}
+
+// List returns up to the page size of entries of directory prefix whose
+// names sort after token (the last name of the previous page).
+func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, error) {
+	if err := checkPrefix(prefix); err != nil {
+		return Page{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Page{}, fmt.Errorf("bucket: list %s: %w", b.url(prefix), err)
+	}
+	rel := "."
+	if prefix != "" {
+		rel = strings.TrimSuffix(prefix, "/")
+		if !cleanKey(rel) {
+			return Page{}, fmt.Errorf("bucket: list %q: %w", prefix, ErrNotFound)
+		}
+	}
+	names, err := b.sortedNames(ctx, rel)
+	if err != nil {
+		return Page{}, err
+	}
+	i := sort.SearchStrings(names, token)
+	if token != "" && i < len(names) && names[i] == token {
+		i++
+	}
+	var page Page
+	end := min(i+b.pageSize, len(names))
+	for _, name := range names[i:end] {
+		if err := ctx.Err(); err != nil {
+			return Page{}, fmt.Errorf("bucket: list %s: %w", b.url(prefix), err)
+		}
+		key := prefix + name
+		fi, err := b.root.Stat(key) // follows links that stay inside the root
+		if err != nil {
+			continue // vanished, dangling or escaping link: not an entry
+		}
+		switch {
+		case fi.IsDir():
+			page.Prefixes = append(page.Prefixes, key+"/")
+		case fi.Mode().IsRegular():
+			page.Objects = append(page.Objects, objectFromInfo(key, fi))
+		}
+	}
+	if end < len(names) {
+		page.Next = names[end-1]
+	}
+	return page, nil
+}
+
+// sortedNames returns the sorted entry names of directory rel, reusing a
+// cached listing of a large directory while its mtime is unchanged.
+func (b *localBucket) sortedNames(ctx context.Context, rel string) ([]string, error) {
+	f, err := b.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, b.notFound("list", rel+"/", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("bucket: list %s: %w", b.url(rel), err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("bucket: list %s: not a directory: %w", b.url(rel), ErrNotFound)
+	}
+	var ino uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	if names := b.cached(rel, ino, fi.ModTime()); names != nil {
+		return names, nil
+	}
+	started := time.Now()
+	var names []string
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("bucket: list %s: %w", b.url(rel), err)
+		}
+		chunk, err := f.Readdirnames(readdirChunk)
+		names = append(names, chunk...)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bucket: list %s: %w", b.url(rel), err)
+		}
+	}
+	slices.Sort(names)
+	// Directory mtimes tick coarsely: a listing read within a second of the
+	// last change could miss a change that leaves the mtime as it is.
+	if len(names) > b.pageSize && started.Sub(fi.ModTime()) > time.Second {
+		b.remember(&dirNames{rel: rel, ino: ino, mtime: fi.ModTime(), names: names})
+	}
+	return names, nil
+}
+
+func (b *localBucket) cached(rel string, ino uint64, mtime time.Time) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, d := range b.dirs {
+		if d.rel == rel {
+			if d.ino == ino && d.mtime.Equal(mtime) {
+				b.dirs = append(slices.Delete(b.dirs, i, i+1), d)
+				return d.names
+			}
+			b.dirs = slices.Delete(b.dirs, i, i+1)
+			return nil
+		}
+	}
+	return nil
+}
+
+func (b *localBucket) remember(d *dirNames) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dirs = slices.DeleteFunc(b.dirs, func(x *dirNames) bool { return x.rel == d.rel })
+	if len(b.dirs) >= dirCacheSize {
+		b.dirs = slices.Delete(b.dirs, 0, 1)
+	}
+	b.dirs = append(b.dirs, d)
+}

@@ -1,0 +1,185 @@
+package bucket_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+type localStore struct{ dir string }
+
+func (s localStore) open(t *testing.T, prefix string, opts bucket.S3Options) bucket.Bucket {
+	t.Helper()
+	b, err := bucket.Open(context.Background(), filepath.Join(s.dir, filepath.FromSlash(prefix)), opts)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", s.dir, err)
+	}
+	return b
+}
+
+func (s localStore) put(t *testing.T, key string, data []byte) {
+	t.Helper()
+	p := filepath.Join(s.dir, filepath.FromSlash(key))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s localStore) del(t *testing.T, key string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(s.dir, filepath.FromSlash(key))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLocalConformance(t *testing.T) {
+	testConformance(t, localStore{dir: t.TempDir()})
+}
+
+func TestLocalIdentityAndSources(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "f.jpg"), []byte("x"), 0o644)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{dir, "file://" + dir, link, dir + "/"} {
+		b, err := bucket.Open(ctx, src, bucket.S3Options{})
+		if err != nil {
+			t.Fatalf("Open(%q): %v", src, err)
+		}
+		if got, want := b.Identity(), "file://"+real; got != want {
+			t.Errorf("Open(%q).Identity() = %q, want %q", src, got, want)
+		}
+	}
+	// A relative path.
+	wd, _ := os.Getwd()
+	rel, err := filepath.Rel(wd, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bucket.Open(ctx, rel, bucket.S3Options{})
+	if err != nil {
+		t.Fatalf("Open(%q): %v", rel, err)
+	}
+	if _, err := b.Stat(ctx, "f.jpg"); err != nil {
+		t.Errorf("relative source: Stat: %v", err)
+	}
+	for _, src := range []string{filepath.Join(dir, "f.jpg"), filepath.Join(dir, "missing"), "", "gs://x"} {
+		if _, err := bucket.Open(ctx, src, bucket.S3Options{}); err == nil {
+			t.Errorf("Open(%q) succeeded, want an error", src)
+		}
+	}
+}
+
+// TestLocalEscapes checks that no key reaches outside the root, whether by
+// "..", an absolute path or a symbolic link, and that links inside work.
+func TestLocalEscapes(t *testing.T) {
+	ctx := context.Background()
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret.jpg"), []byte("secret"), 0o644)
+	root := filepath.Join(t.TempDir(), "root")
+	os.MkdirAll(filepath.Join(root, "d"), 0o755)
+	os.WriteFile(filepath.Join(root, "d", "in.jpg"), []byte("inside"), 0o644)
+	must(t, os.Symlink(filepath.Join(outside, "secret.jpg"), filepath.Join(root, "abs-out.jpg")))
+	must(t, os.Symlink("../../"+filepath.Base(outside)+"/secret.jpg", filepath.Join(root, "rel-out.jpg")))
+	must(t, os.Symlink(outside, filepath.Join(root, "outdir")))
+	must(t, os.Symlink("d/in.jpg", filepath.Join(root, "in-link.jpg")))
+	must(t, os.Symlink("d", filepath.Join(root, "in-dir")))
+	must(t, os.Symlink("nowhere.jpg", filepath.Join(root, "dangling.jpg")))
+	must(t, syscall.Mkfifo(filepath.Join(root, "fifo.jpg"), 0o644))
+
+	b, err := bucket.Open(ctx, root, bucket.S3Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(root, filepath.Join(outside, "secret.jpg"))
+	bad := []string{"../x", "d/../../x", "/etc/passwd", filepath.Join(outside, "secret.jpg"), rel,
+		"abs-out.jpg", "rel-out.jpg", "outdir/secret.jpg", "dangling.jpg", "fifo.jpg", "d", "d/", "./d/in.jpg", "d//in.jpg"}
+	for _, k := range bad {
+		if _, err := b.Stat(ctx, k); !errors.Is(err, bucket.ErrNotFound) {
+			t.Errorf("Stat(%q) = %v, want ErrNotFound", k, err)
+		}
+		if data, _, err := b.Get(ctx, k, 100); !errors.Is(err, bucket.ErrNotFound) {
+			t.Errorf("Get(%q) = %q, %v, want ErrNotFound", k, data, err)
+		}
+	}
+	for _, p := range []string{"../", "outdir/", "/", "d/../../"} {
+		if page, err := b.List(ctx, p, ""); err == nil && len(page.Objects)+len(page.Prefixes) > 0 {
+			t.Errorf("List(%q) = %+v, want nothing", p, page)
+		}
+	}
+	for k, want := range map[string]string{"in-link.jpg": "inside", "in-dir/in.jpg": "inside", "d/in.jpg": "inside"} {
+		if data, _, err := b.Get(ctx, k, 100); err != nil || string(data) != want {
+			t.Errorf("Get(%q) = %q, %v; want %q", k, data, err, want)
+		}
+	}
+	page, err := b.List(ctx, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []string
+	for _, o := range page.Objects {
+		objs = append(objs, o.Key)
+	}
+	if want := []string{"in-link.jpg"}; !slices.Equal(objs, want) {
+		t.Errorf("root objects = %q, want %q (escaping, dangling and special entries left out)", objs, want)
+	}
+	if want := []string{"d/", "in-dir/"}; !slices.Equal(page.Prefixes, want) {
+		t.Errorf("root prefixes = %q, want %q", page.Prefixes, want)
+	}
+}
+
+// TestLocalListLargeDirChanges pages through a directory while it changes:
+// the cached sorted listing must be dropped when the directory changes.
+func TestLocalListLargeDirChanges(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := localStore{dir: dir}
+	for i := range 30 {
+		s.put(t, fmt.Sprintf("f%03d.jpg", i), []byte("x"))
+	}
+	// An old mtime lets the listing be cached (a directory changed within
+	// the last second is never cached: mtime granularity is coarse).
+	old := time.Now().Add(-time.Hour)
+	must(t, os.Chtimes(dir, old, old))
+	b, err := bucket.Open(ctx, dir, bucket.S3Options{ListPageSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := b.List(ctx, "", "")
+	if err != nil || len(p1.Objects) != 10 || p1.Next != "f009.jpg" {
+		t.Fatalf("page 1 = %d objects, next %q, %v", len(p1.Objects), p1.Next, err)
+	}
+	s.put(t, "f0095.jpg", []byte("new")) // sorts right after f009.jpg
+	p2, err := b.List(ctx, "", p1.Next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p2.Objects) == 0 || p2.Objects[0].Key != "f0095.jpg" {
+		t.Errorf("page 2 after adding f0095.jpg starts with %+v, want f0095.jpg", p2.Objects)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
