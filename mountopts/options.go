@@ -125,7 +125,7 @@ func Default() Options {
 		LogLevel:        "info",
 		ORTLib:          ort,
 		ImageExtensions: []string{"jpg", "jpeg", "png"},
-		MaxPixels:       100_000_000,
+		MaxPixels:       64 << 20,
 		MaxObjectSize:   256 * MiB,
 	}
 }

@@ -1,0 +1,94 @@
+package fs
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"testing"
+)
+
+func TestSizeEqualsBytesRead(t *testing.T) {
+	b := newFakeBucket(1000)
+	b.put("x/1.jpg", []byte("one"))
+	e := testMount(t, b)
+	for _, l := range e.x.models[0].Layers {
+		p := e.path("features", "tiny", l.Name, "x", "1.npy")
+		before := e.x.total.Load()
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.x.total.Load() != before {
+			t.Fatalf("stat of %s extracted", l.Name)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() != int64(len(data)) {
+			t.Errorf("%s: stat size %d, read %d bytes", l.Name, st.Size(), len(data))
+		}
+		if !bytes.Equal(data, expectedNPY(l, []byte("one"), e.x.dtype)) {
+			t.Errorf("%s: content differs from the extractor's", l.Name)
+		}
+		if st.Mode().Perm() != 0o444 {
+			t.Errorf("mode %v", st.Mode())
+		}
+	}
+}
+
+func TestReadsUseCacheAndShareExtraction(t *testing.T) {
+	b := newFakeBucket(1000)
+	for i := range 8 {
+		b.put(fmt.Sprintf("d/%d.jpg", i), []byte(fmt.Sprint("img", i)))
+	}
+	e := testMount(t, b)
+	var wg sync.WaitGroup
+	for r := range 4 {
+		for i := range 8 {
+			wg.Go(func() {
+				p := e.path("features", "tiny", "layer0", "d", fmt.Sprintf("%d.npy", i))
+				f, err := os.Open(p)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer f.Close()
+				// Small reads at scattered offsets, reader r starting elsewhere.
+				buf := make([]byte, 7)
+				var got []byte
+				for off := int64(0); ; off += 7 {
+					n, err := f.ReadAt(buf, off)
+					got = append(got, buf[:n]...)
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				if !bytes.Equal(got, expectedNPY(e.x.models[0].Layers[0], []byte(fmt.Sprint("img", i)), e.x.dtype)) {
+					t.Errorf("reader %d file %d: wrong content", r, i)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for i := range 8 {
+		if n := e.x.callsFor(fmt.Sprintf("d/%d.jpg", i)); n != 1 {
+			t.Errorf("object %d extracted %d times, want 1", i, n)
+		}
+	}
+	// A new tree over the same cache reads without extracting.
+	x2 := e.x.total.Load()
+	e2 := testMount(t, b, func(c *Config) { c.Cache = e.c })
+	if _, err := os.ReadFile(e2.path("features", "tiny", "layer0", "d", "3.npy")); err != nil {
+		t.Fatal(err)
+	}
+	if e2.x.total.Load() != 0 || e.x.total.Load() != x2 {
+		t.Errorf("a cached feature was extracted again")
+	}
+}
