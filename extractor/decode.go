@@ -37,11 +37,23 @@ var (
 	jpegMagic = []byte{0xff, 0xd8, 0xff}
 )
 
-// rgbImage is an 8-bit RGB image, 3 bytes per pixel, rows packed (stride 3*w).
+// rgbImage is the part [x0, x0+rw) x [y0, y0+rh) of a w x h image as 8-bit
+// RGB, 3 bytes per pixel, rows packed (stride 3*rw). Only the pixels the
+// resize reads are converted.
 type rgbImage struct {
-	w, h int
-	pix  []byte
+	w, h           int
+	x0, y0, rw, rh int
+	pix            []byte
 }
+
+// row returns the converted part of source row y.
+func (m rgbImage) row(y int) []byte {
+	i := 3 * m.rw * (y - m.y0)
+	return m.pix[i : i+3*m.rw]
+}
+
+// fullRegion returns the whole image as the region to convert.
+func fullRegion(w, h int) image.Rectangle { return image.Rect(0, 0, w, h) }
 
 // sniffFormat names the image format from its magic bytes, or "".
 func sniffFormat(data []byte) string {
@@ -105,10 +117,10 @@ func truncErr(err error) error {
 	return err
 }
 
-// decodeRGB checks the header, decodes the image and converts it to RGB as
-// PIL's convert("RGB") does. The returned pixels reuse buf when it is large
-// enough.
-func decodeRGB(data []byte, maxPixels int64, buf []byte) (rgbImage, error) {
+// decodeRGB checks the header, decodes the image and converts the part of
+// it that region(w, h) names to RGB as PIL's convert("RGB") does. The
+// returned pixels reuse buf when it is large enough.
+func decodeRGB(data []byte, maxPixels int64, buf []byte, region func(w, h int) image.Rectangle) (rgbImage, error) {
 	w, h, format, err := CheckImage(data, maxPixels)
 	if err != nil {
 		return rgbImage{}, err
@@ -127,7 +139,12 @@ func decodeRGB(data []byte, maxPixels int64, buf []byte) (rgbImage, error) {
 	if b.Dx() != w || b.Dy() != h {
 		return rgbImage{}, badImage(fmt.Sprintf("%s decoded to %dx%d, header says %dx%d", format, b.Dx(), b.Dy(), w, h), nil)
 	}
-	out := rgbImage{w: w, h: h, pix: growBytes(buf, 3*w*h)}
+	r := region(w, h).Intersect(fullRegion(w, h))
+	if r.Empty() {
+		r = image.Rect(0, 0, 1, 1)
+	}
+	out := rgbImage{w: w, h: h, x0: r.Min.X, y0: r.Min.Y, rw: r.Dx(), rh: r.Dy()}
+	out.pix = growBytes(buf, 3*out.rw*out.rh)
 	gray16Clip := format == "png" && pngColorType(data) == 0
 	toRGB(img, out, gray16Clip)
 	return out, nil
@@ -143,73 +160,68 @@ func pngColorType(data []byte) byte {
 	return data[25]
 }
 
-// toRGB converts a decoded image into out.pix. gray16Clip selects PIL's
-// mode "I" handling of 16-bit grayscale PNGs (clip to 255) over keeping the
-// high byte.
+// toRGB converts the region of a decoded image named by out into out.pix.
+// gray16Clip selects PIL's mode "I" handling of 16-bit grayscale PNGs (clip
+// to 255) over keeping the high byte.
 func toRGB(img image.Image, out rgbImage, gray16Clip bool) {
-	w, h, pix := out.w, out.h, out.pix
+	x0, rw := out.x0, out.rw
 	switch m := img.(type) {
 	case *image.YCbCr:
 		ycbcrToRGB(m, out)
-	case *image.Gray:
-		for y := 0; y < h; y++ {
-			src := m.Pix[y*m.Stride : y*m.Stride+w]
-			dst := pix[3*w*y : 3*w*(y+1)]
-			for x, v := range src {
-				dst[3*x], dst[3*x+1], dst[3*x+2] = v, v, v
-			}
-		}
-	case *image.RGBA:
-		copy4to3(m.Pix, m.Stride, pix, w, h)
-	case *image.NRGBA:
-		copy4to3(m.Pix, m.Stride, pix, w, h)
-	case *image.Gray16:
-		for y := 0; y < h; y++ {
-			src := m.Pix[y*m.Stride : y*m.Stride+2*w]
-			dst := pix[3*w*y : 3*w*(y+1)]
-			for x := 0; x < w; x++ {
-				v := clip16to8(src[2*x], src[2*x+1], gray16Clip)
-				dst[3*x], dst[3*x+1], dst[3*x+2] = v, v, v
-			}
-		}
-	case *image.RGBA64:
-		copy8to3(m.Pix, m.Stride, pix, w, h, false)
-	case *image.NRGBA64:
-		copy8to3(m.Pix, m.Stride, pix, w, h, gray16Clip)
-	case *image.Paletted:
-		var pal [256][3]byte
-		for i, c := range m.Palette {
-			if i >= 256 {
-				break
-			}
-			pal[i] = straightRGB(c)
-		}
-		for y := 0; y < h; y++ {
-			src := m.Pix[y*m.Stride : y*m.Stride+w]
-			dst := pix[3*w*y : 3*w*(y+1)]
-			for x, v := range src {
-				p := pal[v]
-				dst[3*x], dst[3*x+1], dst[3*x+2] = p[0], p[1], p[2]
-			}
-		}
+		return
 	case *image.CMYK:
-		for y := 0; y < h; y++ {
-			src := m.Pix[y*m.Stride : y*m.Stride+4*w]
-			dst := pix[3*w*y : 3*w*(y+1)]
-			for x := 0; x < w; x++ {
+		for y := out.y0; y < out.y0+out.rh; y++ {
+			src := m.Pix[y*m.Stride+4*x0 : y*m.Stride+4*(x0+rw)]
+			dst := out.row(y)
+			for x := 0; x < rw; x++ {
 				nk := 255 - int(src[4*x+3])
 				dst[3*x] = cmykChan(int(src[4*x]), nk)
 				dst[3*x+1] = cmykChan(int(src[4*x+1]), nk)
 				dst[3*x+2] = cmykChan(int(src[4*x+2]), nk)
 			}
 		}
-	default:
-		b := img.Bounds()
-		for y := 0; y < h; y++ {
-			for x := 0; x < w; x++ {
-				p := straightRGB(img.At(b.Min.X+x, b.Min.Y+y))
-				i := 3 * (y*w + x)
-				pix[i], pix[i+1], pix[i+2] = p[0], p[1], p[2]
+		return
+	}
+	var pal [256][3]byte
+	if m, ok := img.(*image.Paletted); ok {
+		for i, c := range m.Palette {
+			if i >= 256 {
+				break
+			}
+			pal[i] = straightRGB(c)
+		}
+	}
+	b := img.Bounds()
+	for y := out.y0; y < out.y0+out.rh; y++ {
+		dst := out.row(y)
+		switch m := img.(type) {
+		case *image.Gray:
+			for x, v := range m.Pix[y*m.Stride+x0 : y*m.Stride+x0+rw] {
+				dst[3*x], dst[3*x+1], dst[3*x+2] = v, v, v
+			}
+		case *image.RGBA:
+			copy4to3(m.Pix[y*m.Stride+4*x0:y*m.Stride+4*(x0+rw)], dst)
+		case *image.NRGBA:
+			copy4to3(m.Pix[y*m.Stride+4*x0:y*m.Stride+4*(x0+rw)], dst)
+		case *image.Gray16:
+			src := m.Pix[y*m.Stride+2*x0 : y*m.Stride+2*(x0+rw)]
+			for x := 0; x < rw; x++ {
+				v := clip16to8(src[2*x], src[2*x+1], gray16Clip)
+				dst[3*x], dst[3*x+1], dst[3*x+2] = v, v, v
+			}
+		case *image.RGBA64:
+			copy8to3(m.Pix[y*m.Stride+8*x0:y*m.Stride+8*(x0+rw)], dst, false)
+		case *image.NRGBA64:
+			copy8to3(m.Pix[y*m.Stride+8*x0:y*m.Stride+8*(x0+rw)], dst, gray16Clip)
+		case *image.Paletted:
+			for x, v := range m.Pix[y*m.Stride+x0 : y*m.Stride+x0+rw] {
+				p := pal[v]
+				dst[3*x], dst[3*x+1], dst[3*x+2] = p[0], p[1], p[2]
+			}
+		default:
+			for x := 0; x < rw; x++ {
+				p := straightRGB(img.At(b.Min.X+x0+x, b.Min.Y+y))
+				dst[3*x], dst[3*x+1], dst[3*x+2] = p[0], p[1], p[2]
 			}
 		}
 	}
@@ -252,34 +264,30 @@ func straightRGB(c color.Color) [3]byte {
 	return [3]byte{byte(n.R >> 8), byte(n.G >> 8), byte(n.B >> 8)}
 }
 
-func copy4to3(src []byte, stride int, dst []byte, w, h int) {
-	for y := 0; y < h; y++ {
-		s := src[y*stride : y*stride+4*w]
-		d := dst[3*w*y : 3*w*(y+1)]
-		for x := 0; x < w; x++ {
-			d[3*x], d[3*x+1], d[3*x+2] = s[4*x], s[4*x+1], s[4*x+2]
-		}
+func copy4to3(src, dst []byte) {
+	for x := 0; 4*x+3 < len(src) && 3*x+2 < len(dst); x++ {
+		dst[3*x], dst[3*x+1], dst[3*x+2] = src[4*x], src[4*x+1], src[4*x+2]
 	}
 }
 
-func copy8to3(src []byte, stride int, dst []byte, w, h int, clip bool) {
-	for y := 0; y < h; y++ {
-		s := src[y*stride : y*stride+8*w]
-		d := dst[3*w*y : 3*w*(y+1)]
-		for x := 0; x < w; x++ {
-			d[3*x] = clip16to8(s[8*x], s[8*x+1], clip)
-			d[3*x+1] = clip16to8(s[8*x+2], s[8*x+3], clip)
-			d[3*x+2] = clip16to8(s[8*x+4], s[8*x+5], clip)
-		}
+func copy8to3(src, dst []byte, clip bool) {
+	for x := 0; 8*x+7 < len(src) && 3*x+2 < len(dst); x++ {
+		dst[3*x] = clip16to8(src[8*x], src[8*x+1], clip)
+		dst[3*x+1] = clip16to8(src[8*x+2], src[8*x+3], clip)
+		dst[3*x+2] = clip16to8(src[8*x+4], src[8*x+5], clip)
 	}
 }
 
 // yccTables are libjpeg's fixed-point YCbCr->RGB tables (jdcolor.c,
-// build_ycc_rgb_table), indexed by the chroma sample.
+// build_ycc_rgb_table), indexed by the chroma sample, and its range limit.
 type yccTables struct {
 	crR, cbB [256]int32
 	crG, cbG [256]int32
+	// limit[v+limitOff] is v clamped to 0..255, for v in -limitOff..1023-limitOff.
+	limit [1024]byte
 }
+
+const limitOff = 512
 
 // newYCCTables computes the tables exactly as libjpeg-turbo does.
 func newYCCTables() *yccTables {
@@ -294,26 +302,20 @@ func newYCCTables() *yccTables {
 		t.crG[i] = int32(-fix(0.71414) * x)
 		t.cbG[i] = int32(-fix(0.34414)*x + oneHalf)
 	}
+	for i := range t.limit {
+		t.limit[i] = byte(max(0, min(255, i-limitOff)))
+	}
 	return t
 }
 
 // ycc holds the immutable conversion tables, built once.
 var ycc = sync.OnceValue(newYCCTables)
 
-func clampByte(v int32) byte {
-	if v < 0 {
-		return 0
-	}
-	if v > 255 {
-		return 255
-	}
-	return byte(v)
-}
-
-// ycbcrToRGB converts a decoded JPEG's planes to RGB with libjpeg-turbo's
-// default "fancy" chroma upsampling (jdsample.c: h2v2/h2v1 triangle filters
-// when the chroma width is > 2, h1v2 always; plain replication otherwise) and
-// its color conversion (jdcolor.c ycc_rgb_convert).
+// ycbcrToRGB converts the region of a decoded JPEG's planes to RGB with
+// libjpeg-turbo's default "fancy" chroma upsampling (jdsample.c: h2v2 and
+// h2v1 triangle filters when the chroma width is > 2, h1v2 always, plain
+// replication otherwise; edges replicate the last real sample) and its color
+// conversion (jdcolor.c ycc_rgb_convert).
 func ycbcrToRGB(m *image.YCbCr, out rgbImage) {
 	w, h := out.w, out.h
 	hs, vs := 1, 1 // luma samples per chroma sample, horizontally and vertically
@@ -332,94 +334,99 @@ func ycbcrToRGB(m *image.YCbCr, out rgbImage) {
 	cw := (w + hs - 1) / hs
 	ch := (h + vs - 1) / vs
 	fancyH := hs == 2 && cw > 2
-	fancyV := vs == 2 && (hs == 1 || (hs == 2 && cw > 2))
+	fancyV := vs == 2 && (hs == 1 || fancyH)
 	t := ycc()
-	rowBuf := make([]byte, 2*w+8)
-	cbRow, crRow := rowBuf[:w], rowBuf[w:2*w]
-	colsum := make([]int32, 2*cw)
-	for y := 0; y < h; y++ {
+	x0, x1 := out.x0, out.x0+out.rw
+	// Chroma columns [c0, c1) cover the region plus one neighbour each side.
+	c0, c1 := max(0, x0/hs-1), min(cw, (x1-1)/hs+2)
+	// ext[c-c0+1] is the column sum at chroma column c; ext[0] and
+	// ext[len-1] replicate the edges (libjpeg's first/last column cases).
+	ext := make([]int32, c1-c0+2)
+	up := make([]byte, 2*(hs*(c1-c0)+8))
+	cbUp, crUp := up[:len(up)/2], up[len(up)/2:]
+	ux := c0 * hs // image column of cbUp[0]
+	for y := out.y0; y < out.y0+out.rh; y++ {
 		cy := y / vs
 		for p, plane := range [2][]byte{m.Cb, m.Cr} {
-			dst := cbRow
+			dst := cbUp
 			if p == 1 {
-				dst = crRow
+				dst = crUp
 			}
 			r0 := plane[cy*m.CStride : cy*m.CStride+cw]
-			switch {
-			case fancyV:
-				// nearest row and next nearest (above for even output rows)
-				ny := cy - 1
+			var r1 []byte
+			mul, bias0, bias1, shift := int32(1), int32(0), int32(0), uint(0)
+			if fancyV {
+				ny := cy - 1 // next nearest row: above for even output rows
 				if y%2 == 1 {
 					ny = cy + 1
 				}
 				ny = max(0, min(ny, ch-1))
-				r1 := plane[ny*m.CStride : ny*m.CStride+cw]
-				cs := colsum[:cw]
-				for c := range cs {
-					cs[c] = 3*int32(r0[c]) + int32(r1[c])
+				r1 = plane[ny*m.CStride : ny*m.CStride+cw]
+				mul = 3
+			}
+			e := ext[1 : len(ext)-1]
+			for i := range e {
+				v := mul * int32(r0[c0+i])
+				if r1 != nil {
+					v += int32(r1[c0+i])
 				}
-				if hs == 1 { // h1v2
-					bias := int32(1)
-					if y%2 == 1 {
-						bias = 2
-					}
-					for x := 0; x < w; x++ {
-						dst[x] = byte((cs[x] + bias) >> 2)
-					}
-					continue
+				e[i] = v
+			}
+			if c0 == 0 {
+				ext[0] = ext[1]
+			} else {
+				ext[0] = mul*int32(r0[c0-1]) + pick(r1, c0-1)
+			}
+			if c1 == cw {
+				ext[len(ext)-1] = ext[len(ext)-2]
+			} else {
+				ext[len(ext)-1] = mul*int32(r0[c1]) + pick(r1, c1)
+			}
+			switch {
+			case fancyH && fancyV: // h2v2: (3*this + neighbour + 8 or 7) >> 4
+				bias0, bias1, shift = 8, 7, 4
+			case fancyH: // h2v1: (3*this + neighbour + 1 or 2) >> 2
+				bias0, bias1, shift = 1, 2, 2
+			case fancyV: // h1v2: (colsum + 1 or 2) >> 2
+				bias := int32(1)
+				if y%2 == 1 {
+					bias = 2
 				}
-				// h2v2
-				for x := 0; x < w; x++ {
-					c := x >> 1
-					var v int32
-					if x&1 == 0 {
-						if c == 0 {
-							v = (cs[0]*4 + 8) >> 4
-						} else {
-							v = (cs[c]*3 + cs[c-1] + 8) >> 4
-						}
-					} else {
-						if c == cw-1 {
-							v = (cs[c]*4 + 7) >> 4
-						} else {
-							v = (cs[c]*3 + cs[c+1] + 7) >> 4
-						}
-					}
-					dst[x] = byte(v)
+				for i, v := range e {
+					dst[i] = byte((v + bias) >> 2)
 				}
-			case fancyH: // h2v1 (vs == 1)
-				for x := 0; x < w; x++ {
-					c := x >> 1
-					var v int32
-					if x&1 == 0 {
-						if c == 0 {
-							v = int32(r0[0])
-						} else {
-							v = (3*int32(r0[c]) + int32(r0[c-1]) + 1) >> 2
-						}
-					} else {
-						if c == cw-1 {
-							v = int32(r0[c])
-						} else {
-							v = (3*int32(r0[c]) + int32(r0[c+1]) + 2) >> 2
-						}
-					}
-					dst[x] = byte(v)
-				}
+				continue
 			default:
-				for x := 0; x < w; x++ {
-					dst[x] = r0[x/hs]
+				for i, v := range e {
+					for j := 0; j < hs; j++ {
+						dst[i*hs+j] = byte(v)
+					}
 				}
+				continue
+			}
+			for i := 1; i < len(ext)-1; i++ {
+				this := 3 * ext[i]
+				dst[2*(i-1)] = byte((this + ext[i-1] + bias0) >> shift)
+				dst[2*(i-1)+1] = byte((this + ext[i+1] + bias1) >> shift)
 			}
 		}
-		yRow := m.Y[y*m.YStride : y*m.YStride+w]
-		d := out.pix[3*w*y : 3*w*(y+1)]
-		for x := 0; x < w; x++ {
-			yy := int32(yRow[x])
-			cb, cr := cbRow[x], crRow[x]
-			d[3*x] = clampByte(yy + t.crR[cr])
-			d[3*x+1] = clampByte(yy + (t.cbG[cb]+t.crG[cr])>>16)
-			d[3*x+2] = clampByte(yy + t.cbB[cb])
+		yRow := m.Y[y*m.YStride+x0 : y*m.YStride+x1]
+		d := out.row(y)
+		cb, cr := cbUp[x0-ux:x1-ux], crUp[x0-ux:x1-ux]
+		for x, yv := range yRow {
+			yy := int32(yv) + limitOff
+			b, r := cb[x], cr[x]
+			d[3*x] = t.limit[(yy+t.crR[r])&1023]
+			d[3*x+1] = t.limit[(yy+(t.cbG[b]+t.crG[r])>>16)&1023]
+			d[3*x+2] = t.limit[(yy+t.cbB[b])&1023]
 		}
 	}
+}
+
+// pick returns r[i], or 0 when r is nil.
+func pick(r []byte, i int) int32 {
+	if r == nil {
+		return 0
+	}
+	return int32(r[i])
 }

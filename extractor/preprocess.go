@@ -7,6 +7,7 @@ package extractor
 import (
 	"errors"
 	"fmt"
+	"image"
 	"math"
 	"sync"
 )
@@ -85,29 +86,35 @@ var scratchPool = sync.Pool{New: func() any { return new(preprocScratch) }}
 // torchvision would hand to ToTensor: resized, center cropped, zero-padded
 // where the crop exceeds the resized image. The result lives in sc.
 func (p Preprocess) cropRGB(data []byte, maxPixels int64, sc *preprocScratch) ([]byte, error) {
-	img, err := decodeRGB(data, maxPixels, sc.rgb)
+	var tw, th, left, top, x0, x1, y0, y1 int
+	region := func(w, h int) image.Rectangle {
+		tw, th = p.resizedSize(w, h)
+		if tw <= 0 || th <= 0 {
+			return image.Rectangle{}
+		}
+		left, top = cropOffset(tw, p.Crop), cropOffset(th, p.Crop)
+		// The part of the crop window that lies on the resized image.
+		x0, x1 = max(left, 0), min(left+p.Crop, tw)
+		y0, y1 = max(top, 0), min(top+p.Crop, th)
+		return sc.rs.plan(w, h, tw, th, x0, y0, x1-x0, y1-y0)
+	}
+	img, err := decodeRGB(data, maxPixels, sc.rgb, region)
 	sc.rgb = img.pix
 	if err != nil {
 		return nil, err
 	}
-	tw, th := p.resizedSize(img.w, img.h)
 	if tw <= 0 || th <= 0 {
 		return nil, badImage(fmt.Sprintf("%dx%d image resizes to %dx%d", img.w, img.h, tw, th), nil)
 	}
-	left, top := cropOffset(tw, p.Crop), cropOffset(th, p.Crop)
-	// The part of the crop window that lies on the resized image.
-	x0, x1 := max(left, 0), min(left+p.Crop, tw)
-	y0, y1 := max(top, 0), min(top+p.Crop, th)
 	n := 3 * p.Crop * p.Crop
 	sc.crop = growBytes(sc.crop, n)
 	out := sc.crop
+	win := sc.rs.run(img)
 	if x0 == left && y0 == top && x1 == left+p.Crop && y1 == top+p.Crop {
-		win := resizeCrop(img, tw, th, x0, y0, x1-x0, y1-y0, &sc.rs)
 		copy(out, win)
 		return out, nil
 	}
 	clear(out)
-	win := resizeCrop(img, tw, th, x0, y0, x1-x0, y1-y0, &sc.rs)
 	rw := 3 * (x1 - x0)
 	for y := y0; y < y1; y++ {
 		d := 3 * ((y-top)*p.Crop + (x0 - left))

@@ -8,7 +8,10 @@ package extractor
 // horizontal coefficients and its own row's vertical coefficients, so
 // evaluating the same sums for a sub-rectangle gives the same bytes.
 
-import "math"
+import (
+	"image"
+	"math"
+)
 
 // precisionBits is Pillow's PRECISION_BITS (32 - 8 - 2).
 const precisionBits = 32 - 8 - 2
@@ -102,78 +105,102 @@ func growInt32(b []int32, n int) []int32 {
 // clip8 is Pillow's clip8: the fixed-point sum shifted down and clamped.
 func clip8(ss int32) byte {
 	v := ss >> precisionBits
+	if uint32(v) <= 255 {
+		return byte(v)
+	}
 	if v < 0 {
 		return 0
 	}
-	if v > 255 {
-		return 255
-	}
-	return byte(v)
+	return 255
 }
 
-// resizeScratch holds the buffers of one resizeCrop call, reused via a pool.
+// resizeScratch holds one resize's plan and buffers, reused via a pool.
 type resizeScratch struct {
-	hc, vc resampleCoeffs
-	dscr   []float64
-	tmp    []byte
-	acc    []int32
-	out    []byte
+	hc, vc   resampleCoeffs
+	dscr     []float64
+	tmp      []byte
+	acc      []int32
+	out      []byte
+	sw, sh   int // source size
+	tw, th   int // resized size
+	left, cw int // kept output columns
+	top, ch  int // kept output rows
+	needH    bool
+	needV    bool
+	src      image.Rectangle // source pixels the kept outputs read
 }
 
-// resizeCrop computes the window [left, left+cw) x [top, top+ch) of src
-// resized to tw x th by Pillow's bilinear resample, into s.out (RGB, rows of
-// 3*cw bytes). The window must lie inside [0,tw) x [0,th).
-func resizeCrop(src rgbImage, tw, th, left, top, cw, ch int, s *resizeScratch) []byte {
-	needH := tw != src.w
-	needV := th != src.h
+// plan prepares resizing a sw x sh image to tw x th, keeping only the
+// window [left, left+cw) x [top, top+ch) (inside [0,tw) x [0,th)), and
+// returns the source rectangle that window reads. Pillow skips a pass whose
+// axis keeps its size (ImagingResampleInner's need_horizontal/vertical).
+func (s *resizeScratch) plan(sw, sh, tw, th, left, top, cw, ch int) image.Rectangle {
+	s.sw, s.sh, s.tw, s.th = sw, sh, tw, th
+	s.left, s.cw, s.top, s.ch = left, cw, top, ch
+	s.needH, s.needV = tw != sw, th != sh
+	s.src = image.Rect(left, top, left+cw, top+ch)
+	if s.needV {
+		s.dscr = precomputeCoeffs(sh, th, top, ch, &s.vc, s.dscr)
+		s.src.Min.Y, s.src.Max.Y = coeffSpan(&s.vc, ch)
+	}
+	if s.needH {
+		s.dscr = precomputeCoeffs(sw, tw, left, cw, &s.hc, s.dscr)
+		s.src.Min.X, s.src.Max.X = coeffSpan(&s.hc, cw)
+	}
+	return s.src
+}
+
+// coeffSpan returns the input range [lo, hi) the first n outputs read.
+func coeffSpan(c *resampleCoeffs, n int) (lo, hi int) {
+	lo, hi = int(c.bounds[0]), int(c.bounds[0])
+	for i := 0; i < n; i++ {
+		lo = min(lo, int(c.bounds[2*i]))
+		hi = max(hi, int(c.bounds[2*i]+c.bounds[2*i+1]))
+	}
+	return lo, hi
+}
+
+// run executes the plan on src, which must hold at least the planned
+// source rectangle, and returns the window as RGB rows of 3*cw bytes.
+func (s *resizeScratch) run(src rgbImage) []byte {
+	cw, ch := s.cw, s.ch
 	s.out = growBytes(s.out, 3*cw*ch)
 	out := s.out
+	rowFirst, rowLast := s.src.Min.Y, s.src.Max.Y
 
-	// Rows of the source the vertical pass reads for the output rows kept.
-	var rowFirst, rowLast int
-	if needV {
-		s.dscr = precomputeCoeffs(src.h, th, top, ch, &s.vc, s.dscr)
-		rowFirst = int(s.vc.bounds[0])
-		rowLast = rowFirst
-		for i := 0; i < ch; i++ {
-			rowLast = max(rowLast, int(s.vc.bounds[2*i]+s.vc.bounds[2*i+1]))
-			rowFirst = min(rowFirst, int(s.vc.bounds[2*i]))
-		}
-	} else {
-		rowFirst, rowLast = top, top+ch
-	}
-
-	// Horizontal pass over those rows, kept columns only (or a plain copy).
+	// Horizontal pass over the rows the vertical pass reads, kept columns
+	// only (or a plain copy when the width is unchanged).
 	nrows := rowLast - rowFirst
 	s.tmp = growBytes(s.tmp, 3*cw*nrows)
 	tmp := s.tmp
-	if needH {
-		s.dscr = precomputeCoeffs(src.w, tw, left, cw, &s.hc, s.dscr)
+	if s.needH {
 		ks := s.hc.ksize
 		for r := 0; r < nrows; r++ {
-			row := src.pix[3*src.w*(rowFirst+r) : 3*src.w*(rowFirst+r+1)]
+			row := src.row(rowFirst + r)
 			d := tmp[3*cw*r : 3*cw*(r+1)]
 			for xx := 0; xx < cw; xx++ {
-				xmin := int(s.hc.bounds[2*xx])
+				xmin := int(s.hc.bounds[2*xx]) - src.x0
 				n := int(s.hc.bounds[2*xx+1])
 				k := s.hc.k[xx*ks : xx*ks+n]
 				p := row[3*xmin : 3*(xmin+n)]
 				var s0, s1, s2 int32 = 1 << (precisionBits - 1), 1 << (precisionBits - 1), 1 << (precisionBits - 1)
 				for x, kv := range k {
-					s0 += int32(p[3*x]) * kv
-					s1 += int32(p[3*x+1]) * kv
-					s2 += int32(p[3*x+2]) * kv
+					q := p[3*x : 3*x+3 : 3*x+3]
+					s0 += int32(q[0]) * kv
+					s1 += int32(q[1]) * kv
+					s2 += int32(q[2]) * kv
 				}
 				d[3*xx], d[3*xx+1], d[3*xx+2] = clip8(s0), clip8(s1), clip8(s2)
 			}
 		}
 	} else {
 		for r := 0; r < nrows; r++ {
-			copy(tmp[3*cw*r:3*cw*(r+1)], src.pix[3*(src.w*(rowFirst+r)+left):3*(src.w*(rowFirst+r)+left+cw)])
+			row := src.row(rowFirst + r)
+			copy(tmp[3*cw*r:3*cw*(r+1)], row[3*(s.left-src.x0):3*(s.left-src.x0+cw)])
 		}
 	}
 
-	if !needV {
+	if !s.needV {
 		copy(out, tmp[:3*cw*ch])
 		return out
 	}
@@ -187,11 +214,16 @@ func resizeCrop(src rgbImage, tw, th, left, top, cw, ch int, s *resizeScratch) [
 		ymin := int(s.vc.bounds[2*yy]) - rowFirst
 		n := int(s.vc.bounds[2*yy+1])
 		k := s.vc.k[yy*ks : yy*ks+n]
-		for i := range acc {
-			acc[i] = 1 << (precisionBits - 1)
+		if n == 0 { // cannot happen for bilinear; Pillow would output 0
+			clear(out[rw*yy : rw*(yy+1)])
+			continue
 		}
-		for y, kv := range k {
-			row := tmp[rw*(ymin+y) : rw*(ymin+y+1)]
+		k0 := k[0]
+		for i, v := range tmp[rw*ymin : rw*(ymin+1)] {
+			acc[i] = 1<<(precisionBits-1) + int32(v)*k0
+		}
+		for y, kv := range k[1:] {
+			row := tmp[rw*(ymin+1+y) : rw*(ymin+2+y)]
 			a := acc[:len(row)]
 			for i, v := range row {
 				a[i] += int32(v) * kv
