@@ -354,7 +354,7 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 	store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log})
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) {
-			return failf(exitCache, "--cache-dir %s is in use by another featurefs process: give each mount its own --cache-dir (%w)", o.CacheDir, err)
+			return failf(exitCache, "%w", err) // names the directory and the process holding it
 		}
 		return failf(exitCache, "--cache-dir %s: %w", o.CacheDir, err)
 	}
@@ -457,21 +457,26 @@ func unmount(un func() error, mnt string, log *slog.Logger) {
 // checkMountPoint checks that mnt is a directory nobody has mounted on,
 // clearing a stale FUSE mount (its server gone: ENOTCONN) first.
 func checkMountPoint(mnt string, log *slog.Logger) error {
-	_, err := os.Stat(mnt)
-	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
-		log.Warn("featurefs: clearing a stale mount (its server is gone)", slog.String("mountpoint", mnt))
-		if uerr := syscall.Unmount(mnt, syscall.MNT_DETACH); uerr != nil {
-			exec.Command("fusermount3", "-u", "-z", mnt).Run()
+	if fstype, _, ok := mountedOn(mnt); ok && strings.HasPrefix(fstype, "fuse") {
+		// stat may be answered from the kernel's attribute cache; reading
+		// the directory reaches the server, or fails if it is gone.
+		if _, err := os.ReadDir(mnt); errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+			log.Warn("featurefs: clearing a stale mount (its server is gone)", slog.String("mountpoint", mnt), slog.String("type", fstype))
+			if uerr := syscall.Unmount(mnt, syscall.MNT_DETACH); uerr != nil {
+				if out, ferr := exec.Command("fusermount3", "-u", "-z", mnt).CombinedOutput(); ferr != nil {
+					return failf(exitMountPoint, "mount point %s: a stale mount is there and cannot be removed (%v; fusermount3: %s): run 'umount -l %s'",
+						mnt, uerr, strings.TrimSpace(string(out)), mnt)
+				}
+			}
 		}
-		_, err = os.Stat(mnt)
 	}
+	st, err := os.Stat(mnt)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return failf(exitMountPoint, "mount point %s does not exist: create it with mkdir -p %s", mnt, mnt)
 	case err != nil:
 		return failf(exitMountPoint, "mount point %s: %w", mnt, err)
-	}
-	if st, _ := os.Stat(mnt); !st.IsDir() {
+	case !st.IsDir():
 		return failf(exitMountPoint, "mount point %s is not a directory", mnt)
 	}
 	if fstype, src, ok := mountedOn(mnt); ok {
