@@ -141,13 +141,13 @@ func flatStats(prefix string, v any, out map[string]float64) {
 // extractionCount is the number of extractions the stats report.
 func extractionCount(t *testing.T, stats map[string]any) int64 {
 	t.Helper()
-	return statsField(t, stats, "extractions")
+	return statsField(t, stats, "fs.extractions")
 }
 
 // cacheHitCount is the number of cache hits the stats report.
 func cacheHitCount(t *testing.T, stats map[string]any) int64 {
 	t.Helper()
-	return statsField(t, stats, "cache.hits")
+	return statsField(t, stats, "fs.cache_hits")
 }
 
 // statsField returns one numeric field of the stats JSON by its dotted path.
