@@ -334,6 +334,13 @@ func (b *s3Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte,
 		if _, err := io.ReadFull(out.Body, data); err != nil {
 			return nil, Object{}, fmt.Errorf("bucket: get %s: reading body: %w", b.url(key), err)
 		}
+		// Read to EOF: a checksum-validating body reports a mismatch there.
+		if extra, err := io.Copy(io.Discard, io.LimitReader(out.Body, 1)); err != nil || extra != 0 {
+			if err == nil {
+				err = errors.New("body longer than Content-Length")
+			}
+			return nil, Object{}, fmt.Errorf("bucket: get %s: reading body: %w", b.url(key), err)
+		}
 	} else {
 		data, err = io.ReadAll(io.LimitReader(out.Body, lim+1))
 		if err != nil {
