@@ -1,0 +1,709 @@
+package extractor
+
+// The scheduler: requests become calls (identical in-flight requests share
+// one call), calls are fetched and preprocessed by a bounded pool of workers
+// (foreground first), decoded inputs wait in one lane per (model, layer), and
+// one inference loop takes batches of up to the lane's batch size, waiting at
+// most MaxWait for a batch to fill while more of its inputs are on the way.
+//
+// Bounds: at most maxCalls calls exist at once (Extract waits for a slot);
+// at most `tokens` decoded inputs exist at once (a worker waits for a token
+// before fetching); the session pool bounds sessions.
+//
+// Lock order: scheduler.mu, then nothing (sessionPool.mu is never taken under
+// it; no fetch, decode or inference runs under it).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrClosed is returned by Extract after Close.
+var ErrClosed = errors.New("extractor: service closed")
+
+// runner computes layer l of model m for n inputs (packed in in) into out.
+type runner interface {
+	run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error
+}
+
+type stage int
+
+const (
+	stageFetchQ   stage = iota // waiting for a worker
+	stageDecoding              // a worker is fetching and preprocessing it
+	stageLane                  // decoded, waiting for a batch
+	stageRunning               // in a batch being run
+	stageDone
+)
+
+// callKey identifies identical requests.
+type callKey struct {
+	model string
+	layer int
+	id    string
+}
+
+// call is one computation shared by every identical in-flight request.
+type call struct {
+	key    callKey
+	req    Request
+	m      *Model
+	l      Layer
+	ctx    context.Context // cancelled when every waiter gave up, or on Close
+	cancel context.CancelFunc
+	done   chan struct{} // closed when out/err are set
+	out    []byte
+	err    error
+
+	waiters int       // GUARDED_BY(scheduler.mu)
+	prio    Priority  // GUARDED_BY(scheduler.mu)
+	stage   stage     // GUARDED_BY(scheduler.mu)
+	input   []float32 // GUARDED_BY(scheduler.mu); decoded input while in stageLane
+	since   time.Time // GUARDED_BY(scheduler.mu); when it entered its lane
+}
+
+// lane holds the decoded inputs of one (model, layer).
+type lane struct {
+	key     sessionKey
+	m       *Model
+	l       Layer
+	q       [2][]*call // GUARDED_BY(scheduler.mu); by priority
+	pending int        // GUARDED_BY(scheduler.mu); calls of this lane not yet decoded
+	bs      int        // GUARDED_BY(scheduler.mu); batch size, 0 until chosen
+}
+
+func (ln *lane) len() int { return len(ln.q[0]) + len(ln.q[1]) }
+
+// schedConfig is what the scheduler needs from Config.
+type schedConfig struct {
+	workers   int
+	maxWait   time.Duration
+	maxCalls  int
+	tokens    int
+	maxPixels int64
+	dtype     DType
+	log       *slog.Logger
+	// batchSize chooses the batch size of a lane; called once per lane from
+	// the inference loop (it may run measurements through the runner).
+	batchSize func(ctx context.Context, m *Model, l Layer) int
+}
+
+// counters are the scheduler's figures (atomics: read by Stats).
+type counters struct {
+	requests, shared, completed, failed, badImages, cancelled atomic.Int64
+	batches, batchedItems, retries                            atomic.Int64
+	decodeNanos, inferNanos, fetchNanos                       atomic.Int64
+}
+
+type scheduler struct {
+	cfg    schedConfig
+	run    runner
+	slots  chan struct{}
+	tokens chan struct{}
+	wake   chan struct{} // buffered 1: kicks the inference loop
+	ctx    context.Context
+	stop   context.CancelCauseFunc
+	wg     sync.WaitGroup
+	n      counters
+
+	mu       sync.Mutex
+	cond     *sync.Cond           // workers wait on it for the fetch queue
+	closed   bool                 // GUARDED_BY(mu)
+	inflight map[callKey]*call    // GUARDED_BY(mu)
+	fetchQ   [2][]*call           // GUARDED_BY(mu)
+	lanes    map[sessionKey]*lane // GUARDED_BY(mu)
+	running  int                  // GUARDED_BY(mu); items in the batch being run
+	inBuf    []float32            // owned by the inference loop
+	outBuf   []float32            // owned by the inference loop
+}
+
+func newScheduler(cfg schedConfig, r runner) *scheduler {
+	if cfg.workers < 1 {
+		cfg.workers = 1
+	}
+	if cfg.maxCalls < 1 {
+		cfg.maxCalls = 4096
+	}
+	if cfg.tokens < 1 {
+		cfg.tokens = cfg.workers + 32
+	}
+	if cfg.log == nil {
+		cfg.log = slog.Default()
+	}
+	if cfg.dtype == "" {
+		cfg.dtype = Float32
+	}
+	ctx, stop := context.WithCancelCause(context.Background())
+	s := &scheduler{
+		cfg:      cfg,
+		run:      r,
+		slots:    make(chan struct{}, cfg.maxCalls),
+		tokens:   make(chan struct{}, cfg.tokens),
+		wake:     make(chan struct{}, 1),
+		ctx:      ctx,
+		stop:     stop,
+		inflight: map[callKey]*call{},
+		lanes:    map[sessionKey]*lane{},
+	}
+	s.cond = sync.NewCond(&s.mu)
+	for i := 0; i < cfg.workers; i++ {
+		s.wg.Add(1)
+		go s.worker()
+	}
+	s.wg.Add(1)
+	go s.inferLoop()
+	return s
+}
+
+// close stops the workers and the inference loop; calls still queued fail
+// with ErrClosed. It waits for the batch being run to finish.
+func (s *scheduler) close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.stop(ErrClosed)
+	var queued []*call
+	for p := range s.fetchQ {
+		queued = append(queued, s.fetchQ[p]...)
+		s.fetchQ[p] = nil
+	}
+	for _, ln := range s.lanes {
+		for p := range ln.q {
+			for _, c := range ln.q[p] {
+				s.dropInputLocked(c)
+			}
+			queued = append(queued, ln.q[p]...)
+			ln.q[p] = nil
+		}
+	}
+	for _, c := range queued {
+		s.finishLocked(c, nil, ErrClosed)
+	}
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	s.kick()
+	s.wg.Wait()
+}
+
+func (s *scheduler) kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// extract runs req for layer l of m, sharing identical in-flight requests.
+func (s *scheduler) extract(ctx context.Context, m *Model, l Layer, req Request) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id := req.ID
+	if id == "" {
+		id = req.Key
+	}
+	k := callKey{model: m.Name, layer: l.Index, id: id}
+	s.n.requests.Add(1)
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	c := s.inflight[k]
+	if c == nil {
+		// Take a slot (bounded calls) without holding the lock.
+		s.mu.Unlock()
+		select {
+		case s.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.ctx.Done():
+			return nil, ErrClosed
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			<-s.slots
+			return nil, ErrClosed
+		}
+		if c = s.inflight[k]; c != nil {
+			<-s.slots
+		} else {
+			c = s.newCallLocked(k, m, l, req)
+		}
+	}
+	c.waiters++
+	if c.waiters > 1 {
+		s.n.shared.Add(1)
+	}
+	if req.Priority == Foreground && c.prio == Background {
+		s.promoteLocked(c)
+	}
+	s.mu.Unlock()
+
+	select {
+	case <-c.done:
+		s.mu.Lock()
+		c.waiters--
+		s.mu.Unlock()
+		return c.out, c.err
+	case <-ctx.Done():
+		s.mu.Lock()
+		c.waiters--
+		if c.waiters == 0 && c.stage != stageDone {
+			s.abandonLocked(c)
+		}
+		s.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// newCallLocked creates a call, registers it and queues it for a worker.
+func (s *scheduler) newCallLocked(k callKey, m *Model, l Layer, req Request) *call {
+	ctx, cancel := context.WithCancel(s.ctx)
+	c := &call{key: k, req: req, m: m, l: l, ctx: ctx, cancel: cancel, done: make(chan struct{}), prio: req.Priority, stage: stageFetchQ}
+	if c.prio != Foreground {
+		c.prio = Background
+	}
+	s.inflight[k] = c
+	ln := s.laneLocked(m, l)
+	ln.pending++
+	s.fetchQ[c.prio] = append(s.fetchQ[c.prio], c)
+	s.cond.Signal()
+	return c
+}
+
+func (s *scheduler) laneLocked(m *Model, l Layer) *lane {
+	k := sessionKey{model: m.Name, layer: l.Index}
+	ln := s.lanes[k]
+	if ln == nil {
+		ln = &lane{key: k, m: m, l: l}
+		s.lanes[k] = ln
+	}
+	return ln
+}
+
+func removeCall(q []*call, c *call) ([]*call, bool) {
+	i := slices.Index(q, c)
+	if i < 0 {
+		return q, false
+	}
+	return slices.Delete(q, i, i+1), true
+}
+
+// promoteLocked moves a background call to the foreground queues.
+func (s *scheduler) promoteLocked(c *call) {
+	var ok bool
+	switch c.stage {
+	case stageFetchQ:
+		if s.fetchQ[Background], ok = removeCall(s.fetchQ[Background], c); ok {
+			s.fetchQ[Foreground] = append(s.fetchQ[Foreground], c)
+		}
+	case stageLane:
+		ln := s.laneLocked(c.m, c.l)
+		if ln.q[Background], ok = removeCall(ln.q[Background], c); ok {
+			ln.q[Foreground] = append(ln.q[Foreground], c)
+			s.kick()
+		}
+	}
+	c.prio = Foreground
+}
+
+// abandonLocked cancels a call nobody waits for any more.
+func (s *scheduler) abandonLocked(c *call) {
+	s.n.cancelled.Add(1)
+	c.cancel()
+	if s.inflight[c.key] == c {
+		delete(s.inflight, c.key)
+	}
+	var ok bool
+	switch c.stage {
+	case stageFetchQ:
+		if s.fetchQ[c.prio], ok = removeCall(s.fetchQ[c.prio], c); ok {
+			s.finishLocked(c, nil, context.Canceled)
+		}
+	case stageLane:
+		ln := s.laneLocked(c.m, c.l)
+		if ln.q[c.prio], ok = removeCall(ln.q[c.prio], c); ok {
+			s.dropInputLocked(c)
+			s.finishLocked(c, nil, context.Canceled)
+		}
+	}
+	// Decoding or running: the worker or the inference loop finishes it.
+}
+
+// dropInputLocked frees a queued call's decoded input and its token.
+func (s *scheduler) dropInputLocked(c *call) {
+	if c.input != nil {
+		c.m.putBuf(c.input)
+		c.input = nil
+		<-s.tokens
+	}
+}
+
+// finishLocked completes c once.
+func (s *scheduler) finishLocked(c *call, out []byte, err error) {
+	if c.stage == stageDone {
+		return
+	}
+	if c.stage == stageFetchQ || c.stage == stageDecoding {
+		if ln := s.lanes[sessionKey{model: c.m.Name, layer: c.l.Index}]; ln != nil {
+			ln.pending--
+			s.kick()
+		}
+	}
+	c.stage = stageDone
+	c.out, c.err = out, err
+	if s.inflight[c.key] == c {
+		delete(s.inflight, c.key)
+	}
+	switch {
+	case err == nil:
+		s.n.completed.Add(1)
+	case errors.Is(err, ErrBadImage):
+		s.n.badImages.Add(1)
+		s.n.failed.Add(1)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrClosed):
+	default:
+		s.n.failed.Add(1)
+	}
+	c.cancel()
+	close(c.done)
+	<-s.slots
+}
+
+func (s *scheduler) finish(c *call, out []byte, err error) {
+	s.mu.Lock()
+	s.finishLocked(c, out, err)
+	s.mu.Unlock()
+}
+
+// worker fetches and preprocesses calls, foreground first.
+func (s *scheduler) worker() {
+	defer s.wg.Done()
+	for {
+		s.mu.Lock()
+		for !s.closed && len(s.fetchQ[Foreground])+len(s.fetchQ[Background]) == 0 {
+			s.cond.Wait()
+		}
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		p := Foreground
+		if len(s.fetchQ[p]) == 0 {
+			p = Background
+		}
+		c := s.fetchQ[p][0]
+		s.fetchQ[p] = slices.Delete(s.fetchQ[p], 0, 1)
+		c.stage = stageDecoding
+		s.mu.Unlock()
+		s.decode(c)
+	}
+}
+
+// decode fetches and preprocesses c, then hands it to its lane.
+func (s *scheduler) decode(c *call) {
+	select {
+	case s.tokens <- struct{}{}:
+	case <-c.ctx.Done():
+		s.finish(c, nil, ctxErr(c.ctx))
+		return
+	}
+	input, err := s.prepare(c)
+	if err != nil {
+		<-s.tokens
+		s.finish(c, nil, err)
+		return
+	}
+	s.mu.Lock()
+	if c.ctx.Err() != nil || c.stage == stageDone {
+		c.m.putBuf(input)
+		<-s.tokens
+		s.finishLocked(c, nil, ctxErr(c.ctx))
+		s.mu.Unlock()
+		return
+	}
+	ln := s.laneLocked(c.m, c.l)
+	ln.pending--
+	c.stage = stageLane
+	c.input = input
+	c.since = time.Now()
+	ln.q[c.prio] = append(ln.q[c.prio], c)
+	s.mu.Unlock()
+	s.kick()
+}
+
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		if errors.Is(context.Cause(ctx), ErrClosed) {
+			return ErrClosed
+		}
+		return err
+	}
+	return context.Canceled
+}
+
+// prepare fetches c's object and preprocesses it into a new input buffer.
+func (s *scheduler) prepare(c *call) ([]float32, error) {
+	if c.req.Fetch == nil {
+		return nil, fmt.Errorf("extract %s: request has no Fetch function", c.req.Key)
+	}
+	t0 := time.Now()
+	data, err := c.req.Fetch(c.ctx)
+	s.n.fetchNanos.Add(int64(time.Since(t0)))
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return nil, ctxErr(c.ctx)
+		}
+		return nil, fmt.Errorf("fetch %s: %w", c.req.Key, err)
+	}
+	if len(data) == 0 {
+		return nil, &ImageError{Key: c.req.Key, Reason: "empty object"}
+	}
+	buf := c.m.getBuf()
+	t1 := time.Now()
+	err = c.m.Preprocess.Apply(data, s.cfg.maxPixels, buf)
+	s.n.decodeNanos.Add(int64(time.Since(t1)))
+	if err != nil {
+		c.m.putBuf(buf)
+		if errors.Is(err, ErrBadImage) {
+			return nil, &ImageError{Key: c.req.Key, Reason: "cannot use as image", Err: err}
+		}
+		return nil, fmt.Errorf("preprocess %s: %w", c.req.Key, err)
+	}
+	return buf, nil
+}
+
+// inferLoop runs batches until close.
+func (s *scheduler) inferLoop() {
+	defer s.wg.Done()
+	for {
+		ln, batch := s.nextBatch()
+		if ln == nil {
+			return
+		}
+		s.runBatch(ln, batch)
+	}
+}
+
+// pickLaneLocked returns the lane to serve next: the one whose oldest
+// foreground input is oldest, else the one whose oldest background input is.
+func (s *scheduler) pickLaneLocked() *lane {
+	for p := Foreground; p <= Background; p++ {
+		var best *lane
+		for _, ln := range s.lanes {
+			if len(ln.q[p]) > 0 && (best == nil || ln.q[p][0].since.Before(best.q[p][0].since)) {
+				best = ln
+			}
+		}
+		if best != nil {
+			return best
+		}
+	}
+	return nil
+}
+
+// nextBatch blocks until a batch is due and returns it (nil lane on close).
+func (s *scheduler) nextBatch() (*lane, []*call) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, nil
+		}
+		ln := s.pickLaneLocked()
+		if ln == nil {
+			s.mu.Unlock()
+			select {
+			case <-s.wake:
+			case <-s.ctx.Done():
+			}
+			continue
+		}
+		if ln.bs == 0 {
+			s.mu.Unlock()
+			bs := s.cfg.batchSize(s.ctx, ln.m, ln.l)
+			if bs < 1 {
+				bs = 1
+			}
+			s.mu.Lock()
+			ln.bs = bs
+			s.mu.Unlock()
+			continue
+		}
+		if n := ln.len(); n < ln.bs && ln.pending > 0 {
+			oldest := time.Time{}
+			for p := range ln.q {
+				if len(ln.q[p]) > 0 && (oldest.IsZero() || ln.q[p][0].since.Before(oldest)) {
+					oldest = ln.q[p][0].since
+				}
+			}
+			if wait := s.cfg.maxWait - time.Since(oldest); wait > 0 {
+				s.mu.Unlock()
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				select {
+				case <-s.wake:
+				case <-timer.C:
+				case <-s.ctx.Done():
+				}
+				if !timer.Stop() {
+					select {
+					case <-timer.C:
+					default:
+					}
+				}
+				continue
+			}
+		}
+		var batch []*call
+		for p := range ln.q {
+			for len(ln.q[p]) > 0 && len(batch) < ln.bs {
+				c := ln.q[p][0]
+				ln.q[p] = slices.Delete(ln.q[p], 0, 1)
+				c.stage = stageRunning
+				batch = append(batch, c)
+			}
+		}
+		s.running = len(batch)
+		s.mu.Unlock()
+		return ln, batch
+	}
+}
+
+// runBatch runs one batch; when the batch run fails, each item is retried
+// alone so that one poisoned input fails only its own request.
+func (s *scheduler) runBatch(ln *lane, batch []*call) {
+	m, l := ln.m, ln.l
+	n := len(batch)
+	ie, oe := m.inputElems(), int(l.Elements())
+	if cap(s.inBuf) < n*ie {
+		s.inBuf = make([]float32, n*ie)
+	}
+	if cap(s.outBuf) < n*oe {
+		s.outBuf = make([]float32, n*oe)
+	}
+	in, out := s.inBuf[:n*ie], s.outBuf[:n*oe]
+	s.mu.Lock()
+	for i, c := range batch {
+		copy(in[i*ie:(i+1)*ie], c.input)
+		s.dropInputLocked(c)
+	}
+	s.mu.Unlock()
+
+	t0 := time.Now()
+	err := s.run.run(s.ctx, m, l, n, in, out)
+	s.n.inferNanos.Add(int64(time.Since(t0)))
+	s.n.batches.Add(1)
+	s.n.batchedItems.Add(int64(n))
+	if err == nil {
+		for i, c := range batch {
+			s.finish(c, EncodeNPY(l.Shape, out[i*oe:(i+1)*oe], s.cfg.dtype), nil)
+		}
+		s.doneRunning()
+		return
+	}
+	if n > 1 {
+		s.cfg.log.Warn("batch failed; retrying its items one by one", "model", m.Name, "layer", l.Name, "batch", n, "err", err)
+		for i, c := range batch {
+			if c.ctx.Err() != nil {
+				s.finish(c, nil, ctxErr(c.ctx))
+				continue
+			}
+			s.n.retries.Add(1)
+			t := time.Now()
+			err := s.run.run(s.ctx, m, l, 1, in[i*ie:(i+1)*ie], out[:oe])
+			s.n.inferNanos.Add(int64(time.Since(t)))
+			if err != nil {
+				s.finish(c, nil, fmt.Errorf("extract %s (%s %s): %w", c.req.Key, m.Name, l.Name, err))
+				continue
+			}
+			s.finish(c, EncodeNPY(l.Shape, out[:oe], s.cfg.dtype), nil)
+		}
+		s.doneRunning()
+		return
+	}
+	s.finish(batch[0], nil, fmt.Errorf("extract %s (%s %s): %w", batch[0].req.Key, m.Name, l.Name, err))
+	s.doneRunning()
+}
+
+func (s *scheduler) doneRunning() {
+	s.mu.Lock()
+	s.running = 0
+	s.mu.Unlock()
+}
+
+// queueFigures returns queue lengths for Stats.
+func (s *scheduler) queueFigures() (fetchFG, fetchBG, decoded, running, inflight int, batchSizes map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	batchSizes = map[string]int{}
+	for k, ln := range s.lanes {
+		decoded += ln.len()
+		if ln.bs > 0 {
+			batchSizes[k.String()] = ln.bs
+		}
+	}
+	return len(s.fetchQ[Foreground]), len(s.fetchQ[Background]), decoded, s.running, len(s.inflight), batchSizes
+}
+
+// measureBatchSize picks the batch size with the best throughput per image
+// among 1, 2, 4, ... maxBatch, running zero inputs through r (each size twice,
+// keeping the faster) within about budget of compute. A larger batch must
+// beat the best smaller one by 10% to be chosen: it costs latency and memory.
+// now is the clock (time.Now; tests pass a fake one).
+func measureBatchSize(ctx context.Context, r runner, m *Model, l Layer, maxBatch int, budget time.Duration, now func() time.Time) (best int, perImage map[int]time.Duration, err error) {
+	ie, oe := m.inputElems(), int(l.Elements())
+	in := make([]float32, maxBatch*ie)
+	out := make([]float32, maxBatch*oe)
+	perImage = map[int]time.Duration{}
+	start := now()
+	// Warm-up: the first run pays for lazy allocations.
+	if err := r.run(ctx, m, l, 1, in[:ie], out[:oe]); err != nil {
+		return 1, nil, err
+	}
+	best = 1
+	var bestPer time.Duration
+	for b := 1; b <= maxBatch; b *= 2 {
+		if b > 1 && now().Sub(start)+2*time.Duration(b)*bestPer > budget {
+			break
+		}
+		var per time.Duration
+		for range 2 {
+			if err := ctx.Err(); err != nil {
+				return best, perImage, err
+			}
+			t := now()
+			if err := r.run(ctx, m, l, b, in[:b*ie], out[:b*oe]); err != nil {
+				return best, perImage, err
+			}
+			if d := now().Sub(t) / time.Duration(b); per == 0 || d < per {
+				per = d
+			}
+		}
+		perImage[b] = per
+		if b == 1 || per < bestPer*90/100 {
+			best, bestPer = b, per
+		}
+	}
+	return best, perImage, nil
+}

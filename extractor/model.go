@@ -1,0 +1,304 @@
+package extractor
+
+// Model loading: the file's digest, its layers (graph/), and the per-sample
+// shape of every layer, known before any image is run.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/featurefs/featurefs/extractor/graph"
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// Model is one loaded model: its identity, its layers and how images are fed
+// to it. Fields are read-only after New.
+type Model struct {
+	// Name is the model's directory name under features/.
+	Name string
+	// Path is the .onnx file it was loaded from.
+	Path string
+	// Digest is the hex sha256 of the ONNX bytes.
+	Digest string
+	// Layers are the model's block boundaries, by index.
+	Layers []Layer
+	// Aliases maps extra directory names to layer names ("pool": "layer18").
+	Aliases map[string]string
+	// Preprocess is how an image becomes the model's input.
+	Preprocess Preprocess
+
+	g        *graph.Model
+	input    string
+	inShape  []int64 // per sample, e.g. 3x224x224
+	weight   int64   // bytes of the ONNX file
+	actBytes []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
+	bufs     sync.Pool
+}
+
+var layerDir = regexp.MustCompile(`^layer(0|[1-9][0-9]*)$`)
+
+// Lookup resolves a directory name, "layer12" or an alias, to a layer.
+func (m *Model) Lookup(dir string) (Layer, bool) {
+	return m.lookup(dir, 0)
+}
+
+func (m *Model) lookup(dir string, depth int) (Layer, bool) {
+	if sm := layerDir.FindStringSubmatch(dir); sm != nil {
+		i, err := strconv.Atoi(sm[1])
+		if err != nil || i >= len(m.Layers) {
+			return Layer{}, false
+		}
+		return m.Layers[i], true
+	}
+	if target, ok := m.Aliases[dir]; ok && depth < 4 {
+		if l, ok := m.lookup(target, depth+1); ok {
+			return l, true
+		}
+		for _, l := range m.Layers {
+			if l.Tensor == target {
+				return l, true
+			}
+		}
+	}
+	return Layer{}, false
+}
+
+// Table returns the layers as a text table: index, directory name, ONNX
+// tensor name, per-sample shape, bytes per sample (float32) and cumulative
+// GFLOPs per sample.
+func (m *Model) Table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# model %s  sha256 %s  input %s %s\n", m.Name, m.Digest, m.input, shapeString(m.inShape))
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "index\tname\ttensor\tshape\tbytes/sample\tcum GFLOPs\taliases")
+	for _, l := range m.Layers {
+		var al []string
+		for a, t := range m.Aliases {
+			if t == l.Name || t == l.Tensor {
+				al = append(al, a)
+			}
+		}
+		sortStrings(al)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%.3f\t%s\n", l.Index, l.Name, l.Tensor, shapeString(l.Shape), l.Bytes, l.CumGFLOPs, strings.Join(al, ","))
+	}
+	w.Flush()
+	return b.String()
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+func shapeString(s []int64) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = strconv.FormatInt(d, 10)
+	}
+	return strings.Join(parts, "x")
+}
+
+// inputElems is the number of input elements per sample.
+func (m *Model) inputElems() int {
+	n := 1
+	for _, d := range m.inShape {
+		n *= int(d)
+	}
+	return n
+}
+
+// getBuf returns an input buffer of one sample.
+func (m *Model) getBuf() []float32 {
+	if b, ok := m.bufs.Get().(*[]float32); ok {
+		return *b
+	}
+	return make([]float32, m.inputElems())
+}
+
+func (m *Model) putBuf(b []float32) {
+	if len(b) == m.inputElems() {
+		m.bufs.Put(&b)
+	}
+}
+
+// pruned returns the model pruned at layer l. The bytes are not kept: only
+// the session made from them is (bounded by the session pool).
+func (m *Model) pruned(l Layer) ([]byte, error) {
+	b, err := m.g.Prune(l.Tensor)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: prune at %s (%s): %w", m.Name, l.Name, l.Tensor, err)
+	}
+	return b, nil
+}
+
+// loadModel reads spec.Path and finds its layers and their per-sample shapes
+// from ONNX Runtime's output info on one pruned model exposing every layer
+// tensor and node output. ONNX Runtime must be initialized.
+func loadModel(spec ModelSpec) (*Model, error) {
+	if spec.Name == "" {
+		return nil, fmt.Errorf("model %s: empty name", spec.Path)
+	}
+	data, err := os.ReadFile(spec.Path)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", spec.Name, err)
+	}
+	sum := sha256.Sum256(data)
+	m := &Model{
+		Name:       spec.Name,
+		Path:       spec.Path,
+		Digest:     hex.EncodeToString(sum[:]),
+		Aliases:    map[string]string{},
+		Preprocess: DefaultPreprocess(),
+		weight:     int64(len(data)),
+	}
+	if spec.Preprocess != nil {
+		m.Preprocess = *spec.Preprocess
+	}
+	if err := m.Preprocess.Validate(); err != nil {
+		return nil, fmt.Errorf("model %s: preprocess: %w", spec.Name, err)
+	}
+	for k, v := range spec.Aliases {
+		m.Aliases[k] = v
+	}
+	g, err := graph.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("model %s (%s): %w", spec.Name, spec.Path, err)
+	}
+	m.g = g
+	m.input = g.Input()
+	gl, err := g.Layers()
+	if err != nil {
+		return nil, fmt.Errorf("model %s: layers: %w", spec.Name, err)
+	}
+	if len(gl) == 0 {
+		return nil, fmt.Errorf("model %s: no layers found", spec.Name)
+	}
+
+	// One pruned model exposing every layer tensor and node output.
+	var outs []string
+	seen := map[string]bool{}
+	for _, l := range gl {
+		if !seen[l.Tensor] {
+			seen[l.Tensor] = true
+			outs = append(outs, l.Tensor)
+		}
+	}
+	nodeOuts := g.NodeOutputs()
+	for _, t := range nodeOuts {
+		if !seen[t] {
+			seen[t] = true
+			outs = append(outs, t)
+		}
+	}
+	all, err := g.Prune(outs...)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: prune for shapes: %w", spec.Name, err)
+	}
+	ins, outInfo, err := ort.GetInputOutputInfoWithONNXData(all)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: onnx runtime shape info: %w", spec.Name, err)
+	}
+	shapes := map[string][]int64{}
+	for _, in := range ins {
+		if in.Name == m.input {
+			s, ok := perSample(in.Dimensions)
+			if !ok {
+				return nil, fmt.Errorf("model %s: input %s has shape %v; want [batch,C,H,W] with static C,H,W", spec.Name, in.Name, in.Dimensions)
+			}
+			m.inShape = s
+			shapes[in.Name] = s
+		}
+	}
+	if m.inShape == nil {
+		return nil, fmt.Errorf("model %s: input %q not found by ONNX Runtime", spec.Name, m.input)
+	}
+	if len(m.inShape) != 3 || m.inShape[0] != 3 || m.inShape[1] != int64(m.Preprocess.Crop) || m.inShape[2] != int64(m.Preprocess.Crop) {
+		return nil, fmt.Errorf("model %s: input %s is %s per sample but preprocessing makes 3x%dx%d", spec.Name, m.input, shapeString(m.inShape), m.Preprocess.Crop, m.Preprocess.Crop)
+	}
+	for _, o := range outInfo {
+		if o.OrtValueType != ort.ONNXTypeTensor {
+			continue
+		}
+		if s, ok := perSample(o.Dimensions); ok {
+			shapes[o.Name] = s
+		}
+	}
+	flops := g.CumulativeFLOPs(shapes)
+
+	// Per-sample activation bytes up to each layer: the sum of every node
+	// output before it in topological order (an upper bound).
+	pos := map[string]int{}
+	for i, t := range nodeOuts {
+		pos[t] = i
+	}
+	prefix := make([]int64, len(nodeOuts)+1)
+	for i, t := range nodeOuts {
+		prefix[i+1] = prefix[i] + shapeElems(shapes[t])*4
+	}
+
+	for i, l := range gl {
+		s, ok := shapes[l.Tensor]
+		if !ok {
+			return nil, fmt.Errorf("model %s: layer %d (%s): no static per-sample shape from ONNX Runtime", spec.Name, i, l.Tensor)
+		}
+		if l.Index != i {
+			return nil, fmt.Errorf("model %s: layer %d has index %d", spec.Name, i, l.Index)
+		}
+		m.Layers = append(m.Layers, Layer{
+			Index:     i,
+			Name:      "layer" + strconv.Itoa(i),
+			Tensor:    l.Tensor,
+			Shape:     s,
+			Bytes:     shapeElems(s) * 4,
+			CumGFLOPs: flops[l.Tensor] / 1e9,
+		})
+		act := int64(0)
+		if p, ok := pos[l.Tensor]; ok {
+			act = prefix[p+1]
+		}
+		m.actBytes = append(m.actBytes, act+shapeElems(m.inShape)*4)
+	}
+	for a, t := range m.Aliases {
+		if _, ok := m.Lookup(a); !ok {
+			return nil, fmt.Errorf("model %s: alias %q names %q, which is no layer", spec.Name, a, t)
+		}
+	}
+	return m, nil
+}
+
+// perSample drops the batch axis of dims and reports whether the rest is
+// static.
+func perSample(dims ort.Shape) ([]int64, bool) {
+	if len(dims) < 1 {
+		return nil, false
+	}
+	s := make([]int64, len(dims)-1)
+	for i, d := range dims[1:] {
+		if d <= 0 {
+			return nil, false
+		}
+		s[i] = d
+	}
+	return s, true
+}
+
+func shapeElems(s []int64) int64 {
+	if s == nil {
+		return 0
+	}
+	n := int64(1)
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}

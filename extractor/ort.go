@@ -1,0 +1,350 @@
+package extractor
+
+// ONNX Runtime glue: the process-wide environment, session options, and the
+// bounded pool of sessions shared by all requests.
+//
+// Lock order: sessionPool.mu is a leaf lock; no other lock is taken while it
+// is held, and no ONNX Runtime call is made under it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// ErrORTLibrary is matched by errors caused by a missing or unloadable ONNX
+// Runtime shared library.
+var ErrORTLibrary = errors.New("onnx runtime library unavailable")
+
+// DefaultORTLib returns $FEATUREFS_ORT_LIB, else
+// ~/.cache/featurefs/lib/libonnxruntime.so.1.
+func DefaultORTLib() string {
+	if p := os.Getenv("FEATUREFS_ORT_LIB"); p != "" {
+		return p
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "featurefs", "lib", "libonnxruntime.so.1")
+}
+
+// ortProcess is the process-wide ONNX Runtime environment. onnxruntime_go
+// keeps exactly one environment per process in its own package state, so
+// this is the one place featurefs needs process-wide state too: the
+// environment is created by the first Service and never destroyed, so that
+// several Services (tests, a mount and a warm-up in one binary) can coexist.
+type ortProcess struct {
+	mu  sync.Mutex
+	lib string // GUARDED_BY(mu): the library the environment was made from
+}
+
+var ortProc ortProcess
+
+// initORT makes sure the ONNX Runtime environment exists, loading lib.
+func initORT(lib string) error {
+	ortProc.mu.Lock()
+	defer ortProc.mu.Unlock()
+	if ort.IsInitialized() {
+		return nil
+	}
+	if lib == "" {
+		lib = DefaultORTLib()
+	}
+	if _, err := os.Stat(lib); err != nil {
+		return fmt.Errorf("%w: %s: %v (run scripts/install-deps.sh, or set FEATUREFS_ORT_LIB or --ort-lib)", ErrORTLibrary, lib, err)
+	}
+	ort.SetSharedLibraryPath(lib)
+	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrORTLibrary, lib, err)
+	}
+	ortProc.lib = lib
+	return nil
+}
+
+// sessionConfig is how sessions are made: threads and execution provider.
+type sessionConfig struct {
+	threads  int
+	gpu      bool
+	gpuIndex int
+	tensorRT bool
+}
+
+// newSessionOptions builds ONNX Runtime session options for c. The caller
+// destroys them.
+func newSessionOptions(c sessionConfig) (*ort.SessionOptions, error) {
+	o, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("session options: %w", err)
+	}
+	fail := func(err error) (*ort.SessionOptions, error) {
+		o.Destroy()
+		return nil, err
+	}
+	if c.threads > 0 {
+		if err := o.SetIntraOpNumThreads(c.threads); err != nil {
+			return fail(fmt.Errorf("intra-op threads: %w", err))
+		}
+	}
+	if err := o.SetInterOpNumThreads(1); err != nil {
+		return fail(fmt.Errorf("inter-op threads: %w", err))
+	}
+	// Spinning threads would steal the cores the decode workers need.
+	if err := o.AddSessionConfigEntry("session.intra_op.allow_spinning", "0"); err != nil {
+		return fail(fmt.Errorf("session config: %w", err))
+	}
+	if c.gpu {
+		if err := appendGPUProviders(o, c.gpuIndex, c.tensorRT); err != nil {
+			return fail(err)
+		}
+	}
+	return o, nil
+}
+
+// appendGPUProviders appends TensorRT (when asked) and CUDA for GPU index.
+func appendGPUProviders(o *ort.SessionOptions, index int, tensorRT bool) error {
+	dev := strconv.Itoa(index)
+	if tensorRT {
+		t, err := ort.NewTensorRTProviderOptions()
+		if err != nil {
+			return fmt.Errorf("tensorrt provider: %w", err)
+		}
+		defer t.Destroy()
+		if err := t.Update(map[string]string{"device_id": dev, "trt_fp16_enable": "1", "trt_engine_cache_enable": "1"}); err != nil {
+			return fmt.Errorf("tensorrt provider options: %w", err)
+		}
+		if err := o.AppendExecutionProviderTensorRT(t); err != nil {
+			return fmt.Errorf("tensorrt provider: %w", err)
+		}
+	}
+	c, err := ort.NewCUDAProviderOptions()
+	if err != nil {
+		return fmt.Errorf("cuda provider: %w", err)
+	}
+	defer c.Destroy()
+	if err := c.Update(map[string]string{"device_id": dev}); err != nil {
+		return fmt.Errorf("cuda provider options: %w", err)
+	}
+	if err := o.AppendExecutionProviderCUDA(c); err != nil {
+		return fmt.Errorf("cuda provider: %w", err)
+	}
+	return nil
+}
+
+// inferSession runs one pruned model on a batch.
+type inferSession interface {
+	// run computes n samples: in holds n inputs, out receives n outputs.
+	run(n int, in, out []float32) error
+	close() error
+}
+
+// ortSession is an inferSession backed by ONNX Runtime.
+type ortSession struct {
+	s        *ort.DynamicAdvancedSession
+	inShape  []int64 // per sample
+	outShape []int64 // per sample
+}
+
+// newORTSession loads the pruned model onnx with one input and one output.
+func newORTSession(onnx []byte, input, output string, inShape, outShape []int64, c sessionConfig) (*ortSession, error) {
+	o, err := newSessionOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Destroy()
+	s, err := ort.NewDynamicAdvancedSessionWithONNXData(onnx, []string{input}, []string{output}, o)
+	if err != nil {
+		return nil, fmt.Errorf("onnx runtime session: %w", err)
+	}
+	return &ortSession{s: s, inShape: inShape, outShape: outShape}, nil
+}
+
+func batchShape(n int, per []int64) ort.Shape {
+	s := make(ort.Shape, 0, len(per)+1)
+	s = append(s, int64(n))
+	return append(s, per...)
+}
+
+func (o *ortSession) run(n int, in, out []float32) error {
+	it, err := ort.NewTensor(batchShape(n, o.inShape), in)
+	if err != nil {
+		return fmt.Errorf("input tensor: %w", err)
+	}
+	defer it.Destroy()
+	ot, err := ort.NewTensor(batchShape(n, o.outShape), out)
+	if err != nil {
+		return fmt.Errorf("output tensor: %w", err)
+	}
+	defer ot.Destroy()
+	if err := o.s.Run([]ort.Value{it}, []ort.Value{ot}); err != nil {
+		return fmt.Errorf("onnx runtime: %w", err)
+	}
+	return nil
+}
+
+func (o *ortSession) close() error { return o.s.Destroy() }
+
+// sessionKey names one pruned model: a model and a layer index.
+type sessionKey struct {
+	model string
+	layer int
+}
+
+func (k sessionKey) String() string { return fmt.Sprintf("%s/layer%d", k.model, k.layer) }
+
+// pooled is one session in the pool.
+type pooled struct {
+	key     sessionKey
+	s       inferSession  // nil until ready is closed
+	err     error         // creation error, set before ready is closed
+	ready   chan struct{} // closed when creation finished
+	refs    int           // GUARDED_BY(sessionPool.mu)
+	lastUse uint64        // GUARDED_BY(sessionPool.mu)
+}
+
+// sessionPool keeps at most max sessions, made lazily per (model, layer) and
+// shared by all requests. When full, the least recently used session that
+// nobody holds is destroyed; a session in use is never destroyed, so an
+// acquire may wait for a release.
+type sessionPool struct {
+	max  int
+	open func(sessionKey) (inferSession, error)
+
+	mu      sync.Mutex
+	entries map[sessionKey]*pooled // GUARDED_BY(mu)
+	clock   uint64                 // GUARDED_BY(mu)
+	changed chan struct{}          // GUARDED_BY(mu); closed and replaced on every release
+	closed  bool                   // GUARDED_BY(mu)
+	created int64                  // GUARDED_BY(mu)
+	evicted int64                  // GUARDED_BY(mu)
+}
+
+func newSessionPool(max int, open func(sessionKey) (inferSession, error)) *sessionPool {
+	if max < 1 {
+		max = 1
+	}
+	return &sessionPool{max: max, open: open, entries: map[sessionKey]*pooled{}, changed: make(chan struct{})}
+}
+
+var errPoolClosed = errors.New("session pool closed")
+
+// acquire returns the session for k, creating it if needed. The caller must
+// release it.
+func (p *sessionPool) acquire(ctx context.Context, k sessionKey) (*pooled, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		if e, ok := p.entries[k]; ok {
+			e.refs++
+			p.clock++
+			e.lastUse = p.clock
+			p.mu.Unlock()
+			select {
+			case <-e.ready:
+			case <-ctx.Done():
+				p.release(e)
+				return nil, ctx.Err()
+			}
+			if e.err != nil {
+				p.release(e)
+				return nil, e.err
+			}
+			return e, nil
+		}
+		var victim *pooled
+		if len(p.entries) >= p.max {
+			for _, e := range p.entries {
+				if e.refs == 0 && (victim == nil || e.lastUse < victim.lastUse) {
+					victim = e
+				}
+			}
+			if victim == nil {
+				wait := p.changed
+				p.mu.Unlock()
+				select {
+				case <-wait:
+					continue
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			delete(p.entries, victim.key)
+			p.evicted++
+		}
+		e := &pooled{key: k, ready: make(chan struct{}), refs: 1}
+		p.clock++
+		e.lastUse = p.clock
+		p.entries[k] = e
+		p.created++
+		p.mu.Unlock()
+
+		if victim != nil && victim.s != nil {
+			victim.s.close()
+		}
+		s, err := p.open(k)
+		p.mu.Lock()
+		e.s, e.err = s, err
+		if err != nil {
+			delete(p.entries, k)
+		}
+		p.mu.Unlock()
+		close(e.ready)
+		if err != nil {
+			p.release(e)
+			return nil, err
+		}
+		return e, nil
+	}
+}
+
+// release gives back a session acquired with acquire.
+func (p *sessionPool) release(e *pooled) {
+	p.mu.Lock()
+	e.refs--
+	destroy := e.refs == 0 && p.closed && e.s != nil && e.err == nil
+	if destroy {
+		delete(p.entries, e.key)
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+	if destroy {
+		e.s.close()
+	}
+}
+
+// stats returns the number of live sessions, created and evicted so far.
+func (p *sessionPool) stats() (live int, created, evicted int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.entries), p.created, p.evicted
+}
+
+// close destroys every idle session; sessions still held are destroyed on
+// their release.
+func (p *sessionPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	var idle []*pooled
+	for k, e := range p.entries {
+		if e.refs == 0 && e.s != nil {
+			idle = append(idle, e)
+			delete(p.entries, k)
+		}
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+	for _, e := range idle {
+		e.s.close()
+	}
+}

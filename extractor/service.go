@@ -1,0 +1,335 @@
+package extractor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// ErrUnknownModel is matched by Extract errors for a model name not loaded.
+var ErrUnknownModel = errors.New("unknown model")
+
+// ErrUnknownLayer is matched by Extract errors for a layer index out of range.
+var ErrUnknownLayer = errors.New("unknown layer")
+
+// Config tunes a Service. Zero fields take DefaultConfig's values.
+type Config struct {
+	// ORTLib is the path of libonnxruntime.so. Default: $FEATUREFS_ORT_LIB,
+	// else ~/.cache/featurefs/lib/libonnxruntime.so.1.
+	ORTLib string
+	// Device is auto, cpu, cuda or cuda:N. auto uses the GPU with the most
+	// free memory when NVML and ONNX Runtime's CUDA provider are there, the
+	// CPU otherwise.
+	Device string
+	// TensorRT puts ONNX Runtime's TensorRT provider (FP16) before CUDA.
+	TensorRT bool
+	// BatchSize is the most inputs run together. 0 chooses per (model, layer):
+	// on a GPU from free memory and the layer's activation memory, on the
+	// CPU by a short measurement on first use.
+	BatchSize int
+	// MaxWait is how long a batch waits to fill while more of its inputs are
+	// being decoded.
+	MaxWait time.Duration
+	// Workers is the number of goroutines fetching and decoding images.
+	Workers int
+	// MaxSessions bounds the ONNX Runtime sessions kept open (one per model
+	// and layer in use); the least recently used idle one is closed first.
+	MaxSessions int
+	// IntraOpThreads is ONNX Runtime's thread count per run (default: cores).
+	IntraOpThreads int
+	// MaxPixels rejects images with more pixels (width*height) than this.
+	MaxPixels int64
+	// DType is the element type of the .npy files returned.
+	DType DType
+	// Logger receives the service's logs (default slog.Default()).
+	Logger *slog.Logger
+	// MaxPending bounds the distinct requests in flight; Extract waits for
+	// room beyond it. Default 4096.
+	MaxPending int
+	// NVMLLib is the NVML library to load (default libnvidia-ml.so.1).
+	NVMLLib string
+}
+
+// DefaultConfig returns the defaults: auto device, automatic batch size,
+// 5 ms batch wait, one decode worker per core (at least 2), 4 sessions,
+// intra-op threads = cores, 64 megapixels, float32.
+func DefaultConfig() Config {
+	cores := runtime.NumCPU()
+	return Config{
+		ORTLib:         DefaultORTLib(),
+		Device:         "auto",
+		MaxWait:        5 * time.Millisecond,
+		Workers:        max(2, cores),
+		MaxSessions:    4,
+		IntraOpThreads: cores,
+		MaxPixels:      64 << 20,
+		DType:          Float32,
+		MaxPending:     4096,
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if c.ORTLib == "" {
+		c.ORTLib = d.ORTLib
+	}
+	if c.Device == "" {
+		c.Device = d.Device
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = d.MaxWait
+	}
+	if c.Workers <= 0 {
+		c.Workers = d.Workers
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = d.MaxSessions
+	}
+	if c.IntraOpThreads <= 0 {
+		c.IntraOpThreads = d.IntraOpThreads
+	}
+	if c.MaxPixels <= 0 {
+		c.MaxPixels = d.MaxPixels
+	}
+	if c.DType == "" {
+		c.DType = d.DType
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = d.MaxPending
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.DType != Float32 && c.DType != Float16 {
+		return c, fmt.Errorf("dtype %q: want float32 or float16", c.DType)
+	}
+	if c.BatchSize < 0 {
+		return c, fmt.Errorf("batch size %d: want 0 (auto) or more", c.BatchSize)
+	}
+	return c, nil
+}
+
+// maxAutoBatch is the largest CPU batch size the measurement tries.
+const maxAutoBatch = 16
+
+// Service extracts features: it owns the models, the ONNX Runtime sessions
+// and the scheduler. It is safe for concurrent use.
+type Service struct {
+	cfg    Config
+	log    *slog.Logger
+	dev    deviceChoice
+	models map[string]*Model
+	order  []*Model
+	pool   *sessionPool
+	sched  *scheduler
+	once   sync.Once
+}
+
+// New loads the models and starts the service. The ONNX Runtime library is
+// loaded once per process; a missing library is an error matching
+// ErrORTLibrary.
+func New(cfg Config, specs []ModelSpec) (*Service, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := initORT(cfg.ORTLib); err != nil {
+		return nil, err
+	}
+	dev, err := chooseDevice(cfg.Device, cfg.TensorRT, nvmlGPUs(cfg.NVMLLib), ortCUDAProbe, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger, dev: dev, models: map[string]*Model{}}
+	for _, spec := range specs {
+		if _, dup := s.models[spec.Name]; dup {
+			return nil, fmt.Errorf("model %q given twice", spec.Name)
+		}
+		m, err := loadModel(spec)
+		if err != nil {
+			return nil, err
+		}
+		s.models[m.Name] = m
+		s.order = append(s.order, m)
+	}
+	sc := sessionConfig{threads: cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT}
+	s.pool = newSessionPool(cfg.MaxSessions, func(k sessionKey) (inferSession, error) {
+		m := s.models[k.model]
+		l := m.Layers[k.layer]
+		b, err := m.pruned(l)
+		if err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		sess, err := newORTSession(b, m.input, l.Tensor, m.inShape, l.Shape, sc)
+		if err != nil {
+			return nil, fmt.Errorf("model %s %s: %w", m.Name, l.Name, err)
+		}
+		s.log.Debug("session opened", "model", m.Name, "layer", l.Name, "device", dev.String(), "took", time.Since(t))
+		return sess, nil
+	})
+	s.sched = newScheduler(s.schedConfig(), ortRunner{pool: s.pool})
+	return s, nil
+}
+
+func (s *Service) schedConfig() schedConfig {
+	return schedConfig{
+		workers:   s.cfg.Workers,
+		maxWait:   s.cfg.MaxWait,
+		maxCalls:  s.cfg.MaxPending,
+		tokens:    s.cfg.Workers + 2*max(s.cfg.BatchSize, maxAutoBatch),
+		maxPixels: s.cfg.MaxPixels,
+		dtype:     s.cfg.DType,
+		log:       s.log,
+		batchSize: s.chooseBatch,
+	}
+}
+
+// chooseBatch picks the batch size of (m, l); see Config.BatchSize.
+func (s *Service) chooseBatch(ctx context.Context, m *Model, l Layer) int {
+	if s.cfg.BatchSize > 0 {
+		return s.cfg.BatchSize
+	}
+	if s.dev.gpu {
+		b := gpuBatchSize(s.dev.free, m.weight, m.actBytes[l.Index])
+		s.log.Info("batch size from GPU memory", "model", m.Name, "layer", l.Name, "batch", b, "free_bytes", s.dev.free, "activation_bytes_per_sample", m.actBytes[l.Index])
+		return b
+	}
+	return chooseCPUBatch(ctx, ortRunner{pool: s.pool}, m, l, s.log)
+}
+
+// chooseCPUBatch measures batch sizes 1..maxAutoBatch on r and logs the pick.
+func chooseCPUBatch(ctx context.Context, r runner, m *Model, l Layer, log *slog.Logger) int {
+	t := time.Now()
+	b, per, err := measureBatchSize(ctx, r, m, l, maxAutoBatch, 3*time.Second, time.Now)
+	if err != nil {
+		log.Warn("batch size measurement failed; using 1", "model", m.Name, "layer", l.Name, "err", err)
+		return 1
+	}
+	attrs := []any{"model", m.Name, "layer", l.Name, "batch", b, "took", time.Since(t).Round(time.Millisecond)}
+	for bs := 1; bs <= maxAutoBatch; bs *= 2 {
+		if d, ok := per[bs]; ok {
+			attrs = append(attrs, fmt.Sprintf("ms_per_image_b%d", bs), float64(d.Microseconds())/1000)
+		}
+	}
+	log.Info("batch size measured", attrs...)
+	return b
+}
+
+// ortRunner runs batches on pooled ONNX Runtime sessions.
+type ortRunner struct{ pool *sessionPool }
+
+func (r ortRunner) run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error {
+	e, err := r.pool.acquire(ctx, sessionKey{model: m.Name, layer: l.Index})
+	if err != nil {
+		return err
+	}
+	defer r.pool.release(e)
+	return e.s.run(n, in, out)
+}
+
+// Models returns the loaded models in the order given to New.
+func (s *Service) Models() []*Model { return append([]*Model(nil), s.order...) }
+
+// Model returns the model called name.
+func (s *Service) Model(name string) (*Model, bool) {
+	m, ok := s.models[name]
+	return m, ok
+}
+
+// Extract returns the whole .npy file of req's layer output for req's image.
+// Identical in-flight requests (same model, layer and ID) share one
+// computation, which is cancelled only when every caller's ctx is done. An
+// error caused by the image itself is an *ImageError matching ErrBadImage.
+// The returned bytes may be shared between callers and must not be modified.
+func (s *Service) Extract(ctx context.Context, req Request) ([]byte, error) {
+	m, ok := s.models[req.Model]
+	if !ok {
+		return nil, fmt.Errorf("extract %s: %w %q", req.Key, ErrUnknownModel, req.Model)
+	}
+	if req.Layer < 0 || req.Layer >= len(m.Layers) {
+		return nil, fmt.Errorf("extract %s: %w %d of model %s (it has %d)", req.Key, ErrUnknownLayer, req.Layer, m.Name, len(m.Layers))
+	}
+	return s.sched.extract(ctx, m, m.Layers[req.Layer], req)
+}
+
+// DType returns the element type of the returned .npy files.
+func (s *Service) DType() DType { return s.cfg.DType }
+
+// Device returns where inference runs: "cpu" or "cuda:N".
+func (s *Service) Device() string { return s.dev.String() }
+
+// Stats are the service's figures, for MOUNT/.featurefs/stats.
+type Stats struct {
+	Device           string         `json:"device"`
+	Requests         int64          `json:"requests"`
+	Shared           int64          `json:"shared"`
+	Completed        int64          `json:"completed"`
+	Failed           int64          `json:"failed"`
+	BadImages        int64          `json:"bad_images"`
+	Cancelled        int64          `json:"cancelled"`
+	Batches          int64          `json:"batches"`
+	BatchedItems     int64          `json:"batched_items"`
+	Retries          int64          `json:"retries"`
+	InFlight         int            `json:"in_flight"`
+	QueuedForeground int            `json:"queued_foreground"`
+	QueuedBackground int            `json:"queued_background"`
+	Decoded          int            `json:"decoded_waiting"`
+	Running          int            `json:"running"`
+	Sessions         int            `json:"sessions"`
+	SessionsCreated  int64          `json:"sessions_created"`
+	SessionsEvicted  int64          `json:"sessions_evicted"`
+	BatchSizes       map[string]int `json:"batch_sizes"`
+	FetchSeconds     float64        `json:"fetch_seconds"`
+	DecodeSeconds    float64        `json:"decode_seconds"`
+	InferSeconds     float64        `json:"infer_seconds"`
+}
+
+// Stats returns the current figures.
+func (s *Service) Stats() Stats {
+	st := statsOf(s.sched)
+	st.Device = s.Device()
+	st.Sessions, st.SessionsCreated, st.SessionsEvicted = s.pool.stats()
+	return st
+}
+
+func statsOf(sc *scheduler) Stats {
+	fg, bg, dec, run, inflight, bs := sc.queueFigures()
+	n := &sc.n
+	return Stats{
+		Requests:         n.requests.Load(),
+		Shared:           n.shared.Load(),
+		Completed:        n.completed.Load(),
+		Failed:           n.failed.Load(),
+		BadImages:        n.badImages.Load(),
+		Cancelled:        n.cancelled.Load(),
+		Batches:          n.batches.Load(),
+		BatchedItems:     n.batchedItems.Load(),
+		Retries:          n.retries.Load(),
+		InFlight:         inflight,
+		QueuedForeground: fg,
+		QueuedBackground: bg,
+		Decoded:          dec,
+		Running:          run,
+		BatchSizes:       bs,
+		FetchSeconds:     time.Duration(n.fetchNanos.Load()).Seconds(),
+		DecodeSeconds:    time.Duration(n.decodeNanos.Load()).Seconds(),
+		InferSeconds:     time.Duration(n.inferNanos.Load()).Seconds(),
+	}
+}
+
+// Close stops the service: queued requests fail with ErrClosed, the batch
+// being run completes, and the sessions are closed. The ONNX Runtime
+// environment stays for other Services in the process.
+func (s *Service) Close() error {
+	s.once.Do(func() {
+		s.sched.close()
+		s.pool.close()
+	})
+	return nil
+}
