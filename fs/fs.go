@@ -58,9 +58,11 @@ type Config struct {
 	// Logger receives errors and bad objects; nil discards.
 	Logger *slog.Logger
 
-	// MetadataTTL is how long listings, entries and attributes are cached.
+	// MetadataTTL is how long listings, entries and attributes are cached;
+	// 0 caches nothing (mountopts defaults it to 60s).
 	MetadataTTL time.Duration
-	// NegativeTTL is how long a bad object keeps failing without a retry.
+	// NegativeTTL is how long a bad object keeps failing without a retry;
+	// 0 retries on every read (mountopts defaults it to 5m).
 	NegativeTTL time.Duration
 	// ReadTimeout bounds the fetch and extraction behind a read; 0: none.
 	ReadTimeout time.Duration

@@ -20,6 +20,7 @@ type listing struct {
 	byName   map[string]int // GUARDED_BY(mu), index into entries
 	complete bool           // GUARDED_BY(mu)
 	failed   bool           // GUARDED_BY(mu): a page failed; never complete
+	pages    int            // GUARDED_BY(mu): pages read
 }
 
 func newListing(prefix string, at time.Time) *listing {
@@ -54,6 +55,13 @@ func (l *listing) snapshot() ([]dirEntry, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.entries, l.complete
+}
+
+// size returns the pages read and whether the listing is complete.
+func (l *listing) size() (pages int, complete bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pages, l.complete
 }
 
 func (l *listing) len() int {
@@ -101,6 +109,9 @@ func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
 	}
 	s.token = p.Next
 	complete := p.Next == ""
+	s.l.mu.Lock()
+	s.l.pages++
+	s.l.mu.Unlock()
 	es := s.r.add(p, complete)
 	s.l.append(es)
 	n := s.l.len()

@@ -192,3 +192,34 @@ func diff(got, want []string) string {
 }
 
 func first(s []string, n int) []string { return s[:min(n, len(s))] }
+
+// TestStaleCompleteListingIsReadAgainWhole: after the TTL, a lookup in a
+// directory whose listing was complete lists it again, whole, instead of
+// a Stat per name, even past RelistPages.
+func TestStaleCompleteListingIsReadAgainWhole(t *testing.T) {
+	b := newFakeBucket(10)
+	for i := range 50 {
+		b.put(fmt.Sprintf("d/%02d.jpg", i), []byte{byte(i)})
+	}
+	e := testMount(t, b, func(c *Config) { c.RelistPages = 1 })
+	dir := e.path("features", "tiny", "layer0", "d")
+	if got := names(t, dir); len(got) != 50 {
+		t.Fatalf("%d names", len(got))
+	}
+	e.clock.advance(2 * time.Hour)
+	stats, lists := b.stats.Load(), b.lists.Load()
+	// A name the kernel has not cached yet.
+	b.put("d/new.jpg", []byte("new"))
+	if _, err := os.Stat(dir + "/new.npy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir + "/nope.npy"); !os.IsNotExist(err) {
+		t.Errorf("nope.npy: %v", err)
+	}
+	if b.stats.Load() != stats {
+		t.Errorf("%d Stat calls after the TTL, want a relisting instead", b.stats.Load()-stats)
+	}
+	if n := b.lists.Load() - lists; n != 6 {
+		t.Errorf("%d List calls, want 6 (51 entries in pages of 10)", n)
+	}
+}

@@ -73,6 +73,10 @@ func (d *prefixDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileH
 	return h, 0, 0
 }
 
+// maxRelistPages bounds the pages one lookup reads to refresh a stale
+// listing that was complete.
+const maxRelistPages = 100
+
 // lookupEntry answers a lookup of name under prefix: from a fresh listing
 // when it has the name or is complete; else from a listing read now (shared
 // by concurrent lookups, at most RelistPages pages); else by Stat calls. A
@@ -83,13 +87,21 @@ func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (dirEntry, er
 	}
 	l, ok := f.listings.get(prefix)
 	if !ok || !f.fresh(l) {
+		// A listing that was complete is read again whole (up to
+		// maxRelistPages): cheaper than a Stat per name of a large directory.
+		pages := f.cfg.RelistPages
+		if ok {
+			if n, complete := l.size(); complete {
+				pages = max(pages, min(n+1, maxRelistPages))
+			}
+		}
 		var err error
 		l, err = f.lists.do(ctx, prefix, func(ctx context.Context) (*listing, error) {
 			if l, ok := f.listings.get(prefix); ok && f.fresh(l) {
 				return l, nil // another lookup or readdir has just started one
 			}
 			s := f.newListStream(prefix)
-			if _, err := s.all(ctx, f.cfg.RelistPages); err != nil {
+			if _, err := s.all(ctx, pages); err != nil {
 				return nil, err
 			}
 			return s.l, nil

@@ -32,29 +32,49 @@ type Stats struct {
 
 // TreeStats counts what the tree did since mount.
 type TreeStats struct {
-	Lookups         int64 `json:"lookups"`
-	StatLookups     int64 `json:"stat_lookups"`
-	ListPages       int64 `json:"list_pages"`
-	StatCalls       int64 `json:"stat_calls"`
-	Opens           int64 `json:"opens"`
-	Reads           int64 `json:"reads"`
-	ReadBytes       int64 `json:"read_bytes"`
-	CacheHits       int64 `json:"cache_hits"`
-	CacheMisses     int64 `json:"cache_misses"`
-	Extractions     int64 `json:"extractions"`
-	BadObjects      int64 `json:"bad_objects"`
-	BadObjectHits   int64 `json:"bad_object_hits"`
-	IOErrors        int64 `json:"io_errors"`
-	CacheErrors     int64 `json:"cache_errors"`
-	ListingsCached  int   `json:"listings_cached"`
-	ListingEntries  int   `json:"listing_entries"`
-	BadObjectsKnown int   `json:"bad_objects_known"`
+	// Lookups counts name lookups in feature directories.
+	Lookups int64 `json:"lookups"`
+	// StatLookups counts lookups answered by Stat calls (no complete listing).
+	StatLookups int64 `json:"stat_lookups"`
+	// ListPages counts bucket List calls.
+	ListPages int64 `json:"list_pages"`
+	// StatCalls counts bucket Stat calls.
+	StatCalls int64 `json:"stat_calls"`
+	// Opens counts opens of feature files.
+	Opens int64 `json:"opens"`
+	// Reads counts reads of feature files that returned data.
+	Reads int64 `json:"reads"`
+	// ReadBytes counts the bytes those reads returned.
+	ReadBytes int64 `json:"read_bytes"`
+	// CacheHits counts features served from the cache.
+	CacheHits int64 `json:"cache_hits"`
+	// CacheMisses counts features not in the cache.
+	CacheMisses int64 `json:"cache_misses"`
+	// Extractions counts extraction requests made.
+	Extractions int64 `json:"extractions"`
+	// BadObjects counts distinct bad object versions found.
+	BadObjects int64 `json:"bad_objects"`
+	// BadObjectHits counts reads refused by the negative cache.
+	BadObjectHits int64 `json:"bad_object_hits"`
+	// IOErrors counts reads and lookups answered EIO.
+	IOErrors int64 `json:"io_errors"`
+	// CacheErrors counts failed or inconsistent cache reads and writes.
+	CacheErrors int64 `json:"cache_errors"`
+	// ListingsCached is the number of prefixes whose listing is cached.
+	ListingsCached int `json:"listings_cached"`
+	// ListingEntries is the number of entries in those listings.
+	ListingEntries int `json:"listing_entries"`
+	// BadObjectsKnown is the size of the negative cache.
+	BadObjectsKnown int `json:"bad_objects_known"`
 }
 
 // ErrorRecord is one recent error.
 type ErrorRecord struct {
-	Time  string `json:"time"`
-	Key   string `json:"key"`
+	// Time is when it happened (RFC 3339, UTC).
+	Time string `json:"time"`
+	// Key is the object key or prefix concerned.
+	Key string `json:"key"`
+	// Error is the reason.
 	Error string `json:"error"`
 }
 
