@@ -411,6 +411,9 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 	}
 	log.Info("featurefs: mounted", slog.String("source", source), slog.String("mountpoint", mnt),
 		slog.String("device", svc.Device()), slog.Int("models", len(o.Models)), slog.String("cache", o.CacheDir))
+	if o.MetricsAddr != "" {
+		log.Warn("featurefs: --metrics-addr is reserved and not served yet", slog.String("addr", o.MetricsAddr))
+	}
 	ready()
 
 	sigs := make(chan os.Signal, 2)
