@@ -16,8 +16,8 @@ import (
 // with EROFS and leaves the file as it was.
 func TestWritesFailWithEROFS(t *testing.T) {
 	d := genDataset(t, "--classes", "1", "--train", "1", "--val", "0")
-	srv, env := minioBucket(t, "ro", "", d.Dir)
-	m := testMount(t, mountConfig{Source: "s3://ro", Env: env, Args: []string{"--endpoint-url", srv.Endpoint}})
+	srv, env := minioBucket(t, "readonly", "", d.Dir)
+	m := testMount(t, mountConfig{Source: "s3://readonly", Env: env, Args: []string{"--endpoint-url", srv.Endpoint}})
 	dir := filepath.Join(m.Layer(testLayer), "train", d.Classes[0])
 	file := filepath.Join(dir, "img0000.npy")
 	before, err := os.ReadFile(file)
