@@ -1,11 +1,53 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/featurefs/featurefs/extractor"
 )
 
+const layersUsage = `Usage: featurefs layers [--ort-lib PATH] MODEL.onnx
+
+Prints the model's layers (block boundaries): index, directory name, ONNX
+tensor, per-sample shape, bytes per sample (float32) and cumulative GFLOPs.
+`
+
+// runLayers implements "featurefs layers MODEL.onnx".
 func runLayers(args []string) int {
-	fmt.Fprintln(os.Stderr, "featurefs layers: not implemented yet")
-	return 1
+	fl := flag.NewFlagSet("featurefs layers", flag.ContinueOnError)
+	fl.Usage = func() { fmt.Fprint(fl.Output(), layersUsage); fl.PrintDefaults() }
+	ortLib := fl.String("ort-lib", extractor.DefaultORTLib(), "libonnxruntime shared library (or $FEATUREFS_ORT_LIB)")
+	pos, err := parseInterspersed(fl, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(pos) != 1 {
+		fmt.Fprint(os.Stderr, layersUsage)
+		return 2
+	}
+	path := pos[0]
+	cfg := extractor.DefaultConfig()
+	cfg.ORTLib = *ortLib
+	cfg.Device = "cpu"
+	cfg.Workers = 1
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: name, Path: path}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs layers: %v\n", err)
+		return 1
+	}
+	defer svc.Close()
+	m, _ := svc.Model(name)
+	fmt.Print(m.Table())
+	return 0
 }
