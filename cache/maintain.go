@@ -156,7 +156,12 @@ func (s *Store) reclaim() error {
 		return fmt.Errorf("cache: flush %s: %w", s.dir, err)
 	}
 	for range 10000 {
+		// Writers wait while a file is rewritten: Badger's GC reads the
+		// memtable's max version without the lock its writers hold, a data
+		// race with concurrent writes.
+		s.writeGate.Lock()
 		err := s.db.RunValueLogGC(gcDiscardRatio)
+		s.writeGate.Unlock()
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
 			return nil
 		}

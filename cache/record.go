@@ -58,6 +58,9 @@ func decodeValue(i id, rec []byte) ([]byte, error) {
 	if len(rec) < headerLen || [4]byte(rec[:4]) != magic {
 		return nil, fmt.Errorf("%w: bad header", errChecksum)
 	}
+	if flags := binary.LittleEndian.Uint32(rec[12:]); flags != 0 {
+		return nil, fmt.Errorf("%w: unknown flags %#x", errChecksum, flags)
+	}
 	n := binary.LittleEndian.Uint32(rec[8:])
 	if int64(n) != int64(len(rec)-headerLen) {
 		return nil, fmt.Errorf("%w: length %d, have %d bytes", errChecksum, n, len(rec)-headerLen)

@@ -122,7 +122,7 @@ type Store struct {
 
 	// writeGate is held shared around every Badger write transaction and
 	// exclusively by reclaim while it forces a flush (Badger refuses writes
-	// then).
+	// then) and while value-log GC rewrites a file.
 	writeGate sync.RWMutex
 
 	mu                  sync.Mutex
@@ -135,6 +135,10 @@ type Store struct {
 	lastReclaim         time.Time    // GUARDED_BY(mu)
 
 	hits, misses, puts, evictions, checksumFailures, gcRewrites atomic.Int64
+
+	// testAfterPin, when set by a test, runs in Get after the entry is
+	// pinned and before its value is read.
+	testAfterPin func(id)
 
 	closeOnce sync.Once
 	kick      chan struct{}
@@ -366,6 +370,9 @@ func (s *Store) Get(k Key) ([]byte, bool, error) {
 	}
 	s.pins[i]++
 	s.mu.Unlock()
+	if s.testAfterPin != nil {
+		s.testAfterPin(i)
+	}
 
 	rec, err := s.readValue(i)
 	var data []byte
