@@ -170,22 +170,29 @@ func (m *Model) prune(from string, outputs []string) ([]byte, error) {
 }
 
 // valueInfoFor returns an encoded ValueInfoProto for tensor name: the
-// original graph output's or value_info's when the model has one, otherwise
+// original graph output's, input's or value_info's when the model has one
+// with an element type and a shape, otherwise
 // built from shape inference (element type, and the shape with the batch
 // axis as the symbolic dimension "batch").
 func (m *Model) valueInfoFor(name string) ([]byte, error) {
+	var known []*valueInfo
 	for _, o := range m.outputs {
 		if o.name == name {
-			return (field{raw: o.raw}).payload()
+			known = append(known, o)
 		}
 	}
 	for _, o := range m.inputs {
 		if o.name == name {
-			return (field{raw: o.raw}).payload()
+			known = append(known, o)
 		}
 	}
-	if v, ok := m.valueInfo[name]; ok && v.elem != 0 {
-		return (field{raw: v.raw}).payload()
+	if v, ok := m.valueInfo[name]; ok {
+		known = append(known, v)
+	}
+	for _, v := range known {
+		if v.elem != 0 && v.hasShape {
+			return (field{raw: v.raw}).payload()
+		}
 	}
 	elem := int32(dtFloat)
 	var dims []dim

@@ -281,7 +281,7 @@ func inferNode(n *node, vals map[string]*val, opset int64) ([]*val, error) {
 			return nil, nil
 		}
 		v := &val{shape: s, dtype: a.dtype}
-		if c.hasVal && a.hasVal && b.hasVal && c.ints != nil && numel(s) <= maxConstElems {
+		if nel := numel(s); c.hasVal && a.hasVal && b.hasVal && c.ints != nil && nel >= 0 && nel <= maxConstElems {
 			v.hasVal = true
 			cs, as, bs := bcastIndex(c.shape, s), bcastIndex(a.shape, s), bcastIndex(b.shape, s)
 			for i := range cs {
