@@ -49,16 +49,18 @@ var ortProc ortProcess
 
 // initORT makes sure the ONNX Runtime environment exists, loading lib.
 func initORT(lib string) error {
+	if lib == "" {
+		lib = DefaultORTLib()
+	}
+	// Checked even when the environment exists, so that a wrong path is
+	// always reported.
+	if _, err := os.Stat(lib); err != nil {
+		return fmt.Errorf("%w: %s: %v (run scripts/install-deps.sh, or set FEATUREFS_ORT_LIB or --ort-lib)", ErrORTLibrary, lib, err)
+	}
 	ortProc.mu.Lock()
 	defer ortProc.mu.Unlock()
 	if ort.IsInitialized() {
 		return nil
-	}
-	if lib == "" {
-		lib = DefaultORTLib()
-	}
-	if _, err := os.Stat(lib); err != nil {
-		return fmt.Errorf("%w: %s: %v (run scripts/install-deps.sh, or set FEATUREFS_ORT_LIB or --ort-lib)", ErrORTLibrary, lib, err)
 	}
 	ort.SetSharedLibraryPath(lib)
 	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {

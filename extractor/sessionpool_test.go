@@ -1,0 +1,140 @@
+package extractor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeSession counts live sessions and fails if used after close.
+type fakeSession struct {
+	live   *atomic.Int64
+	closed atomic.Bool
+}
+
+func (f *fakeSession) run(n int, in, out []float32) error {
+	if f.closed.Load() {
+		return errors.New("session used after close")
+	}
+	return nil
+}
+
+func (f *fakeSession) close() error {
+	if f.closed.Swap(true) {
+		return errors.New("closed twice")
+	}
+	f.live.Add(-1)
+	return nil
+}
+
+func TestSessionPoolIsBoundedAndNeverClosesHeldSessions(t *testing.T) {
+	var live, opened, peak atomic.Int64
+	p := newSessionPool(2, func(k sessionKey) (inferSession, error) {
+		n := live.Add(1)
+		opened.Add(1)
+		for {
+			old := peak.Load()
+			if n <= old || peak.CompareAndSwap(old, n) {
+				break
+			}
+		}
+		return &fakeSession{live: &live}, nil
+	})
+	ctx := context.Background()
+	a, err := p.acquire(ctx, sessionKey{"m", 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.acquire(ctx, sessionKey{"m", 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both held: a third layer waits rather than exceeding the bound.
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	if _, err := p.acquire(short, sessionKey{"m", 2}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("third session while two are held: %v, want to wait", err)
+	}
+	// Sharing: the same key gives the same session.
+	a2, err := p.acquire(ctx, sessionKey{"m", 0})
+	if err != nil || a2 != a {
+		t.Fatalf("same key: %v, %v", a2, err)
+	}
+	got := make(chan *pooled)
+	go func() {
+		c, err := p.acquire(ctx, sessionKey{"m", 2})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- c
+	}()
+	p.release(a)
+	p.release(a2) // a is now the only idle session: it is the one to go
+	c := <-got
+	if err := b.s.run(1, nil, nil); err != nil {
+		t.Fatalf("held session b: %v", err)
+	}
+	if !a.s.(*fakeSession).closed.Load() {
+		t.Error("the idle session was not the one evicted")
+	}
+	p.release(b)
+	p.release(c)
+
+	// Many goroutines over 20 layers with a bound of 2.
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				e, err := p.acquire(ctx, sessionKey{"m", (g + i) % 20})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := e.s.run(1, nil, nil); err != nil {
+					t.Error(err)
+				}
+				p.release(e)
+			}
+		}()
+	}
+	wg.Wait()
+	if pk := peak.Load(); pk > 2 {
+		t.Errorf("peak live sessions %d > bound 2", pk)
+	}
+	if l, created, evicted := p.stats(); l > 2 || created != opened.Load() || evicted != created-int64(l) {
+		t.Errorf("stats live %d created %d evicted %d (opened %d)", l, created, evicted, opened.Load())
+	}
+	p.close()
+	if live.Load() != 0 {
+		t.Errorf("%d sessions alive after close", live.Load())
+	}
+	if _, err := p.acquire(ctx, sessionKey{"m", 0}); err == nil {
+		t.Error("acquire after close succeeded")
+	}
+}
+
+func TestSessionPoolOpenErrorIsNotCached(t *testing.T) {
+	var calls atomic.Int64
+	var live atomic.Int64
+	p := newSessionPool(1, func(k sessionKey) (inferSession, error) {
+		if calls.Add(1) == 1 {
+			return nil, errors.New("transient")
+		}
+		live.Add(1)
+		return &fakeSession{live: &live}, nil
+	})
+	defer p.close()
+	if _, err := p.acquire(context.Background(), sessionKey{"m", 0}); err == nil {
+		t.Fatal("want the open error")
+	}
+	e, err := p.acquire(context.Background(), sessionKey{"m", 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.release(e)
+}
