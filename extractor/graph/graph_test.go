@@ -333,3 +333,41 @@ func TestShapeInferenceMatchesORT(t *testing.T) {
 		t.Errorf("declared %v, want rs [-1 42 5]", outs)
 	}
 }
+
+// TestConcurrentUse runs the analyses from several goroutines on one Model
+// (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	m, err := Parse(smallCNN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := m.Prune("mpo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			if _, err := m.Layers(); err != nil {
+				errs <- err
+				return
+			}
+			shapes, err := m.Shapes()
+			if err != nil {
+				errs <- err
+				return
+			}
+			_ = m.CumulativeFLOPs(shapes)
+			p, err := m.Prune("mpo")
+			if err == nil && !bytes.Equal(p, want) {
+				err = errors.New("Prune is not deterministic")
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
