@@ -128,6 +128,13 @@ func TestDecodeValueRejectsDamage(t *testing.T) {
 		if _, err := decodeValue(i, bad); err == nil {
 			t.Errorf("flipping byte %d passed verification", pos)
 		}
+		if _, err := copyVerified(i, bad); err == nil {
+			t.Errorf("flipping byte %d passed verification while copying", pos)
+		}
+	}
+	big := testValue(3, 3*copyChunk+5)
+	if got, err := copyVerified(i, encodeValue(i, big)); err != nil || !bytes.Equal(got, big) || cap(got) < len(big) {
+		t.Fatalf("copyVerified round trip of %d bytes: %v", len(big), err)
 	}
 	if _, err := decodeValue(i, rec[:len(rec)-1]); err == nil {
 		t.Error("a truncated value passed verification")
@@ -142,10 +149,13 @@ func FuzzDecodeValue(f *testing.F) {
 	f.Add(encodeValue(i, []byte("hello")))
 	f.Add([]byte("FFC1"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if data, err := decodeValue(i, b); err == nil {
-			if !bytes.Equal(encodeValue(i, data), b) {
-				t.Fatal("accepted a value that does not re-encode to itself")
-			}
+		data, err := decodeValue(i, b)
+		if err == nil && !bytes.Equal(encodeValue(i, data), b) {
+			t.Fatal("accepted a value that does not re-encode to itself")
+		}
+		copied, cerr := copyVerified(i, b)
+		if (err == nil) != (cerr == nil) || !bytes.Equal(data, copied) {
+			t.Fatalf("decodeValue (err %v) and copyVerified (err %v) disagree", err, cerr)
 		}
 		_, _ = decodeMeta(b)
 	})

@@ -199,12 +199,12 @@ func TestEvictionWhileReading(t *testing.T) {
 // TestDiskConvergesToBudget writes many times the budget and checks that
 // after reclaiming, the directory is not much larger than the budget.
 func TestDiskConvergesToBudget(t *testing.T) {
-	const budget = 16 << 20
+	const budget = 32 << 20
 	dir := t.TempDir()
 	s := openTest(t, dir, budget)
 	const size = 200 << 10
 	var written int64
-	for i := 0; written < 8*budget; i++ {
+	for i := 0; written < 6*budget; i++ {
 		if err := s.Put(testKey(i), testValue(i, size)); err != nil {
 			t.Fatal(err)
 		}

@@ -87,7 +87,7 @@ const (
 	numStripes          = 64
 	valueThreshold      = 1 << 10
 	memTableSize        = 8 << 20
-	minVlogFileSize     = 8 << 20
+	minVlogFileSize     = 32 << 20
 	maxVlogFileSize     = 256 << 20
 	accessFlushInterval = 30 * time.Second
 	accessFlushDirty    = 1 << 16
@@ -170,7 +170,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	vlogSize := min(max(opts.MaxBytes/16, minVlogFileSize), maxVlogFileSize)
+	vlogSize := min(max(opts.MaxBytes/8, minVlogFileSize), maxVlogFileSize)
 	bo := badger.DefaultOptions(opts.Dir).
 		WithLogger(badgerLogger{log}).
 		WithSyncWrites(opts.SyncWrites).
@@ -198,7 +198,7 @@ func Open(opts Options) (*Store, error) {
 		maxBytes:     opts.MaxBytes,
 		inspect:      opts.Inspect,
 		maxValue:     min(opts.MaxBytes, vlogSize-(1<<20)),
-		reclaimAfter: max(vlogSize, opts.MaxBytes/8),
+		reclaimAfter: max(2*vlogSize, opts.MaxBytes/8),
 		log:          log,
 		db:           db,
 		lock:         lk,
@@ -374,17 +374,13 @@ func (s *Store) Get(k Key) ([]byte, bool, error) {
 		s.testAfterPin(i)
 	}
 
-	rec, err := s.readValue(i)
-	var data []byte
-	if err == nil && rec != nil {
-		data, err = decodeValue(i, rec)
-	}
+	data, found, err := s.readValue(i)
 
 	s.mu.Lock()
 	if s.pins[i]--; s.pins[i] <= 0 {
 		delete(s.pins, i)
 	}
-	if err == nil && rec != nil {
+	if err == nil && found {
 		if sl, ok := s.idx.lookup(i); ok {
 			s.idx.touch(sl)
 		}
@@ -396,7 +392,7 @@ func (s *Store) Get(k Key) ([]byte, bool, error) {
 	}
 
 	switch {
-	case err == nil && rec != nil:
+	case err == nil && found:
 		s.hits.Add(1)
 		return data, true, nil
 	case err == nil:
@@ -413,21 +409,27 @@ func (s *Store) Get(k Key) ([]byte, bool, error) {
 	return nil, false, fmt.Errorf("cache: get %s: %w", i, err)
 }
 
-// readValue reads the framed value for i; a missing value is nil, nil.
-func (s *Store) readValue(i id) ([]byte, error) {
-	var rec []byte
+// readValue reads and verifies the value for i. A missing value is
+// nil, false, nil; a damaged one an error matching errChecksum.
+func (s *Store) readValue(i id) ([]byte, bool, error) {
+	var data []byte
 	err := s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(dbKey(prefixValue, i))
 		if err != nil {
 			return err
 		}
-		rec, err = item.ValueCopy(nil)
-		return err
+		return item.Value(func(v []byte) error {
+			data, err = copyVerified(i, v)
+			return err
+		})
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, nil
+		return nil, false, nil
 	}
-	return rec, err
+	if err != nil {
+		return nil, false, err
+	}
+	return data, true, nil
 }
 
 // dropIfBad deletes the entry for i if, under its stripe lock, its value is
@@ -437,16 +439,14 @@ func (s *Store) dropIfBad(k Key, i id, cause error) {
 	st := s.stripe(i)
 	st.Lock()
 	defer st.Unlock()
-	rec, err := s.readValue(i)
-	if err != nil {
-		return
-	}
-	if rec != nil {
-		if _, derr := decodeValue(i, rec); derr == nil {
-			return // replaced by a good value meanwhile
-		} else {
-			cause = derr
-		}
+	_, found, err := s.readValue(i)
+	switch {
+	case err == nil && found:
+		return // replaced by a good value meanwhile
+	case err != nil && !errors.Is(err, errChecksum):
+		return // cannot tell; leave it
+	case err != nil:
+		cause = err
 	}
 	if err := s.commit(func(txn *badger.Txn) error {
 		if err := txn.Delete(dbKey(prefixValue, i)); err != nil {
@@ -463,7 +463,7 @@ func (s *Store) dropIfBad(k Key, i id, cause error) {
 		s.idx.remove(sl)
 	}
 	s.mu.Unlock()
-	if ok && rec != nil {
+	if ok && cause != nil {
 		s.checksumFailures.Add(1)
 		s.log.Warn("cache: checksum failure, entry deleted", "key", k.Object, "model", k.ModelDigest, "layer", k.Layer, "id", i.String(), "err", cause)
 	}
