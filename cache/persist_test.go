@@ -126,3 +126,49 @@ func TestReopenAfterCleanClose(t *testing.T) {
 		}
 	}
 }
+
+func TestClear(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, 64<<20)
+	for i := range 10 {
+		if err := s.Put(testKey(i), testValue(i, 10000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Entries != 0 || st.Bytes != 0 || s.Has(testKey(1)) {
+		t.Fatalf("after Clear Stats = %+v", st)
+	}
+	if err := s.Put(testKey(1), testValue(1, 10000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// An inspecting open reports the serving budget and evicts nothing.
+	in, err := Open(Options{Dir: dir, Inspect: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if st := in.Stats(); st.Entries != 1 || st.MaxBytes != 64<<20 {
+		t.Fatalf("inspecting Stats = %+v; want 1 entry and the recorded 64 MiB budget", st)
+	}
+	// Clearing from a tool keeps the recorded budget.
+	if err := in.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	in2, err := Open(Options{Dir: dir, Inspect: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in2.Close()
+	if st := in2.Stats(); st.Entries != 0 || st.MaxBytes != 64<<20 {
+		t.Fatalf("after a tool's Clear Stats = %+v; want empty with the 64 MiB budget", st)
+	}
+}

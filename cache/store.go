@@ -329,6 +329,10 @@ func (s *Store) syncBudget(given bool) error {
 			})
 		})
 	}
+	return s.recordBudget()
+}
+
+func (s *Store) recordBudget() error {
 	b := binary.LittleEndian.AppendUint64(nil, uint64(s.maxBytes))
 	if err := s.commit(func(txn *badger.Txn) error { return txn.Set(budgetKey, b) }); err != nil {
 		return fmt.Errorf("cache: record budget in %s: %w", s.dir, err)
@@ -628,6 +632,9 @@ func (s *Store) Clear() error {
 	}
 	if err := s.db.DropAll(); err != nil {
 		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
+	}
+	if err := s.recordBudget(); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.idx = newIndex()
