@@ -60,8 +60,8 @@ fuzz:
 
 # unit: every package's tests, with the race detector, integration tests
 # (package test: MinIO, kernel mounts, PyTorch loaders) included.
-unit:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+unit: build
+	FEATUREFS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test: deps build check fuzz unit
 
