@@ -108,7 +108,12 @@ def main() -> int:
         print(f"  epoch 1         {epochs[0][0]:.2f} s (extraction)")
         print(f"  epoch 2         {epochs[1][0]:.2f} s (cache): {epochs[0][0] / epochs[1][0]:.1f}x faster")
     print(f"  val accuracy    {correct}/{total} (random weights, synthetic images: not meaningful)")
-    print(f"  mount stats     {json.dumps(stats, sort_keys=True)[:600]}")
+    fs, cache, ex = stats.get("fs", {}), stats.get("cache", {}), stats.get("extractor", {})
+    print(f"  mount           device {stats.get('device', '?')}: {fs.get('extractions', '?')} extractions "
+          f"({ex.get('batches', '?')} model runs, {ex.get('infer_seconds', 0):.1f} s inference), "
+          f"{fs.get('cache_hits', '?')} feature-cache hits, {fs.get('read_bytes', 0) / 2**20:.0f} MiB read "
+          f"through FUSE; cache holds {cache.get('entries', '?')} features, "
+          f"{cache.get('bytes', 0) / 2**20:.0f} MiB")
     return 0
 
 
