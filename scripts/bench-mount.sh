@@ -28,7 +28,7 @@ mkdir -p "$MNT"
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes 4 --train $((IMAGES / 4)) --val 0 \
   --min-side 160 --max-side 640 2>/dev/null
 MODEL=$(model_path resnet50)
-"$BIN" mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" --log-file "$WORK/featurefs.log" \
+featurefs_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" --log-file "$WORK/featurefs.log" \
   "$WORK/images" "$MNT"
 wait_mounted "$MNT"
 ROOT=$MNT/features/resnet50/layer12/train
@@ -39,7 +39,7 @@ cp -r "$ROOT" "$WORK/local"
 # A restarted mount on the same cache: its first epoch reads every feature
 # from the Badger store through FUSE (nothing in the kernel's page cache).
 unmount "$MNT"
-"$BIN" mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" --log-file "$WORK/featurefs.log" \
+featurefs_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" --log-file "$WORK/featurefs.log" \
   "$WORK/images" "$MNT"
 wait_mounted "$MNT"
 echo "bench-mount: first epoch after a restart (feature cache)..." >&2

@@ -33,7 +33,7 @@ MODEL=$(model_path resnet50)
 echo "$MODEL"
 
 echo "== 3. mount: $BIN mount --model resnet50=... $WORK/images $MNT"
-"$BIN" mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" \
+featurefs_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" \
   --log-file "$WORK/featurefs.log" "$WORK/images" "$MNT"
 wait_mounted "$MNT"
 echo "\$ ls $MNT/features/resnet50"

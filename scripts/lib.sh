@@ -33,17 +33,47 @@ wait_mounted() {
   return 1
 }
 
-# unmount DIR: umount and wait until it is gone.
+# MOUNT_PIDS maps a mount point to the pid of the featurefs serving it.
+declare -A MOUNT_PIDS=()
+
+# featurefs_mount ARGS... SOURCE DIR: featurefs mount (in the background, as a
+# user runs it), remembering the serving process's pid for unmount.
+featurefs_mount() {
+  local dir=${!#} out pid
+  out=$("$BIN" mount "$@" 2>&1) || { echo "$out" >&2; return 1; }
+  echo "$out" >&2
+  pid=$(sed -n 's/.*(pid \([0-9]*\),.*/\1/p' <<<"$out" | head -1)
+  [ -n "$pid" ] && MOUNT_PIDS[$dir]=$pid
+  return 0
+}
+
+# unmount DIR: umount, wait until it is gone and the serving process has
+# exited (it releases the cache directory's lock last).
 unmount() {
-  local dir=$1 i
-  mountpoint -q "$dir" || return 0
-  umount "$dir" 2>/dev/null || fusermount3 -u "$dir" 2>/dev/null || true
-  for ((i = 0; i < 300; i++)); do
-    mountpoint -q "$dir" || return 0
-    sleep 0.1
-  done
-  umount -l "$dir" 2>/dev/null || true
-  return 1
+  local dir=$1 i pid=${MOUNT_PIDS[$1]:-}
+  if mountpoint -q "$dir"; then
+    umount "$dir" 2>/dev/null || fusermount3 -u "$dir" 2>/dev/null || true
+    for ((i = 0; i < 300; i++)); do
+      mountpoint -q "$dir" || break
+      sleep 0.1
+    done
+    if mountpoint -q "$dir"; then
+      umount -l "$dir" 2>/dev/null || true
+      return 1
+    fi
+  fi
+  if [ -n "$pid" ]; then
+    for ((i = 0; i < 300; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    unset "MOUNT_PIDS[$dir]"
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "featurefs (pid $pid) still running 30s after unmounting $dir" >&2
+      return 1
+    fi
+  fi
+  return 0
 }
 
 # need_bin: fail unless the featurefs binary and the dependencies are there.
