@@ -86,6 +86,9 @@ type Request struct {
 	// ID identifies the input for sharing identical in-flight requests
 	// (source identity, key and ETag). Empty means Key.
 	ID string
+	// ETag is the object version the request is for, when known (an
+	// extractor that fetches remotely, fs/remote, passes it on).
+	ETag string
 	// Fetch returns the encoded image bytes.
 	Fetch func(ctx context.Context) ([]byte, error)
 	// Priority orders the request against others.

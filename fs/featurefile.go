@@ -133,6 +133,7 @@ func (f *FS) compute(ctx context.Context, v *layerView, obj bucket.Object, key c
 		Model:    v.model.Name,
 		Layer:    v.layer.Index,
 		Key:      obj.Key,
+		ETag:     obj.ETag,
 		ID:       f.identity + "\x00" + obj.Key + "\x00" + obj.ETag,
 		Priority: extractor.Foreground,
 		Fetch: func(ctx context.Context) ([]byte, error) {
