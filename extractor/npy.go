@@ -234,7 +234,15 @@ func DecodeNPY(b []byte) (shape []int64, dt DType, data []float32, err error) {
 		if s < 0 {
 			return nil, "", nil, fmt.Errorf("%w: negative dimension in shape", ErrBadNPY)
 		}
-		if s > 0 && n > npyMaxElements/s {
+		if s == 0 {
+			n = 0 // an empty array, whatever its other dimensions
+		}
+	}
+	for _, s := range d.shape {
+		if n == 0 {
+			break
+		}
+		if n > npyMaxElements/s {
 			return nil, "", nil, fmt.Errorf("%w: shape too large", ErrBadNPY)
 		}
 		n *= s
