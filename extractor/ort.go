@@ -192,13 +192,21 @@ func (o *ortSession) run(n int, in, out []float32) error {
 
 func (o *ortSession) close() error { return o.s.Destroy() }
 
-// sessionKey names one pruned model: a model and a layer index.
+// sessionKey names one pruned model: a model and a layer index, computed
+// from the model's input, or from the intermediate tensor from when it is
+// set (split execution, split.go).
 type sessionKey struct {
 	model string
 	layer int
+	from  string
 }
 
-func (k sessionKey) String() string { return fmt.Sprintf("%s/layer%d", k.model, k.layer) }
+func (k sessionKey) String() string {
+	if k.from != "" {
+		return fmt.Sprintf("%s/%s..layer%d", k.model, k.from, k.layer)
+	}
+	return fmt.Sprintf("%s/layer%d", k.model, k.layer)
+}
 
 // pooled is one session in the pool.
 type pooled struct {

@@ -128,6 +128,8 @@ type Service struct {
 	pool   *sessionPool
 	sched  *scheduler
 	once   sync.Once
+	split  splitState   // split execution (split.go)
+	prof   profileState // compute profiles (profile.go)
 }
 
 // New loads the models and starts the service. The ONNX Runtime library is
@@ -160,6 +162,9 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 	sc := sessionConfig{threads: cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT}
 	s.pool = newSessionPool(cfg.MaxSessions, func(k sessionKey) (inferSession, error) {
 		m := s.models[k.model]
+		if k.from != "" {
+			return s.openSplitSession(m, k, sc)
+		}
 		l := m.Layers[k.layer]
 		b, err := m.pruned(l)
 		if err != nil {
@@ -328,6 +333,7 @@ func statsOf(sc *scheduler) Stats {
 // environment stays for other Services in the process.
 func (s *Service) Close() error {
 	s.once.Do(func() {
+		s.split.close()
 		s.sched.close()
 		s.pool.close()
 	})

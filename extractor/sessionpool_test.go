@@ -44,28 +44,28 @@ func TestSessionPoolIsBoundedAndNeverClosesHeldSessions(t *testing.T) {
 		return &fakeSession{live: &live}, nil
 	})
 	ctx := context.Background()
-	a, err := p.acquire(ctx, sessionKey{"m", 0})
+	a, err := p.acquire(ctx, sessionKey{model: "m", layer: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.acquire(ctx, sessionKey{"m", 1})
+	b, err := p.acquire(ctx, sessionKey{model: "m", layer: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Both held: a third layer waits rather than exceeding the bound.
 	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel()
-	if _, err := p.acquire(short, sessionKey{"m", 2}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := p.acquire(short, sessionKey{model: "m", layer: 2}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("third session while two are held: %v, want to wait", err)
 	}
 	// Sharing: the same key gives the same session.
-	a2, err := p.acquire(ctx, sessionKey{"m", 0})
+	a2, err := p.acquire(ctx, sessionKey{model: "m", layer: 0})
 	if err != nil || a2 != a {
 		t.Fatalf("same key: %v, %v", a2, err)
 	}
 	got := make(chan *pooled)
 	go func() {
-		c, err := p.acquire(ctx, sessionKey{"m", 2})
+		c, err := p.acquire(ctx, sessionKey{model: "m", layer: 2})
 		if err != nil {
 			t.Error(err)
 		}
@@ -90,7 +90,7 @@ func TestSessionPoolIsBoundedAndNeverClosesHeldSessions(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 20 {
-				e, err := p.acquire(ctx, sessionKey{"m", (g + i) % 20})
+				e, err := p.acquire(ctx, sessionKey{model: "m", layer: (g + i) % 20})
 				if err != nil {
 					t.Error(err)
 					return
@@ -113,7 +113,7 @@ func TestSessionPoolIsBoundedAndNeverClosesHeldSessions(t *testing.T) {
 	if live.Load() != 0 {
 		t.Errorf("%d sessions alive after close", live.Load())
 	}
-	if _, err := p.acquire(ctx, sessionKey{"m", 0}); err == nil {
+	if _, err := p.acquire(ctx, sessionKey{model: "m", layer: 0}); err == nil {
 		t.Error("acquire after close succeeded")
 	}
 }
@@ -129,10 +129,10 @@ func TestSessionPoolOpenErrorIsNotCached(t *testing.T) {
 		return &fakeSession{live: &live}, nil
 	})
 	defer p.close()
-	if _, err := p.acquire(context.Background(), sessionKey{"m", 0}); err == nil {
+	if _, err := p.acquire(context.Background(), sessionKey{model: "m", layer: 0}); err == nil {
 		t.Fatal("want the open error")
 	}
-	e, err := p.acquire(context.Background(), sessionKey{"m", 0})
+	e, err := p.acquire(context.Background(), sessionKey{model: "m", layer: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
