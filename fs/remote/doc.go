@@ -1,0 +1,34 @@
+// Package remote is featurefs's near-data mode (docs/SERVE.md): a feature
+// server next to the object store and a client for the training host.
+//
+// # Data flow
+//
+// The server (Server, behind `featurefs serve`) holds an unmounted fs.FS over
+// the store's bucket, the extraction service and a feature cache, and
+// answers the HTTP API: listings and stats straight from the bucket, features
+// through [fs.FS.Feature] — the same path as a read of a mounted file (cache,
+// else fetch + extract, then store).
+//
+// The client (Client, behind `featurefs mount --remote`) offers the servers
+// as a bucket.Bucket (Client.Bucket: List and Stat) and an fs.Extractor
+// (Client.Extractor), so an ordinary fs.FS with its own local cache mounts
+// them. Each object key is routed to one server by rendezvous hashing
+// (Rank); concurrent Extract calls for one server are gathered into POST
+// /v1/batch requests, whose answers stream back framed, in completion order.
+//
+// # Failures
+//
+// A server silent for ClientConfig.Timeout (no response, frame or heartbeat:
+// the server sends heartbeats while it computes) fails the calls waiting on
+// it with ErrUnavailable, which the mount answers with EIO; features in the
+// mount's cache are still served, and listings fall back to the last page
+// seen. Per-item errors in a batch keep their kind across the wire: a bad
+// image is an *extractor.ImageError (cached negatively by the mount), a
+// missing object matches bucket.ErrNotFound (ENOENT).
+//
+// # Security
+//
+// Every /v1/ request carries a bearer token (compared in constant time,
+// never logged); TLS is optional. Request bodies, batch sizes and concurrent
+// work are bounded on the server; frame sizes on the client.
+package remote

@@ -1,0 +1,295 @@
+package remote
+
+// The wire protocol (docs/SERVE.md): JSON bodies for metadata and the framed
+// binary stream of POST /v1/batch.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// ProtocolVersion is the version of the HTTP API; GET /v1/models reports it.
+const ProtocolVersion = 1
+
+// Content types of the API.
+const (
+	// BatchContentType is the framed stream answering POST /v1/batch.
+	BatchContentType = "application/x-featurefs-batch"
+	// NPYContentType is one .npy file (GET /v1/feature).
+	NPYContentType = "application/x-npy"
+)
+
+// batchMagic starts every batch stream.
+const batchMagic = "FFB1"
+
+// HeartbeatIndex is the index of a heartbeat frame: no item, sent so that a
+// client can tell a busy server from a dead one.
+const HeartbeatIndex = ^uint32(0)
+
+// frameHeaderLen is the fixed part of a frame: index, status, reserved,
+// msg_len, data_len.
+const frameHeaderLen = 4 + 2 + 2 + 4 + 8
+
+// maxMessageLen bounds an item's error message on the wire.
+const maxMessageLen = 64 << 10
+
+// Item statuses (HTTP numbers) in batch frames and whole-request errors.
+const (
+	StatusOK          = http.StatusOK
+	StatusBadRequest  = http.StatusBadRequest
+	StatusNotFound    = http.StatusNotFound
+	StatusChanged     = http.StatusConflict
+	StatusTooLarge    = http.StatusRequestEntityTooLarge
+	StatusBadImage    = http.StatusUnprocessableEntity
+	StatusInternal    = http.StatusInternalServerError
+	StatusUnavailable = http.StatusServiceUnavailable
+	StatusTimeout     = http.StatusGatewayTimeout
+)
+
+// LayerInfo is one layer of a model in GET /v1/models.
+type LayerInfo struct {
+	Index     int     `json:"index"`
+	Name      string  `json:"name"`
+	Tensor    string  `json:"tensor"`
+	Shape     []int64 `json:"shape"`
+	Bytes     int64   `json:"bytes"`
+	CumGFLOPs float64 `json:"cum_gflops"`
+}
+
+// ModelInfo is one model in GET /v1/models.
+type ModelInfo struct {
+	Name          string               `json:"name"`
+	Digest        string               `json:"digest"`
+	Preprocess    extractor.Preprocess `json:"preprocess"`
+	PreprocessKey string               `json:"preprocess_key"`
+	Aliases       map[string]string    `json:"aliases,omitempty"`
+	Layers        []LayerInfo          `json:"layers"`
+	Table         string               `json:"table"`
+}
+
+// Limits are the server's request bounds, in GET /v1/models.
+type Limits struct {
+	MaxBatchItems   int   `json:"max_batch_items"`
+	MaxRequestBytes int64 `json:"max_request_bytes"`
+	MaxConcurrent   int   `json:"max_concurrent"`
+}
+
+// ModelsResponse is the body of GET /v1/models.
+type ModelsResponse struct {
+	Protocol int             `json:"protocol"`
+	Source   string          `json:"source"`
+	DType    extractor.DType `json:"dtype"`
+	Device   string          `json:"device"`
+	Limits   Limits          `json:"limits"`
+	Models   []ModelInfo     `json:"models"`
+}
+
+// ObjectInfo is one object in GET /v1/list and GET /v1/stat.
+type ObjectInfo struct {
+	Key     string    `json:"key"`
+	Size    int64     `json:"size"`
+	ETag    string    `json:"etag"`
+	ModTime time.Time `json:"mtime"`
+}
+
+// ListResponse is the body of GET /v1/list: one page.
+type ListResponse struct {
+	Prefixes []string     `json:"prefixes"`
+	Objects  []ObjectInfo `json:"objects"`
+	Next     string       `json:"next"`
+}
+
+// BatchItem asks for one feature in POST /v1/batch.
+type BatchItem struct {
+	Model string `json:"model"`
+	Layer int    `json:"layer"`
+	Key   string `json:"key"`
+	// ETag is the object version the client listed; empty: the current one.
+	ETag string `json:"etag,omitempty"`
+}
+
+// BatchRequest is the body of POST /v1/batch.
+type BatchRequest struct {
+	Items []BatchItem `json:"items"`
+}
+
+// ErrorResponse is the JSON body of a failed request.
+type ErrorResponse struct {
+	Error  string `json:"error"`
+	Status int    `json:"status"`
+}
+
+// Frame is one frame of a batch stream: the answer to item Index, or a
+// heartbeat (Index == HeartbeatIndex).
+type Frame struct {
+	Index   uint32
+	Status  uint16
+	Message string
+	Data    []byte
+}
+
+func objectInfo(o bucket.Object) ObjectInfo {
+	return ObjectInfo{Key: o.Key, Size: o.Size, ETag: o.ETag, ModTime: o.ModTime}
+}
+
+func (o ObjectInfo) object() bucket.Object {
+	return bucket.Object{Key: o.Key, Size: o.Size, ETag: o.ETag, ModTime: o.ModTime}
+}
+
+// writeStreamHeader starts a batch stream of n items.
+func writeStreamHeader(w io.Writer, n int) error {
+	var b [8]byte
+	copy(b[:4], batchMagic)
+	binary.LittleEndian.PutUint32(b[4:], uint32(n))
+	_, err := w.Write(b[:])
+	return err
+}
+
+// readStreamHeader reads the start of a batch stream and returns its item
+// count.
+func readStreamHeader(r io.Reader) (int, error) {
+	var b [8]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return 0, fmt.Errorf("batch stream header: %w", err)
+	}
+	if string(b[:4]) != batchMagic {
+		return 0, fmt.Errorf("batch stream: bad magic %q", b[:4])
+	}
+	return int(binary.LittleEndian.Uint32(b[4:])), nil
+}
+
+// WriteFrame writes one frame.
+func WriteFrame(w io.Writer, f Frame) error {
+	msg := f.Message
+	if len(msg) > maxMessageLen {
+		msg = msg[:maxMessageLen]
+	}
+	var h [frameHeaderLen]byte
+	binary.LittleEndian.PutUint32(h[0:], f.Index)
+	binary.LittleEndian.PutUint16(h[4:], f.Status)
+	binary.LittleEndian.PutUint32(h[8:], uint32(len(msg)))
+	binary.LittleEndian.PutUint64(h[12:], uint64(len(f.Data)))
+	if _, err := w.Write(h[:]); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, msg); err != nil {
+		return err
+	}
+	_, err := w.Write(f.Data)
+	return err
+}
+
+// ReadFrame reads one frame; data longer than maxData is an error (a
+// corrupt or hostile stream must not make the client allocate without
+// bound).
+func ReadFrame(r io.Reader, maxData int64) (Frame, error) {
+	var h [frameHeaderLen]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return Frame{}, err
+	}
+	f := Frame{Index: binary.LittleEndian.Uint32(h[0:]), Status: binary.LittleEndian.Uint16(h[4:])}
+	msgLen := binary.LittleEndian.Uint32(h[8:])
+	dataLen := binary.LittleEndian.Uint64(h[12:])
+	if msgLen > maxMessageLen {
+		return Frame{}, fmt.Errorf("batch frame: message of %d bytes (at most %d)", msgLen, maxMessageLen)
+	}
+	if dataLen > uint64(maxData) {
+		return Frame{}, fmt.Errorf("batch frame: %d data bytes (at most %d)", dataLen, maxData)
+	}
+	buf := make([]byte, int(msgLen)+int(dataLen))
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return Frame{}, fmt.Errorf("batch frame: %w", noEOF(err))
+	}
+	f.Message = string(buf[:msgLen])
+	if dataLen > 0 {
+		f.Data = buf[msgLen:]
+	}
+	return f, nil
+}
+
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// errBadItem is matched by errors for items naming an unknown model or
+// layer, or no key.
+var errBadItem = errors.New("bad request")
+
+// ErrUnavailable is matched by errors from a server that did not answer
+// (connection refused, reset, or silent past the client's timeout) or
+// answered that its source is unavailable.
+var ErrUnavailable = errors.New("feature server unavailable")
+
+// ErrUnauthorized is matched when a server refuses the client's token.
+var ErrUnauthorized = errors.New("feature server refused the token (401)")
+
+// ErrChanged is matched when the object's ETag is no longer the one asked
+// for.
+var ErrChanged = errors.New("object changed since it was listed")
+
+// StatusOf maps a server-side error to the status reported for it.
+func StatusOf(err error) int {
+	switch {
+	case err == nil:
+		return StatusOK
+	case errors.Is(err, errBadItem), errors.Is(err, extractor.ErrUnknownModel), errors.Is(err, extractor.ErrUnknownLayer):
+		return StatusBadRequest
+	case errors.Is(err, bucket.ErrNotFound):
+		return StatusNotFound
+	case errors.Is(err, ErrChanged):
+		return StatusChanged
+	case errors.Is(err, bucket.ErrTooLarge):
+		return StatusTooLarge
+	case errors.Is(err, extractor.ErrBadImage):
+		return StatusBadImage
+	case errors.Is(err, context.DeadlineExceeded):
+		return StatusTimeout
+	case errors.Is(err, bucket.ErrUnreachable), errors.Is(err, ErrUnavailable):
+		return StatusUnavailable
+	}
+	return StatusInternal
+}
+
+// ErrorOf maps a status and message from server to the error the client
+// returns, matching the same sentinel errors as on the server (so that the
+// mount's errno mapping and negative cache see a bad image as a bad image).
+func ErrorOf(status int, msg, server, key string) error {
+	where := strings.TrimRight(server, "/")
+	switch status {
+	case StatusOK:
+		return nil
+	case StatusBadImage:
+		return &extractor.ImageError{Key: key, Reason: msg + " (" + where + ")"}
+	case StatusNotFound:
+		return fmt.Errorf("%s: %s: %w", where, msg, bucket.ErrNotFound)
+	case StatusChanged:
+		return fmt.Errorf("%s: %s: %w", where, msg, ErrChanged)
+	case StatusTooLarge:
+		return fmt.Errorf("%s: %s: %w", where, msg, bucket.ErrTooLarge)
+	case StatusBadRequest:
+		return fmt.Errorf("%s: %s: %w", where, msg, errBadItem)
+	case http.StatusUnauthorized:
+		return fmt.Errorf("%s: %w", where, ErrUnauthorized)
+	case StatusUnavailable:
+		return fmt.Errorf("%s: %s: %w", where, msg, ErrUnavailable)
+	case StatusTimeout:
+		return fmt.Errorf("%s: %s: %w", where, msg, ErrServerTimeout)
+	}
+	return fmt.Errorf("%s: status %d: %s", where, status, msg)
+}
+
+// ErrServerTimeout is matched when the server gave up on an item
+// (--item-timeout).
+var ErrServerTimeout = errors.New("timed out on the feature server")

@@ -1,0 +1,512 @@
+package remote
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	featurefs "github.com/featurefs/featurefs/fs"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// ServerConfig is what NewServer needs. Bucket, Extractor and Cache are
+// required, and Token unless NoAuth.
+type ServerConfig struct {
+	// Bucket is the source served.
+	Bucket bucket.Bucket
+	// Extractor computes features (an *extractor.Service).
+	Extractor featurefs.Extractor
+	// Cache stores computed features (a *cache.Store).
+	Cache featurefs.Cache
+	// Logger receives the server's logs; nil discards. The token is never
+	// logged.
+	Logger *slog.Logger
+
+	// Token is the bearer token every /v1/ request must carry.
+	Token string
+	// NoAuth accepts requests without a token (Token must be empty).
+	NoAuth bool
+
+	// MaxConcurrent bounds the features being computed at once over all
+	// requests (default 64).
+	MaxConcurrent int
+	// MaxBatchItems bounds the items of one batch (default 1024).
+	MaxBatchItems int
+	// MaxRequestBytes bounds a request body (default 1MiB).
+	MaxRequestBytes int64
+	// ItemTimeout bounds the fetch and extraction of one feature, and one
+	// listing or stat call (default 5m).
+	ItemTimeout time.Duration
+	// Heartbeat is how often a batch stream with nothing else to send sends
+	// a heartbeat frame (default 2s).
+	Heartbeat time.Duration
+
+	// NegativeTTL, MaxObjectSize and ImageExtensions are passed to fs.Config.
+	NegativeTTL     time.Duration
+	MaxObjectSize   int64
+	ImageExtensions []string
+}
+
+// Server answers the HTTP API of docs/SERVE.md. It is an http.Handler.
+type Server struct {
+	// Constant after NewServer.
+	cfg       ServerConfig
+	log       *slog.Logger
+	tree      *featurefs.FS
+	tokenHash [sha256.Size]byte
+	models    []byte // the JSON of GET /v1/models
+	mux       *http.ServeMux
+	sem       chan struct{}
+
+	n serverCounters
+}
+
+// serverCounters are the server's figures.
+type serverCounters struct {
+	requests, unauthorized, batches, items, itemsFailed, shared atomic.Int64
+	features, lists, stats, bytesOut, heartbeats                atomic.Int64
+	inFlight                                                    atomic.Int64
+}
+
+// ServerStats are the server's own figures (GET /v1/stats "server").
+type ServerStats struct {
+	// Requests counts HTTP requests to /v1/.
+	Requests int64 `json:"requests"`
+	// Unauthorized counts requests refused with 401.
+	Unauthorized int64 `json:"unauthorized"`
+	// Batches counts POST /v1/batch requests answered.
+	Batches int64 `json:"batches"`
+	// Items counts batch items answered.
+	Items int64 `json:"items"`
+	// ItemsFailed counts batch items answered with an error status.
+	ItemsFailed int64 `json:"items_failed"`
+	// Shared counts batch items that were duplicates of another item of
+	// the same batch.
+	Shared int64 `json:"shared"`
+	// Features counts GET /v1/feature requests.
+	Features int64 `json:"features"`
+	// Lists counts GET /v1/list requests.
+	Lists int64 `json:"lists"`
+	// Stats counts GET /v1/stat requests.
+	Stats int64 `json:"stats"`
+	// BytesOut counts feature bytes sent.
+	BytesOut int64 `json:"bytes_out"`
+	// Heartbeats counts heartbeat frames sent.
+	Heartbeats int64 `json:"heartbeats"`
+	// InFlight is the number of features being computed now.
+	InFlight int64 `json:"in_flight"`
+}
+
+// NewServer checks cfg, fills its defaults and returns the server.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Bucket == nil || cfg.Extractor == nil || cfg.Cache == nil {
+		return nil, errors.New("remote.NewServer: Bucket, Extractor and Cache are required")
+	}
+	switch {
+	case cfg.Token == "" && !cfg.NoAuth:
+		return nil, errors.New("remote.NewServer: no token: give one (--token-file or FEATUREFS_TOKEN) or allow unauthenticated access (--no-auth)")
+	case cfg.Token != "" && cfg.NoAuth:
+		return nil, errors.New("remote.NewServer: a token and NoAuth together")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 64
+	}
+	if cfg.MaxBatchItems <= 0 {
+		cfg.MaxBatchItems = 1024
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = 1 << 20
+	}
+	if cfg.ItemTimeout <= 0 {
+		cfg.ItemTimeout = 5 * time.Minute
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 2 * time.Second
+	}
+	tree, err := featurefs.New(featurefs.Config{
+		Bucket:          cfg.Bucket,
+		Extractor:       cfg.Extractor,
+		Cache:           cfg.Cache,
+		Logger:          cfg.Logger,
+		NegativeTTL:     cfg.NegativeTTL,
+		ReadTimeout:     cfg.ItemTimeout,
+		ImageExtensions: cfg.ImageExtensions,
+		MaxObjectSize:   cfg.MaxObjectSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("remote.NewServer: %w", err)
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		tree:      tree,
+		tokenHash: sha256.Sum256([]byte(cfg.Token)),
+		sem:       make(chan struct{}, cfg.MaxConcurrent),
+		mux:       http.NewServeMux(),
+	}
+	s.models, err = json.Marshal(s.modelsResponse())
+	if err != nil {
+		return nil, fmt.Errorf("remote.NewServer: %w", err)
+	}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, "ok")
+	})
+	s.mux.HandleFunc("GET /v1/models", s.auth(s.handleModels))
+	s.mux.HandleFunc("GET /v1/list", s.auth(s.handleList))
+	s.mux.HandleFunc("GET /v1/stat", s.auth(s.handleStat))
+	s.mux.HandleFunc("GET /v1/feature", s.auth(s.handleFeature))
+	s.mux.HandleFunc("POST /v1/batch", s.auth(s.handleBatch))
+	s.mux.HandleFunc("GET /v1/stats", s.auth(s.handleStats))
+	s.mux.HandleFunc("/v1/", s.auth(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
+	}))
+	return s, nil
+}
+
+// ServeHTTP answers one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// FS returns the unmounted tree the server computes features with.
+func (s *Server) FS() *featurefs.FS { return s.tree }
+
+// Stats returns the server's own figures.
+func (s *Server) Stats() ServerStats {
+	n := &s.n
+	return ServerStats{
+		Requests: n.requests.Load(), Unauthorized: n.unauthorized.Load(), Batches: n.batches.Load(),
+		Items: n.items.Load(), ItemsFailed: n.itemsFailed.Load(), Shared: n.shared.Load(),
+		Features: n.features.Load(), Lists: n.lists.Load(), Stats: n.stats.Load(),
+		BytesOut: n.bytesOut.Load(), Heartbeats: n.heartbeats.Load(), InFlight: n.inFlight.Load(),
+	}
+}
+
+func (s *Server) modelsResponse() ModelsResponse {
+	resp := ModelsResponse{
+		Protocol: ProtocolVersion,
+		Source:   s.cfg.Bucket.Identity(),
+		DType:    s.cfg.Extractor.DType(),
+		Device:   s.cfg.Extractor.Device(),
+		Limits: Limits{
+			MaxBatchItems:   s.cfg.MaxBatchItems,
+			MaxRequestBytes: s.cfg.MaxRequestBytes,
+			MaxConcurrent:   s.cfg.MaxConcurrent,
+		},
+	}
+	for _, m := range s.cfg.Extractor.Models() {
+		mi := ModelInfo{
+			Name: m.Name, Digest: m.Digest, Preprocess: m.Preprocess, PreprocessKey: m.Preprocess.Key(),
+			Aliases: m.Aliases, Table: m.Table(),
+		}
+		for _, l := range m.Layers {
+			mi.Layers = append(mi.Layers, LayerInfo{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: l.Shape, Bytes: l.Bytes, CumGFLOPs: l.CumGFLOPs})
+		}
+		resp.Models = append(resp.Models, mi)
+	}
+	return resp
+}
+
+// auth wraps a handler with the bearer-token check (constant time; the
+// token is never logged).
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.n.requests.Add(1)
+		if !s.cfg.NoAuth {
+			given, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			gh := sha256.Sum256([]byte(strings.TrimSpace(given)))
+			if !ok || subtle.ConstantTimeCompare(gh[:], s.tokenHash[:]) != 1 {
+				s.n.unauthorized.Add(1)
+				s.log.Info("featurefs serve: unauthorized request", slog.String("remote", r.RemoteAddr),
+					slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Bool("token_given", ok))
+				w.Header().Set("WWW-Authenticate", `Bearer realm="featurefs"`)
+				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+// writeError answers a whole request with a JSON error.
+func writeError(w http.ResponseWriter, status int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(ErrorResponse{Error: err.Error(), Status: status})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(s.models)
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, struct {
+		Server ServerStats     `json:"server"`
+		FS     featurefs.Stats `json:"fs"`
+	}{s.Stats(), s.tree.Stats()})
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	s.n.lists.Add(1)
+	q := r.URL.Query()
+	prefix := q.Get("prefix")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		writeError(w, StatusBadRequest, fmt.Errorf("prefix %q: want \"\" or a prefix ending in /", prefix))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ItemTimeout)
+	defer cancel()
+	p, err := s.cfg.Bucket.List(ctx, prefix, q.Get("continuation"))
+	if err != nil {
+		s.log.Warn("featurefs serve: list failed", slog.String("key", prefix), slog.Any("err", err))
+		writeError(w, StatusOf(err), err)
+		return
+	}
+	resp := ListResponse{Prefixes: p.Prefixes, Objects: make([]ObjectInfo, 0, len(p.Objects)), Next: p.Next}
+	if resp.Prefixes == nil {
+		resp.Prefixes = []string{}
+	}
+	for _, o := range p.Objects {
+		resp.Objects = append(resp.Objects, objectInfo(o))
+	}
+	writeJSON(w, resp)
+}
+
+func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
+	s.n.stats.Add(1)
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		writeError(w, StatusBadRequest, errors.New("no key"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ItemTimeout)
+	defer cancel()
+	o, err := s.cfg.Bucket.Stat(ctx, key)
+	if err != nil {
+		writeError(w, StatusOf(err), err)
+		return
+	}
+	writeJSON(w, objectInfo(o))
+}
+
+func (s *Server) handleFeature(w http.ResponseWriter, r *http.Request) {
+	s.n.features.Add(1)
+	q := r.URL.Query()
+	layer, err := strconv.Atoi(q.Get("layer"))
+	if err != nil {
+		writeError(w, StatusBadRequest, fmt.Errorf("layer %q: want a layer index: %w", q.Get("layer"), errBadItem))
+		return
+	}
+	it := BatchItem{Model: q.Get("model"), Layer: layer, Key: q.Get("key"), ETag: q.Get("etag")}
+	data, err := s.feature(r.Context(), it)
+	if err != nil {
+		writeError(w, StatusOf(err), err)
+		return
+	}
+	s.n.bytesOut.Add(int64(len(data)))
+	w.Header().Set("Content-Type", NPYContentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.Write(data)
+}
+
+// feature computes one item under the concurrency bound and ItemTimeout.
+func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
+	if it.Key == "" || it.Model == "" {
+		return nil, fmt.Errorf("item needs a model and a key: %w", errBadItem)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ItemTimeout)
+	defer cancel()
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: waiting for a slot: %w", it.Key, ctx.Err())
+	}
+	s.n.inFlight.Add(1)
+	defer func() {
+		s.n.inFlight.Add(-1)
+		<-s.sem
+	}()
+	obj := bucket.Object{Key: it.Key, ETag: it.ETag}
+	if it.ETag == "" {
+		var err error
+		if obj, err = s.cfg.Bucket.Stat(ctx, it.Key); err != nil {
+			return nil, err
+		}
+	}
+	data, err := s.tree.Feature(ctx, it.Model, it.Layer, obj)
+	if errors.Is(err, featurefs.ErrObjectChanged) {
+		err = fmt.Errorf("%w: %w", ErrChanged, err)
+	}
+	return data, err
+}
+
+// itemResult is one computed unique item of a batch.
+type itemResult struct {
+	idx  []int // the request positions it answers
+	data []byte
+	err  error
+}
+
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes)
+	var req BatchRequest
+	if err := json.NewDecoder(body).Decode(&req); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes (--max-request-bytes)", s.cfg.MaxRequestBytes))
+			return
+		}
+		writeError(w, StatusBadRequest, fmt.Errorf("batch request: %w", err))
+		return
+	}
+	if len(req.Items) > s.cfg.MaxBatchItems {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%d items: at most %d per batch (--max-batch-items)", len(req.Items), s.cfg.MaxBatchItems))
+		return
+	}
+	s.n.batches.Add(1)
+
+	// One computation per distinct item.
+	type job struct {
+		it  BatchItem
+		idx []int
+	}
+	var jobs []*job
+	seen := map[BatchItem]*job{}
+	for i, it := range req.Items {
+		if j, ok := seen[it]; ok {
+			j.idx = append(j.idx, i)
+			s.n.shared.Add(1)
+			continue
+		}
+		j := &job{it: it, idx: []int{i}}
+		seen[it] = j
+		jobs = append(jobs, j)
+	}
+
+	// Cancelled when the handler returns (before the workers are waited
+	// for), so that a client that went away stops its items.
+	ctx, cancel := context.WithCancel(r.Context())
+	results := make(chan itemResult, len(jobs))
+	queue := make(chan *job)
+	var wg sync.WaitGroup
+	for range min(len(jobs), s.cfg.MaxConcurrent) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range queue {
+				data, err := s.feature(ctx, j.it)
+				results <- itemResult{idx: j.idx, data: data, err: err}
+			}
+		}()
+	}
+	go func() {
+		defer close(queue)
+		for _, j := range jobs {
+			select {
+			case queue <- j:
+			case <-ctx.Done():
+				// Answer the rest at once; the client is gone anyway.
+				results <- itemResult{idx: j.idx, err: ctx.Err()}
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer cancel()
+
+	w.Header().Set("Content-Type", BatchContentType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	flush := func() error {
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if err := writeStreamHeader(bw, len(req.Items)); err != nil {
+		return
+	}
+	if err := flush(); err != nil {
+		return
+	}
+	hb := time.NewTicker(s.cfg.Heartbeat)
+	defer hb.Stop()
+	failed := 0
+	for done := 0; done < len(jobs); {
+		select {
+		case res := <-results:
+			done++
+			if err := s.writeResult(bw, res, &failed); err != nil {
+				s.log.Debug("featurefs serve: batch client gone", slog.String("remote", r.RemoteAddr), slog.Any("err", err))
+				return
+			}
+			// Write whatever else is ready before flushing.
+			for more := true; more && done < len(jobs); {
+				select {
+				case res := <-results:
+					done++
+					if err := s.writeResult(bw, res, &failed); err != nil {
+						return
+					}
+				default:
+					more = false
+				}
+			}
+			if err := flush(); err != nil {
+				return
+			}
+			hb.Reset(s.cfg.Heartbeat)
+		case <-hb.C:
+			s.n.heartbeats.Add(1)
+			if err := WriteFrame(bw, Frame{Index: HeartbeatIndex}); err != nil {
+				return
+			}
+			if err := flush(); err != nil {
+				return
+			}
+		}
+	}
+	s.log.Debug("featurefs serve: batch", slog.String("remote", r.RemoteAddr), slog.Int("items", len(req.Items)),
+		slog.Int("distinct", len(jobs)), slog.Int("failed", failed), slog.Duration("took", time.Since(start)))
+}
+
+// writeResult writes the frames of one computed item.
+func (s *Server) writeResult(w *bufio.Writer, res itemResult, failed *int) error {
+	f := Frame{Status: StatusOK, Data: res.data}
+	if res.err != nil {
+		f = Frame{Status: uint16(StatusOf(res.err)), Message: res.err.Error()}
+		*failed += len(res.idx)
+		s.n.itemsFailed.Add(int64(len(res.idx)))
+	}
+	for _, i := range res.idx {
+		f.Index = uint32(i)
+		s.n.items.Add(1)
+		s.n.bytesOut.Add(int64(len(f.Data)))
+		if err := WriteFrame(w, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
