@@ -100,6 +100,11 @@ type Options struct {
 	// MaxObjectSize rejects objects larger than this before fetching them
 	// (--max-object-size, e.g. 256MiB).
 	MaxObjectSize int64
+
+	// Remote mounts feature servers instead of a SOURCE (--remote and the
+	// --remote-* flags; see remote.go and docs/SERVE.md). Models then come
+	// from the servers.
+	Remote RemoteOptions
 }
 
 // Default returns the defaults of every option. Models is empty: a mount
@@ -127,6 +132,7 @@ func Default() Options {
 		ImageExtensions: []string{"jpg", "jpeg", "png"},
 		MaxPixels:       64 << 20,
 		MaxObjectSize:   256 * MiB,
+		Remote:          DefaultRemote(),
 	}
 }
 
@@ -193,9 +199,10 @@ func (o *Options) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
-	if len(o.Models) == 0 {
+	if len(o.Models) == 0 && !o.Remote.Enabled() {
 		errs = append(errs, ErrNoModel)
 	}
+	o.Remote.validate(&errs)
 	seen := map[string]bool{}
 	for _, m := range o.Models {
 		arg := ModelArg(m)

@@ -1,0 +1,99 @@
+package mountopts
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// RemoteOptions are the settings of a mount of feature servers
+// (`featurefs mount --remote URL[,URL...] MOUNTPOINT`, docs/SERVE.md).
+type RemoteOptions struct {
+	// URLs are the feature servers (featurefs serve), http:// or
+	// https://HOST:PORT (--remote, comma-separated). Empty: an embedded
+	// mount of SOURCE.
+	URLs []string
+	// TokenFile holds the bearer token sent to the servers
+	// (--remote-token-file). Empty: $FEATUREFS_TOKEN.
+	TokenFile string
+	// CAFile is a PEM file of CA certificates to trust for https:// servers
+	// besides the system's (--remote-ca).
+	CAFile string
+	// Timeout is how long a server may stay silent before the reads
+	// waiting on it fail with EIO (--remote-timeout).
+	Timeout time.Duration
+	// MaxBatch is the most features asked for in one request
+	// (--remote-max-batch).
+	MaxBatch int
+	// BatchWait is how long a request waits for more reads to join it
+	// (--remote-batch-wait).
+	BatchWait time.Duration
+	// MaxInFlight is the most batch requests in flight per server
+	// (--remote-max-inflight).
+	MaxInFlight int
+}
+
+// DefaultRemote returns the defaults of the remote settings (no URL).
+func DefaultRemote() RemoteOptions {
+	return RemoteOptions{Timeout: 30 * time.Second, MaxBatch: 64, BatchWait: 2 * time.Millisecond, MaxInFlight: 4}
+}
+
+// SetURLs parses a --remote value: comma-separated server URLs.
+func (r *RemoteOptions) SetURLs(value string) error {
+	var urls []string
+	for u := range strings.SplitSeq(value, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	if len(urls) == 0 {
+		return fmt.Errorf("--remote %q: want URL[,URL...], e.g. http://storage1:7070", value)
+	}
+	r.URLs = append(r.URLs, urls...)
+	return nil
+}
+
+// Enabled reports whether the mount is of feature servers.
+func (r *RemoteOptions) Enabled() bool { return len(r.URLs) > 0 }
+
+// validate appends the problems of the remote settings to errs.
+func (r *RemoteOptions) validate(errs *[]error) {
+	bad := func(format string, args ...any) { *errs = append(*errs, fmt.Errorf(format, args...)) }
+	for _, raw := range r.URLs {
+		u, err := url.Parse(strings.TrimRight(raw, "/"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" {
+			bad("--remote %q: want http://HOST:PORT or https://HOST:PORT", raw)
+		} else if _, _, err := net.SplitHostPort(u.Host); err != nil && u.Port() == "" && u.Scheme == "http" {
+			bad("--remote %q: name the port, e.g. http://%s:7070", raw, u.Host)
+		}
+	}
+	if !r.Enabled() {
+		return
+	}
+	if r.TokenFile != "" {
+		if _, err := os.Stat(r.TokenFile); err != nil {
+			bad("--remote-token-file %s: %v", r.TokenFile, errors.Unwrap(err))
+		}
+	}
+	if r.CAFile != "" {
+		if _, err := os.Stat(r.CAFile); err != nil {
+			bad("--remote-ca %s: %v", r.CAFile, errors.Unwrap(err))
+		}
+	}
+	if r.Timeout <= 0 {
+		bad("--remote-timeout %v: must be positive, e.g. 30s", r.Timeout)
+	}
+	if r.MaxBatch <= 0 {
+		bad("--remote-max-batch %d: must be positive", r.MaxBatch)
+	}
+	if r.BatchWait < 0 {
+		bad("--remote-batch-wait %v: must not be negative", r.BatchWait)
+	}
+	if r.MaxInFlight <= 0 {
+		bad("--remote-max-inflight %d: must be positive", r.MaxInFlight)
+	}
+}
