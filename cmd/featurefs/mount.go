@@ -40,6 +40,7 @@ const (
 const readyFdEnv = "FEATUREFS_READY_FD"
 
 const mountUsage = `Usage: featurefs mount [flags] SOURCE MOUNTPOINT
+       featurefs mount --remote URL[,URL...] [flags] MOUNTPOINT
 
 Mounts SOURCE (s3://BUCKET[/PREFIX] or a directory) read-only on MOUNTPOINT:
   MOUNTPOINT/features/<model>/<layer>/<key with .npy for its extension>
@@ -51,6 +52,8 @@ stay attached). Unmount with 'umount MOUNTPOINT' or SIGTERM.
 Flags override the config file (--config), which overrides the defaults.
 Exit codes: 2 bad options, 3 mount point, 4 model/ONNX Runtime, 5 source
 (unreachable, no bucket, credentials), 6 cache directory, 1 other.
+With --remote, listings and features come from feature servers (featurefs
+serve; docs/SERVE.md) and so do the models; there is no SOURCE argument.
 
 Flags:
 `
@@ -116,6 +119,7 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl.Var(funcFlag{show: func() string { return strings.Join(o.ImageExtensions, ",") }, set: o.SetImageExtensions},
 		"image-extensions", "object extensions shown as .npy, comma-separated")
 	fl.Var(sizeFlag{&o.MaxObjectSize}, "max-object-size", "reject larger objects, e.g. 256MiB")
+	remoteFlags(fl, &o.Remote)
 	return fl
 }
 
@@ -191,7 +195,12 @@ func runMount(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs mount: %v\nRun 'featurefs mount -h' for the flags.\n", err)
 		return exitUsage
 	}
-	if len(pos) != 2 {
+	if o.Remote.Enabled() && len(pos) == 1 {
+		pos = append([]string{remoteSource(o.Remote)}, pos...)
+	} else if o.Remote.Enabled() {
+		fmt.Fprintf(os.Stderr, "featurefs mount: with --remote, want only MOUNTPOINT (the servers' source is mounted), got %d arguments\n\n%s", len(pos), mountUsage)
+		return exitUsage
+	} else if len(pos) != 2 {
 		fmt.Fprintf(os.Stderr, "featurefs mount: want SOURCE and MOUNTPOINT, got %d arguments\n\n%s", len(pos), mountUsage)
 		return exitUsage
 	}
@@ -200,7 +209,7 @@ func runMount(args []string) int {
 		return exitUsage
 	}
 	source, mnt := pos[0], pos[1]
-	if !strings.Contains(source, "://") {
+	if !strings.Contains(source, "://") && !o.Remote.Enabled() {
 		if abs, err := filepath.Abs(source); err == nil {
 			source = abs
 		}
@@ -341,14 +350,25 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	b, err := bucket.Open(ctx, source, bucket.S3Options{
-		Endpoint:       o.EndpointURL,
-		Region:         o.Region,
-		Profile:        o.Profile,
-		MaxObjectBytes: o.MaxObjectSize,
-	})
-	if err != nil {
-		return failf(exitSource, "source %s: %w", source, err)
+	var b bucket.Bucket
+	var ex featurefs.Extractor // nil: a local extraction service
+	if o.Remote.Enabled() {
+		rc, err := dialRemote(ctx, o.Remote, log)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		b, ex = rc.Bucket(), rc.Extractor()
+	} else {
+		b, err = bucket.Open(ctx, source, bucket.S3Options{
+			Endpoint:       o.EndpointURL,
+			Region:         o.Region,
+			Profile:        o.Profile,
+			MaxObjectBytes: o.MaxObjectSize,
+		})
+		if err != nil {
+			return failf(exitSource, "source %s: %w", source, err)
+		}
 	}
 
 	store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log})
@@ -365,27 +385,30 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 		}
 	}()
 
-	svc, err := extractor.New(extractor.Config{
-		ORTLib:    o.ORTLib,
-		Device:    o.Device,
-		TensorRT:  o.TensorRT,
-		BatchSize: o.BatchSize,
-		MaxPixels: o.MaxPixels,
-		DType:     o.DType,
-		Logger:    log,
-	}, o.Models)
-	if err != nil {
-		return failf(exitModel, "loading models: %w", err)
-	}
-	defer func() {
-		if cerr := svc.Close(); cerr != nil {
-			log.Error("featurefs: closing the extractor", slog.Any("err", cerr))
+	if ex == nil {
+		svc, err := extractor.New(extractor.Config{
+			ORTLib:    o.ORTLib,
+			Device:    o.Device,
+			TensorRT:  o.TensorRT,
+			BatchSize: o.BatchSize,
+			MaxPixels: o.MaxPixels,
+			DType:     o.DType,
+			Logger:    log,
+		}, o.Models)
+		if err != nil {
+			return failf(exitModel, "loading models: %w", err)
 		}
-	}()
+		defer func() {
+			if cerr := svc.Close(); cerr != nil {
+				log.Error("featurefs: closing the extractor", slog.Any("err", cerr))
+			}
+		}()
+		ex = svc
+	}
 
 	tree, err := featurefs.New(featurefs.Config{
 		Bucket:          b,
-		Extractor:       svc,
+		Extractor:       ex,
 		Cache:           store,
 		Logger:          log,
 		MetadataTTL:     o.MetadataTTL,
@@ -410,7 +433,7 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 		return failf(exitMountPoint, "mounted %s but it does not answer: %w", mnt, err)
 	}
 	log.Info("featurefs: mounted", slog.String("source", source), slog.String("mountpoint", mnt),
-		slog.String("device", svc.Device()), slog.Int("models", len(o.Models)), slog.String("cache", o.CacheDir))
+		slog.String("device", ex.Device()), slog.Int("models", len(ex.Models())), slog.String("cache", o.CacheDir))
 	if o.MetricsAddr != "" {
 		log.Warn("featurefs: --metrics-addr is reserved and not served yet", slog.String("addr", o.MetricsAddr))
 	}

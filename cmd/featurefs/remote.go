@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"strings"
+
+	"github.com/featurefs/featurefs/fs/remote"
+	"github.com/featurefs/featurefs/mountopts"
+)
+
+// remoteFlags binds the --remote flags of featurefs mount to r.
+func remoteFlags(fl *flag.FlagSet, r *mountopts.RemoteOptions) {
+	fl.Var(funcFlag{show: func() string { return strings.Join(r.URLs, ",") }, set: r.SetURLs},
+		"remote", "mount feature servers (featurefs serve) instead of a SOURCE: `URL[,URL...]`")
+	fl.StringVar(&r.TokenFile, "remote-token-file", r.TokenFile, "`file` holding the servers' bearer token (default $FEATUREFS_TOKEN)")
+	fl.StringVar(&r.CAFile, "remote-ca", r.CAFile, "PEM `file` of CA certificates to trust for https:// servers")
+	fl.DurationVar(&r.Timeout, "remote-timeout", r.Timeout, "a server silent this long fails the reads waiting on it (EIO)")
+	fl.IntVar(&r.MaxBatch, "remote-max-batch", r.MaxBatch, "most features per request to a server")
+	fl.DurationVar(&r.BatchWait, "remote-batch-wait", r.BatchWait, "how long a request waits for more reads to join it")
+	fl.IntVar(&r.MaxInFlight, "remote-max-inflight", r.MaxInFlight, "most batch requests in flight per server")
+}
+
+// remoteSource is the SOURCE shown for a remote mount (/proc/mounts).
+func remoteSource(r mountopts.RemoteOptions) string {
+	return "featurefs+" + strings.Join(r.URLs, ",")
+}
+
+// dialRemote connects to the feature servers of a --remote mount.
+func dialRemote(ctx context.Context, r mountopts.RemoteOptions, log *slog.Logger) (*remote.Client, error) {
+	token, err := remote.LoadToken(r.TokenFile)
+	if err != nil {
+		return nil, failf(exitUsage, "--remote-token-file: %w", err)
+	}
+	tlsCfg, err := remote.TLSConfig(r.CAFile)
+	if err != nil {
+		return nil, failf(exitUsage, "--remote-ca: %w", err)
+	}
+	c, err := remote.Dial(ctx, remote.ClientConfig{
+		URLs:        r.URLs,
+		Token:       token,
+		TLS:         tlsCfg,
+		Timeout:     r.Timeout,
+		MaxBatch:    r.MaxBatch,
+		MaxWait:     r.BatchWait,
+		MaxInFlight: r.MaxInFlight,
+		Logger:      log,
+	})
+	if err != nil {
+		if errors.Is(err, remote.ErrUnauthorized) {
+			return nil, failf(exitSource, "--remote: %w (check --remote-token-file or FEATUREFS_TOKEN)", err)
+		}
+		return nil, failf(exitSource, "--remote: %w", err)
+	}
+	log.Info("featurefs: feature servers", slog.String("source", c.Info().Source), slog.String("servers", strings.Join(c.URLs(), ",")),
+		slog.String("device", c.Info().Device), slog.String("dtype", string(c.Info().DType)))
+	return c, nil
+}
