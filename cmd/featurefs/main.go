@@ -17,6 +17,7 @@ Usage:
   featurefs layers MODEL.onnx                 print a model's layer table
   featurefs extract --model M.onnx --layer K IMAGE... -o DIR
   featurefs cache stats|clear --cache-dir DIR
+  featurefs serve [flags] SOURCE              near-data feature server (docs/SERVE.md)
   featurefs version
 
 Run 'featurefs COMMAND -h' for a command's flags.
@@ -42,6 +43,8 @@ func run(args []string) int {
 		return runExtract(rest)
 	case "cache":
 		return runCache(rest)
+	case "serve":
+		return runServe(rest)
 	case "version", "--version", "-v":
 		fmt.Println("featurefs", version)
 		return 0

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/remote"
+	"github.com/featurefs/featurefs/mountopts"
+)
+
+const serveUsage = `Usage: featurefs serve [flags] SOURCE       SOURCE = s3://BUCKET[/PREFIX] | DIR
+
+Serves SOURCE's features over HTTP next to the store (near-data mode), for
+'featurefs mount --remote URL MOUNTPOINT' on training hosts. The API and the
+flags are described in docs/SERVE.md. Clients must send the bearer token of
+--token-file (or $FEATUREFS_TOKEN) unless --no-auth. Stops on SIGTERM/SIGINT.
+Exit codes as featurefs mount: 2 bad options, 4 model/ONNX Runtime, 5 source,
+6 cache directory, 1 other (e.g. the address is in use).
+
+Flags:
+`
+
+// serveFlags binds the serve flags: the source, model and cache options
+// shared with mount, and the server's own.
+func serveFlags(o *mountopts.Options, so *mountopts.ServeOptions) *flag.FlagSet {
+	fl := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	fl.Var(funcFlag{set: o.AddModel}, "model", "`NAME=PATH.onnx` of a model to serve (repeatable)")
+	fl.StringVar(&o.ConfigFile, "config", o.ConfigFile, "YAML config `file` (models with preprocessing and aliases, and any option)")
+	fl.StringVar(&o.EndpointURL, "endpoint-url", o.EndpointURL, "S3 endpoint `URL` for MinIO, Ceph RGW, ... (default AWS)")
+	fl.StringVar(&o.Region, "region", o.Region, "S3 region")
+	fl.StringVar(&o.Profile, "profile", o.Profile, "AWS profile for credentials (default: the standard credential chain)")
+	fl.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "feature cache `directory`")
+	fl.Var(sizeFlag{&o.CacheSize}, "cache-size", "feature cache bound, e.g. 10GiB, 512MiB")
+	fl.StringVar(&o.Device, "device", o.Device, "auto, cpu, cuda or cuda:N")
+	fl.BoolVar(&o.TensorRT, "tensorrt", o.TensorRT, "run models with TensorRT (FP16) on CUDA")
+	fl.StringVar((*string)(&o.DType), "dtype", string(o.DType), "element type of the .npy files: float32 or float16")
+	fl.IntVar(&o.BatchSize, "batch-size", o.BatchSize, "images per model run (0: automatic)")
+	fl.DurationVar(&o.NegativeTTL, "negative-ttl", o.NegativeTTL, "how long a bad object fails without being fetched again")
+	fl.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+	fl.StringVar(&o.LogFile, "log-file", o.LogFile, "log `file` (default stderr)")
+	fl.StringVar(&o.ORTLib, "ort-lib", o.ORTLib, "path of libonnxruntime.so (or FEATUREFS_ORT_LIB)")
+	fl.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "reject images with more pixels")
+	fl.Var(funcFlag{show: func() string { return strings.Join(o.ImageExtensions, ",") }, set: o.SetImageExtensions},
+		"image-extensions", "object extensions served as features, comma-separated")
+	fl.Var(sizeFlag{&o.MaxObjectSize}, "max-object-size", "reject larger objects, e.g. 256MiB")
+
+	fl.StringVar(&so.Listen, "listen", so.Listen, "`HOST:PORT` to listen on")
+	fl.StringVar(&so.TokenFile, "token-file", so.TokenFile, "`file` holding the bearer token clients must send (default $FEATUREFS_TOKEN)")
+	fl.BoolVar(&so.NoAuth, "no-auth", so.NoAuth, "accept requests without a token (trusted networks only)")
+	fl.StringVar(&so.TLSCert, "tls-cert", so.TLSCert, "PEM certificate `file`: serve HTTPS")
+	fl.StringVar(&so.TLSKey, "tls-key", so.TLSKey, "PEM key `file` of --tls-cert")
+	fl.IntVar(&so.MaxConcurrent, "max-concurrent", so.MaxConcurrent, "features computed at once, over all requests")
+	fl.IntVar(&so.MaxBatchItems, "max-batch-items", so.MaxBatchItems, "items per batch request")
+	fl.Var(sizeFlag{&so.MaxRequestBytes}, "max-request-bytes", "bound on a request body, e.g. 1MiB")
+	fl.DurationVar(&so.ItemTimeout, "item-timeout", so.ItemTimeout, "bound on the fetch and extraction of one feature")
+	fl.DurationVar(&so.Heartbeat, "heartbeat", so.Heartbeat, "heartbeat interval of a batch stream with nothing to send")
+	return fl
+}
+
+// parseServe builds the options: defaults, then the config file, then the
+// flags.
+func parseServe(args []string) (mountopts.Options, mountopts.ServeOptions, []string, error) {
+	o, so := mountopts.Default(), mountopts.DefaultServe()
+	pos, err := parseInterspersed(serveFlags(&o, &so), args)
+	if err != nil || o.ConfigFile == "" {
+		return o, so, pos, err
+	}
+	cfg := o.ConfigFile
+	o, so = mountopts.Default(), mountopts.DefaultServe()
+	if err := o.LoadFile(cfg); err != nil {
+		return o, so, nil, err
+	}
+	pos, err = parseInterspersed(serveFlags(&o, &so), args)
+	o.ConfigFile = cfg
+	return o, so, pos, err
+}
+
+func runServe(args []string) int {
+	o, so, pos, err := parseServe(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(os.Stderr, serveUsage)
+		fl := serveFlags(&o, &so)
+		fl.SetOutput(os.Stderr)
+		fl.PrintDefaults()
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs serve: %v\nRun 'featurefs serve -h' for the flags.\n", err)
+		return exitUsage
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(os.Stderr, "featurefs serve: want SOURCE, got %d arguments\n\n%s", len(pos), serveUsage)
+		return exitUsage
+	}
+	if err := errors.Join(o.Validate(), so.Validate()); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs serve: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs serve: "))
+		return exitUsage
+	}
+	source := pos[0]
+	if !strings.Contains(source, "://") {
+		if abs, err := filepath.Abs(source); err == nil {
+			source = abs
+		}
+	}
+	if err := serveFeatures(o, so, source); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs serve: %v\n", err)
+		return exitCode(err)
+	}
+	return exitOK
+}
+
+// serveFeatures runs the feature server until SIGTERM or SIGINT.
+func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string) (err error) {
+	token := ""
+	if !so.NoAuth {
+		if token, err = remote.LoadToken(so.TokenFile); err != nil {
+			return failf(exitUsage, "--token-file: %w", err)
+		}
+		if token == "" {
+			return failf(exitUsage, "no token: give --token-file FILE or set %s (or --no-auth on a trusted network)", remote.TokenEnv)
+		}
+	}
+	log, logc, err := newLogger(o)
+	if err != nil {
+		return err
+	}
+	defer logc.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b, err := bucket.Open(ctx, source, bucket.S3Options{
+		Endpoint:       o.EndpointURL,
+		Region:         o.Region,
+		Profile:        o.Profile,
+		MaxObjectBytes: o.MaxObjectSize,
+	})
+	if err != nil {
+		return failf(exitSource, "source %s: %w", source, err)
+	}
+	store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log})
+	if err != nil {
+		if errors.Is(err, cache.ErrLocked) {
+			return failf(exitCache, "%w", err)
+		}
+		return failf(exitCache, "--cache-dir %s: %w", o.CacheDir, err)
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil {
+			log.Error("featurefs serve: closing the cache", slog.Any("err", cerr))
+			err = errors.Join(err, cerr)
+		}
+	}()
+	svc, err := extractor.New(extractor.Config{
+		ORTLib:    o.ORTLib,
+		Device:    o.Device,
+		TensorRT:  o.TensorRT,
+		BatchSize: o.BatchSize,
+		MaxPixels: o.MaxPixels,
+		DType:     o.DType,
+		Logger:    log,
+	}, o.Models)
+	if err != nil {
+		return failf(exitModel, "loading models: %w", err)
+	}
+	defer svc.Close()
+
+	srv, err := remote.NewServer(remote.ServerConfig{
+		Bucket:          b,
+		Extractor:       svc,
+		Cache:           store,
+		Logger:          log,
+		Token:           token,
+		NoAuth:          so.NoAuth,
+		MaxConcurrent:   so.MaxConcurrent,
+		MaxBatchItems:   so.MaxBatchItems,
+		MaxRequestBytes: so.MaxRequestBytes,
+		ItemTimeout:     so.ItemTimeout,
+		Heartbeat:       so.Heartbeat,
+		NegativeTTL:     o.NegativeTTL,
+		MaxObjectSize:   o.MaxObjectSize,
+		ImageExtensions: o.ImageExtensions,
+	})
+	if err != nil {
+		return failf(exitModel, "%w", err)
+	}
+	ln, err := net.Listen("tcp", so.Listen)
+	if err != nil {
+		return failf(exitOther, "--listen %s: %w", so.Listen, err)
+	}
+	scheme := "http"
+	if so.TLSCert != "" {
+		scheme = "https"
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if scheme == "https" {
+			errc <- hs.ServeTLS(ln, so.TLSCert, so.TLSKey)
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+	addr := scheme + "://" + ln.Addr().String()
+	log.Info("featurefs serve: listening", slog.String("addr", addr), slog.String("source", b.Identity()),
+		slog.String("device", svc.Device()), slog.Int("models", len(o.Models)), slog.Bool("auth", !so.NoAuth))
+	// One line on stderr names the address (useful with --listen HOST:0).
+	fmt.Fprintf(os.Stderr, "featurefs serve: listening on %s\n", addr)
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	select {
+	case err := <-errc:
+		return failf(exitOther, "serving: %w", err)
+	case s := <-sigs:
+		log.Info("featurefs serve: stopping", slog.String("signal", s.String()))
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("featurefs serve: requests still running at shutdown", slog.Any("err", err))
+		hs.Close()
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package mountopts
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// ServeOptions are the settings of `featurefs serve` beyond the Options it
+// shares with mount (source, models, cache, device; docs/SERVE.md).
+type ServeOptions struct {
+	// Listen is the host:port the server listens on (--listen).
+	Listen string
+	// TokenFile holds the bearer token clients must send (--token-file).
+	// Empty: $FEATUREFS_TOKEN.
+	TokenFile string
+	// NoAuth accepts requests without a token (--no-auth); for trusted
+	// networks only.
+	NoAuth bool
+	// TLSCert and TLSKey are the PEM certificate and key to serve HTTPS
+	// with (--tls-cert, --tls-key); both or neither.
+	TLSCert, TLSKey string
+	// MaxConcurrent bounds the features computed at once over all requests
+	// (--max-concurrent).
+	MaxConcurrent int
+	// MaxBatchItems bounds the items of one batch request
+	// (--max-batch-items).
+	MaxBatchItems int
+	// MaxRequestBytes bounds a request body (--max-request-bytes, e.g. 1MiB).
+	MaxRequestBytes int64
+	// ItemTimeout bounds the fetch and extraction of one feature
+	// (--item-timeout).
+	ItemTimeout time.Duration
+	// Heartbeat is how often a batch stream with nothing to send sends a
+	// heartbeat (--heartbeat).
+	Heartbeat time.Duration
+}
+
+// DefaultServe returns the defaults of the serve settings.
+func DefaultServe() ServeOptions {
+	return ServeOptions{
+		Listen:          "127.0.0.1:7070",
+		MaxConcurrent:   64,
+		MaxBatchItems:   1024,
+		MaxRequestBytes: MiB,
+		ItemTimeout:     5 * time.Minute,
+		Heartbeat:       2 * time.Second,
+	}
+}
+
+// Validate checks the serve settings and returns all problems found, one
+// per line.
+func (s *ServeOptions) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
+		bad("--listen %q: want HOST:PORT, e.g. 0.0.0.0:7070", s.Listen)
+	}
+	if s.NoAuth && s.TokenFile != "" {
+		bad("--no-auth and --token-file: choose one")
+	}
+	if s.TokenFile != "" {
+		if _, err := os.Stat(s.TokenFile); err != nil {
+			bad("--token-file %s: %v", s.TokenFile, errors.Unwrap(err))
+		}
+	}
+	if (s.TLSCert == "") != (s.TLSKey == "") {
+		bad("--tls-cert and --tls-key: give both or neither")
+	}
+	for flag, p := range map[string]string{"--tls-cert": s.TLSCert, "--tls-key": s.TLSKey} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			bad("%s %s: %v", flag, p, errors.Unwrap(err))
+		}
+	}
+	if s.MaxConcurrent <= 0 {
+		bad("--max-concurrent %d: must be positive", s.MaxConcurrent)
+	}
+	if s.MaxBatchItems <= 0 {
+		bad("--max-batch-items %d: must be positive", s.MaxBatchItems)
+	}
+	if s.MaxRequestBytes < 1024 {
+		bad("--max-request-bytes %s: must be at least 1KiB", FormatSize(s.MaxRequestBytes))
+	}
+	if s.ItemTimeout <= 0 {
+		bad("--item-timeout %v: must be positive", s.ItemTimeout)
+	}
+	if s.Heartbeat <= 0 {
+		bad("--heartbeat %v: must be positive", s.Heartbeat)
+	}
+	return errors.Join(errs...)
+}
