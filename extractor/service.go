@@ -293,6 +293,9 @@ type Stats struct {
 	FetchSeconds     float64        `json:"fetch_seconds"`
 	DecodeSeconds    float64        `json:"decode_seconds"`
 	InferSeconds     float64        `json:"infer_seconds"`
+	// Split is the split execution plan of a remote mount (--split), nil
+	// otherwise.
+	Split *PlannerStats `json:"split,omitempty"`
 }
 
 // Stats returns the current figures.

@@ -1,0 +1,87 @@
+package extractor
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/featurefs/featurefs/test/testenv"
+)
+
+func TestProfileMeasuredOnceAndCached(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *Service {
+		cfg := DefaultConfig()
+		cfg.ORTLib = testenv.ORTLib(t)
+		cfg.Device = "cpu"
+		cfg.BatchSize = 2
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		svc, err := New(cfg, []ModelSpec{{Name: "resnet18", Path: testenv.Model(t, "resnet18")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { svc.Close() })
+		return svc
+	}
+	ctx := context.Background()
+	svc := open()
+	p, err := svc.Profile(ctx, "resnet18", ProfileOptions{Dir: dir, Runs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := svc.Model("resnet18")
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Layers) != len(m.Layers) || p.Digest != m.Digest || p.Device != "cpu" || p.Batch != 2 || p.Host != HostID() || p.Host == "" {
+		t.Fatalf("profile %+v does not describe the model", p)
+	}
+	for i, l := range p.Layers {
+		if l.Tensor != m.Layers[i].Tensor || l.Bytes != m.Layers[i].Bytes || l.Seconds <= 0 {
+			t.Errorf("layer %d: %+v", i, l)
+		}
+	}
+	if p.DecodeSeconds <= 0 {
+		t.Errorf("decode time %g", p.DecodeSeconds)
+	}
+	// The cumulative time follows the compute: the last layer costs more
+	// than the first block.
+	if last := p.Layers[len(p.Layers)-1].CumSeconds; last <= p.Layers[1].CumSeconds {
+		t.Errorf("cumulative %g s at the end, %g s at layer1", last, p.Layers[1].CumSeconds)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "profile-*.json"))
+	if len(files) != 1 {
+		t.Fatalf("cache files %v, want one", files)
+	}
+	// In memory: the same profile.
+	if p2, err := svc.Profile(ctx, "resnet18", ProfileOptions{Dir: dir, Runs: 1}); err != nil || p2 != p {
+		t.Errorf("second call: %p %v, want the cached %p", p2, err, p)
+	}
+	// Another Service reads the file instead of measuring.
+	st, _ := os.Stat(files[0])
+	p3, err := open().Profile(ctx, "resnet18", ProfileOptions{Dir: dir, Runs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, _ := os.Stat(files[0])
+	if !p3.Created.Equal(p.Created) || p3.Layers[3].Seconds != p.Layers[3].Seconds || !st2.ModTime().Equal(st.ModTime()) {
+		t.Errorf("second service measured again: created %v vs %v", p3.Created, p.Created)
+	}
+	// A damaged file is measured again and rewritten.
+	if err := os.WriteFile(files[0], []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p4, err := open().Profile(ctx, "resnet18", ProfileOptions{Dir: dir, Runs: 1})
+	if err != nil || p4.Created.Equal(p.Created) {
+		t.Fatalf("damaged cache: %v, created %v", err, p4.Created)
+	}
+	if _, err := LoadProfile(files[0]); err != nil {
+		t.Errorf("rewritten cache: %v", err)
+	}
+	if _, err := svc.Profile(ctx, "nope", ProfileOptions{}); err == nil {
+		t.Error("unknown model profiled")
+	}
+}
