@@ -36,6 +36,7 @@ func badObject(err error) bool {
 //	context.DeadlineExceeded      EIO, logged (--read-timeout)
 //	anything else                 EIO, logged
 func (f *FS) errno(err error, key string) syscall.Errno {
+	f.obs.countError(err)
 	switch {
 	case err == nil:
 		return 0

@@ -108,6 +108,7 @@ type FS struct {
 	features flightGroup[[]byte]    // reads in flight
 
 	stats counters
+	obs   observer // figures of the wrapped bucket and extractor, errors by kind
 
 	errMu  sync.Mutex
 	recent []ErrorRecord // GUARDED_BY(errMu)
@@ -166,6 +167,8 @@ func New(cfg Config) (*FS, error) {
 		logged:   newLRU[string, struct{}](4096),
 	}
 	f.started = f.now()
+	f.cfg.Bucket = countingBucket{Bucket: cfg.Bucket, o: &f.obs}
+	f.cfg.Extractor = observedExtractor{Extractor: cfg.Extractor, o: &f.obs, now: cfg.Now}
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")
 	}

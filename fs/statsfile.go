@@ -28,7 +28,105 @@ type Stats struct {
 	FS TreeStats `json:"fs"`
 	// RecentErrors are the last errors, oldest first.
 	RecentErrors []ErrorRecord `json:"recent_errors"`
+
+	// UptimeSeconds is the time since the tree was created.
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Extraction summarizes the extractions: rate, batching, outcomes.
+	Extraction ExtractionStats `json:"extraction"`
+	// Queue is the extraction queue's depth now, by priority.
+	Queue QueueStats `json:"queue"`
+	// CacheHitRatio is the share of feature lookups the cache answered:
+	// fs.cache_hits / (fs.cache_hits + fs.cache_misses); 0 before any.
+	// Reads the kernel answers from its page cache are not counted.
+	CacheHitRatio float64 `json:"cache_hit_ratio"`
+	// Store is what the object store was asked for.
+	Store StoreStats `json:"store"`
+	// BytesServed counts the bytes reads of feature files returned
+	// (fs.read_bytes).
+	BytesServed int64 `json:"bytes_served"`
+	// Errors counts the errors answered to readers, by kind.
+	Errors ErrorCounts `json:"errors"`
 }
+
+// ExtractionStats summarizes the extractions since mount.
+type ExtractionStats struct {
+	// RatePerSecond is the extractions completed per second over the last
+	// RateWindowSeconds (shorter right after mount).
+	RatePerSecond float64 `json:"rate_per_second"`
+	// RateWindowSeconds is the span RatePerSecond is measured over.
+	RateWindowSeconds float64 `json:"rate_window_seconds"`
+	// Completed counts extractions that returned a feature (reads,
+	// prefetch and warm-up alike).
+	Completed int64 `json:"completed"`
+	// Failed counts extractions that returned an error.
+	Failed int64 `json:"failed"`
+	// MeanBatchSize is the mean number of images per model run:
+	// BatchedItems / Batches; 0 before the first batch.
+	MeanBatchSize float64 `json:"mean_batch_size"`
+	// Batches counts model runs.
+	Batches int64 `json:"batches"`
+	// BatchedItems counts the images those runs computed.
+	BatchedItems int64 `json:"batched_items"`
+}
+
+// QueueStats is the extraction queue now.
+type QueueStats struct {
+	// Foreground is the requests readers wait on, queued for a fetch worker.
+	Foreground int `json:"foreground"`
+	// Background is the prefetch and warm-up requests queued for a worker.
+	Background int `json:"background"`
+	// DecodedWaiting is the inputs decoded and waiting for a batch.
+	DecodedWaiting int `json:"decoded_waiting"`
+	// Running is the inputs in the model run now.
+	Running int `json:"running"`
+	// InFlight is every distinct request not yet answered.
+	InFlight int `json:"in_flight"`
+}
+
+// StoreStats counts the object store calls of the mount.
+type StoreStats struct {
+	// Gets counts object fetches.
+	Gets int64 `json:"gets"`
+	// GetErrors counts failed fetches.
+	GetErrors int64 `json:"get_errors"`
+	// BytesFetched counts the bytes fetches returned.
+	BytesFetched int64 `json:"bytes_fetched"`
+	// ListCalls counts listing pages asked for.
+	ListCalls int64 `json:"list_calls"`
+	// ListErrors counts failed listing calls.
+	ListErrors int64 `json:"list_errors"`
+	// StatCalls counts object metadata calls.
+	StatCalls int64 `json:"stat_calls"`
+	// StatErrors counts failed metadata calls other than not-found.
+	StatErrors int64 `json:"stat_errors"`
+}
+
+// ErrorCounts counts the errors answered to reads and listings, by kind
+// (see ErrorKinds). A reader's interrupt and a lookup of a name the bucket
+// does not hold are not counted.
+type ErrorCounts struct {
+	// BadImage counts reads refused because of the object's content.
+	BadImage int64 `json:"bad_image"`
+	// NotFound counts reads of objects listed but gone when fetched.
+	NotFound int64 `json:"not_found"`
+	// Timeout counts reads past --read-timeout.
+	Timeout int64 `json:"timeout"`
+	// Store counts reads and listings the object store failed.
+	Store int64 `json:"store"`
+	// Other counts any other failure.
+	Other int64 `json:"other"`
+}
+
+// ByKind returns the counts keyed by ErrorKinds' names.
+func (e ErrorCounts) ByKind() map[string]int64 {
+	return map[string]int64{
+		ErrKindBadImage: e.BadImage, ErrKindNotFound: e.NotFound, ErrKindTimeout: e.Timeout,
+		ErrKindStore: e.Store, ErrKindOther: e.Other,
+	}
+}
+
+// Total is the sum over the kinds.
+func (e ErrorCounts) Total() int64 { return e.BadImage + e.NotFound + e.Timeout + e.Store + e.Other }
 
 // TreeStats counts what the tree did since mount.
 type TreeStats struct {
@@ -86,12 +184,14 @@ func (f *FS) Stats() Stats {
 	f.errMu.Lock()
 	recent := append([]ErrorRecord{}, f.recent...)
 	f.errMu.Unlock()
-	return Stats{
+	xs := f.cfg.Extractor.Stats()
+	now := f.now()
+	st := Stats{
 		Source:    f.identity,
 		Device:    f.cfg.Extractor.Device(),
 		DType:     f.dtype,
 		Cache:     f.cfg.Cache.Stats(),
-		Extractor: f.cfg.Extractor.Stats(),
+		Extractor: xs,
 		FS: TreeStats{
 			Lookups: c.lookups.Load(), StatLookups: c.statLookups.Load(), ListPages: c.listPages.Load(),
 			StatCalls: c.stats.Load(), Opens: c.opens.Load(), Reads: c.reads.Load(), ReadBytes: c.readBytes.Load(),
@@ -101,6 +201,33 @@ func (f *FS) Stats() Stats {
 		},
 		RecentErrors: recent,
 	}
+	o := &f.obs
+	st.UptimeSeconds = now.Sub(f.started).Seconds()
+	rate, window := o.rate.perSecond(now, f.started, rateWindow)
+	st.Extraction = ExtractionStats{
+		RatePerSecond: rate, RateWindowSeconds: window,
+		Completed: o.extracted.Load(), Failed: o.extractFailed.Load(),
+		Batches: xs.Batches, BatchedItems: xs.BatchedItems,
+	}
+	if xs.Batches > 0 {
+		st.Extraction.MeanBatchSize = float64(xs.BatchedItems) / float64(xs.Batches)
+	}
+	st.Queue = QueueStats{Foreground: xs.QueuedForeground, Background: xs.QueuedBackground,
+		DecodedWaiting: xs.Decoded, Running: xs.Running, InFlight: xs.InFlight}
+	if n := st.FS.CacheHits + st.FS.CacheMisses; n > 0 {
+		st.CacheHitRatio = float64(st.FS.CacheHits) / float64(n)
+	}
+	st.Store = StoreStats{
+		Gets: o.gets.Load(), GetErrors: o.getErrors.Load(), BytesFetched: o.bytesFetched.Load(),
+		ListCalls: o.lists.Load(), ListErrors: o.listErrors.Load(),
+		StatCalls: o.statCalls.Load(), StatErrors: o.statErrors.Load(),
+	}
+	st.BytesServed = st.FS.ReadBytes
+	st.Errors = ErrorCounts{
+		BadImage: o.errBadImage.Load(), NotFound: o.errNotFound.Load(), Timeout: o.errTimeout.Load(),
+		Store: o.errStore.Load(), Other: o.errOther.Load(),
+	}
+	return st
 }
 
 // statsJSON renders Stats, indented, with a final newline.

@@ -1,0 +1,217 @@
+package fs
+
+// This file holds the figures behind the derived fields of .featurefs/stats
+// and the Prometheus metrics: the bucket and the extractor are wrapped in New
+// so that every caller (reads, prefetch, warm-up) is counted once, where the
+// work happens.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// Error kinds counted in Stats.Errors and the featurefs_errors_total metric.
+const (
+	// ErrKindBadImage is a read refused because of the object's content
+	// (not an image, corrupt, truncated, too large).
+	ErrKindBadImage = "bad_image"
+	// ErrKindNotFound is a read of an object that was listed but is gone.
+	ErrKindNotFound = "not_found"
+	// ErrKindTimeout is a read that ran past --read-timeout.
+	ErrKindTimeout = "timeout"
+	// ErrKindStore is a read or listing the object store failed
+	// (unreachable, access denied, server errors).
+	ErrKindStore = "store"
+	// ErrKindOther is any other failed read or listing.
+	ErrKindOther = "other"
+)
+
+// ErrorKinds lists the error kinds in the order they are shown.
+func ErrorKinds() []string {
+	return []string{ErrKindBadImage, ErrKindNotFound, ErrKindTimeout, ErrKindStore, ErrKindOther}
+}
+
+// rateWindow is the span the extraction rate is measured over.
+const rateWindow = 10 * time.Second
+
+// observer holds the figures counted by the wrappers and by errno.
+type observer struct {
+	gets, getErrors, bytesFetched atomic.Int64
+	lists, listErrors             atomic.Int64
+	statCalls, statErrors         atomic.Int64
+
+	extracted, extractFailed atomic.Int64
+	rate                     rateMeter
+
+	errBadImage, errNotFound, errTimeout, errStore, errOther atomic.Int64
+}
+
+// countError counts an error answered to a reader by its kind. A reader's
+// interrupt and a lookup of a name the bucket does not hold are not errors.
+func (o *observer) countError(err error) {
+	switch errorKind(err) {
+	case ErrKindBadImage:
+		o.errBadImage.Add(1)
+	case ErrKindNotFound:
+		o.errNotFound.Add(1)
+	case ErrKindTimeout:
+		o.errTimeout.Add(1)
+	case ErrKindStore:
+		o.errStore.Add(1)
+	case ErrKindOther:
+		o.errOther.Add(1)
+	}
+}
+
+// errorKind classifies an error answered to a reader; "" means it is not
+// counted as an error.
+func errorKind(err error) string {
+	var se *storeError
+	isStore := errors.As(err, &se)
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return ""
+	case badObject(err):
+		return ErrKindBadImage
+	case errors.Is(err, bucket.ErrNotFound):
+		if isStore && se.op == "get" {
+			return ErrKindNotFound // listed, then gone
+		}
+		return "" // a name that is not there: a plain ENOENT
+	case errors.Is(err, context.DeadlineExceeded):
+		return ErrKindTimeout
+	case isStore:
+		return ErrKindStore
+	default:
+		return ErrKindOther
+	}
+}
+
+// storeError marks an error returned by the object store. It is transparent:
+// same message, and errors.Is/As see through it.
+type storeError struct {
+	op  string // get, list or stat
+	err error
+}
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// countingBucket counts the calls, errors and bytes of a bucket.
+type countingBucket struct {
+	bucket.Bucket
+	o *observer
+}
+
+// List lists one page, counting it.
+func (b countingBucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
+	b.o.lists.Add(1)
+	p, err := b.Bucket.List(ctx, prefix, token)
+	if err != nil {
+		b.o.listErrors.Add(1)
+		return p, &storeError{op: "list", err: err}
+	}
+	return p, nil
+}
+
+// Stat stats one object, counting it.
+func (b countingBucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
+	b.o.statCalls.Add(1)
+	obj, err := b.Bucket.Stat(ctx, key)
+	if err != nil {
+		if !errors.Is(err, bucket.ErrNotFound) {
+			b.o.statErrors.Add(1)
+		}
+		return obj, &storeError{op: "stat", err: err}
+	}
+	return obj, nil
+}
+
+// Get fetches one object, counting it and its bytes.
+func (b countingBucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
+	b.o.gets.Add(1)
+	data, obj, err := b.Bucket.Get(ctx, key, maxBytes)
+	if err != nil {
+		b.o.getErrors.Add(1)
+		return data, obj, &storeError{op: "get", err: err}
+	}
+	b.o.bytesFetched.Add(int64(len(data)))
+	return data, obj, nil
+}
+
+// observedExtractor counts the extractions that complete, for the rate.
+// Every other method is the wrapped extractor's.
+type observedExtractor struct {
+	Extractor
+	o   *observer
+	now func() time.Time
+}
+
+// Extract extracts, counting the outcome.
+func (x observedExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+	data, err := x.Extractor.Extract(ctx, req)
+	if err != nil {
+		x.o.extractFailed.Add(1)
+		return data, err
+	}
+	x.o.extracted.Add(1)
+	x.o.rate.add(x.now(), 1)
+	return data, nil
+}
+
+// rateSlots is how many one-second slots the meter keeps (more than the
+// window, so that a slot being filled is never one being read).
+const rateSlots = 64
+
+// rateMeter counts events in one-second slots of a ring.
+type rateMeter struct {
+	mu    sync.Mutex
+	slots [rateSlots]rateSlot // GUARDED_BY(mu)
+}
+
+// rateSlot is the count of one second.
+type rateSlot struct {
+	sec int64 // Unix second the count belongs to
+	n   int64
+}
+
+// add counts n events at time t.
+func (m *rateMeter) add(t time.Time, n int64) {
+	sec := t.Unix()
+	s := &m.slots[uint64(sec)%rateSlots]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case sec > s.sec: // the slot's second is over
+		s.sec, s.n = sec, n
+	case sec == s.sec:
+		s.n += n
+	} // an event older than the ring is dropped
+}
+
+// perSecond returns the events per second and the span in seconds they
+// were counted over: the window's complete seconds before now's, or, when
+// less than the window has passed since start, every second since start
+// divided by the time since start (at least a second).
+func (m *rateMeter) perSecond(now, start time.Time, window time.Duration) (float64, float64) {
+	last := now.Unix()
+	first, end, span := last-int64(window/time.Second), last-1, window
+	if up := now.Sub(start); up < window {
+		first, end, span = start.Unix(), last, max(up, time.Second)
+	}
+	var n int64
+	m.mu.Lock()
+	for _, s := range m.slots {
+		if s.sec >= first && s.sec <= end {
+			n += s.n
+		}
+	}
+	m.mu.Unlock()
+	return float64(n) / span.Seconds(), span.Seconds()
+}
