@@ -354,6 +354,20 @@ func (p *Planner) ObserveTransfer(n int64, d time.Duration) bool {
 	return false
 }
 
+// SetRawBytes updates the mean image size of the raw candidate; the plans
+// are redone when it moved by more than 25%.
+func (p *Planner) SetRawBytes(v float64) {
+	if !(v > 0) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := v / p.cm.RawBytes; r > 1.25 || r < 0.8 {
+		p.cm.RawBytes = v
+		clear(p.plans)
+	}
+}
+
 // ObserveSamples records n samples of freeze layer freeze delivered (with
 // wire bytes on the wire) now, for the measured throughput.
 func (p *Planner) ObserveSamples(freeze, n int, wire int64) {

@@ -56,6 +56,10 @@ type ServerConfig struct {
 	NegativeTTL     time.Duration
 	MaxObjectSize   int64
 	ImageExtensions []string
+
+	// ProfileDir caches the compute profiles GET /v1/profile measures
+	// (split execution); empty: kept in memory only.
+	ProfileDir string
 }
 
 // Server answers the HTTP API of docs/SERVE.md. It is an http.Handler.
@@ -172,6 +176,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/feature", s.auth(s.handleFeature))
 	s.mux.HandleFunc("POST /v1/batch", s.auth(s.handleBatch))
 	s.mux.HandleFunc("GET /v1/stats", s.auth(s.handleStats))
+	s.registerSplit() // split_server.go
 	s.mux.HandleFunc("/v1/", s.auth(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
 	}))

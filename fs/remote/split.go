@@ -1,0 +1,379 @@
+package remote
+
+// Split execution on the mount side (HAPI; docs/SPLIT.md): for a read of
+// layer F the mount asks the server for layer S <= F (an ordinary batch item
+// with layer S) and finishes S..F with its own extractor.Service, or fetches
+// the image (S = raw) and extracts it all locally. A Planner per model picks
+// S from both sides' compute profiles and the measured bandwidth.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// SplitConfig configures split execution.
+type SplitConfig struct {
+	// Policy is --split: auto, none, raw or a fixed layer.
+	Policy extractor.SplitPolicy
+	// Local runs the mount's part; its models must have the servers'
+	// digests (models it lacks are served without split).
+	Local *extractor.Service
+	// ProfileDir caches the local compute profiles.
+	ProfileDir string
+	// ProbeBytes is the size of a bandwidth probe (default 1 MiB).
+	ProbeBytes int64
+	// ProbeEvery is how often the bandwidth is measured again (default
+	// 20s; the link capacity is the probe plus the features received
+	// meanwhile, over the probe's time).
+	ProbeEvery time.Duration
+	// RawBytes is the mean image size assumed before objects are listed
+	// (default 110 KB).
+	RawBytes float64
+	// MaxRawFetches bounds concurrent image downloads for split raw
+	// (default 16).
+	MaxRawFetches int
+	// Logger receives the plan decisions; nil discards.
+	Logger *slog.Logger
+}
+
+// SplitExtractor is an fs.Extractor over a Client that runs part of each
+// model on the mount (see the file comment).
+type SplitExtractor struct {
+	c        *Client
+	inner    *Extractor
+	local    *extractor.Service
+	log      *slog.Logger
+	planners map[string]*extractor.Planner // by model; constant after Split
+	rawSem   chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+
+	received atomic.Int64 // feature and image bytes received
+	rawSum   atomic.Int64 // listed image bytes
+	rawN     atomic.Int64 // listed images
+}
+
+// Split returns the servers' models with split execution. It measures the
+// bandwidth, gets each model's profile from a server and measures the local
+// one (cached in cfg.ProfileDir). A policy of none with no local service
+// means plain remote extraction.
+func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, error) {
+	if cfg.ProbeBytes <= 0 {
+		cfg.ProbeBytes = 1 << 20
+	}
+	if cfg.ProbeEvery <= 0 {
+		cfg.ProbeEvery = 20 * time.Second
+	}
+	if cfg.RawBytes <= 0 {
+		cfg.RawBytes = 110 << 10
+	}
+	if cfg.MaxRawFetches <= 0 {
+		cfg.MaxRawFetches = 16
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*extractor.Planner{},
+		rawSem: make(chan struct{}, cfg.MaxRawFetches), stop: make(chan struct{})}
+	if cfg.Local == nil {
+		if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
+			return x, nil
+		}
+		return nil, fmt.Errorf("split %s: needs the models on the mount too (--model)", cfg.Policy)
+	}
+	if cfg.Local.DType() != c.info.DType {
+		return nil, fmt.Errorf("split: the mount's dtype %s is not the servers' %s", cfg.Local.DType(), c.info.DType)
+	}
+	bw, err := x.probe(ctx, cfg.ProbeBytes)
+	if err != nil {
+		return nil, fmt.Errorf("split: bandwidth probe: %w", err)
+	}
+	for _, m := range c.models {
+		lm, ok := cfg.Local.Model(m.Name)
+		if !ok || lm.Digest != m.Digest {
+			cfg.Logger.Warn("featurefs: no local copy of the servers' model; it is not split", slog.String("model", m.Name))
+			continue
+		}
+		var sp extractor.Profile
+		if err := c.get(ctx, c.servers[0].url, "/v1/profile", url.Values{"model": {m.Name}}, &sp); err != nil {
+			return nil, fmt.Errorf("split: server profile of %s: %w", m.Name, err)
+		}
+		lp, err := cfg.Local.Profile(ctx, m.Name, extractor.ProfileOptions{Dir: cfg.ProfileDir})
+		if err != nil {
+			return nil, fmt.Errorf("split: local profile of %s: %w", m.Name, err)
+		}
+		cm, err := extractor.NewCostModel(&sp, lp)
+		if err != nil {
+			return nil, fmt.Errorf("split: model %s: %w", m.Name, err)
+		}
+		cm.RawBytes = cfg.RawBytes
+		cm.ElemBytes = c.info.DType.Size()
+		p, err := extractor.NewPlanner(cm, cfg.Policy, bw)
+		if err != nil {
+			return nil, err
+		}
+		x.planners[m.Name] = p
+		cfg.Logger.Info("featurefs: split execution", slog.String("model", m.Name), slog.String("policy", cfg.Policy.String()),
+			slog.Float64("bandwidth_mbit", bw*8/1e6), slog.Bool("shared_compute", cm.SharedCompute),
+			slog.Float64("server_ms_per_sample", sp.Layers[len(sp.Layers)-1].CumSeconds*1000),
+			slog.Float64("local_ms_per_sample", lp.Layers[len(lp.Layers)-1].CumSeconds*1000))
+	}
+	x.wg.Add(1)
+	go x.reprobe(cfg.ProbeEvery, cfg.ProbeBytes)
+	return x, nil
+}
+
+// Close stops the periodic bandwidth probes.
+func (x *SplitExtractor) Close() error {
+	x.stopOnce.Do(func() { close(x.stop) })
+	x.wg.Wait()
+	return nil
+}
+
+// Planner returns the split planner of a model (nil: not split).
+func (x *SplitExtractor) Planner(model string) *extractor.Planner { return x.planners[model] }
+
+// probe measures the bandwidth from the first server: n bytes of GET
+// /v1/probe over the time to read them, plus what other transfers received
+// meanwhile. It returns bytes per second.
+func (x *SplitExtractor) probe(ctx context.Context, n int64) (float64, error) {
+	c := x.c
+	u := c.servers[0].url
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/v1/probe?bytes="+fmt.Sprint(n), nil)
+	if err != nil {
+		return 0, err
+	}
+	c.authorize(req)
+	before := x.received.Load()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, c.unavailable(u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, responseError(resp, u, "probe")
+	}
+	// Time from the first byte, so that the request's round trip does not
+	// count as transfer time.
+	var first [1]byte
+	if _, err := io.ReadFull(resp.Body, first[:]); err != nil {
+		return 0, err
+	}
+	t := time.Now()
+	got, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(t)
+	if d <= 0 || got < n-1 {
+		return 0, fmt.Errorf("probe: %d of %d bytes", got, n-1)
+	}
+	others := x.received.Load() - before
+	return float64(got+others) / d.Seconds(), nil
+}
+
+// reprobe measures the bandwidth again every period and feeds the planners.
+func (x *SplitExtractor) reprobe(period time.Duration, n int64) {
+	defer x.wg.Done()
+	tk := time.NewTicker(period)
+	defer tk.Stop()
+	for {
+		select {
+		case <-x.stop:
+			return
+		case <-tk.C:
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-x.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		bw, err := x.probe(ctx, n)
+		cancel()
+		if err != nil {
+			x.log.Debug("featurefs: bandwidth probe failed", slog.Any("err", err))
+			continue
+		}
+		for name, p := range x.planners {
+			if p.ObserveTransfer(n, time.Duration(float64(n)/bw*float64(time.Second))) {
+				st := p.Stats()
+				x.log.Info("featurefs: bandwidth changed; split re-planned", slog.String("model", name),
+					slog.Float64("bandwidth_mbit", st.PlannedBandwidthBps*8/1e6), slog.Int("replans", st.Replans))
+			}
+		}
+	}
+}
+
+// Models returns the servers' models.
+func (x *SplitExtractor) Models() []*extractor.Model { return x.inner.Models() }
+
+// Model returns the model called name.
+func (x *SplitExtractor) Model(name string) (*extractor.Model, bool) { return x.inner.Model(name) }
+
+// DType is the servers' element type.
+func (x *SplitExtractor) DType() extractor.DType { return x.inner.DType() }
+
+// Device names the servers and the local device.
+func (x *SplitExtractor) Device() string {
+	if x.local == nil {
+		return x.inner.Device()
+	}
+	return x.inner.Device() + "+" + x.local.Device()
+}
+
+// Stats returns the remote figures with the split plans (the first model's
+// planner; every model's through Planner).
+func (x *SplitExtractor) Stats() extractor.Stats {
+	st := x.inner.Stats()
+	st.Device = x.Device()
+	for _, m := range x.c.models {
+		if p := x.planners[m.Name]; p != nil {
+			ps := p.Stats()
+			st.Split = &ps
+			break
+		}
+	}
+	return st
+}
+
+// ObserveListing records the sizes of listed objects: the mean image size
+// of the raw candidate.
+func (x *SplitExtractor) ObserveListing(objs []bucket.Object) {
+	for _, o := range objs {
+		if o.Size > 0 {
+			x.rawSum.Add(o.Size)
+			x.rawN.Add(1)
+		}
+	}
+}
+
+// Extract returns layer req.Layer of req.Key's object, computed as the
+// model's planner says: all on the server, split, or all on the mount.
+func (x *SplitExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+	p := x.planners[req.Model]
+	if p == nil {
+		data, err := x.inner.Extract(ctx, req)
+		x.received.Add(int64(len(data)))
+		return data, err
+	}
+	freeze := req.Layer
+	if n := x.rawN.Load(); n > 0 {
+		p.SetRawBytes(float64(x.rawSum.Load()) / float64(n))
+	}
+	split := p.Split(freeze)
+	var data []byte
+	var wire int64
+	var err error
+	switch {
+	case split == freeze:
+		data, err = x.inner.Extract(ctx, req)
+		wire = int64(len(data))
+	case split == extractor.SplitRaw:
+		var img []byte
+		img, err = x.object(ctx, req.Key, req.ETag)
+		if err == nil {
+			wire = int64(len(img))
+			local := req
+			local.Fetch = func(context.Context) ([]byte, error) { return img, nil }
+			data, err = x.local.Extract(ctx, local)
+		}
+	default:
+		sreq := req
+		sreq.Layer = split
+		var mid []byte
+		mid, err = x.inner.Extract(ctx, sreq)
+		wire = int64(len(mid))
+		if err == nil {
+			data, err = x.local.ExtractFrom(ctx, req.Model, split, freeze, mid)
+			if errors.Is(err, extractor.ErrBadTensor) {
+				err = fmt.Errorf("%s: the server's %s: %w", req.Key, extractor.SplitName(split), err)
+			}
+		}
+	}
+	x.received.Add(wire)
+	if err == nil {
+		p.ObserveSamples(freeze, 1, wire)
+	}
+	return data, err
+}
+
+// object fetches an object's bytes with GET /v1/object (split raw).
+func (x *SplitExtractor) object(ctx context.Context, key, etag string) ([]byte, error) {
+	select {
+	case x.rawSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-x.rawSem }()
+	c := x.c
+	u := c.servers[Rank(c.cfg.URLs, key)[0]].url
+	q := url.Values{"key": {key}}
+	if etag != "" {
+		q.Set("etag", etag)
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u+"/v1/object?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	c.authorize(req)
+	c.n.httpRequests.Add(1)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, c.unavailable(u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, responseError(resp, u, key)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+	if err != nil {
+		return nil, c.unavailable(u, fmt.Errorf("reading %s: %w", key, err))
+	}
+	return b, nil
+}
+
+// Bucket wraps b so that its listings tell the planners the mean image size.
+func (x *SplitExtractor) Bucket(b bucket.Bucket) bucket.Bucket { return &sizeBucket{Bucket: b, x: x} }
+
+// sizeBucket records listed image sizes.
+type sizeBucket struct {
+	bucket.Bucket
+	x *SplitExtractor
+}
+
+// List lists through the wrapped bucket and records the image sizes.
+func (b *sizeBucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
+	p, err := b.Bucket.List(ctx, prefix, token)
+	if err == nil {
+		var imgs []bucket.Object
+		for _, o := range p.Objects {
+			switch strings.ToLower(path.Ext(o.Key)) {
+			case ".jpg", ".jpeg", ".png":
+				imgs = append(imgs, o)
+			}
+		}
+		b.x.ObserveListing(imgs)
+	}
+	return p, err
+}

@@ -1,0 +1,102 @@
+package remote
+
+// The server's endpoints for split execution (docs/SPLIT.md):
+//
+//	GET /v1/profile?model=M   the server's compute profile of M (JSON extractor.Profile)
+//	GET /v1/probe?bytes=N     N bytes of filler, to measure the bandwidth
+//	GET /v1/object?key=K      the object's bytes (split "raw": the mount extracts)
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/featurefs/featurefs/extractor"
+)
+
+// MaxProbeBytes bounds GET /v1/probe.
+const MaxProbeBytes = 64 << 20
+
+// profiler is what the server's extractor offers for GET /v1/profile
+// (*extractor.Service implements it).
+type profiler interface {
+	Profile(ctx context.Context, model string, opts extractor.ProfileOptions) (*extractor.Profile, error)
+}
+
+// registerSplit adds the split endpoints to the server's mux.
+func (s *Server) registerSplit() {
+	s.mux.HandleFunc("GET /v1/profile", s.auth(s.handleProfile))
+	s.mux.HandleFunc("GET /v1/probe", s.auth(s.handleProbe))
+	s.mux.HandleFunc("GET /v1/object", s.auth(s.handleObject))
+}
+
+func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.cfg.Extractor.(profiler)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Errorf("this server's extractor has no compute profile"))
+		return
+	}
+	model := r.URL.Query().Get("model")
+	if _, ok := s.cfg.Extractor.Model(model); !ok {
+		writeError(w, http.StatusNotFound, fmt.Errorf("%w %q", extractor.ErrUnknownModel, model))
+		return
+	}
+	// One measurement at a time, under the compute bound.
+	select {
+	case s.sem <- struct{}{}:
+	case <-r.Context().Done():
+		return
+	}
+	prof, err := p.Profile(r.Context(), model, extractor.ProfileOptions{Dir: s.cfg.ProfileDir})
+	<-s.sem
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, prof)
+}
+
+func (s *Server) handleProbe(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseInt(r.URL.Query().Get("bytes"), 10, 64)
+	if err != nil || n < 0 || n > MaxProbeBytes {
+		writeError(w, StatusBadRequest, fmt.Errorf("bytes %q: want 0..%d", r.URL.Query().Get("bytes"), MaxProbeBytes))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	// Random bytes: nothing on the path can compress them.
+	buf := make([]byte, min(n, 256<<10))
+	rand.Read(buf)
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		if _, err := w.Write(buf[:k]); err != nil {
+			return
+		}
+		n -= k
+	}
+}
+
+func (s *Server) handleObject(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		writeError(w, StatusBadRequest, fmt.Errorf("object needs a key: %w", errBadItem))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ItemTimeout)
+	defer cancel()
+	data, obj, err := s.cfg.Bucket.Get(ctx, key, s.cfg.MaxObjectSize)
+	if err != nil {
+		writeError(w, StatusOf(err), err)
+		return
+	}
+	if etag := r.URL.Query().Get("etag"); etag != "" && obj.ETag != "" && etag != obj.ETag {
+		writeError(w, StatusChanged, fmt.Errorf("%s: %w", key, ErrChanged))
+		return
+	}
+	s.n.bytesOut.Add(int64(len(data)))
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.Write(data)
+}
