@@ -43,6 +43,7 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 		return nil, 0, syscall.EROFS
 	}
 	ff.fs.stats.opens.Add(1)
+	ff.fs.pf.touch(ff.view, parentPrefix(ff.obj.Key))
 	return &featureHandle{}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
@@ -123,19 +124,28 @@ func (f *FS) compute(ctx context.Context, v *layerView, obj bucket.Object, key c
 			slog.String("model", v.model.Name), slog.String("layer", v.layer.Name), slog.Int("bytes", len(data)), slog.Int64("want", v.size))
 	}
 	f.stats.cacheMisses.Add(1)
+	return f.extractStore(ctx, v, obj, key, extractor.Foreground)
+}
+
+// extractStore extracts obj's feature at prio, under ReadTimeout, records a
+// bad object, and stores the result in the cache. Reads call it on a cache
+// miss (Foreground), prefetch and warm-up for objects not cached
+// (Background): the extractor merges identical requests in flight, and a
+// reader's Foreground request moves a queued Background one ahead.
+func (f *FS) extractStore(ctx context.Context, v *layerView, obj bucket.Object, key cache.Key, prio extractor.Priority) ([]byte, error) {
 	if f.cfg.ReadTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, f.cfg.ReadTimeout)
 		defer cancel()
 	}
 	f.stats.extractions.Add(1)
-	data, err = f.cfg.Extractor.Extract(ctx, extractor.Request{
+	data, err := f.cfg.Extractor.Extract(ctx, extractor.Request{
 		Model:    v.model.Name,
 		Layer:    v.layer.Index,
 		Key:      obj.Key,
 		ETag:     obj.ETag,
 		ID:       f.identity + "\x00" + obj.Key + "\x00" + obj.ETag,
-		Priority: extractor.Foreground,
+		Priority: prio,
 		Fetch: func(ctx context.Context) ([]byte, error) {
 			b, o, err := f.cfg.Bucket.Get(ctx, obj.Key, f.cfg.MaxObjectSize)
 			if err != nil {

@@ -81,6 +81,10 @@ type Config struct {
 	RelistPages int
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
+
+	// Prefetch is background extraction of what readers are about to read
+	// (off unless set; see PrefetchConfig).
+	Prefetch PrefetchConfig
 }
 
 // maxRecentErrors is how many errors the stats file shows.
@@ -112,6 +116,8 @@ type FS struct {
 
 	errMu  sync.Mutex
 	recent []ErrorRecord // GUARDED_BY(errMu)
+
+	pf *prefetcher // background extraction; stopped by Close
 }
 
 // badEntry records a bad object version.
@@ -179,6 +185,7 @@ func New(cfg Config) (*FS, error) {
 		}
 		seen[m.Name] = true
 	}
+	f.pf = newPrefetcher(f, cfg.Prefetch)
 	return f, nil
 }
 
@@ -231,6 +238,10 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	go func() {
+		srv.Wait() // the mount is gone: stop prefetching
+		f.pf.close()
+	}()
 	return srv, nil
 }
 

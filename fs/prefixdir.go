@@ -38,6 +38,7 @@ func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 // Lookup finds a subdirectory or feature file.
 func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
+	d.fs.pf.touch(d.view, d.prefix)
 	e, err := d.fs.lookupEntry(ctx, d.prefix, name)
 	if err != nil {
 		return nil, d.fs.errno(err, d.prefix+name)
@@ -68,6 +69,7 @@ func (d *prefixDir) entryIno(e dirEntry) uint64 {
 // OpendirHandle starts a listing: from the cache when a complete one is
 // fresh, else streamed from the bucket page by page as the reader asks.
 func (d *prefixDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	d.fs.pf.touch(d.view, d.prefix)
 	h := &dirHandle{d: d}
 	h.start()
 	return h, 0, 0

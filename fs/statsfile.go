@@ -28,6 +28,8 @@ type Stats struct {
 	FS TreeStats `json:"fs"`
 	// RecentErrors are the last errors, oldest first.
 	RecentErrors []ErrorRecord `json:"recent_errors"`
+	// Prefetch is background extraction's figures.
+	Prefetch PrefetchStats `json:"prefetch"`
 
 	// UptimeSeconds is the time since the tree was created.
 	UptimeSeconds float64 `json:"uptime_seconds"`
@@ -227,6 +229,7 @@ func (f *FS) Stats() Stats {
 		BadImage: o.errBadImage.Load(), NotFound: o.errNotFound.Load(), Timeout: o.errTimeout.Load(),
 		Store: o.errStore.Load(), Other: o.errOther.Load(),
 	}
+	st.Prefetch = f.pf.stats()
 	return st
 }
 

@@ -1,0 +1,538 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// PrefetchMode says what a reader's first touch of a layer directory
+// schedules in the background.
+type PrefetchMode string
+
+const (
+	// PrefetchOff extracts only what readers read (the zero value).
+	PrefetchOff PrefetchMode = "off"
+	// PrefetchDir schedules the images of each directory a reader touches
+	// (not its subdirectories).
+	PrefetchDir PrefetchMode = "dir"
+	// PrefetchTree schedules every image under the layer directory a
+	// reader first touches.
+	PrefetchTree PrefetchMode = "tree"
+)
+
+// ErrPrefetchMode is matched by ParsePrefetchMode's error.
+var ErrPrefetchMode = errors.New("prefetch mode: want off, dir or tree")
+
+// ParsePrefetchMode parses off, dir or tree ("" is off).
+func ParsePrefetchMode(s string) (PrefetchMode, error) {
+	switch m := PrefetchMode(strings.ToLower(strings.TrimSpace(s))); m {
+	case "", PrefetchOff:
+		return PrefetchOff, nil
+	case PrefetchDir, PrefetchTree:
+		return m, nil
+	}
+	return PrefetchOff, fmt.Errorf("%q: %w", s, ErrPrefetchMode)
+}
+
+// PrefetchConfig tunes background extraction (Config.Prefetch). Zero fields
+// take the defaults named.
+type PrefetchConfig struct {
+	// Mode is off (the zero value), dir or tree.
+	Mode PrefetchMode
+	// Limit is the most objects one walk of a layer directory (tree) or of
+	// a directory (dir) sends for extraction; 0: no limit. Objects already
+	// cached do not count. A walk also stops once it has extracted about as
+	// much as the cache holds: more would evict what it just stored.
+	Limit int
+	// ModelLimits overrides Limit per model name.
+	ModelLimits map[string]int
+	// MaxInFlight bounds the extractions prefetch has in flight. Default:
+	// 4 times the largest batch size the extractor has chosen (16 until it
+	// has chosen one), between 16 and 1024.
+	MaxInFlight int
+	// MaxBytes bounds the bytes those extractions hold (object, decoded
+	// input and result each; results go to the cache and are dropped).
+	// Default 256MiB.
+	MaxBytes int64
+	// MaxQueued bounds the walks waiting for a walker; a touch finding the
+	// queue full is dropped and retried by a later touch. Default 64.
+	MaxQueued int
+	// Walkers is how many walks run at once. Default 2.
+	Walkers int
+}
+
+// Prefetch defaults.
+const (
+	defaultPrefetchBytes   = 256 << 20
+	defaultPrefetchQueued  = 64
+	defaultPrefetchWalkers = 2
+	defaultBatchGuess      = 16
+	minPrefetchInFlight    = 16
+	maxPrefetchInFlight    = 1024
+	// maxWalkDepth bounds the directory depth a walk descends: each level
+	// holds one listing page while its subdirectories are walked.
+	maxWalkDepth = 64
+	// maxWalkStates bounds the walks remembered (to run each once per TTL).
+	maxWalkStates = 4096
+	// minRewalk is the least time between two walks of the same directory.
+	minRewalk = 30 * time.Second
+	// batchRefresh is how often the extractor's batch sizes are re-read.
+	batchRefresh = 2 * time.Second
+)
+
+// PrefetchStats are prefetch's figures (the "prefetch" object of
+// .featurefs/stats).
+type PrefetchStats struct {
+	// Mode is off, dir or tree.
+	Mode PrefetchMode `json:"mode"`
+	// Walks counts walks started; WalksDone those finished (cancelled ones
+	// included).
+	Walks     int64 `json:"walks"`
+	WalksDone int64 `json:"walks_done"`
+	// WalksDropped counts touches dropped because the walk queue was full.
+	WalksDropped int64 `json:"walks_dropped"`
+	// WalksLimited counts walks stopped by the limit or the cache size.
+	WalksLimited int64 `json:"walks_limited"`
+	// Queued is the walks waiting now; PeakQueued the most seen.
+	Queued     int `json:"queued"`
+	PeakQueued int `json:"peak_queued"`
+	// ListPages counts listing pages walks read.
+	ListPages int64 `json:"list_pages"`
+	// Objects counts image objects walks found; Cached those skipped as
+	// already cached; Bad those skipped as known bad.
+	Objects int64 `json:"objects"`
+	Cached  int64 `json:"cached"`
+	Bad     int64 `json:"bad"`
+	// Extracted, Failed and Cancelled count extractions prefetch finished.
+	Extracted int64 `json:"extracted"`
+	Failed    int64 `json:"failed"`
+	Cancelled int64 `json:"cancelled"`
+	// InFlight is the extractions in flight now, PeakInFlight the most
+	// seen, InFlightLimit the current bound.
+	InFlight      int `json:"in_flight"`
+	PeakInFlight  int `json:"peak_in_flight"`
+	InFlightLimit int `json:"in_flight_limit"`
+	// InFlightBytes is the bytes they hold (estimated), PeakInFlightBytes
+	// the most seen, MaxBytes the bound.
+	InFlightBytes     int64 `json:"in_flight_bytes"`
+	PeakInFlightBytes int64 `json:"peak_in_flight_bytes"`
+	MaxBytes          int64 `json:"max_bytes"`
+}
+
+// budget bounds work in flight by count and bytes. Safe for concurrent use.
+type budget struct {
+	maxBytes int64
+	maxN     func() int
+
+	mu        sync.Mutex
+	n         int           // GUARDED_BY(mu)
+	bytes     int64         // GUARDED_BY(mu)
+	peakN     int           // GUARDED_BY(mu)
+	peakBytes int64         // GUARDED_BY(mu)
+	wake      chan struct{} // GUARDED_BY(mu): closed on release
+}
+
+func newBudget(maxN func() int, maxBytes int64) *budget {
+	return &budget{maxN: maxN, maxBytes: maxBytes, wake: make(chan struct{})}
+}
+
+// acquire waits until one more item of cost bytes fits (an item alone
+// always fits) or ctx ends.
+func (b *budget) acquire(ctx context.Context, cost int64) error {
+	for {
+		b.mu.Lock()
+		if b.n == 0 || (b.n < b.maxN() && b.bytes+cost <= b.maxBytes) {
+			b.n++
+			b.bytes += cost
+			b.peakN = max(b.peakN, b.n)
+			b.peakBytes = max(b.peakBytes, b.bytes)
+			b.mu.Unlock()
+			return nil
+		}
+		w := b.wake
+		b.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// release returns an item of cost bytes.
+func (b *budget) release(cost int64) {
+	b.mu.Lock()
+	b.n--
+	b.bytes -= cost
+	close(b.wake)
+	b.wake = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// figures returns the current and peak use.
+func (b *budget) figures() (n, peakN int, bytes, peakBytes int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n, b.peakN, b.bytes, b.peakBytes
+}
+
+// walkJob is one directory (and, for tree walks, everything under it) of
+// one layer view to extract.
+type walkJob struct {
+	id     string
+	view   *layerView
+	prefix string
+	tree   bool
+}
+
+// walkState remembers a walk, so that a directory is walked once per TTL.
+type walkState struct {
+	running  bool
+	finished time.Time
+}
+
+// prefetchCounters are the prefetcher's own figures.
+type prefetchCounters struct {
+	walks, walksDone, dropped, limited    atomic.Int64
+	pages, objects, cached, bad           atomic.Int64
+	extracted, failed, cancelled, running atomic.Int64
+	peakQueued                            atomic.Int64
+}
+
+// prefetcher runs walks of layer views in the background and sends their
+// objects to the extractor at Background priority, bounded by a budget. A
+// reader of a file being prefetched sends its own Foreground request, which
+// the extractor merges with the background one and moves ahead of the queue.
+type prefetcher struct {
+	f      *FS
+	cfg    PrefetchConfig
+	ctx    context.Context
+	cancel context.CancelFunc
+	jobs   chan walkJob
+	budget *budget
+	wg     sync.WaitGroup
+	n      prefetchCounters
+
+	mu     sync.Mutex
+	states *lru[string, *walkState] // GUARDED_BY(mu) for read-modify-write
+	closed bool                     // GUARDED_BY(mu)
+
+	batchMu   sync.Mutex
+	batchAt   time.Time // GUARDED_BY(batchMu)
+	batchSize int       // GUARDED_BY(batchMu)
+}
+
+// newPrefetcher fills cfg's defaults and starts the walkers (none when
+// prefetch is off).
+func newPrefetcher(f *FS, cfg PrefetchConfig) *prefetcher {
+	if cfg.Mode == "" {
+		cfg.Mode = PrefetchOff
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = defaultPrefetchBytes
+	}
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = defaultPrefetchQueued
+	}
+	if cfg.Walkers <= 0 {
+		cfg.Walkers = defaultPrefetchWalkers
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &prefetcher{
+		f:      f,
+		cfg:    cfg,
+		ctx:    ctx,
+		cancel: cancel,
+		jobs:   make(chan walkJob, cfg.MaxQueued),
+		states: newLRU[string, *walkState](maxWalkStates),
+	}
+	p.budget = newBudget(p.maxInFlight, cfg.MaxBytes)
+	if cfg.Mode == PrefetchOff {
+		return p
+	}
+	for range cfg.Walkers {
+		p.wg.Add(1)
+		go p.walker()
+	}
+	return p
+}
+
+// maxInFlight is the current bound on extractions in flight.
+func (p *prefetcher) maxInFlight() int {
+	if p.cfg.MaxInFlight > 0 {
+		return p.cfg.MaxInFlight
+	}
+	p.batchMu.Lock()
+	defer p.batchMu.Unlock()
+	if now := time.Now(); p.batchSize == 0 || now.Sub(p.batchAt) > batchRefresh {
+		p.batchAt = now
+		bs := 0
+		for _, b := range p.f.cfg.Extractor.Stats().BatchSizes {
+			bs = max(bs, b)
+		}
+		if bs <= 0 {
+			bs = defaultBatchGuess
+		}
+		p.batchSize = bs
+	}
+	return min(max(4*p.batchSize, minPrefetchInFlight), maxPrefetchInFlight)
+}
+
+// touch tells the prefetcher a reader is in directory prefix of view v; it
+// schedules a walk unless one ran recently or is running. It never blocks.
+func (p *prefetcher) touch(v *layerView, prefix string) {
+	if p.cfg.Mode == PrefetchOff {
+		return
+	}
+	job := walkJob{view: v, prefix: prefix, tree: p.cfg.Mode == PrefetchTree}
+	// Alias directories share their layer's walks: same features.
+	base := v.model.Name + "\x00" + strconv.Itoa(v.layer.Index)
+	if job.tree {
+		job.prefix, job.id = "", base
+	} else {
+		job.id = base + "\x00" + prefix
+	}
+	rewalk := max(p.f.cfg.MetadataTTL, minRewalk)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	if st, ok := p.states.get(job.id); ok && (st.running || p.f.now().Sub(st.finished) < rewalk) {
+		return
+	}
+	select {
+	case p.jobs <- job:
+		p.states.put(job.id, &walkState{running: true}, 1)
+		if q := int64(len(p.jobs)); q > p.n.peakQueued.Load() {
+			p.n.peakQueued.Store(q)
+		}
+	default:
+		p.n.dropped.Add(1)
+	}
+}
+
+// finished marks a walk done.
+func (p *prefetcher) finished(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.states.put(id, &walkState{finished: p.f.now()}, 1)
+}
+
+// walker runs walks until close.
+func (p *prefetcher) walker() {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case job := <-p.jobs:
+			p.run(job)
+		}
+	}
+}
+
+// run walks one job, sending each uncached image to the extractor.
+func (p *prefetcher) run(job walkJob) {
+	defer p.finished(job.id)
+	p.n.walks.Add(1)
+	defer p.n.walksDone.Add(1)
+	v := job.view
+	limit := p.cfg.Limit
+	if l, ok := p.cfg.ModelLimits[v.model.Name]; ok {
+		limit = l
+	}
+	// More than the cache holds would evict what the walk just stored.
+	if mb := p.f.cfg.Cache.Stats().MaxBytes; mb > 0 && v.size > 0 {
+		if fit := int(mb / v.size * 9 / 10); limit <= 0 || fit < limit {
+			limit = max(fit, 1)
+		}
+	}
+	var sent int
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	err := p.f.walk(p.ctx, job.prefix, job.tree, &p.n.pages, func(obj bucket.Object) error {
+		p.n.objects.Add(1)
+		if _, bad := p.f.isBad(obj.Key, obj.ETag); bad {
+			p.n.bad.Add(1)
+			return nil
+		}
+		key := p.f.cacheKey(v, obj)
+		if p.f.cached(key) {
+			p.n.cached.Add(1)
+			return nil
+		}
+		if limit > 0 && sent >= limit {
+			return errWalkLimit
+		}
+		cost := p.f.costOf(v, obj)
+		if err := p.budget.acquire(p.ctx, cost); err != nil {
+			return err
+		}
+		sent++
+		p.n.running.Add(1)
+		wg.Go(func() {
+			defer p.n.running.Add(-1)
+			defer p.budget.release(cost)
+			_, err := p.f.extractStore(p.ctx, v, obj, key, extractor.Background)
+			switch {
+			case err == nil:
+				p.n.extracted.Add(1)
+			case p.ctx.Err() != nil:
+				p.n.cancelled.Add(1)
+			default:
+				p.n.failed.Add(1)
+				if !badObject(err) { // bad objects are logged where recorded
+					p.f.logOnce(obj.Key, "prefetch failed", err)
+				}
+			}
+		})
+		return nil
+	})
+	switch {
+	case errors.Is(err, errWalkLimit):
+		p.n.limited.Add(1)
+		p.f.log.Info("featurefs: prefetch stopped at its limit", slog.String("model", v.model.Name),
+			slog.String("layer", v.layer.Name), slog.String("key", job.prefix), slog.Int("objects", sent))
+	case err != nil && p.ctx.Err() == nil:
+		p.f.logOnce(job.prefix, "prefetch listing failed", err)
+	}
+}
+
+// errWalkLimit stops a walk at its limit.
+var errWalkLimit = errors.New("prefetch limit reached")
+
+// close cancels every walk and extraction and waits for them.
+func (p *prefetcher) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+}
+
+// stats returns the prefetcher's figures.
+func (p *prefetcher) stats() PrefetchStats {
+	n, peakN, b, peakB := p.budget.figures()
+	return PrefetchStats{
+		Mode: p.cfg.Mode, Walks: p.n.walks.Load(), WalksDone: p.n.walksDone.Load(),
+		WalksDropped: p.n.dropped.Load(), WalksLimited: p.n.limited.Load(),
+		Queued: len(p.jobs), PeakQueued: int(p.n.peakQueued.Load()), ListPages: p.n.pages.Load(),
+		Objects: p.n.objects.Load(), Cached: p.n.cached.Load(), Bad: p.n.bad.Load(),
+		Extracted: p.n.extracted.Load(), Failed: p.n.failed.Load(), Cancelled: p.n.cancelled.Load(),
+		InFlight: n, PeakInFlight: peakN, InFlightLimit: p.maxInFlight(),
+		InFlightBytes: b, PeakInFlightBytes: peakB, MaxBytes: p.cfg.MaxBytes,
+	}
+}
+
+// hasCache is the optional fast presence test of a Cache (*cache.Store has
+// it); without it, cached falls back to Get.
+type hasCache interface {
+	Has(k cache.Key) bool
+}
+
+// cached reports whether the cache holds key, without reading the value
+// when the cache can tell.
+func (f *FS) cached(key cache.Key) bool {
+	if h, ok := f.cfg.Cache.(hasCache); ok {
+		return h.Has(key)
+	}
+	_, ok, err := f.cfg.Cache.Get(key)
+	return ok && err == nil
+}
+
+// costOf estimates the bytes one extraction holds: the object, the decoded
+// input and the result.
+func (f *FS) costOf(v *layerView, obj bucket.Object) int64 {
+	crop := int64(v.model.Preprocess.Crop)
+	if crop <= 0 {
+		crop = 224
+	}
+	return max(obj.Size, 0) + 3*crop*crop*4 + v.size
+}
+
+// walk lists prefix page by page (and, with tree, every prefix under it,
+// depth first, holding one page per level) and calls visit for each image
+// object in key order. visit's error stops the walk and is returned.
+func (f *FS) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, visit func(bucket.Object) error) error {
+	var rec func(prefix string, depth int) error
+	rec = func(prefix string, depth int) error {
+		token := ""
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			p, err := f.cfg.Bucket.List(ctx, prefix, token)
+			pages.Add(1)
+			if err != nil {
+				return fmt.Errorf("listing %q: %w", prefix, err)
+			}
+			if p.Next != "" && p.Next == token {
+				return fmt.Errorf("listing %q: the bucket returned the same continuation token twice", prefix)
+			}
+			for _, o := range p.Objects {
+				base, ok := strings.CutPrefix(o.Key, prefix)
+				if !ok || !validName(base) {
+					continue
+				}
+				if _, img := f.naming.split(base); !img {
+					continue
+				}
+				if err := visit(o); err != nil {
+					return err
+				}
+			}
+			if tree {
+				for _, sub := range p.Prefixes {
+					name := strings.TrimSuffix(strings.TrimPrefix(sub, prefix), "/")
+					if !validName(name) {
+						continue
+					}
+					if depth+1 >= maxWalkDepth {
+						f.log.Warn("featurefs: prefetch does not descend this deep", slog.String("key", sub), slog.Int("depth", depth+1))
+						continue
+					}
+					if err := rec(sub, depth+1); err != nil {
+						return err
+					}
+				}
+			}
+			if p.Next == "" {
+				return nil
+			}
+			token = p.Next
+		}
+	}
+	return rec(prefix, 0)
+}
+
+// parentPrefix is the directory prefix of a key: "a/b/" for "a/b/c.jpg".
+func parentPrefix(key string) string {
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		return key[:i+1]
+	}
+	return ""
+}
+
+// Close stops prefetch: walks and the extractions they started are
+// cancelled, and Close waits for them. Mount calls it once the mount is
+// gone; the extractor and the cache stay open (their owner closes them,
+// after Close). Safe to call more than once.
+func (f *FS) Close() error {
+	f.pf.close()
+	return nil
+}
+
+// PrefetchStats returns prefetch's figures.
+func (f *FS) PrefetchStats() PrefetchStats { return f.pf.stats() }

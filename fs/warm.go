@@ -1,0 +1,159 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// WarmOptions says what FS.Warm extracts.
+type WarmOptions struct {
+	// Model is the model's name.
+	Model string
+	// Layer is a layer directory name: "layer12" or an alias.
+	Layer string
+	// Prefix is the key prefix whose images are extracted, recursively:
+	// "" for the whole source, "train/" for one directory ("train" means
+	// the same).
+	Prefix string
+	// Progress, if set, is called after each object settles and after each
+	// listing page, one call at a time.
+	Progress func(WarmProgress)
+	// MaxFailures bounds the failures listed in the result (default 1000);
+	// WarmProgress.Failed counts them all.
+	MaxFailures int
+}
+
+// WarmProgress is how far a warm-up is.
+type WarmProgress struct {
+	// Total is the image objects found so far; it grows while Listing.
+	Total int64
+	// Listing is true until the listing is complete.
+	Listing bool
+	// Done is Extracted + Cached + Failed.
+	Done int64
+	// Extracted counts objects extracted now; Cached those already cached;
+	// Failed those that failed.
+	Extracted, Cached, Failed int64
+}
+
+// WarmFailure is one object that failed, with the reason.
+type WarmFailure struct {
+	// Key is the object key.
+	Key string
+	// Reason is the error.
+	Reason string
+	// BadObject is true when the object itself is at fault (not an image,
+	// corrupt, too large): retrying will not help.
+	BadObject bool
+}
+
+// WarmResult is the outcome of Warm.
+type WarmResult struct {
+	WarmProgress
+	// Failures lists failed objects in the order they failed (at most
+	// WarmOptions.MaxFailures).
+	Failures []WarmFailure
+}
+
+// Warm extracts every image under opts.Prefix at a layer into the cache,
+// without a mount, skipping what is cached already (so a warm-up cut short
+// resumes where it stopped). It lists page by page and keeps extractions in
+// flight within the prefetch bounds (count and bytes) at Background
+// priority. Objects that fail are reported in the result, not as an error;
+// the error is for the listing failing or ctx ending (the result then says
+// how far it got).
+func (f *FS) Warm(ctx context.Context, opts WarmOptions) (WarmResult, error) {
+	m, ok := f.cfg.Extractor.Model(opts.Model)
+	if !ok {
+		return WarmResult{}, fmt.Errorf("warm: %w %q", extractor.ErrUnknownModel, opts.Model)
+	}
+	l, ok := m.Lookup(opts.Layer)
+	if !ok {
+		return WarmResult{}, fmt.Errorf("warm: %w %q of model %s", extractor.ErrUnknownLayer, opts.Layer, m.Name)
+	}
+	if opts.MaxFailures <= 0 {
+		opts.MaxFailures = 1000
+	}
+	prefix := strings.TrimPrefix(opts.Prefix, "/")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	v := newLayerView(f, m, l, opts.Layer)
+	w := &warmRun{opts: opts, res: WarmResult{WarmProgress: WarmProgress{Listing: true}}}
+	b := newBudget(f.pf.maxInFlight, f.pf.cfg.MaxBytes)
+	var wg sync.WaitGroup
+	var pages atomic.Int64
+	err := f.walk(ctx, prefix, true, &pages, func(obj bucket.Object) error {
+		w.update(func(r *WarmResult) { r.Total++ })
+		if reason, bad := f.isBad(obj.Key, obj.ETag); bad {
+			w.fail(obj.Key, reason, true)
+			return nil
+		}
+		key := f.cacheKey(v, obj)
+		if f.cached(key) {
+			w.update(func(r *WarmResult) { r.Cached++ })
+			return nil
+		}
+		cost := f.costOf(v, obj)
+		if err := b.acquire(ctx, cost); err != nil {
+			return err
+		}
+		wg.Go(func() {
+			defer b.release(cost)
+			_, err := f.extractStore(ctx, v, obj, key, extractor.Background)
+			if err != nil {
+				w.fail(obj.Key, err.Error(), badObject(err))
+				return
+			}
+			w.update(func(r *WarmResult) { r.Extracted++ })
+		})
+		return nil
+	})
+	wg.Wait()
+	w.update(func(r *WarmResult) { r.Listing = false })
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return w.res, fmt.Errorf("warm %s %s %q: %w", m.Name, opts.Layer, prefix, err)
+		}
+		return w.res, fmt.Errorf("warm %s %s: %w", m.Name, opts.Layer, err)
+	}
+	return w.res, nil
+}
+
+// warmRun is the state of one Warm call.
+type warmRun struct {
+	opts WarmOptions
+
+	mu  sync.Mutex
+	res WarmResult // GUARDED_BY(mu)
+}
+
+// update changes the result and reports progress.
+func (w *warmRun) update(change func(*WarmResult)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	change(&w.res)
+	w.res.Done = w.res.Extracted + w.res.Cached + w.res.Failed
+	if w.opts.Progress != nil {
+		w.opts.Progress(w.res.WarmProgress)
+	}
+}
+
+// fail records a failed object.
+func (w *warmRun) fail(key, reason string, bad bool) {
+	w.update(func(r *WarmResult) {
+		r.Failed++
+		if len(r.Failures) < w.opts.MaxFailures {
+			r.Failures = append(r.Failures, WarmFailure{Key: key, Reason: reason, BadObject: bad})
+		}
+	})
+}
