@@ -5,13 +5,13 @@
 # make bench also stores it in docs/bench/mount.md).
 #
 #   scripts/bench-mount.sh     (after make build)
-# Env: BENCH_IMAGES (256), BENCH_REPEATS (5), BENCH_WORKERS (4).
+# Env: BENCH_IMAGES (256), BENCH_REPEATS (7), BENCH_WORKERS (4).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_bin
 
 IMAGES=${BENCH_IMAGES:-256}
-REPEATS=${BENCH_REPEATS:-5}
+REPEATS=${BENCH_REPEATS:-7}
 WORKERS=${BENCH_WORKERS:-4}
 WORK=$(mktemp -d /tmp/featurefs-bench.XXXXXX)
 MNT=$WORK/mnt
