@@ -82,8 +82,9 @@ type Options struct {
 	// ~/.cache/featurefs/featurefs.log in the background, stderr in the
 	// foreground.
 	LogFile string
-	// MetricsAddr is reserved for a Prometheus endpoint, host:port
-	// (--metrics-addr). Not served yet.
+	// MetricsAddr is the host:port the mount serves Prometheus metrics on, at
+	// /metrics, with the stats file's JSON at /stats (--metrics-addr, e.g.
+	// 127.0.0.1:9090). Empty: none.
 	MetricsAddr string
 
 	// ORTLib is the path of libonnxruntime (--ort-lib). Default:

@@ -17,6 +17,7 @@ Usage:
   featurefs layers MODEL.onnx                 print a model's layer table
   featurefs extract --model M.onnx --layer K IMAGE... -o DIR
   featurefs cache stats|clear --cache-dir DIR
+  featurefs stats [--json] MOUNTPOINT         live figures of a mount
   featurefs serve [flags] SOURCE              near-data feature server (docs/SERVE.md)
   featurefs version
 
@@ -43,6 +44,8 @@ func run(args []string) int {
 		return runExtract(rest)
 	case "cache":
 		return runCache(rest)
+	case "stats":
+		return runStats(rest)
 	case "serve":
 		return runServe(rest)
 	case "version", "--version", "-v":

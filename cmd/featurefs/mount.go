@@ -113,7 +113,7 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl.BoolVar(&o.Foreground, "foreground", o.Foreground, "stay attached; log to stderr unless --log-file")
 	fl.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	fl.StringVar(&o.LogFile, "log-file", o.LogFile, "log `file` (default ~/.cache/featurefs/featurefs.log in the background)")
-	fl.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "reserved: HOST:PORT of a metrics endpoint (not served yet)")
+	fl.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "HOST:PORT to serve Prometheus metrics (/metrics) and the stats JSON (/stats) on, e.g. 127.0.0.1:9090")
 	fl.StringVar(&o.ORTLib, "ort-lib", o.ORTLib, "path of libonnxruntime.so (or FEATUREFS_ORT_LIB)")
 	fl.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "reject images with more pixels")
 	fl.Var(funcFlag{show: func() string { return strings.Join(o.ImageExtensions, ",") }, set: o.SetImageExtensions},
@@ -420,6 +420,13 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 	if err != nil {
 		return failf(exitModel, "%w", err)
 	}
+	if o.MetricsAddr != "" {
+		stop, err := startMetrics(o.MetricsAddr, tree, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	srv, err := tree.Mount(mnt, featurefs.MountOptions{
 		FsName:      source,
 		AllowOther:  o.AllowOther,
@@ -434,9 +441,6 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 	}
 	log.Info("featurefs: mounted", slog.String("source", source), slog.String("mountpoint", mnt),
 		slog.String("device", ex.Device()), slog.Int("models", len(ex.Models())), slog.String("cache", o.CacheDir))
-	if o.MetricsAddr != "" {
-		log.Warn("featurefs: --metrics-addr is reserved and not served yet", slog.String("addr", o.MetricsAddr))
-	}
 	ready()
 
 	sigs := make(chan os.Signal, 2)

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	featurefs "github.com/featurefs/featurefs/fs"
+)
+
+const statsUsage = `Usage: featurefs stats [--json] MOUNTPOINT
+
+Prints the live figures of a featurefs mount (MOUNTPOINT/.featurefs/stats):
+extraction rate and batching, the extraction queue, the feature cache, the
+object store, bytes served, errors by kind and the device. --json prints the
+file as it is.
+`
+
+// runStats implements "featurefs stats MOUNTPOINT".
+func runStats(args []string) int {
+	fl := flag.NewFlagSet("featurefs stats", flag.ContinueOnError)
+	fl.Usage = func() { fmt.Fprint(fl.Output(), statsUsage); fl.PrintDefaults() }
+	asJSON := fl.Bool("json", false, "print the stats file's JSON as it is")
+	pos, err := parseInterspersed(fl, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(os.Stderr, "featurefs stats: want one MOUNTPOINT, got %d arguments\n\n%s", len(pos), statsUsage)
+		return 2
+	}
+	mnt := pos[0]
+	data, err := os.ReadFile(filepath.Join(mnt, ".featurefs", "stats"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(os.Stderr, "featurefs stats: %s is not a featurefs mount (no .featurefs/stats)\n", mnt)
+		} else {
+			fmt.Fprintf(os.Stderr, "featurefs stats: %v\n", err)
+		}
+		return 1
+	}
+	if *asJSON {
+		os.Stdout.Write(data)
+		return 0
+	}
+	if err := printStats(os.Stdout, mnt, data); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs stats: %s/.featurefs/stats: %v\n", mnt, err)
+		return 1
+	}
+	return 0
+}
+
+// knownStatsKeys are the stats file's top-level keys printStats shows in its
+// own sections; any other object is shown as a section of its own.
+var knownStatsKeys = map[string]bool{
+	"source": true, "device": true, "dtype": true, "cache": true, "extractor": true, "fs": true,
+	"recent_errors": true, "uptime_seconds": true, "extraction": true, "queue": true,
+	"cache_hit_ratio": true, "store": true, "bytes_served": true, "errors": true,
+}
+
+// printStats renders the stats file's JSON as aligned sections.
+func printStats(w io.Writer, mnt string, data []byte) error {
+	var s featurefs.Stats
+	if err := json.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	up := time.Duration(s.UptimeSeconds * float64(time.Second)).Round(time.Second)
+	fmt.Fprintf(w, "featurefs mount %s\nsource %s, up %s\n", mnt, s.Source, up)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	section := func(name string) { fmt.Fprintf(tw, "\n%s\n", name) }
+	row := func(label, format string, args ...any) {
+		fmt.Fprintf(tw, "  %s\t%s\n", label, fmt.Sprintf(format, args...))
+	}
+	x := s.Extraction
+	section("extraction")
+	row("rate", "%.2f features/s (last %.0fs)", x.RatePerSecond, x.RateWindowSeconds)
+	row("completed", "%d", x.Completed)
+	row("failed", "%d", x.Failed)
+	row("mean batch size", "%.2f (%d images in %d batches)", x.MeanBatchSize, x.BatchedItems, x.Batches)
+	row("time", "fetch %.1fs, decode %.1fs, inference %.1fs (summed over workers)",
+		s.Extractor.FetchSeconds, s.Extractor.DecodeSeconds, s.Extractor.InferSeconds)
+
+	q := s.Queue
+	section("queue")
+	row("foreground", "%d", q.Foreground)
+	row("background", "%d", q.Background)
+	row("decoded, waiting", "%d", q.DecodedWaiting)
+	row("running", "%d", q.Running)
+	row("in flight", "%d", q.InFlight)
+
+	c := s.Cache
+	section("cache")
+	row("hit ratio", "%.1f%% (%d hits, %d misses)", 100*s.CacheHitRatio, s.FS.CacheHits, s.FS.CacheMisses)
+	row("stored", "%s in %d features (bound %s)", humanBytes(c.Bytes), c.Entries, humanBytes(c.MaxBytes))
+	row("writes", "%d (%d evictions)", c.Puts, c.Evictions)
+
+	st := s.Store
+	section("store")
+	row("bytes fetched", "%s", humanBytes(st.BytesFetched))
+	row("gets", "%d (%d failed)", st.Gets, st.GetErrors)
+	row("list calls", "%d (%d failed)", st.ListCalls, st.ListErrors)
+	row("stat calls", "%d (%d failed)", st.StatCalls, st.StatErrors)
+
+	section("served")
+	row("bytes served", "%s", humanBytes(s.BytesServed))
+	row("reads", "%d (%d opens)", s.FS.Reads, s.FS.Opens)
+
+	section("errors")
+	by := s.Errors.ByKind()
+	for _, k := range featurefs.ErrorKinds() {
+		row(k, "%d", by[k])
+	}
+
+	section("device")
+	row("device", "%s", s.Device)
+	row("dtype", "%s", s.DType)
+
+	// Sections added to the stats file that this command does not know of.
+	var extra []string
+	for k, v := range raw {
+		if !knownStatsKeys[k] && len(bytes.TrimSpace(v)) > 0 && bytes.TrimSpace(v)[0] == '{' {
+			extra = append(extra, k)
+		}
+	}
+	sort.Strings(extra)
+	for _, k := range extra {
+		var fields map[string]any
+		if json.Unmarshal(raw[k], &fields) != nil {
+			continue
+		}
+		section(k)
+		names := make([]string, 0, len(fields))
+		for n := range fields {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			v, _ := json.Marshal(fields[n])
+			row(strings.ReplaceAll(n, "_", " "), "%s", v)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if n := len(s.RecentErrors); n > 0 {
+		fmt.Fprintf(w, "\nrecent errors (last %d)\n", min(n, 5))
+		for _, e := range s.RecentErrors[max(0, n-5):] {
+			fmt.Fprintf(w, "  %s  %s: %s\n", e.Time, e.Key, e.Error)
+		}
+	}
+	return nil
+}
+
+// humanBytes formats a byte count with a binary unit.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, u := float64(n), -1
+	for v >= unit && u < 4 {
+		v /= unit
+		u++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[u])
+}

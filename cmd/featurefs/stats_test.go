@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	featurefs "github.com/featurefs/featurefs/fs"
+)
+
+func TestPrintStatsSections(t *testing.T) {
+	var s featurefs.Stats
+	s.Source, s.Device, s.UptimeSeconds = "s3://host/bkt", "cuda:0", 75
+	s.Extraction = featurefs.ExtractionStats{RatePerSecond: 12.5, RateWindowSeconds: 10, Completed: 300, MeanBatchSize: 7.5, Batches: 40, BatchedItems: 300}
+	s.Queue = featurefs.QueueStats{Foreground: 3, Background: 120}
+	s.CacheHitRatio, s.FS.CacheHits, s.FS.CacheMisses = 0.25, 100, 300
+	s.Store.BytesFetched, s.Store.Gets = 3<<20, 300
+	s.BytesServed = 5 << 30
+	s.Errors = featurefs.ErrorCounts{BadImage: 2, Timeout: 4}
+	data, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A section this command does not know of is shown too.
+	data = append(bytes.TrimSuffix(data, []byte("}")), []byte(`,"prefetch":{"walks":3,"queued_bytes":10}}`)...)
+	var out bytes.Buffer
+	if err := printStats(&out, "/mnt/x", data); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		`(?m)^source s3://host/bkt, up 1m15s$`,
+		`(?m)^extraction\n  rate +12\.50 features/s \(last 10s\)$`,
+		`(?m)^  mean batch size +7\.50 \(300 images in 40 batches\)$`,
+		`(?m)^queue\n  foreground +3\n  background +120$`,
+		`(?m)^cache\n  hit ratio +25\.0% \(100 hits, 300 misses\)$`,
+		`(?m)^store\n  bytes fetched +3\.0 MiB$`,
+		`(?m)^  bytes served +5\.0 GiB$`,
+		`(?m)^errors\n  bad_image +2\n  not_found +0\n  timeout +4\n  store +0\n  other +0$`,
+		`(?m)^device\n  device +cuda:0$`,
+		`(?m)^prefetch\n  queued bytes +10\n  walks +3$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(got) {
+			t.Errorf("output lacks %s:\n%s", want, got)
+		}
+	}
+	if err := printStats(&out, "/mnt/x", []byte("not json")); err == nil || !strings.Contains(err.Error(), "invalid") {
+		t.Errorf("bad JSON: %v", err)
+	}
+}
