@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/featurefs/featurefs/extractor"
 )
 
 // RemoteOptions are the settings of a mount of feature servers
@@ -35,6 +37,10 @@ type RemoteOptions struct {
 	// MaxInFlight is the most batch requests in flight per server
 	// (--remote-max-inflight).
 	MaxInFlight int
+	// Split is split execution (--split, docs/SPLIT.md): auto, none, raw or
+	// a layer number. Empty: auto when --model files are given (they must
+	// match the servers' models), none otherwise.
+	Split string
 }
 
 // DefaultRemote returns the defaults of the remote settings (no URL).
@@ -95,5 +101,10 @@ func (r *RemoteOptions) validate(errs *[]error) {
 	}
 	if r.MaxInFlight <= 0 {
 		bad("--remote-max-inflight %d: must be positive", r.MaxInFlight)
+	}
+	if r.Split != "" {
+		if _, err := extractor.ParseSplitPolicy(r.Split); err != nil {
+			bad("--split: %v", err)
+		}
 	}
 }

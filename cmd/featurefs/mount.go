@@ -358,7 +358,11 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 			return err
 		}
 		defer rc.Close()
-		b, ex = rc.Bucket(), rc.Extractor()
+		var closeSplit func()
+		if b, ex, closeSplit, err = remoteSplit(ctx, o, rc, log); err != nil {
+			return err
+		}
+		defer closeSplit()
 	} else {
 		b, err = bucket.Open(ctx, source, bucket.S3Options{
 			Endpoint:       o.EndpointURL,

@@ -11,10 +11,22 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/featurefs/featurefs/extractor"
 )
+
+// DefaultProfileDir is where compute profiles are cached when no directory
+// is configured: ~/.cache/featurefs/profiles.
+func DefaultProfileDir() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "featurefs", "profiles")
+}
 
 // MaxProbeBytes bounds GET /v1/probe.
 const MaxProbeBytes = 64 << 20
@@ -49,7 +61,11 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	prof, err := p.Profile(r.Context(), model, extractor.ProfileOptions{Dir: s.cfg.ProfileDir})
+	dir := s.cfg.ProfileDir
+	if dir == "" {
+		dir = DefaultProfileDir()
+	}
+	prof, err := p.Profile(r.Context(), model, extractor.ProfileOptions{Dir: dir})
 	<-s.sem
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/featurefs/featurefs/extractor"
+	featurefs "github.com/featurefs/featurefs/fs"
+	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/remote"
+	"github.com/featurefs/featurefs/mountopts"
+)
+
+// remoteSplit returns the bucket and extractor of a --remote mount: plain
+// remote extraction, or split execution (--split) with a local extraction
+// service over the --model files. The returned function releases them.
+func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, log *slog.Logger) (bucket.Bucket, featurefs.Extractor, func(), error) {
+	mode := o.Remote.Split
+	if mode == "" {
+		mode = "none"
+		if len(o.Models) > 0 {
+			mode = "auto"
+		}
+	}
+	policy, err := extractor.ParseSplitPolicy(mode)
+	if err != nil {
+		return nil, nil, nil, failf(exitUsage, "--split: %w", err)
+	}
+	if policy.Mode == "none" && len(o.Models) == 0 {
+		return rc.Bucket(), rc.Extractor(), func() {}, nil
+	}
+	if len(o.Models) == 0 {
+		return nil, nil, nil, failf(exitUsage, "--split %s needs the models on the mount too (--model NAME=PATH.onnx, the servers' files)", policy)
+	}
+	svc, err := extractor.New(extractor.Config{
+		ORTLib:    o.ORTLib,
+		Device:    o.Device,
+		TensorRT:  o.TensorRT,
+		BatchSize: o.BatchSize,
+		MaxPixels: o.MaxPixels,
+		DType:     rc.Info().DType,
+		Logger:    log,
+	}, o.Models)
+	if err != nil {
+		return nil, nil, nil, failf(exitModel, "loading models for split execution: %w", err)
+	}
+	x, err := rc.Split(ctx, remote.SplitConfig{Policy: policy, Local: svc, ProfileDir: remote.DefaultProfileDir(), Logger: log})
+	if err != nil {
+		svc.Close()
+		return nil, nil, nil, failf(exitModel, "--split: %w", err)
+	}
+	return x.Bucket(rc.Bucket()), x, func() {
+		x.Close()
+		svc.Close()
+	}, nil
+}
