@@ -1,0 +1,261 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	featurefs "github.com/featurefs/featurefs/fs"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// testToken is the bearer token of the test servers.
+const testToken = "s3cr3t-t0ken-for-tests"
+
+// fakeShape is the fake model's one layer shape (per sample).
+var fakeShape = []int64{2, 4}
+
+// fakeExtractor is an fs.Extractor whose feature of an object is a fixed
+// function of its bytes, fetched through req.Fetch: objects starting with
+// "BAD" are bad images. It counts calls, tracks concurrency, and can be
+// slowed down.
+type fakeExtractor struct {
+	models []*extractor.Model
+	delay  time.Duration
+
+	calls, running, maxRunning atomic.Int64
+}
+
+func newFakeExtractor() *fakeExtractor {
+	m := &extractor.Model{Name: "tiny", Digest: "d1g35t", Preprocess: extractor.DefaultPreprocess(),
+		Aliases: map[string]string{"pool": "layer1"}}
+	for i := range 2 {
+		m.Layers = append(m.Layers, extractor.Layer{Index: i, Name: "layer" + string(rune('0'+i)), Tensor: "t" + string(rune('0'+i)),
+			Shape: fakeShape, Bytes: 4 * 8})
+	}
+	return &fakeExtractor{models: []*extractor.Model{m}}
+}
+
+func (f *fakeExtractor) Models() []*extractor.Model { return f.models }
+func (f *fakeExtractor) Model(name string) (*extractor.Model, bool) {
+	for _, m := range f.models {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return nil, false
+}
+func (f *fakeExtractor) DType() extractor.DType { return extractor.Float32 }
+func (f *fakeExtractor) Stats() extractor.Stats { return extractor.Stats{Requests: f.calls.Load()} }
+func (f *fakeExtractor) Device() string         { return "fake" }
+
+func (f *fakeExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+	f.calls.Add(1)
+	n := f.running.Add(1)
+	defer f.running.Add(-1)
+	for {
+		m := f.maxRunning.Load()
+		if n <= m || f.maxRunning.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if f.delay > 0 {
+		select {
+		case <-time.After(f.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b, err := req.Fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if bytes.HasPrefix(b, []byte("BAD")) {
+		return nil, &extractor.ImageError{Key: req.Key, Reason: "not an image", Err: errors.New("fake decoder")}
+	}
+	return expectedFeature(b, req.Layer), nil
+}
+
+// expectedFeature is the fake model's feature of content at a layer.
+func expectedFeature(content []byte, layer int) []byte {
+	data := make([]float32, 8)
+	for i := range data {
+		if i < len(content) {
+			data[i] = float32(content[i]) + float32(layer)*1000
+		}
+	}
+	return extractor.EncodeNPY(fakeShape, data, extractor.Float32)
+}
+
+// memCache is a Cache in memory.
+type memCache struct {
+	mu   sync.Mutex
+	m    map[string][]byte
+	hits atomic.Int64
+}
+
+func newMemCache() *memCache { return &memCache{m: map[string][]byte{}} }
+
+func (c *memCache) Get(k cache.Key) ([]byte, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[string(k.ID())]
+	if ok {
+		c.hits.Add(1)
+	}
+	return v, ok, nil
+}
+func (c *memCache) Put(k cache.Key, v []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[string(k.ID())] = v
+	return nil
+}
+func (c *memCache) Stats() cache.Stats { return cache.Stats{} }
+
+// testServer is a Server behind httptest, over a directory of objects.
+type testServer struct {
+	*Server
+	URL  string
+	Dir  string
+	Ex   *fakeExtractor
+	Logs *syncBuffer
+	http *httptest.Server
+	// hang, when set, makes every request block until the test ends (a
+	// server that stopped answering).
+	hang    atomic.Bool
+	release chan struct{}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServer serves objects (key -> content) with a fake extractor.
+func startServer(t *testing.T, objects map[string]string, tweak func(*ServerConfig)) *testServer {
+	t.Helper()
+	return startServerIn(t, writeObjects(t, objects), tweak)
+}
+
+// writeObjects writes objects (key -> content) into a new directory.
+func writeObjects(t *testing.T, objects map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for k, v := range objects {
+		p := filepath.Join(dir, filepath.FromSlash(k))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// startServerIn serves the objects of dir with a fake extractor.
+func startServerIn(t *testing.T, dir string, tweak func(*ServerConfig)) *testServer {
+	t.Helper()
+	b, err := bucket.Open(context.Background(), dir, bucket.S3Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{Dir: dir, Ex: newFakeExtractor(), Logs: &syncBuffer{}, release: make(chan struct{})}
+	cfg := ServerConfig{
+		Bucket: b, Extractor: ts.Ex, Cache: newMemCache(), Token: testToken,
+		Logger:    slog.New(slog.NewTextHandler(ts.Logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Heartbeat: 50 * time.Millisecond,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Server = s
+	ts.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ts.hang.Load() {
+			<-ts.release
+			return
+		}
+		s.ServeHTTP(w, r)
+	}))
+	ts.URL = ts.http.URL
+	t.Cleanup(func() {
+		close(ts.release)
+		ts.http.CloseClientConnections()
+		ts.http.Close()
+	})
+	return ts
+}
+
+// dial connects a client to servers and closes it when the test ends.
+func dial(t *testing.T, cfg ClientConfig) *Client {
+	t.Helper()
+	if cfg.Token == "" {
+		cfg.Token = testToken
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// etagOf stats key on the server's source.
+func etagOf(t *testing.T, c *Client, key string) string {
+	t.Helper()
+	o, err := c.Bucket().Stat(context.Background(), key)
+	if err != nil {
+		t.Fatalf("stat %s: %v", key, err)
+	}
+	return o.ETag
+}
+
+// mountTree is an fs.FS over a client, as `featurefs mount --remote` builds
+// it, with a memory cache.
+func mountTree(t *testing.T, c *Client) (*featurefs.FS, *memCache) {
+	t.Helper()
+	mc := newMemCache()
+	tree, err := featurefs.New(featurefs.Config{Bucket: c.Bucket(), Extractor: c.Extractor(), Cache: mc, MetadataTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree, mc
+}
+
+// featureReq asks for the fake model's feature of key at layer.
+func featureReq(key string, layer int, etag string) extractor.Request {
+	return extractor.Request{Model: "tiny", Layer: layer, Key: key, ETag: etag}
+}
+
+func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
