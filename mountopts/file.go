@@ -21,6 +21,8 @@ type fileModel struct {
 	Path       string            `yaml:"path"`
 	Preprocess *filePreprocess   `yaml:"preprocess"`
 	Aliases    map[string]string `yaml:"aliases"`
+	// PrefetchLimit overrides prefetch-limit for this model.
+	PrefetchLimit *int `yaml:"prefetch-limit"`
 }
 
 // filePreprocess overrides part of the default preprocessing; fields left
@@ -57,6 +59,8 @@ type fileOptions struct {
 	ImageExtensions []string             `yaml:"image-extensions"`
 	MaxPixels       *int64               `yaml:"max-pixels"`
 	MaxObjectSize   *string              `yaml:"max-object-size"`
+	Prefetch        *string              `yaml:"prefetch"`
+	PrefetchLimit   *int                 `yaml:"prefetch-limit"`
 }
 
 // LoadFile applies the YAML config file at path on top of o and records it
@@ -91,6 +95,12 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	for _, name := range names {
 		m := f.Models[name]
 		spec := extractor.ModelSpec{Name: name, Path: m.Path, Aliases: m.Aliases}
+		if m.PrefetchLimit != nil {
+			if o.ModelPrefetchLimits == nil {
+				o.ModelPrefetchLimits = map[string]int{}
+			}
+			o.ModelPrefetchLimits[name] = *m.PrefetchLimit
+		}
 		if spec.Path != "" && !filepath.IsAbs(spec.Path) {
 			spec.Path = filepath.Join(dir, spec.Path)
 		}
@@ -139,6 +149,10 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	setStr(&o.LogFile, f.LogFile)
 	setStr(&o.MetricsAddr, f.MetricsAddr)
 	setStr(&o.ORTLib, f.ORTLib)
+	setStr(&o.Prefetch, f.Prefetch)
+	if f.PrefetchLimit != nil {
+		o.PrefetchLimit = *f.PrefetchLimit
+	}
 	setBool(&o.TensorRT, f.TensorRT)
 	setBool(&o.AllowOther, f.AllowOther)
 	setBool(&o.Foreground, f.Foreground)

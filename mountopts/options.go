@@ -102,6 +102,19 @@ type Options struct {
 	// (--max-object-size, e.g. 256MiB).
 	MaxObjectSize int64
 
+	// Prefetch is what a reader's first touch of a layer directory
+	// extracts in the background: off, dir (the images of each directory
+	// touched) or tree (every image under the layer directory; the
+	// default) (--prefetch). Readers' own reads always go first.
+	Prefetch string
+	// PrefetchLimit is the most objects one prefetch walk of a layer
+	// directory extracts; 0: no limit (--prefetch-limit). Objects already
+	// cached do not count.
+	PrefetchLimit int
+	// ModelPrefetchLimits overrides PrefetchLimit per model (the config
+	// file's models: NAME: prefetch-limit: N).
+	ModelPrefetchLimits map[string]int
+
 	// Remote mounts feature servers instead of a SOURCE (--remote and the
 	// --remote-* flags; see remote.go and docs/SERVE.md). Models then come
 	// from the servers.
@@ -133,6 +146,7 @@ func Default() Options {
 		ImageExtensions: []string{"jpg", "jpeg", "png"},
 		MaxPixels:       64 << 20,
 		MaxObjectSize:   256 * MiB,
+		Prefetch:        "tree",
 		Remote:          DefaultRemote(),
 	}
 }
@@ -296,6 +310,19 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxObjectSize <= 0 {
 		bad("--max-object-size %s: must be positive, e.g. 256MiB", FormatSize(o.MaxObjectSize))
+	}
+	switch o.Prefetch {
+	case "off", "dir", "tree":
+	default:
+		bad("--prefetch %q: want off, dir or tree", o.Prefetch)
+	}
+	if o.PrefetchLimit < 0 {
+		bad("--prefetch-limit %d: must be 0 (no limit) or positive", o.PrefetchLimit)
+	}
+	for name, n := range o.ModelPrefetchLimits {
+		if n < 0 {
+			bad("model %q: prefetch-limit %d: must be 0 (no limit) or positive", name, n)
+		}
 	}
 	return errors.Join(errs...)
 }

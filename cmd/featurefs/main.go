@@ -18,6 +18,7 @@ Usage:
   featurefs extract --model M.onnx --layer K IMAGE... -o DIR
   featurefs cache stats|clear --cache-dir DIR
   featurefs stats [--json] MOUNTPOINT         live figures of a mount
+  featurefs warm PATH                          extract everything under a feature directory, with progress
   featurefs serve [flags] SOURCE              near-data feature server (docs/SERVE.md)
   featurefs version
 
@@ -44,6 +45,8 @@ func run(args []string) int {
 		return runExtract(rest)
 	case "cache":
 		return runCache(rest)
+	case "warm":
+		return runWarm(rest)
 	case "stats":
 		return runStats(rest)
 	case "serve":

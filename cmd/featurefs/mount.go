@@ -119,6 +119,8 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl.Var(funcFlag{show: func() string { return strings.Join(o.ImageExtensions, ",") }, set: o.SetImageExtensions},
 		"image-extensions", "object extensions shown as .npy, comma-separated")
 	fl.Var(sizeFlag{&o.MaxObjectSize}, "max-object-size", "reject larger objects, e.g. 256MiB")
+	fl.StringVar(&o.Prefetch, "prefetch", o.Prefetch, "what a reader's first touch of a layer directory extracts in the background: off, dir or tree")
+	fl.IntVar(&o.PrefetchLimit, "prefetch-limit", o.PrefetchLimit, "most objects one prefetch walk of a layer extracts (0: no limit)")
 	remoteFlags(fl, &o.Remote)
 	return fl
 }
@@ -420,10 +422,14 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 		ReadTimeout:     o.ReadTimeout,
 		ImageExtensions: o.ImageExtensions,
 		MaxObjectSize:   o.MaxObjectSize,
+		Prefetch: featurefs.PrefetchConfig{
+			Mode: featurefs.PrefetchMode(o.Prefetch), Limit: o.PrefetchLimit, ModelLimits: o.ModelPrefetchLimits,
+		},
 	})
 	if err != nil {
 		return failf(exitModel, "%w", err)
 	}
+	defer tree.Close() // stops prefetch before the extractor and the cache close
 	if o.MetricsAddr != "" {
 		stop, err := startMetrics(o.MetricsAddr, tree, log)
 		if err != nil {

@@ -1,0 +1,540 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	featurefs "github.com/featurefs/featurefs/fs"
+	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/mountopts"
+)
+
+const warmUsage = `Usage: featurefs warm [--jobs N] PATH
+       featurefs warm --source SOURCE --model NAME=PATH.onnx --layer LAYER [flags] [PREFIX]
+
+Extracts every feature under a feature directory into the cache, showing
+progress (done/total, rate, ETA; plain log lines when stdout is not a
+terminal), and lists the objects that failed, with the reasons, at the end.
+It is resumable: what is cached already is skipped.
+
+PATH is a directory inside a running mount, e.g. MOUNT/features/resnet50/
+layer12/train: every .npy file under it is read (--jobs at a time), so the
+mount extracts it in full batches and caches it.
+
+Without a mount, --source (s3://BUCKET[/PREFIX] or a directory) with
+--model and --layer opens the bucket, the models and the cache (--cache-dir;
+not in use by a mount) directly, and extracts everything under PREFIX
+(default: the whole source). Every mount flag applies (--endpoint-url,
+--device, --batch-size, --cache-size, --config, ...).
+
+Exit codes: 0 everything extracted, 1 some objects failed (or another
+error), 2 bad usage; without a mount also 4 model/ONNX Runtime, 5 source,
+6 cache directory.
+
+Flags:
+`
+
+// warmArgs are warm's own flags.
+type warmArgs struct {
+	source, layer string
+	jobs          int
+	interval      time.Duration
+}
+
+// warmFlags binds warm's flags and every mount flag.
+func warmFlags(o *mountopts.Options, w *warmArgs) *flag.FlagSet {
+	fl := mountFlags(o)
+	fl.StringVar(&w.source, "source", w.source, "without a mount: the `SOURCE` to read (s3://BUCKET[/PREFIX] or a directory)")
+	fl.StringVar(&w.layer, "layer", w.layer, "without a mount: the layer directory name, e.g. layer12 or an alias")
+	fl.IntVar(&w.jobs, "jobs", w.jobs, "files read at once through a mount")
+	fl.DurationVar(&w.interval, "progress-interval", w.interval, "how often a progress line is printed when stdout is not a terminal")
+	return fl
+}
+
+// parseWarm parses like parseMount: flags, then the config file under them.
+func parseWarm(args []string) (mountopts.Options, warmArgs, []string, error) {
+	defaults := func() (mountopts.Options, warmArgs) {
+		o := mountopts.Default()
+		o.LogLevel = "warn" // the progress display owns the terminal
+		return o, warmArgs{jobs: 32, interval: 5 * time.Second}
+	}
+	o, w := defaults()
+	pos, err := parseInterspersed(warmFlags(&o, &w), args)
+	if err != nil || o.ConfigFile == "" {
+		return o, w, pos, err
+	}
+	cfg := o.ConfigFile
+	o, w = defaults()
+	if err := o.LoadFile(cfg); err != nil {
+		return o, w, nil, err
+	}
+	pos, err = parseInterspersed(warmFlags(&o, &w), args)
+	o.ConfigFile = cfg
+	return o, w, pos, err
+}
+
+func runWarm(args []string) int {
+	o, w, pos, err := parseWarm(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(os.Stderr, warmUsage)
+		fl := warmFlags(&o, &w)
+		fl.SetOutput(os.Stderr)
+		fl.PrintDefaults()
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs warm: %v\nRun 'featurefs warm -h' for the flags.\n", err)
+		return exitUsage
+	}
+	if w.jobs < 1 {
+		fmt.Fprintf(os.Stderr, "featurefs warm: --jobs %d: must be at least 1\n", w.jobs)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	prog := newProgress(os.Stdout, w.interval)
+	var res warmOutcome
+	if w.source != "" {
+		if len(pos) > 1 {
+			fmt.Fprintf(os.Stderr, "featurefs warm: with --source, want at most one PREFIX, got %d arguments\n", len(pos))
+			return exitUsage
+		}
+		prefix := ""
+		if len(pos) == 1 {
+			prefix = pos[0]
+		}
+		res, err = warmSource(ctx, o, w, prefix, prog)
+	} else {
+		if len(pos) != 1 {
+			fmt.Fprintf(os.Stderr, "featurefs warm: want one PATH inside a mount (or --source), got %d arguments\n\n%s", len(pos), warmUsage)
+			return exitUsage
+		}
+		res, err = warmMount(ctx, pos[0], w.jobs, prog)
+	}
+	prog.finish()
+	res.print(os.Stdout)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintf(os.Stderr, "featurefs warm: interrupted after %d of %d; run it again to resume\n", res.done, res.total)
+		return exitOther
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "featurefs warm: %v\n", err)
+		return exitCode(err)
+	case res.failed > 0:
+		return exitOther
+	}
+	return exitOK
+}
+
+// warmFailure is one object that failed.
+type warmFailure struct {
+	key, reason string
+}
+
+// warmOutcome is what a warm-up did.
+type warmOutcome struct {
+	total, done, failed int64
+	failures            []warmFailure
+	elapsed             time.Duration
+}
+
+// print writes the summary and the failures.
+func (r warmOutcome) print(w io.Writer) {
+	fmt.Fprintf(w, "featurefs warm: %d of %d done in %v, %d failed\n", r.done-r.failed, r.total, r.elapsed.Round(time.Millisecond), r.failed)
+	if r.failed == 0 {
+		return
+	}
+	fmt.Fprintf(w, "failed objects (%d):\n", r.failed)
+	for _, f := range r.failures {
+		fmt.Fprintf(w, "  %s: %s\n", f.key, f.reason)
+	}
+	if n := r.failed - int64(len(r.failures)); n > 0 {
+		fmt.Fprintf(w, "  ... and %d more\n", n)
+	}
+}
+
+// maxListedFailures bounds the failures kept for the final list.
+const maxListedFailures = 1000
+
+// warmSource extracts without a mount: bucket, cache and models opened
+// here, the work done by fs.FS.Warm.
+func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix string, prog *progress) (warmOutcome, error) {
+	start := time.Now()
+	if w.layer == "" {
+		return warmOutcome{}, failf(exitUsage, "--source needs --layer (e.g. layer12; see featurefs layers MODEL.onnx)")
+	}
+	if err := o.Validate(); err != nil {
+		return warmOutcome{}, failf(exitUsage, "%w", err)
+	}
+	if len(o.Models) != 1 {
+		return warmOutcome{}, failf(exitUsage, "--source needs exactly one --model NAME=PATH.onnx, got %d", len(o.Models))
+	}
+	log, logc, err := newLogger(o)
+	if err != nil {
+		return warmOutcome{}, err
+	}
+	defer logc.Close()
+	b, err := bucket.Open(ctx, w.source, bucket.S3Options{
+		Endpoint: o.EndpointURL, Region: o.Region, Profile: o.Profile, MaxObjectBytes: o.MaxObjectSize,
+	})
+	if err != nil {
+		return warmOutcome{}, failf(exitSource, "source %s: %w", w.source, err)
+	}
+	store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log})
+	if err != nil {
+		if errors.Is(err, cache.ErrLocked) {
+			return warmOutcome{}, failf(exitCache, "%w (a mount is using it: warm through the mount instead, featurefs warm MOUNT/features/...)", err)
+		}
+		return warmOutcome{}, failf(exitCache, "--cache-dir %s: %w", o.CacheDir, err)
+	}
+	defer store.Close()
+	svc, err := extractor.New(extractor.Config{
+		ORTLib: o.ORTLib, Device: o.Device, TensorRT: o.TensorRT, BatchSize: o.BatchSize,
+		MaxPixels: o.MaxPixels, DType: o.DType, Logger: log,
+	}, o.Models)
+	if err != nil {
+		return warmOutcome{}, failf(exitModel, "loading models: %w", err)
+	}
+	defer svc.Close()
+	tree, err := featurefs.New(featurefs.Config{
+		Bucket: b, Extractor: svc, Cache: store, Logger: log,
+		MetadataTTL: o.MetadataTTL, NegativeTTL: o.NegativeTTL, ReadTimeout: o.ReadTimeout,
+		ImageExtensions: o.ImageExtensions, MaxObjectSize: o.MaxObjectSize,
+	})
+	if err != nil {
+		return warmOutcome{}, failf(exitModel, "%w", err)
+	}
+	defer tree.Close()
+	res, err := tree.Warm(ctx, featurefs.WarmOptions{
+		Model: o.Models[0].Name, Layer: w.layer, Prefix: prefix, MaxFailures: maxListedFailures,
+		Progress: func(p featurefs.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
+	})
+	out := warmOutcome{total: res.Total, done: res.Done, failed: res.Failed, elapsed: time.Since(start)}
+	for _, f := range res.Failures {
+		out.failures = append(out.failures, warmFailure{key: f.Key, reason: f.Reason})
+	}
+	if errors.Is(err, extractor.ErrUnknownLayer) {
+		err = failf(exitUsage, "--layer: %w", err)
+	}
+	return out, err
+}
+
+// warmMount reads every .npy file under dir, a directory inside a mount,
+// jobs at a time.
+func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmOutcome, error) {
+	start := time.Now()
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return warmOutcome{}, failf(exitUsage, "%w", err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return warmOutcome{}, failf(exitUsage, "%w", err)
+	}
+	if !st.IsDir() {
+		return warmOutcome{}, failf(exitUsage, "%s is not a directory", dir)
+	}
+	root, layerDir, err := mountOf(dir)
+	if err != nil {
+		return warmOutcome{}, failf(exitUsage, "%w", err)
+	}
+
+	var total, done, failed atomic.Int64
+	listing := atomic.Bool{}
+	listing.Store(true)
+	update := func() { prog.set(done.Load(), total.Load(), failed.Load(), listing.Load()) }
+	var mu sync.Mutex
+	var failures []warmFailure
+	var failedPaths []string
+
+	paths := make(chan string, jobs)
+	var wg sync.WaitGroup
+	for range jobs {
+		wg.Go(func() {
+			buf := make([]byte, 4096)
+			for p := range paths {
+				if err := readSome(p, buf); err != nil {
+					failed.Add(1)
+					mu.Lock()
+					if len(failedPaths) < maxListedFailures {
+						failedPaths = append(failedPaths, p)
+						failures = append(failures, warmFailure{key: p, reason: errReason(err)})
+					}
+					mu.Unlock()
+				}
+				done.Add(1)
+				update()
+			}
+		})
+	}
+	var walkErr error
+	var walk func(d string) error
+	walk = func(d string) error {
+		f, err := os.Open(d)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for {
+			des, err := f.ReadDir(1024) // a page at a time: directories may be huge
+			for _, de := range des {
+				p := filepath.Join(d, de.Name())
+				switch {
+				case de.IsDir():
+					if err := walk(p); err != nil {
+						return err
+					}
+				case strings.HasSuffix(de.Name(), ".npy"):
+					total.Add(1)
+					update()
+					select {
+					case paths <- p:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+			}
+			if errors.Is(err, io.EOF) || (err == nil && len(des) == 0) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("listing %s: %w", d, err)
+			}
+		}
+	}
+	walkErr = walk(dir)
+	listing.Store(false)
+	close(paths)
+	wg.Wait()
+	update()
+
+	// Reasons: the mount's recent errors name the object keys.
+	reasons := recentErrors(root)
+	for i, f := range failures {
+		rel, err := filepath.Rel(layerDir, f.key)
+		if err != nil {
+			continue
+		}
+		rel = filepath.ToSlash(rel)
+		failures[i].key = rel
+		if r, ok := matchReason(reasons, rel); ok {
+			failures[i].reason = r
+		}
+	}
+	sort.Slice(failures, func(i, j int) bool { return failures[i].key < failures[j].key })
+	return warmOutcome{total: total.Load(), done: done.Load(), failed: failed.Load(), failures: failures, elapsed: time.Since(start)}, walkErr
+}
+
+// readSome opens p and reads its first bytes: the mount computes (or finds
+// in the cache) the whole feature on the first read.
+func readSome(p string, buf []byte) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Read(buf); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// errReason is a short reason for a failed read.
+func errReason(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// mountOf finds the mount root above dir (the directory holding
+// .featurefs/stats) and the layer directory (root/features/MODEL/LAYER)
+// dir is in.
+func mountOf(dir string) (root, layerDir string, err error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if st, err := os.Stat(filepath.Join(d, ".featurefs", "stats")); err == nil && st.Mode().IsRegular() {
+			rel, err := filepath.Rel(d, dir)
+			if err != nil {
+				return "", "", err
+			}
+			parts := strings.Split(filepath.ToSlash(rel), "/")
+			if len(parts) < 3 || parts[0] != "features" {
+				return "", "", fmt.Errorf("%s: not inside a layer directory: want MOUNT/features/MODEL/LAYER[/...]", dir)
+			}
+			return d, filepath.Join(d, "features", parts[1], parts[2]), nil
+		}
+		if filepath.Dir(d) == d {
+			return "", "", fmt.Errorf("%s is not inside a featurefs mount (no .featurefs/stats above it); without a mount use --source, --model and --layer", dir)
+		}
+	}
+}
+
+// recentErrors reads the mount's recent errors: object key -> reason.
+func recentErrors(root string) map[string]string {
+	b, err := os.ReadFile(filepath.Join(root, ".featurefs", "stats"))
+	if err != nil {
+		return nil
+	}
+	var st struct {
+		RecentErrors []featurefs.ErrorRecord `json:"recent_errors"`
+	}
+	if json.Unmarshal(b, &st) != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, e := range st.RecentErrors {
+		out[e.Key] = e.Error
+	}
+	return out
+}
+
+// matchReason finds the reason recorded for the object behind a feature
+// file: rel is KEY.npy (long names) or STEM.npy for KEY = STEM.<ext>.
+func matchReason(reasons map[string]string, rel string) (string, bool) {
+	base := strings.TrimSuffix(rel, ".npy")
+	if r, ok := reasons[base]; ok {
+		return r, true
+	}
+	for key, r := range reasons {
+		if i := strings.LastIndexByte(key, '.'); i > 0 && key[:i] == base && !strings.Contains(key[i:], "/") {
+			return r, true
+		}
+	}
+	return "", false
+}
+
+// progress shows done/total, rate and ETA: a bar redrawn in place on a
+// terminal, a plain line every interval otherwise.
+type progress struct {
+	w        io.Writer
+	tty      bool
+	interval time.Duration
+	start    time.Time
+
+	mu      sync.Mutex
+	done    int64            // GUARDED_BY(mu)
+	total   int64            // GUARDED_BY(mu)
+	failed  int64            // GUARDED_BY(mu)
+	listing bool             // GUARDED_BY(mu)
+	samples []progressSample // GUARDED_BY(mu)
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// progressSample is done at a time, for the rate.
+type progressSample struct {
+	t    time.Time
+	done int64
+}
+
+// progressRateWindow is the span the displayed rate is measured over.
+const progressRateWindow = 10 * time.Second
+
+func newProgress(w *os.File, interval time.Duration) *progress {
+	p := &progress{w: w, interval: interval, start: time.Now(), listing: true, stop: make(chan struct{})}
+	if st, err := w.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+		p.tty = true
+	}
+	tick := p.interval
+	if p.tty {
+		tick = 200 * time.Millisecond
+	}
+	p.wg.Go(func() {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				p.draw(false)
+			}
+		}
+	})
+	return p
+}
+
+// set records the figures.
+func (p *progress) set(done, total, failed int64, listing bool) {
+	p.mu.Lock()
+	p.done, p.total, p.failed, p.listing = done, total, failed, listing
+	p.mu.Unlock()
+}
+
+// finish draws the last state and ends the line.
+func (p *progress) finish() {
+	close(p.stop)
+	p.wg.Wait()
+	p.draw(true)
+}
+
+// line renders the figures.
+func (p *progress) line(now time.Time) string {
+	p.samples = append(p.samples, progressSample{t: now, done: p.done})
+	for len(p.samples) > 2 && now.Sub(p.samples[1].t) >= progressRateWindow {
+		p.samples = p.samples[1:]
+	}
+	rate := 0.0
+	if first := p.samples[0]; now.Sub(first.t) > 0 {
+		rate = float64(p.done-first.done) / now.Sub(first.t).Seconds()
+	}
+	if len(p.samples) == 1 && now.Sub(p.start) > 0 {
+		rate = float64(p.done) / now.Sub(p.start).Seconds()
+	}
+	total := fmt.Sprint(p.total)
+	if p.listing {
+		total += "+"
+	}
+	eta := "?"
+	if rate > 0 && !p.listing {
+		eta = time.Duration(float64(p.total-p.done) / rate * float64(time.Second)).Round(time.Second).String()
+	} else if !p.listing && p.done == p.total {
+		eta = "0s"
+	}
+	s := fmt.Sprintf("%d/%s %.1f/s ETA %s", p.done, total, rate, eta)
+	if p.failed > 0 {
+		s += fmt.Sprintf(" (%d failed)", p.failed)
+	}
+	if p.tty {
+		const width = 30
+		filled := 0
+		if p.total > 0 {
+			filled = int(float64(width) * float64(p.done) / float64(p.total))
+		}
+		s = "[" + strings.Repeat("#", filled) + strings.Repeat(".", width-filled) + "] " + s
+	}
+	return s
+}
+
+// draw shows the current figures.
+func (p *progress) draw(final bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	l := p.line(now)
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", l)
+		if final {
+			fmt.Fprintln(p.w)
+		}
+		return
+	}
+	fmt.Fprintf(p.w, "%s warm: %s\n", now.Format("15:04:05"), l)
+}
