@@ -40,7 +40,8 @@ func freePort(t *testing.T) string {
 func TestStatsCommandAndMetrics(t *testing.T) {
 	ds := genDataset(t, "--classes", "2", "--train", "2", "--val", "0", "--bad", "--min-side", "64", "--max-side", "200")
 	addr := freePort(t)
-	m := testMount(t, mountConfig{Source: ds.Dir, Args: []string{"--metrics-addr", addr}})
+	// Prefetch off: the figures below count exactly what is read.
+	m := testMount(t, mountConfig{Source: ds.Dir, Args: []string{"--metrics-addr", addr, "--prefetch", "off"}})
 	names := featureNames(ds.keys(t))
 
 	var fetched, served int64
