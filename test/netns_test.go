@@ -1,0 +1,241 @@
+package test
+
+// A network-limited test bed: a "storage" and a "trainer" network namespace
+// joined by a veth pair whose both ends are shaped with tc tbf. Addresses
+// are in 10.213.0.0/16 and exist only inside the two namespaces, so the
+// traffic never leaves them. Processes run in a namespace with
+// `nsenter --net=/run/netns/NAME` (only the network namespace: a FUSE mount
+// made there is visible to the whole machine).
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// netnsPrefix starts the names of the namespaces this file makes; the
+// creating process's id follows, so stale ones can be told apart.
+const netnsPrefix = "fftb"
+
+// netLink is a shaped link between two namespaces.
+type netLink struct {
+	Server, Client     string // namespace names
+	ServerIP, ClientIP string
+	serverDev          string
+	clientDev          string
+	Mbit               int
+}
+
+func runCmd(t testing.TB, name string, args ...string) {
+	t.Helper()
+	if b, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+	}
+}
+
+// removeStaleNetns deletes namespaces of this test bed whose creating
+// process is gone (a killed test run).
+func removeStaleNetns(t testing.TB) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatalf("ip netns list: %v (install iproute2)", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], netnsPrefix) {
+			continue
+		}
+		rest := strings.TrimPrefix(f[0], netnsPrefix)
+		digits := rest[:len(rest)-len(strings.TrimLeft(rest, "0123456789"))]
+		pid, err := strconv.Atoi(digits)
+		if err != nil {
+			continue
+		}
+		if pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		exec.Command("ip", "netns", "del", f[0]).Run()
+	}
+}
+
+// newNetLink makes the two namespaces and the veth pair, shaped to mbit
+// Mbit/s in both directions, and removes them when the test ends.
+func newNetLink(t testing.TB, mbit int) *netLink {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the network test bed needs root (ip netns, tc)")
+	}
+	removeStaleNetns(t)
+	pid := os.Getpid()
+	seq := int(time.Now().UnixNano() % 1000)
+	l := &netLink{
+		Server:    fmt.Sprintf("%s%ds%d", netnsPrefix, pid, seq),
+		Client:    fmt.Sprintf("%s%dc%d", netnsPrefix, pid, seq),
+		serverDev: fmt.Sprintf("ffs%d", seq),
+		clientDev: fmt.Sprintf("ffc%d", seq),
+		Mbit:      mbit,
+	}
+	sub := (pid + seq) % 250
+	l.ServerIP = fmt.Sprintf("10.213.%d.1", sub)
+	l.ClientIP = fmt.Sprintf("10.213.%d.2", sub)
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", l.Server).Run()
+		exec.Command("ip", "netns", "del", l.Client).Run()
+	})
+	runCmd(t, "ip", "netns", "add", l.Server)
+	runCmd(t, "ip", "netns", "add", l.Client)
+	runCmd(t, "ip", "link", "add", l.serverDev, "netns", l.Server, "type", "veth", "peer", "name", l.clientDev, "netns", l.Client)
+	for _, c := range [][]string{
+		{l.Server, "ip", "addr", "add", l.ServerIP + "/30", "dev", l.serverDev},
+		{l.Client, "ip", "addr", "add", l.ClientIP + "/30", "dev", l.clientDev},
+		{l.Server, "ip", "link", "set", l.serverDev, "up"},
+		{l.Client, "ip", "link", "set", l.clientDev, "up"},
+		{l.Server, "ip", "link", "set", "lo", "up"},
+		{l.Client, "ip", "link", "set", "lo", "up"},
+	} {
+		runCmd(t, "ip", append([]string{"netns", "exec", c[0]}, c[1:]...)...)
+	}
+	l.shape(t, "add", mbit)
+	return l
+}
+
+// shape adds or changes the tbf qdisc of both ends.
+func (l *netLink) shape(t testing.TB, verb string, mbit int) {
+	t.Helper()
+	// burst: at least rate/HZ; 64 KB keeps tbf accurate at 1 Gbit/s.
+	burst := max(32*1024, mbit*1000*1000/8/250)
+	for _, e := range [][2]string{{l.Server, l.serverDev}, {l.Client, l.clientDev}} {
+		runCmd(t, "ip", "netns", "exec", e[0], "tc", "qdisc", verb, "dev", e[1], "root", "tbf",
+			"rate", fmt.Sprintf("%dmbit", mbit), "burst", strconv.Itoa(burst), "latency", "50ms")
+	}
+	l.Mbit = mbit
+}
+
+// SetRate changes the link's bandwidth.
+func (l *netLink) SetRate(t testing.TB, mbit int) { l.shape(t, "change", mbit) }
+
+// Command returns a command that runs in namespace ns.
+func (l *netLink) Command(ns, name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", name}, args...)...)
+}
+
+// measureLink sends n bytes from the server namespace to the client one
+// with a small TCP pair (the test binary itself, re-run under nsenter) and
+// returns the rate in Mbit/s.
+func measureLink(t testing.TB, l *netLink, n int) float64 {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(l.ServerIP, "7099")
+	srv := l.Command(l.Server, self, "-test.run=^TestNetnsHelperProcess$")
+	srv.Env = append(os.Environ(), "FFTB_ROLE=send", "FFTB_ADDR="+addr, "FFTB_BYTES="+strconv.Itoa(n))
+	stdout, _ := srv.StdoutPipe()
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	// Wait for "listening".
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.Contains(line, "listening") {
+		t.Fatalf("sender: %q %v", line, err)
+	}
+	cli := l.Command(l.Client, self, "-test.run=^TestNetnsHelperProcess$")
+	cli.Env = append(os.Environ(), "FFTB_ROLE=recv", "FFTB_ADDR="+addr)
+	out, err := cli.CombinedOutput()
+	if err != nil {
+		t.Fatalf("receiver: %v\n%s", err, out)
+	}
+	var got int
+	var secs float64
+	for _, ln := range strings.Split(string(out), "\n") {
+		if _, err := fmt.Sscanf(ln, "received %d bytes in %g s", &got, &secs); err == nil {
+			break
+		}
+	}
+	if got != n || secs <= 0 {
+		t.Fatalf("receiver: %s", out)
+	}
+	srv.Wait()
+	return float64(got) * 8 / secs / 1e6
+}
+
+// TestNetnsHelperProcess is the sender or receiver of measureLink when run
+// with FFTB_ROLE; otherwise it does nothing.
+func TestNetnsHelperProcess(t *testing.T) {
+	addr := os.Getenv("FFTB_ADDR")
+	switch os.Getenv("FFTB_ROLE") {
+	case "send":
+		n, _ := strconv.Atoi(os.Getenv("FFTB_BYTES"))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println("listening")
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64<<10)
+		for n > 0 {
+			k, err := c.Write(buf[:min(n, len(buf))])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n -= k
+		}
+		c.Close()
+	case "recv":
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first [1]byte
+		if _, err := io.ReadFull(c, first[:]); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		n, err := io.Copy(io.Discard, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("received %d bytes in %g s\n", n+1, time.Since(start).Seconds())
+	}
+}
+
+// TestNetnsLinkIsShaped checks the test bed: the link carries about the
+// configured rate, a rate change takes effect, and the namespaces are gone
+// after the test.
+func TestNetnsLinkIsShaped(t *testing.T) {
+	var names []string
+	t.Run("shaped", func(t *testing.T) {
+		l := newNetLink(t, 50)
+		names = []string{l.Server, l.Client}
+		r50 := measureLink(t, l, 2<<20)
+		if r50 < 0.6*50 || r50 > 1.15*50 {
+			t.Errorf("50 Mbit/s link carried %.1f Mbit/s", r50)
+		}
+		l.SetRate(t, 200)
+		r200 := measureLink(t, l, 8<<20)
+		if r200 < 0.6*200 || r200 > 1.15*200 || r200 < 2.5*r50 {
+			t.Errorf("200 Mbit/s link carried %.1f Mbit/s (50: %.1f)", r200, r50)
+		}
+		t.Logf("measured %.1f Mbit/s at 50, %.1f at 200", r50, r200)
+	})
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, n := range names {
+		if strings.Contains(string(out), n) {
+			t.Errorf("namespace %s left behind", n)
+		}
+	}
+}
