@@ -38,8 +38,8 @@ type RemoteOptions struct {
 	// (--remote-max-inflight).
 	MaxInFlight int
 	// Split is split execution (--split, docs/SPLIT.md): auto, none, raw or
-	// a layer number. Empty: auto when --model files are given (they must
-	// match the servers' models), none otherwise.
+	// a layer number; all but none need the --model files (the servers'
+	// models). Empty: none.
 	Split string
 }
 

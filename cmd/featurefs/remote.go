@@ -21,7 +21,7 @@ func remoteFlags(fl *flag.FlagSet, r *mountopts.RemoteOptions) {
 	fl.IntVar(&r.MaxBatch, "remote-max-batch", r.MaxBatch, "most features per request to a server")
 	fl.DurationVar(&r.BatchWait, "remote-batch-wait", r.BatchWait, "how long a request waits for more reads to join it")
 	fl.IntVar(&r.MaxInFlight, "remote-max-inflight", r.MaxInFlight, "most batch requests in flight per server")
-	fl.StringVar(&r.Split, "split", r.Split, "split execution with --remote: auto, none, raw or a layer number (default auto with --model files, else none)")
+	fl.StringVar(&r.Split, "split", r.Split, "split execution with --remote: auto, none, raw or a layer number (auto, raw and K need the --model files)")
 }
 
 // remoteSource is the SOURCE shown for a remote mount (/proc/mounts).

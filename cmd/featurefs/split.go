@@ -18,9 +18,6 @@ func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, lo
 	mode := o.Remote.Split
 	if mode == "" {
 		mode = "none"
-		if len(o.Models) > 0 {
-			mode = "auto"
-		}
 	}
 	policy, err := extractor.ParseSplitPolicy(mode)
 	if err != nil {
