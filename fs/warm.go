@@ -116,8 +116,8 @@ func (f *FS) Warm(ctx context.Context, opts WarmOptions) (WarmResult, error) {
 		})
 		return nil
 	})
-	wg.Wait()
 	w.update(func(r *WarmResult) { r.Listing = false })
+	wg.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {

@@ -161,7 +161,7 @@ func (r warmOutcome) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "failed objects (%d):\n", r.failed)
 	for _, f := range r.failures {
-		fmt.Fprintf(w, "  %s: %s\n", f.key, f.reason)
+		fmt.Fprintf(w, "  %s: %s\n", f.key, strings.TrimPrefix(f.reason, f.key+": "))
 	}
 	if n := r.failed - int64(len(r.failures)); n > 0 {
 		fmt.Fprintf(w, "  ... and %d more\n", n)
