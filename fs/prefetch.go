@@ -151,8 +151,9 @@ func newBudget(maxN func() int, maxBytes int64) *budget {
 // always fits) or ctx ends.
 func (b *budget) acquire(ctx context.Context, cost int64) error {
 	for {
+		limit := b.maxN() // may ask the extractor: not under mu
 		b.mu.Lock()
-		if b.n == 0 || (b.n < b.maxN() && b.bytes+cost <= b.maxBytes) {
+		if b.n == 0 || (b.n < limit && b.bytes+cost <= b.maxBytes) {
 			b.n++
 			b.bytes += cost
 			b.peakN = max(b.peakN, b.n)
