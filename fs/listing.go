@@ -79,14 +79,56 @@ type listStream struct {
 	r     *resolver
 	token string
 	done  bool
+	// old is the listing this one replaces, if it was complete: served
+	// again when the store fails the first page (stale while unreachable).
+	old *listing
 	// buf holds entries decided but not yet handed out.
 	buf []dirEntry
 }
 
 func (f *FS) newListStream(prefix string) *listStream {
+	var old *listing
+	if o, ok := f.listings.get(prefix); ok {
+		if _, complete := o.snapshot(); complete {
+			old = o
+		}
+	}
 	l := newListing(prefix, f.now())
 	f.listings.put(prefix, l, 1)
-	return &listStream{fs: f, l: l, r: newResolver(f.naming, prefix)}
+	return &listStream{fs: f, l: l, r: newResolver(f.naming, prefix), old: old}
+}
+
+// listCtx bounds one List or Stat call by ReadTimeout (a stalled store
+// fails the lookup or readdir with EIO then, not after the SDK's own
+// timeouts and retries).
+func (f *FS) listCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if f.cfg.ReadTimeout > 0 {
+		return context.WithTimeout(ctx, f.cfg.ReadTimeout)
+	}
+	return ctx, func() {}
+}
+
+// reviveOld serves the replaced complete listing again after the store
+// failed the first page: the entries the mount already knew stay
+// reachable (and cached features readable) while the store is down. The
+// revived listing counts as fresh for another MetadataTTL, after which the
+// store is asked again.
+func (s *listStream) reviveOld(err error) ([]dirEntry, bool) {
+	if s.old == nil || s.token != "" || s.l.len() > 0 {
+		return nil, false
+	}
+	es, _ := s.old.snapshot()
+	pages, _ := s.old.size()
+	s.l.append(es)
+	s.done = true
+	s.l.mu.Lock()
+	s.l.pages = pages
+	s.l.complete = true
+	s.l.mu.Unlock()
+	s.fs.listings.put(s.l.prefix, s.l, max(1, len(es)))
+	s.fs.logOnce(s.l.prefix, "listing failed; serving the last complete listing, from "+
+		s.fs.now().Sub(s.old.at).Round(time.Second).String()+" ago", err)
+	return es, true
 }
 
 // next reads one more page; it returns the entries newly decided, or done
@@ -95,9 +137,14 @@ func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
 	if s.done {
 		return nil, nil
 	}
-	p, err := s.fs.cfg.Bucket.List(ctx, s.l.prefix, s.token)
+	lctx, cancel := s.fs.listCtx(ctx)
+	p, err := s.fs.cfg.Bucket.List(lctx, s.l.prefix, s.token)
+	cancel()
 	s.fs.stats.listPages.Add(1)
 	if err != nil {
+		if es, ok := s.reviveOld(err); ok {
+			return es, nil
+		}
 		s.l.mu.Lock()
 		s.l.failed = true
 		s.l.mu.Unlock()

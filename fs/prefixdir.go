@@ -130,7 +130,9 @@ func (f *FS) statLookup(ctx context.Context, prefix, name string) (dirEntry, err
 	f.stats.statLookups.Add(1)
 	base, isFile := strings.CutSuffix(name, npyExt)
 	if !isFile || base == "" {
-		p, err := f.cfg.Bucket.List(ctx, prefix+name+"/", "")
+		lctx, cancel := f.listCtx(ctx)
+		p, err := f.cfg.Bucket.List(lctx, prefix+name+"/", "")
+		cancel()
 		f.stats.listPages.Add(1)
 		if err != nil {
 			return dirEntry{}, fmt.Errorf("listing %q: %w", prefix+name+"/", err)
@@ -202,7 +204,9 @@ func (f *FS) statAll(ctx context.Context, keys []string) (map[string]bucket.Obje
 		}
 		wg.Go(func() {
 			defer func() { <-f.statSem }()
-			o, err := f.cfg.Bucket.Stat(ctx, k)
+			sctx, cancel := f.listCtx(ctx)
+			o, err := f.cfg.Bucket.Stat(sctx, k)
+			cancel()
 			f.stats.stats.Add(1)
 			mu.Lock()
 			defer mu.Unlock()
