@@ -8,6 +8,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,8 @@ type observer struct {
 
 	extracted, extractFailed atomic.Int64
 	rate                     rateMeter
+	flightMu                 sync.Mutex
+	flights                  map[string]*flight // GUARDED_BY(flightMu); features being extracted
 
 	errBadImage, errNotFound, errTimeout, errStore, errOther atomic.Int64
 }
@@ -146,23 +149,72 @@ func (b countingBucket) Get(ctx context.Context, key string, maxBytes int64) ([]
 }
 
 // observedExtractor counts the extractions that complete, for the rate.
-// Every other method is the wrapped extractor's.
+// Every other method is the wrapped extractor's. Calls for the same feature
+// while one is in flight (a read joining a prefetch) share one extraction in
+// the extractor, and count once here too.
 type observedExtractor struct {
 	Extractor
 	o   *observer
 	now func() time.Time
 }
 
-// Extract extracts, counting the outcome.
+// Extract extracts, counting the outcome once per shared extraction.
 func (x observedExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
-	data, err := x.Extractor.Extract(ctx, req)
-	if err != nil {
-		x.o.extractFailed.Add(1)
-		return data, err
+	id := req.ID
+	if id == "" {
+		id = req.Key
 	}
-	x.o.extracted.Add(1)
-	x.o.rate.add(x.now(), 1)
-	return data, nil
+	k := fmt.Sprintf("%s\x00%d\x00%s", req.Model, req.Layer, id)
+	x.o.begin(k)
+	data, err := x.Extractor.Extract(ctx, req)
+	if x.o.end(k, err == nil) {
+		if err != nil {
+			x.o.extractFailed.Add(1)
+		} else {
+			x.o.extracted.Add(1)
+			x.o.rate.add(x.now(), 1)
+		}
+	}
+	return data, err
+}
+
+// flight is the callers of one feature's extraction in flight.
+type flight struct {
+	callers int
+	counted bool // its outcome has been counted
+}
+
+// begin registers a caller of feature k.
+func (o *observer) begin(k string) {
+	o.flightMu.Lock()
+	defer o.flightMu.Unlock()
+	if o.flights == nil {
+		o.flights = map[string]*flight{}
+	}
+	f := o.flights[k]
+	if f == nil {
+		f = &flight{}
+		o.flights[k] = f
+	}
+	f.callers++
+}
+
+// end unregisters a caller of k and reports whether its outcome is to be
+// counted: the first success among the callers, else the last caller's
+// failure when none succeeded.
+func (o *observer) end(k string, ok bool) bool {
+	o.flightMu.Lock()
+	defer o.flightMu.Unlock()
+	f := o.flights[k]
+	f.callers--
+	if f.callers == 0 {
+		delete(o.flights, k)
+	}
+	if f.counted || (!ok && f.callers > 0) {
+		return false
+	}
+	f.counted = true
+	return true
 }
 
 // rateSlots is how many one-second slots the meter keeps (more than the
