@@ -65,7 +65,14 @@ func TestDataLoaderReadsEverySample(t *testing.T) {
 	srv, env := minioBucket(t, "train-data", "imagenet/", d.Dir)
 	m := testMount(t, mountConfig{Source: "s3://train-data/imagenet", Env: env,
 		Args: []string{"--endpoint-url", srv.Endpoint, "--batch-size", "4"}})
+	checkDataLoader(t, d, m)
+}
 
+// checkDataLoader runs DatasetFolder + DataLoader over train/ and val/ of
+// m's test layer and checks classes, counts, labels, bytes and values
+// against d and `featurefs extract` (within closeEnough).
+func checkDataLoader(t *testing.T, d *dataset, m *mounted) {
+	t.Helper()
 	names := featureNames(d.keys(t))
 	for _, split := range []string{"train", "val"} {
 		root := filepath.Join(m.Layer(testLayer), split)

@@ -206,7 +206,8 @@ func featureNames(keys []string) map[string]string {
 
 // mountConfig says what to mount and how.
 type mountConfig struct {
-	// Source is s3://BUCKET[/PREFIX] or a directory.
+	// Source is s3://BUCKET[/PREFIX] or a directory; empty for a mount
+	// of feature servers (--remote in Args).
 	Source string
 	// Env is added to the process's environment (credentials).
 	Env []string
@@ -214,6 +215,8 @@ type mountConfig struct {
 	CacheDir string
 	// Args are extra flags.
 	Args []string
+	// NoModel leaves out --model (a --remote mount takes the servers').
+	NoModel bool
 }
 
 // mounted is a running `featurefs mount --foreground`.
@@ -248,8 +251,14 @@ func testMount(t testing.TB, cfg mountConfig) *mounted {
 	}
 	args := []string{"mount", "--foreground", "--model", modelName + "=" + model,
 		"--cache-dir", m.CacheDir, "--ort-lib", ort, "--device", "cpu", "--log-level", "debug"}
+	if cfg.NoModel {
+		args = append(args[:2], args[4:]...)
+	}
 	args = append(args, cfg.Args...)
-	args = append(args, cfg.Source, m.Dir)
+	if cfg.Source != "" { // empty with --remote
+		args = append(args, cfg.Source)
+	}
+	args = append(args, m.Dir)
 	logf, err := os.Create(m.Log)
 	if err != nil {
 		t.Fatal(err)
