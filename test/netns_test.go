@@ -8,8 +8,11 @@ package test
 // made there is visible to the whole machine).
 
 import (
+	"path/filepath"
+
 	"bufio"
 	"fmt"
+	"github.com/featurefs/featurefs/test/testenv"
 	"io"
 	"net"
 	"os"
@@ -238,4 +241,92 @@ func TestNetnsLinkIsShaped(t *testing.T) {
 			t.Errorf("namespace %s left behind", n)
 		}
 	}
+}
+
+// startServeIn runs `featurefs serve --no-auth` over dir in the link's
+// server namespace and returns its URL once it listens.
+func startServeIn(t *testing.T, l *netLink, dir string, args ...string) string {
+	t.Helper()
+	work := t.TempDir()
+	full := append([]string{"serve", "--listen", l.ServerIP + ":7070", "--no-auth",
+		"--model", modelName + "=" + testenv.Model(t, modelName), "--cache-dir", filepath.Join(work, "cache"),
+		"--ort-lib", testenv.ORTLib(t), "--device", "cpu", "--log-level", "debug"}, args...)
+	cmd := l.Command(l.Server, featurefsBin(t), append(full, dir)...)
+	logPath := filepath.Join(work, "serve.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("featurefs serve log:\n%s", tail(logPath, 6000))
+		}
+	})
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		if strings.Contains(tail(logPath, 1<<20), "listening on") {
+			return "http://" + l.ServerIP + ":7070"
+		}
+		select {
+		case <-exited:
+			t.Fatalf("featurefs serve exited:\n%s", tail(logPath, 6000))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("featurefs serve not listening after 3m:\n%s", tail(logPath, 6000))
+		}
+	}
+}
+
+// mountIn runs `featurefs mount --foreground --remote url` with the test
+// model in the link's client namespace and unmounts it when the test ends.
+func mountIn(t *testing.T, l *netLink, url string, args ...string) *mounted {
+	t.Helper()
+	work := t.TempDir()
+	m := &mounted{Dir: filepath.Join(work, "mnt"), CacheDir: filepath.Join(work, "cache"), Log: filepath.Join(work, "mount.log"), exited: make(chan struct{})}
+	if err := os.Mkdir(m.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	full := append([]string{"mount", "--foreground", "--remote", url, "--model", modelName + "=" + testenv.Model(t, modelName),
+		"--cache-dir", m.CacheDir, "--ort-lib", testenv.ORTLib(t), "--device", "cpu", "--log-level", "debug"}, args...)
+	m.cmd = l.Command(l.Client, featurefsBin(t), append(full, m.Dir)...)
+	logf, err := os.Create(m.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.cmd.Stdout, m.cmd.Stderr = logf, logf
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.waitErr = m.cmd.Wait(); logf.Close(); close(m.exited) }()
+	t.Cleanup(func() {
+		m.Unmount(t)
+		if t.Failed() {
+			t.Logf("featurefs mount log:\n%s", tail(m.Log, 6000))
+		}
+	})
+	for deadline := time.Now().Add(3 * time.Minute); !isMounted(t, m.Dir); {
+		select {
+		case <-m.exited:
+			t.Fatalf("featurefs mount exited before mounting (%v):\n%s", m.waitErr, tail(m.Log, 6000))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("featurefs mount: not mounted after 3m:\n%s", tail(m.Log, 6000))
+		}
+	}
+	m.ready = true
+	return m
 }
