@@ -52,6 +52,11 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 type featureHandle struct {
 	mu   sync.Mutex
 	data []byte // GUARDED_BY(mu)
+	// failed is the errno of a failed computation: later reads of the same
+	// handle (the kernel retries a failed readahead with a plain read) fail
+	// at once instead of waiting out a second --read-timeout. A new open
+	// tries again. An interrupted read (EINTR) is not kept.
+	failed syscall.Errno // GUARDED_BY(mu)
 }
 
 // Read returns part of the feature, computing it on the first read.
@@ -61,11 +66,20 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 		h = &featureHandle{}
 	}
 	h.mu.Lock()
+	if h.failed != 0 {
+		errno := h.failed
+		h.mu.Unlock()
+		return nil, errno
+	}
 	if h.data == nil {
 		data, err := ff.fs.feature(ctx, ff.view, ff.obj)
 		if err != nil {
+			errno := ff.fs.errno(err, ff.obj.Key)
+			if errno != syscall.EINTR {
+				h.failed = errno
+			}
 			h.mu.Unlock()
-			return nil, ff.fs.errno(err, ff.obj.Key)
+			return nil, errno
 		}
 		h.data = data
 	}

@@ -96,6 +96,7 @@ func TestKeysCannotEscapeTheTree(t *testing.T) {
 type outageBucket struct {
 	*fakeBucket
 	down, stalled atomic.Bool
+	getCalls      atomic.Int64
 }
 
 var errStoreDown = errors.New("connection refused")
@@ -126,6 +127,7 @@ func (b *outageBucket) Stat(ctx context.Context, key string) (bucket.Object, err
 }
 
 func (b *outageBucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
+	b.getCalls.Add(1)
 	if err := b.fault(ctx); err != nil {
 		return nil, bucket.Object{}, err
 	}
@@ -215,6 +217,11 @@ func TestStalledStoreFailsWithinReadTimeout(t *testing.T) {
 		if took > 3*timeout+time.Second {
 			t.Errorf("%s with the store stalled took %v, ReadTimeout is %v", name, took, timeout)
 		}
+	}
+	// The kernel retries a failed read on the same handle: the handle
+	// answers it with the same error instead of fetching (and waiting) again.
+	if n := b.getCalls.Load(); n != 1 {
+		t.Errorf("one read of a with the store stalled made %d Get calls, want 1", n)
 	}
 }
 
