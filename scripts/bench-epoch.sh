@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Benchmark (make bench): 3 epochs of transfer learning on ResNet-50 layer12
+# features, the way a user does it today with PyTorch alone (boto3 + torchvision
+# transforms + the frozen trunk in torch every epoch) vs featurefs (a
+# DatasetFolder over MOUNT/features/resnet50/layer12), with --prefetch tree and
+# --prefetch off (fresh cache each), all in one run against one local MinIO.
+# Prints one markdown section on stdout (make bench also stores it in
+# docs/bench/epoch.md).
+#
+#   scripts/bench-epoch.sh     (after make build)
+# Env: BENCH_IMAGES (200), BENCH_CLASSES (4), BENCH_WORKERS (4), BENCH_THREADS (2).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+need_bin
+"$PY" -c 'import boto3' 2>/dev/null || { echo "$PY lacks boto3: run scripts/install-deps.sh" >&2; exit 1; }
+MINIO_BIN=$DEPS/bin/minio
+[ -x "$MINIO_BIN" ] || { echo "no $MINIO_BIN: run scripts/install-deps.sh" >&2; exit 1; }
+"$BIN" mount -h 2>&1 | grep -q -- '-prefetch' || { echo "$BIN has no --prefetch flag: rebuild (make build)" >&2; exit 1; }
+
+IMAGES=${BENCH_IMAGES:-200}
+CLASSES=${BENCH_CLASSES:-4}
+WORKERS=${BENCH_WORKERS:-4}
+THREADS=${BENCH_THREADS:-2}
+BUCKET=epochs
+WORK=$(mktemp -d /tmp/featurefs-bench-epoch.XXXXXX)
+MNT=$WORK/mnt
+MINIO_PID=
+cleanup() {
+  local rc=$?
+  unmount "$MNT" || true
+  if [ -n "$MINIO_PID" ]; then kill "$MINIO_PID" 2>/dev/null || true; wait "$MINIO_PID" 2>/dev/null || true; fi
+  if [ $rc -ne 0 ]; then
+    for f in "$WORK"/featurefs-*.log "$WORK/minio.log"; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
+  fi
+  rm -rf "$WORK"
+  exit $rc
+}
+trap cleanup EXIT
+mkdir -p "$MNT" "$WORK/minio"
+
+# MinIO on 127.0.0.1 only, with what keeps it local (as test/testenv/minio.go).
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+CPORT=$(free_port)
+export AWS_ACCESS_KEY_ID=bench$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
+export AWS_SECRET_ACCESS_KEY=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
+export AWS_REGION=us-east-1 AWS_CONFIG_FILE=/nonexistent AWS_SHARED_CREDENTIALS_FILE=/nonexistent
+MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off MINIO_UPDATE=off \
+  MINIO_CALLHOME_ENABLE=off MINIO_CI_CD=1 MINIO_SCANNER_SPEED=slowest \
+  "$MINIO_BIN" server --quiet --anonymous --address "127.0.0.1:$PORT" --console-address "127.0.0.1:$CPORT" \
+  "$WORK/minio" >"$WORK/minio.log" 2>&1 &
+MINIO_PID=$!
+ENDPOINT=http://127.0.0.1:$PORT
+for ((i = 0; i < 600; i++)); do
+  curl -sf "$ENDPOINT/minio/health/ready" >/dev/null 2>&1 && break
+  kill -0 "$MINIO_PID" 2>/dev/null || { echo "minio exited" >&2; exit 1; }
+  sleep 0.1
+done
+
+PER_CLASS=$(( (IMAGES + CLASSES - 1) / CLASSES ))
+"$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes "$CLASSES" --train "$PER_CLASS" --val 0 \
+  --formats jpg --min-side 160 --max-side 640 2>/dev/null
+rm -f "$WORK/images/manifest.json"
+"$PY" "$REPO/scripts/bench_epoch.py" upload --endpoint "$ENDPOINT" --bucket "$BUCKET" --dir "$WORK/images" >/dev/null
+MODEL=$(model_path resnet50)
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+
+COMMON=(--endpoint "$ENDPOINT" --bucket "$BUCKET" --workers "$WORKERS" --threads "$THREADS")
+for mode in tree off; do
+  echo "bench-epoch: featurefs --prefetch $mode..." >&2
+  "$PY" "$REPO/scripts/bench_epoch.py" featurefs "${COMMON[@]}" --bin "$BIN" --model "$MODEL" --mnt "$MNT" \
+    --cache-dir "$WORK/cache-$mode" --log "$WORK/featurefs-$mode.log" --prefetch "$mode" --device cpu \
+    >"$WORK/$mode.json"
+  rm -rf "$WORK/cache-$mode"
+done
+echo "bench-epoch: PyTorch alone (baseline)..." >&2
+"$PY" "$REPO/scripts/bench_epoch.py" baseline "${COMMON[@]}" >"$WORK/baseline.json"
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+"$PY" "$REPO/scripts/bench_epoch.py" report --baseline "$WORK/baseline.json" --tree "$WORK/tree.json" \
+  --off "$WORK/off.json" --classes "$CLASSES" --cpus "$(nproc)" --command "make bench" \
+  --image-desc "JPEG, sides 160-640 px" \
+  --env "scripts/bench-epoch.sh, BENCH_IMAGES=$IMAGES, $(nproc) CPUs, load average $LOAD_BEFORE before, $LOAD_AFTER after$(command -v nvidia-smi >/dev/null && echo ", $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")"

@@ -1,0 +1,348 @@
+#!/usr/bin/python3
+"""Transfer-learning epochs: PyTorch alone vs featurefs (scripts/bench-epoch.sh runs it).
+
+    /usr/bin/python3 scripts/bench_epoch.py upload --endpoint URL --bucket B --dir DIR
+    /usr/bin/python3 scripts/bench_epoch.py baseline --endpoint URL --bucket B [--epochs 3]
+    /usr/bin/python3 scripts/bench_epoch.py featurefs --bin BIN --model PATH --endpoint URL
+        --bucket B --mnt DIR --cache-dir DIR --log FILE --prefetch tree|off [--epochs 3]
+    /usr/bin/python3 scripts/bench_epoch.py report --baseline J --tree J --off J [...]
+
+The baseline is what a user writes today with PyTorch alone: an
+ImageFolder-like Dataset whose __getitem__ GETs the JPEG from the bucket with
+boto3 and applies torchvision's Resize(256)/CenterCrop(224)/ToTensor/Normalize;
+the training loop runs the frozen ResNet-50 (scripts/export_model.py's build(),
+same seeded weights as the ONNX file featurefs serves) up to layer12
+(layer3[3], 1024x14x14) under no_grad on every batch of every epoch, global
+average pools it and trains a linear head with SGD.
+
+featurefs: `featurefs mount s3://B` with --endpoint-url, then an unmodified
+DatasetFolder(MOUNT/features/resnet50/layer12/train, loader=np.load,
+extensions=(".npy",)) feeding the same head on the same pooled features.
+
+Both: DataLoader(batch_size=32, shuffle=True, num_workers=4), torch threads 2,
+the same seed for the head and the shuffle order, 3 epochs. Each subcommand
+prints JSON on stdout; report prints one markdown section.
+"""
+import argparse
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+import torchvision
+from PIL import Image
+from torchvision import transforms
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export_model import build  # noqa: E402
+
+warnings.filterwarnings("ignore", message="This DataLoader will create")
+
+TF = transforms.Compose([
+    transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
+    transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+])
+IMAGE_EXTS = (".jpg", ".jpeg", ".png")
+
+
+def s3_client(endpoint):
+    import boto3
+    from botocore.config import Config
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                        config=Config(retries={"max_attempts": 3}, max_pool_connections=16))
+
+
+def cmd_upload(args):
+    s3 = s3_client(args.endpoint)
+    s3.create_bucket(Bucket=args.bucket)
+    n = nbytes = 0
+    for root, _, files in os.walk(args.dir):
+        for name in sorted(files):
+            p = os.path.join(root, name)
+            key = os.path.relpath(p, args.dir).replace(os.sep, "/")
+            with open(p, "rb") as f:
+                data = f.read()
+            s3.put_object(Bucket=args.bucket, Key=key, Body=data)
+            n += 1
+            nbytes += len(data)
+    json.dump({"objects": n, "bytes": nbytes}, sys.stdout)
+
+
+class S3ImageFolder(torch.utils.data.Dataset):
+    """ImageFolder over BUCKET/PREFIX/<class>/<image>: GET with boto3, PIL, transforms."""
+
+    def __init__(self, endpoint, bucket, prefix):
+        self.endpoint, self.bucket = endpoint, bucket
+        keys = []
+        pages = s3_client(endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for page in pages:
+            keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].lower().endswith(IMAGE_EXTS)]
+        keys.sort()
+        self.classes = sorted({k[len(prefix):].split("/")[0] for k in keys})
+        idx = {c: i for i, c in enumerate(self.classes)}
+        self.samples = [(k, idx[k[len(prefix):].split("/")[0]]) for k in keys]
+        self._s3 = None  # one client per worker process, made on first use
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        if self._s3 is None:
+            self._s3 = s3_client(self.endpoint)
+        key, label = self.samples[i]
+        body = self._s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        with Image.open(io.BytesIO(body)) as im:
+            return TF(im.convert("RGB")), label
+
+
+def trunk_layer12(model):
+    """ResNet-50 up to featurefs's layer12 (layer3[3]): output 1024x14x14."""
+    m = model
+    trunk = torch.nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool, m.layer1, m.layer2, m.layer3[:4]).eval()
+    for p in trunk.parameters():
+        p.requires_grad_(False)
+    return trunk
+
+
+def train(dl, n_classes, epochs, features, on_epoch=None):
+    """Trains a linear head on pooled layer12 features; returns per-epoch figures."""
+    torch.manual_seed(1)
+    # A linear probe: the pooled features standardized by a BatchNorm without
+    # parameters (random-weight features have norms near 750), then Linear.
+    head = torch.nn.Sequential(torch.nn.BatchNorm1d(1024, affine=False), torch.nn.Linear(1024, n_classes))
+    opt = torch.optim.SGD(head.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    out = []
+    for e in range(epochs):
+        t0 = time.perf_counter()
+        n = correct = 0
+        total_loss = 0.0
+        for x, y in dl:
+            with torch.no_grad():
+                f = features(x)  # B x 1024 x 14 x 14
+                pooled = f.float().mean(dim=(2, 3))
+            logits = head(pooled)
+            loss = loss_fn(logits, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            n += len(y)
+            correct += int((logits.argmax(1) == y).sum())
+            total_loss += float(loss) * len(y)
+        rec = {"seconds": time.perf_counter() - t0, "samples": n, "loss": total_loss / max(n, 1),
+               "train_acc": correct / max(n, 1)}
+        if on_epoch:
+            rec.update(on_epoch(e))
+        out.append(rec)
+        print(f"  epoch {e + 1}: {rec['seconds']:.2f}s, {n} samples, loss {rec['loss']:.4f}", file=sys.stderr)
+    return out
+
+
+def loader(ds, args):
+    g = torch.Generator().manual_seed(0)
+    return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, num_workers=args.workers,
+                                       generator=g)
+
+
+def cmd_baseline(args):
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    trunk = trunk_layer12(build("resnet50", 0))
+    ds = S3ImageFolder(args.endpoint, args.bucket, "train/")
+    dl = loader(ds, args)
+    setup = time.perf_counter() - t0
+    epochs = train(dl, len(ds.classes), args.epochs, trunk)
+    json.dump({"setup_seconds": setup, "epochs": epochs, "samples": len(ds), "classes": ds.classes}, sys.stdout)
+
+
+def read_stats(mnt):
+    with open(os.path.join(mnt, ".featurefs", "stats")) as f:
+        return json.load(f)
+
+
+def unmount(mnt, pid):
+    subprocess.run(["umount", mnt], check=False)
+    for _ in range(300):
+        if pid is None:
+            break
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+
+
+def cmd_featurefs(args):
+    torch.set_num_threads(args.threads)
+    env = dict(os.environ)
+    cmd = [args.bin, "mount", "--model", f"resnet50={args.model}", "--endpoint-url", args.endpoint,
+           "--cache-dir", args.cache_dir, "--log-file", args.log, "--device", args.device,
+           "--prefetch", args.prefetch, f"s3://{args.bucket}", args.mnt]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"featurefs mount failed ({r.returncode}): {r.stderr}")
+    m = re.search(r"\(pid (\d+),", r.stderr)
+    pid = int(m.group(1)) if m else None
+    mount_s = time.perf_counter() - t0
+    try:
+        root = os.path.join(args.mnt, "features", "resnet50", "layer12", "train")
+        ds = torchvision.datasets.DatasetFolder(root, loader=np.load, extensions=(".npy",))
+        dl = loader(ds, args)
+        setup = time.perf_counter() - t0
+
+        def snap(e):
+            s = read_stats(args.mnt)
+            x = s.get("extraction", {})
+            return {"mean_batch_size": x.get("mean_batch_size"), "batches": x.get("batches"),
+                    "extractions": x.get("completed"), "cache_hit_ratio": s.get("cache_hit_ratio")}
+
+        epochs = train(dl, len(ds.classes), args.epochs, lambda x: x, on_epoch=snap)
+        stats = read_stats(args.mnt)
+    finally:
+        unmount(args.mnt, pid)
+    json.dump({"mount_seconds": mount_s, "setup_seconds": setup, "epochs": epochs, "samples": len(ds),
+               "classes": ds.classes, "prefetch": args.prefetch, "stats": stats}, sys.stdout)
+
+
+def cmd_report(args):
+    def load(p):
+        with open(p) as f:
+            return json.load(f)
+
+    base, tree, off = load(args.baseline), load(args.tree), load(args.off)
+
+    def e1(r):  # epoch 1 from a standing start: setup (model / mount, listing) + first pass
+        return r["setup_seconds"] + r["epochs"][0]["seconds"]
+
+    def total(r):
+        return r["setup_seconds"] + sum(e["seconds"] for e in r["epochs"])
+
+    def fmt(v):
+        return f"{v:.2f}"
+
+    def verdict(ratio, target):
+        return f"**{ratio:.2f}x** (target >= {target}x: {'met' if ratio >= target else 'MISSED'})"
+
+    n = base["samples"]
+    rows = []
+    for name, r in (("PyTorch alone: boto3 + torchvision + ResNet-50 to layer12 every epoch (baseline)", base),
+                    ("featurefs, `--prefetch tree`", tree), ("featurefs, `--prefetch off`", off)):
+        ep = r["epochs"]
+        rows.append(f"| {name} | {fmt(r['setup_seconds'])} | " + " | ".join(fmt(e["seconds"]) for e in ep)
+                    + f" | {fmt(e1(r))} | {fmt(total(r))} | {ep[-1]['loss']:.4f} |")
+    st_tree, st_off = tree["stats"], off["stats"]
+    r1 = e1(base) / e1(tree)
+    rt = total(base) / total(tree)
+    rp = e1(off) / e1(tree)
+    r1_pass = base["epochs"][0]["seconds"] / tree["epochs"][0]["seconds"]
+    rp_pass = off["epochs"][0]["seconds"] / tree["epochs"][0]["seconds"]
+    pf = st_tree.get("prefetch", {})
+
+    def mbs(r, i):
+        return r["epochs"][i].get("mean_batch_size") or 0
+
+    print(f"""## Epochs: transfer learning on layer12, PyTorch alone vs featurefs
+
+Command: `{args.command}` ({args.env}).
+{n} generated JPEGs ({args.classes} classes, {args.image_desc}) in a local MinIO bucket; ResNet-50 (torchvision, random seeded
+weights, the same in both) frozen up to layer12 (layer3[3], 1024x14x14), global average pool, linear head (BatchNorm1d without
+parameters + Linear) trained with SGD (lr 0.01, momentum 0.9), batch 32, `DataLoader(num_workers=4, shuffle=True)`, torch threads 2, ONNX Runtime
+intra-op threads = {args.cpus} (the CPU count), same seed for the head and the shuffle order, 3 epochs each, one run.
+Baseline: an ImageFolder-like Dataset that GETs each JPEG with boto3 and applies the torchvision transforms in the
+workers, the trunk run in torch on every batch of every epoch. featurefs: `featurefs mount s3://BUCKET --endpoint-url ...`
+(fresh cache per run), `DatasetFolder(MOUNT/features/resnet50/layer12/train, loader=np.load, extensions=(".npy",))`.
+Setup = model build + bucket listing (baseline) or mount + directory scan (featurefs); epoch 1 = setup + first pass.
+
+| run | setup s | epoch 1 pass s | epoch 2 s | epoch 3 s | epoch 1 incl. setup s | total s | final loss |
+|---|---:|---:|---:|---:|---:|---:|---:|
+{chr(10).join(rows)}
+
+| target | measured |
+|---|---|
+| featurefs epoch 1 vs baseline epoch 1 (incl. setup) | {verdict(r1, 1.5)} (first pass alone: {r1_pass:.2f}x) |
+| total of 3 epochs, baseline / featurefs | {verdict(rt, 5)} |
+| epoch 1, `--prefetch off` / `--prefetch tree` (incl. setup) | {verdict(rp, 2)} (first pass alone: {rp_pass:.2f}x) |
+
+Mean batch size (stats file, `extraction.mean_batch_size`, after epoch 1): `--prefetch tree` **{mbs(tree, 0):.2f}**
+({tree['epochs'][0].get('batches')} batches), `--prefetch off` **{mbs(off, 0):.2f}** ({off['epochs'][0].get('batches')} batches).
+Cache hit ratio after 3 epochs: tree {st_tree.get('cache_hit_ratio', 0):.2f}, off {st_off.get('cache_hit_ratio', 0):.2f}
+(epochs 2-3 are served by the kernel's page cache, which the ratio does not see).
+Extractions: tree {st_tree['extraction']['completed']} (prefetch extracted {pf.get('extracted', 'n/a')}),
+off {st_off['extraction']['completed']}; bytes fetched from the store: tree {st_tree['store']['bytes_fetched']:,},
+off {st_off['store']['bytes_fetched']:,}; inference seconds (summed): tree {st_tree['extractor']['infer_seconds']:.1f},
+off {st_off['extractor']['infer_seconds']:.1f}; device {st_tree['device']}.
+""")
+    # Why a target misses, from the figures of this run.
+    notes = []
+    busy = lambda r: r["stats"]["extractor"]["infer_seconds"] / max(r["epochs"][0]["seconds"], 1e-9)
+    if rp < 2:
+        notes.append(
+            f"- Prefetch: {rp:.2f}x, short of 2x. Here the model runs on {args.cpus} shared CPU cores: inference took "
+            f"{st_off['extractor']['infer_seconds']:.1f}s of the {off['epochs'][0]['seconds']:.1f}s first pass with "
+            f"`--prefetch off` ({100 * busy(off):.0f}%) and {st_tree['extractor']['infer_seconds']:.1f}s of "
+            f"{tree['epochs'][0]['seconds']:.1f}s with `tree` ({100 * busy(tree):.0f}%). Extraction is compute-bound, "
+            "and the four DataLoader workers already keep it busy without prefetch (the extractor overlaps fetch and "
+            "decode with inference either way), so prefetch can only win the time before the first reads arrive "
+            "(DataLoader start-up) and the CPU the reads' own round trips cost. Batching does not help either: on "
+            f"the CPU the extractor measures batch sizes on first use and chose batch {mbs(tree, 0):.0f} (larger "
+            "batches are not faster per image on 2 cores). Prefetch pays where the model has headroom: a GPU, where "
+            "a full queue becomes large batches, or a remote store with per-request latency.")
+    if r1 < 1.5:
+        notes.append(f"- Epoch 1: {r1:.2f}x, short of 1.5x.")
+    if rt < 5:
+        notes.append(
+            f"- Total: {rt:.2f}x, short of 5x. featurefs's total is dominated by its epoch 1 "
+            f"({e1(tree):.1f}s of {total(tree):.1f}s, mount included); the ratio tends to 3x the epoch-1 ratio "
+            "as the image count grows, and epochs 2-3 here also carry the noise of a shared machine.")
+    if notes:
+        print("\n".join(notes))
+    if args.notes and os.path.exists(args.notes):
+        with open(args.notes) as f:
+            print(f.read().rstrip())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("upload")
+    up.add_argument("--endpoint", required=True)
+    up.add_argument("--bucket", required=True)
+    up.add_argument("--dir", required=True)
+    for name in ("baseline", "featurefs"):
+        p = sub.add_parser(name)
+        p.add_argument("--endpoint", required=True)
+        p.add_argument("--bucket", required=True)
+        p.add_argument("--epochs", type=int, default=3)
+        p.add_argument("--workers", type=int, default=4)
+        p.add_argument("--threads", type=int, default=2)
+        p.add_argument("--batch", type=int, default=32)
+    ff = sub.choices["featurefs"]
+    ff.add_argument("--bin", required=True)
+    ff.add_argument("--model", required=True)
+    ff.add_argument("--mnt", required=True)
+    ff.add_argument("--cache-dir", required=True)
+    ff.add_argument("--log", required=True)
+    ff.add_argument("--prefetch", required=True)
+    ff.add_argument("--device", default="auto")
+    rp = sub.add_parser("report")
+    for k in ("baseline", "tree", "off"):
+        rp.add_argument("--" + k, required=True)
+    rp.add_argument("--command", default="make bench")
+    rp.add_argument("--env", default="")
+    rp.add_argument("--classes", type=int, default=4)
+    rp.add_argument("--image-desc", default="")
+    rp.add_argument("--cpus", type=int, default=os.cpu_count())
+    rp.add_argument("--notes", help="a file whose text is appended to the section")
+    args = ap.parse_args()
+    {"upload": cmd_upload, "baseline": cmd_baseline, "featurefs": cmd_featurefs, "report": cmd_report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
