@@ -50,6 +50,16 @@
 // retrying, as Go programs are by their runtime's preemption signals, finds
 // the result in flight or in the cache instead of starting over.
 //
+// # Figures
+//
+// The bucket and the extractor are wrapped in New (observe.go), so every
+// caller, reads and prefetch alike, is counted where the work happens: bytes
+// and calls of the store, extractions completed (an extraction shared by
+// several callers counts once) in one-second slots for the rate, and errors
+// answered to readers by kind (errno). .featurefs/stats renders one Stats
+// snapshot as JSON; the Prometheus collector (metrics.go) reads the same
+// snapshot on every scrape, so the two always agree.
+//
 // # Read-only
 //
 // The mount is read-only (MS_RDONLY), and every node also answers EROFS to
