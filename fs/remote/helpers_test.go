@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,19 +33,24 @@ var fakeShape = []int64{2, 4}
 // slowed down.
 type fakeExtractor struct {
 	models []*extractor.Model
+	shape  []int64
 	delay  time.Duration
 
 	calls, running, maxRunning atomic.Int64
 }
 
-func newFakeExtractor() *fakeExtractor {
+func newFakeExtractor() *fakeExtractor { return newFakeExtractorShape(fakeShape) }
+
+// newFakeExtractorShape returns a fake whose layers have shape; features
+// of shapes other than fakeShape are zeros past expectedFeature's values.
+func newFakeExtractorShape(shape []int64) *fakeExtractor {
 	m := &extractor.Model{Name: "tiny", Digest: "d1g35t", Preprocess: extractor.DefaultPreprocess(),
 		Aliases: map[string]string{"pool": "layer1"}}
 	for i := range 2 {
 		m.Layers = append(m.Layers, extractor.Layer{Index: i, Name: "layer" + string(rune('0'+i)), Tensor: "t" + string(rune('0'+i)),
-			Shape: fakeShape, Bytes: 4 * 8})
+			Shape: shape, Bytes: 4 * extractor.Layer{Shape: shape}.Elements()})
 	}
-	return &fakeExtractor{models: []*extractor.Model{m}}
+	return &fakeExtractor{models: []*extractor.Model{m}, shape: shape}
 }
 
 func (f *fakeExtractor) Models() []*extractor.Model { return f.models }
@@ -83,6 +89,11 @@ func (f *fakeExtractor) Extract(ctx context.Context, req extractor.Request) ([]b
 	}
 	if bytes.HasPrefix(b, []byte("BAD")) {
 		return nil, &extractor.ImageError{Key: req.Key, Reason: "not an image", Err: errors.New("fake decoder")}
+	}
+	if !slices.Equal(f.shape, fakeShape) {
+		data := make([]float32, extractor.Layer{Shape: f.shape}.Elements())
+		copy(data, []float32{float32(len(b)), float32(req.Layer)})
+		return extractor.EncodeNPY(f.shape, data, extractor.Float32), nil
 	}
 	return expectedFeature(b, req.Layer), nil
 }
@@ -157,13 +168,13 @@ func (s *syncBuffer) String() string {
 }
 
 // startServer serves objects (key -> content) with a fake extractor.
-func startServer(t *testing.T, objects map[string]string, tweak func(*ServerConfig)) *testServer {
+func startServer(t testing.TB, objects map[string]string, tweak func(*ServerConfig)) *testServer {
 	t.Helper()
 	return startServerIn(t, writeObjects(t, objects), tweak)
 }
 
 // writeObjects writes objects (key -> content) into a new directory.
-func writeObjects(t *testing.T, objects map[string]string) string {
+func writeObjects(t testing.TB, objects map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for k, v := range objects {
@@ -179,13 +190,19 @@ func writeObjects(t *testing.T, objects map[string]string) string {
 }
 
 // startServerIn serves the objects of dir with a fake extractor.
-func startServerIn(t *testing.T, dir string, tweak func(*ServerConfig)) *testServer {
+func startServerIn(t testing.TB, dir string, tweak func(*ServerConfig)) *testServer {
+	t.Helper()
+	return startServerEx(t, dir, newFakeExtractor(), tweak)
+}
+
+// startServerEx serves the objects of dir with ex.
+func startServerEx(t testing.TB, dir string, ex *fakeExtractor, tweak func(*ServerConfig)) *testServer {
 	t.Helper()
 	b, err := bucket.Open(context.Background(), dir, bucket.S3Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{Dir: dir, Ex: newFakeExtractor(), Logs: &syncBuffer{}, release: make(chan struct{})}
+	ts := &testServer{Dir: dir, Ex: ex, Logs: &syncBuffer{}, release: make(chan struct{})}
 	cfg := ServerConfig{
 		Bucket: b, Extractor: ts.Ex, Cache: newMemCache(), Token: testToken,
 		Logger:    slog.New(slog.NewTextHandler(ts.Logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -216,7 +233,7 @@ func startServerIn(t *testing.T, dir string, tweak func(*ServerConfig)) *testSer
 }
 
 // dial connects a client to servers and closes it when the test ends.
-func dial(t *testing.T, cfg ClientConfig) *Client {
+func dial(t testing.TB, cfg ClientConfig) *Client {
 	t.Helper()
 	if cfg.Token == "" {
 		cfg.Token = testToken
