@@ -29,7 +29,7 @@ FUZZTIME ?= 15s
 # The whole test run (integration tests included) must end well inside CI's 90 minutes.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build deps demo test check fuzz unit bench clean
+.PHONY: all build deps demo test check fuzz unit soak bench clean
 
 all: build
 
@@ -80,6 +80,15 @@ bench: deps build
 	done; \
 	mv "$$out" docs/BENCHMARKS.md; chmod 644 docs/BENCHMARKS.md; \
 	echo "wrote docs/BENCHMARKS.md" >&2
+
+# soak: the reliability tests that take a duration or an iteration count,
+# run long (docs/RELIABILITY.md): SOAK_ITER kill -9 iterations of the mount
+# and SOAK_DURATION of 16 readers plus find. `make test` runs them short.
+SOAK_ITER ?= 20
+SOAK_DURATION ?= 5m
+soak: build
+	FEATUREFS_BIN=$(CURDIR)/$(BIN) FEATUREFS_SOAK_ITER=$(SOAK_ITER) FEATUREFS_SOAK_DURATION=$(SOAK_DURATION) \
+	  $(GO) test -count=1 -timeout 90m -v -run '^TestReliability(CrashLoop|Load)$$' ./test/
 
 clean:
 	rm -rf bin
