@@ -3,7 +3,7 @@
 .npy files on local disk (scripts/bench-mount.sh runs it).
 
     /usr/bin/python3 scripts/bench_mount.py --mount ROOT --local ROOT
-        [--repeats 7] [--workers 4] [--batch 32] [--epoch1-json FILE]
+        [--repeats 7] [--workers 4] [--batch 32] [--epoch1 JSON] [--restart JSON] | --warm --mount ROOT
 
 Both ROOTs hold the same DatasetFolder tree. For each, an unmodified
 DatasetFolder(root, loader=np.load, extensions=(".npy",)) and a
