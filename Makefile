@@ -50,11 +50,12 @@ check:
 
 # fuzz: every Fuzz target in the module, FUZZTIME each.
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' "$$pkg" | grep '^Fuzz' || true); do \
 	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) "$$pkg" >/tmp/featurefs-fuzz.log 2>&1 \
-	      || { cat /tmp/featurefs-fuzz.log; exit 1; }; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) "$$pkg" >"$$log" 2>&1 \
+	      || { cat "$$log"; exit 1; }; \
 	  done; \
 	done
 
@@ -75,7 +76,8 @@ bench: deps build
 	for s in scripts/bench-*.sh; do \
 	  area=$$(basename "$$s" .sh); area=$${area#bench-}; \
 	  echo "== $$s" >&2; \
-	  bash "$$s" >docs/bench/$$area.md; \
+	  bash "$$s" >"$$out.$$area" || { echo "$$s failed" >&2; rm -f "$$out" "$$out.$$area"; exit 1; }; \
+	  mv "$$out.$$area" docs/bench/$$area.md; chmod 644 docs/bench/$$area.md; \
 	  cat docs/bench/$$area.md >>"$$out"; echo >>"$$out"; \
 	done; \
 	mv "$$out" docs/BENCHMARKS.md; chmod 644 docs/BENCHMARKS.md; \
