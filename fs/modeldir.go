@@ -44,6 +44,15 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 		d.addLayer(ctx, a, l)
 	}
 	table := []byte(m.Table())
+	ex := d.fs.cfg.Extractor
+	if oe, ok := ex.(observedExtractor); ok {
+		ex = oe.Extractor
+	}
+	if lt, ok := ex.(layerTabler); ok {
+		if text, ok := lt.LayerTable(m.Name); ok {
+			table = []byte(text)
+		}
+	}
 	lf := d.NewPersistentInode(ctx, &layersFile{fs: d.fs, data: table}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
 	d.AddChild("layers", lf, true)
 }
@@ -52,6 +61,12 @@ func (d *modelDir) addLayer(ctx context.Context, dir string, l extractor.Layer) 
 	v := newLayerView(d.fs, d.model, l, dir)
 	ch := d.NewPersistentInode(ctx, newLayerDir(d.fs, v), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: v.dirIno("")})
 	d.AddChild(dir, ch, true)
+}
+
+// layerTabler is implemented by an extractor that knows a model's layers
+// table better than Model.Table can (fs/remote: the server's own table).
+type layerTabler interface {
+	LayerTable(model string) (string, bool)
 }
 
 // Getattr reports a read-only directory.

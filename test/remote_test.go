@@ -167,7 +167,12 @@ func TestRemoteMountAuthAndSilentServer(t *testing.T) {
 	}
 
 	const timeout = 2 * time.Second
-	m := testMount(t, mountConfig{Args: s.remoteArgs("--remote-timeout", timeout.String()), NoModel: true})
+	m := testMount(t, mountConfig{Args: s.remoteArgs("--remote-timeout", timeout.String(), "--prefetch", "off"), NoModel: true})
+	// The layers table is the server's (its header names the model input).
+	table, err := os.ReadFile(m.Path("features", modelName, "layers"))
+	if err != nil || !strings.Contains(string(table), "input input 3x224x224") || !strings.Contains(string(table), "1024x14x14") {
+		t.Errorf("layers table of the remote mount (%v):\n%s", err, table)
+	}
 	names := featureNames(d.keys(t))
 	imgs := d.images("train/")
 	first := m.Path("features", modelName, testLayer, names[imgs[0].Key])

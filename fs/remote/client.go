@@ -530,6 +530,17 @@ func (e *Extractor) Model(name string) (*extractor.Model, bool) {
 	return m, ok
 }
 
+// LayerTable returns the server's layers table of a model (the text of
+// features/<model>/layers), which fs shows instead of Model.Table.
+func (e *Extractor) LayerTable(model string) (string, bool) {
+	for _, mi := range e.c.info.Models {
+		if mi.Name == model {
+			return mi.Table, true
+		}
+	}
+	return "", false
+}
+
 // DType is the servers' element type.
 func (e *Extractor) DType() extractor.DType { return e.c.info.DType }
 
