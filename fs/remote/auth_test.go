@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 )
@@ -109,5 +110,27 @@ func TestServerNeedsATokenOrNoAuth(t *testing.T) {
 	cfg.Token = testToken
 	if _, err := NewServer(cfg); err == nil {
 		t.Error("NewServer accepted a token together with NoAuth")
+	}
+}
+
+// TestLoadToken: a token file's content, trimmed; an empty file is an error;
+// no file falls back to $FEATUREFS_TOKEN.
+func TestLoadToken(t *testing.T) {
+	dir := t.TempDir()
+	p := dir + "/tok"
+	os.WriteFile(p, []byte("  abc123\n"), 0o600)
+	if tok, err := LoadToken(p); err != nil || tok != "abc123" {
+		t.Errorf("LoadToken(file) = %q, %v", tok, err)
+	}
+	os.WriteFile(p, []byte("\n"), 0o600)
+	if _, err := LoadToken(p); err == nil {
+		t.Error("LoadToken accepted an empty token file")
+	}
+	if _, err := LoadToken(dir + "/missing"); err == nil {
+		t.Error("LoadToken accepted a missing file")
+	}
+	t.Setenv(TokenEnv, " from-env ")
+	if tok, err := LoadToken(""); err != nil || tok != "from-env" {
+		t.Errorf("LoadToken(\"\") = %q, %v, want the variable's value", tok, err)
 	}
 }

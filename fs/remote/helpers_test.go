@@ -276,3 +276,11 @@ func featureReq(key string, layer int, etag string) extractor.Request {
 }
 
 func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
+
+// newTLSTestServer serves h over TLS with httptest's certificate.
+func newTLSTestServer(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewTLSServer(h)
+	t.Cleanup(ts.Close)
+	return ts
+}
