@@ -215,3 +215,46 @@ func TestConcurrentExtractsAreBatched(t *testing.T) {
 		t.Errorf("server saw %d batches, client sent %d", ts.Stats().Batches, st.Batches)
 	}
 }
+
+// TestForegroundBeforeBackground: with one request of one item in flight,
+// a reader's request queued after ten prefetch requests goes out next.
+func TestForegroundBeforeBackground(t *testing.T) {
+	objs := map[string]string{"fg.jpg": "fg"}
+	for i := range 10 {
+		objs[fmt.Sprintf("bg%d.jpg", i)] = "bg"
+	}
+	ts := startServer(t, objs, nil)
+	ts.Ex.delay = 20 * time.Millisecond
+	c := dial(t, ClientConfig{URLs: []string{ts.URL}, MaxBatch: 1, MaxInFlight: 1})
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	run := func(key string, p extractor.Priority) {
+		defer wg.Done()
+		req := featureReq(key, 0, "")
+		req.Priority = p
+		if _, err := c.Extractor().Extract(context.Background(), req); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		order = append(order, key)
+		mu.Unlock()
+	}
+	for i := range 10 {
+		wg.Add(1)
+		go run(fmt.Sprintf("bg%d.jpg", i), extractor.Background)
+	}
+	time.Sleep(30 * time.Millisecond)
+	wg.Add(1)
+	go run("fg.jpg", extractor.Foreground)
+	wg.Wait()
+	pos := -1
+	for i, k := range order {
+		if k == "fg.jpg" {
+			pos = i
+		}
+	}
+	if pos < 0 || pos > 3 {
+		t.Errorf("the reader's request finished %d-th of 11 (%v), want among the first 4", pos+1, order)
+	}
+}

@@ -131,12 +131,13 @@ type clientCounters struct {
 	inFlight                               atomic.Int64
 }
 
-// server is one feature server and its batching queue.
+// server is one feature server and its batching queues: readers'
+// requests (fg) go out before prefetch's (bg).
 type server struct {
-	url   string
-	c     *Client
-	queue chan *call
-	slots chan struct{}
+	url    string
+	c      *Client
+	fg, bg chan *call
+	slots  chan struct{}
 }
 
 // call is one feature request waiting for its batch.
@@ -199,7 +200,8 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		stale: newLRU[string, any](cfg.StaleEntries),
 	}
 	for _, u := range urls {
-		c.servers = append(c.servers, &server{url: u, c: c, queue: make(chan *call, cfg.MaxPending), slots: make(chan struct{}, cfg.MaxInFlight)})
+		c.servers = append(c.servers, &server{url: u, c: c, fg: make(chan *call, cfg.MaxPending), bg: make(chan *call, cfg.MaxPending),
+			slots: make(chan struct{}, cfg.MaxInFlight)})
 	}
 
 	// Ask every server for its models.
@@ -598,8 +600,12 @@ func (e *Extractor) Extract(ctx context.Context, req extractor.Request) ([]byte,
 	defer c.n.inFlight.Add(-1)
 	cl := &call{item: BatchItem{Model: req.Model, Layer: req.Layer, Key: req.Key, ETag: req.ETag}, ctx: ctx, done: make(chan struct{})}
 	s := c.servers[Rank(c.cfg.URLs, req.Key)[0]]
+	queue := s.fg
+	if req.Priority == extractor.Background {
+		queue = s.bg
+	}
 	select {
-	case s.queue <- cl:
+	case queue <- cl:
 	case <-ctx.Done():
 		c.n.failed.Add(1)
 		return nil, ctx.Err()
@@ -626,29 +632,43 @@ func (e *Extractor) Extract(ctx context.Context, req extractor.Request) ([]byte,
 
 // loop gathers queued calls into batches: a batch waits up to MaxWait to
 // fill, then for a free slot (MaxInFlight per server), filling up to
-// MaxBatch while it waits.
+// MaxBatch while it waits. Foreground calls are taken before background
+// ones.
 func (s *server) loop() {
 	c := s.c
+	closed := fmt.Errorf("%w: client closed", ErrUnavailable)
 	for {
 		var batch []*call
-		select {
-		case cl := <-s.queue:
+		if cl := s.take(); cl != nil {
 			batch = append(batch, cl)
-		case <-c.stop:
-			s.drain()
-			return
+		} else {
+			select {
+			case cl := <-s.fg:
+				batch = append(batch, cl)
+			case cl := <-s.bg:
+				batch = append(batch, cl)
+			case <-c.stop:
+				s.drain()
+				return
+			}
 		}
 		timer := time.NewTimer(c.cfg.MaxWait)
 	fill:
 		for len(batch) < c.cfg.MaxBatch {
+			if cl := s.take(); cl != nil {
+				batch = append(batch, cl)
+				continue
+			}
 			select {
-			case cl := <-s.queue:
+			case cl := <-s.fg:
+				batch = append(batch, cl)
+			case cl := <-s.bg:
 				batch = append(batch, cl)
 			case <-timer.C:
 				break fill
 			case <-c.stop:
 				timer.Stop()
-				s.fail(batch, fmt.Errorf("%w: client closed", ErrUnavailable))
+				s.fail(batch, closed)
 				s.drain()
 				return
 			}
@@ -656,23 +676,25 @@ func (s *server) loop() {
 		timer.Stop()
 	slot:
 		for {
-			if len(batch) >= c.cfg.MaxBatch {
-				select {
-				case s.slots <- struct{}{}:
-					break slot
-				case <-c.stop:
-					s.fail(batch, fmt.Errorf("%w: client closed", ErrUnavailable))
-					s.drain()
-					return
+			if len(batch) < c.cfg.MaxBatch {
+				if cl := s.take(); cl != nil {
+					batch = append(batch, cl)
+					continue
 				}
+			}
+			var fg, bg chan *call // nil (never ready) once the batch is full
+			if len(batch) < c.cfg.MaxBatch {
+				fg, bg = s.fg, s.bg
 			}
 			select {
 			case s.slots <- struct{}{}:
 				break slot
-			case cl := <-s.queue:
+			case cl := <-fg:
+				batch = append(batch, cl)
+			case cl := <-bg:
 				batch = append(batch, cl)
 			case <-c.stop:
-				s.fail(batch, fmt.Errorf("%w: client closed", ErrUnavailable))
+				s.fail(batch, closed)
 				s.drain()
 				return
 			}
@@ -684,15 +706,25 @@ func (s *server) loop() {
 	}
 }
 
+// take returns a queued call without waiting, foreground first, or nil.
+func (s *server) take() *call {
+	select {
+	case cl := <-s.fg:
+		return cl
+	default:
+	}
+	select {
+	case cl := <-s.bg:
+		return cl
+	default:
+		return nil
+	}
+}
+
 // drain fails every queued call (the client is closing).
 func (s *server) drain() {
-	for {
-		select {
-		case cl := <-s.queue:
-			s.fail([]*call{cl}, fmt.Errorf("%w: client closed", ErrUnavailable))
-		default:
-			return
-		}
+	for cl := s.take(); cl != nil; cl = s.take() {
+		s.fail([]*call{cl}, fmt.Errorf("%w: client closed", ErrUnavailable))
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -280,7 +282,9 @@ func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
 // newTLSTestServer serves h over TLS with httptest's certificate.
 func newTLSTestServer(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
-	ts := httptest.NewTLSServer(h)
+	ts := httptest.NewUnstartedServer(h)
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusted client's handshake errors
+	ts.StartTLS()
 	t.Cleanup(ts.Close)
 	return ts
 }
