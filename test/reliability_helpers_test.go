@@ -95,6 +95,37 @@ func fdCount(t testing.TB, pid int) int {
 	return len(es)
 }
 
+// fdKinds counts a process's open file descriptors by what they point to
+// (socket, anon_inode, /dev/..., or file).
+func fdKinds(t testing.TB, pid int) map[string]int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range es {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		kind := "file"
+		switch {
+		case strings.HasPrefix(target, "socket:"):
+			kind = "socket"
+		case strings.HasPrefix(target, "anon_inode:"):
+			kind = target
+		case strings.HasPrefix(target, "pipe:"):
+			kind = "pipe"
+		case strings.HasPrefix(target, "/dev/"):
+			kind = target
+		}
+		out[kind]++
+	}
+	return out
+}
+
 // stallProxy is a TCP proxy on 127.0.0.1 in front of a server. While
 // stalled, it forwards nothing in either direction on any connection (the
 // server seems to hang, neither failing nor answering); un-stalled, bytes
