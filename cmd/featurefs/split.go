@@ -23,7 +23,11 @@ func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, lo
 	if err != nil {
 		return nil, nil, nil, failf(exitUsage, "--split: %w", err)
 	}
-	if policy.Mode == "none" && len(o.Models) == 0 {
+	if policy.Mode == "none" {
+		// The servers compute everything: no local models, no profiles.
+		if len(o.Models) > 0 {
+			log.Debug("featurefs: --model files are only used by --split auto, raw or K")
+		}
 		return rc.Bucket(), rc.Extractor(), func() {}, nil
 	}
 	if len(o.Models) == 0 {

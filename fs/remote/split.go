@@ -8,6 +8,7 @@ package remote
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,11 @@ type SplitConfig struct {
 	// MaxRawFetches bounds concurrent image downloads for split raw
 	// (default 16).
 	MaxRawFetches int
+	// ProfileTimeout bounds getting a server's compute profile (default
+	// 10m): the server may measure it first, seconds to minutes on a CPU.
+	// The client's silence timeout (ClientConfig.Timeout) still applies:
+	// the server sends heartbeats while it measures.
+	ProfileTimeout time.Duration
 	// Logger receives the plan decisions; nil discards.
 	Logger *slog.Logger
 }
@@ -67,10 +73,11 @@ type SplitExtractor struct {
 	rawN     atomic.Int64 // listed images
 }
 
-// Split returns the servers' models with split execution. It measures the
-// bandwidth, gets each model's profile from a server and measures the local
-// one (cached in cfg.ProfileDir). A policy of none with no local service
-// means plain remote extraction.
+// Split returns the servers' models with split execution. For a policy
+// other than none it measures the bandwidth, gets each model's profile from
+// a server (bounded by cfg.ProfileTimeout, not by the client's silence
+// timeout) and measures the local one (cached in cfg.ProfileDir). A policy
+// of none measures nothing: every feature is computed on the servers.
 func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, error) {
 	if cfg.ProbeBytes <= 0 {
 		cfg.ProbeBytes = 1 << 20
@@ -84,15 +91,20 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 	if cfg.MaxRawFetches <= 0 {
 		cfg.MaxRawFetches = 16
 	}
+	if cfg.ProfileTimeout <= 0 {
+		cfg.ProfileTimeout = 10 * time.Minute
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*extractor.Planner{},
 		rawSem: make(chan struct{}, cfg.MaxRawFetches), stop: make(chan struct{})}
+	if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
+		// Nothing to plan: no probe, no profile (a short --remote-timeout
+		// must not fail the mount on a profile it does not need).
+		return x, nil
+	}
 	if cfg.Local == nil {
-		if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
-			return x, nil
-		}
 		return nil, fmt.Errorf("split %s: needs the models on the mount too (--model)", cfg.Policy)
 	}
 	if cfg.Local.DType() != c.info.DType {
@@ -108,15 +120,15 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 			cfg.Logger.Warn("featurefs: no local copy of the servers' model; it is not split", slog.String("model", m.Name))
 			continue
 		}
-		var sp extractor.Profile
-		if err := c.get(ctx, c.servers[0].url, "/v1/profile", url.Values{"model": {m.Name}}, &sp); err != nil {
+		sp, err := c.serverProfile(ctx, m.Name, cfg.ProfileTimeout)
+		if err != nil {
 			return nil, fmt.Errorf("split: server profile of %s: %w", m.Name, err)
 		}
 		lp, err := cfg.Local.Profile(ctx, m.Name, extractor.ProfileOptions{Dir: cfg.ProfileDir})
 		if err != nil {
 			return nil, fmt.Errorf("split: local profile of %s: %w", m.Name, err)
 		}
-		cm, err := extractor.NewCostModel(&sp, lp)
+		cm, err := extractor.NewCostModel(sp, lp)
 		if err != nil {
 			return nil, fmt.Errorf("split: model %s: %w", m.Name, err)
 		}
@@ -137,6 +149,99 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 	return x, nil
 }
 
+// serverProfile gets GET /v1/profile?model=M from the first server, within
+// total; the server must not stay silent (no byte, no heartbeat) for the
+// client's Timeout.
+func (c *Client) serverProfile(ctx context.Context, model string, total time.Duration) (*extractor.Profile, error) {
+	u := c.servers[0].url
+	ctx, cancel := context.WithTimeout(ctx, total)
+	defer cancel()
+	body, done, err := c.openWatched(ctx, u, "/v1/profile?"+url.Values{"model": {model}}.Encode(), model)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(body, 64<<20))
+	if err = done(err); err != nil {
+		return nil, err
+	}
+	// An error after the heartbeats started comes in the 200 answer.
+	var e ErrorResponse
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return nil, ErrorOf(e.Status, e.Error, u, model)
+	}
+	var p extractor.Profile
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("%s: profile of %s: %w", u, model, err)
+	}
+	return &p, nil
+}
+
+// openWatched starts an authenticated GET of u+path whose body is read
+// through a watchdog: the request is cancelled when the server sends
+// nothing for the client's Timeout. done must be called with the error of
+// reading the body; it returns that error, or ErrUnavailable naming the
+// silence, and releases the request.
+func (c *Client) openWatched(ctx context.Context, u, path, what string) (io.Reader, func(error) error, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var silent atomic.Bool
+	watchdog := time.AfterFunc(c.cfg.Timeout, func() {
+		silent.Store(true)
+		cancel()
+	})
+	fail := func(err error) error {
+		watchdog.Stop()
+		cancel()
+		if silent.Load() {
+			c.n.unavailable.Add(1)
+			return fmt.Errorf("%s: no answer for %v: %w", u, c.cfg.Timeout, ErrUnavailable)
+		}
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+path, nil)
+	if err != nil {
+		return nil, nil, fail(err)
+	}
+	c.authorize(req)
+	c.n.httpRequests.Add(1)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, nil, fail(c.unavailable(u, err))
+	}
+	watchdog.Reset(c.cfg.Timeout)
+	if resp.StatusCode != http.StatusOK {
+		err := responseError(resp, u, what)
+		resp.Body.Close()
+		return nil, nil, fail(err)
+	}
+	r := &watchedReader{r: resp.Body, t: watchdog, d: c.cfg.Timeout}
+	return r, func(err error) error {
+		resp.Body.Close()
+		if err != nil {
+			if !silent.Load() {
+				err = c.unavailable(u, fmt.Errorf("reading %s: %w", what, err))
+			}
+			return fail(err)
+		}
+		fail(nil)
+		return nil
+	}, nil
+}
+
+// watchedReader resets a watchdog timer whenever it reads something.
+type watchedReader struct {
+	r io.Reader
+	t *time.Timer
+	d time.Duration
+}
+
+func (w *watchedReader) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	if n > 0 {
+		w.t.Reset(w.d)
+	}
+	return n, err
+}
+
 // Close stops the periodic bandwidth probes.
 func (x *SplitExtractor) Close() error {
 	x.stopOnce.Do(func() { close(x.stop) })
@@ -153,34 +258,23 @@ func (x *SplitExtractor) Planner(model string) *extractor.Planner { return x.pla
 func (x *SplitExtractor) probe(ctx context.Context, n int64) (float64, error) {
 	c := x.c
 	u := c.servers[0].url
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/v1/probe?bytes="+fmt.Sprint(n), nil)
+	before := x.received.Load()
+	body, done, err := c.openWatched(ctx, u, "/v1/probe?bytes="+fmt.Sprint(n), "probe")
 	if err != nil {
 		return 0, err
-	}
-	c.authorize(req)
-	before := x.received.Load()
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, c.unavailable(u, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, responseError(resp, u, "probe")
 	}
 	// Time from the first byte, so that the request's round trip does not
 	// count as transfer time.
 	var first [1]byte
-	if _, err := io.ReadFull(resp.Body, first[:]); err != nil {
-		return 0, err
+	if _, err := io.ReadFull(body, first[:]); err != nil {
+		return 0, done(err)
 	}
 	t := time.Now()
-	got, err := io.Copy(io.Discard, resp.Body)
-	if err != nil {
+	got, err := io.Copy(io.Discard, body)
+	d := time.Since(t)
+	if err := done(err); err != nil {
 		return 0, err
 	}
-	d := time.Since(t)
 	if d <= 0 || got < n-1 {
 		return 0, fmt.Errorf("probe: %d of %d bytes", got, n-1)
 	}
@@ -228,6 +322,10 @@ func (x *SplitExtractor) Models() []*extractor.Model { return x.inner.Models() }
 
 // Model returns the model called name.
 func (x *SplitExtractor) Model(name string) (*extractor.Model, bool) { return x.inner.Model(name) }
+
+// LayerTable returns the server's layers table of a model (fs shows it as
+// features/<model>/layers), as the plain remote Extractor does.
+func (x *SplitExtractor) LayerTable(model string) (string, bool) { return x.inner.LayerTable(model) }
 
 // DType is the servers' element type.
 func (x *SplitExtractor) DType() extractor.DType { return x.inner.DType() }

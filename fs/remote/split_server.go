@@ -9,11 +9,13 @@ package remote
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/featurefs/featurefs/extractor"
 )
@@ -44,6 +46,12 @@ func (s *Server) registerSplit() {
 	s.mux.HandleFunc("GET /v1/object", s.auth(s.handleObject))
 }
 
+// handleProfile answers the server's compute profile of a model. Measuring
+// it takes seconds to minutes on a CPU, so while it runs the answer (status
+// 200, JSON) is started and a space is sent every Heartbeat: the client's
+// silence timeout measures the server's liveness, not the measurement (JSON
+// allows leading white space). An error after that is a JSON ErrorResponse
+// in the 200 answer's body.
 func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.cfg.Extractor.(profiler)
 	if !ok {
@@ -55,23 +63,59 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("%w %q", extractor.ErrUnknownModel, model))
 		return
 	}
-	// One measurement at a time, under the compute bound.
-	select {
-	case s.sem <- struct{}{}:
-	case <-r.Context().Done():
-		return
-	}
 	dir := s.cfg.ProfileDir
 	if dir == "" {
 		dir = DefaultProfileDir()
 	}
-	prof, err := p.Profile(r.Context(), model, extractor.ProfileOptions{Dir: dir})
-	<-s.sem
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
+	type result struct {
+		prof *extractor.Profile
+		err  error
 	}
-	writeJSON(w, prof)
+	done := make(chan result, 1)
+	go func() {
+		// One measurement at a time, under the compute bound.
+		select {
+		case s.sem <- struct{}{}:
+		case <-r.Context().Done():
+			done <- result{err: r.Context().Err()}
+			return
+		}
+		prof, err := p.Profile(r.Context(), model, extractor.ProfileOptions{Dir: dir})
+		<-s.sem
+		done <- result{prof, err}
+	}()
+	// The answer starts soon (a cached profile answers at once), then a
+	// heartbeat follows every Heartbeat.
+	hb := time.NewTicker(min(s.cfg.Heartbeat, 100*time.Millisecond))
+	defer hb.Stop()
+	rc := http.NewResponseController(w)
+	started := false
+	for {
+		select {
+		case res := <-done:
+			switch {
+			case res.err == nil:
+				writeJSON(w, res.prof)
+			case !started:
+				writeError(w, http.StatusInternalServerError, res.err)
+			default:
+				json.NewEncoder(w).Encode(ErrorResponse{Error: res.err.Error(), Status: http.StatusInternalServerError})
+			}
+			return
+		case <-hb.C:
+			if !started {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusOK)
+				started = true
+				hb.Reset(s.cfg.Heartbeat)
+			}
+			if _, err := w.Write([]byte(" ")); err != nil {
+				return // the client left; the measurement ends with its context
+			}
+			rc.Flush()
+			s.n.heartbeats.Add(1)
+		}
+	}
 }
 
 func (s *Server) handleProbe(w http.ResponseWriter, r *http.Request) {
