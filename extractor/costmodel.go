@@ -306,6 +306,18 @@ func (p *Planner) Split(freeze int) int {
 	return pl.chosen.Split
 }
 
+// Candidates returns every candidate of freeze layer freeze as the current
+// plan scored them (at the bandwidth planned with), and the one in use.
+func (p *Planner) Candidates(freeze int) (chosen SplitCandidate, all []SplitCandidate, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl, err := p.planLocked(freeze)
+	if err != nil {
+		return SplitCandidate{}, nil, err
+	}
+	return pl.chosen, append([]SplitCandidate(nil), pl.cands...), nil
+}
+
 func (p *Planner) planLocked(freeze int) (*plan, error) {
 	if pl := p.plans[freeze]; pl != nil {
 		return pl, nil

@@ -207,6 +207,9 @@ func TestPlannerReplansOnBandwidthChange(t *testing.T) {
 	if got, want := p.Split(4), ref(1*mbit); got != want {
 		t.Fatalf("split %d, want %d", got, want)
 	}
+	if chosen, cands, err := p.Candidates(4); err != nil || chosen.Split != ref(1*mbit) || len(cands) != 6 || cands[0].Split != SplitRaw {
+		t.Errorf("Candidates(4): %+v, %d candidates, %v; want the chosen split %d of raw, 0..4", chosen, len(cands), err, ref(1*mbit))
+	}
 	// Small transfers and changes under 2x do not re-plan.
 	if p.ObserveTransfer(1000, time.Millisecond) {
 		t.Error("a 1 KB transfer re-planned")
