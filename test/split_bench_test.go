@@ -1,0 +1,626 @@
+package test
+
+// The split benchmark (HAPI; docs/SPLIT.md, docs/bench/split.md): for each
+// model, freeze layer and link bandwidth of the netns test bed, the
+// steady-state throughput and bytes per sample of `--split auto`, of fixed
+// splits (the raw-image baseline, "none" = the freeze layer itself, the cost
+// model's best ranked layers and a spread of others) over one long-lived
+// `featurefs serve`, the link re-shaped with SetRate between bandwidths.
+//
+// The trainer side runs in a helper process (this test binary re-run under
+// nsenter in the trainer namespace): a remote.Client and one local
+// extractor.Service drive SplitExtractors directly, without FUSE, so that
+// one configuration costs only its images. Every configuration reads its own
+// object keys (hard links of the same images under c<N>/), so no server cache
+// entry of one configuration serves another.
+//
+// CI runs a short version (ResNet-18, one freeze layer, 200 Mbit/s, a few
+// images) that checks the figures are sound; FEATUREFS_SPLIT_BENCH=full runs
+// the benchmark (scripts/bench-split.sh). FEATUREFS_SPLIT_BENCH_OUT names a
+// file for the markdown section; FEATUREFS_SPLIT_BENCH_IMAGES the timed
+// images per configuration (full: 16, after 8 warm-up ones) and
+// FEATUREFS_SPLIT_BENCH_ROUNDS how often each runs (full: 2; the fastest
+// run counts).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/remote"
+	"github.com/featurefs/featurefs/test/testenv"
+)
+
+// splitBenchPlan is what the parent tells the helper.
+type splitBenchPlan struct {
+	URL                       string
+	ServerNS, ClientNS        string
+	ServerDev, ClientDev      string
+	Mbits                     []int
+	Models                    []splitBenchModel
+	Warm, Timed, Concurrency  int
+	RawBytes                  float64
+	Configs                   int // key prefixes c000.. available
+	Rounds                    int // runs of each configuration; the fastest counts
+	Out                       string
+	ProfileDir                string
+	IntraOpThreads, BatchSize int
+}
+
+type splitBenchModel struct {
+	Name    string
+	Path    string
+	Freezes []int
+	// Extra is the number of fixed splits run besides raw and the freeze
+	// layer; -1: every layer below the freeze layer.
+	Extra int
+}
+
+// splitBenchResult is one configuration measured.
+type splitBenchResult struct {
+	Model        string  `json:"model"`
+	Freeze       int     `json:"freeze"`
+	Mbit         int     `json:"mbit"`
+	ProbedMbit   float64 `json:"probed_mbit"`
+	Policy       string  `json:"policy"` // auto, or the fixed split's name
+	Split        int     `json:"split"`
+	Rank         int     `json:"rank"` // 1 = the cost model's fastest
+	Samples      int     `json:"samples"`
+	PerSec       float64 `json:"per_sec"`
+	Predicted    float64 `json:"predicted_per_sec"`
+	PayloadBytes float64 `json:"payload_bytes"` // per sample, as the planner measured
+	WireBytes    float64 `json:"wire_bytes"`    // per sample, both directions of the trainer's link
+	WantPayload  float64 `json:"want_payload"`  // the .npy size of the split layer, or the mean image
+	Shared       bool    `json:"shared_compute"`
+}
+
+func TestSplitBench(t *testing.T) {
+	full := os.Getenv("FEATUREFS_SPLIT_BENCH") == "full"
+	plan := splitBenchPlan{Warm: 4, Timed: 8, Concurrency: 8, Mbits: []int{200}, BatchSize: 4,
+		Models: []splitBenchModel{{Name: "resnet18", Freezes: []int{6}, Extra: 1}}}
+	if full {
+		plan.Warm, plan.Timed, plan.Concurrency = 8, 16, 16
+		plan.Mbits = []int{50, 200, 1000}
+		// ResNet-50: layer12 = layer3.3 (1024x14x14), layer17 = layer4.2
+		// (2048x7x7); ResNet-18: layer6 = layer3.0 (256x14x14), layer9 =
+		// layer4.1 (512x7x7). Every split of ResNet-18; a sample of
+		// ResNet-50's (its runs cost 2-3x more).
+		plan.Models = []splitBenchModel{{Name: "resnet50", Freezes: []int{12, 17}, Extra: 6}, {Name: "resnet18", Freezes: []int{6, 9}, Extra: -1}}
+	}
+	if v := os.Getenv("FEATUREFS_SPLIT_BENCH_IMAGES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 {
+			t.Fatalf("FEATUREFS_SPLIT_BENCH_IMAGES=%q: want a number >= 2", v)
+		}
+		plan.Timed = n
+	}
+	for i := range plan.Models {
+		plan.Models[i].Path = testenv.Model(t, plan.Models[i].Name)
+	}
+	perBW := 0
+	for _, m := range plan.Models {
+		for _, f := range m.Freezes {
+			if m.Extra < 0 {
+				perBW += 2 + f + 1 // auto, raw, 0..f
+			} else {
+				perBW += 3 + m.Extra // auto, raw, freeze, extras
+			}
+		}
+	}
+	plan.Rounds = 1
+	if full {
+		plan.Rounds = 2
+	}
+	if v := os.Getenv("FEATUREFS_SPLIT_BENCH_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("FEATUREFS_SPLIT_BENCH_ROUNDS=%q: want a number >= 1", v)
+		}
+		plan.Rounds = n
+	}
+	plan.Configs = perBW * len(plan.Mbits) * plan.Rounds
+
+	// Images: ImageNet-like JPEGs (about 500x375, 110 KB), linked under one
+	// prefix per configuration.
+	data := t.TempDir()
+	n := plan.Warm + plan.Timed
+	var sum int64
+	for j := range n {
+		b := benchJPEG(480+j%5*10, 360+j%3*10, j)
+		sum += int64(len(b))
+		if err := os.WriteFile(filepath.Join(data, fmt.Sprintf("base%03d.jpg", j)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan.RawBytes = float64(sum) / float64(n)
+	for c := range plan.Configs {
+		dir := filepath.Join(data, fmt.Sprintf("c%03d", c))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for j := range n {
+			if err := os.Link(filepath.Join(data, fmt.Sprintf("base%03d.jpg", j)), filepath.Join(dir, fmt.Sprintf("%03d.jpg", j))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	l := newNetLink(t, plan.Mbits[0])
+	var args []string
+	for _, m := range plan.Models {
+		if m.Name != modelName {
+			args = append(args, "--model", m.Name+"="+m.Path)
+		}
+	}
+	plan.URL = startServeIn(t, l, data, append(args, "--batch-size", strconv.Itoa(plan.BatchSize), "--log-level", "info")...)
+	plan.ServerNS, plan.ClientNS, plan.ServerDev, plan.ClientDev = l.Server, l.Client, l.serverDev, l.clientDev
+	plan.Out = filepath.Join(t.TempDir(), "results.json")
+	plan.ProfileDir = remote.DefaultProfileDir()
+	planFile := filepath.Join(t.TempDir(), "plan.json")
+	pb, _ := json.Marshal(plan)
+	if err := os.WriteFile(planFile, pb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmd := l.Command(l.Client, self, "-test.run=^TestSplitBenchHelper$", "-test.v", "-test.timeout=60m")
+	cmd.Env = append(os.Environ(), "FFSB_PLAN="+planFile, "FEATUREFS_ORT_LIB="+testenv.ORTLib(t))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, progressWriter{t}), io.MultiWriter(&out, progressWriter{t})
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("split bench helper: %v\n%s", err, lastBytes(out.String(), 8000))
+	}
+	took := time.Since(start)
+	rb, err := os.ReadFile(plan.Out)
+	if err != nil {
+		t.Fatalf("split bench helper wrote no results: %v\n%s", err, lastBytes(out.String(), 8000))
+	}
+	var res []splitBenchResult
+	if err := json.Unmarshal(rb, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res) == 0 {
+		t.Fatal("split bench: no configuration measured")
+	}
+
+	// The figures are sound: every configuration delivered every sample
+	// at a positive rate, carried the payload its split implies (the .npy
+	// of the split layer, or the images), and the link carried at least that.
+	for _, r := range res {
+		if r.Samples != n || !(r.PerSec > 0) || !(r.Predicted > 0) {
+			t.Errorf("%s %s layer%d %d Mbit/s: %d samples at %.2f/s (predicted %.2f/s)", r.Model, r.Policy, r.Freeze, r.Mbit, r.Samples, r.PerSec, r.Predicted)
+		}
+		if math.Abs(r.PayloadBytes-r.WantPayload) > 1 {
+			t.Errorf("%s %s layer%d: %.0f payload bytes per sample, want %.0f (split %s)", r.Model, r.Policy, r.Freeze, r.PayloadBytes, r.WantPayload, extractor.SplitName(r.Split))
+		}
+		if r.WireBytes < r.PayloadBytes {
+			t.Errorf("%s %s layer%d: %.0f bytes per sample on the link, less than the %.0f payload", r.Model, r.Policy, r.Freeze, r.WireBytes, r.PayloadBytes)
+		}
+	}
+	md := splitBenchMarkdown(plan, res, took, full)
+	t.Logf("\n%s", md)
+	if p := os.Getenv("FEATUREFS_SPLIT_BENCH_OUT"); p != "" {
+		if err := os.WriteFile(p, []byte(md), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// progressWriter passes the helper's progress lines to the test log.
+type progressWriter struct{ t *testing.T }
+
+func (w progressWriter) Write(p []byte) (int, error) {
+	for _, ln := range strings.Split(string(p), "\n") {
+		if strings.HasPrefix(ln, "splitbench: ") {
+			fmt.Fprintln(os.Stderr, ln)
+		}
+	}
+	return len(p), nil
+}
+
+// benchJPEG encodes a w x h image of gradients with noise: about 110 KB at
+// 500x375 (ImageNet's mean JPEG).
+func benchJPEG(w, h, seed int) []byte {
+	r := rand.New(rand.NewPCG(uint64(seed), 7))
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			n := r.IntN(97) - 48
+			c := func(v int) uint8 { return uint8(max(0, min(255, v+n))) }
+			img.SetRGBA(x, y, color.RGBA{c(x * 255 / w), c(y * 255 / h), c((x + y + seed*37) % 256), 255})
+		}
+	}
+	var b bytes.Buffer
+	_ = jpeg.Encode(&b, img, &jpeg.Options{Quality: 90})
+	return b.Bytes()
+}
+
+// TestSplitBenchHelper is the trainer side of TestSplitBench when run with
+// FFSB_PLAN; otherwise it does nothing.
+func TestSplitBenchHelper(t *testing.T) {
+	pf := os.Getenv("FFSB_PLAN")
+	if pf == "" {
+		return
+	}
+	var plan splitBenchPlan
+	b, err := os.ReadFile(pf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &plan); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c, err := remote.Dial(ctx, remote.ClientConfig{URLs: []string{plan.URL}, Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := extractor.DefaultConfig()
+	cfg.ORTLib = os.Getenv("FEATUREFS_ORT_LIB")
+	cfg.Device = "cpu"
+	cfg.BatchSize = plan.BatchSize
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	var specs []extractor.ModelSpec
+	for _, m := range plan.Models {
+		specs = append(specs, extractor.ModelSpec{Name: m.Name, Path: m.Path})
+	}
+	svc, err := extractor.New(cfg, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	l := &netLink{Server: plan.ServerNS, Client: plan.ClientNS, serverDev: plan.ServerDev, clientDev: plan.ClientDev}
+
+	var results []splitBenchResult
+	next := 0
+	for _, mbit := range plan.Mbits {
+		l.SetRate(t, mbit)
+		for _, bm := range plan.Models {
+			m, ok := svc.Model(bm.Name)
+			if !ok {
+				t.Fatalf("no model %s", bm.Name)
+			}
+			for _, freeze := range bm.Freezes {
+				split := func(policy string) *remote.SplitExtractor {
+					p, err := extractor.ParseSplitPolicy(policy)
+					if err != nil {
+						t.Fatal(err)
+					}
+					x, err := c.Split(ctx, remote.SplitConfig{Policy: p, Local: svc, ProfileDir: plan.ProfileDir, RawBytes: plan.RawBytes, ProbeEvery: time.Hour})
+					if err != nil {
+						t.Fatalf("--split %s: %v", policy, err)
+					}
+					return x
+				}
+				xa := split("auto")
+				chosen, cands, err := xa.Planner(m.Name).Candidates(freeze)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Rank the candidates as the cost model does: by predicted
+				// time (within 1% is a tie), then by bytes on the wire.
+				// Fixed splits: raw, the freeze layer (none), then every
+				// layer, or the auto choice, the best ranked and a spread of
+				// the others.
+				ranked := slices.Clone(cands)
+				q := func(k extractor.SplitCandidate) int {
+					return int(math.Floor(math.Log(k.SecondsPerSample) / math.Log(1.01)))
+				}
+				sort.SliceStable(ranked, func(i, j int) bool {
+					if qi, qj := q(ranked[i]), q(ranked[j]); qi != qj {
+						return qi < qj
+					}
+					return ranked[i].WireBytes < ranked[j].WireBytes
+				})
+				rank := map[int]int{}
+				for i, k := range ranked {
+					rank[k.Split] = i + 1
+				}
+				fixed := []int{extractor.SplitRaw, freeze}
+				extra := bm.Extra
+				if extra < 0 {
+					extra = freeze
+				}
+				add := func(s int) bool {
+					if slices.Contains(fixed, s) || len(fixed) >= 2+extra {
+						return false
+					}
+					fixed = append(fixed, s)
+					return true
+				}
+				add(chosen.Split)
+				for _, k := range ranked {
+					if len(fixed) >= 2+(extra+1)/2 {
+						break
+					}
+					add(k.Split)
+				}
+				for i := 1; i <= extra; i++ {
+					add(freeze * i / (extra + 1))
+				}
+				for s := 0; s < freeze && len(fixed) < 2+extra; s++ {
+					add(s)
+				}
+				want := func(s int) float64 {
+					if s == extractor.SplitRaw {
+						return plan.RawBytes
+					}
+					return float64(extractor.NPYSize(m.Layers[s].Shape, c.Info().DType))
+				}
+				slot := map[string]int{} // policy -> index in results
+				run := func(x *remote.SplitExtractor, policy string) {
+					if next >= plan.Configs {
+						t.Fatalf("more configurations than the %d key prefixes", plan.Configs)
+					}
+					r := splitBenchRun(t, l, x, m, freeze, plan, next)
+					next++
+					r.Mbit, r.Policy, r.WantPayload, r.Rank = mbit, policy, want(r.Split), rank[r.Split]
+					if i, ok := slot[policy]; !ok {
+						slot[policy] = len(results)
+						results = append(results, r)
+					} else if r.PerSec > results[i].PerSec {
+						results[i] = r
+					}
+					fmt.Printf("splitbench: %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample\n",
+						m.Name, freeze, mbit, r.ProbedMbit, policy, extractor.SplitName(r.Split), r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes)
+				}
+				// Rounds run every configuration in turn again (fresh keys):
+				// a burst of other load on the machine hits one run of a
+				// configuration, not all of them.
+				for round := range plan.Rounds {
+					if round > 0 {
+						xa = split("auto")
+					}
+					run(xa, "auto")
+					xa.Close()
+					for _, s := range fixed {
+						x := split(extractor.SplitName(s))
+						run(x, extractor.SplitName(s))
+						x.Close()
+					}
+				}
+			}
+		}
+	}
+	rb, _ := json.Marshal(results)
+	if err := os.WriteFile(plan.Out, rb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// splitBenchRun reads the images of key prefix c<cfg> as layer freeze
+// through x with plan.Concurrency readers and measures the steady-state
+// rate: the samples completed after the first plan.Warm, over the time
+// since the Warm-th completed.
+func splitBenchRun(t *testing.T, l *netLink, x *remote.SplitExtractor, m *extractor.Model, freeze int, plan splitBenchPlan, cfg int) splitBenchResult {
+	t.Helper()
+	n := plan.Warm + plan.Timed
+	keys := make(chan string, n)
+	for j := range n {
+		keys <- fmt.Sprintf("c%03d/%03d.jpg", cfg, j)
+	}
+	close(keys)
+	size := extractor.NPYSize(m.Layers[freeze].Shape, x.DType())
+	before := linkBytes(t, l)
+	var mu sync.Mutex
+	var done []time.Time
+	var wg sync.WaitGroup
+	for range plan.Concurrency {
+		wg.Go(func() {
+			for k := range keys {
+				data, err := x.Extract(context.Background(), extractor.Request{Model: m.Name, Layer: freeze, Key: k})
+				if err != nil {
+					t.Errorf("%s: %v", k, err)
+					continue
+				}
+				if int64(len(data)) != size {
+					t.Errorf("%s: %d bytes, want the %d of layer%d", k, len(data), size, freeze)
+				}
+				mu.Lock()
+				done = append(done, time.Now())
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	wire := linkBytes(t, l) - before
+	if t.Failed() {
+		t.FailNow()
+	}
+	st := x.Planner(m.Name).Stats()
+	r := splitBenchResult{Model: m.Name, Freeze: freeze, Samples: len(done), ProbedMbit: st.PlannedBandwidthBps * 8 / 1e6, Shared: st.SharedCompute,
+		WireBytes: float64(wire) / float64(len(done))}
+	for _, p := range st.Plans {
+		if p.Freeze == freeze {
+			r.Split, r.Predicted, r.PayloadBytes = p.Split, p.PredictedPerSec, p.MeasuredWireBytes
+		}
+	}
+	slices.SortFunc(done, func(a, b time.Time) int { return a.Compare(b) })
+	if d := done[len(done)-1].Sub(done[plan.Warm-1]).Seconds(); d > 0 {
+		r.PerSec = float64(len(done)-plan.Warm) / d
+	}
+	return r
+}
+
+// linkBytes returns the bytes received plus sent by the trainer's end of l.
+func linkBytes(t *testing.T, l *netLink) int64 {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", l.Client, "-s", "-j", "link", "show", "dev", l.clientDev).Output()
+	if err != nil {
+		t.Fatalf("ip -n %s -s link show %s: %v", l.Client, l.clientDev, err)
+	}
+	var links []struct {
+		Stats struct {
+			RX, TX struct {
+				Bytes int64 `json:"bytes"`
+			}
+		} `json:"stats64"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
+		t.Fatalf("ip -s -j link show: %v: %s", err, out)
+	}
+	return links[0].Stats.RX.Bytes + links[0].Stats.TX.Bytes
+}
+
+// splitBenchMarkdown renders the results as the benchmark's section.
+func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.Duration, full bool) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("## Split execution (HAPI): --split auto vs fixed splits vs raw images\n\n")
+	cmdline := "scripts/bench-split.sh   (FEATUREFS_SPLIT_BENCH=full go test -run '^TestSplitBench$' ./test)"
+	if !full {
+		cmdline = "go test -run '^TestSplitBench$' ./test   (the short CI version)"
+	}
+	w("    %s\n\n", cmdline)
+	shared := len(res) > 0 && res[0].Shared
+	w("One `featurefs serve` (CPU, batch %d) in the storage namespace, the trainer side (remote.Client + SplitExtractor + a local\n", plan.BatchSize)
+	w("extractor.Service, batch %d, no FUSE) in the trainer namespace, joined by a veth pair shaped with tc tbf and re-shaped\n", plan.BatchSize)
+	w("between bandwidths. Per configuration: %d concurrent readers, %d images (about %.0f KB, ImageNet-like JPEGs) of which the\n", plan.Concurrency, plan.Warm+plan.Timed, plan.RawBytes/1000)
+	w("first %d warm up (sessions opened); throughput = the other %d over the time after the %d-th completed; each configuration\n", plan.Warm, plan.Timed, plan.Warm)
+	w("ran %d time(s), interleaved with the others, and the fastest run counts (other load on the machine is bursty). Every configuration\n", plan.Rounds)
+	w("reads its own object keys (the server cache never serves one configuration's features to another). Bytes per sample:\n")
+	w("payload (the .npy of the split layer, or the image) and the link (both directions of the trainer's veth: TCP/IP, HTTP,\n")
+	w("framing). Took %s.\n\n", took.Round(time.Second))
+	w("**Compute contention.** Server and trainer run on the same %d CPUs here", runtimeCPUs())
+	if shared {
+		w(", and the cost model knows it (both profiles are CPU profiles with the same boot id: `shared_compute`):\n")
+	} else {
+		w(":\n")
+	}
+	w("a split does not add processors, it only moves work between the two sides, so every candidate costs the whole model's\n")
+	w("compute (plus the split's extra session and tensor copy) and the cost model scores time(S) = max(server(S) + client(S),\n")
+	w("wire(S)) instead of HAPI's max(server, wire, client). On separate hosts the two compute stages overlap and a split can\n")
+	w("beat both ends; here it cannot, which hurts the split configurations and the target against raw below.\n\n")
+	if full {
+		w("**Fixed splits.** Per (model, freeze layer, bandwidth) the fixed splits run are raw, the freeze layer itself (`none`:\n")
+		w("the server computes everything) and ")
+		for i, m := range plan.Models {
+			if i > 0 {
+				w("; ")
+			}
+			if m.Extra < 0 {
+				w("for %s every other layer", m.Name)
+			} else {
+				w("for %s a sample of %d other layers (not all of them, to fit the time): the cost model's choice, its best ranked\n", m.Name, m.Extra)
+				w("candidates and a spread of the rest")
+			}
+		}
+		w(". ")
+		w("\"Best fixed\" is the best of those measured.\n\n")
+	}
+
+	type group struct {
+		model  string
+		freeze int
+		mbit   int
+	}
+	var groups []group
+	by := map[group][]splitBenchResult{}
+	for _, r := range res {
+		g := group{r.Model, r.Freeze, r.Mbit}
+		if _, ok := by[g]; !ok {
+			groups = append(groups, g)
+		}
+		by[g] = append(by[g], r)
+	}
+	w("| model | freeze | link | auto: split | auto samples/s | best fixed: split, samples/s | auto ÷ best fixed | raw samples/s | auto ÷ raw | bytes/sample auto (link) | raw (link) |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	within, total := 0, 0
+	var at50 []float64
+	for _, g := range groups {
+		var auto, raw, best splitBenchResult
+		for _, r := range by[g] {
+			switch {
+			case r.Policy == "auto":
+				auto = r
+			default:
+				if r.Split == extractor.SplitRaw {
+					raw = r
+				}
+				if r.PerSec > best.PerSec {
+					best = r
+				}
+			}
+		}
+		ratio, vsRaw := auto.PerSec/best.PerSec, auto.PerSec/raw.PerSec
+		total++
+		if ratio >= 0.9 {
+			within++
+		}
+		if g.mbit == 50 {
+			at50 = append(at50, vsRaw)
+		}
+		w("| %s | layer%d | %d Mbit/s | %s | %.2f | %s, %.2f | %.2f | %.2f | %.2fx | %.0f (%.0f) | %.0f (%.0f) |\n", g.model, g.freeze, g.mbit,
+			extractor.SplitName(auto.Split), auto.PerSec, extractor.SplitName(best.Split), best.PerSec, ratio, raw.PerSec, vsRaw,
+			auto.PayloadBytes, auto.WireBytes, raw.PayloadBytes, raw.WireBytes)
+	}
+	w("\n**Targets.** auto within 10%% of the best fixed split: %d of %d configurations (%.0f%%; target 87%%: %s).", within, total,
+		100*float64(within)/float64(max(1, total)), metOrNot(float64(within) >= 0.87*float64(total)))
+	if len(at50) > 0 {
+		minR := slices.Min(at50)
+		w(" At 50 Mbit/s, auto ÷ raw = %s (target 2x: %s).", joinRatios(at50), metOrNot(minR >= 2))
+	} else {
+		w(" (No 50 Mbit/s configuration in this run.)")
+	}
+	w("\n\nEvery configuration (rank = the cost model's order by predicted time at the probed bandwidth; none = the freeze layer):\n\n")
+	w("| model | freeze | link (probed) | policy | split | rank | samples/s | predicted/s | payload bytes/sample | link bytes/sample |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, g := range groups {
+		for _, r := range by[g] {
+			pol := r.Policy
+			if r.Policy != "auto" && r.Split == r.Freeze {
+				pol = "none (" + r.Policy + ")"
+			}
+			w("| %s | layer%d | %d (%.0f) Mbit/s | %s | %s | %d | %.2f | %.2f | %.0f | %.0f |\n", r.Model, r.Freeze, r.Mbit, r.ProbedMbit, pol,
+				extractor.SplitName(r.Split), r.Rank, r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes)
+		}
+	}
+	return b.String()
+}
+
+func metOrNot(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
+func joinRatios(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.2fx", x)
+	}
+	return strings.Join(s, ", ")
+}
+
+func runtimeCPUs() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "\nprocessor") + 1
+}
