@@ -149,7 +149,9 @@ func TestRemoteMountDataLoader(t *testing.T) {
 // still served from the mount's cache; after SIGCONT reads work again.
 func TestRemoteMountAuthAndSilentServer(t *testing.T) {
 	d := genDataset(t, "--classes", "1", "--train", "3", "--val", "0", "--formats", "jpg")
-	s := startServe(t, d.Dir, nil)
+	// Heartbeats well inside the 2s --remote-timeout below (the default 2s
+	// races it while the first features are computed).
+	s := startServe(t, d.Dir, nil, "--heartbeat", "500ms")
 
 	// Wrong token.
 	bad := filepath.Join(t.TempDir(), "bad-token")
@@ -167,7 +169,9 @@ func TestRemoteMountAuthAndSilentServer(t *testing.T) {
 	}
 
 	const timeout = 2 * time.Second
-	m := testMount(t, mountConfig{Args: s.remoteArgs("--remote-timeout", timeout.String(), "--prefetch", "off"), NoModel: true})
+	// With --model (the default --split none needs no profile: a mount with
+	// a short timeout used to fail on GET /v1/profile).
+	m := testMount(t, mountConfig{Args: s.remoteArgs("--remote-timeout", timeout.String(), "--prefetch", "off")})
 	// The layers table is the server's (its header names the model input).
 	table, err := os.ReadFile(m.Path("features", modelName, "layers"))
 	if err != nil || !strings.Contains(string(table), "input input 3x224x224") || !strings.Contains(string(table), "1024x14x14") {
