@@ -51,6 +51,12 @@ TF = transforms.Compose([
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 
 
+def loadavg():
+    """The 1-minute load average (the machine's 2 cores are shared)."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def s3_client(endpoint):
     import boto3
     from botocore.config import Config
@@ -136,7 +142,7 @@ def train(dl, n_classes, epochs, features, on_epoch=None):
             correct += int((logits.argmax(1) == y).sum())
             total_loss += float(loss) * len(y)
         rec = {"seconds": time.perf_counter() - t0, "samples": n, "loss": total_loss / max(n, 1),
-               "train_acc": correct / max(n, 1)}
+               "train_acc": correct / max(n, 1), "load": loadavg()}
         if on_epoch:
             rec.update(on_epoch(e))
         out.append(rec)
@@ -236,7 +242,8 @@ def cmd_report(args):
                     ("featurefs, `--prefetch tree`", tree), ("featurefs, `--prefetch off`", off)):
         ep = r["epochs"]
         rows.append(f"| {name} | {fmt(r['setup_seconds'])} | " + " | ".join(fmt(e["seconds"]) for e in ep)
-                    + f" | {fmt(e1(r))} | {fmt(total(r))} | {ep[-1]['loss']:.4f} |")
+                    + f" | {fmt(e1(r))} | {fmt(total(r))} | {ep[-1]['loss']:.4f} | "
+                    + ", ".join(f"{e.get('load', 0):.1f}" for e in ep) + " |")
     st_tree, st_off = tree["stats"], off["stats"]
     r1 = e1(base) / e1(tree)
     rt = total(base) / total(tree)
@@ -258,10 +265,11 @@ intra-op threads = {args.cpus} (the CPU count), same seed for the head and the s
 Baseline: an ImageFolder-like Dataset that GETs each JPEG with boto3 and applies the torchvision transforms in the
 workers, the trunk run in torch on every batch of every epoch. featurefs: `featurefs mount s3://BUCKET --endpoint-url ...`
 (fresh cache per run), `DatasetFolder(MOUNT/features/resnet50/layer12/train, loader=np.load, extensions=(".npy",))`.
-Setup = model build + bucket listing (baseline) or mount + directory scan (featurefs); epoch 1 = setup + first pass.
+Setup = model build + bucket listing (baseline) or mount + directory scan (featurefs; `featurefs mount` itself took
+{tree['mount_seconds']:.2f}s (tree) and {off['mount_seconds']:.2f}s (off)); epoch 1 = setup + first pass.
 
-| run | setup s | epoch 1 pass s | epoch 2 s | epoch 3 s | epoch 1 incl. setup s | total s | final loss |
-|---|---:|---:|---:|---:|---:|---:|---:|
+| run | setup s | epoch 1 pass s | epoch 2 s | epoch 3 s | epoch 1 incl. setup s | total s | final loss | load average after each epoch |
+|---|---:|---:|---:|---:|---:|---:|---:|---|
 {chr(10).join(rows)}
 
 | target | measured |
