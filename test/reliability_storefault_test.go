@@ -50,7 +50,7 @@ func TestReliabilityStoreOutage(t *testing.T) {
 	d := genDataset(t, "--classes", "2", "--train", "3", "--val", "0")
 	srv, env := minioBucket(t, "outage", "", d.Dir)
 	const ttl = 2 * time.Second
-	const readTimeout = 10 * time.Second
+	const readTimeout = 5 * time.Second
 	// Prefetch off: the second half must still be uncached when the store goes.
 	m := testMount(t, mountConfig{Source: "s3://outage", Env: env,
 		Args: []string{"--endpoint-url", srv.Endpoint, "--metadata-ttl", ttl.String(), "--read-timeout", readTimeout.String(), "--prefetch", "off"}})
