@@ -377,7 +377,7 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 		}
 	}
 
-	store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log})
+	store, err := openCache(o, log)
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) {
 			return failf(exitCache, "%w", err) // names the directory and the process holding it

@@ -153,7 +153,7 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 	if err != nil {
 		return failf(exitSource, "source %s: %w", source, err)
 	}
-	store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log})
+	store, err := openCache(o, log)
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) {
 			return failf(exitCache, "%w", err)

@@ -195,7 +195,7 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 	if err != nil {
 		return warmOutcome{}, failf(exitSource, "source %s: %w", w.source, err)
 	}
-	store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log})
+	store, err := openCache(o, log)
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) {
 			return warmOutcome{}, failf(exitCache, "%w (a mount is using it: warm through the mount instead, featurefs warm MOUNT/features/...)", err)
