@@ -159,6 +159,7 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		s.models[m.Name] = m
 		s.order = append(s.order, m)
 	}
+	releaseMemory()
 	sc := sessionConfig{threads: cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT}
 	s.pool = newSessionPool(cfg.MaxSessions, func(k sessionKey) (inferSession, error) {
 		m := s.models[k.model]
