@@ -11,7 +11,7 @@
 # bench also stores it in docs/bench/split.md). Needs root (ip netns, tc).
 #
 #   scripts/bench-split.sh     (after make build; about 15 minutes on 2 CPUs)
-# Env: BENCH_SPLIT_IMAGES (16 timed images per configuration, after 8 warm-up),
+# Env: BENCH_SPLIT_IMAGES (16 timed images per configuration, after 4 warm-up),
 # BENCH_SPLIT_ROUNDS (2: each configuration runs that often, the fastest counts).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
