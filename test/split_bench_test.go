@@ -647,18 +647,24 @@ func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.D
 	if !okWithin || (len(at50) > 0 && !ok50) {
 		w("\n")
 	}
+	// Each reason on one line: make bench's summary quotes it.
 	if !okWithin {
-		w("- auto within 10%% of the best fixed split is short of 87%%: with both sides on the same CPUs every candidate whose tensor\n")
-		w("  fits the link costs the same compute, so the cost model predicts them equal (ties go to the fewest bytes) and the\n")
-		w("  measured differences between them are mostly noise from the other load on the machine; the best of several noisy\n")
-		w("  fixed splits beats any single one (compare the runs of the split auto chose).\n")
+		w("- auto within 10%% of the best fixed split is short of 87%%: with both sides on the same CPUs every candidate whose tensor " +
+			"fits the link costs the same compute, so the cost model predicts them equal (ties go to the fewest bytes) and the " +
+			"measured differences between them are mostly noise from the other load on the machine; the best of several noisy " +
+			"fixed splits beats any single one (compare the runs of the split auto chose).\n")
 	}
 	if len(at50) > 0 && !ok50 {
-		w("- auto at 50 Mbit/s is short of 2x raw images: with shared CPUs a split only moves compute, and a %.0f KB image takes\n", plan.RawBytes/1000)
-		w("  %.0f ms at 50 Mbit/s against a whole-model compute of tens to hundreds of ms here, so raw is not link-bound and\n", plan.RawBytes*8/50e6*1000)
-		w("  nothing can beat it by 2x; the last column is the cost model's prediction for two hosts with these CPUs.\n")
+		w("- auto at 50 Mbit/s is short of 2x raw images: with shared CPUs a split only moves compute, and a %.0f KB image takes "+
+			"%.0f ms at 50 Mbit/s against a whole-model compute of tens to hundreds of ms here, so raw is not link-bound and "+
+			"nothing can beat it by 2x; the last column is the cost model's prediction for two hosts with these CPUs.\n", plan.RawBytes/1000, plan.RawBytes*8/50e6*1000)
 	}
-	w("\n\nEvery configuration (rank = the cost model's order by predicted time at the probed bandwidth; none = the freeze layer):\n\n")
+	w("\nPredicted samples/s come from the compute profiles cached in ~/.cache/featurefs/profiles (measured once per model digest,\n")
+	w("device, thread count and batch size, shared by server and trainer on one host); a profile measured while the machine\n")
+	w("was busier than during this run predicts less than is measured: compute-bound candidates then look slow against\n")
+	w("link-bound ones (the probe measures the link afresh at every mount), which can mis-rank them.\n")
+	w("The probed bandwidth of the 1 Gbit/s link reads high: tbf lets the 1 MiB probe's first bytes through at line rate.\n")
+	w("\nEvery configuration (rank = the cost model's order by predicted time at the probed bandwidth; none = the freeze layer):\n\n")
 	w("| model | freeze | link (probed) | policy | split | rank | samples/s | predicted/s | payload bytes/sample | link bytes/sample |\n")
 	w("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range groups {

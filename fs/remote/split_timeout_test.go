@@ -8,6 +8,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,11 +25,12 @@ import (
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
-// slowProfiler is a real extraction service whose Profile takes delay
-// longer (a server measuring its profile on a slow CPU).
+// slowProfiler is a real extraction service whose Profile takes delay and
+// returns prof (a server measuring its profile on a slow CPU).
 type slowProfiler struct {
 	*extractor.Service
 	delay time.Duration
+	prof  *extractor.Profile
 }
 
 func (s *slowProfiler) Profile(ctx context.Context, model string, opts extractor.ProfileOptions) (*extractor.Profile, error) {
@@ -37,7 +39,18 @@ func (s *slowProfiler) Profile(ctx context.Context, model string, opts extractor
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return s.Service.Profile(ctx, model, opts)
+	return s.prof, nil
+}
+
+// syntheticProfile is a valid CPU profile of m (1 ms per layer), so that
+// the test does not spend its time measuring one.
+func syntheticProfile(m *extractor.Model, threads, batch int) *extractor.Profile {
+	p := &extractor.Profile{Schema: 1, Model: m.Name, Digest: m.Digest, Device: "cpu", Host: extractor.HostID(), Threads: threads, Batch: batch,
+		Created: time.Now().UTC(), DecodeSeconds: 0.005, WeightBytes: 1 << 20}
+	for i, l := range m.Layers {
+		p.Layers = append(p.Layers, extractor.LayerProfile{Index: i, Tensor: l.Tensor, Bytes: l.Bytes, ActBytes: l.Bytes, Seconds: 0.001, CumSeconds: 0.001 * float64(i+1)})
+	}
+	return p
 }
 
 // pathCounter counts the requests of each URL path.
@@ -79,8 +92,17 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	}
 	const timeout = 500 * time.Millisecond
 	const delay = 4 * timeout
+	// The mount's profile: a synthetic one in its profile directory, under
+	// the name Service.Profile looks for (another name only makes the test
+	// measure one, slowly).
+	m, _ := svc.Model("resnet18")
+	prof := syntheticProfile(m, cfg.IntraOpThreads, cfg.BatchSize)
+	localDir := t.TempDir()
+	if err := extractor.SaveProfile(filepath.Join(localDir, fmt.Sprintf("profile-%s-cpu-t%d-b%d.json", m.Digest[:16], cfg.IntraOpThreads, cfg.BatchSize)), prof); err != nil {
+		t.Fatal(err)
+	}
 	serve := func(heartbeat time.Duration) (*httptest.Server, *pathCounter) {
-		srv, err := NewServer(ServerConfig{Bucket: b, Extractor: &slowProfiler{svc, delay}, Cache: newMemCache(), NoAuth: true,
+		srv, err := NewServer(ServerConfig{Bucket: b, Extractor: &slowProfiler{svc, delay, prof}, Cache: newMemCache(), NoAuth: true,
 			ProfileDir: t.TempDir(), Heartbeat: heartbeat})
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +137,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	// --split auto: the server takes 4x the silence timeout to profile,
 	// sending heartbeats; the profile arrives.
 	start := time.Now()
-	x, err = c.Split(ctx, SplitConfig{Policy: extractor.SplitPolicy{Mode: "auto"}, Local: svc, ProfileDir: t.TempDir(), ProbeBytes: 64 << 10})
+	x, err = c.Split(ctx, SplitConfig{Policy: extractor.SplitPolicy{Mode: "auto"}, Local: svc, ProfileDir: localDir, ProbeBytes: 64 << 10})
 	if err != nil {
 		t.Fatalf("--split auto with a %v timeout and a server profiling for %v: %v", timeout, delay, err)
 	}
@@ -137,7 +159,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	}
 	defer c2.Close()
 	start = time.Now()
-	_, err = c2.Split(ctx, SplitConfig{Policy: extractor.SplitPolicy{Mode: "auto"}, Local: svc, ProfileDir: t.TempDir(), ProbeBytes: 64 << 10})
+	_, err = c2.Split(ctx, SplitConfig{Policy: extractor.SplitPolicy{Mode: "auto"}, Local: svc, ProfileDir: localDir, ProbeBytes: 64 << 10})
 	// The server answers its header after 100ms and then stays silent.
 	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > delay {
 		t.Errorf("--split auto with a silent server: %v after %v; want ErrUnavailable after about %v", err, took, timeout)
