@@ -64,10 +64,10 @@ func (f *FS) errno(err error, key string) syscall.Errno {
 func (f *FS) logOnce(key, reason string, err error) {
 	f.recordError(key, reason+": "+err.Error())
 	id := key + "\x00" + err.Error()
-	if _, seen := f.logged.get(id); seen {
+	if _, seen := f.logged.Get(id); seen {
 		return
 	}
-	f.logged.put(id, struct{}{}, 1)
+	f.logged.Put(id, struct{}{}, 1)
 	f.log.Error("featurefs: "+reason, slog.String("key", key), slog.Any("err", err))
 }
 

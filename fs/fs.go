@@ -17,6 +17,7 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/lru"
 )
 
 // Extractor is what the tree needs of the extraction service
@@ -105,11 +106,11 @@ type FS struct {
 	started  time.Time
 	statSem  chan struct{}
 
-	listings *lru[string, *listing] // prefix -> listing
-	bad      *lru[string, badEntry] // object version -> why it is bad
-	logged   *lru[string, struct{}] // key+error already logged
-	lists    flightGroup[*listing]  // lookups' listings in flight
-	features flightGroup[[]byte]    // reads in flight
+	listings *lru.LRU[string, *listing] // prefix -> listing
+	bad      *lru.LRU[string, badEntry] // object version -> why it is bad
+	logged   *lru.LRU[string, struct{}] // key+error already logged
+	lists    flightGroup[*listing]      // lookups' listings in flight
+	features flightGroup[[]byte]        // reads in flight
 
 	stats counters
 	obs   observer // figures of the wrapped bucket and extractor, errors by kind
@@ -168,9 +169,9 @@ func New(cfg Config) (*FS, error) {
 		models:   cfg.Extractor.Models(),
 		dtype:    cfg.Extractor.DType(),
 		statSem:  make(chan struct{}, statParallel),
-		listings: newLRU[string, *listing](cfg.MaxListingEntries),
-		bad:      newLRU[string, badEntry](cfg.MaxBadObjects),
-		logged:   newLRU[string, struct{}](4096),
+		listings: lru.New[string, *listing](cfg.MaxListingEntries),
+		bad:      lru.New[string, badEntry](cfg.MaxBadObjects),
+		logged:   lru.New[string, struct{}](4096),
 	}
 	f.started = f.now()
 	f.cfg.Bucket = countingBucket{Bucket: cfg.Bucket, o: &f.obs}
@@ -267,8 +268,8 @@ func (f *FS) badKey(key, etag string) string { return key + "\x00" + etag }
 // recordBad remembers a bad object version for NegativeTTL and logs it once.
 func (f *FS) recordBad(key, etag string, err error) {
 	id := f.badKey(key, etag)
-	_, known := f.bad.get(id)
-	f.bad.put(id, badEntry{until: f.now().Add(f.cfg.NegativeTTL), reason: err.Error()}, 1)
+	_, known := f.bad.Get(id)
+	f.bad.Put(id, badEntry{until: f.now().Add(f.cfg.NegativeTTL), reason: err.Error()}, 1)
 	f.recordError(key, err.Error())
 	if known {
 		return
@@ -280,7 +281,7 @@ func (f *FS) recordBad(key, etag string, err error) {
 // isBad returns the reason an object version is known bad, if it is and
 // NegativeTTL has not passed.
 func (f *FS) isBad(key, etag string) (string, bool) {
-	e, ok := f.bad.get(f.badKey(key, etag))
+	e, ok := f.bad.Get(f.badKey(key, etag))
 	if !ok || !f.now().Before(e.until) {
 		return "", false
 	}

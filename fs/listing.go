@@ -88,13 +88,13 @@ type listStream struct {
 
 func (f *FS) newListStream(prefix string) *listStream {
 	var old *listing
-	if o, ok := f.listings.get(prefix); ok {
+	if o, ok := f.listings.Get(prefix); ok {
 		if _, complete := o.snapshot(); complete {
 			old = o
 		}
 	}
 	l := newListing(prefix, f.now())
-	f.listings.put(prefix, l, 1)
+	f.listings.Put(prefix, l, 1)
 	return &listStream{fs: f, l: l, r: newResolver(f.naming, prefix), old: old}
 }
 
@@ -125,7 +125,7 @@ func (s *listStream) reviveOld(err error) ([]dirEntry, bool) {
 	s.l.pages = pages
 	s.l.complete = true
 	s.l.mu.Unlock()
-	s.fs.listings.put(s.l.prefix, s.l, max(1, len(es)))
+	s.fs.listings.Put(s.l.prefix, s.l, max(1, len(es)))
 	s.fs.logOnce(s.l.prefix, "listing failed; serving the last complete listing, from "+
 		s.fs.now().Sub(s.old.at).Round(time.Second).String()+" ago", err)
 	return es, true
@@ -148,7 +148,7 @@ func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
 		s.l.mu.Lock()
 		s.l.failed = true
 		s.l.mu.Unlock()
-		s.fs.listings.removeIf(s.l.prefix, func(l *listing) bool { return l == s.l })
+		s.fs.listings.RemoveIf(s.l.prefix, func(l *listing) bool { return l == s.l })
 		return nil, fmt.Errorf("listing %q: %w", s.l.prefix, err)
 	}
 	if p.Next != "" && p.Next == s.token {
@@ -170,8 +170,8 @@ func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
 	}
 	// Re-publish with the new cost; a listing larger than the whole cache
 	// bound is dropped from it (lookups then Stat) but still streams.
-	if cur, ok := s.fs.listings.get(s.l.prefix); ok && cur == s.l {
-		s.fs.listings.put(s.l.prefix, s.l, n)
+	if cur, ok := s.fs.listings.Get(s.l.prefix); ok && cur == s.l {
+		s.fs.listings.Put(s.l.prefix, s.l, n)
 	}
 	return es, nil
 }

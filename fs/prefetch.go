@@ -14,6 +14,7 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/lru"
 )
 
 // PrefetchMode says what a reader's first touch of a layer directory
@@ -226,8 +227,8 @@ type prefetcher struct {
 	n      prefetchCounters
 
 	mu     sync.Mutex
-	states *lru[string, *walkState] // GUARDED_BY(mu) for read-modify-write
-	closed bool                     // GUARDED_BY(mu)
+	states *lru.LRU[string, *walkState] // GUARDED_BY(mu) for read-modify-write
+	closed bool                         // GUARDED_BY(mu)
 
 	batchMu   sync.Mutex
 	batchAt   time.Time // GUARDED_BY(batchMu)
@@ -256,7 +257,7 @@ func newPrefetcher(f *FS, cfg PrefetchConfig) *prefetcher {
 		ctx:    ctx,
 		cancel: cancel,
 		jobs:   make(chan walkJob, cfg.MaxQueued),
-		states: newLRU[string, *walkState](maxWalkStates),
+		states: lru.New[string, *walkState](maxWalkStates),
 	}
 	p.budget = newBudget(p.maxInFlight, cfg.MaxBytes)
 	if cfg.Mode == PrefetchOff {
@@ -310,12 +311,12 @@ func (p *prefetcher) touch(v *layerView, prefix string) {
 	if p.closed {
 		return
 	}
-	if st, ok := p.states.get(job.id); ok && (st.running || p.f.now().Sub(st.finished) < rewalk) {
+	if st, ok := p.states.Get(job.id); ok && (st.running || p.f.now().Sub(st.finished) < rewalk) {
 		return
 	}
 	select {
 	case p.jobs <- job:
-		p.states.put(job.id, &walkState{running: true}, 1)
+		p.states.Put(job.id, &walkState{running: true}, 1)
 		if q := int64(len(p.jobs)); q > p.n.peakQueued.Load() {
 			p.n.peakQueued.Store(q)
 		}
@@ -328,7 +329,7 @@ func (p *prefetcher) touch(v *layerView, prefix string) {
 func (p *prefetcher) finished(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.states.put(id, &walkState{finished: p.f.now()}, 1)
+	p.states.Put(id, &walkState{finished: p.f.now()}, 1)
 }
 
 // walker runs walks until close.

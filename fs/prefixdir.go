@@ -87,7 +87,7 @@ func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (dirEntry, er
 	if !validName(name) {
 		return dirEntry{}, fmt.Errorf("%q: %w", name, bucket.ErrNotFound)
 	}
-	l, ok := f.listings.get(prefix)
+	l, ok := f.listings.Get(prefix)
 	if !ok || !f.fresh(l) {
 		// A listing that was complete is read again whole (up to
 		// maxRelistPages): cheaper than a Stat per name of a large directory.
@@ -99,7 +99,7 @@ func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (dirEntry, er
 		}
 		var err error
 		l, err = f.lists.do(ctx, prefix, func(ctx context.Context) (*listing, error) {
-			if l, ok := f.listings.get(prefix); ok && f.fresh(l) {
+			if l, ok := f.listings.Get(prefix); ok && f.fresh(l) {
 				return l, nil // another lookup or readdir has just started one
 			}
 			s := f.newListStream(prefix)
@@ -248,7 +248,7 @@ var _ = (gofs.FileReleasedirer)((*dirHandle)(nil))
 func (h *dirHandle) start() {
 	f := h.d.fs
 	h.entries, h.pos, h.off, h.stream = nil, 0, 0, nil
-	if l, ok := f.listings.get(h.d.prefix); ok && f.fresh(l) {
+	if l, ok := f.listings.Get(h.d.prefix); ok && f.fresh(l) {
 		if es, complete := l.snapshot(); complete {
 			h.entries = es
 			return

@@ -181,8 +181,8 @@ type ErrorRecord struct {
 // Stats returns the current figures.
 func (f *FS) Stats() Stats {
 	c := &f.stats
-	nl, ne := f.listings.size()
-	nb, _ := f.bad.size()
+	nl, ne := f.listings.Size()
+	nb, _ := f.bad.Size()
 	f.errMu.Lock()
 	recent := append([]ErrorRecord{}, f.recent...)
 	f.errMu.Unlock()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/lru"
 )
 
 // TokenEnv is the environment variable a token is read from when no token
@@ -118,7 +119,7 @@ type Client struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	stale *lru[string, any] // listing pages and stats, for when no server answers
+	stale *lru.LRU[string, any] // listing pages and stats, for when no server answers
 
 	n clientCounters
 }
@@ -197,7 +198,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		log:   cfg.Logger,
 		http:  &http.Client{Transport: tr},
 		stop:  make(chan struct{}),
-		stale: newLRU[string, any](cfg.StaleEntries),
+		stale: lru.New[string, any](cfg.StaleEntries),
 	}
 	for _, u := range urls {
 		c.servers = append(c.servers, &server{url: u, c: c, fg: make(chan *call, cfg.MaxPending), bg: make(chan *call, cfg.MaxPending),
@@ -463,7 +464,7 @@ func (b *Bucket) List(ctx context.Context, prefix, token string) (bucket.Page, e
 			for _, o := range resp.Objects {
 				p.Objects = append(p.Objects, o.object())
 			}
-			c.stale.put(staleKey, p, len(p.Objects)+len(p.Prefixes)+1)
+			c.stale.Put(staleKey, p, len(p.Objects)+len(p.Prefixes)+1)
 			return p, nil
 		}
 		if !failover(err) || ctx.Err() != nil {
@@ -471,7 +472,7 @@ func (b *Bucket) List(ctx context.Context, prefix, token string) (bucket.Page, e
 		}
 		lastErr = err
 	}
-	if v, ok := c.stale.get(staleKey); ok {
+	if v, ok := c.stale.Get(staleKey); ok {
 		c.n.staleAnswers.Add(1)
 		c.log.Warn("featurefs: no feature server answers; serving the last listing seen", slog.String("key", prefix), slog.Any("err", lastErr))
 		return v.(bucket.Page), nil
@@ -489,7 +490,7 @@ func (b *Bucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
 		var o ObjectInfo
 		err := c.get(ctx, c.servers[i].url, "/v1/stat", url.Values{"key": {key}}, &o)
 		if err == nil {
-			c.stale.put(staleKey, o.object(), 1)
+			c.stale.Put(staleKey, o.object(), 1)
 			return o.object(), nil
 		}
 		if !failover(err) || ctx.Err() != nil {
@@ -497,7 +498,7 @@ func (b *Bucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
 		}
 		lastErr = err
 	}
-	if v, ok := c.stale.get(staleKey); ok {
+	if v, ok := c.stale.Get(staleKey); ok {
 		c.n.staleAnswers.Add(1)
 		return v.(bucket.Object), nil
 	}

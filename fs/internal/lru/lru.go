@@ -1,15 +1,16 @@
-package remote
-
-// A copy of fs/lru.go (unexported there).
+// Package lru is a map bounded by the total cost of its values, evicting the
+// least recently used; fs and fs/remote keep their listings, negative
+// entries and log deduplication in it.
+package lru
 
 import (
 	"container/list"
 	"sync"
 )
 
-// lru is a map bounded by the total cost of its values, evicting the least
+// LRU is a map bounded by the total cost of its values, evicting the least
 // recently used. Safe for concurrent use.
-type lru[K comparable, V any] struct {
+type LRU[K comparable, V any] struct {
 	max int // constant
 
 	mu    sync.Mutex
@@ -24,12 +25,13 @@ type lruItem[K comparable, V any] struct {
 	cost int
 }
 
-func newLRU[K comparable, V any](max int) *lru[K, V] {
-	return &lru[K, V]{max: max, ll: list.New(), m: make(map[K]*list.Element)}
+// New returns an empty LRU bounded by max total cost.
+func New[K comparable, V any](max int) *LRU[K, V] {
+	return &LRU[K, V]{max: max, ll: list.New(), m: make(map[K]*list.Element)}
 }
 
-// get returns the value of k and marks it used.
-func (c *lru[K, V]) get(k K) (V, bool) {
+// Get returns the value of k and marks it used.
+func (c *LRU[K, V]) Get(k K) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[k]
@@ -41,10 +43,10 @@ func (c *lru[K, V]) get(k K) (V, bool) {
 	return e.Value.(*lruItem[K, V]).v, true
 }
 
-// put stores v under k with a cost (at least 1) and evicts the least
+// Put stores v under k with a cost (at least 1) and evicts the least
 // recently used entries beyond the bound. A value costing more than the whole
 // bound is not stored.
-func (c *lru[K, V]) put(k K, v V, cost int) {
+func (c *LRU[K, V]) Put(k K, v V, cost int) {
 	cost = max(cost, 1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -61,8 +63,8 @@ func (c *lru[K, V]) put(k K, v V, cost int) {
 	}
 }
 
-// remove deletes k.
-func (c *lru[K, V]) remove(k K) {
+// Remove deletes k.
+func (c *LRU[K, V]) Remove(k K) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.m[k]; ok {
@@ -70,8 +72,8 @@ func (c *lru[K, V]) remove(k K) {
 	}
 }
 
-// removeIf deletes k if its value is v (compared by the caller's eq).
-func (c *lru[K, V]) removeIf(k K, match func(V) bool) {
+// RemoveIf deletes k if its value is v (compared by the caller's eq).
+func (c *LRU[K, V]) RemoveIf(k K, match func(V) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.m[k]; ok && match(e.Value.(*lruItem[K, V]).v) {
@@ -79,15 +81,15 @@ func (c *lru[K, V]) removeIf(k K, match func(V) bool) {
 	}
 }
 
-func (c *lru[K, V]) removeLocked(e *list.Element) {
+func (c *LRU[K, V]) removeLocked(e *list.Element) {
 	it := e.Value.(*lruItem[K, V])
 	c.ll.Remove(e)
 	delete(c.m, it.k)
 	c.total -= it.cost
 }
 
-// size returns the number of entries and their total cost.
-func (c *lru[K, V]) size() (n, cost int) {
+// Size returns the number of entries and their total cost.
+func (c *LRU[K, V]) Size() (n, cost int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ll.Len(), c.total
