@@ -95,6 +95,24 @@ func (f funcFlag) Set(v string) error { return f.set(v) }
 func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl := flag.NewFlagSet("mount", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
+	sourceFlags(fl, o)
+	fl.DurationVar(&o.MetadataTTL, "metadata-ttl", o.MetadataTTL, "how long listings and attributes are cached")
+	fl.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "bound on the fetch and extraction behind one read (0: none)")
+	fl.BoolVar(&o.AllowOther, "allow-other", o.AllowOther, "let other users read the mount")
+	fl.BoolVar(&o.Foreground, "foreground", o.Foreground, "stay attached; log to stderr unless --log-file")
+	fl.StringVar(&o.LogFile, "log-file", o.LogFile, "log `file` (default ~/.cache/featurefs/featurefs.log in the background)")
+	fl.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "HOST:PORT to serve Prometheus metrics (/metrics) and the stats JSON (/stats) on, e.g. 127.0.0.1:9090")
+	fl.Var(funcFlag{show: func() string { return strings.Join(o.ImageExtensions, ",") }, set: o.SetImageExtensions},
+		"image-extensions", "object extensions shown as .npy, comma-separated")
+	fl.StringVar(&o.Prefetch, "prefetch", o.Prefetch, "what a reader's first touch of a layer directory extracts in the background: off, dir or tree")
+	fl.IntVar(&o.PrefetchLimit, "prefetch-limit", o.PrefetchLimit, "most objects one prefetch walk of a layer extracts (0: no limit)")
+	remoteFlags(fl, &o.Remote)
+	return fl
+}
+
+// sourceFlags binds the flags mount and serve share: models, the source,
+// the cache, the extractor and logging.
+func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
 	fl.Var(funcFlag{set: o.AddModel}, "model", "`NAME=PATH.onnx` of a model to serve (repeatable)")
 	fl.StringVar(&o.ConfigFile, "config", o.ConfigFile, "YAML config `file` (models with preprocessing and aliases, and any option)")
 	fl.StringVar(&o.EndpointURL, "endpoint-url", o.EndpointURL, "S3 endpoint `URL` for MinIO, Ceph RGW, ... (default AWS)")
@@ -106,23 +124,11 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl.BoolVar(&o.TensorRT, "tensorrt", o.TensorRT, "run models with TensorRT (FP16) on CUDA")
 	fl.StringVar((*string)(&o.DType), "dtype", string(o.DType), "element type of the .npy files: float32 or float16")
 	fl.IntVar(&o.BatchSize, "batch-size", o.BatchSize, "images per model run (0: automatic)")
-	fl.DurationVar(&o.MetadataTTL, "metadata-ttl", o.MetadataTTL, "how long listings and attributes are cached")
 	fl.DurationVar(&o.NegativeTTL, "negative-ttl", o.NegativeTTL, "how long a bad object fails without being fetched again")
-	fl.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "bound on the fetch and extraction behind one read (0: none)")
-	fl.BoolVar(&o.AllowOther, "allow-other", o.AllowOther, "let other users read the mount")
-	fl.BoolVar(&o.Foreground, "foreground", o.Foreground, "stay attached; log to stderr unless --log-file")
 	fl.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
-	fl.StringVar(&o.LogFile, "log-file", o.LogFile, "log `file` (default ~/.cache/featurefs/featurefs.log in the background)")
-	fl.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "HOST:PORT to serve Prometheus metrics (/metrics) and the stats JSON (/stats) on, e.g. 127.0.0.1:9090")
 	fl.StringVar(&o.ORTLib, "ort-lib", o.ORTLib, "path of libonnxruntime.so (or FEATUREFS_ORT_LIB)")
 	fl.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "reject images with more pixels")
-	fl.Var(funcFlag{show: func() string { return strings.Join(o.ImageExtensions, ",") }, set: o.SetImageExtensions},
-		"image-extensions", "object extensions shown as .npy, comma-separated")
 	fl.Var(sizeFlag{&o.MaxObjectSize}, "max-object-size", "reject larger objects, e.g. 256MiB")
-	fl.StringVar(&o.Prefetch, "prefetch", o.Prefetch, "what a reader's first touch of a layer directory extracts in the background: off, dir or tree")
-	fl.IntVar(&o.PrefetchLimit, "prefetch-limit", o.PrefetchLimit, "most objects one prefetch walk of a layer extracts (0: no limit)")
-	remoteFlags(fl, &o.Remote)
-	return fl
 }
 
 // parseInterspersed parses flags anywhere among the positional arguments.
