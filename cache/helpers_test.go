@@ -1,15 +1,15 @@
 package cache
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/featurefs/featurefs/test/testenv"
 )
 
 // testKey returns a distinct key for n.
@@ -67,20 +67,5 @@ func waitFor(t testing.TB, cond func() bool) {
 
 func textLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer = testenv.SyncBuffer

@@ -19,6 +19,8 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+
+	"github.com/featurefs/featurefs/test/testenv"
 )
 
 // fakeBucket is an in-memory bucket with S3's one-level, sorted, paged
@@ -261,22 +263,7 @@ type env struct {
 }
 
 // syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testenv.SyncBuffer
 
 // testMount mounts a tree over b with fake extractor and cache on a fresh
 // directory through the kernel, and unmounts it when the test ends. The

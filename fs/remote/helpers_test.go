@@ -21,6 +21,8 @@ import (
 	"github.com/featurefs/featurefs/extractor"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
+
+	"github.com/featurefs/featurefs/test/testenv"
 )
 
 // testToken is the bearer token of the test servers.
@@ -151,23 +153,8 @@ type testServer struct {
 	release chan struct{}
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer = testenv.SyncBuffer
 
 // startServer serves objects (key -> content) with a fake extractor.
 func startServer(t testing.TB, objects map[string]string, tweak func(*ServerConfig)) *testServer {
