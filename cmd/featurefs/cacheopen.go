@@ -1,19 +1,40 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/mountopts"
 )
+
+// This file opens the parts every command that serves features shares
+// (mount, serve, warm): the source bucket, the feature cache and the
+// extraction service, each failing with its exit code.
 
 // lockWait is how long opening a cache waits for a lock held by another
 // process: a mount that was just unmounted closes its cache (and so releases
 // the lock) a second or two after `umount` returns, and a remount right
 // after it should not fail for that.
 const lockWait = 5 * time.Second
+
+// openSource opens the bucket SOURCE names with the options' S3 settings.
+func openSource(ctx context.Context, source string, o mountopts.Options) (bucket.Bucket, error) {
+	b, err := bucket.Open(ctx, source, bucket.S3Options{
+		Endpoint:       o.EndpointURL,
+		Region:         o.Region,
+		Profile:        o.Profile,
+		MaxObjectBytes: o.MaxObjectSize,
+	})
+	if err != nil {
+		return nil, failf(exitSource, "source %s: %w", source, err)
+	}
+	return b, nil
+}
 
 // openCache opens the feature cache the options name, retrying for up to
 // lockWait while another process holds its lock. The error of the last try
@@ -22,9 +43,33 @@ func openCache(o mountopts.Options, log *slog.Logger) (*cache.Store, error) {
 	deadline := time.Now().Add(lockWait)
 	for {
 		store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log})
-		if err == nil || !errors.Is(err, cache.ErrLocked) || time.Now().After(deadline) {
-			return store, err
+		switch {
+		case err == nil:
+			return store, nil
+		case errors.Is(err, cache.ErrLocked) && time.Now().Before(deadline):
+			time.Sleep(100 * time.Millisecond)
+		case errors.Is(err, cache.ErrLocked):
+			return nil, failf(exitCache, "%w", err) // names the directory and the process holding it
+		default:
+			return nil, failf(exitCache, "--cache-dir %s: %w", o.CacheDir, err)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// newExtractor loads the options' models into an extraction service that
+// serves dtype.
+func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger) (*extractor.Service, error) {
+	svc, err := extractor.New(extractor.Config{
+		ORTLib:    o.ORTLib,
+		Device:    o.Device,
+		TensorRT:  o.TensorRT,
+		BatchSize: o.BatchSize,
+		MaxPixels: o.MaxPixels,
+		DType:     dtype,
+		Logger:    log,
+	}, o.Models)
+	if err != nil {
+		return nil, failf(exitModel, "loading models: %w", err)
+	}
+	return svc, nil
 }

@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/mountopts"
@@ -372,23 +370,14 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 		}
 		defer closeSplit()
 	} else {
-		b, err = bucket.Open(ctx, source, bucket.S3Options{
-			Endpoint:       o.EndpointURL,
-			Region:         o.Region,
-			Profile:        o.Profile,
-			MaxObjectBytes: o.MaxObjectSize,
-		})
-		if err != nil {
-			return failf(exitSource, "source %s: %w", source, err)
+		if b, err = openSource(ctx, source, o); err != nil {
+			return err
 		}
 	}
 
 	store, err := openCache(o, log)
 	if err != nil {
-		if errors.Is(err, cache.ErrLocked) {
-			return failf(exitCache, "%w", err) // names the directory and the process holding it
-		}
-		return failf(exitCache, "--cache-dir %s: %w", o.CacheDir, err)
+		return err
 	}
 	defer func() {
 		if cerr := store.Close(); cerr != nil {
@@ -398,17 +387,9 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 	}()
 
 	if ex == nil {
-		svc, err := extractor.New(extractor.Config{
-			ORTLib:    o.ORTLib,
-			Device:    o.Device,
-			TensorRT:  o.TensorRT,
-			BatchSize: o.BatchSize,
-			MaxPixels: o.MaxPixels,
-			DType:     o.DType,
-			Logger:    log,
-		}, o.Models)
+		svc, err := newExtractor(o, o.DType, log)
 		if err != nil {
-			return failf(exitModel, "loading models: %w", err)
+			return err
 		}
 		defer func() {
 			if cerr := svc.Close(); cerr != nil {

@@ -16,9 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor"
-	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/mountopts"
 )
@@ -129,21 +126,13 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	b, err := bucket.Open(ctx, source, bucket.S3Options{
-		Endpoint:       o.EndpointURL,
-		Region:         o.Region,
-		Profile:        o.Profile,
-		MaxObjectBytes: o.MaxObjectSize,
-	})
+	b, err := openSource(ctx, source, o)
 	if err != nil {
-		return failf(exitSource, "source %s: %w", source, err)
+		return err
 	}
 	store, err := openCache(o, log)
 	if err != nil {
-		if errors.Is(err, cache.ErrLocked) {
-			return failf(exitCache, "%w", err)
-		}
-		return failf(exitCache, "--cache-dir %s: %w", o.CacheDir, err)
+		return err
 	}
 	defer func() {
 		if cerr := store.Close(); cerr != nil {
@@ -151,17 +140,9 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 			err = errors.Join(err, cerr)
 		}
 	}()
-	svc, err := extractor.New(extractor.Config{
-		ORTLib:    o.ORTLib,
-		Device:    o.Device,
-		TensorRT:  o.TensorRT,
-		BatchSize: o.BatchSize,
-		MaxPixels: o.MaxPixels,
-		DType:     o.DType,
-		Logger:    log,
-	}, o.Models)
+	svc, err := newExtractor(o, o.DType, log)
 	if err != nil {
-		return failf(exitModel, "loading models: %w", err)
+		return err
 	}
 	defer svc.Close()
 

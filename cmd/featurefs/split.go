@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/featurefs/featurefs/extractor"
@@ -33,17 +34,9 @@ func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, lo
 	if len(o.Models) == 0 {
 		return nil, nil, nil, failf(exitUsage, "--split %s needs the models on the mount too (--model NAME=PATH.onnx, the servers' files)", policy)
 	}
-	svc, err := extractor.New(extractor.Config{
-		ORTLib:    o.ORTLib,
-		Device:    o.Device,
-		TensorRT:  o.TensorRT,
-		BatchSize: o.BatchSize,
-		MaxPixels: o.MaxPixels,
-		DType:     rc.Info().DType,
-		Logger:    log,
-	}, o.Models)
+	svc, err := newExtractor(o, rc.Info().DType, log)
 	if err != nil {
-		return nil, nil, nil, failf(exitModel, "loading models for split execution: %w", err)
+		return nil, nil, nil, fmt.Errorf("split execution: %w", err)
 	}
 	x, err := rc.Split(ctx, remote.SplitConfig{Policy: policy, Local: svc, ProfileDir: remote.DefaultProfileDir(), Logger: log})
 	if err != nil {

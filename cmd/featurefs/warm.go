@@ -20,7 +20,6 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	featurefs "github.com/featurefs/featurefs/fs"
-	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -189,26 +188,21 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 		return warmOutcome{}, err
 	}
 	defer logc.Close()
-	b, err := bucket.Open(ctx, w.source, bucket.S3Options{
-		Endpoint: o.EndpointURL, Region: o.Region, Profile: o.Profile, MaxObjectBytes: o.MaxObjectSize,
-	})
+	b, err := openSource(ctx, w.source, o)
 	if err != nil {
-		return warmOutcome{}, failf(exitSource, "source %s: %w", w.source, err)
+		return warmOutcome{}, err
 	}
 	store, err := openCache(o, log)
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) {
 			return warmOutcome{}, failf(exitCache, "%w (a mount is using it: warm through the mount instead, featurefs warm MOUNT/features/...)", err)
 		}
-		return warmOutcome{}, failf(exitCache, "--cache-dir %s: %w", o.CacheDir, err)
+		return warmOutcome{}, err
 	}
 	defer store.Close()
-	svc, err := extractor.New(extractor.Config{
-		ORTLib: o.ORTLib, Device: o.Device, TensorRT: o.TensorRT, BatchSize: o.BatchSize,
-		MaxPixels: o.MaxPixels, DType: o.DType, Logger: log,
-	}, o.Models)
+	svc, err := newExtractor(o, o.DType, log)
 	if err != nil {
-		return warmOutcome{}, failf(exitModel, "loading models: %w", err)
+		return warmOutcome{}, err
 	}
 	defer svc.Close()
 	tree, err := featurefs.New(featurefs.Config{
