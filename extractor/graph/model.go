@@ -361,6 +361,20 @@ func (m *Model) defined(name string) bool {
 	return false
 }
 
+// addIO appends a NodeProto input or output field to the node's list.
+func (n *node) addIO(f field) error {
+	s, err := f.str()
+	if err != nil {
+		return err
+	}
+	if f.num == fNodeInput {
+		n.inputs = append(n.inputs, s)
+	} else {
+		n.outputs = append(n.outputs, s)
+	}
+	return nil
+}
+
 func parseNode(b []byte) (*node, error) {
 	fs, err := fields(b)
 	if err != nil {
@@ -370,14 +384,8 @@ func parseNode(b []byte) (*node, error) {
 	for _, f := range fs {
 		switch f.num {
 		case fNodeInput, fNodeOutput:
-			s, err := f.str()
-			if err != nil {
+			if err := n.addIO(f); err != nil {
 				return nil, err
-			}
-			if f.num == fNodeInput {
-				n.inputs = append(n.inputs, s)
-			} else {
-				n.outputs = append(n.outputs, s)
 			}
 		case fNodeName:
 			if n.name, err = f.str(); err != nil {
@@ -544,14 +552,8 @@ func parseNodeShallow(b []byte, depth int) (*node, error) {
 	for _, f := range fs {
 		switch f.num {
 		case fNodeInput, fNodeOutput:
-			s, err := f.str()
-			if err != nil {
+			if err := n.addIO(f); err != nil {
 				return nil, err
-			}
-			if f.num == fNodeInput {
-				n.inputs = append(n.inputs, s)
-			} else {
-				n.outputs = append(n.outputs, s)
 			}
 		case fNodeAttribute:
 			mb, err := f.msg()
