@@ -17,7 +17,7 @@ SHELL := /bin/bash
 DEPS ?= $(or $(FEATUREFS_DEPS),$(HOME)/.cache/featurefs)
 export FEATUREFS_DEPS := $(DEPS)
 # A Go toolchain that install-deps.sh fetched (only when none was on PATH).
-export PATH := $(PATH):$(DEPS)/go/bin
+export PATH := $(DEPS)/go/bin:$(PATH)
 export FEATUREFS_ORT_LIB ?= $(DEPS)/lib/libonnxruntime.so.1
 export CGO_ENABLED := 1
 

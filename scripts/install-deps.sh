@@ -8,8 +8,8 @@
 #   lib/libonnxruntime.so.1   ONNX Runtime 1.24.1, CPU build
 #   bin/minio                 MinIO server
 #   go/                       a Go toolchain, only when none is on PATH
-#                             (the golang.org/toolchain module from the Go
-#                             module proxy, as GOTOOLCHAIN=auto fetches it)
+#                             (the golang.org/toolchain module, fetched by
+#                             Debian's Go 1.19 from the Go module proxy)
 set -euo pipefail
 
 ORT_VERSION=1.24.1
@@ -34,22 +34,34 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
-# Go: the one on PATH, else a toolchain fetched once into $DEPS/go.
+# Go: the one on PATH, else a toolchain fetched once into $DEPS/go: Debian's
+# Go 1.19 (package golang-1.19-go, which puts no `go` on PATH) downloads the
+# golang.org/toolchain module that go.mod names through the Go module proxy.
 if ! command -v go >/dev/null; then
-  export PATH="$PATH:$DEPS/go/bin"
+  export PATH="$DEPS/go/bin:$PATH"
 fi
 if ! command -v go >/dev/null; then
   here=$(cd "$(dirname "$0")/.." && pwd)
   gover=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$here/go.mod" 2>/dev/null | head -1)
   gover=${gover:-1.26.8}
+  bootstrap=/usr/lib/go-1.19/bin/go
+  if [ ! -x "$bootstrap" ]; then
+    log "apt-get install golang-1.19-go (to fetch the go$gover toolchain)"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-1.19-go >/dev/null
+  fi
   log "no go on PATH: fetching the go$gover toolchain module into $DEPS/go"
   tmp=$(mktemp -d)
-  curl -fsSL -o "$tmp/go.zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-go$gover.linux-amd64.zip"
-  /usr/bin/python3 -m zipfile -e "$tmp/go.zip" "$tmp/x"
+  # Outside any module, with a private module cache (its files are read-only).
+  dir=$(cd "$tmp" && GOPATH="$tmp/gopath" GOFLAGS=-modcacherw GO111MODULE=on GOTOOLCHAIN=local \
+    "$bootstrap" mod download -json "golang.org/toolchain@v0.0.1-go$gover.linux-amd64" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  { [ -n "$dir" ] && [ -f "$dir/bin/go" ]; } || { log "fetching the go$gover toolchain failed"; exit 1; }
   rm -rf "$DEPS/go"
-  mv "$tmp/x/golang.org/toolchain@v0.0.1-go$gover.linux-amd64" "$DEPS/go"
+  cp -r "$dir" "$DEPS/go"
   chmod +x "$DEPS"/go/bin/* "$DEPS"/go/pkg/tool/*/*
-  rm -rf "$tmp"
+  chmod -R u+w "$tmp"; rm -rf "$tmp"
   go version >&2
 fi
 
