@@ -2,10 +2,12 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -21,9 +23,11 @@ import (
 type featureFile struct {
 	gofs.Inode
 	readOnly
-	fs   *FS
-	view *layerView
-	obj  bucket.Object
+	fs     *FS
+	view   *layerView
+	prefix string        // the directory's bucket prefix
+	name   string        // the file's name in it
+	obj    bucket.Object // the version it was looked up as
 }
 
 var _ = (gofs.NodeGetattrer)((*featureFile)(nil))
@@ -39,18 +43,27 @@ func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 // Open hands out a handle; the content is immutable, so the kernel keeps
 // its page cache across opens, and a close needs no FLUSH round trip (numpy
 // closes each file twice: the FLUSHes doubled the cost of a cached np.load).
+// The handle reads the newest version the mount knows of the object (the
+// kernel may hold this node past a relisting); a name that the fresh
+// listing of its directory no longer has is gone (ENOENT). Open never asks
+// the store.
 func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if openForWrite(flags) {
 		return nil, 0, syscall.EROFS
 	}
 	ff.fs.stats.opens.Add(1)
-	ff.fs.pf.touch(ff.view, parentPrefix(ff.obj.Key))
-	return &featureHandle{}, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
+	obj, ok := ff.fs.currentVersion(ff.prefix, ff.name, ff.obj)
+	if !ok {
+		return nil, 0, ff.fs.errno(fmt.Errorf("%s%s: no longer listed: %w", ff.prefix, ff.name, bucket.ErrNotFound), ff.obj.Key)
+	}
+	return &featureHandle{obj: obj}, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }
 
 // featureHandle holds the whole feature once read, for the later reads of
 // the same open file.
 type featureHandle struct {
+	obj bucket.Object // the object version it reads; constant
+
 	mu   sync.Mutex
 	data []byte // GUARDED_BY(mu)
 	// failed is the errno of a failed computation: later reads of the same
@@ -60,11 +73,14 @@ type featureHandle struct {
 	failed syscall.Errno // GUARDED_BY(mu)
 }
 
-// Read returns part of the feature, computing it on the first read.
+// Read returns part of the feature, computing it on the first read of the
+// handle. Once computed, the first read of a feature's content tells
+// prefetch which layer directory a reader is in (metadata alone never does:
+// ls, find, du and stat compute nothing).
 func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h, ok := fh.(*featureHandle)
 	if !ok {
-		h = &featureHandle{}
+		h = &featureHandle{obj: ff.obj}
 	}
 	h.mu.Lock()
 	if h.failed != 0 {
@@ -73,9 +89,10 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 		return nil, errno
 	}
 	if h.data == nil {
-		data, err := ff.fs.feature(ctx, ff.view, ff.obj)
+		data, err := ff.fs.readFeature(ctx, ff.view, h.obj)
+		ff.fs.pf.touch(ff.view, ff.prefix)
 		if err != nil {
-			errno := ff.fs.errno(err, ff.obj.Key)
+			errno := ff.fs.errno(err, h.obj.Key)
 			if errno != syscall.EINTR {
 				h.failed = errno
 			}
@@ -93,6 +110,63 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 	end := min(off+int64(len(dest)), int64(len(data)))
 	ff.fs.stats.readBytes.Add(end - off)
 	return fuse.ReadResultData(data[off:end]), 0
+}
+
+// readFeature is a read's feature of obj. An object overwritten since it
+// was listed (its ETag changed) is a normal event, not an error: the new
+// version is looked up, remembered for later opens (FS.versions) and its
+// feature served; the shape, and so the file's size, are the same.
+func (f *FS) readFeature(ctx context.Context, v *layerView, obj bucket.Object) ([]byte, error) {
+	data, err := f.feature(ctx, v, obj)
+	if !errors.Is(err, errObjectChanged) {
+		return data, err
+	}
+	sctx, cancel := f.listCtx(ctx)
+	newer, serr := f.cfg.Bucket.Stat(sctx, obj.Key)
+	cancel()
+	if serr != nil {
+		return nil, fmt.Errorf("%w; stat of the new version: %w", err, serr)
+	}
+	if newer.Key == "" {
+		newer.Key = obj.Key
+	}
+	if newer.ETag == obj.ETag {
+		return nil, err
+	}
+	f.versions.Put(obj.Key, objVersion{obj: newer, seen: f.now()}, 1)
+	f.log.Info("featurefs: object changed since it was listed; serving its new version",
+		slog.String("key", obj.Key), slog.String("listed_etag", obj.ETag), slog.String("etag", newer.ETag))
+	return f.feature(ctx, v, newer)
+}
+
+// objVersion is a version of an object a read found newer than its listing.
+type objVersion struct {
+	obj  bucket.Object
+	seen time.Time
+}
+
+// currentVersion returns the version of the object named name under prefix
+// that an open should read, given the version obj the node was made for:
+// the fresh listing's, or a newer one a read found since that listing was
+// read (FS.versions). It returns false when a fresh complete listing no
+// longer has the name (the object was deleted or renamed). It asks only the
+// mount's caches.
+func (f *FS) currentVersion(prefix, name string, obj bucket.Object) (bucket.Object, bool) {
+	listedAt := time.Time{}
+	if l, ok := f.listings.Get(prefix); ok && f.fresh(l) {
+		e, found, complete := l.find(name)
+		switch {
+		case found && !e.dir:
+			obj = e.obj
+		case complete:
+			return obj, false
+		}
+		listedAt = l.listedAt
+	}
+	if nv, ok := f.versions.Get(obj.Key); ok && nv.seen.After(listedAt) {
+		obj = nv.obj
+	}
+	return obj, true
 }
 
 // cacheKey is the cache key of one object version's feature at one layer.

@@ -10,12 +10,13 @@ import (
 // ignores the callers' cancellation (an interrupted reader that retries finds
 // the run still going), so each caller may stop waiting on its own context.
 // The number of runs is bounded by the number of waiting callers, which
-// go-fuse bounds.
+// go-fuse bounds, or by the admit function of start.
 type flightGroup[V any] struct {
 	mu    sync.Mutex
 	calls map[string]*flightCall[V] // GUARDED_BY(mu)
 }
 
+// flightCall is one run of a flightGroup.
 type flightCall[V any] struct {
 	done chan struct{}
 	val  V
@@ -26,26 +27,43 @@ type flightCall[V any] struct {
 // flight. fn gets a context without the caller's cancellation (values
 // kept). If ctx ends first, do returns ctx.Err() and the run goes on.
 func (g *flightGroup[V]) do(ctx context.Context, key string, fn func(context.Context) (V, error)) (V, error) {
+	return g.start(ctx, key, nil, fn).wait(ctx)
+}
+
+// start joins the run in flight for key, or starts fn in its own goroutine
+// (under ctx without its cancellation). admit, if not nil, is asked (under
+// the group's lock) before a new run starts: when it says no, start returns
+// nil and nothing runs. fn then owns whatever admit took.
+func (g *flightGroup[V]) start(ctx context.Context, key string, admit func() bool, fn func(context.Context) (V, error)) *flightCall[V] {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.calls == nil {
 		g.calls = map[string]*flightCall[V]{}
 	}
-	c, ok := g.calls[key]
-	if !ok {
-		c = &flightCall[V]{done: make(chan struct{})}
-		g.calls[key] = c
-		runCtx := context.WithoutCancel(ctx)
-		go func() {
-			defer func() {
-				g.mu.Lock()
-				delete(g.calls, key)
-				g.mu.Unlock()
-				close(c.done)
-			}()
-			c.val, c.err = fn(runCtx)
-		}()
+	if c, ok := g.calls[key]; ok {
+		return c
 	}
-	g.mu.Unlock()
+	if admit != nil && !admit() {
+		return nil
+	}
+	c := &flightCall[V]{done: make(chan struct{})}
+	g.calls[key] = c
+	runCtx := context.WithoutCancel(ctx)
+	go func() {
+		defer func() {
+			g.mu.Lock()
+			delete(g.calls, key)
+			g.mu.Unlock()
+			close(c.done)
+		}()
+		c.val, c.err = fn(runCtx)
+	}()
+	return c
+}
+
+// wait returns the run's result, or ctx.Err() if ctx ends first (the run
+// goes on).
+func (c *flightCall[V]) wait(ctx context.Context) (V, error) {
 	select {
 	case <-c.done:
 		return c.val, c.err

@@ -80,6 +80,12 @@ type Config struct {
 	// RelistPages is how many listing pages a lookup reads before it falls
 	// back to Stat calls (default 10).
 	RelistPages int
+	// StaleGrace is how long a lookup or directory read whose cached
+	// listing is stale (older than MetadataTTL, but complete) waits for the
+	// store to list the directory again before it answers from the stale
+	// listing; the new listing is still read in the background. While the
+	// store is failing, they wait only 50ms. Default 1s.
+	StaleGrace time.Duration
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
 
@@ -94,6 +100,19 @@ const maxRecentErrors = 20
 // statParallel bounds the Stat calls of all lookups together.
 const statParallel = 32
 
+// maxRefreshes bounds the stale listings being read again in the background
+// (FS.refreshStale); a stale directory finding no slot answers from its
+// stale listing and is refreshed by a later lookup.
+const maxRefreshes = 8
+
+// defaultStaleGrace is Config.StaleGrace's default.
+const defaultStaleGrace = time.Second
+
+// failingGrace is how long a stale listing's refresh is waited for while the
+// store is failing: enough for a store that is back to answer a small
+// listing, so that the first lookup after an outage sees fresh entries.
+const failingGrace = 50 * time.Millisecond
+
 // FS is a featurefs tree. Create it with New and serve it with Mount.
 type FS struct {
 	// Constant after New.
@@ -105,12 +124,16 @@ type FS struct {
 	dtype    extractor.DType
 	started  time.Time
 	statSem  chan struct{}
+	// refreshing holds a token per background listing refresh.
+	refreshing chan struct{}
+	health     storeHealth
 
-	listings *lru.LRU[string, *listing] // prefix -> listing
-	bad      *lru.LRU[string, badEntry] // object version -> why it is bad
-	logged   *lru.LRU[string, struct{}] // key+error already logged
-	lists    flightGroup[*listing]      // lookups' listings in flight
-	features flightGroup[[]byte]        // reads in flight
+	listings *lru.LRU[string, *listing]   // prefix -> listing
+	bad      *lru.LRU[string, badEntry]   // object version -> why it is bad
+	logged   *lru.LRU[string, struct{}]   // key+error already logged
+	versions *lru.LRU[string, objVersion] // key -> a version newer than its listing's
+	lists    flightGroup[*listing]        // lookups' listings in flight
+	features flightGroup[[]byte]          // reads in flight
 
 	stats counters
 	obs   observer // figures of the wrapped bucket and extractor, errors by kind
@@ -158,23 +181,28 @@ func New(cfg Config) (*FS, error) {
 	if cfg.RelistPages <= 0 {
 		cfg.RelistPages = 10
 	}
+	if cfg.StaleGrace <= 0 {
+		cfg.StaleGrace = defaultStaleGrace
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	f := &FS{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		naming:   newNaming(cfg.ImageExtensions),
-		identity: cfg.Bucket.Identity(),
-		models:   cfg.Extractor.Models(),
-		dtype:    cfg.Extractor.DType(),
-		statSem:  make(chan struct{}, statParallel),
-		listings: lru.New[string, *listing](cfg.MaxListingEntries),
-		bad:      lru.New[string, badEntry](cfg.MaxBadObjects),
-		logged:   lru.New[string, struct{}](4096),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		naming:     newNaming(cfg.ImageExtensions),
+		identity:   cfg.Bucket.Identity(),
+		models:     cfg.Extractor.Models(),
+		dtype:      cfg.Extractor.DType(),
+		statSem:    make(chan struct{}, statParallel),
+		refreshing: make(chan struct{}, maxRefreshes),
+		listings:   lru.New[string, *listing](cfg.MaxListingEntries),
+		bad:        lru.New[string, badEntry](cfg.MaxBadObjects),
+		logged:     lru.New[string, struct{}](4096),
+		versions:   lru.New[string, objVersion](4096),
 	}
 	f.started = f.now()
-	f.cfg.Bucket = countingBucket{Bucket: cfg.Bucket, o: &f.obs}
+	f.cfg.Bucket = countingBucket{Bucket: cfg.Bucket, o: &f.obs, h: &f.health}
 	f.cfg.Extractor = observedExtractor{Extractor: cfg.Extractor, o: &f.obs, now: cfg.Now}
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")

@@ -106,16 +106,19 @@ type storeError struct {
 func (e *storeError) Error() string { return e.err.Error() }
 func (e *storeError) Unwrap() error { return e.err }
 
-// countingBucket counts the calls, errors and bytes of a bucket.
+// countingBucket counts the calls, errors and bytes of a bucket, and tells
+// the store's health every outcome.
 type countingBucket struct {
 	bucket.Bucket
 	o *observer
+	h *storeHealth
 }
 
 // List lists one page, counting it.
 func (b countingBucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
 	b.o.lists.Add(1)
 	p, err := b.Bucket.List(ctx, prefix, token)
+	b.h.observe(err)
 	if err != nil {
 		b.o.listErrors.Add(1)
 		return p, &storeError{op: "list", err: err}
@@ -127,6 +130,7 @@ func (b countingBucket) List(ctx context.Context, prefix, token string) (bucket.
 func (b countingBucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
 	b.o.statCalls.Add(1)
 	obj, err := b.Bucket.Stat(ctx, key)
+	b.h.observe(err)
 	if err != nil {
 		if !errors.Is(err, bucket.ErrNotFound) {
 			b.o.statErrors.Add(1)
@@ -140,6 +144,7 @@ func (b countingBucket) Stat(ctx context.Context, key string) (bucket.Object, er
 func (b countingBucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
 	b.o.gets.Add(1)
 	data, obj, err := b.Bucket.Get(ctx, key, maxBytes)
+	b.h.observe(err)
 	if err != nil {
 		b.o.getErrors.Add(1)
 		return data, obj, &storeError{op: "get", err: err}

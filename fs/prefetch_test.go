@@ -315,13 +315,14 @@ func prefetchBucket() *fakeBucket {
 
 var prefetchImages = []string{"top.jpg", "a/1.jpg", "a/2.png", "a/b/3.jpg", "c/4.jpeg", "c/d/e/5.jpg"}
 
-// TestPrefetchTree: touching a layer directory extracts every image under
-// it once, in the background; reads are then cache hits; the bad image is
-// recorded and its read fails at once without another fetch.
+// TestPrefetchTree: reading a feature file of a layer directory extracts
+// every image under it once, in the background; reads are then cache hits;
+// the bad image is recorded and its read fails at once without another
+// fetch.
 func TestPrefetchTree(t *testing.T) {
 	b := prefetchBucket()
 	e := testMount(t, b, func(c *Config) { c.Prefetch = PrefetchConfig{Mode: PrefetchTree} })
-	if _, err := os.Stat(e.path("features", "tiny", "layer1", "a")); err != nil {
+	if _, err := os.ReadFile(e.path("features", "tiny", "layer1", "a", "1.npy")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the walk", func() bool { return e.fs.PrefetchStats().WalksDone >= 1 })
@@ -334,14 +335,14 @@ func TestPrefetchTree(t *testing.T) {
 		t.Errorf("a non-image was extracted %d times", n)
 	}
 	st := e.fs.PrefetchStats()
-	if st.Extracted != 6 || st.Failed != 1 || st.Objects != 7 || st.Walks != 1 {
-		t.Errorf("prefetch stats %+v: want 6 extracted, 1 failed, 7 objects, 1 walk", st)
+	if st.Extracted != 5 || st.Cached != 1 || st.Failed != 1 || st.Objects != 7 || st.Walks != 1 {
+		t.Errorf("prefetch stats %+v: want 5 extracted, 1 cached (the one read), 1 failed, 7 objects, 1 walk", st)
 	}
 	// The alias of layer1 shares its walk; layer0 gets its own.
-	if _, err := os.ReadDir(e.path("features", "tiny", "pool")); err != nil {
+	if _, err := os.ReadFile(e.path("features", "tiny", "pool", "top.npy")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.ReadDir(e.path("features", "tiny", "layer0")); err != nil {
+	if _, err := os.ReadFile(e.path("features", "tiny", "layer0", "top.npy")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the layer0 walk", func() bool { return e.fs.PrefetchStats().WalksDone >= 2 })
@@ -362,22 +363,27 @@ func TestPrefetchTree(t *testing.T) {
 	}
 }
 
-// TestPrefetchDir: in dir mode a touched directory's own images are
-// extracted, not those of its subdirectories or siblings.
+// TestPrefetchDir: in dir mode the images of the directory of a feature
+// file read are extracted, not those of its subdirectories or siblings;
+// listing and looking up directories schedule nothing.
 func TestPrefetchDir(t *testing.T) {
 	b := prefetchBucket()
 	e := testMount(t, b, func(c *Config) { c.Prefetch = PrefetchConfig{Mode: PrefetchDir} })
-	if _, err := os.ReadDir(e.path("features", "tiny", "layer0", "a")); err != nil {
+	if _, err := os.ReadDir(e.path("features", "tiny", "layer0", "c")); err != nil {
 		t.Fatal(err)
 	}
-	// ReadDir of a/ looked a/ up in the layer directory (a walk of "")
-	// and opened a/ (a walk of "a/").
-	waitFor(t, 10*time.Second, "the walks", func() bool { return e.fs.PrefetchStats().WalksDone >= 2 })
+	if _, err := os.ReadFile(e.path("features", "tiny", "layer0", "a", "1.npy")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the walk", func() bool { return e.fs.PrefetchStats().WalksDone >= 1 })
+	if st := e.fs.PrefetchStats(); st.Walks != 1 {
+		t.Errorf("%d walks, want 1 (a/ only)", st.Walks)
+	}
 	got := map[string]int{}
 	for _, k := range append(prefetchImages, "c/broken.jpg") {
 		got[k] = e.x.callsFor(k)
 	}
-	want := map[string]int{"top.jpg": 1, "a/1.jpg": 1, "a/2.png": 1}
+	want := map[string]int{"a/1.jpg": 1, "a/2.png": 1}
 	for k, n := range got {
 		if n != want[k] {
 			t.Errorf("%s: %d extractions, want %d", k, n, want[k])
@@ -439,7 +445,7 @@ func TestPrefetchSkipsCachedAndStopsAtLimit(t *testing.T) {
 		c.Cache = shared
 		c.Prefetch = PrefetchConfig{Mode: PrefetchTree, Limit: 100, ModelLimits: map[string]int{"tiny": 7}}
 	})
-	if _, err := os.ReadDir(e2.path("features", "tiny", "layer0")); err != nil {
+	if _, err := os.ReadFile(e2.path("features", "tiny", "layer0", "s", "00.npy")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the walk", func() bool { return e2.fs.PrefetchStats().WalksDone >= 1 })
@@ -467,7 +473,7 @@ func TestPrefetchQueueJump(t *testing.T) {
 	f, _, mnt := mountFS(t, Config{Bucket: b, Extractor: x, Cache: newFakeCache(),
 		Prefetch: PrefetchConfig{Mode: PrefetchTree, MaxInFlight: 64}})
 	layer := filepath.Join(mnt, "features", "tiny", "layer0")
-	if _, err := os.Stat(filepath.Join(layer, "d")); err != nil {
+	if _, err := os.ReadFile(filepath.Join(layer, "d", "00000.npy")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "prefetch to run 5 batches", func() bool { return x.batchesRun() >= 5 })
@@ -560,7 +566,7 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 			}
 		}
 	}()
-	if _, err := os.ReadDir(filepath.Join(mnt, "features", "big", "layer0")); err != nil {
+	if _, err := os.ReadFile(filepath.Join(mnt, "features", "big", "layer0", "many", "00000.npy")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 120*time.Second, "the walk of 10,000 objects", func() bool { return f.PrefetchStats().WalksDone >= 1 })
@@ -572,8 +578,10 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 	cost := f.costOf(&layerView{model: big, layer: big.Layers[0], size: featureBytes}, b.objectFor(t, "many/00000.jpg"))
 	t.Logf("prefetch: %+v; feature %d bytes, cost %d bytes; heap %d MiB at start, peak %d MiB",
 		st, featureBytes, cost, base>>20, peak.Load()>>20)
-	if st.Extracted != objects || x.extracts.Load() != objects || c.puts.Load() != objects {
-		t.Errorf("extracted %d, Extract calls %d, cache puts %d; want %d each", st.Extracted, x.extracts.Load(), c.puts.Load(), objects)
+	// The first object is extracted by the read that started the walk.
+	if st.Extracted != objects-1 || st.Cached != 1 || x.extracts.Load() != objects || c.puts.Load() != objects {
+		t.Errorf("prefetch extracted %d (cached %d), Extract calls %d, cache puts %d; want %d prefetched, 1 cached and %d each",
+			st.Extracted, st.Cached, x.extracts.Load(), c.puts.Load(), objects-1, objects)
 	}
 	if st.InFlightLimit != limit || st.PeakInFlight > limit {
 		t.Errorf("in flight: limit %d, peak %d; want limit %d (4 batches) and the peak within it", st.InFlightLimit, st.PeakInFlight, limit)
@@ -617,7 +625,7 @@ func TestPrefetchStopsOnUnmount(t *testing.T) {
 	baseline := runtime.NumGoroutine()
 	f, srv, mnt := mountFS(t, Config{Bucket: b, Extractor: x, Cache: newFakeCache(),
 		Prefetch: PrefetchConfig{Mode: PrefetchTree, MaxInFlight: 64}})
-	if _, err := os.ReadDir(filepath.Join(mnt, "features", "tiny", "layer0")); err != nil {
+	if _, err := os.ReadFile(filepath.Join(mnt, "features", "tiny", "layer0", "u", "00000.npy")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "prefetch to extract 100", func() bool { return f.PrefetchStats().Extracted >= 100 })

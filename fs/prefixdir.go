@@ -38,7 +38,6 @@ func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 // Lookup finds a subdirectory or feature file.
 func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
-	d.fs.pf.touch(d.view, d.prefix)
 	e, err := d.fs.lookupEntry(ctx, d.prefix, name)
 	if err != nil {
 		return nil, d.fs.errno(err, d.prefix+name)
@@ -54,7 +53,7 @@ func (d *prefixDir) child(ctx context.Context, e dirEntry, attr *fuse.Attr) *gof
 		return d.NewInode(ctx, sub, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: d.view.dirIno(sub.prefix)})
 	}
 	fileAttr(attr, d.view.size, e.obj.ModTime)
-	ff := &featureFile{fs: d.fs, view: d.view, obj: e.obj}
+	ff := &featureFile{fs: d.fs, view: d.view, prefix: d.prefix, name: e.name, obj: e.obj}
 	return d.NewInode(ctx, ff, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: d.view.fileIno(e.obj.Key, e.obj.ETag)})
 }
 
@@ -69,57 +68,73 @@ func (d *prefixDir) entryIno(e dirEntry) uint64 {
 // OpendirHandle starts a listing: from the cache when a complete one is
 // fresh, else streamed from the bucket page by page as the reader asks.
 func (d *prefixDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	d.fs.pf.touch(d.view, d.prefix)
 	h := &dirHandle{d: d}
-	h.start()
+	h.start(ctx)
 	return h, 0, 0
 }
 
-// maxRelistPages bounds the pages one lookup reads to refresh a stale
-// listing that was complete.
-const maxRelistPages = 100
-
-// lookupEntry answers a lookup of name under prefix: from a fresh listing
-// when it has the name or is complete; else from a listing read now (shared
-// by concurrent lookups, at most RelistPages pages); else by Stat calls. A
-// name is missing only if a complete listing lacks it or Stat says so.
+// lookupEntry answers a lookup of name under prefix, within ReadTimeout as
+// a whole:
+//   - from a fresh listing that has the name or is complete;
+//   - for a stale listing that was complete, from the listing read again
+//     if the store answers within StaleGrace, else from the stale listing
+//     (the new one is read in the background);
+//   - without a listing to fall back on, from a listing read now (shared by
+//     concurrent lookups, at most RelistPages pages), else by Stat calls.
+//
+// A name is missing only if a complete listing lacks it or Stat says so.
 func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (dirEntry, error) {
 	if !validName(name) {
 		return dirEntry{}, fmt.Errorf("%q: %w", name, bucket.ErrNotFound)
 	}
+	ctx, cancel := f.listCtx(ctx)
+	defer cancel()
 	l, ok := f.listings.Get(prefix)
-	if !ok || !f.fresh(l) {
-		// A listing that was complete is read again whole (up to
-		// maxRelistPages): cheaper than a Stat per name of a large directory.
-		pages := f.cfg.RelistPages
-		if ok {
-			if n, complete := l.size(); complete {
-				pages = max(pages, min(n+1, maxRelistPages))
-			}
-		}
-		var err error
-		l, err = f.lists.do(ctx, prefix, func(ctx context.Context) (*listing, error) {
-			if l, ok := f.listings.Get(prefix); ok && f.fresh(l) {
-				return l, nil // another lookup or readdir has just started one
-			}
-			s := f.newListStream(prefix)
-			if _, err := s.all(ctx, pages); err != nil {
-				return nil, err
-			}
-			return s.l, nil
-		})
-		if err != nil {
-			return dirEntry{}, err
-		}
+	var last *listing // the last complete listing, if any
+	if ok {
+		last = l.lastComplete()
 	}
-	e, found, complete := l.find(name)
 	switch {
-	case found:
-		return e, nil
-	case complete:
-		return dirEntry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
+	case ok && f.fresh(l):
+		if e, found, complete := l.find(name); found || complete {
+			return f.answer(prefix, name, e, found)
+		}
+		// Fresh but incomplete: being read page by page, or too large to
+		// keep whole. A name the last complete listing had is still there
+		// most likely; any other is asked of the store, unless the store is
+		// failing: then the last complete listing answers.
+		if last != nil {
+			if e, found, _ := last.find(name); found || f.health.failing() {
+				return f.answer(prefix, name, e, found)
+			}
+		}
+		return f.statLookup(ctx, prefix, name)
+	case last != nil:
+		if nl := f.refreshStale(ctx, prefix); nl != nil {
+			if e, found, complete := nl.find(name); found || complete {
+				return f.answer(prefix, name, e, found)
+			}
+		}
+		e, found, _ := last.find(name)
+		return f.answer(prefix, name, e, found)
+	}
+	l, err := f.lists.do(ctx, prefix, f.relist(prefix, f.cfg.RelistPages))
+	if err != nil {
+		return dirEntry{}, err
+	}
+	if e, found, complete := l.find(name); found || complete {
+		return f.answer(prefix, name, e, found)
 	}
 	return f.statLookup(ctx, prefix, name)
+}
+
+// answer is a lookup's result from a listing that has the name or is
+// complete.
+func (f *FS) answer(prefix, name string, e dirEntry, found bool) (dirEntry, error) {
+	if !found {
+		return dirEntry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
+	}
+	return e, nil
 }
 
 // statLookup answers a lookup without a complete listing. A name without
@@ -244,13 +259,32 @@ var _ = (gofs.FileReaddirenter)((*dirHandle)(nil))
 var _ = (gofs.FileSeekdirer)((*dirHandle)(nil))
 var _ = (gofs.FileReleasedirer)((*dirHandle)(nil))
 
-// start (re)opens the listing. Callers hold mu or own h.
-func (h *dirHandle) start() {
+// start (re)opens the listing: a fresh complete listing from the cache; for
+// a stale one that was complete, the listing read again if the store answers
+// within StaleGrace, else the stale one (see FS.refreshStale); else a stream
+// reading the bucket page by page as the reader asks. Callers hold mu or own
+// h.
+func (h *dirHandle) start(ctx context.Context) {
 	f := h.d.fs
 	h.entries, h.pos, h.off, h.stream = nil, 0, 0, nil
-	if l, ok := f.listings.Get(h.d.prefix); ok && f.fresh(l) {
+	l, ok := f.listings.Get(h.d.prefix)
+	if ok && f.fresh(l) {
 		if es, complete := l.snapshot(); complete {
 			h.entries = es
+			return
+		}
+	}
+	if ok {
+		// Stale, or being read again: the last complete listing, unless the
+		// new one comes within the grace.
+		if old := l.lastComplete(); old != nil {
+			if nl := f.refreshStale(ctx, h.d.prefix); nl != nil {
+				if es, complete := nl.snapshot(); complete {
+					h.entries = es
+					return
+				}
+			}
+			h.entries, _ = old.snapshot()
 			return
 		}
 	}
@@ -289,7 +323,7 @@ func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	case h.off:
 		return 0
 	case 0:
-		h.start()
+		h.start(ctx)
 		return 0
 	}
 	return syscall.ENOTSUP

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -160,4 +161,113 @@ func statsField(t *testing.T, stats map[string]any, name string) int64 {
 		t.Fatalf("stats has no %s: %v", name, flat)
 	}
 	return int64(v)
+}
+
+// TestDeletedObjectUnreadableOnceRelisted deletes an object whose feature
+// was read, and cached, in two layers at different times, so that the
+// kernel still holds the name in the second layer when the listing of the
+// directory (shared by all layers) has been read again without it: opening
+// the name then fails with ENOENT instead of serving the cached feature.
+func TestDeletedObjectUnreadableOnceRelisted(t *testing.T) {
+	d := genDataset(t, "--classes", "1", "--train", "3", "--val", "0")
+	srv, env := minioBucket(t, "deleted", "", d.Dir)
+	const ttl = 8 * time.Second
+	m := testMount(t, mountConfig{Source: "s3://deleted", Env: env,
+		Args: []string{"--endpoint-url", srv.Endpoint, "--metadata-ttl", ttl.String(), "--prefetch", "off"}})
+	names := featureNames(d.keys(t))
+	images := d.images("")
+	gone, warm := images[0], images[1]
+	path := func(layer, key string) string { return filepath.Join(m.Layer(layer), filepath.FromSlash(names[key])) }
+	dir := filepath.Dir(path(testLayer, gone.Key))
+	// Load both layers' models, so that the reads below are quick.
+	for _, layer := range []string{testLayer, "layer1"} {
+		if _, err := readUncached(path(layer, warm.Key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(ttl + time.Second)
+	listedAt := time.Now() // the directory's listing is read again now
+	if _, err := readDirNames(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readUncached(path(testLayer, gone.Key)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(listedAt.Add(ttl / 2)))
+	// Looked up now, from the listing, the name stays in the kernel's cache
+	// until half a TTL after the listing expires.
+	if _, err := readUncached(path("layer1", gone.Key)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Delete(t, "deleted", gone.Key)
+	for {
+		listed, err := readDirNames(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(listed, filepath.Base(path(testLayer, gone.Key))) {
+			break
+		}
+		if time.Since(listedAt) > ttl+30*time.Second {
+			t.Fatalf("ls still shows %s %v after its object was deleted", names[gone.Key], time.Since(listedAt))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if time.Since(listedAt) > ttl*3/2 {
+		t.Fatalf("the listing took until %v after it was read to show the deletion: the test needs it before %v", time.Since(listedAt), ttl*3/2)
+	}
+	b, err := readUncached(path("layer1", gone.Key))
+	t.Logf("read layer1/%s %v after the listing, once ls stopped showing it: %d bytes, %v", names[gone.Key], time.Since(listedAt).Round(time.Millisecond), len(b), err)
+	if !os.IsNotExist(err) {
+		t.Errorf("read layer1/%s after ls stopped showing it: %d bytes, %v; want ENOENT", names[gone.Key], len(b), err)
+	}
+}
+
+// TestOverwriteWithinTTLServesNewVersion lists a directory, overwrites one
+// of its images with another and reads its feature before the metadata TTL
+// has passed: the read succeeds with the new image's feature (the shape,
+// and so the size, are the same), as do later reads, and no error is
+// logged.
+func TestOverwriteWithinTTLServesNewVersion(t *testing.T) {
+	d := genDataset(t, "--classes", "1", "--train", "3", "--val", "0")
+	srv, env := minioBucket(t, "rewritten", "", d.Dir)
+	m := testMount(t, mountConfig{Source: "s3://rewritten", Env: env,
+		Args: []string{"--endpoint-url", srv.Endpoint, "--metadata-ttl", "10m", "--prefetch", "off"}})
+	names := featureNames(d.keys(t))
+	images := d.images("")
+	target, other := images[0], images[1]
+	p := filepath.Join(m.Layer(testLayer), filepath.FromSlash(names[target.Key]))
+	if _, err := readDirNames(filepath.Dir(p)); err != nil {
+		t.Fatal(err)
+	}
+	newBytes, err := os.ReadFile(filepath.Join(d.Dir, filepath.FromSlash(other.Key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Put(t, "rewritten", target.Key, newBytes)
+
+	local := filepath.Join(t.TempDir(), filepath.Base(target.Key))
+	if err := os.WriteFile(local, newBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ref := extractRef(t, testLayer, map[string]string{"new": local})["new"]
+	for i := range 2 {
+		b, err := readUncached(p)
+		if err != nil {
+			t.Fatalf("read %d of %s after the overwrite: %v", i+1, names[target.Key], err)
+		}
+		got, err := parseNPY(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff, ok := closeEnough(got.Data, ref.Data); !ok {
+			t.Errorf("read %d: features differ from extract on the new object: max |diff| %g", i+1, diff)
+		}
+		if fi, err := os.Stat(p); err != nil || fi.Size() != int64(len(b)) {
+			t.Errorf("read %d: stat %v, %v; read %d bytes", i+1, fi, err, len(b))
+		}
+	}
+	if lines := logLines(t, m.Log, "level=ERROR"); len(lines) > 0 {
+		t.Errorf("errors logged for an overwritten object:\n%s", strings.Join(lines, "\n"))
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -236,8 +237,9 @@ var ErrUnavailable = errors.New("feature server unavailable")
 var ErrUnauthorized = errors.New("feature server refused the token (401)")
 
 // ErrChanged is matched when the object's ETag is no longer the one asked
-// for.
-var ErrChanged = errors.New("object changed since it was listed")
+// for. It is the tree's sentinel, so that a mount of servers treats a
+// changed object as a local mount does (it reads the new version).
+var ErrChanged = featurefs.ErrObjectChanged
 
 // StatusOf maps a server-side error to the status reported for it.
 func StatusOf(err error) int {

@@ -358,11 +358,7 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 			return nil, err
 		}
 	}
-	data, err := s.tree.Feature(ctx, it.Model, it.Layer, obj)
-	if errors.Is(err, featurefs.ErrObjectChanged) {
-		err = fmt.Errorf("%w: %w", ErrChanged, err)
-	}
-	return data, err
+	return s.tree.Feature(ctx, it.Model, it.Layer, obj)
 }
 
 // itemResult is one computed unique item of a batch.

@@ -155,6 +155,27 @@ func (m *MinIO) Stop(t testing.TB) {
 	}
 }
 
+// Pause stops the server process with SIGSTOP (for fault tests): its port
+// still accepts connections, but nothing answers (a stalled store). Resume
+// lets it go on.
+func (m *MinIO) Pause(t testing.TB) { m.signal(t, syscall.SIGSTOP) }
+
+// Resume continues a paused server.
+func (m *MinIO) Resume(t testing.TB) { m.signal(t, syscall.SIGCONT) }
+
+func (m *MinIO) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	m.mu.Lock()
+	cmd := m.cmd
+	m.mu.Unlock()
+	if cmd == nil {
+		t.Fatalf("testenv: MinIO %v: not running", sig)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("testenv: MinIO %v: %v", sig, err)
+	}
+}
+
 // Start restarts a stopped server on the same port and data directory and
 // waits until it is ready.
 func (m *MinIO) Start(t testing.TB) {
@@ -230,6 +251,7 @@ func (m *MinIO) stop() error {
 	if cmd == nil {
 		return nil
 	}
+	cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot act on SIGTERM
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
