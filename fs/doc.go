@@ -14,17 +14,43 @@
 //
 // # Names
 //
-// Only objects whose extension is an image extension (case-insensitive) are
-// shown, with the extension replaced by .npy; when several image objects share
-// a stem (a.jpg and a.png) each keeps its extension: a.jpg.npy and a.png.npy.
-// Listings are sorted by key, so every key "S.<ext>" lies between "S." and
-// "S.<largest extension>": an object's name is decided as soon as a page
-// reaching past that bound (or the end of the listing) has been read, so two
-// names straddling a page boundary are still decided from the complete set
-// and the same name comes out whatever the page size. Lookups that cannot be
-// answered from a listing Stat every candidate key (S.ext for each extension,
-// lower and upper case) and apply the same rule; an extension in mixed case
-// (a.Png) is seen only by listings. A directory named like a file shadows it.
+// Only objects whose extension is an image extension (in any ASCII case) are
+// shown. Every such object is shown under exactly one name, names in a
+// directory are distinct and at most 255 bytes (NAME_MAX), and a name
+// depends only on the set of keys, never on how the listing was paged. An
+// image object with base name B = S.ext is named:
+//
+//   - S.npy (its short name) if it is the only image of stem S whose
+//     extension is all lower or all upper case, its own extension is so too,
+//     S is not empty, no image object's base name is S (that one's long name
+//     is S.npy), no directory is called S.npy, and S.npy fits;
+//   - else B.npy (its long name: a.jpg.npy and a.png.npy for a.jpg and
+//     a.png; a.Png.npy for a.Png; .jpg.npy for .jpg), unless a directory is
+//     called B.npy or it does not fit;
+//   - else the shortened name: B cut at a UTF-8 boundary to fit, "~", the
+//     first 16 hex digits of the SHA-256 of B, ".npy".
+//
+// A directory keeps its name unless it is over 255 bytes, when it is
+// shortened the same way (without .npy). A name of the shortened form
+// ("~" and 16 lower-case hex digits at the end, or before .npy) is reserved:
+// a directory or file whose own name has it is shortened too, so shortened
+// names collide with nothing (two could only if SHA-256 prefixes of 64 bits
+// did). Prefix components that are empty, "." or ".." are not shown. Each
+// name other than the short one, a sibling's long name or a mixed-case
+// extension's long name is logged once at WARN with the key and why.
+//
+// Listings are sorted by key, so every key that decides the names of stem S
+// (S.<ext> in any case, the directories S.npy/ and S.<ext>.npy/) lies
+// between S. and S.<largest extension>.npy/, and the image key S before
+// them: an object's name is decided once a page reaching past that bound
+// (or the end of the listing) has been read, remembering only the image
+// keys and X.npy directories that are prefixes of the keys still to come,
+// so what waits is bounded by the key length, not the directory size.
+// Lookups that cannot be answered from a listing Stat the keys and list the
+// prefixes that decide the name (S.<ext> in lower and upper case for each
+// extension, the image key S, the directories S.npy and B.npy) and apply the
+// same rule to what exists; a shortened name cannot be reversed and is
+// looked up in a complete listing of its directory.
 //
 // # Caching
 //

@@ -81,3 +81,14 @@ func (f *FS) recordError(key, msg string) {
 	}
 	f.recent = append(f.recent, ErrorRecord{Time: f.now().UTC().Format(time.RFC3339), Key: key, Error: msg})
 }
+
+// logRename logs once (a bounded set) that an object or prefix is shown
+// under a name other than the plain rule's, and why (package doc, Names).
+func (f *FS) logRename(key, name, why string) {
+	id := "rename\x00" + key + "\x00" + name
+	if _, seen := f.logged.Get(id); seen {
+		return
+	}
+	f.logged.Put(id, struct{}{}, 1)
+	f.log.Warn("featurefs: renamed to avoid a collision or an unusable name", slog.String("key", key), slog.String("name", name), slog.String("why", why))
+}

@@ -33,16 +33,22 @@ func newListing(prefix string, at time.Time) *listing {
 	return &listing{prefix: prefix, at: at, listedAt: at, byName: map[string]int{}}
 }
 
-func (l *listing) append(es []dirEntry) {
+// append adds entries and returns those added. The naming rule gives
+// distinct names; a name already there (two shortened names whose hashes
+// collide) is dropped, so that no listing repeats a name.
+func (l *listing) append(es []dirEntry) []dirEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	added := es[:0:0]
 	for _, e := range es {
 		if _, dup := l.byName[e.name]; dup {
-			continue // a directory and a file, or colliding long and short names: the first wins
+			continue
 		}
 		l.byName[e.name] = len(l.entries)
 		l.entries = append(l.entries, e)
+		added = append(added, e)
 	}
+	return added
 }
 
 // find returns the entry called name, and whether the listing is complete
@@ -131,7 +137,7 @@ func (f *FS) newListStream(prefix string) *listStream {
 		l.prev = o.lastComplete()
 	}
 	f.listings.Put(prefix, l, l.cost())
-	return &listStream{fs: f, l: l, r: newResolver(f.naming, prefix)}
+	return &listStream{fs: f, l: l, r: newResolver(f.naming, prefix, f.logRename)}
 }
 
 // listCtx bounds one List or Stat call, or one whole lookup, by ReadTimeout
@@ -210,8 +216,7 @@ func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
 	s.l.mu.Lock()
 	s.l.pages++
 	s.l.mu.Unlock()
-	es := s.r.add(p, complete)
-	s.l.append(es)
+	es := s.l.append(s.r.add(p, complete))
 	if complete {
 		s.done = true
 		s.l.markComplete()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -49,7 +48,7 @@ func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 func (d *prefixDir) child(ctx context.Context, e dirEntry, attr *fuse.Attr) *gofs.Inode {
 	if e.dir {
 		d.fs.dirAttr(attr)
-		sub := &prefixDir{fs: d.fs, view: d.view, prefix: d.prefix + e.name + "/"}
+		sub := &prefixDir{fs: d.fs, view: d.view, prefix: e.sub}
 		return d.NewInode(ctx, sub, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: d.view.dirIno(sub.prefix)})
 	}
 	fileAttr(attr, d.view.size, e.obj.ModTime)
@@ -60,7 +59,7 @@ func (d *prefixDir) child(ctx context.Context, e dirEntry, attr *fuse.Attr) *gof
 // entryIno is the inode number readdir reports for an entry.
 func (d *prefixDir) entryIno(e dirEntry) uint64 {
 	if e.dir {
-		return d.view.dirIno(d.prefix + e.name + "/")
+		return d.view.dirIno(e.sub)
 	}
 	return d.view.fileIno(e.obj.Key, e.obj.ETag)
 }
@@ -137,110 +136,136 @@ func (f *FS) answer(prefix, name string, e dirEntry, found bool) (dirEntry, erro
 	return e, nil
 }
 
-// statLookup answers a lookup without a complete listing. A name without
-// .npy is a directory if its prefix lists anything; NAME.npy is the object
-// NAME.<ext> if it is the only image object of stem NAME, or the object NAME
-// (an image) if another image object shares its stem.
+// statLookup answers a lookup without a complete listing: it Stats the
+// keys and lists the prefixes that decide what name stands for (naming's
+// probeFor) and applies the rule to what exists, as a listing would. A
+// shortened name cannot be reversed: it is looked up in a complete listing.
 func (f *FS) statLookup(ctx context.Context, prefix, name string) (dirEntry, error) {
 	f.stats.statLookups.Add(1)
-	base, isFile := strings.CutSuffix(name, npyExt)
-	if !isFile || base == "" {
-		lctx, cancel := f.listCtx(ctx)
-		p, err := f.cfg.Bucket.List(lctx, prefix+name+"/", "")
-		cancel()
-		f.stats.listPages.Add(1)
-		if err != nil {
-			return dirEntry{}, fmt.Errorf("listing %q: %w", prefix+name+"/", err)
-		}
-		if len(p.Prefixes)+len(p.Objects) > 0 {
-			return dirEntry{name: name, dir: true}, nil
-		}
-		return dirEntry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
+	p, ok := f.naming.probeFor(prefix, name)
+	if !ok {
+		return f.fullListingLookup(ctx, prefix, name)
 	}
-	short := f.naming.candidates(prefix + base)
-	keys := append([]string(nil), short...)
-	var siblings []string
-	stem, long := f.naming.split(base)
-	if long {
-		keys = append(keys, prefix+base)
-		for _, k := range f.naming.candidates(prefix + stem) {
-			if k != prefix+base {
-				siblings = append(siblings, k)
-			}
-		}
-		keys = append(keys, siblings...)
-	}
-	found, err := f.statAll(ctx, keys)
+	objs, dirs, err := f.probe(ctx, p)
 	if err != nil {
 		return dirEntry{}, err
 	}
-	if long {
-		if o, ok := found[prefix+base]; ok {
-			for _, k := range siblings {
-				if _, ok := found[k]; ok {
-					return dirEntry{name: name, obj: o}, nil
-				}
-			}
-		}
-	}
-	var only []bucket.Object
-	for _, k := range short {
-		if o, ok := found[k]; ok {
-			only = append(only, o)
-		}
-	}
-	if len(only) == 1 {
-		return dirEntry{name: name, obj: only[0]}, nil
+	if e, ok := f.naming.resolve(prefix, name, objs, dirs, f.logRename); ok {
+		return e, nil
 	}
 	return dirEntry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
 }
 
-// statAll Stats keys in parallel (bounded for all lookups together) and
-// returns those that exist. Any error other than not-found fails the lookup:
-// a missing answer is not a negative one.
-func (f *FS) statAll(ctx context.Context, keys []string) (map[string]bucket.Object, error) {
+// fullListingLookup finds name in a complete listing of prefix: the cached
+// one if fresh, else one read to the end now (shared by concurrent
+// lookups; the caller stops waiting when ctx ends).
+func (f *FS) fullListingLookup(ctx context.Context, prefix, name string) (dirEntry, error) {
+	l, err := f.lists.do(ctx, "\x00complete\x00"+prefix, func(ctx context.Context) (*listing, error) {
+		if l, ok := f.listings.Get(prefix); ok && f.fresh(l) {
+			if _, complete := l.snapshot(); complete {
+				return l, nil
+			}
+		}
+		s := f.newListStream(prefix)
+		if _, err := s.all(ctx, 0); err != nil {
+			return nil, err
+		}
+		return s.l, nil
+	})
+	if err != nil {
+		return dirEntry{}, err
+	}
+	if e, found, _ := l.find(name); found {
+		return e, nil
+	}
+	return dirEntry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
+}
+
+// probe Stats p.keys and lists p.dirs in parallel (bounded for all lookups
+// together); it returns the objects that exist and the prefixes that hold
+// anything. Any error other than not-found fails the lookup: a missing
+// answer is not a negative one.
+func (f *FS) probe(ctx context.Context, p probe) ([]bucket.Object, []string, error) {
 	var (
-		mu    sync.Mutex
-		found = map[string]bucket.Object{}
-		errs  []error
-		wg    sync.WaitGroup
-		done  = map[string]bool{}
+		mu   sync.Mutex
+		objs []bucket.Object
+		dirs []string
+		errs []error
+		wg   sync.WaitGroup
+		done = map[string]bool{}
 	)
-	for _, k := range keys {
+	run := func(k string, fn func(ctx context.Context) error) bool {
 		if done[k] {
-			continue
+			return true
 		}
 		done[k] = true
 		select {
 		case f.statSem <- struct{}{}:
 		case <-ctx.Done():
-			wg.Wait()
-			return nil, ctx.Err()
+			return false
 		}
 		wg.Go(func() {
 			defer func() { <-f.statSem }()
 			sctx, cancel := f.listCtx(ctx)
-			o, err := f.cfg.Bucket.Stat(sctx, k)
-			cancel()
-			f.stats.stats.Add(1)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				if o.Key == "" {
-					o.Key = k
-				}
-				found[k] = o
-			case !errors.Is(err, bucket.ErrNotFound):
-				errs = append(errs, fmt.Errorf("stat %q: %w", k, err))
+			defer cancel()
+			if err := fn(sctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
 		})
+		return true
+	}
+	for _, k := range p.keys {
+		ok := run(k, func(ctx context.Context) error {
+			o, err := f.cfg.Bucket.Stat(ctx, k)
+			f.stats.stats.Add(1)
+			switch {
+			case errors.Is(err, bucket.ErrNotFound):
+				return nil
+			case err != nil:
+				return fmt.Errorf("stat %q: %w", k, err)
+			}
+			if o.Key == "" {
+				o.Key = k
+			}
+			mu.Lock()
+			objs = append(objs, o)
+			mu.Unlock()
+			return nil
+		})
+		if !ok {
+			wg.Wait()
+			return nil, nil, ctx.Err()
+		}
+	}
+	for _, d := range p.dirs {
+		ok := run(d, func(ctx context.Context) error {
+			pg, err := f.cfg.Bucket.List(ctx, d, "")
+			f.stats.listPages.Add(1)
+			switch {
+			case errors.Is(err, bucket.ErrNotFound):
+				return nil
+			case err != nil:
+				return fmt.Errorf("listing %q: %w", d, err)
+			}
+			if len(pg.Prefixes)+len(pg.Objects) > 0 {
+				mu.Lock()
+				dirs = append(dirs, d)
+				mu.Unlock()
+			}
+			return nil
+		})
+		if !ok {
+			wg.Wait()
+			return nil, nil, ctx.Err()
+		}
 	}
 	wg.Wait()
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
-	return found, nil
+	return objs, dirs, nil
 }
 
 // dirHandle is one open directory: a snapshot of a complete cached listing,

@@ -399,18 +399,19 @@ func recentErrors(root string) map[string]string {
 }
 
 // matchReason finds the reason recorded for the object behind a feature
-// file: rel is KEY.npy (long names) or STEM.npy for KEY = STEM.<ext>.
+// file at rel (relative to the layer directory): the key whose possible
+// names under the naming rule (fs.FeaturePaths) include rel, preferring a
+// long name to a short one (a.jpg.npy is a.jpg's, not a.jpg.jpg's).
 func matchReason(reasons map[string]string, rel string) (string, bool) {
-	base := strings.TrimSuffix(rel, ".npy")
-	if r, ok := reasons[base]; ok {
-		return r, true
-	}
+	best, bestKey, rank := "", "", -1
 	for key, r := range reasons {
-		if i := strings.LastIndexByte(key, '.'); i > 0 && key[:i] == base && !strings.Contains(key[i:], "/") {
-			return r, true
+		for i, p := range featurefs.FeaturePaths(key) {
+			if p == rel && (rank < 0 || i < rank || i == rank && key < bestKey) {
+				best, bestKey, rank = r, key, i
+			}
 		}
 	}
-	return "", false
+	return best, rank >= 0
 }
 
 // progress shows done/total, rate and ETA: a bar redrawn in place on a
