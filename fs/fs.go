@@ -72,6 +72,11 @@ type Config struct {
 	// MaxObjectSize is the largest object fetched (default 256MiB).
 	MaxObjectSize int64
 
+	// ShowEmptyDirs shows directories that hold no image object and no
+	// subdirectory (a folder marker, only other files); by default they are
+	// hidden.
+	ShowEmptyDirs bool
+
 	// MaxListingEntries bounds the listing cache, in entries over all
 	// prefixes (default 1<<20, roughly 200MB).
 	MaxListingEntries int

@@ -216,7 +216,7 @@ func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
 	s.l.mu.Lock()
 	s.l.pages++
 	s.l.mu.Unlock()
-	es := s.l.append(s.r.add(p, complete))
+	es := s.l.append(s.fs.shownOnly(ctx, s.r.add(p, complete)))
 	if complete {
 		s.done = true
 		s.l.markComplete()

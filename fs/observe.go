@@ -126,6 +126,18 @@ func (b countingBucket) List(ctx context.Context, prefix, token string) (bucket.
 	return p, nil
 }
 
+// Peek lists the first few entries under prefix, counting it as a listing.
+func (b countingBucket) Peek(ctx context.Context, prefix string, n int) (bucket.Page, error) {
+	b.o.lists.Add(1)
+	p, err := bucket.Peek(ctx, b.Bucket, prefix, n)
+	b.h.observe(err)
+	if err != nil {
+		b.o.listErrors.Add(1)
+		return p, &storeError{op: "list", err: err}
+	}
+	return p, nil
+}
+
 // Stat stats one object, counting it.
 func (b countingBucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
 	b.o.statCalls.Add(1)

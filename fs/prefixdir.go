@@ -150,7 +150,7 @@ func (f *FS) statLookup(ctx context.Context, prefix, name string) (dirEntry, err
 	if err != nil {
 		return dirEntry{}, err
 	}
-	if e, ok := f.naming.resolve(prefix, name, objs, dirs, f.logRename); ok {
+	if e, ok := f.naming.resolve(prefix, name, objs, dirs, f.logRename); ok && (!e.dir || f.dirShown(ctx, e.sub)) {
 		return e, nil
 	}
 	return dirEntry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)

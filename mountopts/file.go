@@ -61,6 +61,7 @@ type fileOptions struct {
 	MaxObjectSize   *string              `yaml:"max-object-size"`
 	Prefetch        *string              `yaml:"prefetch"`
 	PrefetchLimit   *int                 `yaml:"prefetch-limit"`
+	ShowEmptyDirs   *bool                `yaml:"show-empty-dirs"`
 }
 
 // LoadFile applies the YAML config file at path on top of o and records it
@@ -155,6 +156,7 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	}
 	setBool(&o.TensorRT, f.TensorRT)
 	setBool(&o.AllowOther, f.AllowOther)
+	setBool(&o.ShowEmptyDirs, f.ShowEmptyDirs)
 	setBool(&o.Foreground, f.Foreground)
 	if f.DType != nil {
 		o.DType = extractor.DType(*f.DType)

@@ -69,6 +69,12 @@ type Options struct {
 	// fails with EIO past it. 0 means no bound (--read-timeout).
 	ReadTimeout time.Duration
 
+	// ShowEmptyDirs shows directories that hold no image object and no
+	// subdirectory (an S3 folder marker, a prefix of other files only);
+	// by default they are hidden, since DatasetFolder fails on a class
+	// directory without a file (--show-empty-dirs).
+	ShowEmptyDirs bool
+
 	// AllowOther lets users other than the one who mounted read the mount
 	// (--allow-other; needs user_allow_other in /etc/fuse.conf for non-root).
 	AllowOther bool

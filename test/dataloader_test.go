@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -162,5 +163,42 @@ func checkDataLoader(t *testing.T, d *dataset, m *mounted) {
 				t.Errorf("%s: mount vs featurefs extract: max |diff| %g, shapes %v vs %v", s.Path, diff, f.Shape, ref[key].Shape)
 			}
 		}
+	}
+}
+
+// TestDataLoaderSkipsDirectoriesWithoutImages adds to a class tree what
+// buckets often hold besides images: an S3 folder marker (train/trail/) and
+// a prefix of text files only (train/docs/). DatasetFolder over the mount
+// finds exactly the image classes (it raised FileNotFoundError for the empty
+// directories); with --show-empty-dirs they are shown, and it fails as it
+// would on such a local tree.
+func TestDataLoaderSkipsDirectoriesWithoutImages(t *testing.T) {
+	d := genDataset(t, "--classes", "2", "--train", "2", "--val", "0")
+	srv, env := minioBucket(t, "markers", "", d.Dir)
+	srv.Put(t, "markers", "train/trail/", nil)
+	srv.Put(t, "markers", "train/docs/readme.txt", []byte("not an image"))
+	m := testMount(t, mountConfig{Source: "s3://markers", Env: env, Args: []string{"--endpoint-url", srv.Endpoint}})
+	r := runLoaderCheck(t, filepath.Join(m.Layer(testLayer), "train"), "--workers", "0", "--batch", "2")
+	var want []string
+	for _, o := range d.images("train/") {
+		if !slices.Contains(want, o.Class) {
+			want = append(want, o.Class)
+		}
+	}
+	sort.Strings(want)
+	if !reflect.DeepEqual(r.Classes, want) {
+		t.Errorf("DatasetFolder classes %v, want %v", r.Classes, want)
+	}
+	if len(r.Samples) != len(d.images("train/")) {
+		t.Errorf("DatasetFolder found %d samples, want %d", len(r.Samples), len(d.images("train/")))
+	}
+
+	shown := testMount(t, mountConfig{Source: "s3://markers", Env: env, Args: []string{"--endpoint-url", srv.Endpoint, "--show-empty-dirs"}})
+	got, err := readDirNames(shown.Layer(testLayer) + "/train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got, "trail") || !slices.Contains(got, "docs") {
+		t.Errorf("--show-empty-dirs: ls train = %v, want trail and docs among them", got)
 	}
 }

@@ -102,7 +102,8 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "HOST:PORT to serve Prometheus metrics (/metrics) and the stats JSON (/stats) on, e.g. 127.0.0.1:9090")
 	fl.Var(funcFlag{show: func() string { return strings.Join(o.ImageExtensions, ",") }, set: o.SetImageExtensions},
 		"image-extensions", "object extensions shown as .npy, comma-separated")
-	fl.StringVar(&o.Prefetch, "prefetch", o.Prefetch, "what a reader's first touch of a layer directory extracts in the background: off, dir or tree")
+	fl.StringVar(&o.Prefetch, "prefetch", o.Prefetch, "what the first read of a feature file starts extracting in the background: off, dir (its directory) or tree (its layer directory)")
+	fl.BoolVar(&o.ShowEmptyDirs, "show-empty-dirs", o.ShowEmptyDirs, "show directories that hold no image and no subdirectory (folder markers, only other files)")
 	fl.IntVar(&o.PrefetchLimit, "prefetch-limit", o.PrefetchLimit, "most objects one prefetch walk of a layer extracts (0: no limit)")
 	remoteFlags(fl, &o.Remote)
 	return fl
@@ -409,6 +410,7 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 		ReadTimeout:     o.ReadTimeout,
 		ImageExtensions: o.ImageExtensions,
 		MaxObjectSize:   o.MaxObjectSize,
+		ShowEmptyDirs:   o.ShowEmptyDirs,
 		Prefetch: featurefs.PrefetchConfig{
 			Mode: featurefs.PrefetchMode(o.Prefetch), Limit: o.PrefetchLimit, ModelLimits: o.ModelPrefetchLimits,
 		},

@@ -52,3 +52,21 @@ type Bucket interface {
 
 // ErrTooLarge is matched when an object exceeds the size allowed for a Get.
 var ErrTooLarge = errors.New("object too large")
+
+// Peeker is implemented by buckets that can list the first few entries of
+// a prefix cheaply (a small page), to tell whether it holds anything of
+// interest without reading a whole page.
+type Peeker interface {
+	// Peek returns the first page of at most n entries (objects and
+	// sub-prefixes) directly under prefix; Next continues it with List.
+	Peek(ctx context.Context, prefix string, n int) (Page, error)
+}
+
+// Peek returns the first page under prefix: at most n entries from a
+// Peeker, else b's first List page.
+func Peek(ctx context.Context, b Bucket, prefix string, n int) (Page, error) {
+	if p, ok := b.(Peeker); ok {
+		return p.Peek(ctx, prefix, n)
+	}
+	return b.List(ctx, prefix, "")
+}

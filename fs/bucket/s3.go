@@ -246,6 +246,17 @@ func etag(s *string) string { return strings.Trim(aws.ToString(s), `"`) }
 // List returns one ListObjectsV2 page of the entries directly under prefix.
 // Keys ending in '/' (folder markers) are left out.
 func (b *s3Bucket) List(ctx context.Context, prefix, token string) (Page, error) {
+	return b.list(ctx, prefix, token, b.pageSize)
+}
+
+var _ Peeker = (*s3Bucket)(nil)
+
+// Peek lists the first n entries under prefix (one small ListObjectsV2).
+func (b *s3Bucket) Peek(ctx context.Context, prefix string, n int) (Page, error) {
+	return b.list(ctx, prefix, "", int32(min(max(n, 1), int(b.pageSize))))
+}
+
+func (b *s3Bucket) list(ctx context.Context, prefix, token string, maxKeys int32) (Page, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return Page{}, err
 	}
@@ -253,7 +264,7 @@ func (b *s3Bucket) List(ctx context.Context, prefix, token string) (Page, error)
 		Bucket:    aws.String(b.name),
 		Prefix:    aws.String(b.prefix + prefix),
 		Delimiter: aws.String("/"),
-		MaxKeys:   aws.Int32(b.pageSize),
+		MaxKeys:   aws.Int32(maxKeys),
 	}
 	if token != "" {
 		in.ContinuationToken = aws.String(token)

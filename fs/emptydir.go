@@ -1,0 +1,111 @@
+package fs
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// A directory is shown only if it holds an image object or a subdirectory
+// (unless Config.ShowEmptyDirs): a prefix with only a folder-marker object
+// ("trail/") or only files that are not images would be an empty directory,
+// and DatasetFolder fails on a class directory without a file.
+
+// peekEntries is how many entries the first look into a directory asks for.
+const peekEntries = 32
+
+// peekPages bounds the listing pages read to find an image in a directory
+// full of other files; past it, the directory is shown.
+const peekPages = 3
+
+// dirShown reports whether the directory of prefix is shown: its last
+// complete listing (whose subdirectories are already filtered) has an
+// entry, or, with none known, a look into it finds an image or a
+// subdirectory. When the store cannot tell, it is shown.
+func (f *FS) dirShown(ctx context.Context, prefix string) bool {
+	if f.cfg.ShowEmptyDirs {
+		return true
+	}
+	if l, ok := f.listings.Get(prefix); ok {
+		if last := l.lastComplete(); last != nil {
+			return last.len() > 0
+		}
+	}
+	token := ""
+	for i := range peekPages {
+		lctx, cancel := f.listCtx(ctx)
+		var p bucket.Page
+		var err error
+		if i == 0 {
+			p, err = bucket.Peek(lctx, f.cfg.Bucket, prefix, peekEntries)
+		} else {
+			p, err = f.cfg.Bucket.List(lctx, prefix, token)
+		}
+		cancel()
+		f.stats.listPages.Add(1)
+		if err != nil {
+			return true
+		}
+		if f.holdsImageOrDir(prefix, p) {
+			return true
+		}
+		if p.Next == "" || p.Next == token {
+			return false
+		}
+		token = p.Next
+	}
+	return true
+}
+
+// holdsImageOrDir reports whether a page of prefix's listing has an image
+// object or a subdirectory that can be named.
+func (f *FS) holdsImageOrDir(prefix string, p bucket.Page) bool {
+	for _, d := range p.Prefixes {
+		if validName(strings.TrimSuffix(strings.TrimPrefix(d, prefix), "/")) {
+			return true
+		}
+	}
+	for _, o := range p.Objects {
+		if base, ok := strings.CutPrefix(o.Key, prefix); ok && validName(base) {
+			if _, image := f.naming.split(base); image {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// shownOnly drops the directories of es that are not shown, looking into
+// them in parallel (bounded with the lookups' Stat calls).
+func (f *FS) shownOnly(ctx context.Context, es []dirEntry) []dirEntry {
+	if f.cfg.ShowEmptyDirs {
+		return es
+	}
+	hidden := make([]bool, len(es))
+	var wg sync.WaitGroup
+	for i, e := range es {
+		if !e.dir {
+			continue
+		}
+		select {
+		case f.statSem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return es // cannot tell: shown
+		}
+		wg.Go(func() {
+			defer func() { <-f.statSem }()
+			hidden[i] = !f.dirShown(ctx, e.sub)
+		})
+	}
+	wg.Wait()
+	out := es[:0:0]
+	for i, e := range es {
+		if !hidden[i] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
