@@ -117,13 +117,13 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 // version is looked up, remembered for later opens (FS.versions) and its
 // feature served; the shape, and so the file's size, are the same.
 func (f *FS) readFeature(ctx context.Context, v *layerView, obj bucket.Object) ([]byte, error) {
+	ctx, cancel := f.listCtx(ctx) // the whole read, a changed object included, within ReadTimeout
+	defer cancel()
 	data, err := f.feature(ctx, v, obj)
 	if !errors.Is(err, errObjectChanged) {
 		return data, err
 	}
-	sctx, cancel := f.listCtx(ctx)
-	newer, serr := f.cfg.Bucket.Stat(sctx, obj.Key)
-	cancel()
+	newer, serr := f.cfg.Bucket.Stat(ctx, obj.Key)
 	if serr != nil {
 		return nil, fmt.Errorf("%w; stat of the new version: %w", err, serr)
 	}

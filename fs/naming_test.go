@@ -531,7 +531,9 @@ func TestNamingProperties(t *testing.T) {
 		for _, k := range keys {
 			b.put(k, []byte(k))
 		}
-		f, err := New(Config{Bucket: b, Extractor: newFakeExtractor(), Cache: newFakeCache(), MetadataTTL: time.Hour, RelistPages: 1})
+		// The rule names directories whether or not they hold an image;
+		// hiding those that do not is TestEmptyDirectoriesHidden's.
+		f, err := New(Config{Bucket: b, Extractor: newFakeExtractor(), Cache: newFakeCache(), MetadataTTL: time.Hour, RelistPages: 1, ShowEmptyDirs: true})
 		if err != nil {
 			t.Fatal(err)
 		}
