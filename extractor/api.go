@@ -100,18 +100,24 @@ type Request struct {
 // error is permanent for that object version and may be cached negatively.
 var ErrBadImage = errors.New("bad image")
 
-// ImageError is the error for one bad input object.
+// ImageError is the error for one bad input object. Its message is the
+// reason only, without Key: whoever reports it names the object once
+// (a log line's key, a record's key, a failure list's first column).
 type ImageError struct {
-	Key    string
+	// Key is the object key (or file) at fault.
+	Key string
+	// Reason says what is wrong with it.
 	Reason string
-	Err    error
+	// Err is the underlying error, if any.
+	Err error
 }
 
+// Error returns "REASON[: ERR]", without the key.
 func (e *ImageError) Error() string {
 	if e.Err != nil {
-		return fmt.Sprintf("%s: %s: %v", e.Key, e.Reason, e.Err)
+		return fmt.Sprintf("%s: %v", e.Reason, e.Err)
 	}
-	return fmt.Sprintf("%s: %s", e.Key, e.Reason)
+	return e.Reason
 }
 
 // Unwrap lets errors.Is(err, ErrBadImage) match.

@@ -1,10 +1,12 @@
 package extractor
 
 // Device choice: --device auto|cpu|cuda[:N]. NVML lists the GPUs; ONNX
-// Runtime's CUDA provider runs on the chosen one. Where either is missing
-// the service runs on the CPU and says so in one log line.
+// Runtime's CUDA provider runs on the chosen one. Where either is missing,
+// auto runs on the CPU and says so in one log line; an explicit cuda,
+// cuda:N or TensorRT fails (ErrNoDevice) unless Config.AllowCPUFallback.
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -116,27 +118,49 @@ func parseDevice(s string) (kind string, index int, err error) {
 	return "", 0, fmt.Errorf("device %q: want auto, cpu, cuda or cuda:N", s)
 }
 
+// ErrNoDevice is matched by New's error when an explicitly asked-for GPU
+// (device cuda or cuda:N, or TensorRT) cannot be had and
+// Config.AllowCPUFallback is off. The message names what is missing.
+var ErrNoDevice = errors.New("no usable GPU")
+
 // chooseDevice resolves spec. auto and cuda pick the GPU with the most free
-// memory (cuda:N picks N); when NVML or the CUDA provider is missing the
-// result is the CPU, logged in exactly one line.
-func chooseDevice(spec string, tensorRT bool, list gpuLister, probe cudaProbe, log *slog.Logger) (deviceChoice, error) {
+// memory (cuda:N picks N). When no GPU can be had (no NVML, no GPU, no such
+// index, no CUDA provider in ONNX Runtime):
+//   - auto (without TensorRT) runs on the CPU and says so in one INFO line;
+//   - an explicit request (cuda, cuda:N or tensorRT) is an error matching
+//     ErrNoDevice, unless allowFallback, in which case it runs on the CPU,
+//     says so in one WARN line and returns the reason as fallback.
+func chooseDevice(spec string, tensorRT, allowFallback bool, list gpuLister, probe cudaProbe, log *slog.Logger) (d deviceChoice, fallback string, err error) {
 	kind, index, err := parseDevice(spec)
 	if err != nil {
-		return deviceChoice{}, err
+		return deviceChoice{}, "", err
 	}
 	if kind == "cpu" {
-		return deviceChoice{}, nil
+		return deviceChoice{}, "", nil
 	}
-	fallback := func(reason string, err error) (deviceChoice, error) {
-		log.Warn("GPU unavailable, running on the CPU", "device", spec, "reason", reason, "err", err)
-		return deviceChoice{}, nil
+	explicit := kind == "cuda" || tensorRT
+	asked := spec
+	if tensorRT {
+		asked += " with TensorRT"
+	}
+	unavailable := func(why string) (deviceChoice, string, error) {
+		switch {
+		case !explicit:
+			log.Info("no usable GPU, running on the CPU", "device", spec, "reason", why)
+			return deviceChoice{}, "", nil
+		case allowFallback:
+			msg := fmt.Sprintf("device %s: %s; running on the CPU", asked, why)
+			log.Warn("asked-for GPU unavailable, running on the CPU", "device", spec, "tensorrt", tensorRT, "reason", why)
+			return deviceChoice{}, msg, nil
+		}
+		return deviceChoice{}, "", fmt.Errorf("device %s: %w: %s", asked, ErrNoDevice, why)
 	}
 	gpus, err := list()
 	if err != nil {
-		return fallback("no NVML", err)
+		return unavailable(err.Error())
 	}
 	if len(gpus) == 0 {
-		return fallback("no GPU", fmt.Errorf("NVML lists no GPU"))
+		return unavailable("NVML lists no GPU")
 	}
 	var pick *gpuInfo
 	if index >= 0 {
@@ -146,7 +170,7 @@ func chooseDevice(spec string, tensorRT bool, list gpuLister, probe cudaProbe, l
 			}
 		}
 		if pick == nil {
-			return deviceChoice{}, fmt.Errorf("device %q: the machine has %d GPU(s)", spec, len(gpus))
+			return unavailable(fmt.Sprintf("the machine has %d GPU(s), numbered from 0", len(gpus)))
 		}
 	} else {
 		for i := range gpus {
@@ -156,11 +180,15 @@ func chooseDevice(spec string, tensorRT bool, list gpuLister, probe cudaProbe, l
 		}
 	}
 	if err := probe(pick.Index, tensorRT); err != nil {
-		return fallback("no CUDA provider in ONNX Runtime", err)
+		what := "CUDA"
+		if tensorRT {
+			what = "TensorRT or CUDA"
+		}
+		return unavailable(fmt.Sprintf("this ONNX Runtime has no usable %s provider (%v)", what, err))
 	}
-	d := deviceChoice{gpu: true, index: pick.Index, name: pick.Name, free: pick.Free, tensorRT: tensorRT}
+	d = deviceChoice{gpu: true, index: pick.Index, name: pick.Name, free: pick.Free, tensorRT: tensorRT}
 	log.Info("running on GPU", "device", d.String(), "gpu", pick.Name, "free_bytes", pick.Free, "tensorrt", tensorRT)
-	return d, nil
+	return d, "", nil
 }
 
 // gpuBatchSize sizes a GPU batch from free memory: half of what is free after

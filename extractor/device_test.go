@@ -3,6 +3,7 @@ package extractor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -48,32 +49,32 @@ func (h *recordHandler) lines(min slog.Level) []string {
 }
 
 // On this GPU-less machine (no NVML, CPU-only ONNX Runtime), --device auto
-// and --device cuda:0 both end up on the CPU with one clear log line.
-func TestDeviceFallsBackToCPUWithOneLogLine(t *testing.T) {
+// runs on the CPU with one INFO line and no warning.
+func TestAutoDeviceFallsBackQuietly(t *testing.T) {
 	lib := testenv.ORTLib(t)
-	for _, tc := range []struct{ device, nvml string }{
-		{"auto", ""},
-		{"cuda:0", ""},
-		{"auto", "/nonexistent/libnvidia-ml.so.1"},
-		{"cuda:0", "/nonexistent/libnvidia-ml.so.1"},
-		{"cuda", "/nonexistent/libnvidia-ml.so.1"},
-	} {
+	for _, nvml := range []string{"", "/nonexistent/libnvidia-ml.so.1"} {
 		h := &recordHandler{}
 		cfg := DefaultConfig()
-		cfg.ORTLib, cfg.Device, cfg.NVMLLib, cfg.Logger = lib, tc.device, tc.nvml, slog.New(h)
+		cfg.ORTLib, cfg.Device, cfg.NVMLLib, cfg.Logger = lib, "auto", nvml, slog.New(h)
 		svc, err := New(cfg, nil)
 		if err != nil {
-			t.Fatalf("device %s: %v", tc.device, err)
+			t.Fatalf("device auto (nvml %q): %v", nvml, err)
 		}
 		if got := svc.Device(); got != "cpu" {
-			t.Errorf("device %s (nvml %q): Device() = %q on a machine without a usable GPU", tc.device, tc.nvml, got)
+			t.Errorf("device auto (nvml %q): Device() = %q on a machine without a usable GPU", nvml, got)
 		}
 		if got := svc.Stats().Device; got != "cpu" {
 			t.Errorf("Stats().Device = %q", got)
 		}
+		if svc.Fallback() != "" {
+			t.Errorf("device auto: Fallback() = %q, want none (auto asked for no GPU in particular)", svc.Fallback())
+		}
 		lines := h.lines(slog.LevelInfo)
-		if len(lines) != 1 || !strings.Contains(lines[0], "CPU") || !strings.Contains(lines[0], "device="+tc.device) {
-			t.Errorf("device %s (nvml %q): log lines %q, want exactly one saying it runs on the CPU", tc.device, tc.nvml, lines)
+		if len(lines) != 1 || !strings.Contains(lines[0], "CPU") || !strings.Contains(lines[0], "device=auto") {
+			t.Errorf("device auto (nvml %q): log lines %q, want exactly one saying it runs on the CPU", nvml, lines)
+		}
+		if warn := h.lines(slog.LevelWarn); len(warn) != 0 {
+			t.Errorf("device auto (nvml %q): warnings %q, want an INFO line only", nvml, warn)
 		}
 		svc.Close()
 	}
@@ -91,8 +92,60 @@ func TestDeviceFallsBackToCPUWithOneLogLine(t *testing.T) {
 	}
 }
 
+// On this GPU-less machine an explicit GPU (cuda, cuda:N, TensorRT) fails
+// with ErrNoDevice and a one-line message naming what is missing, logging
+// nothing; with AllowCPUFallback it runs on the CPU with one WARN line and
+// Fallback says why.
+func TestExplicitDeviceWithoutGPU(t *testing.T) {
+	lib := testenv.ORTLib(t)
+	for _, tc := range []struct {
+		device, nvml string
+		tensorRT     bool
+	}{
+		{"cuda", "", false},
+		{"cuda:0", "", false},
+		{"cuda:3", "", false},
+		{"cuda", "/nonexistent/libnvidia-ml.so.1", false},
+		{"auto", "/nonexistent/libnvidia-ml.so.1", true},
+		{"cuda:0", "", true},
+	} {
+		name := fmt.Sprintf("device %s tensorrt=%v nvml %q", tc.device, tc.tensorRT, tc.nvml)
+		h := &recordHandler{}
+		cfg := DefaultConfig()
+		cfg.ORTLib, cfg.Device, cfg.TensorRT, cfg.NVMLLib, cfg.Logger = lib, tc.device, tc.tensorRT, tc.nvml, slog.New(h)
+		svc, err := New(cfg, nil)
+		if err == nil {
+			svc.Close()
+			t.Errorf("%s: New ran on %s, want ErrNoDevice", name, svc.Device())
+			continue
+		}
+		if !errors.Is(err, ErrNoDevice) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), tc.device) {
+			t.Errorf("%s: error %q, want one line matching ErrNoDevice naming the device", name, err)
+		}
+		if lines := h.lines(slog.LevelDebug); len(lines) != 0 {
+			t.Errorf("%s: logged %q while failing; the error is the one line", name, lines)
+		}
+
+		h = &recordHandler{}
+		cfg.AllowCPUFallback, cfg.Logger = true, slog.New(h)
+		svc, err = New(cfg, nil)
+		if err != nil {
+			t.Errorf("%s with AllowCPUFallback: %v", name, err)
+			continue
+		}
+		if svc.Device() != "cpu" || svc.Fallback() == "" || strings.Contains(svc.Fallback(), "\n") || !strings.Contains(svc.Fallback(), "CPU") {
+			t.Errorf("%s with AllowCPUFallback: device %s, Fallback() %q; want the CPU and one line saying why", name, svc.Device(), svc.Fallback())
+		}
+		if warn := h.lines(slog.LevelWarn); len(warn) != 1 {
+			t.Errorf("%s with AllowCPUFallback: warnings %q, want one", name, warn)
+		}
+		svc.Close()
+	}
+}
+
 // With NVML listing a GPU but ONNX Runtime lacking the CUDA provider (the
-// CPU build installed here), the choice is the CPU, in one line.
+// CPU build installed here), auto chooses the CPU in one INFO line; asking
+// for TensorRT is explicit and fails naming the provider.
 func TestMissingCUDAProviderFallsBack(t *testing.T) {
 	if err := initORT(testenv.ORTLib(t)); err != nil {
 		t.Fatal(err)
@@ -100,15 +153,19 @@ func TestMissingCUDAProviderFallsBack(t *testing.T) {
 	gpus := func() ([]gpuInfo, error) {
 		return []gpuInfo{{Index: 0, Name: "fake", Free: 1 << 30}, {Index: 1, Name: "fake", Free: 8 << 30}}, nil
 	}
-	for _, trt := range []bool{false, true} {
-		h := &recordHandler{}
-		d, err := chooseDevice("auto", trt, gpus, ortCUDAProbe, slog.New(h))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := h.lines(slog.LevelInfo)
-		if d.gpu || d.String() != "cpu" || len(lines) != 1 || !strings.Contains(lines[0], "CUDA provider") {
-			t.Errorf("tensorrt=%v: chose %s, logs %q; want the CPU and one line about the CUDA provider", trt, d, lines)
+	h := &recordHandler{}
+	d, note, err := chooseDevice("auto", false, false, gpus, ortCUDAProbe, slog.New(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := h.lines(slog.LevelInfo)
+	if d.gpu || d.String() != "cpu" || note != "" || len(lines) != 1 || !strings.Contains(lines[0], "CUDA provider") || len(h.lines(slog.LevelWarn)) != 0 {
+		t.Errorf("auto: chose %s (%q), logs %q; want the CPU and one INFO line about the CUDA provider", d, note, lines)
+	}
+	for _, spec := range []string{"auto", "cuda:1"} {
+		_, _, err = chooseDevice(spec, spec == "auto", false, gpus, ortCUDAProbe, slog.New(&recordHandler{}))
+		if !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "CUDA provider") {
+			t.Errorf("%s (tensorrt=%v): %v, want ErrNoDevice naming the CUDA provider", spec, spec == "auto", err)
 		}
 	}
 }
@@ -120,23 +177,29 @@ func TestDeviceChoice(t *testing.T) {
 	ok := func(int, bool) error { return nil }
 	quiet := slog.New(&recordHandler{})
 	for spec, want := range map[string]string{"auto": "cuda:1", "cuda": "cuda:1", "cuda:2": "cuda:2", "CUDA:0": "cuda:0", "cpu": "cpu", "": "cuda:1"} {
-		d, err := chooseDevice(spec, false, gpus, ok, quiet)
+		d, _, err := chooseDevice(spec, false, false, gpus, ok, quiet)
 		if err != nil || d.String() != want {
 			t.Errorf("%q: %v, %v; want %s", spec, d, err, want)
 		}
 	}
 	for _, spec := range []string{"cuda:7", "tpu", "cuda:x", "cuda:-1"} {
-		if _, err := chooseDevice(spec, false, gpus, ok, quiet); err == nil {
+		if _, _, err := chooseDevice(spec, false, false, gpus, ok, quiet); err == nil {
 			t.Errorf("%q: no error", spec)
 		}
 	}
 	none := func() ([]gpuInfo, error) { return nil, nil }
-	if d, err := chooseDevice("auto", false, none, ok, quiet); err != nil || d.gpu {
+	if d, _, err := chooseDevice("auto", false, false, none, ok, quiet); err != nil || d.gpu {
 		t.Errorf("no GPUs: %v %v", d, err)
 	}
 	broken := func() ([]gpuInfo, error) { return nil, errors.New("nvml init: driver not loaded") }
-	if d, err := chooseDevice("cuda:0", false, broken, ok, quiet); err != nil || d.gpu {
-		t.Errorf("NVML error: %v %v", d, err)
+	if d, _, err := chooseDevice("auto", false, false, broken, ok, quiet); err != nil || d.gpu {
+		t.Errorf("NVML error, auto: %v %v", d, err)
+	}
+	if _, _, err := chooseDevice("cuda:0", false, false, broken, ok, quiet); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "driver not loaded") {
+		t.Errorf("NVML error, cuda:0: %v, want ErrNoDevice with NVML's reason", err)
+	}
+	if d, note, err := chooseDevice("cuda:7", false, true, gpus, ok, quiet); err != nil || d.gpu || !strings.Contains(note, "3 GPU(s)") {
+		t.Errorf("cuda:7 of 3 with fallback: %v %q %v, want the CPU and a note naming the 3 GPUs", d, note, err)
 	}
 }
 

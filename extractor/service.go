@@ -27,6 +27,10 @@ type Config struct {
 	Device string
 	// TensorRT puts ONNX Runtime's TensorRT provider (FP16) before CUDA.
 	TensorRT bool
+	// AllowCPUFallback runs on the CPU when an explicitly asked-for GPU
+	// (Device cuda or cuda:N, or TensorRT) cannot be had; New then fails
+	// with ErrNoDevice without it. Service.Fallback says why.
+	AllowCPUFallback bool
 	// BatchSize is the most inputs run together. 0 chooses per (model, layer):
 	// on a GPU from free memory and the layer's activation memory, on the
 	// CPU by a short measurement on first use.
@@ -123,6 +127,7 @@ type Service struct {
 	cfg    Config
 	log    *slog.Logger
 	dev    deviceChoice
+	noGPU  string // why an asked-for GPU is not used (Fallback)
 	models map[string]*Model
 	order  []*Model
 	pool   *sessionPool
@@ -143,11 +148,11 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 	if err := initORT(cfg.ORTLib); err != nil {
 		return nil, err
 	}
-	dev, err := chooseDevice(cfg.Device, cfg.TensorRT, nvmlGPUs(cfg.NVMLLib), ortCUDAProbe, cfg.Logger)
+	dev, noGPU, err := chooseDevice(cfg.Device, cfg.TensorRT, cfg.AllowCPUFallback, nvmlGPUs(cfg.NVMLLib), ortCUDAProbe, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, dev: dev, models: map[string]*Model{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, dev: dev, noGPU: noGPU, models: map[string]*Model{}}
 	for _, spec := range specs {
 		if _, dup := s.models[spec.Name]; dup {
 			return nil, fmt.Errorf("model %q given twice", spec.Name)
@@ -269,6 +274,10 @@ func (s *Service) DType() DType { return s.cfg.DType }
 
 // Device returns where inference runs: "cpu" or "cuda:N".
 func (s *Service) Device() string { return s.dev.String() }
+
+// Fallback returns, in one line, why an explicitly asked-for GPU is not
+// used (Config.AllowCPUFallback let it run on the CPU instead), or "".
+func (s *Service) Fallback() string { return s.noGPU }
 
 // Stats are the service's figures, for MOUNT/.featurefs/stats.
 type Stats struct {

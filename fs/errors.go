@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,16 +64,39 @@ func (f *FS) errno(err error, key string) syscall.Errno {
 // recently (a bounded set), and records it in the stats file's recent
 // errors.
 func (f *FS) logOnce(key, reason string, err error) {
-	f.recordError(key, reason+": "+err.Error())
+	msg := errReason(key, err)
+	f.recordError(key, reason+": "+msg)
 	id := key + "\x00" + err.Error()
 	if _, seen := f.logged.Get(id); seen {
 		return
 	}
 	f.logged.Put(id, struct{}{}, 1)
-	f.log.Error("featurefs: "+reason, slog.String("key", key), slog.Any("err", err))
+	f.log.Error("featurefs: "+reason, slog.String("key", key), slog.String("err", msg))
 }
 
-// recordError keeps the last few errors for the stats file.
+// errReason is err's message for a record or log line that names key in a
+// field of its own: without the "KEY: " or `get "KEY": ` that the layers
+// below put in front, so that the key shows once.
+func errReason(key string, err error) string {
+	msg := err.Error()
+	if key == "" {
+		return msg
+	}
+	q := strconv.Quote(key)
+	for {
+		rest := msg
+		for _, p := range []string{key + ": ", q + ": ", "get " + q + ": "} {
+			rest = strings.TrimPrefix(rest, p)
+		}
+		if rest == msg {
+			return msg
+		}
+		msg = rest
+	}
+}
+
+// recordError keeps the last few errors for the stats file. msg must not
+// repeat key (see errReason).
 func (f *FS) recordError(key, msg string) {
 	f.errMu.Lock()
 	defer f.errMu.Unlock()

@@ -302,13 +302,14 @@ func (f *FS) badKey(key, etag string) string { return key + "\x00" + etag }
 func (f *FS) recordBad(key, etag string, err error) {
 	id := f.badKey(key, etag)
 	_, known := f.bad.Get(id)
-	f.bad.Put(id, badEntry{until: f.now().Add(f.cfg.NegativeTTL), reason: err.Error()}, 1)
-	f.recordError(key, err.Error())
+	reason := errReason(key, err)
+	f.bad.Put(id, badEntry{until: f.now().Add(f.cfg.NegativeTTL), reason: reason}, 1)
+	f.recordError(key, reason)
 	if known {
 		return
 	}
 	f.stats.badObjects.Add(1)
-	f.log.Warn("featurefs: bad object", slog.String("key", key), slog.String("etag", etag), slog.Any("err", err))
+	f.log.Warn("featurefs: bad object", slog.String("key", key), slog.String("etag", etag), slog.String("err", reason))
 }
 
 // isBad returns the reason an object version is known bad, if it is and

@@ -109,7 +109,7 @@ func (f *FS) Warm(ctx context.Context, opts WarmOptions) (WarmResult, error) {
 			defer b.release(cost)
 			_, err := f.extractStore(ctx, v, obj, key, extractor.Background)
 			if err != nil {
-				w.fail(obj.Key, err.Error(), badObject(err))
+				w.fail(obj.Key, errReason(obj.Key, err), badObject(err))
 				return
 			}
 			w.update(func(r *WarmResult) { r.Extracted++ })

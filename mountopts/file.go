@@ -45,12 +45,14 @@ type fileOptions struct {
 	CacheSize       *string              `yaml:"cache-size"`
 	Device          *string              `yaml:"device"`
 	TensorRT        *bool                `yaml:"tensorrt"`
+	CPUFallback     *bool                `yaml:"allow-cpu-fallback"`
 	DType           *string              `yaml:"dtype"`
 	BatchSize       *int                 `yaml:"batch-size"`
 	MetadataTTL     *string              `yaml:"metadata-ttl"`
 	NegativeTTL     *string              `yaml:"negative-ttl"`
 	ReadTimeout     *string              `yaml:"read-timeout"`
 	AllowOther      *bool                `yaml:"allow-other"`
+	AllowNonempty   *bool                `yaml:"allow-nonempty"`
 	Foreground      *bool                `yaml:"foreground"`
 	LogLevel        *string              `yaml:"log-level"`
 	LogFile         *string              `yaml:"log-file"`
@@ -155,8 +157,10 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 		o.PrefetchLimit = *f.PrefetchLimit
 	}
 	setBool(&o.TensorRT, f.TensorRT)
+	setBool(&o.AllowCPUFallback, f.CPUFallback)
 	setBool(&o.AllowOther, f.AllowOther)
 	setBool(&o.ShowEmptyDirs, f.ShowEmptyDirs)
+	setBool(&o.AllowNonempty, f.AllowNonempty)
 	setBool(&o.Foreground, f.Foreground)
 	if f.DType != nil {
 		o.DType = extractor.DType(*f.DType)

@@ -36,6 +36,8 @@ negative-ttl: 30s
 dtype: float16
 batch-size: 16
 allow-other: true
+allow-nonempty: true
+allow-cpu-fallback: true
 image-extensions: [JPG, png]
 max-pixels: 1000
 `)
@@ -60,7 +62,7 @@ max-pixels: 1000
 	}
 	if o.EndpointURL != "http://127.0.0.1:9000" || o.CacheSize != 20*GiB || o.MaxObjectSize != 64*MiB ||
 		o.MetadataTTL != 2*time.Minute || o.NegativeTTL != 30*time.Second || o.DType != extractor.Float16 ||
-		o.BatchSize != 16 || !o.AllowOther || strings.Join(o.ImageExtensions, ",") != "jpg,png" || o.MaxPixels != 1000 {
+		o.BatchSize != 16 || !o.AllowOther || !o.AllowNonempty || !o.AllowCPUFallback || strings.Join(o.ImageExtensions, ",") != "jpg,png" || o.MaxPixels != 1000 {
 		t.Errorf("options = %+v", o)
 	}
 	// Untouched keys keep their defaults.

@@ -50,6 +50,11 @@ type Options struct {
 	// TensorRT runs models through ONNX Runtime's TensorRT provider on CUDA
 	// devices (--tensorrt).
 	TensorRT bool
+	// AllowCPUFallback lets an explicitly asked-for GPU (--device cuda,
+	// cuda:N or --tensorrt) that cannot be had fall back to the CPU, with a
+	// warning on stderr, instead of failing with exit code 4
+	// (--allow-cpu-fallback). --device auto always falls back.
+	AllowCPUFallback bool
 	// DType is the element type of the served .npy files: float32 or float16
 	// (--dtype).
 	DType extractor.DType
@@ -78,6 +83,10 @@ type Options struct {
 	// AllowOther lets users other than the one who mounted read the mount
 	// (--allow-other; needs user_allow_other in /etc/fuse.conf for non-root).
 	AllowOther bool
+	// AllowNonempty mounts over a directory that holds files, hiding them
+	// while mounted (--allow-nonempty). Without it such a mount point is
+	// refused, as fuse's default is.
+	AllowNonempty bool
 	// Foreground keeps `featurefs mount` attached to the terminal, logging
 	// to stderr unless LogFile is set (--foreground).
 	Foreground bool
@@ -169,6 +178,38 @@ func DefaultLogFile() string {
 // ErrNoModel is matched by Validate's error when no model is configured.
 var ErrNoModel = errors.New("no model: pass --model NAME=PATH.onnx or a config file")
 
+// ErrModelFile is matched (errors.Is) by each of Validate's problems that is
+// a model file or the ONNX Runtime library not being there or usable, as
+// opposed to a malformed option: featurefs exits 4 for those, 2 for the
+// rest. Use [ModelProblemsOnly] on Validate's joined error.
+var ErrModelFile = errors.New("model or ONNX Runtime library unusable")
+
+// modelProblem is one of Validate's problems that matches ErrModelFile.
+type modelProblem struct{ msg string }
+
+func (p *modelProblem) Error() string        { return p.msg }
+func (p *modelProblem) Is(target error) bool { return target == ErrModelFile }
+
+// ModelProblemsOnly reports whether err (from Validate, possibly joined
+// with other errors) is not nil and every problem in it matches
+// ErrModelFile: a missing or unusable model file or ONNX Runtime library,
+// with every other option well formed.
+func ModelProblemsOnly(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		for _, e := range errs {
+			if !ModelProblemsOnly(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	}
+	return errors.Is(err, ErrModelFile)
+}
+
 // validName is a model or alias directory name.
 var validName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.+-]*$`)
 
@@ -219,6 +260,7 @@ func ModelArg(m extractor.ModelSpec) string { return m.Name + "=" + m.Path }
 func (o *Options) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	badFile := func(format string, args ...any) { errs = append(errs, &modelProblem{fmt.Sprintf(format, args...)}) }
 
 	if len(o.Models) == 0 && !o.Remote.Enabled() {
 		errs = append(errs, ErrNoModel)
@@ -237,11 +279,11 @@ func (o *Options) Validate() error {
 		if m.Path == "" {
 			bad("model %q: no path: give its .onnx file (--model %s=PATH.onnx or path: in the config file)", m.Name, m.Name)
 		} else if st, err := os.Stat(m.Path); errors.Is(err, os.ErrNotExist) {
-			bad("--model %s: file does not exist", arg)
+			badFile("--model %s: file does not exist", arg)
 		} else if err != nil {
-			bad("--model %s: %v", arg, err)
+			badFile("--model %s: %v", arg, err)
 		} else if !st.Mode().IsRegular() {
-			bad("--model %s: not a regular file", arg)
+			badFile("--model %s: not a regular file", arg)
 		}
 		if p := m.Preprocess; p != nil {
 			if err := checkPreprocess(*p); err != nil {
@@ -272,6 +314,10 @@ func (o *Options) Validate() error {
 	}
 	if !validDevice(o.Device) {
 		bad("--device %q: want auto, cpu, cuda or cuda:N", o.Device)
+	} else if o.Device == "cpu" && o.TensorRT {
+		bad("--tensorrt runs on a GPU: drop it or use --device auto, cuda or cuda:N instead of cpu")
+	} else if o.Device == "cpu" && o.AllowCPUFallback {
+		bad("--allow-cpu-fallback: --device cpu asks for no GPU to fall back from; drop one of them")
 	}
 	if o.DType != extractor.Float32 && o.DType != extractor.Float16 {
 		bad("--dtype %q: want float32 or float16", o.DType)
@@ -301,7 +347,7 @@ func (o *Options) Validate() error {
 	if o.ORTLib == "" {
 		bad("--ort-lib: must not be empty: name libonnxruntime.so (or set FEATUREFS_ORT_LIB)")
 	} else if _, err := os.Stat(o.ORTLib); err != nil {
-		bad("--ort-lib %s: %v: install ONNX Runtime 1.24 (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err))
+		badFile("--ort-lib %s: %v: install ONNX Runtime 1.24 (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err))
 	}
 	if len(o.ImageExtensions) == 0 {
 		bad("--image-extensions: must name at least one extension, e.g. jpg,jpeg,png")

@@ -70,6 +70,8 @@ func TestValidateMessages(t *testing.T) {
 		{"extensions", func(o *Options) { o.ImageExtensions = []string{".JPG"} }, "--image-extensions: \".JPG\""},
 		{"max object size", func(o *Options) { o.MaxObjectSize = 0 }, "--max-object-size 0B: must be positive"},
 		{"metrics", func(o *Options) { o.MetricsAddr = "9090" }, "--metrics-addr \"9090\": want HOST:PORT"},
+		{"tensorrt on cpu", func(o *Options) { o.Device, o.TensorRT = "cpu", true }, "--tensorrt runs on a GPU"},
+		{"fallback from cpu", func(o *Options) { o.Device, o.AllowCPUFallback = "cpu", true }, "--allow-cpu-fallback: --device cpu"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := validOptions(t)
@@ -128,5 +130,54 @@ func TestSetImageExtensions(t *testing.T) {
 	}
 	if err := o.SetImageExtensions(" , "); err == nil {
 		t.Fatal("empty list accepted")
+	}
+}
+
+// A missing model file or ONNX Runtime library matches ErrModelFile (exit 4
+// in cmd/featurefs); a malformed option next to it, or no model at all,
+// does not make every problem one (exit 2).
+func TestValidateModelProblems(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		modify func(o *Options)
+		only   bool
+	}{
+		{"missing model file", func(o *Options) { o.Models[0].Path = "/nonexistent/m.onnx" }, true},
+		{"model is a directory", func(o *Options) { o.Models[0].Path = t.TempDir() }, true},
+		{"missing ORT library", func(o *Options) { o.ORTLib = "/nonexistent/libonnxruntime.so.1" }, true},
+		{"both", func(o *Options) {
+			o.Models[0].Path, o.ORTLib = "/nonexistent/m.onnx", "/nonexistent/libonnxruntime.so.1"
+		}, true},
+		{"missing model and a bad option", func(o *Options) { o.Models[0].Path, o.Device = "/nonexistent/m.onnx", "tpu" }, false},
+		{"no model", func(o *Options) { o.Models = nil }, false},
+		{"bad option only", func(o *Options) { o.DType = "int8" }, false},
+	} {
+		o := validOptions(t)
+		c.modify(&o)
+		err := o.Validate()
+		if err == nil {
+			t.Fatalf("%s: Validate passed", c.name)
+		}
+		if got := ModelProblemsOnly(err); got != c.only {
+			t.Errorf("%s: ModelProblemsOnly(%q) = %v, want %v", c.name, err, got, c.only)
+		}
+	}
+	missing := validOptions(t)
+	missing.ORTLib = "/nonexistent/lib.so"
+	malformed := validOptions(t)
+	malformed.DType = "int8"
+	if ModelProblemsOnly(errors.Join(missing.Validate(), malformed.Validate())) {
+		t.Errorf("ModelProblemsOnly of a joined model problem and bad option = true")
+	}
+	if !ModelProblemsOnly(errors.Join(missing.Validate(), nil)) {
+		t.Errorf("ModelProblemsOnly of a joined model problem = false")
+	}
+	if ModelProblemsOnly(nil) {
+		t.Errorf("ModelProblemsOnly(nil) = true")
+	}
+	o := validOptions(t)
+	o.ORTLib = "/nonexistent/lib.so"
+	if err := o.Validate(); !errors.Is(err, ErrModelFile) {
+		t.Errorf("missing ORT library: %v does not match ErrModelFile", err)
 	}
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
@@ -57,19 +59,54 @@ func openCache(o mountopts.Options, log *slog.Logger) (*cache.Store, error) {
 }
 
 // newExtractor loads the options' models into an extraction service that
-// serves dtype.
-func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger) (*extractor.Service, error) {
+// serves dtype. An explicitly asked-for GPU that cannot be had fails with
+// exitModel, or with --allow-cpu-fallback runs on the CPU and tells the
+// user why (warn: one line on the terminal; the log has it already).
+func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger, warn func(string)) (*extractor.Service, error) {
 	svc, err := extractor.New(extractor.Config{
-		ORTLib:    o.ORTLib,
-		Device:    o.Device,
-		TensorRT:  o.TensorRT,
-		BatchSize: o.BatchSize,
-		MaxPixels: o.MaxPixels,
-		DType:     dtype,
-		Logger:    log,
+		ORTLib:           o.ORTLib,
+		Device:           o.Device,
+		TensorRT:         o.TensorRT,
+		AllowCPUFallback: o.AllowCPUFallback,
+		BatchSize:        o.BatchSize,
+		MaxPixels:        o.MaxPixels,
+		DType:            dtype,
+		Logger:           log,
 	}, o.Models)
+	if errors.Is(err, extractor.ErrNoDevice) {
+		return nil, failf(exitModel, "--%v (--device auto or cpu, or --allow-cpu-fallback, runs on the CPU)", err)
+	}
 	if err != nil {
 		return nil, failf(exitModel, "loading models: %w", err)
 	}
+	if why := svc.Fallback(); why != "" {
+		warn("--" + why + " (--allow-cpu-fallback)")
+	}
 	return svc, nil
+}
+
+// emptyCheckTimeout bounds the listing warnIfEmpty makes.
+const emptyCheckTimeout = 30 * time.Second
+
+// warnIfEmpty lists the root of b once and, when it holds no object and no
+// prefix (a mistyped prefix, an empty directory), logs a warning and tells
+// the user (warn): the mount would be an empty tree without a word. A
+// failed listing is only logged: reads will say more.
+func warnIfEmpty(ctx context.Context, b bucket.Bucket, source string, log *slog.Logger, warn func(string)) {
+	ctx, cancel := context.WithTimeout(ctx, emptyCheckTimeout)
+	defer cancel()
+	page, err := b.List(ctx, "", "")
+	if err != nil {
+		log.Debug("featurefs: listing the source root to see whether it is empty", slog.String("source", source), slog.Any("err", err))
+		return
+	}
+	if len(page.Objects) > 0 || len(page.Prefixes) > 0 {
+		return
+	}
+	what := "the directory is empty"
+	if strings.HasPrefix(source, "s3://") {
+		what = "no object has this prefix: check the bucket and prefix"
+	}
+	log.Warn("featurefs: the source holds no object; the feature tree is empty", slog.String("source", source))
+	warn(fmt.Sprintf("source %s holds no object (%s); the feature tree is empty", source, what))
 }

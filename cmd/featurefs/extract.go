@@ -15,13 +15,26 @@ import (
 	"github.com/featurefs/featurefs/extractor"
 )
 
-const extractUsage = `Usage: featurefs extract --model M.onnx --layer K IMAGE... -o DIR
+const extractUsage = `Usage: featurefs extract --model M.onnx --layer K [flags] IMAGE... -o DIR
 
-Writes DIR/<image name without extension>.npy for each image: the output of
-layer K (an index, "layerK" or an alias) as a .npy file. When two images
-differ only by extension, both keep it (a.jpg.npy, a.png.npy). A bad image
-prints one error line naming it; the others are still written; the exit
-status is then 1.
+Writes the output of layer K (an index, "layerK" or an alias) for each image
+as a .npy file under DIR, mirroring the images' directories relative to
+their common parent directory (or to --relative-to DIR), so that
+
+  featurefs extract ... train/cat/img0.jpg train/dog/img0.jpg -o out
+
+writes out/cat/img0.npy and out/dog/img0.npy. The extension becomes .npy;
+when two images in one directory differ only by extension, both keep it
+(a.jpg.npy, a.png.npy). Inputs that would still write the same file (the
+same image given twice; a.jpg.jpg next to a.jpg and a.png) are refused
+before anything is extracted.
+
+Exit codes: 0 every image written; 1 some image was bad or could not be
+written (one error line each; the others are still written); 2 bad usage
+(flags, colliding output names, an image outside --relative-to); 4 the
+model, ONNX Runtime or the asked-for GPU.
+
+Flags:
 `
 
 // runExtract implements "featurefs extract".
@@ -33,39 +46,53 @@ func runExtract(args []string) int {
 	layerArg := fl.String("layer", "", "layer: index, layerK or alias")
 	out := fl.String("o", "", "output directory")
 	fl.StringVar(out, "out", "", "output directory (same as -o)")
+	relTo := fl.String("relative-to", "", "mirror the images' paths relative to this `directory` under -o (default: their common parent)")
 	dtype := fl.String("dtype", string(def.DType), "float32 or float16")
 	device := fl.String("device", def.Device, "auto, cpu, cuda or cuda:N")
 	ortLib := fl.String("ort-lib", def.ORTLib, "libonnxruntime shared library (or $FEATUREFS_ORT_LIB)")
 	batch := fl.Int("batch-size", 0, "inputs per run (0: chosen automatically)")
 	tensorRT := fl.Bool("tensorrt", false, "use ONNX Runtime's TensorRT provider on a GPU")
+	allowCPU := fl.Bool("allow-cpu-fallback", false, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
 	logLevel := fl.String("log-level", "warn", "debug, info, warn or error")
 	pos, err := parseInterspersed(fl, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return exitOK
 		}
-		return 2
+		return exitUsage
 	}
 	if *modelPath == "" || *layerArg == "" || *out == "" || len(pos) == 0 {
 		fmt.Fprint(os.Stderr, extractUsage)
-		return 2
+		return exitUsage
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs extract: --log-level %q: %v\n", *logLevel, err)
-		return 2
+		return exitUsage
+	}
+	names, err := outputPaths(pos, *relTo)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs extract: "))
+		return exitUsage
 	}
 	cfg := def
-	cfg.ORTLib, cfg.Device, cfg.TensorRT, cfg.BatchSize = *ortLib, *device, *tensorRT, *batch
+	cfg.ORTLib, cfg.Device, cfg.TensorRT, cfg.AllowCPUFallback, cfg.BatchSize = *ortLib, *device, *tensorRT, *allowCPU, *batch
 	cfg.DType = extractor.DType(*dtype)
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	name := strings.TrimSuffix(filepath.Base(*modelPath), filepath.Ext(*modelPath))
 	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: name, Path: *modelPath}})
+	if errors.Is(err, extractor.ErrNoDevice) {
+		fmt.Fprintf(os.Stderr, "featurefs extract: --%v (--device auto or cpu, or --allow-cpu-fallback, runs on the CPU)\n", err)
+		return exitModel
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
-		return 1
+		return exitModel
 	}
 	defer svc.Close()
+	if why := svc.Fallback(); why != "" {
+		fmt.Fprintf(os.Stderr, "featurefs extract: warning: --%s (--allow-cpu-fallback)\n", why)
+	}
 	m, _ := svc.Model(name)
 	layer, ok := m.Lookup(*layerArg)
 	if !ok {
@@ -75,13 +102,12 @@ func runExtract(args []string) int {
 	}
 	if !ok {
 		fmt.Fprintf(os.Stderr, "featurefs extract: model %s has no layer %q (it has layer0..layer%d; see featurefs layers)\n", *modelPath, *layerArg, len(m.Layers)-1)
-		return 2
+		return exitUsage
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
-		return 1
+		return exitOther
 	}
-	names := outputNames(pos)
 
 	ctx := context.Background()
 	sem := make(chan struct{}, 64) // bounded fan-out; the service batches
@@ -95,10 +121,6 @@ func runExtract(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs extract: %s: %v\n", img, err)
 	}
 	for i, img := range pos {
-		if names[i] == "" {
-			fail(img, fmt.Errorf("output name collides with another input's"))
-			continue
-		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -109,50 +131,107 @@ func runExtract(args []string) int {
 				Fetch: func(context.Context) ([]byte, error) { return os.ReadFile(img) },
 			})
 			if err != nil {
-				var ie *extractor.ImageError
-				if errors.As(err, &ie) {
-					// The path is already in the line; say only why.
-					err = errors.New(ie.Reason)
-					if ie.Err != nil {
-						err = fmt.Errorf("%s: %w", ie.Reason, ie.Err)
-					}
-				}
+				fail(img, err) // the message is the reason; the line names the image
+				return
+			}
+			dst := filepath.Join(*out, names[i])
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 				fail(img, err)
 				return
 			}
-			if err := writeFileAtomic(filepath.Join(*out, names[i]), b); err != nil {
+			if err := writeFileAtomic(dst, b); err != nil {
 				fail(img, err)
 			}
 		}()
 	}
 	wg.Wait()
 	if failed > 0 {
-		return 1
+		return exitOther
 	}
-	return 0
+	return exitOK
 }
 
-// outputNames maps each input to its .npy name; "" marks a collision.
-func outputNames(paths []string) []string {
-	stem := func(p string) string { b := filepath.Base(p); return strings.TrimSuffix(b, filepath.Ext(b)) }
-	count := map[string]int{}
-	for _, p := range paths {
-		count[stem(p)]++
-	}
-	names := make([]string, len(paths))
-	used := map[string]bool{}
-	for i, p := range paths {
-		n := stem(p) + ".npy"
-		if count[stem(p)] > 1 {
-			n = filepath.Base(p) + ".npy"
+// outputPaths maps each input image to its .npy path under the output
+// directory: its path relative to relTo (default: the inputs' common parent
+// directory), with the extension replaced by .npy, or .npy appended when
+// another input in the same directory differs only by extension. It fails,
+// naming every problem, when an input is outside relTo or two inputs would
+// write the same file.
+func outputPaths(inputs []string, relTo string) ([]string, error) {
+	abs := make([]string, len(inputs))
+	for i, p := range inputs {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		if used[n] {
+		abs[i] = a
+	}
+	base := ""
+	if relTo != "" {
+		a, err := filepath.Abs(relTo)
+		if err != nil {
+			return nil, fmt.Errorf("--relative-to %s: %w", relTo, err)
+		}
+		base = a
+	} else {
+		base = filepath.Dir(abs[0])
+		for _, a := range abs[1:] {
+			for !within(base, a) {
+				base = filepath.Dir(base)
+			}
+		}
+	}
+	var errs []error
+	rels := make([]string, len(inputs))
+	for i, a := range abs {
+		if !within(base, a) || a == base {
+			errs = append(errs, fmt.Errorf("%s is not under --relative-to %s", inputs[i], relTo))
 			continue
 		}
-		used[n] = true
+		rel, err := filepath.Rel(base, a)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", inputs[i], err))
+			continue
+		}
+		rels[i] = rel
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	stem := func(rel string) string { return strings.TrimSuffix(rel, filepath.Ext(rel)) }
+	count := map[string]int{}
+	for _, rel := range rels {
+		count[stem(rel)]++
+	}
+	names := make([]string, len(inputs))
+	owner := map[string]int{}
+	for i, rel := range rels {
+		n := stem(rel) + ".npy"
+		if count[stem(rel)] > 1 {
+			n = rel + ".npy"
+		}
+		if j, dup := owner[n]; dup && abs[i] == abs[j] {
+			errs = append(errs, fmt.Errorf("%s is given twice (as %s too): give each image once", inputs[i], inputs[j]))
+			continue
+		} else if dup {
+			errs = append(errs, fmt.Errorf("%s and %s would both write %s: extract them in separate runs, or rename one", inputs[j], inputs[i], n))
+			continue
+		}
+		owner[n] = i
 		names[i] = n
 	}
-	return names
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return names, nil
+}
+
+// within reports whether path p is dir or below it.
+func within(dir, p string) bool {
+	if dir == string(filepath.Separator) {
+		return true
+	}
+	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
 }
 
 // writeFileAtomic writes b to path through a temporary file and a rename.

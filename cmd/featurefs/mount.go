@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,14 +28,15 @@ const (
 	exitOK         = 0
 	exitOther      = 1 // anything else; the message says what
 	exitUsage      = 2 // bad flags or options
-	exitMountPoint = 3 // mount point missing, not a directory, or in use
-	exitModel      = 4 // a model or the ONNX Runtime library cannot be loaded
+	exitMountPoint = 3 // mount point missing, not a directory, not empty, or in use
+	exitModel      = 4 // a model, the ONNX Runtime library or the asked-for GPU cannot be had
 	exitSource     = 5 // the source cannot be opened: unreachable, no bucket, bad credentials
 	exitCache      = 6 // the cache directory cannot be opened or is in use
 )
 
 // readyFdEnv names the file descriptor a background child reports on:
-// "OK\n" once mounted, or "ERR <code>\t<message>\n".
+// any number of "WARN <message>\n" lines for the user, then "OK\n" once
+// mounted, or "ERR <code>\t<message>\n".
 const readyFdEnv = "FEATUREFS_READY_FD"
 
 const mountUsage = `Usage: featurefs mount [flags] SOURCE MOUNTPOINT
@@ -48,8 +50,9 @@ Returns once the mount answers and serves in the background (--foreground to
 stay attached). Unmount with 'umount MOUNTPOINT' or SIGTERM.
 
 Flags override the config file (--config), which overrides the defaults.
-Exit codes: 2 bad options, 3 mount point, 4 model/ONNX Runtime, 5 source
-(unreachable, no bucket, credentials), 6 cache directory, 1 other.
+Exit codes: 2 bad options, 3 mount point (missing, not empty, in use),
+4 model/ONNX Runtime/asked-for GPU, 5 source (unreachable, no bucket,
+credentials), 6 cache directory, 1 other.
 With --remote, listings and features come from feature servers (featurefs
 serve; docs/SERVE.md) and so do the models; there is no SOURCE argument.
 
@@ -97,6 +100,7 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl.DurationVar(&o.MetadataTTL, "metadata-ttl", o.MetadataTTL, "how long listings and attributes are cached")
 	fl.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "bound on the fetch and extraction behind one read (0: none)")
 	fl.BoolVar(&o.AllowOther, "allow-other", o.AllowOther, "let other users read the mount")
+	fl.BoolVar(&o.AllowNonempty, "allow-nonempty", o.AllowNonempty, "mount over a directory that holds files (hiding them while mounted)")
 	fl.BoolVar(&o.Foreground, "foreground", o.Foreground, "stay attached; log to stderr unless --log-file")
 	fl.StringVar(&o.LogFile, "log-file", o.LogFile, "log `file` (default ~/.cache/featurefs/featurefs.log in the background)")
 	fl.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "HOST:PORT to serve Prometheus metrics (/metrics) and the stats JSON (/stats) on, e.g. 127.0.0.1:9090")
@@ -121,6 +125,7 @@ func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
 	fl.Var(sizeFlag{&o.CacheSize}, "cache-size", "feature cache bound, e.g. 10GiB, 512MiB")
 	fl.StringVar(&o.Device, "device", o.Device, "auto, cpu, cuda or cuda:N")
 	fl.BoolVar(&o.TensorRT, "tensorrt", o.TensorRT, "run models with TensorRT (FP16) on CUDA")
+	fl.BoolVar(&o.AllowCPUFallback, "allow-cpu-fallback", o.AllowCPUFallback, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
 	fl.StringVar((*string)(&o.DType), "dtype", string(o.DType), "element type of the .npy files: float32 or float16")
 	fl.IntVar(&o.BatchSize, "batch-size", o.BatchSize, "images per model run (0: automatic)")
 	fl.DurationVar(&o.NegativeTTL, "negative-ttl", o.NegativeTTL, "how long a bad object fails without being fetched again")
@@ -213,7 +218,7 @@ func runMount(args []string) int {
 	}
 	if err := o.Validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs mount: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs mount: "))
-		return exitUsage
+		return validateCode(err)
 	}
 	source, mnt := pos[0], pos[1]
 	if !strings.Contains(source, "://") && !o.Remote.Enabled() {
@@ -227,34 +232,73 @@ func runMount(args []string) int {
 	if !o.Foreground {
 		return daemonize(args, o, mnt)
 	}
-	report := readyReporter()
-	err = serve(o, source, mnt, func() { report("OK") })
+	rep := newReporter()
+	err = serve(o, source, mnt, rep)
 	if err != nil {
 		code := exitCode(err)
-		report(fmt.Sprintf("ERR %d\t%s", code, strings.ReplaceAll(err.Error(), "\n", "; ")))
+		rep.done(fmt.Sprintf("ERR %d\t%s", code, oneLine(err.Error())))
 		fmt.Fprintf(os.Stderr, "featurefs mount: %v\n", err)
 		return code
 	}
 	return exitOK
 }
 
-// readyReporter returns the function a background child tells its parent
-// with; a no-op in a plain foreground run. Only the first report counts.
-func readyReporter() func(string) {
+// validateCode is the exit code of a failed Options.Validate: 4 when every
+// problem is a missing or unusable model file or ONNX Runtime library, 2
+// (bad options) otherwise.
+func validateCode(err error) int {
+	if mountopts.ModelProblemsOnly(err) {
+		return exitModel
+	}
+	return exitUsage
+}
+
+// oneLine joins a message's lines with "; ".
+func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ") }
+
+// reporter is how a mount process tells the user what they must know
+// without reading the log: warnings, then that it is mounted or why not. A
+// background child (daemonize) writes them to its parent through the ready
+// pipe, which prints them on the terminal; a plain foreground run prints
+// warnings on stderr itself.
+type reporter struct {
+	mu sync.Mutex
+	f  *os.File // the ready pipe; nil in a plain foreground run or once done
+}
+
+// newReporter returns the reporter of this process: on the ready pipe when
+// it is a background child.
+func newReporter() *reporter {
 	fd, err := strconv.Atoi(os.Getenv(readyFdEnv))
 	if err != nil || fd < 3 {
-		return func(string) {}
+		return &reporter{}
 	}
 	os.Unsetenv(readyFdEnv)
-	f := os.NewFile(uintptr(fd), "ready")
-	return func(msg string) {
-		if f == nil {
-			return
-		}
-		fmt.Fprintln(f, msg)
-		f.Close()
-		f = nil
+	return &reporter{f: os.NewFile(uintptr(fd), "ready")}
+}
+
+// warn tells the user msg (one line). Callers log it themselves.
+func (r *reporter) warn(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f != nil {
+		fmt.Fprintf(r.f, "WARN %s\n", oneLine(msg))
+		return
 	}
+	fmt.Fprintf(os.Stderr, "featurefs mount: warning: %s\n", oneLine(msg))
+}
+
+// done reports "OK" or "ERR <code>\t<message>" to a daemonizing parent and
+// closes the pipe; later reports go nowhere.
+func (r *reporter) done(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f == nil {
+		return
+	}
+	fmt.Fprintln(r.f, msg)
+	r.f.Close()
+	r.f = nil
 }
 
 // daemonize runs `featurefs mount --foreground ARGS` in a new session with
@@ -266,13 +310,13 @@ func daemonize(args []string, o mountopts.Options, mnt string) int {
 		logPath = mountopts.DefaultLogFile()
 	}
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs mount: log directory: %v\n", err)
-		return exitOther
+		fmt.Fprintf(os.Stderr, "featurefs mount: --log-file %s: %v\n", logPath, err)
+		return exitUsage // as in the foreground (newLogger)
 	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs mount: --log-file: %v\n", err)
-		return exitOther
+		fmt.Fprintf(os.Stderr, "featurefs mount: --log-file %s: %v\n", logPath, err)
+		return exitUsage
 	}
 	defer logf.Close()
 	exe, err := os.Executable()
@@ -295,7 +339,16 @@ func daemonize(args []string, o mountopts.Options, mnt string) int {
 		return exitOther
 	}
 	w.Close()
-	line, _ := bufio.NewReader(r).ReadString('\n')
+	rd := bufio.NewReader(r)
+	line, _ := rd.ReadString('\n')
+	for {
+		msg, ok := strings.CutPrefix(strings.TrimSpace(line), "WARN ")
+		if !ok {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "featurefs mount: warning: %s\n", msg)
+		line, _ = rd.ReadString('\n')
+	}
 	r.Close()
 	line = strings.TrimSpace(line)
 	switch {
@@ -343,15 +396,15 @@ func newLogger(o mountopts.Options) (*slog.Logger, io.Closer, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), c, nil
 }
 
-// serve mounts and serves until unmounted (umount or a signal). ready is
-// called once the mount answers.
-func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
+// serve mounts and serves until unmounted (umount or a signal). rep hears
+// the warnings for the user and "OK" once the mount answers.
+func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	log, logc, err := newLogger(o)
 	if err != nil {
 		return err
 	}
 	defer logc.Close()
-	if err := checkMountPoint(mnt, log); err != nil {
+	if err := checkMountPoint(mnt, o.AllowNonempty, log); err != nil {
 		return err
 	}
 
@@ -366,7 +419,7 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 		}
 		defer rc.Close()
 		var closeSplit func()
-		if b, ex, closeSplit, err = remoteSplit(ctx, o, rc, log); err != nil {
+		if b, ex, closeSplit, err = remoteSplit(ctx, o, rc, log, rep.warn); err != nil {
 			return err
 		}
 		defer closeSplit()
@@ -374,6 +427,7 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 		if b, err = openSource(ctx, source, o); err != nil {
 			return err
 		}
+		warnIfEmpty(ctx, b, source, log, rep.warn)
 	}
 
 	store, err := openCache(o, log)
@@ -388,7 +442,7 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 	}()
 
 	if ex == nil {
-		svc, err := newExtractor(o, o.DType, log)
+		svc, err := newExtractor(o, o.DType, log, rep.warn)
 		if err != nil {
 			return err
 		}
@@ -440,7 +494,7 @@ func serve(o mountopts.Options, source, mnt string, ready func()) (err error) {
 	}
 	log.Info("featurefs: mounted", slog.String("source", source), slog.String("mountpoint", mnt),
 		slog.String("device", ex.Device()), slog.Int("models", len(ex.Models())), slog.String("cache", o.CacheDir))
-	ready()
+	rep.done("OK")
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -484,8 +538,10 @@ func unmount(un func() error, mnt string, log *slog.Logger) {
 }
 
 // checkMountPoint checks that mnt is a directory nobody has mounted on,
-// clearing a stale FUSE mount (its server gone: ENOTCONN) first.
-func checkMountPoint(mnt string, log *slog.Logger) error {
+// clearing a stale FUSE mount (its server gone: ENOTCONN) first, and that
+// it is empty unless allowNonempty (a mount would hide its files, which
+// fuse refuses by default too).
+func checkMountPoint(mnt string, allowNonempty bool, log *slog.Logger) error {
 	if fstype, _, ok := mountedOn(mnt); ok && strings.HasPrefix(fstype, "fuse") {
 		// stat may be answered from the kernel's attribute cache; reading
 		// the directory reaches the server, or fails if it is gone.
@@ -510,6 +566,21 @@ func checkMountPoint(mnt string, log *slog.Logger) error {
 	}
 	if fstype, src, ok := mountedOn(mnt); ok {
 		return failf(exitMountPoint, "mount point %s is in use: %s (%s) is mounted there; unmount it first with 'umount %s'", mnt, src, fstype, mnt)
+	}
+	if allowNonempty {
+		return nil
+	}
+	d, err := os.Open(mnt)
+	if err != nil {
+		return failf(exitMountPoint, "mount point %s: %w", mnt, err)
+	}
+	names, err := d.Readdirnames(1)
+	d.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return failf(exitMountPoint, "mount point %s: %w", mnt, err)
+	}
+	if len(names) > 0 {
+		return failf(exitMountPoint, "mount point %s is not empty (it holds %s, ...): mounting would hide its files; use an empty directory, or pass --allow-nonempty to mount over them", mnt, fmt.Sprintf("%q", names[0]))
 	}
 	return nil
 }

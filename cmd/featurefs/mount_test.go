@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,13 +51,41 @@ func TestUnescapeMountinfo(t *testing.T) {
 
 func TestCheckMountPoint(t *testing.T) {
 	dir := t.TempDir()
-	if err := checkMountPoint(dir, nil); err != nil {
+	if err := checkMountPoint(dir, false, nil); err != nil {
 		t.Errorf("free directory: %v", err)
 	}
-	if err := checkMountPoint(filepath.Join(dir, "nope"), nil); exitCode(err) != exitMountPoint || !strings.Contains(err.Error(), "mkdir -p") {
+	if err := checkMountPoint(filepath.Join(dir, "nope"), false, nil); exitCode(err) != exitMountPoint || !strings.Contains(err.Error(), "mkdir -p") {
 		t.Errorf("missing: %v", err)
 	}
-	if err := checkMountPoint("/proc", nil); exitCode(err) != exitMountPoint || !strings.Contains(err.Error(), "in use") {
+	if err := checkMountPoint("/proc", false, nil); exitCode(err) != exitMountPoint || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("/proc: %v", err)
+	}
+}
+
+// README.md's "Mount flags" table lists every flag of `featurefs mount -h`,
+// in its order, and nothing else.
+func TestReadmeMountFlagsTable(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "\n## Mount flags\n")
+	if !ok {
+		t.Fatal("README.md has no Mount flags section")
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	var inReadme []string
+	for _, line := range strings.Split(table, "\n") {
+		if name, ok := strings.CutPrefix(line, "| `--"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			name, _, _ = strings.Cut(name, " ")
+			inReadme = append(inReadme, name)
+		}
+	}
+	o := mountopts.Default()
+	var inHelp []string
+	mountFlags(&o).VisitAll(func(f *flag.Flag) { inHelp = append(inHelp, f.Name) })
+	if strings.Join(inReadme, " ") != strings.Join(inHelp, " ") {
+		t.Errorf("README.md's Mount flags table:\n  %s\nfeaturefs mount -h:\n  %s", strings.Join(inReadme, " "), strings.Join(inHelp, " "))
 	}
 }

@@ -49,11 +49,14 @@ func dialRemote(ctx context.Context, r mountopts.RemoteOptions, log *slog.Logger
 		MaxInFlight: r.MaxInFlight,
 		Logger:      log,
 	})
-	if err != nil {
-		if errors.Is(err, remote.ErrUnauthorized) {
-			return nil, failf(exitSource, "--remote: %w (check --remote-token-file or FEATUREFS_TOKEN)", err)
-		}
-		return nil, failf(exitSource, "--remote: %w", err)
+	switch {
+	case errors.Is(err, remote.ErrUnauthorized) && token == "":
+		return nil, failf(exitSource, "--remote %s: the feature server wants a token and none was given: pass --remote-token-file FILE (a copy of the server's --token-file) or set %s",
+			strings.Join(r.URLs, ","), remote.TokenEnv)
+	case errors.Is(err, remote.ErrUnauthorized):
+		return nil, failf(exitSource, "--remote: %w (check --remote-token-file or %s)", err, remote.TokenEnv)
+	case err != nil:
+		return nil, failf(exitSource, "--remote: %s", strings.TrimPrefix(err.Error(), "remote: "))
 	}
 	log.Info("featurefs: feature servers", slog.String("source", c.Info().Source), slog.String("servers", strings.Join(c.URLs(), ",")),
 		slog.String("device", c.Info().Device), slog.String("dtype", string(c.Info().DType)))

@@ -26,8 +26,8 @@ Serves SOURCE's features over HTTP next to the store (near-data mode), for
 'featurefs mount --remote URL MOUNTPOINT' on training hosts. The API and the
 flags are described in docs/SERVE.md. Clients must send the bearer token of
 --token-file (or $FEATUREFS_TOKEN) unless --no-auth. Stops on SIGTERM/SIGINT.
-Exit codes as featurefs mount: 2 bad options, 4 model/ONNX Runtime, 5 source,
-6 cache directory, 1 other (e.g. the address is in use).
+Exit codes as featurefs mount: 2 bad options, 4 model/ONNX Runtime/asked-for
+GPU, 5 source, 6 cache directory, 1 other (e.g. the address is in use).
 
 Flags:
 `
@@ -92,7 +92,7 @@ func runServe(args []string) int {
 	}
 	if err := errors.Join(o.Validate(), so.Validate()); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs serve: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs serve: "))
-		return exitUsage
+		return validateCode(err)
 	}
 	source := pos[0]
 	if !strings.Contains(source, "://") {
@@ -130,6 +130,8 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 	if err != nil {
 		return err
 	}
+	warn := func(msg string) { fmt.Fprintf(os.Stderr, "featurefs serve: warning: %s\n", oneLine(msg)) }
+	warnIfEmpty(ctx, b, source, log, warn)
 	store, err := openCache(o, log)
 	if err != nil {
 		return err
@@ -140,7 +142,7 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 			err = errors.Join(err, cerr)
 		}
 	}()
-	svc, err := newExtractor(o, o.DType, log)
+	svc, err := newExtractor(o, o.DType, log, warn)
 	if err != nil {
 		return err
 	}

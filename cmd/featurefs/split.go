@@ -14,8 +14,9 @@ import (
 
 // remoteSplit returns the bucket and extractor of a --remote mount: plain
 // remote extraction, or split execution (--split) with a local extraction
-// service over the --model files. The returned function releases them.
-func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, log *slog.Logger) (bucket.Bucket, featurefs.Extractor, func(), error) {
+// service over the --model files (warn tells the user of a GPU fallback).
+// The returned function releases them.
+func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, log *slog.Logger, warn func(string)) (bucket.Bucket, featurefs.Extractor, func(), error) {
 	mode := o.Remote.Split
 	if mode == "" {
 		mode = "none"
@@ -34,7 +35,7 @@ func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, lo
 	if len(o.Models) == 0 {
 		return nil, nil, nil, failf(exitUsage, "--split %s needs the models on the mount too (--model NAME=PATH.onnx, the servers' files)", policy)
 	}
-	svc, err := newExtractor(o, rc.Info().DType, log)
+	svc, err := newExtractor(o, rc.Info().DType, log, warn)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("split execution: %w", err)
 	}

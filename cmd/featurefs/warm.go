@@ -42,8 +42,8 @@ not in use by a mount) directly, and extracts everything under PREFIX
 --device, --batch-size, --cache-size, --config, ...).
 
 Exit codes: 0 everything extracted, 1 some objects failed (or another
-error), 2 bad usage; without a mount also 4 model/ONNX Runtime, 5 source,
-6 cache directory.
+error), 2 bad usage (nothing is walked, no summary is printed); without a
+mount also 4 model/ONNX Runtime/asked-for GPU, 5 source, 6 cache directory.
 
 Flags:
 `
@@ -125,8 +125,13 @@ func runWarm(args []string) int {
 		}
 		res, err = warmMount(ctx, pos[0], w.jobs, prog)
 	}
-	prog.finish()
-	res.print(os.Stdout)
+	// A usage or setup error stops warm before it walks anything: the
+	// error says why, and a "0 of 0 done" summary would only confuse.
+	walked := err == nil || ctx.Err() != nil || exitCode(err) == exitOther || res.total > 0
+	prog.finish(walked)
+	if walked {
+		res.print(os.Stdout)
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		fmt.Fprintf(os.Stderr, "featurefs warm: interrupted after %d of %d; run it again to resume\n", res.done, res.total)
@@ -160,7 +165,7 @@ func (r warmOutcome) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "failed objects (%d):\n", r.failed)
 	for _, f := range r.failures {
-		fmt.Fprintf(w, "  %s: %s\n", f.key, strings.TrimPrefix(f.reason, f.key+": "))
+		fmt.Fprintf(w, "  %s: %s\n", f.key, f.reason)
 	}
 	if n := r.failed - int64(len(r.failures)); n > 0 {
 		fmt.Fprintf(w, "  ... and %d more\n", n)
@@ -178,7 +183,7 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 		return warmOutcome{}, failf(exitUsage, "--source needs --layer (e.g. layer12; see featurefs layers MODEL.onnx)")
 	}
 	if err := o.Validate(); err != nil {
-		return warmOutcome{}, failf(exitUsage, "%w", err)
+		return warmOutcome{}, failf(validateCode(err), "%w", err)
 	}
 	if len(o.Models) != 1 {
 		return warmOutcome{}, failf(exitUsage, "--source needs exactly one --model NAME=PATH.onnx, got %d", len(o.Models))
@@ -192,6 +197,8 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 	if err != nil {
 		return warmOutcome{}, err
 	}
+	warn := func(msg string) { fmt.Fprintf(os.Stderr, "featurefs warm: warning: %s\n", oneLine(msg)) }
+	warnIfEmpty(ctx, b, w.source, log, warn)
 	store, err := openCache(o, log)
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) {
@@ -200,7 +207,7 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 		return warmOutcome{}, err
 	}
 	defer store.Close()
-	svc, err := newExtractor(o, o.DType, log)
+	svc, err := newExtractor(o, o.DType, log, warn)
 	if err != nil {
 		return warmOutcome{}, err
 	}
@@ -317,7 +324,9 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 	wg.Wait()
 	update()
 
-	// Reasons: the mount's recent errors name the object keys.
+	// Reasons: the mount's recent errors name the object keys. A failure
+	// the mount recorded is listed under its object's key, once, with the
+	// mount's reason; others under the feature file's path with the errno.
 	reasons := recentErrors(root)
 	for i, f := range failures {
 		rel, err := filepath.Rel(layerDir, f.key)
@@ -326,8 +335,8 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 		}
 		rel = filepath.ToSlash(rel)
 		failures[i].key = rel
-		if r, ok := matchReason(reasons, rel); ok {
-			failures[i].reason = r
+		if key, r, ok := matchReason(reasons, rel); ok {
+			failures[i].key, failures[i].reason = key, r
 		}
 	}
 	sort.Slice(failures, func(i, j int) bool { return failures[i].key < failures[j].key })
@@ -398,20 +407,21 @@ func recentErrors(root string) map[string]string {
 	return out
 }
 
-// matchReason finds the reason recorded for the object behind a feature
-// file at rel (relative to the layer directory): the key whose possible
-// names under the naming rule (fs.FeaturePaths) include rel, preferring a
-// long name to a short one (a.jpg.npy is a.jpg's, not a.jpg.jpg's).
-func matchReason(reasons map[string]string, rel string) (string, bool) {
-	best, bestKey, rank := "", "", -1
-	for key, r := range reasons {
-		for i, p := range featurefs.FeaturePaths(key) {
-			if p == rel && (rank < 0 || i < rank || i == rank && key < bestKey) {
-				best, bestKey, rank = r, key, i
+// matchReason finds the object key and the reason recorded for the object
+// behind a feature file at rel (relative to the layer directory): the key
+// whose possible names under the naming rule (fs.FeaturePaths) include rel,
+// preferring a long name to a short one (a.jpg.npy is a.jpg's, not
+// a.jpg.jpg's).
+func matchReason(reasons map[string]string, rel string) (key, reason string, ok bool) {
+	rank := -1
+	for k, r := range reasons {
+		for i, p := range featurefs.FeaturePaths(k) {
+			if p == rel && (rank < 0 || i < rank || i == rank && k < key) {
+				key, reason, rank = k, r, i
 			}
 		}
 	}
-	return best, rank >= 0
+	return key, reason, rank >= 0
 }
 
 // progress shows done/total, rate and ETA: a bar redrawn in place on a
@@ -428,6 +438,7 @@ type progress struct {
 	failed  int64            // GUARDED_BY(mu)
 	listing bool             // GUARDED_BY(mu)
 	samples []progressSample // GUARDED_BY(mu)
+	drawn   bool             // GUARDED_BY(mu): a line was drawn
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -473,11 +484,20 @@ func (p *progress) set(done, total, failed int64, listing bool) {
 	p.mu.Unlock()
 }
 
-// finish draws the last state and ends the line.
-func (p *progress) finish() {
+// finish stops the display, drawing the last state and ending the line
+// when draw (warm walked something).
+func (p *progress) finish(draw bool) {
 	close(p.stop)
 	p.wg.Wait()
-	p.draw(true)
+	if draw {
+		p.draw(true)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty && p.drawn {
+		fmt.Fprint(p.w, "\r\033[K") // clear the bar drawn in place
+	}
 }
 
 // line renders the figures.
@@ -524,6 +544,7 @@ func (p *progress) draw(final bool) {
 	defer p.mu.Unlock()
 	now := time.Now()
 	l := p.line(now)
+	p.drawn = true
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s", l)
 		if final {

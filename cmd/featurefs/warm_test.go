@@ -33,11 +33,11 @@ func TestMatchReasonFollowsNamingRule(t *testing.T) {
 		"b.png.npy":       "reason b.png",
 		hashed:            "reason long",
 	} {
-		if got, ok := matchReason(reasons, rel); !ok || got != want {
+		if _, got, ok := matchReason(reasons, rel); !ok || got != want {
 			t.Errorf("%s: %q, %v; want %q", rel, got, ok, want)
 		}
 	}
-	if r, ok := matchReason(reasons, "nosuch.npy"); ok {
+	if _, r, ok := matchReason(reasons, "nosuch.npy"); ok {
 		t.Errorf("nosuch.npy matched %q", r)
 	}
 }

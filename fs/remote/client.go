@@ -11,6 +11,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -389,6 +390,9 @@ func (c *Client) get(ctx context.Context, u, path string, q url.Values, v any) e
 	if resp.StatusCode != http.StatusOK {
 		return responseError(resp, u, q.Get("key")+q.Get("prefix"))
 	}
+	if ct := mediaType(resp); ct != "application/json" {
+		return &foreignAnswerError{server: u, status: resp.StatusCode, contentType: ct}
+	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(v); err != nil {
 		return c.unavailable(u, fmt.Errorf("reading %s: %w", path, err))
 	}
@@ -410,19 +414,73 @@ func (c *Client) unavailable(u string, err error) error {
 	return fmt.Errorf("%s: %w: %w", u, ErrUnavailable, err)
 }
 
-// responseError turns a non-200 answer into an error.
+// ErrNotFeatureServer is matched by Dial's error when a server answers, but
+// not as featurefs serve does: an HTML page, an S3 XML error, JSON of
+// another shape. The --remote URL is most likely wrong.
+var ErrNotFeatureServer = errors.New("not a featurefs server")
+
+// foreignAnswerError is an answer whose body is not featurefs's JSON (a
+// proxy's or another server's page). Its message is one line with the
+// status and the body's type, never the body: a whole HTML page or XML
+// document has no place in an error line. A 502, 503 or 504 matches
+// ErrUnavailable (a proxy whose featurefs server is away).
+type foreignAnswerError struct {
+	server      string
+	status      int
+	contentType string
+}
+
+func (e *foreignAnswerError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d, %s, not a featurefs answer", e.server, e.status, e.contentType)
+}
+
+func (e *foreignAnswerError) Unwrap() error {
+	switch e.status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return ErrUnavailable
+	}
+	return nil
+}
+
+// mediaType is an answer's Content-Type without parameters, "untyped" when
+// there is none.
+func mediaType(resp *http.Response) string {
+	ct := resp.Header.Get("Content-Type")
+	if ct == "" {
+		return "untyped"
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		return mt
+	}
+	return ct
+}
+
+// responseError turns a non-200 answer into an error: featurefs's JSON
+// error through ErrorOf, anything else as a foreignAnswerError.
 func responseError(resp *http.Response, u, key string) error {
 	var e ErrorResponse
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(b, &e) != nil || e.Error == "" {
-		e.Error = strings.TrimSpace(string(b))
+		return &foreignAnswerError{server: strings.TrimRight(u, "/"), status: resp.StatusCode, contentType: mediaType(resp)}
 	}
 	return ErrorOf(resp.StatusCode, e.Error, u, key)
 }
 
+// fetchModels asks server u for its models (GET /v1/models). A server that
+// answers, but not as featurefs serve does, fails with one line matching
+// ErrNotFeatureServer.
 func (c *Client) fetchModels(ctx context.Context, u string) (ModelsResponse, error) {
 	var info ModelsResponse
 	err := c.get(ctx, u, "/v1/models", nil, &info)
+	var fa *foreignAnswerError
+	switch {
+	case errors.As(err, &fa) && !errors.Is(err, ErrUnavailable):
+		return info, fmt.Errorf("remote: the server at %s is %w (GET /v1/models answered HTTP %d, %s): check the --remote URL",
+			u, ErrNotFeatureServer, fa.status, fa.contentType)
+	case err == nil && info.Protocol == 0:
+		return info, fmt.Errorf("remote: the server at %s is %w (GET /v1/models answered HTTP 200, JSON without a featurefs protocol version): check the --remote URL",
+			u, ErrNotFeatureServer)
+	}
 	return info, err
 }
 
