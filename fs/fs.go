@@ -89,7 +89,7 @@ type Config struct {
 	// listing is stale (older than MetadataTTL, but complete) waits for the
 	// store to list the directory again before it answers from the stale
 	// listing; the new listing is still read in the background. While the
-	// store is failing, they wait only 50ms. Default 1s.
+	// store is failing, they wait only 50ms. Default 250ms.
 	StaleGrace time.Duration
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
@@ -111,7 +111,7 @@ const statParallel = 32
 const maxRefreshes = 8
 
 // defaultStaleGrace is Config.StaleGrace's default.
-const defaultStaleGrace = time.Second
+const defaultStaleGrace = 250 * time.Millisecond
 
 // failingGrace is how long a stale listing's refresh is waited for while the
 // store is failing: enough for a store that is back to answer a small

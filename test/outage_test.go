@@ -69,8 +69,8 @@ func testOutage(t *testing.T, mode string) {
 	time.Sleep(ttl + time.Second)
 
 	// Served from what the mount knows: no wait on the store. The bound
-	// leaves room for featurefs's grace (1s) on the first stale listing.
-	const known = 2500 * time.Millisecond
+	// leaves room for featurefs's grace (250ms) on the first stale listing.
+	const known = 1500 * time.Millisecond
 	// Needing the store: EIO within --read-timeout (plus scheduling slack).
 	const needsStore = readTimeout + 2*time.Second
 	ops := []struct {
