@@ -159,7 +159,7 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		}
 		m, err := loadModel(spec)
 		if err != nil {
-			return nil, err
+			return nil, &modelError{err}
 		}
 		s.models[m.Name] = m
 		s.order = append(s.order, m)
