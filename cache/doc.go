@@ -28,9 +28,12 @@
 // a Put takes it over Options.MaxBytes. Entries being read by a Get are pinned
 // and never evicted. A background goroutine retries evictions that pinned
 // entries postponed, persists access order lazily (batched, so reads stay
-// cheap), and reclaims disk space: after enough evicted bytes it forces the
-// LSM tree to flush and compact (so Badger learns which value-log bytes are
-// dead) and runs value-log GC until nothing is left to rewrite.
+// cheap), and reclaims disk space: after enough evicted bytes (one value-log
+// file or an eighth of the budget) or five minutes after an eviction, it
+// forces the LSM tree to flush and compact (so Badger learns which value-log
+// bytes are dead) and runs value-log GC until nothing is left to rewrite.
+// Value-log files are sized from the budget (an eighth, at least what the
+// largest value accepted needs), since GC never collects the active one.
 //
 // # Durability and locking
 //

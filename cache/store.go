@@ -40,8 +40,9 @@ type Options struct {
 	Dir string
 	// MaxBytes is the budget for stored value bytes (the sum of the lengths
 	// of the values Put); least recently used entries are evicted to stay
-	// within it. Zero means DefaultMaxBytes. Disk use is somewhat higher:
-	// the docs report the ratio measured after value-log GC.
+	// within it. Zero means DefaultMaxBytes. Disk use is higher until the
+	// space of evicted values is reclaimed (see Stats.DiskOverheadBytes and
+	// docs/RELIABILITY.md, "Cache disk use").
 	MaxBytes int64
 	// Logger receives the store's and Badger's messages; nil means
 	// slog.Default().
@@ -78,6 +79,25 @@ type Stats struct {
 	MaxBytes int64 `json:"max_bytes"`
 	// DiskBytes is the space the cache directory occupies on disk.
 	DiskBytes int64 `json:"disk_bytes"`
+	// DiskOverheadBytes is DiskBytes beyond Bytes (0 when less): evicted
+	// values whose space is not reclaimed yet, the value log's active file
+	// (Badger never collects it, so up to ValueLogFileBytes of it may be
+	// dead values), value-log files less than half dead, and Badger's index.
+	DiskOverheadBytes int64 `json:"disk_overhead_bytes"`
+	// ValueLogFileBytes is the size of one of Badger's value-log files,
+	// chosen from the budget (an eighth of it, at least what the largest
+	// value accepted needs, at most 256 MiB).
+	ValueLogFileBytes int64 `json:"value_log_file_bytes"`
+	// ReclaimAfterBytes is how many bytes of evictions make the background
+	// cleaner reclaim disk space (flush and compact the index, then value-log
+	// GC); it also reclaims ReclaimIntervalSeconds after any eviction.
+	ReclaimAfterBytes int64 `json:"reclaim_after_bytes"`
+	// ReclaimIntervalSeconds is the longest evicted space waits to be
+	// reclaimed while the store is open.
+	ReclaimIntervalSeconds float64 `json:"reclaim_interval_seconds"`
+	// EvictedSinceReclaimBytes is the bytes evicted since the last reclaim
+	// (0 for a store opened with Options.Inspect, which never reclaims).
+	EvictedSinceReclaimBytes int64 `json:"evicted_since_reclaim_bytes"`
 	// GCRewrites counts value-log files rewritten by GC.
 	GCRewrites int64 `json:"gc_rewrites"`
 }
@@ -87,7 +107,8 @@ const (
 	numStripes          = 64
 	valueThreshold      = 1 << 10
 	memTableSize        = 8 << 20
-	minVlogFileSize     = 32 << 20
+	maxValueFloor       = 31 << 20 // the largest value any budget that holds it accepts
+	vlogSlack           = 1 << 20  // value-log file bytes beyond the largest value
 	maxVlogFileSize     = 256 << 20
 	accessFlushInterval = 30 * time.Second
 	accessFlushDirty    = 1 << 16
@@ -95,6 +116,23 @@ const (
 	tickInterval        = time.Second
 	gcDiscardRatio      = 0.5
 )
+
+// vlogFileSize returns the size of Badger's value-log files for a budget:
+// an eighth of the budget, but at least what the largest value accepted
+// needs (min(budget, 31 MiB) plus 1 MiB of slack) and at most 256 MiB.
+// Badger never collects the value log's active file, so the file size bounds
+// the dead bytes a reclaim leaves behind; before, every budget under 256 MiB
+// got 32 MiB files, three times a 10 MiB budget.
+func vlogFileSize(budget int64) int64 {
+	return min(max(budget/8, min(budget, maxValueFloor)+vlogSlack), maxVlogFileSize)
+}
+
+// reclaimThreshold returns the evicted bytes after which the cleaner
+// reclaims disk space: one value-log file or an eighth of the budget,
+// whichever is more (a reclaim can free nothing of the active file).
+func reclaimThreshold(budget int64) int64 {
+	return max(vlogFileSize(budget), budget/8)
+}
 
 // Store is a persistent, checksummed, byte-bounded LRU cache of feature
 // bytes. All methods are safe for concurrent use.
@@ -170,7 +208,7 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	vlogSize := min(max(opts.MaxBytes/8, minVlogFileSize), maxVlogFileSize)
+	vlogSize := vlogFileSize(opts.MaxBytes)
 	bo := badger.DefaultOptions(opts.Dir).
 		WithLogger(badgerLogger{log}).
 		WithSyncWrites(opts.SyncWrites).
@@ -198,7 +236,7 @@ func Open(opts Options) (*Store, error) {
 		maxBytes:     opts.MaxBytes,
 		inspect:      opts.Inspect,
 		maxValue:     min(opts.MaxBytes, vlogSize-(1<<20)),
-		reclaimAfter: max(2*vlogSize, opts.MaxBytes/8),
+		reclaimAfter: reclaimThreshold(opts.MaxBytes),
 		log:          log,
 		db:           db,
 		lock:         lk,
@@ -658,9 +696,16 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	st.Entries = int64(s.idx.count)
 	st.Bytes = s.bytes
+	st.EvictedSinceReclaimBytes = s.evictedSinceReclaim
 	s.mu.Unlock()
+	// From the budget, not the files opened: an inspecting store reports
+	// what a mount with the recorded budget uses.
+	st.ValueLogFileBytes = vlogFileSize(st.MaxBytes)
+	st.ReclaimAfterBytes = reclaimThreshold(st.MaxBytes)
+	st.ReclaimIntervalSeconds = reclaimInterval.Seconds()
 	if du, err := DiskUsage(s.dir); err == nil {
 		st.DiskBytes = du
+		st.DiskOverheadBytes = max(du-st.Bytes, 0)
 	}
 	return st
 }

@@ -100,6 +100,18 @@ type Request struct {
 // error is permanent for that object version and may be cached negatively.
 var ErrBadImage = errors.New("bad image")
 
+// ErrBadModel is matched (errors.Is) by every error New returns for a
+// model file it cannot use: missing or unreadable, not ONNX, no layers, or
+// inputs the preprocessing cannot feed (not exactly one float input of shape
+// [batch,3,crop,crop]). The message says which model and why, in one line.
+var ErrBadModel = errors.New("model cannot be used")
+
+// modelError makes err match ErrBadModel without changing its message.
+type modelError struct{ err error }
+
+func (e *modelError) Error() string   { return e.err.Error() }
+func (e *modelError) Unwrap() []error { return []error{ErrBadModel, e.err} }
+
 // ImageError is the error for one bad input object. Its message is the
 // reason only, without Key: whoever reports it names the object once
 // (a log line's key, a record's key, a failure list's first column).

@@ -34,12 +34,13 @@ type Model struct {
 	// Preprocess is how an image becomes the model's input.
 	Preprocess Preprocess
 
-	g        *graph.Model
-	input    string
-	inShape  []int64 // per sample, e.g. 3x224x224
-	weight   int64   // bytes of the ONNX file
-	actBytes []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
-	bufs     sync.Pool
+	g          *graph.Model
+	input      string
+	inShape    []int64 // per sample, e.g. 3x224x224
+	fixedBatch int     // the graph's fixed batch dimension; 0 when symbolic
+	weight     int64   // bytes of the ONNX file
+	actBytes   []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
+	bufs       sync.Pool
 }
 
 var layerDir = regexp.MustCompile(`^layer(0|[1-9][0-9]*)$`)
@@ -70,12 +71,22 @@ func (m *Model) lookup(dir string, depth int) (Layer, bool) {
 	return Layer{}, false
 }
 
+// FixedBatch returns the batch size the model's graph fixes (the input's
+// first dimension is a number, as in a model exported without dynamic
+// axes), or 0 when the batch dimension is symbolic. Every run of a model
+// with a fixed batch feeds exactly that many inputs.
+func (m *Model) FixedBatch() int { return m.fixedBatch }
+
 // Table returns the layers as a text table: index, directory name, ONNX
 // tensor name, per-sample shape, bytes per sample (float32) and cumulative
 // GFLOPs per sample.
 func (m *Model) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# model %s  sha256 %s  input %s %s\n", m.Name, m.Digest, m.input, shapeString(m.inShape))
+	fmt.Fprintf(&b, "# model %s  sha256 %s  input %s %s", m.Name, m.Digest, m.input, shapeString(m.inShape))
+	if m.fixedBatch > 0 {
+		fmt.Fprintf(&b, "  fixed batch %d", m.fixedBatch)
+	}
+	b.WriteString("\n")
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "index\tname\ttensor\tshape\tbytes/sample\tcum GFLOPs\taliases")
 	for _, l := range m.Layers {
@@ -175,7 +186,9 @@ func loadModel(spec ModelSpec) (*Model, error) {
 		return nil, fmt.Errorf("model %s (%s): %w", spec.Name, spec.Path, err)
 	}
 	m.g = g
-	m.input = g.Input()
+	if m.input, m.fixedBatch, err = checkInput(g, m.Preprocess); err != nil {
+		return nil, fmt.Errorf("model %s (%s): %w", spec.Name, spec.Path, err)
+	}
 	gl, err := g.Layers()
 	if err != nil {
 		return nil, fmt.Errorf("model %s: layers: %w", spec.Name, err)
@@ -274,6 +287,64 @@ func loadModel(spec ModelSpec) (*Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// checkInput returns the one input the preprocessing feeds and the batch
+// size the graph fixes (0 when symbolic), or an error saying in one line why
+// the graph's inputs cannot be fed: featurefs feeds exactly one float input
+// [batch,3,crop,crop] (NCHW RGB), batch either symbolic or a fixed number.
+// Initializers the exporter also lists as graph inputs do not count.
+func checkInput(g *graph.Model, p Preprocess) (string, int, error) {
+	want := fmt.Sprintf("a float input [batch,3,%d,%d]", p.Crop, p.Crop)
+	ins := g.Inputs()
+	if len(ins) != 1 {
+		descs := make([]string, len(ins))
+		for i, in := range ins {
+			descs[i] = in.Name + " " + inputShape(in)
+		}
+		return "", 0, fmt.Errorf("the graph has %d inputs (%s); featurefs feeds exactly one, %s", len(ins), strings.Join(descs, ", "), want)
+	}
+	in := ins[0]
+	switch {
+	case in.ElemType != graph.ElemFloat:
+		return "", 0, fmt.Errorf("input %s is %s %s; featurefs feeds %s (export the model with a float32 input)", in.Name, graph.ElemTypeName(in.ElemType), inputShape(in), want)
+	case !in.HasShape:
+		return "", 0, fmt.Errorf("input %s declares no shape; featurefs feeds %s", in.Name, want)
+	case len(in.Dims) != 4:
+		return "", 0, fmt.Errorf("input %s has shape %s (rank %d); featurefs feeds %s (NCHW images)", in.Name, inputShape(in), len(in.Dims), want)
+	case in.Dims[1] != 3:
+		return "", 0, fmt.Errorf("input %s has shape %s, with %s channels; the preprocessing makes 3 (RGB): featurefs feeds %s", in.Name, inputShape(in), dimString(in, 1), want)
+	case in.Dims[2] < 0 || in.Dims[3] < 0:
+		return "", 0, fmt.Errorf("input %s has shape %s, with a symbolic height or width; featurefs needs them fixed at the crop size %d: export the model with a fixed input size", in.Name, inputShape(in), p.Crop)
+	case in.Dims[2] != int64(p.Crop) || in.Dims[3] != int64(p.Crop):
+		return "", 0, fmt.Errorf("input %s has shape %s but the preprocessing crops %dx%d: set the model's preprocess crop (and resize) in --config, or export the model at %d", in.Name, inputShape(in), p.Crop, p.Crop, p.Crop)
+	case in.Dims[0] == 0:
+		return "", 0, fmt.Errorf("input %s has shape %s, with a batch dimension of 0; featurefs feeds %s", in.Name, inputShape(in), want)
+	}
+	return in.Name, int(max(in.Dims[0], 0)), nil
+}
+
+// inputShape formats a graph input's declared shape: "[batch,3,224,224]",
+// "?" for an unknown dimension.
+func inputShape(in graph.Input) string {
+	if !in.HasShape {
+		return "[?]"
+	}
+	parts := make([]string, len(in.Dims))
+	for i := range in.Dims {
+		parts[i] = dimString(in, i)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+func dimString(in graph.Input, i int) string {
+	switch {
+	case in.Dims[i] >= 0:
+		return strconv.FormatInt(in.Dims[i], 10)
+	case in.Params[i] != "":
+		return in.Params[i]
+	}
+	return "?"
 }
 
 // perSample drops the batch axis of dims and reports whether the rest is

@@ -160,10 +160,13 @@ type ortSession struct {
 	s        *ort.DynamicAdvancedSession
 	inShape  []int64 // per sample
 	outShape []int64 // per sample
+	fixed    int     // the batch size the graph fixes; 0 when symbolic
 }
 
 // newORTSession loads the pruned model onnx with one input and one output.
-func newORTSession(onnx []byte, input, output string, inShape, outShape []int64, c sessionConfig) (*ortSession, error) {
+// fixed is the batch size the graph fixes (0: any): run then feeds ONNX
+// Runtime exactly that many samples each time.
+func newORTSession(onnx []byte, input, output string, inShape, outShape []int64, fixed int, c sessionConfig) (*ortSession, error) {
 	o, err := newSessionOptions(c)
 	if err != nil {
 		return nil, err
@@ -173,7 +176,7 @@ func newORTSession(onnx []byte, input, output string, inShape, outShape []int64,
 	if err != nil {
 		return nil, fmt.Errorf("onnx runtime session: %w", err)
 	}
-	return &ortSession{s: s, inShape: inShape, outShape: outShape}, nil
+	return &ortSession{s: s, inShape: inShape, outShape: outShape, fixed: fixed}, nil
 }
 
 func batchShape(n int, per []int64) ort.Shape {
@@ -182,7 +185,36 @@ func batchShape(n int, per []int64) ort.Shape {
 	return append(s, per...)
 }
 
+// run computes n samples. With a fixed batch size B it runs them B at a
+// time, the last run padded with zeros (samples are independent at
+// inference, so the padding changes no real output and its outputs are
+// dropped).
 func (o *ortSession) run(n int, in, out []float32) error {
+	if o.fixed == 0 || n == o.fixed {
+		return o.runOnce(n, in, out)
+	}
+	ie, oe := int(shapeElems(o.inShape)), int(shapeElems(o.outShape))
+	b := o.fixed
+	for off := 0; off < n; off += b {
+		k := min(b, n-off)
+		if k == b {
+			if err := o.runOnce(b, in[off*ie:(off+b)*ie], out[off*oe:(off+b)*oe]); err != nil {
+				return err
+			}
+			continue
+		}
+		pin, pout := make([]float32, b*ie), make([]float32, b*oe)
+		copy(pin, in[off*ie:(off+k)*ie])
+		if err := o.runOnce(b, pin, pout); err != nil {
+			return err
+		}
+		copy(out[off*oe:(off+k)*oe], pout)
+	}
+	return nil
+}
+
+// runOnce runs exactly n samples through ONNX Runtime.
+func (o *ortSession) runOnce(n int, in, out []float32) error {
 	it, err := ort.NewTensor(batchShape(n, o.inShape), in)
 	if err != nil {
 		return fmt.Errorf("input tensor: %w", err)

@@ -33,7 +33,8 @@ type Config struct {
 	AllowCPUFallback bool
 	// BatchSize is the most inputs run together. 0 chooses per (model, layer):
 	// on a GPU from free memory and the layer's activation memory, on the
-	// CPU by a short measurement on first use.
+	// CPU by a short measurement on first use. A model whose graph fixes
+	// its batch size (Model.FixedBatch) always runs batches of that size.
 	BatchSize int
 	// MaxWait is how long a batch waits to fill while more of its inputs are
 	// being decoded.
@@ -159,10 +160,11 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		}
 		m, err := loadModel(spec)
 		if err != nil {
-			return nil, err
+			return nil, &modelError{err}
 		}
 		s.models[m.Name] = m
 		s.order = append(s.order, m)
+		s.logFixedBatch(m)
 	}
 	releaseMemory()
 	sc := sessionConfig{threads: cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT}
@@ -177,7 +179,7 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 			return nil, err
 		}
 		t := time.Now()
-		sess, err := newORTSession(b, m.input, l.Tensor, m.inShape, l.Shape, sc)
+		sess, err := newORTSession(b, m.input, l.Tensor, m.inShape, l.Shape, m.fixedBatch, sc)
 		if err != nil {
 			return nil, fmt.Errorf("model %s %s: %w", m.Name, l.Name, err)
 		}
@@ -189,11 +191,15 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 }
 
 func (s *Service) schedConfig() schedConfig {
+	largest := max(s.cfg.BatchSize, maxAutoBatch)
+	for _, m := range s.order {
+		largest = max(largest, m.fixedBatch)
+	}
 	return schedConfig{
 		workers:   s.cfg.Workers,
 		maxWait:   s.cfg.MaxWait,
 		maxCalls:  s.cfg.MaxPending,
-		tokens:    s.cfg.Workers + 2*max(s.cfg.BatchSize, maxAutoBatch),
+		tokens:    s.cfg.Workers + 2*largest,
 		maxPixels: s.cfg.MaxPixels,
 		dtype:     s.cfg.DType,
 		log:       s.log,
@@ -201,8 +207,30 @@ func (s *Service) schedConfig() schedConfig {
 	}
 }
 
-// chooseBatch picks the batch size of (m, l); see Config.BatchSize.
+// logFixedBatch says, once per model at load, that the model's graph fixes
+// its batch size and what that means for the batch size asked for.
+func (s *Service) logFixedBatch(m *Model) {
+	if m.fixedBatch == 0 {
+		return
+	}
+	attrs := []any{"model", m.Name, "batch", m.fixedBatch}
+	if s.cfg.BatchSize > 0 && s.cfg.BatchSize != m.fixedBatch {
+		attrs = append(attrs, "batch_size_asked", s.cfg.BatchSize)
+	}
+	if m.fixedBatch == 1 {
+		s.log.Info("model input has a fixed batch size of 1; running one image at a time (export with a dynamic batch axis for batching)", attrs...)
+		return
+	}
+	s.log.Info("model input has a fixed batch size; every run feeds exactly that many images, padding a short batch", attrs...)
+}
+
+// chooseBatch picks the batch size of (m, l); see Config.BatchSize. A model
+// whose graph fixes the batch size runs batches of exactly that size,
+// whatever was asked: nothing is measured.
 func (s *Service) chooseBatch(ctx context.Context, m *Model, l Layer) int {
+	if m.fixedBatch > 0 {
+		return m.fixedBatch
+	}
 	if s.cfg.BatchSize > 0 {
 		return s.cfg.BatchSize
 	}

@@ -198,8 +198,11 @@ func (s *Service) runSplit(ctx context.Context, m *Model, from, to int, data []f
 	}
 }
 
-// splitBatch is the lane batch size.
-func (s *Service) splitBatch() int {
+// splitBatch is the batch size of m's split lanes.
+func (s *Service) splitBatch(m *Model) int {
+	if m.fixedBatch > 0 {
+		return m.fixedBatch
+	}
 	if s.cfg.BatchSize > 0 {
 		return s.cfg.BatchSize
 	}
@@ -210,7 +213,7 @@ func (s *Service) splitBatch() int {
 // MaxWait for a batch to fill.
 func (s *Service) serveLane(ln *splitLane, stop <-chan struct{}) {
 	defer s.split.wg.Done()
-	bs := s.splitBatch()
+	bs := s.splitBatch(ln.m)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -356,7 +359,7 @@ func (s *Service) openSplitSession(m *Model, k sessionKey, sc sessionConfig) (in
 		return nil, fmt.Errorf("model %s: prune %s..%s: %w", m.Name, k.from, to.Name, err)
 	}
 	t := time.Now()
-	sess, err := newORTSession(b, k.from, to.Tensor, fromShape, to.Shape, sc)
+	sess, err := newORTSession(b, k.from, to.Tensor, fromShape, to.Shape, m.fixedBatch, sc)
 	if err != nil {
 		return nil, fmt.Errorf("model %s %s..%s: %w", m.Name, k.from, to.Name, err)
 	}

@@ -49,6 +49,26 @@ type staticDir struct {
 }
 
 var _ = (gofs.NodeGetattrer)((*staticDir)(nil))
+var _ = (gofs.NodeLookuper)((*staticDir)(nil))
+
+// Lookup answers from the children built at mount, keeping the attribute
+// timeout a child's Getattr asks for (the stats file's is next to none;
+// go-fuse would otherwise give a looked-up child the mount's TTL).
+func (d *staticDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ch := d.GetChild(name)
+	if ch == nil {
+		return nil, syscall.ENOENT
+	}
+	if ga, ok := ch.Operations().(gofs.NodeGetattrer); ok {
+		var a fuse.AttrOut
+		if errno := ga.Getattr(ctx, nil, &a); errno != 0 {
+			return nil, errno
+		}
+		out.Attr = a.Attr
+		out.SetAttrTimeout(a.Timeout())
+	}
+	return ch, 0
+}
 
 // Getattr reports a read-only directory.
 func (d *staticDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {

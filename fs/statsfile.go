@@ -3,7 +3,9 @@ package fs
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -242,31 +244,64 @@ func (f *FS) statsJSON() []byte {
 	return append(b, '\n')
 }
 
-// statsFile is .featurefs/stats. Each open reads a snapshot; it is served
-// with direct I/O so that every open sees fresh figures.
+// statsFile is .featurefs/stats. Each open reads a snapshot, served with
+// direct I/O so that every open sees fresh figures. So that the size stat
+// reports is the size a read then returns (cat, cp and readers that trust
+// st_size must not truncate), the file is the snapshot's JSON followed by
+// spaces and a newline up to the file's size: a high-water mark that only
+// grows, with headroom (statsSize). Figures that change between a stat and
+// an open change the content, not its length; when the JSON outgrows the
+// size, the size grows and every handle's content with it (whitespace after
+// a JSON value is still valid JSON). The kernel never caches the
+// attributes (statsAttrTimeout).
 type statsFile struct {
 	gofs.Inode
 	readOnly
-	fs *FS
+	fs   *FS
+	size atomic.Int64 // the file's size; never shrinks
 }
 
 var _ = (gofs.NodeGetattrer)((*statsFile)(nil))
 var _ = (gofs.NodeOpener)((*statsFile)(nil))
 var _ = (gofs.NodeReader)((*statsFile)(nil))
 
-// statsHandle is one open's snapshot.
-type statsHandle struct{ data []byte }
+// statsAttrTimeout is how long the kernel may keep the stats file's
+// attributes: a nanosecond, so that every stat asks (go-fuse replaces a
+// zero timeout with the mount's --metadata-ttl).
+const statsAttrTimeout = time.Nanosecond
 
-// Getattr reports the size of a fresh snapshot.
-func (sf *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	size := 0
-	if h, ok := fh.(*statsHandle); ok {
-		size = len(h.data)
-	} else {
-		size = len(sf.fs.statsJSON())
+// statsSize returns the padded size for JSON of n bytes: n plus a quarter
+// (at least 1 KiB) of headroom, rounded up to 1 KiB, so that the size
+// changes only when the figures grow by that much (new lanes, recent
+// errors), not when a counter gains a digit.
+func statsSize(n int) int64 {
+	const kib = 1024
+	return int64((n+max(n/4, kib)+kib-1)/kib) * kib
+}
+
+// statsHandle is one open's snapshot: the JSON without its final newline.
+type statsHandle struct{ json []byte }
+
+// snapshot renders the stats and grows the file's size when the JSON
+// outgrew it. It returns the JSON without its final newline and the size.
+func (sf *statsFile) snapshot() ([]byte, int64) {
+	b := sf.fs.statsJSON()
+	for {
+		cur := sf.size.Load()
+		if int64(len(b)) <= cur || sf.size.CompareAndSwap(cur, statsSize(len(b))) {
+			break
+		}
 	}
-	fileAttr(&out.Attr, int64(size), sf.fs.now())
-	out.SetTimeout(0)
+	return b[:len(b)-1], sf.size.Load()
+}
+
+// Getattr reports the file's size, grown first if the figures now need
+// more. It is the same for every handle (go-fuse may pass any open handle
+// to a path's stat).
+func (sf *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	_, size := sf.snapshot()
+	fileAttr(&out.Attr, size, sf.fs.now())
+	out.SetTimeout(statsAttrTimeout)
 	return 0
 }
 
@@ -275,14 +310,33 @@ func (sf *statsFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, u
 	if openForWrite(flags) {
 		return nil, 0, syscall.EROFS
 	}
-	return &statsHandle{data: sf.fs.statsJSON()}, fuse.FOPEN_DIRECT_IO, 0
+	b, _ := sf.snapshot()
+	return &statsHandle{json: b}, fuse.FOPEN_DIRECT_IO, 0
 }
 
-// Read returns part of the open's snapshot.
+// Read returns part of the open's snapshot padded to the file's size: the
+// JSON, spaces, and a newline as the last byte.
 func (sf *statsFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h, ok := fh.(*statsHandle)
 	if !ok {
-		h = &statsHandle{data: sf.fs.statsJSON()}
+		b, _ := sf.snapshot()
+		h = &statsHandle{json: b}
 	}
-	return fuse.ReadResultData(sliceAt(h.data, dest, off)), 0
+	size := sf.size.Load()
+	if off < 0 || off >= size {
+		return fuse.ReadResultData(nil), 0
+	}
+	n := min(int64(len(dest)), size-off)
+	out := dest[:n]
+	c := 0
+	if off < int64(len(h.json)) {
+		c = copy(out, h.json[off:])
+	}
+	for i := c; i < len(out); i++ {
+		out[i] = ' '
+	}
+	if off+n == size {
+		out[n-1] = '\n'
+	}
+	return fuse.ReadResultData(out), 0
 }

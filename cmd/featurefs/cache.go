@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/mountopts"
@@ -104,7 +105,10 @@ func cacheStats(w io.Writer, s *cache.Store, asJSON bool) int {
 	if st.Entries > 0 {
 		fmt.Fprintf(w, "average entry    %s\n", mountopts.FormatSize(st.Bytes/st.Entries))
 	}
-	fmt.Fprintf(w, "on disk          %s\n", mountopts.FormatSize(st.DiskBytes))
+	fmt.Fprintf(w, "on disk          %s (%s more than stored)\n", mountopts.FormatSize(st.DiskBytes), mountopts.FormatSize(st.DiskOverheadBytes))
+	fmt.Fprintf(w, "disk overhead    evicted values not reclaimed yet, and up to %s of dead values in the value log's\n", mountopts.FormatSize(st.ValueLogFileBytes))
+	fmt.Fprintf(w, "                 active file; a mount reclaims after %s of evictions, or %s after one (docs/RELIABILITY.md)\n",
+		mountopts.FormatSize(st.ReclaimAfterBytes), time.Duration(st.ReclaimIntervalSeconds*float64(time.Second)))
 	return 0
 }
 

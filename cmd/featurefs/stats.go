@@ -110,6 +110,7 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	row("hit ratio", "%.1f%% (%d hits, %d misses)", 100*s.CacheHitRatio, s.FS.CacheHits, s.FS.CacheMisses)
 	row("stored", "%s in %d features (bound %s)", humanBytes(c.Bytes), c.Entries, humanBytes(c.MaxBytes))
 	row("writes", "%d (%d evictions)", c.Puts, c.Evictions)
+	row("on disk", "%s (%s evicted, reclaimed after %s)", humanBytes(c.DiskBytes), humanBytes(c.EvictedSinceReclaimBytes), humanBytes(c.ReclaimAfterBytes))
 
 	st := s.Store
 	section("store")

@@ -724,6 +724,81 @@ func (v *valueInfo) parseType(b []byte) error {
 // initializer: the image tensor.
 func (m *Model) Input() string { return m.input }
 
+// Input is what the graph declares about one of its inputs.
+type Input struct {
+	// Name is the input's tensor name.
+	Name string
+	// ElemType is the ONNX element type (TensorProto.DataType: 1 float,
+	// 2 uint8, 10 float16, ...); 0 when the graph declares none or the
+	// input is not a tensor.
+	ElemType int32
+	// HasShape is false when the graph declares no shape (rank unknown).
+	HasShape bool
+	// Dims are the declared dimensions, -1 where the dimension is symbolic
+	// or unknown.
+	Dims []int64
+	// Params are the symbolic names of the dimensions ("batch"), "" where
+	// a dimension is fixed or unnamed.
+	Params []string
+}
+
+// Inputs returns the graph inputs that are not initializers, in file order:
+// what a caller must feed. Initializers that an exporter also lists as
+// graph inputs (keep_initializers_as_inputs) are left out, since they have
+// a value.
+func (m *Model) Inputs() []Input {
+	var out []Input
+	for _, in := range m.inputs {
+		if _, ok := m.inits[in.name]; ok {
+			continue
+		}
+		x := Input{Name: in.name, ElemType: in.elem, HasShape: in.hasShape}
+		for _, d := range in.dims {
+			x.Dims = append(x.Dims, d.value)
+			x.Params = append(x.Params, d.param)
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// ElemTypeName returns the ONNX name of an element type ("float",
+// "uint8"), or "type N" for one it does not know.
+func ElemTypeName(t int32) string {
+	switch t {
+	case dtUndefined:
+		return "undefined"
+	case dtFloat:
+		return "float"
+	case dtUint8:
+		return "uint8"
+	case dtInt8:
+		return "int8"
+	case 4:
+		return "uint16"
+	case 5:
+		return "int16"
+	case dtInt32:
+		return "int32"
+	case dtInt64:
+		return "int64"
+	case 8:
+		return "string"
+	case dtBool:
+		return "bool"
+	case dtFloat16:
+		return "float16"
+	case dtDouble:
+		return "double"
+	case 16:
+		return "bfloat16"
+	}
+	return fmt.Sprintf("type %d", t)
+}
+
+// ElemFloat is the ONNX element type of float32 tensors.
+const ElemFloat int32 = dtFloat
+
 // Output returns the name of the model's first graph output.
 func (m *Model) Output() string { return m.outputs[0].name }
 

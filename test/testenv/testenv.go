@@ -129,6 +129,47 @@ func Model(t testing.TB, name string) string {
 	return out
 }
 
+// OddModel returns the path of model `name` made by
+// scripts/export_odd_models.py: small conv nets whose inputs featurefs must
+// accept ("tiny", "initinputs", "batch1", "batch3") or refuse at load
+// ("twoinputs", "flat", "gray", "size128", "uint8"); the script's doc
+// string describes each. "tiny", "initinputs", "batch1" and "batch3" have
+// the same weights, so their features agree. The models are exported once
+// per script version into DepsDir()/models, like Model's.
+func OddModel(t testing.TB, name string) string {
+	t.Helper()
+	py := RequireTorch(t)
+	script := filepath.Join(RepoRoot(t), "scripts", "export_odd_models.py")
+	src, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(src)
+	dir := filepath.Join(DepsDir(), "models", "odd-"+hex.EncodeToString(sum[:4]))
+	out := filepath.Join(dir, name+".onnx")
+	done := filepath.Join(dir, "done")
+	if _, err := os.Stat(done); err != nil {
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		unlock := lockFile(t, dir+".lock")
+		defer unlock()
+		if _, err := os.Stat(done); err != nil {
+			cmd := exec.Command(py, script, "--out", dir)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("testenv: exporting the odd models: %v\n%s", err, b)
+			}
+			if err := os.WriteFile(done, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Fatalf("testenv: odd model %q: %v (see scripts/export_odd_models.py for the names)", name, err)
+	}
+	return out
+}
+
 func lockFile(t testing.TB, path string) func() {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)

@@ -1,0 +1,139 @@
+package fs
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStatsFileSizeIsWhatAReadReturns: the size stat reports for
+// .featurefs/stats is the number of bytes a read then returns, while the
+// figures change between the two (issue 16, item 7); an open handle's
+// fstat agrees with its content; cp copies whole, valid JSON; and when the
+// figures outgrow the file's size, the size follows at the next stat.
+// Before, the kernel kept the size of the first lookup for the metadata TTL
+// and reads returned more (or fewer) bytes than stat said.
+func TestStatsFileSizeIsWhatAReadReturns(t *testing.T) {
+	b := newFakeBucket(1000)
+	for i := range 40 {
+		b.put(fmt.Sprintf("d/%02d.jpg", i), []byte(strings.Repeat("x", 10+i)))
+		b.put(fmt.Sprintf("bad/%02d.jpg", i), []byte("BAD image"))
+	}
+	e := testMount(t, b)
+	stats := e.path(".featurefs", "stats")
+	feature := func(dir string, i int) string {
+		return e.path("features", "tiny", "layer0", dir, fmt.Sprintf("%02d.npy", i))
+	}
+	valid := func(what string, data []byte) {
+		t.Helper()
+		var st Stats
+		if err := json.Unmarshal(data, &st); err != nil {
+			t.Fatalf("%s: not JSON (%v):\n%s", what, err, data)
+		}
+	}
+
+	for i := range 40 {
+		fi, err := os.Stat(stats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The figures change between the stat and the read.
+		if _, err := os.ReadFile(feature("d", i)); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.advance(1234567 * time.Microsecond)
+		data, err := os.ReadFile(stats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() != int64(len(data)) {
+			t.Fatalf("round %d: stat says %d bytes, a read returned %d", i, fi.Size(), len(data))
+		}
+		valid("read", data)
+	}
+
+	// An open handle: fstat agrees with what it reads, figures changing
+	// in between.
+	f, err := os.Open(stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(feature("d", 0)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != int64(len(data)) {
+		t.Errorf("open handle: fstat says %d bytes, it read %d", fi.Size(), len(data))
+	}
+	valid("open handle", data)
+
+	// 20 recent errors: the JSON grows by kilobytes, past the size. The
+	// next stat reports the grown size, cp copies all of it, and a handle
+	// opened before the growth still reads whole JSON.
+	early, err := os.Open(stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close()
+	for i := range 40 {
+		if _, err := os.ReadFile(feature("bad", i)); err == nil {
+			t.Fatalf("bad/%02d.npy read", i)
+		}
+	}
+	fi2, err := os.Stat(stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi2.Size() <= fi.Size() {
+		t.Errorf("20 recent errors later the size is %d, was %d: want it grown", fi2.Size(), fi.Size())
+	}
+	dst := filepath.Join(t.TempDir(), "stats.json")
+	if out, err := exec.Command("cp", stats, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	copied, err := os.ReadFile(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid("cp", copied)
+	if int64(len(copied)) != fi2.Size() {
+		t.Errorf("cp copied %d bytes, stat said %d", len(copied), fi2.Size())
+	}
+	var st Stats
+	if err := json.Unmarshal(copied, &st); err != nil || len(st.RecentErrors) != maxRecentErrors {
+		t.Errorf("cp copy holds %d recent errors (%v), want %d", len(st.RecentErrors), err, maxRecentErrors)
+	}
+	old, err := io.ReadAll(early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid("handle opened before the growth", old)
+	if int64(len(old)) != fi2.Size() {
+		t.Errorf("handle opened before the growth read %d bytes, the size is %d", len(old), fi2.Size())
+	}
+}
+
+// TestStatsSizeHasHeadroom: the padded size is at least the JSON's, with a
+// quarter (at least 1 KiB) to spare, in whole KiB.
+func TestStatsSizeHasHeadroom(t *testing.T) {
+	for _, n := range []int{1, 1023, 1024, 2980, 3054, 4096, 10000, 100000} {
+		s := statsSize(n)
+		if s%1024 != 0 || s < int64(n+max(n/4, 1024)) || s >= int64(n+max(n/4, 1024)+1024) {
+			t.Errorf("statsSize(%d) = %d", n, s)
+		}
+	}
+}
