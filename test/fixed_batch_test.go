@@ -109,18 +109,3 @@ func TestFixedBatchModelsThroughAMount(t *testing.T) {
 		})
 	}
 }
-
-// linesWith returns the lines of text that hold every one of subs.
-func linesWith(text string, subs ...string) []string {
-	var out []string
-	for _, line := range strings.Split(text, "\n") {
-		ok := line != ""
-		for _, s := range subs {
-			ok = ok && strings.Contains(line, s)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
-}

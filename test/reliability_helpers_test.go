@@ -395,14 +395,16 @@ func logLines(t testing.TB, p string, subs ...string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return linesWith(string(b), subs...)
+}
+
+// linesWith returns the lines of text that hold every one of subs.
+func linesWith(text string, subs ...string) []string {
 	var out []string
-	for line := range strings.SplitSeq(string(b), "\n") {
-		ok := true
+	for _, line := range strings.Split(text, "\n") {
+		ok := line != ""
 		for _, s := range subs {
-			if !strings.Contains(line, s) {
-				ok = false
-				break
-			}
+			ok = ok && strings.Contains(line, s)
 		}
 		if ok {
 			out = append(out, line)
