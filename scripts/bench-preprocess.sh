@@ -33,7 +33,7 @@ GO_APPLY=$(rate 'Preprocess/apply')
 GO_DEC=$(rate 'Preprocess/jpeg-decode-only')
 GO_RS=$(rate 'Preprocess/resize-crop-only')
 if [ -z "$GO_APPLY" ]; then echo "$GO_OUT" >&2; exit 1; fi
-PY_RATE=$("$PY" "$REPO/scripts/ref_preprocess.py" bench "$WORK/img.jpg" "$SECS")
+PY_RATE=$("$PY" "$REPO/scripts/ref_preprocess.py" bench "$SECS" "$WORK/img.jpg" | cut -d" " -f1)
 RATIO=$(awk -v a="$GO_APPLY" -v b="$PY_RATE" 'BEGIN { printf "%.2f", a / b }')
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 

@@ -17,11 +17,18 @@
       For each IMG writes OUT/<name>.rgb, the raw bytes of
       np.asarray(Image.open(IMG).convert("RGB")), and OUT/<name>.size
       ("W H"); or OUT/<name>.err with the message when PIL raises.
-  ref_preprocess.py bench IMG SECONDS
-      Prints images/s of open+convert+transform on IMG, one line: "<rate>".
+  ref_preprocess.py resize JOBS OUT
+      JOBS has lines "IMG W H"; for line i writes OUT/<i>.rgb, the raw bytes
+      of Image.open(IMG).convert("RGB").resize((W, H), Image.BILINEAR).
+  ref_preprocess.py genbench DIR N
+      Writes N JPEGs of 500-800 px (random sizes and aspect, either
+      orientation, quality 85-95, 4:2:0) for the preprocessing benchmark.
+  ref_preprocess.py bench SECONDS IMG...
+      Prints images/s of open+convert+transform over the IMGs, cycling, one
+      line: "<images/s> <images per CPU second>".
   ref_preprocess.py bench-decode SECONDS IMG...
       Prints images/s of Image.open().convert("RGB") (pixels loaded) over
-      the IMGs, cycling, one line: "<rate>".
+      the IMGs, cycling, one line: "<images/s> <images per CPU second>".
 """
 import argparse
 import os
@@ -198,6 +205,24 @@ def cmd_decode(a):
             f.write(f"{img.width} {img.height}\n")
 
 
+def cmd_resize(a):
+    os.makedirs(a.out, exist_ok=True)
+    with open(a.jobs) as f:
+        jobs = [line.split() for line in f if line.strip()]
+    for i, (path, w, h) in enumerate(jobs):
+        with open(path, "rb") as f:
+            img = Image.open(f).convert("RGB")
+        out = img.resize((int(w), int(h)), Image.BILINEAR)
+        with open(os.path.join(a.out, f"{i}.rgb"), "wb") as f:
+            f.write(np.asarray(out, dtype=np.uint8).tobytes())
+
+
+def report(n, start, cpu0):
+    """Prints "<images/s wall> <images per CPU second>"."""
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    print(f"{n / wall:.1f} {n / cpu:.1f}")
+
+
 def cmd_bench_decode(a):
     import io
 
@@ -205,26 +230,58 @@ def cmd_bench_decode(a):
     for p in a.images:
         with open(p, "rb") as f:
             blobs.append(f.read())
-    n, start = 0, time.perf_counter()
+    n, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < a.seconds:
         img = Image.open(io.BytesIO(blobs[n % len(blobs)])).convert("RGB")
         img.load()
         n += 1
-    print(f"{n / (time.perf_counter() - start):.1f}")
+    report(n, start, cpu0)
+
+
+def photo(w, h, seed):
+    """Smooth shapes, soft texture and mild noise: closer to a photo's
+    entropy than pattern()."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    img = np.zeros((h, w, 3))
+    for _ in range(12):
+        cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(20, max(w, h) / 2)
+        col = rng.uniform(0, 255, 3)
+        m = np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * r * r))
+        img = img * (1 - m[..., None]) + col * m[..., None]
+    img += 12 * np.sin(x / rng.uniform(3, 9))[..., None] * np.cos(y / rng.uniform(3, 9))[..., None]
+    img += rng.normal(0, 14, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def cmd_genbench(a):
+    os.makedirs(a.dir, exist_ok=True)
+    rng = np.random.default_rng(3)
+    for i in range(a.n):
+        long = int(rng.integers(500, 801))
+        short = int(long * rng.uniform(0.62, 0.9))
+        w, h = (long, short) if i % 3 else (short, long)
+        q = int(rng.integers(85, 96))
+        Image.fromarray(photo(w, h, i), "RGB").save(os.path.join(a.dir, f"b{i:03d}_{w}x{h}.jpg"), quality=q)
 
 
 def cmd_bench(a):
+    import torch
+
+    torch.set_num_threads(1)  # one core, as the Go side
     t = transform(256, 224, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
-    with open(a.image, "rb") as f:
-        data = f.read()
     import io
 
-    n, start = 0, time.perf_counter()
+    blobs = []
+    for p in a.images:
+        with open(p, "rb") as f:
+            blobs.append(f.read())
+    n, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < a.seconds:
-        img = Image.open(io.BytesIO(data)).convert("RGB")
+        img = Image.open(io.BytesIO(blobs[n % len(blobs)])).convert("RGB")
         t(img)
         n += 1
-    print(f"{n / (time.perf_counter() - start):.1f}")
+    report(n, start, cpu0)
 
 
 def main():
@@ -240,19 +297,25 @@ def main():
     g = sub.add_parser("gen")
     g.add_argument("dir")
     b = sub.add_parser("bench")
-    b.add_argument("image")
     b.add_argument("seconds", type=float)
+    b.add_argument("images", nargs="+")
+    gb = sub.add_parser("genbench")
+    gb.add_argument("dir")
+    gb.add_argument("n", type=int)
     gj = sub.add_parser("genjpeg")
     gj.add_argument("dir")
     dc = sub.add_parser("decode")
     dc.add_argument("out")
     dc.add_argument("images", nargs="+")
+    rs = sub.add_parser("resize")
+    rs.add_argument("jobs")
+    rs.add_argument("out")
     bd = sub.add_parser("bench-decode")
     bd.add_argument("seconds", type=float)
     bd.add_argument("images", nargs="+")
     a = ap.parse_args()
     cmds = {"ref": cmd_ref, "gen": cmd_gen, "bench": cmd_bench, "genjpeg": cmd_genjpeg,
-            "decode": cmd_decode, "bench-decode": cmd_bench_decode}
+            "decode": cmd_decode, "resize": cmd_resize, "bench-decode": cmd_bench_decode, "genbench": cmd_genbench}
     cmds[a.cmd](a)
 
 
