@@ -26,9 +26,10 @@
   ref_preprocess.py bench SECONDS IMG...
       Prints images/s of open+convert+transform over the IMGs, cycling, one
       line: "<images/s> <images per CPU second>".
-  ref_preprocess.py bench-decode SECONDS IMG...
-      Prints images/s of Image.open().convert("RGB") (pixels loaded) over
-      the IMGs, cycling, one line: "<images/s> <images per CPU second>".
+  ref_preprocess.py bench-decode [--load-only] SECONDS IMG...
+      Prints images/s of Image.open().convert("RGB") (pixels loaded; with
+      --load-only Image.open().load(), no conversion or copy) over the IMGs,
+      cycling, one line: "<images/s> <images per CPU second>".
 """
 import argparse
 import os
@@ -232,8 +233,11 @@ def cmd_bench_decode(a):
             blobs.append(f.read())
     n, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < a.seconds:
-        img = Image.open(io.BytesIO(blobs[n % len(blobs)])).convert("RGB")
-        img.load()
+        img = Image.open(io.BytesIO(blobs[n % len(blobs)]))
+        if a.load_only:
+            img.load()
+        else:
+            img.convert("RGB").load()
         n += 1
     report(n, start, cpu0)
 
@@ -311,6 +315,7 @@ def main():
     rs.add_argument("jobs")
     rs.add_argument("out")
     bd = sub.add_parser("bench-decode")
+    bd.add_argument("--load-only", action="store_true")
     bd.add_argument("seconds", type=float)
     bd.add_argument("images", nargs="+")
     a = ap.parse_args()
