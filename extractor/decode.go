@@ -9,12 +9,12 @@ package extractor
 //   - 16-bit PNG RGB/RGBA/gray+alpha: PIL keeps the high byte of each sample.
 //   - 16-bit PNG gray: PIL opens it as mode "I" and convert("RGB") clips the
 //     value to 0..255 (so most pixels become 255): reproduced.
-//   - JPEG YCbCr: libjpeg-turbo's "fancy" (triangle) chroma upsampling for
-//     4:2:0, 4:2:2 and 4:4:0 and its fixed-point YCbCr->RGB tables; the IDCT
-//     is Go's, which differs from libjpeg's ISLOW by at most a few levels on
-//     some pixels.
-//   - JPEG CMYK/YCCK: PIL reads Adobe-inverted CMYK ("CMYK;I") and converts
-//     with R = (255-K) - (C*(255-K))/255 (MULDIV255): reproduced on Go's CMYK.
+//   - JPEG (gray, YCbCr, RGB, CMYK, YCCK): decoded by libjpeg-turbo, the
+//     library Pillow uses, configured as Pillow configures it (jpeg.go,
+//     jpegdec.c): identical pixels.
+//
+// PNG is decoded by Go's image/png, whose output is exact (inflate and
+// unfiltering have one answer).
 
 import (
 	"bytes"
@@ -22,10 +22,8 @@ import (
 	"fmt"
 	"image"
 	"image/color"
-	"image/jpeg"
 	"image/png"
 	"io"
-	"sync"
 )
 
 // DefaultMaxPixels is the largest image (width*height) decoded when no limit
@@ -38,17 +36,20 @@ var (
 )
 
 // rgbImage is the part [x0, x0+rw) x [y0, y0+rh) of a w x h image as 8-bit
-// RGB, 3 bytes per pixel, rows packed (stride 3*rw). Only the pixels the
-// resize reads are converted.
+// RGB, 3 bytes per pixel. Row y (y0 <= y < y0+rh) starts at byte
+// (y-y0)*stride of pix and its column x0 at byte off of that row: JPEG rows
+// are kept whole (stride 3*w, off 3*x0), PNG rows only the region's part
+// (stride 3*rw, off 0). Only the rows the resize reads are kept.
 type rgbImage struct {
 	w, h           int
 	x0, y0, rw, rh int
+	stride, off    int
 	pix            []byte
 }
 
-// row returns the converted part of source row y.
+// row returns the region's part of source row y.
 func (m rgbImage) row(y int) []byte {
-	i := 3 * m.rw * (y - m.y0)
+	i := m.stride*(y-m.y0) + m.off
 	return m.pix[i : i+3*m.rw]
 }
 
@@ -92,9 +93,14 @@ func CheckImage(data []byte, maxPixels int64) (w, h int, format string, err erro
 	case "png":
 		cfg, err = png.DecodeConfig(bytes.NewReader(data))
 	case "jpeg":
-		cfg, err = jpeg.DecodeConfig(bytes.NewReader(data))
+		var hdr jpegHeader
+		hdr, err = readJPEGHeader(data)
+		cfg.Width, cfg.Height = hdr.w, hdr.h
 	default:
 		return 0, 0, "", badImage("not a JPEG or PNG image", nil)
+	}
+	if errors.Is(err, ErrBadImage) {
+		return 0, 0, format, err
 	}
 	if err != nil {
 		return 0, 0, format, badImage("reading "+format+" header", truncErr(err))
@@ -125,28 +131,30 @@ func decodeRGB(data []byte, maxPixels int64, buf []byte, region func(w, h int) i
 	if err != nil {
 		return rgbImage{}, err
 	}
-	var img image.Image
-	switch format {
-	case "png":
-		img, err = png.Decode(bytes.NewReader(data))
-	default:
-		img, err = jpeg.Decode(bytes.NewReader(data))
-	}
-	if err != nil {
-		return rgbImage{}, badImage("decoding "+format, truncErr(err))
-	}
-	b := img.Bounds()
-	if b.Dx() != w || b.Dy() != h {
-		return rgbImage{}, badImage(fmt.Sprintf("%s decoded to %dx%d, header says %dx%d", format, b.Dx(), b.Dy(), w, h), nil)
-	}
 	r := region(w, h).Intersect(fullRegion(w, h))
 	if r.Empty() {
 		r = image.Rect(0, 0, 1, 1)
 	}
 	out := rgbImage{w: w, h: h, x0: r.Min.X, y0: r.Min.Y, rw: r.Dx(), rh: r.Dy()}
-	out.pix = growBytes(buf, 3*out.rw*out.rh)
-	gray16Clip := format == "png" && pngColorType(data) == 0
-	toRGB(img, out, gray16Clip)
+	if format == "jpeg" {
+		out.stride, out.off = 3*w, 3*out.x0
+		out.pix = growBytes(buf, out.stride*out.rh)
+		if err := decodeJPEGRows(data, out.pix, out.y0, out.rh); err != nil {
+			return out, err
+		}
+		return out, nil
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		return rgbImage{}, badImage("decoding png", truncErr(err))
+	}
+	b := img.Bounds()
+	if b.Dx() != w || b.Dy() != h {
+		return rgbImage{}, badImage(fmt.Sprintf("png decoded to %dx%d, header says %dx%d", b.Dx(), b.Dy(), w, h), nil)
+	}
+	out.stride = 3 * out.rw
+	out.pix = growBytes(buf, out.stride*out.rh)
+	toRGB(img, out, pngColorType(data) == 0)
 	return out, nil
 }
 
@@ -160,28 +168,11 @@ func pngColorType(data []byte) byte {
 	return data[25]
 }
 
-// toRGB converts the region of a decoded image named by out into out.pix.
+// toRGB converts the region of a decoded PNG named by out into out.pix.
 // gray16Clip selects PIL's mode "I" handling of 16-bit grayscale PNGs (clip
 // to 255) over keeping the high byte.
 func toRGB(img image.Image, out rgbImage, gray16Clip bool) {
 	x0, rw := out.x0, out.rw
-	switch m := img.(type) {
-	case *image.YCbCr:
-		ycbcrToRGB(m, out)
-		return
-	case *image.CMYK:
-		for y := out.y0; y < out.y0+out.rh; y++ {
-			src := m.Pix[y*m.Stride+4*x0 : y*m.Stride+4*(x0+rw)]
-			dst := out.row(y)
-			for x := 0; x < rw; x++ {
-				nk := 255 - int(src[4*x+3])
-				dst[3*x] = cmykChan(int(src[4*x]), nk)
-				dst[3*x+1] = cmykChan(int(src[4*x+1]), nk)
-				dst[3*x+2] = cmykChan(int(src[4*x+2]), nk)
-			}
-		}
-		return
-	}
 	var pal [256][3]byte
 	if m, ok := img.(*image.Paletted); ok {
 		for i, c := range m.Palette {
@@ -227,16 +218,6 @@ func toRGB(img image.Image, out rgbImage, gray16Clip bool) {
 	}
 }
 
-// cmykChan is Pillow's cmyk2rgb for one channel: nk - MULDIV255(c, nk).
-func cmykChan(c, nk int) byte {
-	t := c*nk + 128
-	v := nk - ((t>>8)+t)>>8
-	if v < 0 {
-		return 0
-	}
-	return byte(v)
-}
-
 // clip16to8 maps a big-endian 16-bit sample to 8 bits: PIL's clip for
 // mode "I" (clip true) or its high byte (clip false).
 func clip16to8(hi, lo byte, clip bool) byte {
@@ -276,157 +257,4 @@ func copy8to3(src, dst []byte, clip bool) {
 		dst[3*x+1] = clip16to8(src[8*x+2], src[8*x+3], clip)
 		dst[3*x+2] = clip16to8(src[8*x+4], src[8*x+5], clip)
 	}
-}
-
-// yccTables are libjpeg's fixed-point YCbCr->RGB tables (jdcolor.c,
-// build_ycc_rgb_table), indexed by the chroma sample, and its range limit.
-type yccTables struct {
-	crR, cbB [256]int32
-	crG, cbG [256]int32
-	// limit[v+limitOff] is v clamped to 0..255, for v in -limitOff..1023-limitOff.
-	limit [1024]byte
-}
-
-const limitOff = 512
-
-// newYCCTables computes the tables exactly as libjpeg-turbo does.
-func newYCCTables() *yccTables {
-	const scaleBits = 16
-	const oneHalf = 1 << (scaleBits - 1)
-	fix := func(x float64) int64 { return int64(x*(1<<scaleBits) + 0.5) }
-	t := &yccTables{}
-	for i := 0; i < 256; i++ {
-		x := int64(i - 128)
-		t.crR[i] = int32((fix(1.40200)*x + oneHalf) >> scaleBits)
-		t.cbB[i] = int32((fix(1.77200)*x + oneHalf) >> scaleBits)
-		t.crG[i] = int32(-fix(0.71414) * x)
-		t.cbG[i] = int32(-fix(0.34414)*x + oneHalf)
-	}
-	for i := range t.limit {
-		t.limit[i] = byte(max(0, min(255, i-limitOff)))
-	}
-	return t
-}
-
-// ycc holds the immutable conversion tables, built once.
-var ycc = sync.OnceValue(newYCCTables)
-
-// ycbcrToRGB converts the region of a decoded JPEG's planes to RGB with
-// libjpeg-turbo's default "fancy" chroma upsampling (jdsample.c: h2v2 and
-// h2v1 triangle filters when the chroma width is > 2, h1v2 always, plain
-// replication otherwise; edges replicate the last real sample) and its color
-// conversion (jdcolor.c ycc_rgb_convert).
-func ycbcrToRGB(m *image.YCbCr, out rgbImage) {
-	w, h := out.w, out.h
-	hs, vs := 1, 1 // luma samples per chroma sample, horizontally and vertically
-	switch m.SubsampleRatio {
-	case image.YCbCrSubsampleRatio422:
-		hs = 2
-	case image.YCbCrSubsampleRatio420:
-		hs, vs = 2, 2
-	case image.YCbCrSubsampleRatio440:
-		vs = 2
-	case image.YCbCrSubsampleRatio411:
-		hs = 4
-	case image.YCbCrSubsampleRatio410:
-		hs, vs = 4, 2
-	}
-	cw := (w + hs - 1) / hs
-	ch := (h + vs - 1) / vs
-	fancyH := hs == 2 && cw > 2
-	fancyV := vs == 2 && (hs == 1 || fancyH)
-	t := ycc()
-	x0, x1 := out.x0, out.x0+out.rw
-	// Chroma columns [c0, c1) cover the region plus one neighbour each side.
-	c0, c1 := max(0, x0/hs-1), min(cw, (x1-1)/hs+2)
-	// ext[c-c0+1] is the column sum at chroma column c; ext[0] and
-	// ext[len-1] replicate the edges (libjpeg's first/last column cases).
-	ext := make([]int32, c1-c0+2)
-	up := make([]byte, 2*(hs*(c1-c0)+8))
-	cbUp, crUp := up[:len(up)/2], up[len(up)/2:]
-	ux := c0 * hs // image column of cbUp[0]
-	for y := out.y0; y < out.y0+out.rh; y++ {
-		cy := y / vs
-		for p, plane := range [2][]byte{m.Cb, m.Cr} {
-			dst := cbUp
-			if p == 1 {
-				dst = crUp
-			}
-			r0 := plane[cy*m.CStride : cy*m.CStride+cw]
-			var r1 []byte
-			mul, bias0, bias1, shift := int32(1), int32(0), int32(0), uint(0)
-			if fancyV {
-				ny := cy - 1 // next nearest row: above for even output rows
-				if y%2 == 1 {
-					ny = cy + 1
-				}
-				ny = max(0, min(ny, ch-1))
-				r1 = plane[ny*m.CStride : ny*m.CStride+cw]
-				mul = 3
-			}
-			e := ext[1 : len(ext)-1]
-			for i := range e {
-				v := mul * int32(r0[c0+i])
-				if r1 != nil {
-					v += int32(r1[c0+i])
-				}
-				e[i] = v
-			}
-			if c0 == 0 {
-				ext[0] = ext[1]
-			} else {
-				ext[0] = mul*int32(r0[c0-1]) + pick(r1, c0-1)
-			}
-			if c1 == cw {
-				ext[len(ext)-1] = ext[len(ext)-2]
-			} else {
-				ext[len(ext)-1] = mul*int32(r0[c1]) + pick(r1, c1)
-			}
-			switch {
-			case fancyH && fancyV: // h2v2: (3*this + neighbour + 8 or 7) >> 4
-				bias0, bias1, shift = 8, 7, 4
-			case fancyH: // h2v1: (3*this + neighbour + 1 or 2) >> 2
-				bias0, bias1, shift = 1, 2, 2
-			case fancyV: // h1v2: (colsum + 1 or 2) >> 2
-				bias := int32(1)
-				if y%2 == 1 {
-					bias = 2
-				}
-				for i, v := range e {
-					dst[i] = byte((v + bias) >> 2)
-				}
-				continue
-			default:
-				for i, v := range e {
-					for j := 0; j < hs; j++ {
-						dst[i*hs+j] = byte(v)
-					}
-				}
-				continue
-			}
-			for i := 1; i < len(ext)-1; i++ {
-				this := 3 * ext[i]
-				dst[2*(i-1)] = byte((this + ext[i-1] + bias0) >> shift)
-				dst[2*(i-1)+1] = byte((this + ext[i+1] + bias1) >> shift)
-			}
-		}
-		yRow := m.Y[y*m.YStride+x0 : y*m.YStride+x1]
-		d := out.row(y)
-		cb, cr := cbUp[x0-ux:x1-ux], crUp[x0-ux:x1-ux]
-		for x, yv := range yRow {
-			yy := int32(yv) + limitOff
-			b, r := cb[x], cr[x]
-			d[3*x] = t.limit[(yy+t.crR[r])&1023]
-			d[3*x+1] = t.limit[(yy+(t.cbG[b]+t.crG[r])>>16)&1023]
-			d[3*x+2] = t.limit[(yy+t.cbB[b])&1023]
-		}
-	}
-}
-
-// pick returns r[i], or 0 when r is nil.
-func pick(r []byte, i int) int32 {
-	if r == nil {
-		return 0
-	}
-	return int32(r[i])
 }

@@ -72,11 +72,16 @@ func cropOffset(size, crop int) int {
 	return off
 }
 
-// preprocScratch holds the buffers of one Apply call.
+// preprocScratch holds the buffers of one Apply call, and what it can
+// keep for the next: resize coefficients and the normalization table.
 type preprocScratch struct {
 	rgb  []byte
 	rs   resizeScratch
 	crop []byte
+	// lut is the normalization table of lutFor (lutOK: computed).
+	lut    [3][256]float32
+	lutFor Preprocess
+	lutOK  bool
 }
 
 // scratchPool recycles preprocessing buffers across calls (and goroutines).
@@ -106,14 +111,12 @@ func (p Preprocess) cropRGB(data []byte, maxPixels int64, sc *preprocScratch) ([
 	if tw <= 0 || th <= 0 {
 		return nil, badImage(fmt.Sprintf("%dx%d image resizes to %dx%d", img.w, img.h, tw, th), nil)
 	}
-	n := 3 * p.Crop * p.Crop
-	sc.crop = growBytes(sc.crop, n)
-	out := sc.crop
 	win := sc.rs.run(img)
 	if x0 == left && y0 == top && x1 == left+p.Crop && y1 == top+p.Crop {
-		copy(out, win)
-		return out, nil
+		return win, nil
 	}
+	sc.crop = growBytes(sc.crop, 3*p.Crop*p.Crop)
+	out := sc.crop
 	clear(out)
 	rw := 3 * (x1 - x0)
 	for y := y0; y < y1; y++ {
@@ -143,20 +146,24 @@ func (p Preprocess) Apply(data []byte, maxPixels int64, dst []float32) error {
 	if err != nil {
 		return err
 	}
-	lut := p.normLUT()
-	r, g, b := dst[:plane], dst[plane:2*plane], dst[2*plane:]
-	for i := 0; i < plane; i++ {
-		r[i] = lut[0][pix[3*i]]
-		g[i] = lut[1][pix[3*i+1]]
-		b[i] = lut[2][pix[3*i+2]]
+	if !sc.lutOK || sc.lutFor != p {
+		p.normLUT(&sc.lut)
+		sc.lutFor, sc.lutOK = p, true
+	}
+	lr, lg, lb := &sc.lut[0], &sc.lut[1], &sc.lut[2]
+	r, g, b := dst[:plane], dst[plane:2*plane], dst[2*plane:3*plane]
+	g, b, pix = g[:len(r)], b[:len(r)], pix[:3*len(r)]
+	for i := range r {
+		px := pix[3*i : 3*i+3 : 3*i+3]
+		r[i], g[i], b[i] = lr[px[0]], lg[px[1]], lb[px[2]]
 	}
 	return nil
 }
 
-// normLUT maps each 8-bit value to (v/255 - mean) / std per channel in
-// float32 arithmetic, as ToTensor's div(255) and Normalize's sub_/div_ do.
-func (p Preprocess) normLUT() *[3][256]float32 {
-	var lut [3][256]float32
+// normLUT fills lut: each 8-bit value mapped to (v/255 - mean) / std per
+// channel in float32 arithmetic, as ToTensor's div(255) and Normalize's
+// sub_/div_ do.
+func (p Preprocess) normLUT(lut *[3][256]float32) {
 	for c := 0; c < 3; c++ {
 		m, s := p.Mean[c], p.Std[c]
 		for v := 0; v < 256; v++ {
@@ -165,5 +172,4 @@ func (p Preprocess) normLUT() *[3][256]float32 {
 			lut[c][v] = x / s
 		}
 	}
-	return &lut
 }

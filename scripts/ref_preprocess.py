@@ -9,8 +9,27 @@
   ref_preprocess.py gen DIR
       Writes a varied set of test images made with PIL (PNG modes, JPEG
       subsamplings, progressive, grayscale, CMYK, odd sizes).
-  ref_preprocess.py bench IMG SECONDS
-      Prints images/s of open+convert+transform on IMG, one line: "<rate>".
+  ref_preprocess.py genjpeg DIR
+      Writes varied JPEGs made with PIL (subsamplings, progressive, optimized,
+      grayscale, CMYK, CMYK marked YCCK, odd sizes, EXIF orientation, ICC,
+      quality 10 and 100) for the decoder's bit-exactness test.
+  ref_preprocess.py decode OUT IMG...
+      For each IMG writes OUT/<name>.rgb, the raw bytes of
+      np.asarray(Image.open(IMG).convert("RGB")), and OUT/<name>.size
+      ("W H"); or OUT/<name>.err with the message when PIL raises.
+  ref_preprocess.py resize JOBS OUT
+      JOBS has lines "IMG W H"; for line i writes OUT/<i>.rgb, the raw bytes
+      of Image.open(IMG).convert("RGB").resize((W, H), Image.BILINEAR).
+  ref_preprocess.py genbench DIR N
+      Writes N JPEGs of 500-800 px (random sizes and aspect, either
+      orientation, quality 85-95, 4:2:0) for the preprocessing benchmark.
+  ref_preprocess.py bench SECONDS IMG...
+      Prints images/s of open+convert+transform over the IMGs, cycling, one
+      line: "<images/s> <images per CPU second>".
+  ref_preprocess.py bench-decode [--load-only] SECONDS IMG...
+      Prints images/s of Image.open().convert("RGB") (pixels loaded; with
+      --load-only Image.open().load(), no conversion or copy) over the IMGs,
+      cycling, one line: "<images/s> <images per CPU second>".
 """
 import argparse
 import os
@@ -105,18 +124,168 @@ def cmd_gen(a):
     rgb(1024, 683, 17).save(os.path.join(d, "j420_1024x683.jpg"), quality=95)
 
 
-def cmd_bench(a):
-    t = transform(256, 224, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
-    with open(a.image, "rb") as f:
-        data = f.read()
+def adobe_transform(data, transform):
+    """Returns JPEG bytes with the Adobe APP14 segment's transform flag set."""
+    i = data.find(b"\xff\xeeA\x00\x0eAdobe")
+    if i < 0:
+        i = data.find(b"Adobe") - 4
+    if i < 0 or data[i : i + 2] != b"\xff\xee":
+        raise SystemExit("no Adobe segment to patch")
+    # marker(2) length(2) "Adobe"(5) version(2) flags0(2) flags1(2) transform(1)
+    j = i + 4 + 5 + 2 + 2 + 2
+    return data[:j] + bytes([transform]) + data[j + 1 :]
+
+
+def cmd_genjpeg(a):
     import io
 
-    n, start = 0, time.perf_counter()
+    d = a.dir
+    os.makedirs(d, exist_ok=True)
+
+    def rgb(w, h, seed=1):
+        return Image.fromarray(pattern(w, h, seed), "RGB")
+
+    j = rgb(500, 375, 11)
+    j.save(os.path.join(d, "q90_420_500x375.jpg"), quality=90)
+    j.save(os.path.join(d, "q90_422_500x375.jpg"), quality=90, subsampling=1)
+    j.save(os.path.join(d, "q90_444_500x375.jpg"), quality=90, subsampling=0)
+    j.save(os.path.join(d, "q10_420_500x375.jpg"), quality=10)
+    j.save(os.path.join(d, "q100_420_500x375.jpg"), quality=100)
+    j.save(os.path.join(d, "q100_444_500x375.jpg"), quality=100, subsampling=0)
+    j.save(os.path.join(d, "prog_420_500x375.jpg"), quality=85, progressive=True)
+    j.save(os.path.join(d, "prog_444_500x375.jpg"), quality=85, progressive=True, subsampling=0)
+    j.save(os.path.join(d, "opt_422_500x375.jpg"), quality=80, optimize=True, subsampling=1)
+    j.save(os.path.join(d, "smooth_420_500x375.jpg"), quality=80, smooth=50)
+    j.convert("L").save(os.path.join(d, "gray_500x375.jpg"), quality=90)
+    j.convert("L").save(os.path.join(d, "gray_prog_500x375.jpg"), quality=90, progressive=True)
+    cmyk = j.convert("CMYK")
+    cmyk.save(os.path.join(d, "cmyk_500x375.jpg"), quality=90)
+    cmyk.save(os.path.join(d, "cmyk_prog_500x375.jpg"), quality=90, progressive=True)
+    # PIL writes CMYK with an Adobe segment, transform 0; marked 2, libjpeg
+    # reads the same bytes as YCCK and converts them to CMYK.
+    for name, sub in [("ycck_444_500x375.jpg", 0), ("ycck_420_500x375.jpg", 2)]:
+        b = io.BytesIO()
+        cmyk.save(b, "JPEG", quality=90, subsampling=sub)
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(adobe_transform(b.getvalue(), 2))
+    # Odd sizes, each subsampling.
+    for w, h in [(1, 1), (2, 1), (1, 2), (3, 3), (17, 33), (33, 17), (333, 501), (1, 700), (701, 3), (640, 427), (800, 533)]:
+        im = rgb(w, h, w * 7 + h)
+        im.save(os.path.join(d, f"odd_420_{w}x{h}.jpg"), quality=90)
+        im.save(os.path.join(d, f"odd_422_{w}x{h}.jpg"), quality=75, subsampling=1)
+        im.save(os.path.join(d, f"odd_444_{w}x{h}.jpg"), quality=95, subsampling=0)
+        im.save(os.path.join(d, f"odd_prog_{w}x{h}.jpg"), quality=85, progressive=True)
+    im = rgb(17, 33, 5)
+    im.convert("L").save(os.path.join(d, "odd_gray_17x33.jpg"), quality=90)
+    im.convert("CMYK").save(os.path.join(d, "odd_cmyk_17x33.jpg"), quality=90)
+    # EXIF orientation (PIL's open/convert ignore it), ICC profile over
+    # several APP2 segments, a comment.
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    j.save(os.path.join(d, "exif6_500x375.jpg"), quality=90, exif=exif.tobytes())
+    icc = bytes(range(256)) * 400
+    j.save(os.path.join(d, "icc_500x375.jpg"), quality=90, icc_profile=icc)
+    j.save(os.path.join(d, "comment_500x375.jpg"), quality=90, comment=b"featurefs test")
+
+
+def cmd_decode(a):
+    os.makedirs(a.out, exist_ok=True)
+    for p in a.images:
+        base = os.path.join(a.out, os.path.basename(p))
+        try:
+            with open(p, "rb") as f:
+                img = Image.open(f).convert("RGB")
+        except Exception as e:  # PIL's verdict, whatever it is, is the reference
+            with open(base + ".err", "w") as f:
+                f.write(f"{type(e).__name__}: {e}\n")
+            continue
+        arr = np.asarray(img, dtype=np.uint8)
+        with open(base + ".rgb", "wb") as f:
+            f.write(arr.tobytes())
+        with open(base + ".size", "w") as f:
+            f.write(f"{img.width} {img.height}\n")
+
+
+def cmd_resize(a):
+    os.makedirs(a.out, exist_ok=True)
+    with open(a.jobs) as f:
+        jobs = [line.split() for line in f if line.strip()]
+    for i, (path, w, h) in enumerate(jobs):
+        with open(path, "rb") as f:
+            img = Image.open(f).convert("RGB")
+        out = img.resize((int(w), int(h)), Image.BILINEAR)
+        with open(os.path.join(a.out, f"{i}.rgb"), "wb") as f:
+            f.write(np.asarray(out, dtype=np.uint8).tobytes())
+
+
+def report(n, start, cpu0):
+    """Prints "<images/s wall> <images per CPU second>"."""
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    print(f"{n / wall:.1f} {n / cpu:.1f}")
+
+
+def cmd_bench_decode(a):
+    import io
+
+    blobs = []
+    for p in a.images:
+        with open(p, "rb") as f:
+            blobs.append(f.read())
+    n, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < a.seconds:
-        img = Image.open(io.BytesIO(data)).convert("RGB")
+        img = Image.open(io.BytesIO(blobs[n % len(blobs)]))
+        if a.load_only:
+            img.load()
+        else:
+            img.convert("RGB").load()
+        n += 1
+    report(n, start, cpu0)
+
+
+def photo(w, h, seed):
+    """Smooth shapes, soft texture and mild noise: closer to a photo's
+    entropy than pattern()."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    img = np.zeros((h, w, 3))
+    for _ in range(12):
+        cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(20, max(w, h) / 2)
+        col = rng.uniform(0, 255, 3)
+        m = np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * r * r))
+        img = img * (1 - m[..., None]) + col * m[..., None]
+    img += 12 * np.sin(x / rng.uniform(3, 9))[..., None] * np.cos(y / rng.uniform(3, 9))[..., None]
+    img += rng.normal(0, 14, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def cmd_genbench(a):
+    os.makedirs(a.dir, exist_ok=True)
+    rng = np.random.default_rng(3)
+    for i in range(a.n):
+        long = int(rng.integers(500, 801))
+        short = int(long * rng.uniform(0.62, 0.9))
+        w, h = (long, short) if i % 3 else (short, long)
+        q = int(rng.integers(85, 96))
+        Image.fromarray(photo(w, h, i), "RGB").save(os.path.join(a.dir, f"b{i:03d}_{w}x{h}.jpg"), quality=q)
+
+
+def cmd_bench(a):
+    import torch
+
+    torch.set_num_threads(1)  # one core, as the Go side
+    t = transform(256, 224, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    import io
+
+    blobs = []
+    for p in a.images:
+        with open(p, "rb") as f:
+            blobs.append(f.read())
+    n, start, cpu0 = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - start < a.seconds:
+        img = Image.open(io.BytesIO(blobs[n % len(blobs)])).convert("RGB")
         t(img)
         n += 1
-    print(f"{n / (time.perf_counter() - start):.1f}")
+    report(n, start, cpu0)
 
 
 def main():
@@ -132,10 +301,27 @@ def main():
     g = sub.add_parser("gen")
     g.add_argument("dir")
     b = sub.add_parser("bench")
-    b.add_argument("image")
     b.add_argument("seconds", type=float)
+    b.add_argument("images", nargs="+")
+    gb = sub.add_parser("genbench")
+    gb.add_argument("dir")
+    gb.add_argument("n", type=int)
+    gj = sub.add_parser("genjpeg")
+    gj.add_argument("dir")
+    dc = sub.add_parser("decode")
+    dc.add_argument("out")
+    dc.add_argument("images", nargs="+")
+    rs = sub.add_parser("resize")
+    rs.add_argument("jobs")
+    rs.add_argument("out")
+    bd = sub.add_parser("bench-decode")
+    bd.add_argument("--load-only", action="store_true")
+    bd.add_argument("seconds", type=float)
+    bd.add_argument("images", nargs="+")
     a = ap.parse_args()
-    {"ref": cmd_ref, "gen": cmd_gen, "bench": cmd_bench}[a.cmd](a)
+    cmds = {"ref": cmd_ref, "gen": cmd_gen, "bench": cmd_bench, "genjpeg": cmd_genjpeg,
+            "decode": cmd_decode, "resize": cmd_resize, "bench-decode": cmd_bench_decode, "genbench": cmd_genbench}
+    cmds[a.cmd](a)
 
 
 if __name__ == "__main__":
