@@ -111,15 +111,15 @@ func TestWarmCommand(t *testing.T) {
 	}
 }
 
-// TestPrefetchMount: with the default --prefetch tree, listing a layer
-// directory extracts every image under it in the background, in batches;
-// reading them all afterwards extracts nothing more.
+// TestPrefetchMount: with the default --prefetch tree, reading one feature
+// file of a layer directory extracts every other image under it in the
+// background, in batches; reading them all afterwards extracts nothing more.
 func TestPrefetchMount(t *testing.T) {
 	d := genDataset(t, "--classes", "2", "--train", "4", "--val", "2")
 	images := d.images("")
 	names := featureNames(d.keys(t))
 	m := testMount(t, mountConfig{Source: d.Dir, Args: []string{"--batch-size", "8"}})
-	if _, err := os.ReadDir(m.Layer(testLayer)); err != nil {
+	if _, err := os.ReadFile(filepath.Join(m.Layer(testLayer), filepath.FromSlash(names[images[0].Key]))); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * time.Minute)
@@ -135,8 +135,8 @@ func TestPrefetchMount(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("prefetch: %v; extraction: %v", st["prefetch"], st["extraction"])
-	if n := statsField(t, st, "prefetch.extracted"); n != int64(len(images)) {
-		t.Errorf("prefetch extracted %d, want %d", n, len(images))
+	if n, c := statsField(t, st, "prefetch.extracted"), statsField(t, st, "prefetch.cached"); n != int64(len(images)-1) || c != 1 {
+		t.Errorf("prefetch extracted %d and found %d cached, want %d and 1 (the file read)", n, c, len(images)-1)
 	}
 	if b, items := statsField(t, st, "extraction.batches"), statsField(t, st, "extraction.batched_items"); b == 0 || items/b < 2 {
 		t.Errorf("%d batches for %d items: prefetch did not batch", b, items)
