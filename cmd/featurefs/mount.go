@@ -154,22 +154,31 @@ func parseInterspersed(fl *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// parseMount builds the options: defaults, then the config file, then the
-// flags (parsed twice: once to find --config, once over the file).
+// parseWithConfig is the one flag and config-file parse of mount, serve
+// and warm: fresh options, then the --config file if the flags name one,
+// then the flags again over it (flags override the file, which overrides
+// the defaults). fresh returns the command's options with their defaults,
+// opts the mountopts.Options inside them, and bind their flag set.
+func parseWithConfig[T any](args []string, fresh func() T, opts func(*T) *mountopts.Options, bind func(*T) *flag.FlagSet) (T, []string, error) {
+	v := fresh()
+	pos, err := parseInterspersed(bind(&v), args)
+	cfg := opts(&v).ConfigFile
+	if err != nil || cfg == "" {
+		return v, pos, err
+	}
+	v = fresh()
+	if err := opts(&v).LoadFile(cfg); err != nil {
+		return v, nil, err
+	}
+	pos, err = parseInterspersed(bind(&v), args)
+	opts(&v).ConfigFile = cfg
+	return v, pos, err
+}
+
+// parseMount builds mount's options (parseWithConfig).
 func parseMount(args []string) (mountopts.Options, []string, error) {
-	o := mountopts.Default()
-	pos, err := parseInterspersed(mountFlags(&o), args)
-	if err != nil || o.ConfigFile == "" {
-		return o, pos, err
-	}
-	cfg := o.ConfigFile
-	o = mountopts.Default()
-	if err := o.LoadFile(cfg); err != nil {
-		return o, nil, err
-	}
-	pos, err = parseInterspersed(mountFlags(&o), args)
-	o.ConfigFile = cfg
-	return o, pos, err
+	return parseWithConfig(args, mountopts.Default,
+		func(o *mountopts.Options) *mountopts.Options { return o }, mountFlags)
 }
 
 // mountError is an error with the exit code it ends featurefs mount with.

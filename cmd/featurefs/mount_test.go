@@ -40,6 +40,32 @@ metadata-ttl: 2m
 	}
 }
 
+// TestServeAndWarmParseLikeMount: serve and warm take the config file and
+// the flags through the same two-pass parse as mount, with their own
+// options beside it.
+func TestServeAndWarmParseLikeMount(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfg, []byte("cache-size: 20GiB\ndevice: cpu\nmetadata-ttl: 2m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, so, pos, err := parseServe([]string{"--listen", "127.0.0.1:7071", "--config", cfg, "--cache-size", "1GiB", "s3://b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.CacheSize != mountopts.GiB || o.Device != "cpu" || o.MetadataTTL != 2*time.Minute || o.ConfigFile != cfg ||
+		so.Listen != "127.0.0.1:7071" || strings.Join(pos, " ") != "s3://b" {
+		t.Errorf("serve: options %+v, serve options %+v, positional %q", o, so, pos)
+	}
+	o, w, pos, err := parseWarm([]string{"--jobs", "3", "--config", cfg, "--device", "auto", "dir"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.CacheSize != 20*mountopts.GiB || o.Device != "auto" || o.LogLevel != "warn" || w.jobs != 3 || w.interval != 5*time.Second ||
+		strings.Join(pos, " ") != "dir" {
+		t.Errorf("warm: options %+v, warm options %+v, positional %q", o, w, pos)
+	}
+}
+
 func TestUnescapeMountinfo(t *testing.T) {
 	if got := unescapeMountinfo(`/tmp/a\040b\134c`); got != `/tmp/a b\c` {
 		t.Errorf("got %q", got)

@@ -55,22 +55,19 @@ func serveFlags(o *mountopts.Options, so *mountopts.ServeOptions) *flag.FlagSet 
 	return fl
 }
 
-// parseServe builds the options: defaults, then the config file, then the
-// flags.
+// serveArgs are serve's options: the source's, and the server's own.
+type serveArgs struct {
+	o  mountopts.Options
+	so mountopts.ServeOptions
+}
+
+// parseServe builds serve's options (parseWithConfig).
 func parseServe(args []string) (mountopts.Options, mountopts.ServeOptions, []string, error) {
-	o, so := mountopts.Default(), mountopts.DefaultServe()
-	pos, err := parseInterspersed(serveFlags(&o, &so), args)
-	if err != nil || o.ConfigFile == "" {
-		return o, so, pos, err
-	}
-	cfg := o.ConfigFile
-	o, so = mountopts.Default(), mountopts.DefaultServe()
-	if err := o.LoadFile(cfg); err != nil {
-		return o, so, nil, err
-	}
-	pos, err = parseInterspersed(serveFlags(&o, &so), args)
-	o.ConfigFile = cfg
-	return o, so, pos, err
+	v, pos, err := parseWithConfig(args,
+		func() serveArgs { return serveArgs{mountopts.Default(), mountopts.DefaultServe()} },
+		func(v *serveArgs) *mountopts.Options { return &v.o },
+		func(v *serveArgs) *flag.FlagSet { return serveFlags(&v.o, &v.so) })
+	return v.o, v.so, pos, err
 }
 
 func runServe(args []string) int {

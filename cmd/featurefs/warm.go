@@ -65,26 +65,24 @@ func warmFlags(o *mountopts.Options, w *warmArgs) *flag.FlagSet {
 	return fl
 }
 
-// parseWarm parses like parseMount: flags, then the config file under them.
+// warmOptions are warm's options: the mount flags (for --source) and its
+// own.
+type warmOptions struct {
+	o mountopts.Options
+	w warmArgs
+}
+
+// parseWarm builds warm's options (parseWithConfig).
 func parseWarm(args []string) (mountopts.Options, warmArgs, []string, error) {
-	defaults := func() (mountopts.Options, warmArgs) {
-		o := mountopts.Default()
-		o.LogLevel = "warn" // the progress display owns the terminal
-		return o, warmArgs{jobs: 32, interval: 5 * time.Second}
-	}
-	o, w := defaults()
-	pos, err := parseInterspersed(warmFlags(&o, &w), args)
-	if err != nil || o.ConfigFile == "" {
-		return o, w, pos, err
-	}
-	cfg := o.ConfigFile
-	o, w = defaults()
-	if err := o.LoadFile(cfg); err != nil {
-		return o, w, nil, err
-	}
-	pos, err = parseInterspersed(warmFlags(&o, &w), args)
-	o.ConfigFile = cfg
-	return o, w, pos, err
+	v, pos, err := parseWithConfig(args,
+		func() warmOptions {
+			o := mountopts.Default()
+			o.LogLevel = "warn" // the progress display owns the terminal
+			return warmOptions{o, warmArgs{jobs: 32, interval: 5 * time.Second}}
+		},
+		func(v *warmOptions) *mountopts.Options { return &v.o },
+		func(v *warmOptions) *flag.FlagSet { return warmFlags(&v.o, &v.w) })
+	return v.o, v.w, pos, err
 }
 
 func runWarm(args []string) int {
