@@ -20,6 +20,7 @@ import (
 
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/mountpoint"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -413,8 +414,8 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		return err
 	}
 	defer logc.Close()
-	if err := checkMountPoint(mnt, o.AllowNonempty, log); err != nil {
-		return err
+	if err := mountpoint.Check(mnt, o.AllowNonempty, log); err != nil {
+		return failf(exitMountPoint, "%w", err)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -518,7 +519,7 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		log.Info("featurefs: unmounted", slog.String("mountpoint", mnt))
 	case s := <-sigs:
 		log.Info("featurefs: unmounting", slog.String("signal", s.String()), slog.String("mountpoint", mnt))
-		unmount(srv.Unmount, mnt, log)
+		mountpoint.Unmount(srv.Unmount, mnt, log)
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
@@ -526,112 +527,4 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		}
 	}
 	return nil
-}
-
-// unmount unmounts, retrying while the mount is busy, then detaches it
-// lazily (it goes once its last user leaves).
-func unmount(un func() error, mnt string, log *slog.Logger) {
-	var err error
-	for range 5 {
-		if err = un(); err == nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	log.Warn("featurefs: mount busy; detaching it lazily", slog.String("mountpoint", mnt), slog.Any("err", err))
-	if err := syscall.Unmount(mnt, syscall.MNT_DETACH); err != nil {
-		if out, ferr := exec.Command("fusermount3", "-u", "-z", mnt).CombinedOutput(); ferr != nil {
-			log.Error("featurefs: unmount failed", slog.String("mountpoint", mnt), slog.Any("err", err), slog.String("fusermount3", strings.TrimSpace(string(out))))
-		}
-	}
-}
-
-// checkMountPoint checks that mnt is a directory nobody has mounted on,
-// clearing a stale FUSE mount (its server gone: ENOTCONN) first, and that
-// it is empty unless allowNonempty (a mount would hide its files, which
-// fuse refuses by default too).
-func checkMountPoint(mnt string, allowNonempty bool, log *slog.Logger) error {
-	if fstype, _, ok := mountedOn(mnt); ok && strings.HasPrefix(fstype, "fuse") {
-		// stat may be answered from the kernel's attribute cache; reading
-		// the directory reaches the server, or fails if it is gone.
-		if _, err := os.ReadDir(mnt); errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
-			log.Warn("featurefs: clearing a stale mount (its server is gone)", slog.String("mountpoint", mnt), slog.String("type", fstype))
-			if uerr := syscall.Unmount(mnt, syscall.MNT_DETACH); uerr != nil {
-				if out, ferr := exec.Command("fusermount3", "-u", "-z", mnt).CombinedOutput(); ferr != nil {
-					return failf(exitMountPoint, "mount point %s: a stale mount is there and cannot be removed (%v; fusermount3: %s): run 'umount -l %s'",
-						mnt, uerr, strings.TrimSpace(string(out)), mnt)
-				}
-			}
-		}
-	}
-	st, err := os.Stat(mnt)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return failf(exitMountPoint, "mount point %s does not exist: create it with mkdir -p %s", mnt, mnt)
-	case err != nil:
-		return failf(exitMountPoint, "mount point %s: %w", mnt, err)
-	case !st.IsDir():
-		return failf(exitMountPoint, "mount point %s is not a directory", mnt)
-	}
-	if fstype, src, ok := mountedOn(mnt); ok {
-		return failf(exitMountPoint, "mount point %s is in use: %s (%s) is mounted there; unmount it first with 'umount %s'", mnt, src, fstype, mnt)
-	}
-	if allowNonempty {
-		return nil
-	}
-	d, err := os.Open(mnt)
-	if err != nil {
-		return failf(exitMountPoint, "mount point %s: %w", mnt, err)
-	}
-	names, err := d.Readdirnames(1)
-	d.Close()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return failf(exitMountPoint, "mount point %s: %w", mnt, err)
-	}
-	if len(names) > 0 {
-		return failf(exitMountPoint, "mount point %s is not empty (it holds %s, ...): mounting would hide its files; use an empty directory, or pass --allow-nonempty to mount over them", mnt, fmt.Sprintf("%q", names[0]))
-	}
-	return nil
-}
-
-// mountedOn looks mnt up in /proc/self/mountinfo and returns the type and
-// source of what is mounted there.
-func mountedOn(mnt string) (fstype, source string, ok bool) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", "", false
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		// id parent major:minor root mountpoint options ... - fstype source superopts
-		fields := strings.Fields(line)
-		if len(fields) < 5 || unescapeMountinfo(fields[4]) != mnt {
-			continue
-		}
-		for i, f := range fields {
-			if f == "-" && i+2 < len(fields) {
-				fstype, source = fields[i+1], unescapeMountinfo(fields[i+2])
-			}
-		}
-		ok = true
-	}
-	return fstype, source, ok
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

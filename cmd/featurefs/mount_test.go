@@ -66,28 +66,6 @@ func TestServeAndWarmParseLikeMount(t *testing.T) {
 	}
 }
 
-func TestUnescapeMountinfo(t *testing.T) {
-	if got := unescapeMountinfo(`/tmp/a\040b\134c`); got != `/tmp/a b\c` {
-		t.Errorf("got %q", got)
-	}
-	if got := unescapeMountinfo(`/x\04`); got != `/x\04` {
-		t.Errorf("short escape: %q", got)
-	}
-}
-
-func TestCheckMountPoint(t *testing.T) {
-	dir := t.TempDir()
-	if err := checkMountPoint(dir, false, nil); err != nil {
-		t.Errorf("free directory: %v", err)
-	}
-	if err := checkMountPoint(filepath.Join(dir, "nope"), false, nil); exitCode(err) != exitMountPoint || !strings.Contains(err.Error(), "mkdir -p") {
-		t.Errorf("missing: %v", err)
-	}
-	if err := checkMountPoint("/proc", false, nil); exitCode(err) != exitMountPoint || !strings.Contains(err.Error(), "in use") {
-		t.Errorf("/proc: %v", err)
-	}
-}
-
 // README.md's "Mount flags" table lists every flag of `featurefs mount -h`,
 // in its order, and nothing else.
 func TestReadmeMountFlagsTable(t *testing.T) {
