@@ -262,3 +262,55 @@ func (f *FS) extractStore(ctx context.Context, v *layerView, obj bucket.Object, 
 	}
 	return data, nil
 }
+
+// Extended attributes of feature files, so that tools ask the tree which
+// object a name stands for instead of re-implementing the naming rule
+// (featurefs warm does).
+const (
+	// XattrKey holds the object key of a feature file.
+	XattrKey = "user.featurefs.key"
+	// XattrError holds why the object is known bad (not an image, corrupt,
+	// too large), while it is; absent otherwise.
+	XattrError = "user.featurefs.error"
+)
+
+var _ = (gofs.NodeGetxattrer)((*featureFile)(nil))
+var _ = (gofs.NodeListxattrer)((*featureFile)(nil))
+
+// xattrs returns the file's extended attributes; they ask only the
+// mount's caches.
+func (ff *featureFile) xattrs() map[string]string {
+	obj, _ := ff.fs.currentVersion(ff.prefix, ff.name, ff.obj)
+	a := map[string]string{XattrKey: obj.Key}
+	if reason, bad := ff.fs.isBad(obj.Key, obj.ETag); bad {
+		a[XattrError] = reason
+	}
+	return a
+}
+
+// Getxattr answers XattrKey and XattrError.
+func (ff *featureFile) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	v, ok := ff.xattrs()[attr]
+	if !ok {
+		return 0, syscall.ENODATA
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+// Listxattr lists the attributes the file has now.
+func (ff *featureFile) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	var list []byte
+	a := ff.xattrs()
+	for _, name := range []string{XattrKey, XattrError} {
+		if _, ok := a[name]; ok {
+			list = append(append(list, name...), 0)
+		}
+	}
+	if len(dest) < len(list) {
+		return uint32(len(list)), syscall.ERANGE
+	}
+	return uint32(copy(dest, list)), 0
+}

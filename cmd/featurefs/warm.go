@@ -259,7 +259,6 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 	update := func() { prog.set(done.Load(), total.Load(), failed.Load(), listing.Load()) }
 	var mu sync.Mutex
 	var failures []warmFailure
-	var failedPaths []string
 
 	paths := make(chan string, jobs)
 	var wg sync.WaitGroup
@@ -270,8 +269,7 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 				if err := readSome(p, buf); err != nil {
 					failed.Add(1)
 					mu.Lock()
-					if len(failedPaths) < maxListedFailures {
-						failedPaths = append(failedPaths, p)
+					if len(failures) < maxListedFailures {
 						failures = append(failures, warmFailure{key: p, reason: errReason(err)})
 					}
 					mu.Unlock()
@@ -322,19 +320,25 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 	wg.Wait()
 	update()
 
-	// Reasons: the mount's recent errors name the object keys. A failure
-	// the mount recorded is listed under its object's key, once, with the
-	// mount's reason; others under the feature file's path with the errno.
+	// Reasons: each feature file names its object (fs.XattrKey) and, when
+	// the mount knows the object bad, why (fs.XattrError); else the mount's
+	// recent errors may hold the reason under the key. A failure is listed
+	// under its object's key, once, with the mount's reason; a file whose
+	// key cannot be had under its path with the errno.
 	reasons := recentErrors(root)
 	for i, f := range failures {
-		rel, err := filepath.Rel(layerDir, f.key)
+		key, err := getxattr(f.key, featurefs.XattrKey)
 		if err != nil {
+			if rel, err := filepath.Rel(layerDir, f.key); err == nil {
+				failures[i].key = filepath.ToSlash(rel)
+			}
 			continue
 		}
-		rel = filepath.ToSlash(rel)
-		failures[i].key = rel
-		if key, r, ok := matchReason(reasons, rel); ok {
-			failures[i].key, failures[i].reason = key, r
+		failures[i].key = key
+		if r, err := getxattr(f.key, featurefs.XattrError); err == nil {
+			failures[i].reason = r
+		} else if r, ok := reasons[key]; ok {
+			failures[i].reason = r
 		}
 	}
 	sort.Slice(failures, func(i, j int) bool { return failures[i].key < failures[j].key })
@@ -405,21 +409,20 @@ func recentErrors(root string) map[string]string {
 	return out
 }
 
-// matchReason finds the object key and the reason recorded for the object
-// behind a feature file at rel (relative to the layer directory): the key
-// whose possible names under the naming rule (fs.FeaturePaths) include rel,
-// preferring a long name to a short one (a.jpg.npy is a.jpg's, not
-// a.jpg.jpg's).
-func matchReason(reasons map[string]string, rel string) (key, reason string, ok bool) {
-	rank := -1
-	for k, r := range reasons {
-		for i, p := range featurefs.FeaturePaths(k) {
-			if p == rel && (rank < 0 || i < rank || i == rank && k < key) {
-				key, reason, rank = k, r, i
-			}
+// getxattr returns the extended attribute attr of the file at p.
+func getxattr(p, attr string) (string, error) {
+	buf := make([]byte, 1024)
+	for {
+		n, err := syscall.Getxattr(p, attr, buf)
+		if errors.Is(err, syscall.ERANGE) {
+			buf = make([]byte, 2*len(buf))
+			continue
 		}
+		if err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
 	}
-	return key, reason, rank >= 0
 }
 
 // progress shows done/total, rate and ETA: a bar redrawn in place on a
