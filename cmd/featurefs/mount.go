@@ -429,7 +429,10 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		}
 		defer rc.Close()
 		var closeSplit func()
-		if b, ex, closeSplit, err = remoteSplit(ctx, o, rc, log, rep.warn); err != nil {
+		// Not under the 2-minute start-up bound: split's set-up bounds its
+		// own steps (a server's profile within SplitConfig.ProfileTimeout,
+		// 10m, the server heartbeating meanwhile).
+		if b, ex, closeSplit, err = remoteSplit(context.Background(), o, rc, log, rep.warn); err != nil {
 			return err
 		}
 		defer closeSplit()
