@@ -288,9 +288,17 @@ func ino(kind byte, parts ...string) uint64 {
 		h.Write([]byte{0})
 		h.Write([]byte(p))
 	}
-	v := h.Sum64()
-	if v <= fuse.FUSE_ROOT_ID || v == ^uint64(0) {
-		v += 2
+	return inoFrom(h.Sum64())
+}
+
+// inoFrom keeps a hash off the inode numbers go-fuse reserves: 0, the
+// root's (1) and ^0.
+func inoFrom(v uint64) uint64 {
+	switch {
+	case v <= fuse.FUSE_ROOT_ID:
+		return v + 2
+	case v == ^uint64(0):
+		return v - 1
 	}
 	return v
 }

@@ -85,3 +85,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Error("a model named layers passed")
 	}
 }
+
+// TestInoAvoidsReservedNumbers: a hash that lands on 0, the root's number
+// or ^0 is moved off them (^0 used to wrap to 1, the root's).
+func TestInoAvoidsReservedNumbers(t *testing.T) {
+	for v, want := range map[uint64]uint64{0: 2, 1: 3, 2: 2, ^uint64(0): ^uint64(0) - 1, 12345: 12345} {
+		if got := inoFrom(v); got != want {
+			t.Errorf("inoFrom(%#x) = %#x, want %#x", v, got, want)
+		}
+	}
+}
