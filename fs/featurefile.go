@@ -64,45 +64,37 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 type featureHandle struct {
 	obj bucket.Object // the object version it reads; constant
 
-	mu   sync.Mutex
-	data []byte // GUARDED_BY(mu)
-	// failed is the errno of a failed computation: later reads of the same
-	// handle (the kernel retries a failed readahead with a plain read) fail
-	// at once instead of waiting out a second --read-timeout. A new open
-	// tries again. An interrupted read (EINTR) is not kept.
-	failed syscall.Errno // GUARDED_BY(mu)
+	mu sync.Mutex
+	// run is the computation of the feature, once a read has started it. A
+	// failed one is kept: later reads of the same handle (the kernel retries
+	// a failed readahead with a plain read) fail at once instead of waiting
+	// out a second --read-timeout; a new open tries again. An interrupted
+	// one is dropped, and the next read starts again.
+	run *handleRun // GUARDED_BY(mu)
+}
+
+// handleRun is one computation of a handle's feature. data and errno are
+// set before done is closed.
+type handleRun struct {
+	done  chan struct{}
+	data  []byte
+	errno syscall.Errno
 }
 
 // Read returns part of the feature, computing it on the first read of the
-// handle. Once computed, the first read of a feature's content tells
-// prefetch which layer directory a reader is in (metadata alone never does:
-// ls, find, du and stat compute nothing).
+// handle; concurrent reads of the handle wait for that computation, each
+// interruptible on its own. Once computed, the first read of a feature's
+// content tells prefetch which layer directory a reader is in (metadata
+// alone never does: ls, find, du and stat compute nothing).
 func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h, ok := fh.(*featureHandle)
 	if !ok {
 		h = &featureHandle{obj: ff.obj}
 	}
-	h.mu.Lock()
-	if h.failed != 0 {
-		errno := h.failed
-		h.mu.Unlock()
+	data, errno := ff.content(ctx, h)
+	if errno != 0 {
 		return nil, errno
 	}
-	if h.data == nil {
-		data, err := ff.fs.readFeature(ctx, ff.view, h.obj)
-		ff.fs.pf.touch(ff.view, ff.prefix)
-		if err != nil {
-			errno := ff.fs.errno(err, h.obj.Key)
-			if errno != syscall.EINTR {
-				h.failed = errno
-			}
-			h.mu.Unlock()
-			return nil, errno
-		}
-		h.data = data
-	}
-	data := h.data
-	h.mu.Unlock()
 	ff.fs.stats.reads.Add(1)
 	if off >= int64(len(data)) {
 		return fuse.ReadResultData(nil), 0
@@ -110,6 +102,44 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 	end := min(off+int64(len(dest)), int64(len(data)))
 	ff.fs.stats.readBytes.Add(end - off)
 	return fuse.ReadResultData(data[off:end]), 0
+}
+
+// content returns the handle's feature: the computation's result if one
+// has finished, else it starts one or waits for the one running.
+func (ff *featureFile) content(ctx context.Context, h *featureHandle) ([]byte, syscall.Errno) {
+	for {
+		h.mu.Lock()
+		r, owner := h.run, false
+		if r == nil {
+			r, owner = &handleRun{done: make(chan struct{})}, true
+			h.run = r
+		}
+		h.mu.Unlock()
+		if owner {
+			data, err := ff.fs.readFeature(ctx, ff.view, h.obj)
+			ff.fs.pf.touch(ff.view, ff.prefix)
+			if err != nil {
+				r.errno = ff.fs.errno(err, h.obj.Key)
+			}
+			r.data = data
+			if r.errno == syscall.EINTR {
+				h.mu.Lock()
+				h.run = nil
+				h.mu.Unlock()
+			}
+			close(r.done)
+			return r.data, r.errno
+		}
+		select {
+		case <-r.done:
+			if r.errno == syscall.EINTR {
+				continue // its reader was interrupted, not this one: start again
+			}
+			return r.data, r.errno
+		case <-ctx.Done():
+			return nil, syscall.EINTR
+		}
+	}
 }
 
 // readFeature is a read's feature of obj. An object overwritten since it

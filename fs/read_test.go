@@ -2,11 +2,16 @@ package fs
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/featurefs/featurefs/extractor"
 )
 
 func TestSizeEqualsBytesRead(t *testing.T) {
@@ -91,4 +96,60 @@ func TestReadsUseCacheAndShareExtraction(t *testing.T) {
 	if e2.x.total.Load() != 0 || e.x.total.Load() != x2 {
 		t.Errorf("a cached feature was extracted again")
 	}
+}
+
+// TestSecondReaderOfAHandleIsInterruptible: while the first read of an open
+// file computes its feature, a second read of the same handle waits for it
+// but can be interrupted on its own (it used to wait on the handle's lock
+// for the whole extraction); the first read then gets the feature.
+func TestSecondReaderOfAHandleIsInterruptible(t *testing.T) {
+	b := newFakeBucket(10)
+	b.put("d/a.jpg", []byte("a"))
+	gate := make(chan struct{})
+	f, err := New(Config{Bucket: b, Extractor: gatedExtractor{newFakeExtractor(), gate}, Cache: newFakeCache(), MetadataTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := f.models[0]
+	obj := b.objectFor(t, "d/a.jpg")
+	ff := &featureFile{fs: f, view: newLayerView(f, m, m.Layers[0], m.Layers[0].Name), prefix: "d/", name: "a.npy", obj: obj}
+	h := &featureHandle{obj: obj}
+	first := make(chan syscall.Errno, 1)
+	go func() {
+		_, errno := ff.Read(context.Background(), h, make([]byte, 16), 0)
+		first <- errno
+	}()
+	time.Sleep(50 * time.Millisecond) // the first read is computing
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	if _, errno := ff.Read(ctx, h, make([]byte, 16), 0); errno != syscall.EINTR {
+		t.Errorf("interrupted second read: %v, want EINTR", errno)
+	}
+	if took := time.Since(t0); took > 2*time.Second {
+		t.Errorf("the interrupted second read returned after %v", took)
+	}
+	close(gate)
+	if errno := <-first; errno != 0 {
+		t.Errorf("first read: %v", errno)
+	}
+	if _, errno := ff.Read(context.Background(), h, make([]byte, 16), 0); errno != 0 {
+		t.Errorf("a read after the computation: %v", errno)
+	}
+}
+
+// gatedExtractor extracts as fakeExtractor does once gate is closed.
+type gatedExtractor struct {
+	*fakeExtractor
+	gate chan struct{}
+}
+
+func (x gatedExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+	select {
+	case <-x.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return x.fakeExtractor.Extract(ctx, req)
 }
