@@ -176,72 +176,6 @@ func (c *Client) serverProfile(ctx context.Context, model string, total time.Dur
 	return &p, nil
 }
 
-// openWatched starts an authenticated GET of u+path whose body is read
-// through a watchdog: the request is cancelled when the server sends
-// nothing for the client's Timeout. done must be called with the error of
-// reading the body; it returns that error, or ErrUnavailable naming the
-// silence, and releases the request.
-func (c *Client) openWatched(ctx context.Context, u, path, what string) (io.Reader, func(error) error, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	var silent atomic.Bool
-	watchdog := time.AfterFunc(c.cfg.Timeout, func() {
-		silent.Store(true)
-		cancel()
-	})
-	fail := func(err error) error {
-		watchdog.Stop()
-		cancel()
-		if silent.Load() {
-			c.n.unavailable.Add(1)
-			return fmt.Errorf("%s: no answer for %v: %w", u, c.cfg.Timeout, ErrUnavailable)
-		}
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+path, nil)
-	if err != nil {
-		return nil, nil, fail(err)
-	}
-	c.authorize(req)
-	c.n.httpRequests.Add(1)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, nil, fail(c.unavailable(u, err))
-	}
-	watchdog.Reset(c.cfg.Timeout)
-	if resp.StatusCode != http.StatusOK {
-		err := responseError(resp, u, what)
-		resp.Body.Close()
-		return nil, nil, fail(err)
-	}
-	r := &watchedReader{r: resp.Body, t: watchdog, d: c.cfg.Timeout}
-	return r, func(err error) error {
-		resp.Body.Close()
-		if err != nil {
-			if !silent.Load() {
-				err = c.unavailable(u, fmt.Errorf("reading %s: %w", what, err))
-			}
-			return fail(err)
-		}
-		fail(nil)
-		return nil
-	}, nil
-}
-
-// watchedReader resets a watchdog timer whenever it reads something.
-type watchedReader struct {
-	r io.Reader
-	t *time.Timer
-	d time.Duration
-}
-
-func (w *watchedReader) Read(p []byte) (int, error) {
-	n, err := w.r.Read(p)
-	if n > 0 {
-		w.t.Reset(w.d)
-	}
-	return n, err
-}
-
 // Close stops the periodic bandwidth probes.
 func (x *SplitExtractor) Close() error {
 	x.stopOnce.Do(func() { close(x.stop) })
@@ -423,7 +357,7 @@ func (x *SplitExtractor) object(ctx context.Context, key, etag string) ([]byte, 
 	}
 	defer func() { <-x.rawSem }()
 	c := x.c
-	u := c.servers[Rank(c.cfg.URLs, key)[0]].url
+	u := c.route(key).url
 	q := url.Values{"key": {key}}
 	if etag != "" {
 		q.Set("etag", etag)
