@@ -46,6 +46,11 @@ type SplitConfig struct {
 	// MaxRawFetches bounds concurrent image downloads for split raw
 	// (default 16).
 	MaxRawFetches int
+	// MaxObjectSize bounds an image downloaded for split raw, as
+	// --max-object-size bounds a local mount's (default
+	// bucket.DefaultMaxObjectBytes); a larger one is an error matching
+	// bucket.ErrTooLarge.
+	MaxObjectSize int64
 	// ProfileTimeout bounds getting a server's compute profile (default
 	// 10m): the server may measure it first, seconds to minutes on a CPU.
 	// The client's silence timeout (ClientConfig.Timeout) still applies:
@@ -64,6 +69,7 @@ type SplitExtractor struct {
 	log      *slog.Logger
 	planners map[string]*extractor.Planner // by model; constant after Split
 	rawSem   chan struct{}
+	maxRaw   int64 // bytes of one raw image
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -91,6 +97,9 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 	if cfg.MaxRawFetches <= 0 {
 		cfg.MaxRawFetches = 16
 	}
+	if cfg.MaxObjectSize <= 0 {
+		cfg.MaxObjectSize = bucket.DefaultMaxObjectBytes
+	}
 	if cfg.ProfileTimeout <= 0 {
 		cfg.ProfileTimeout = 10 * time.Minute
 	}
@@ -98,7 +107,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*extractor.Planner{},
-		rawSem: make(chan struct{}, cfg.MaxRawFetches), stop: make(chan struct{})}
+		rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, stop: make(chan struct{})}
 	if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
 		// Nothing to plan: no probe, no profile (a short --remote-timeout
 		// must not fail the mount on a profile it does not need).
@@ -348,7 +357,8 @@ func (x *SplitExtractor) Extract(ctx context.Context, req extractor.Request) ([]
 	return data, err
 }
 
-// object fetches an object's bytes with GET /v1/object (split raw).
+// object fetches an object's bytes with GET /v1/object (split raw), at
+// most MaxObjectSize of them.
 func (x *SplitExtractor) object(ctx context.Context, key, etag string) ([]byte, error) {
 	select {
 	case x.rawSem <- struct{}{}:
@@ -378,11 +388,23 @@ func (x *SplitExtractor) object(ctx context.Context, key, etag string) ([]byte, 
 	if resp.StatusCode != http.StatusOK {
 		return nil, responseError(resp, u, key)
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+	if resp.ContentLength > x.maxRaw {
+		return nil, tooLarge(u, key, fmt.Sprintf("%d bytes, limit %d", resp.ContentLength, x.maxRaw))
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, x.maxRaw+1))
 	if err != nil {
 		return nil, c.unavailable(u, fmt.Errorf("reading %s: %w", key, err))
 	}
+	if int64(len(b)) > x.maxRaw {
+		return nil, tooLarge(u, key, fmt.Sprintf("more than %d bytes", x.maxRaw))
+	}
 	return b, nil
+}
+
+// tooLarge is the error of an object larger than MaxObjectSize; size says
+// how large.
+func tooLarge(u, key, size string) error {
+	return fmt.Errorf("%s: object %q: %s (--max-object-size): %w", u, key, size, bucket.ErrTooLarge)
 }
 
 // Bucket wraps b so that its listings tell the planners the mean image size.
