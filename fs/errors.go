@@ -34,6 +34,7 @@ func badObject(err error) bool {
 //
 //	bucket.ErrNotFound            ENOENT
 //	context.Canceled (interrupt)  EINTR
+//	bucket.ErrAccessDenied        EACCES, logged (a refused token)
 //	bad image, too large          EIO
 //	context.DeadlineExceeded      EIO, logged (--read-timeout)
 //	anything else                 EIO, logged
@@ -46,6 +47,9 @@ func (f *FS) errno(err error, key string) syscall.Errno {
 		return syscall.ENOENT
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
+	case errors.Is(err, bucket.ErrAccessDenied):
+		f.logOnce(key, "access denied", err)
+		return syscall.EACCES
 	case badObject(err):
 		f.stats.ioErrors.Add(1)
 		return syscall.EIO

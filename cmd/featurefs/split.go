@@ -39,7 +39,7 @@ func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, lo
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("split execution: %w", err)
 	}
-	x, err := rc.Split(ctx, remote.SplitConfig{Policy: policy, Local: svc, ProfileDir: remote.DefaultProfileDir(), Logger: log})
+	x, err := rc.Split(ctx, remote.SplitConfig{Policy: policy, Local: svc, ProfileDir: remote.DefaultProfileDir(), MaxObjectSize: o.MaxObjectSize, Logger: log})
 	if err != nil {
 		svc.Close()
 		return nil, nil, nil, failf(exitModel, "--split: %w", err)

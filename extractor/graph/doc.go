@@ -1,7 +1,7 @@
 // Package graph reads ONNX models without the ONNX libraries: it decodes the
 // ModelProto fields it needs with protowire, finds the model's layers (block
-// boundaries, DESIGN.md "Layers") from the graph alone, infers per-sample
-// shapes, estimates compute, and writes pruned models.
+// boundaries, docs/LAYERS.md "The rule") from the graph alone, infers
+// per-sample shapes, estimates compute, and writes pruned models.
 //
 // In featurefs's data flow the extractor parses each registered model once
 // (Parse), lists its layers (Layers) for the filesystem's layer directories

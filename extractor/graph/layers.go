@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// Layer is one block boundary of a model (DESIGN.md, "Layers").
+// Layer is one block boundary of a model (docs/LAYERS.md, "The rule").
 type Layer struct {
 	// Index counts the layers from 0 in topological order.
 	Index int
@@ -79,8 +79,8 @@ func (m *Model) constants() map[string]bool {
 }
 
 // CutPoints returns, in topological order, every tensor that is the only
-// live non-constant tensor right after the node producing it (rule 1 of
-// DESIGN.md's Layers). Graph outputs stay live to the end.
+// live non-constant tensor right after the node producing it (rule 1 in
+// docs/LAYERS.md). Graph outputs stay live to the end.
 func (m *Model) CutPoints() []string {
 	consts := m.constants()
 	isOut := map[string]bool{}

@@ -1,7 +1,8 @@
 package graph
 
 // Tests on torchvision models exported by scripts/export_model.py, checked
-// against DESIGN.md's layer list and against ONNX Runtime.
+// against the layer lists featurefs promises (docs/LAYERS.md) and against
+// ONNX Runtime.
 
 import (
 	"errors"
@@ -48,7 +49,7 @@ func resnetBlocks(counts [4]int, relu string) []string {
 	return out
 }
 
-// TestResNet50Layers checks DESIGN.md's ResNet-50 list exactly.
+// TestResNet50Layers checks ResNet-50's layer list exactly.
 func TestResNet50Layers(t *testing.T) {
 	m, _ := loadModel(t, "resnet50")
 	if m.Input() != "input" || m.Output() != "output" {
@@ -69,7 +70,7 @@ func TestResNet50Layers(t *testing.T) {
 			t.Errorf("layer %d has Index %d", i, l.Index)
 		}
 	}
-	// DESIGN: layer0 = conv1+relu, layer18 = avgpool+flatten.
+	// layer0 = conv1+relu, layer18 = avgpool+flatten.
 	if got := ls[0].Merged; !slices.Equal(got, []string{"/conv1/Conv_output_0", "/relu/Relu_output_0"}) {
 		t.Errorf("layer0 merges %q", got)
 	}
@@ -235,8 +236,9 @@ func TestPruneResNet50(t *testing.T) {
 	inShape := []int64{batch, 3, 224, 224}
 	x := randomInput(7, inShape...)
 
-	// (a) per-sample output shapes of layers 0, 1, 12, 18, 19 as DESIGN.md
-	// lists them, both declared by the pruned model and computed by ORT.
+	// (a) per-sample output shapes of layers 0, 1, 12, 18, 19 as
+	// docs/LAYERS.md lists them, both declared by the pruned model and
+	// computed by ORT.
 	want := map[int][]int64{0: {64, 112, 112}, 1: {64, 56, 56}, 12: {1024, 14, 14}, 18: {2048}, 19: {1000}}
 	pruned := map[int][]byte{}
 	for _, i := range []int{0, 1, 12, 18, 19} {

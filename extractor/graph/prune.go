@@ -96,6 +96,13 @@ func (m *Model) prune(from string, outputs []string) ([]byte, error) {
 		}
 	}
 
+	if from == "" {
+		// The model's input stays even when the outputs do not read it (a
+		// constant): the extractor feeds it, and a model without an input
+		// does not parse.
+		needed[m.input] = true
+	}
+
 	newIO := map[string]bool{from: from != ""}
 	for _, o := range outs {
 		newIO[o] = true

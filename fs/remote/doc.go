@@ -16,6 +16,15 @@
 // (Rank); concurrent Extract calls for one server are gathered into POST
 // /v1/batch requests, whose answers stream back framed, in completion order.
 //
+// # Files
+//
+// protocol.go is the wire format both sides share. The server is server.go
+// (and split_server.go for split execution's endpoints); the client is
+// client.go (Dial), routing.go (rendezvous hashing, failover), batch.go
+// (queues and batches), wire.go (HTTP, frames, the token) and adapter.go
+// (Bucket and Extractor, what a mount uses); split.go runs part of a
+// model on the mount.
+//
 // # Failures
 //
 // A server silent for ClientConfig.Timeout (no response, frame or heartbeat:

@@ -233,8 +233,18 @@ var errBadItem = errors.New("bad request")
 // answered that its source is unavailable.
 var ErrUnavailable = errors.New("feature server unavailable")
 
-// ErrUnauthorized is matched when a server refuses the client's token.
-var ErrUnauthorized = errors.New("feature server refused the token (401)")
+// ErrUnauthorized is matched when a server refuses the client's token. It
+// matches bucket.ErrAccessDenied too: to a mount of servers, a refused token
+// is its store refusing the credentials, and its readers get EACCES.
+var ErrUnauthorized error = unauthorizedError{}
+
+// unauthorizedError is ErrUnauthorized's type.
+type unauthorizedError struct{}
+
+func (unauthorizedError) Error() string { return "feature server refused the token (401)" }
+
+// Is makes ErrUnauthorized match bucket.ErrAccessDenied.
+func (unauthorizedError) Is(target error) bool { return target == bucket.ErrAccessDenied }
 
 // ErrChanged is matched when the object's ETag is no longer the one asked
 // for. It is the tree's sentinel, so that a mount of servers treats a

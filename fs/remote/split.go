@@ -46,6 +46,11 @@ type SplitConfig struct {
 	// MaxRawFetches bounds concurrent image downloads for split raw
 	// (default 16).
 	MaxRawFetches int
+	// MaxObjectSize bounds an image downloaded for split raw, as
+	// --max-object-size bounds a local mount's (default
+	// bucket.DefaultMaxObjectBytes); a larger one is an error matching
+	// bucket.ErrTooLarge.
+	MaxObjectSize int64
 	// ProfileTimeout bounds getting a server's compute profile (default
 	// 10m): the server may measure it first, seconds to minutes on a CPU.
 	// The client's silence timeout (ClientConfig.Timeout) still applies:
@@ -64,6 +69,7 @@ type SplitExtractor struct {
 	log      *slog.Logger
 	planners map[string]*extractor.Planner // by model; constant after Split
 	rawSem   chan struct{}
+	maxRaw   int64 // bytes of one raw image
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -91,6 +97,9 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 	if cfg.MaxRawFetches <= 0 {
 		cfg.MaxRawFetches = 16
 	}
+	if cfg.MaxObjectSize <= 0 {
+		cfg.MaxObjectSize = bucket.DefaultMaxObjectBytes
+	}
 	if cfg.ProfileTimeout <= 0 {
 		cfg.ProfileTimeout = 10 * time.Minute
 	}
@@ -98,7 +107,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*extractor.Planner{},
-		rawSem: make(chan struct{}, cfg.MaxRawFetches), stop: make(chan struct{})}
+		rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, stop: make(chan struct{})}
 	if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
 		// Nothing to plan: no probe, no profile (a short --remote-timeout
 		// must not fail the mount on a profile it does not need).
@@ -174,72 +183,6 @@ func (c *Client) serverProfile(ctx context.Context, model string, total time.Dur
 		return nil, fmt.Errorf("%s: profile of %s: %w", u, model, err)
 	}
 	return &p, nil
-}
-
-// openWatched starts an authenticated GET of u+path whose body is read
-// through a watchdog: the request is cancelled when the server sends
-// nothing for the client's Timeout. done must be called with the error of
-// reading the body; it returns that error, or ErrUnavailable naming the
-// silence, and releases the request.
-func (c *Client) openWatched(ctx context.Context, u, path, what string) (io.Reader, func(error) error, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	var silent atomic.Bool
-	watchdog := time.AfterFunc(c.cfg.Timeout, func() {
-		silent.Store(true)
-		cancel()
-	})
-	fail := func(err error) error {
-		watchdog.Stop()
-		cancel()
-		if silent.Load() {
-			c.n.unavailable.Add(1)
-			return fmt.Errorf("%s: no answer for %v: %w", u, c.cfg.Timeout, ErrUnavailable)
-		}
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+path, nil)
-	if err != nil {
-		return nil, nil, fail(err)
-	}
-	c.authorize(req)
-	c.n.httpRequests.Add(1)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, nil, fail(c.unavailable(u, err))
-	}
-	watchdog.Reset(c.cfg.Timeout)
-	if resp.StatusCode != http.StatusOK {
-		err := responseError(resp, u, what)
-		resp.Body.Close()
-		return nil, nil, fail(err)
-	}
-	r := &watchedReader{r: resp.Body, t: watchdog, d: c.cfg.Timeout}
-	return r, func(err error) error {
-		resp.Body.Close()
-		if err != nil {
-			if !silent.Load() {
-				err = c.unavailable(u, fmt.Errorf("reading %s: %w", what, err))
-			}
-			return fail(err)
-		}
-		fail(nil)
-		return nil
-	}, nil
-}
-
-// watchedReader resets a watchdog timer whenever it reads something.
-type watchedReader struct {
-	r io.Reader
-	t *time.Timer
-	d time.Duration
-}
-
-func (w *watchedReader) Read(p []byte) (int, error) {
-	n, err := w.r.Read(p)
-	if n > 0 {
-		w.t.Reset(w.d)
-	}
-	return n, err
 }
 
 // Close stops the periodic bandwidth probes.
@@ -414,7 +357,8 @@ func (x *SplitExtractor) Extract(ctx context.Context, req extractor.Request) ([]
 	return data, err
 }
 
-// object fetches an object's bytes with GET /v1/object (split raw).
+// object fetches an object's bytes with GET /v1/object (split raw), at
+// most MaxObjectSize of them.
 func (x *SplitExtractor) object(ctx context.Context, key, etag string) ([]byte, error) {
 	select {
 	case x.rawSem <- struct{}{}:
@@ -423,7 +367,7 @@ func (x *SplitExtractor) object(ctx context.Context, key, etag string) ([]byte, 
 	}
 	defer func() { <-x.rawSem }()
 	c := x.c
-	u := c.servers[Rank(c.cfg.URLs, key)[0]].url
+	u := c.route(key).url
 	q := url.Values{"key": {key}}
 	if etag != "" {
 		q.Set("etag", etag)
@@ -444,11 +388,23 @@ func (x *SplitExtractor) object(ctx context.Context, key, etag string) ([]byte, 
 	if resp.StatusCode != http.StatusOK {
 		return nil, responseError(resp, u, key)
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+	if resp.ContentLength > x.maxRaw {
+		return nil, tooLarge(u, key, fmt.Sprintf("%d bytes, limit %d", resp.ContentLength, x.maxRaw))
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, x.maxRaw+1))
 	if err != nil {
 		return nil, c.unavailable(u, fmt.Errorf("reading %s: %w", key, err))
 	}
+	if int64(len(b)) > x.maxRaw {
+		return nil, tooLarge(u, key, fmt.Sprintf("more than %d bytes", x.maxRaw))
+	}
 	return b, nil
+}
+
+// tooLarge is the error of an object larger than MaxObjectSize; size says
+// how large.
+func tooLarge(u, key, size string) error {
+	return fmt.Errorf("%s: object %q: %s (--max-object-size): %w", u, key, size, bucket.ErrTooLarge)
 }
 
 // Bucket wraps b so that its listings tell the planners the mean image size.

@@ -1,0 +1,162 @@
+package remote
+
+// The adapters a mount uses: the servers' source as a bucket.Bucket and
+// their models as an fs.Extractor.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// Bucket returns the servers' source as a read-only bucket: List and Stat
+// go to the servers (routed by prefix or key, falling over in rank order);
+// Get is not supported (features are computed on the servers).
+func (c *Client) Bucket() *Bucket { return &Bucket{c: c} }
+
+// Extractor returns the servers' models as an fs.Extractor whose Extract
+// fetches features from the servers in batches.
+func (c *Client) Extractor() *Extractor { return &Extractor{c: c} }
+
+// Bucket is the servers' source seen through GET /v1/list and /v1/stat.
+type Bucket struct{ c *Client }
+
+var _ bucket.Bucket = (*Bucket)(nil)
+
+// List returns one page of a one-level listing. When no server answers, the
+// last page seen for the same prefix and token is returned, if any.
+func (b *Bucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
+	c := b.c
+	staleKey := "l\x00" + prefix + "\x00" + token
+	q := url.Values{"prefix": {prefix}}
+	if token != "" {
+		q.Set("continuation", token)
+	}
+	var lastErr error
+	for _, i := range Rank(c.cfg.URLs, prefix) {
+		var resp ListResponse
+		err := c.get(ctx, c.servers[i].url, "/v1/list", q, &resp)
+		if err == nil {
+			p := bucket.Page{Prefixes: resp.Prefixes, Next: resp.Next}
+			for _, o := range resp.Objects {
+				p.Objects = append(p.Objects, o.object())
+			}
+			c.stale.Put(staleKey, p, len(p.Objects)+len(p.Prefixes)+1)
+			return p, nil
+		}
+		if !failover(err) || ctx.Err() != nil {
+			return bucket.Page{}, fmt.Errorf("list %q: %w", prefix, err)
+		}
+		lastErr = err
+	}
+	if v, ok := c.stale.Get(staleKey); ok {
+		c.n.staleAnswers.Add(1)
+		c.log.Warn("featurefs: no feature server answers; serving the last listing seen", slog.String("key", prefix), slog.Any("err", lastErr))
+		return v.(bucket.Page), nil
+	}
+	return bucket.Page{}, fmt.Errorf("list %q: %w", prefix, lastErr)
+}
+
+// Stat returns an object's metadata. When no server answers, the last
+// answer for the key is returned, if any.
+func (b *Bucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
+	c := b.c
+	staleKey := "s\x00" + key
+	var lastErr error
+	for _, i := range Rank(c.cfg.URLs, key) {
+		var o ObjectInfo
+		err := c.get(ctx, c.servers[i].url, "/v1/stat", url.Values{"key": {key}}, &o)
+		if err == nil {
+			c.stale.Put(staleKey, o.object(), 1)
+			return o.object(), nil
+		}
+		if !failover(err) || ctx.Err() != nil {
+			return bucket.Object{}, fmt.Errorf("stat %q: %w", key, err)
+		}
+		lastErr = err
+	}
+	if v, ok := c.stale.Get(staleKey); ok {
+		c.n.staleAnswers.Add(1)
+		return v.(bucket.Object), nil
+	}
+	return bucket.Object{}, fmt.Errorf("stat %q: %w", key, lastErr)
+}
+
+// ErrNoGet is matched by Bucket.Get: a remote source's objects are not
+// fetched by the mount.
+var ErrNoGet = fmt.Errorf("remote bucket: objects are read on the feature servers: %w", errors.ErrUnsupported)
+
+// Get is not supported: it returns an error matching ErrNoGet.
+func (b *Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
+	return nil, bucket.Object{}, ErrNoGet
+}
+
+// Identity is "featurefs+<sorted URLs joined by ','>|<the servers' source
+// identity>".
+func (b *Bucket) Identity() string { return b.c.identity }
+
+// Extractor is the servers' models; Extract asks the server the object is
+// routed to, gathering concurrent requests into batches.
+type Extractor struct{ c *Client }
+
+// Models returns the servers' models, in their order.
+func (e *Extractor) Models() []*extractor.Model {
+	return append([]*extractor.Model(nil), e.c.models...)
+}
+
+// Model returns the model called name.
+func (e *Extractor) Model(name string) (*extractor.Model, bool) {
+	m, ok := e.c.byName[name]
+	return m, ok
+}
+
+// LayerTable returns the server's layers table of a model (the text of
+// features/<model>/layers), which fs shows instead of Model.Table.
+func (e *Extractor) LayerTable(model string) (string, bool) {
+	for _, mi := range e.c.info.Models {
+		if mi.Name == model {
+			return mi.Table, true
+		}
+	}
+	return "", false
+}
+
+// DType is the servers' element type.
+func (e *Extractor) DType() extractor.DType { return e.c.info.DType }
+
+// Device names the servers: "remote:" and the URLs.
+func (e *Extractor) Device() string { return "remote:" + strings.Join(e.c.cfg.URLs, ",") }
+
+// Stats returns the client's figures in the extractor's form: requests,
+// completed, failed, bad images, batches (HTTP batch requests) and batched
+// items.
+func (e *Extractor) Stats() extractor.Stats {
+	n := &e.c.n
+	return extractor.Stats{
+		Device: e.Device(), Requests: n.requests.Load(), Completed: n.completed.Load(), Failed: n.failed.Load(),
+		BadImages: n.badImages.Load(), Batches: n.batches.Load(), BatchedItems: n.batchedItems.Load(),
+		InFlight: int(n.inFlight.Load()),
+	}
+}
+
+// Extract returns the .npy file of req's feature from the server req.Key is
+// routed to; req.Fetch is not used. Errors: a bad image is an
+// *extractor.ImageError; a missing object matches bucket.ErrNotFound; a
+// server that does not answer within the timeout matches ErrUnavailable.
+func (e *Extractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+	c := e.c
+	m, ok := c.byName[req.Model]
+	if !ok {
+		return nil, fmt.Errorf("extract %s: %w %q", req.Key, extractor.ErrUnknownModel, req.Model)
+	}
+	if req.Layer < 0 || req.Layer >= len(m.Layers) {
+		return nil, fmt.Errorf("extract %s: %w %d of model %s (it has %d)", req.Key, extractor.ErrUnknownLayer, req.Layer, m.Name, len(m.Layers))
+	}
+	return c.extract(ctx, req)
+}

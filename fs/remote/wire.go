@@ -1,0 +1,327 @@
+package remote
+
+// The client's side of the wire: authenticated HTTP requests, the framed
+// batch stream, and answers turned into errors (a featurefs JSON error
+// through ErrorOf, anything else as a foreignAnswerError).
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// TokenEnv is the environment variable a token is read from when no token
+// file is given.
+const TokenEnv = "FEATUREFS_TOKEN"
+
+// LoadToken returns the bearer token: the content of file (whitespace
+// trimmed) when file is given, else $FEATUREFS_TOKEN. An empty token file is
+// an error; no file and no variable is "".
+func LoadToken(file string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(os.Getenv(TokenEnv)), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", file)
+	}
+	return tok, nil
+}
+
+// TLSConfig returns a client TLS configuration trusting the system roots
+// and, when caFile is given, the PEM certificates in it.
+func TLSConfig(caFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("CA file: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA file %s: no PEM certificate in it", caFile)
+	}
+	cfg.RootCAs = pool
+	return cfg, nil
+}
+
+// get does an authenticated GET of path on server u and decodes the JSON
+// answer into v, failing after Timeout.
+func (c *Client) get(ctx context.Context, u, path string, q url.Values, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	target := u + path
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", u, err)
+	}
+	c.authorize(req)
+	c.n.httpRequests.Add(1)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return c.unavailable(u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return responseError(resp, u, q.Get("key")+q.Get("prefix"))
+	}
+	if ct := mediaType(resp); ct != "application/json" {
+		return &foreignAnswerError{server: u, status: resp.StatusCode, contentType: ct}
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(v); err != nil {
+		return c.unavailable(u, fmt.Errorf("reading %s: %w", path, err))
+	}
+	return nil
+}
+
+func (c *Client) authorize(req *http.Request) {
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
+}
+
+// unavailable wraps a transport error as ErrUnavailable.
+func (c *Client) unavailable(u string, err error) error {
+	c.n.unavailable.Add(1)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: no answer within %v: %w", u, c.cfg.Timeout, ErrUnavailable)
+	}
+	return fmt.Errorf("%s: %w: %w", u, ErrUnavailable, err)
+}
+
+// ErrNotFeatureServer is matched by Dial's error when a server answers, but
+// not as featurefs serve does: an HTML page, an S3 XML error, JSON of
+// another shape. The --remote URL is most likely wrong.
+var ErrNotFeatureServer = errors.New("not a featurefs server")
+
+// foreignAnswerError is an answer whose body is not featurefs's JSON (a
+// proxy's or another server's page). Its message is one line with the
+// status and the body's type, never the body: a whole HTML page or XML
+// document has no place in an error line. A 502, 503 or 504 matches
+// ErrUnavailable (a proxy whose featurefs server is away).
+type foreignAnswerError struct {
+	server      string
+	status      int
+	contentType string
+}
+
+func (e *foreignAnswerError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d, %s, not a featurefs answer", e.server, e.status, e.contentType)
+}
+
+func (e *foreignAnswerError) Unwrap() error {
+	switch e.status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return ErrUnavailable
+	}
+	return nil
+}
+
+// mediaType is an answer's Content-Type without parameters, "untyped" when
+// there is none.
+func mediaType(resp *http.Response) string {
+	ct := resp.Header.Get("Content-Type")
+	if ct == "" {
+		return "untyped"
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		return mt
+	}
+	return ct
+}
+
+// responseError turns a non-200 answer into an error: featurefs's JSON
+// error through ErrorOf, anything else as a foreignAnswerError.
+func responseError(resp *http.Response, u, key string) error {
+	var e ErrorResponse
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(b, &e) != nil || e.Error == "" {
+		return &foreignAnswerError{server: strings.TrimRight(u, "/"), status: resp.StatusCode, contentType: mediaType(resp)}
+	}
+	return ErrorOf(resp.StatusCode, e.Error, u, key)
+}
+
+// fetchModels asks server u for its models (GET /v1/models). A server that
+// answers, but not as featurefs serve does, fails with one line matching
+// ErrNotFeatureServer.
+func (c *Client) fetchModels(ctx context.Context, u string) (ModelsResponse, error) {
+	var info ModelsResponse
+	err := c.get(ctx, u, "/v1/models", nil, &info)
+	var fa *foreignAnswerError
+	switch {
+	case errors.As(err, &fa) && !errors.Is(err, ErrUnavailable):
+		return info, fmt.Errorf("remote: the server at %s is %w (GET /v1/models answered HTTP %d, %s): check the --remote URL",
+			u, ErrNotFeatureServer, fa.status, fa.contentType)
+	case err == nil && info.Protocol == 0:
+		return info, fmt.Errorf("remote: the server at %s is %w (GET /v1/models answered HTTP 200, JSON without a featurefs protocol version): check the --remote URL",
+			u, ErrNotFeatureServer)
+	}
+	return info, err
+}
+
+// postBatch makes one POST /v1/batch of items to server u and calls answer
+// with each item's index and result as its frame comes (completion order;
+// a per-item error keeps its kind through ErrorOf). A watchdog cancels the
+// request when the server stays silent (no response, frame or heartbeat)
+// for Timeout. The error returned is for every item not answered: a
+// refused batch (the server's error), or a broken stream (ErrUnavailable
+// when the server went silent or away).
+func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data []byte, err error)) error {
+	body, err := json.Marshal(BatchRequest{Items: items})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var silent atomic.Bool
+	watchdog := time.AfterFunc(c.cfg.Timeout, func() {
+		silent.Store(true)
+		cancel()
+	})
+	defer watchdog.Stop()
+	broken := func(err error) error {
+		if silent.Load() {
+			err = fmt.Errorf("no answer for %v: %w", c.cfg.Timeout, ErrUnavailable)
+		}
+		c.n.unavailable.Add(1)
+		return fmt.Errorf("%s: %w", u, err)
+	}
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u+"/v1/batch", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	c.authorize(req)
+	c.n.httpRequests.Add(1)
+	c.n.batches.Add(1)
+	c.n.batchedItems.Add(int64(len(items)))
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return broken(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	defer resp.Body.Close()
+	watchdog.Reset(c.cfg.Timeout)
+	if resp.StatusCode != http.StatusOK {
+		return responseError(resp, u, "batch")
+	}
+	n, err := readStreamHeader(resp.Body)
+	if err != nil {
+		return broken(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	if n != len(items) {
+		return broken(fmt.Errorf("batch stream announces %d items, %d were asked for", n, len(items)))
+	}
+	done := make([]bool, len(items))
+	for left := len(items); left > 0; {
+		f, err := ReadFrame(resp.Body, c.maxData+(1<<16))
+		if err != nil {
+			return broken(fmt.Errorf("%w: %w", ErrUnavailable, noEOF(err)))
+		}
+		watchdog.Reset(c.cfg.Timeout)
+		if f.Index == HeartbeatIndex {
+			continue
+		}
+		if int(f.Index) >= len(items) || done[f.Index] {
+			return broken(fmt.Errorf("batch stream: unexpected frame for item %d", f.Index))
+		}
+		done[f.Index] = true
+		left--
+		if f.Status == StatusOK {
+			answer(int(f.Index), f.Data, nil)
+		} else {
+			answer(int(f.Index), nil, ErrorOf(int(f.Status), f.Message, u, items[f.Index].Key))
+		}
+	}
+	return nil
+}
+
+// openWatched starts an authenticated GET of u+path whose body is read
+// through a watchdog: the request is cancelled when the server sends
+// nothing for the client's Timeout. done must be called with the error of
+// reading the body; it returns that error, or ErrUnavailable naming the
+// silence, and releases the request.
+func (c *Client) openWatched(ctx context.Context, u, path, what string) (io.Reader, func(error) error, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var silent atomic.Bool
+	watchdog := time.AfterFunc(c.cfg.Timeout, func() {
+		silent.Store(true)
+		cancel()
+	})
+	fail := func(err error) error {
+		watchdog.Stop()
+		cancel()
+		if silent.Load() {
+			c.n.unavailable.Add(1)
+			return fmt.Errorf("%s: no answer for %v: %w", u, c.cfg.Timeout, ErrUnavailable)
+		}
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+path, nil)
+	if err != nil {
+		return nil, nil, fail(err)
+	}
+	c.authorize(req)
+	c.n.httpRequests.Add(1)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, nil, fail(c.unavailable(u, err))
+	}
+	watchdog.Reset(c.cfg.Timeout)
+	if resp.StatusCode != http.StatusOK {
+		err := responseError(resp, u, what)
+		resp.Body.Close()
+		return nil, nil, fail(err)
+	}
+	r := &watchedReader{r: resp.Body, t: watchdog, d: c.cfg.Timeout}
+	return r, func(err error) error {
+		resp.Body.Close()
+		if err != nil {
+			if !silent.Load() {
+				err = c.unavailable(u, fmt.Errorf("reading %s: %w", what, err))
+			}
+			return fail(err)
+		}
+		fail(nil)
+		return nil
+	}, nil
+}
+
+// watchedReader resets a watchdog timer whenever it reads something.
+type watchedReader struct {
+	r io.Reader
+	t *time.Timer
+	d time.Duration
+}
+
+func (w *watchedReader) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	if n > 0 {
+		w.t.Reset(w.d)
+	}
+	return n, err
+}
