@@ -51,10 +51,11 @@ func readJPEGHeader(data []byte) (jpegHeader, error) {
 	return jpegHeader{w: int(info.width), h: int(info.height), components: int(info.components)}, nil
 }
 
-// decodeJPEGRows decodes the whole JPEG and writes rows [y0, y0+rows) as
-// 8-bit RGB into out (3*w bytes per row, w the image width): corruption or
-// truncation anywhere in the file is an error, as in PIL.
-func decodeJPEGRows(data []byte, out []byte, y0, rows int) error {
+// decodeJPEGRows decodes the whole JPEG at 1/denom of its size (1, 2, 4 or
+// 8; see scaledSize) and writes rows [y0, y0+rows) of the decoded image as
+// 8-bit RGB into out (3*sw bytes per row, sw the decoded width):
+// corruption or truncation anywhere in the file is an error, as in PIL.
+func decodeJPEGRows(data []byte, denom int, out []byte, y0, rows int) error {
 	if len(data) == 0 {
 		return badImage("empty file", nil)
 	}
@@ -63,10 +64,16 @@ func decodeJPEGRows(data []byte, out []byte, y0, rows int) error {
 	if len(out) > 0 {
 		outp = (*C.uchar)(unsafe.Pointer(&out[0]))
 	}
-	ret := C.ff_jpeg_decode((*C.uchar)(unsafe.Pointer(&data[0])), C.size_t(len(data)), outp, C.size_t(len(out)),
-		C.int(y0), C.int(rows), &info)
+	ret := C.ff_jpeg_decode((*C.uchar)(unsafe.Pointer(&data[0])), C.size_t(len(data)), C.int(denom),
+		outp, C.size_t(len(out)), C.int(y0), C.int(rows), &info)
 	if ret != C.FF_JPEG_OK {
 		return jpegError(ret, &info)
 	}
 	return nil
+}
+
+// scaledSize is the size libjpeg decodes a w x h JPEG to at 1/denom
+// (jdiv_round_up, as Pillow's draft() computes it too).
+func scaledSize(w, h, denom int) (int, int) {
+	return (w + denom - 1) / denom, (h + denom - 1) / denom
 }

@@ -16,7 +16,11 @@
  *     fails in Pillow ("broken data stream") and fails here too;
  *   - warnings are dropped (Pillow's output_message does nothing);
  *   - CMYK is read as Adobe-inverted ("CMYK;I") and converted with Pillow's
- *     cmyk2rgb; gray is replicated (l2rgb).
+ *     cmyk2rgb; gray is replicated (l2rgb);
+ *   - a scale of 1/2, 1/4 or 1/8 (--fast-decode) sets scale_num = 1 and
+ *     scale_denom as Pillow's draft() makes its decoder do, nothing else
+ *     (ISLOW and fancy upsampling stay), so a scaled decode equals PIL's
+ *     Image.draft("RGB", ...) + convert("RGB") byte for byte too.
  *
  * libjpeg's error exits longjmp to a setjmp inside the same C function
  * that called libjpeg, never across Go frames. */
@@ -211,11 +215,16 @@ static void gray_rgb(const JSAMPLE *in, unsigned char *out, int w) {
 		out[0] = out[1] = out[2] = in[x];
 }
 
-int ff_jpeg_decode(const unsigned char *data, size_t len, unsigned char *out, size_t out_len,
+int ff_jpeg_decode(const unsigned char *data, size_t len, int scale_denom, unsigned char *out, size_t out_len,
                    int y0, int rows, ff_jpeg_info *info) {
-	int ret;
+	int ret, ow, oh;
 	JSAMPARRAY buf;
-	ff_ctx *c = ff_new();
+	ff_ctx *c;
+	if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) {
+		snprintf(info->msg, sizeof info->msg, "scale 1/%d: want 1/1, 1/2, 1/4 or 1/8", scale_denom);
+		return FF_JPEG_BADARGS;
+	}
+	c = ff_new();
 	if (c == NULL) {
 		snprintf(info->msg, sizeof info->msg, "out of memory");
 		return FF_JPEG_ERROR;
@@ -225,14 +234,23 @@ int ff_jpeg_decode(const unsigned char *data, size_t len, unsigned char *out, si
 	ret = ff_start(c, data, len, info);
 	if (ret != FF_JPEG_OK)
 		goto done;
-	if (y0 < 0 || rows < 0 || y0 + rows > info->height ||
-	    out_len < (size_t)3 * (size_t)info->width * (size_t)rows) {
-		snprintf(info->msg, sizeof info->msg, "rows [%d, %d) of a %dx%d image do not fit %zu bytes", y0,
-		         y0 + rows, info->width, info->height, out_len);
+	/* Pillow's draft(): scale_num 1, scale_denom the scale; libjpeg's
+	 * output size is then ceil(size / scale_denom) (jdiv_round_up). */
+	ow = (int)(((long)info->width + scale_denom - 1) / scale_denom);
+	oh = (int)(((long)info->height + scale_denom - 1) / scale_denom);
+	info->out_width = ow;
+	info->out_height = oh;
+	if (y0 < 0 || rows < 0 || y0 + rows > oh || out_len < (size_t)3 * (size_t)ow * (size_t)rows) {
+		snprintf(info->msg, sizeof info->msg, "rows [%d, %d) of a %dx%d image do not fit %zu bytes", y0, y0 + rows,
+		         ow, oh, out_len);
 		ret = FF_JPEG_BADARGS;
 		goto done;
 	}
 	c->cinfo.out_color_space = info->components == 1 ? JCS_GRAYSCALE : info->components == 3 ? JCS_RGB : JCS_CMYK;
+	if (scale_denom > 1) {
+		c->cinfo.scale_num = 1;
+		c->cinfo.scale_denom = (unsigned int)scale_denom;
+	}
 	while (!jpeg_start_decompress(&c->cinfo)) {
 		if (!ff_more(c)) {
 			snprintf(info->msg, sizeof info->msg, "image file is truncated (before the first row)");
@@ -240,38 +258,38 @@ int ff_jpeg_decode(const unsigned char *data, size_t len, unsigned char *out, si
 			goto done;
 		}
 	}
-	if ((int)c->cinfo.output_width != info->width || (int)c->cinfo.output_height != info->height ||
+	if ((int)c->cinfo.output_width != ow || (int)c->cinfo.output_height != oh ||
 	    c->cinfo.output_components != info->components) {
-		snprintf(info->msg, sizeof info->msg, "decoder output is %ux%u with %d components, header says %dx%d with %d",
-		         c->cinfo.output_width, c->cinfo.output_height, c->cinfo.output_components, info->width,
-		         info->height, info->components);
+		snprintf(info->msg, sizeof info->msg,
+		         "decoder output is %ux%u with %d components, want %dx%d (1/%d of %dx%d) with %d",
+		         c->cinfo.output_width, c->cinfo.output_height, c->cinfo.output_components, ow, oh, scale_denom,
+		         info->width, info->height, info->components);
 		ret = FF_JPEG_UNSUPPORTED;
 		goto done;
 	}
 	/* One row in the decoder's own format: rows not kept, gray and CMYK. */
 	buf = c->cinfo.mem->alloc_sarray((j_common_ptr)&c->cinfo, JPOOL_IMAGE,
-	                                 (JDIMENSION)info->width * (JDIMENSION)info->components, 1);
-	while ((int)c->cinfo.output_scanline < info->height) {
+	                                 (JDIMENSION)ow * (JDIMENSION)info->components, 1);
+	while ((int)c->cinfo.output_scanline < oh) {
 		int y = (int)c->cinfo.output_scanline;
 		unsigned char *dst = NULL;
 		JSAMPROW row = buf[0];
 		if (y >= y0 && y < y0 + rows) {
-			dst = out + (size_t)(y - y0) * 3 * (size_t)info->width;
+			dst = out + (size_t)(y - y0) * 3 * (size_t)ow;
 			if (info->components == 3)
 				row = dst;
 		}
 		while (jpeg_read_scanlines(&c->cinfo, &row, 1) != 1) {
 			if (!ff_more(c)) {
-				snprintf(info->msg, sizeof info->msg, "image file is truncated (at row %d of %d)", y,
-				         info->height);
+				snprintf(info->msg, sizeof info->msg, "image file is truncated (at row %d of %d)", y, oh);
 				ret = FF_JPEG_TRUNCATED;
 				goto done;
 			}
 		}
 		if (dst != NULL && info->components == 1)
-			gray_rgb(row, dst, info->width);
+			gray_rgb(row, dst, ow);
 		else if (dst != NULL && info->components == 4)
-			cmyk_rgb(row, dst, info->width);
+			cmyk_rgb(row, dst, ow);
 	}
 	/* Every row is out: Pillow ignores a suspension here (a missing EOI). */
 	(void)jpeg_finish_decompress(&c->cinfo);
