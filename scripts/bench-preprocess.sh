@@ -36,16 +36,34 @@ trap cleanup EXIT
 
 "$PY" "$REPO/scripts/ref_preprocess.py" genbench "$WORK/img" "$NIMG"
 IMGS=("$WORK"/img/*.jpg)
-# Large photos for --fast-decode, by the scale it decodes them at.
+# Large photos for --fast-decode, in groups of one size, scale and kind:
+# entropy decoding, which the DCT scaling does not shrink, weighs most in
+# progressive and 4:4:4 files, so each gets its own row.
 "$PY" "$REPO/scripts/ref_preprocess.py" genlarge "$WORK/large"
-declare -A LARGE=(
-  [8]="l420_4000x3000 l420b_4000x3000 l444_4000x3000 lprog_4000x3000 l420_3000x3999 l422_3997x2995"
-  [4]="m420_2000x1500 m444_2000x1500 mprog_2000x1500 m420_1537x1029"
-  [2]="s420_1200x800 s420_1600x1200 sprog_1023x767 s444_800x1000"
+LGROUPS=(l420 l444 lprog m420 mprog s)
+declare -A GFILES=(
+  [l420]="l420_4000x3000 l420b_4000x3000 l420_3000x3999 l422_3997x2995"
+  [l444]="l444_4000x3000"
+  [lprog]="lprog_4000x3000"
+  [m420]="m420_2000x1500 m444_2000x1500 m420_1537x1029 s420_1600x1200"
+  [mprog]="mprog_2000x1500"
+  [s]="s420_1200x800 s444_800x1000 sprog_1023x767"
 )
-for d in 8 4 2; do
-  mkdir -p "$WORK/large$d"
-  for n in ${LARGE[$d]}; do ln -s "$WORK/large/$n.jpg" "$WORK/large$d/$n.jpg"; done
+declare -A GSHORT=(
+  [l420]="4000x3000 baseline 4:2:0/4:2:2, 1/8" [l444]="4000x3000 baseline 4:4:4, 1/8" [lprog]="4000x3000 progressive, 1/8"
+  [m420]="2000x1500 baseline, 1/4" [mprog]="2000x1500 progressive, 1/4" [s]="800-1200 px, 1/2"
+)
+declare -A GLABEL=(
+  [l420]="4000x3000 (one 3000x3999, one 3997x2995 4:2:2), baseline 4:2:0, quality 80-90: 4 JPEGs at 1/8"
+  [l444]="4000x3000 baseline 4:4:4, quality 95: 1 JPEG at 1/8"
+  [lprog]="4000x3000 progressive 4:2:0, quality 85: 1 JPEG at 1/8"
+  [m420]="2000x1500 4:2:0 and 4:4:4, 1537x1029, 1600x1200, baseline: 4 JPEGs at 1/4"
+  [mprog]="2000x1500 progressive 4:2:0: 1 JPEG at 1/4"
+  [s]="1200x800 4:2:0, 800x1000 4:4:4, 1023x767 progressive: 3 JPEGs at 1/2"
+)
+for g in "${LGROUPS[@]}"; do
+  mkdir -p "$WORK/large-$g"
+  for n in ${GFILES[$g]}; do ln -s "$WORK/large/$n.jpg" "$WORK/large-$g/$n.jpg"; done
 done
 IMGSTAT=$("$PY" - "${IMGS[@]}" <<'PYEOF'
 import os, sys
@@ -88,10 +106,10 @@ for r in $(seq 1 "$ROUNDS"); do
   echo "pil-decode $("$PY" scripts/ref_preprocess.py bench-decode "$SECS" "${IMGS[@]}" | awk '{print $2, $1}')" >>"$WORK/results"
   echo "pil-load $("$PY" scripts/ref_preprocess.py bench-decode --load-only "$SECS" "${IMGS[@]}" | awk '{print $2, $1}')" >>"$WORK/results"
   echo "pil-apply $("$PY" scripts/ref_preprocess.py bench "$SECS" "${IMGS[@]}" | awk '{print $2, $1}')" >>"$WORK/results"
-  for d in 8 4 2; do
-    gobench "$WORK/new.test" 'BenchmarkFastDecode/(exact|fast|decode-exact|decode-fast)$' "$WORK/large$d" | sed "s/^/large$d-/" >>"$WORK/results"
-    echo "large$d-pil $("$PY" scripts/ref_preprocess.py bench "$SECS" "$WORK/large$d"/*.jpg | awk '{print $2, $1}')" >>"$WORK/results"
-    echo "large$d-pil-draft $("$PY" scripts/ref_preprocess.py bench --draft "$SECS" "$WORK/large$d"/*.jpg | awk '{print $2, $1}')" >>"$WORK/results"
+  for g in "${LGROUPS[@]}"; do
+    gobench "$WORK/new.test" 'BenchmarkFastDecode/(exact|fast|decode-exact|decode-fast)$' "$WORK/large-$g" | sed "s/^/large-$g-/" >>"$WORK/results"
+    echo "large-$g-pil $("$PY" scripts/ref_preprocess.py bench "$SECS" "$WORK/large-$g"/*.jpg | awk '{print $2, $1}')" >>"$WORK/results"
+    echo "large-$g-pil-draft $("$PY" scripts/ref_preprocess.py bench --draft "$SECS" "$WORK/large-$g"/*.jpg | awk '{print $2, $1}')" >>"$WORK/results"
   done
 done
 LOADS+=("$(cut -d' ' -f1 /proc/loadavg)")
@@ -199,24 +217,28 @@ exact path. It is part of the cache key: fast and exact features never share a c
 Speed, measured in the same $ROUNDS interleaved rounds as the tables above (load averages
 above), one thread, over $LARGESTAT (\`scripts/ref_preprocess.py genlarge\`: 1/f-noise
 textures in several tints occluding one another through sharp-edged shapes, a lens-like blur and
-sensor noise; quality 80-95), per size class; Go: \`extractor.test -test.bench
-BenchmarkFastDecode -test.cpu 1\` with \`FEATUREFS_BENCH_IMAGES\` the class's directory; PIL:
-\`scripts/ref_preprocess.py bench [--draft]\`. Images per CPU second, **medians (min-max)**:
+sensor noise; quality 80-95), per group of images; Go: \`extractor.test -test.bench
+BenchmarkFastDecode -test.cpu 1\` with \`FEATUREFS_BENCH_IMAGES\` the group's directory; PIL:
+\`scripts/ref_preprocess.py bench [--draft]\`. Images per CPU second over the group's
+images in turn (so the slower images weigh more), **medians (min-max)**:
 
 | decode + preprocess (resize 256, crop 224, normalize) | featurefs exact | **featurefs \`--fast-decode\`** | **speed-up** | PIL + torchvision | PIL \`draft\` + \`resize(box)\` + torchvision |
 |---|---|---|---|---|---|
-$(for d in 8 4 2; do
-  case $d in 8) n="4000x3000 class: 6 JPEGs, 4:2:0/4:4:4/4:2:2/progressive, both orientations (1/8)" ;;
-             4) n="2000x1500 class: 4 JPEGs, 4:2:0/4:4:4/progressive, 1537x1029 (1/4)" ;;
-             2) n="800-1600 px: 4 JPEGs, 1200x800, 1600x1200, 1023x767 progressive, 800x1000 4:4:4 (1/2)" ;; esac
-  echo "| $n | $(stat large$d-exact 2 1) | $(stat large$d-fast 2 1) | **$(ratio large$d-fast large$d-exact)x** | $(stat large$d-pil 2 1) | $(stat large$d-pil-draft 2 1) |"
+$(for g in "${LGROUPS[@]}"; do
+  echo "| ${GLABEL[$g]} | $(stat large-$g-exact 2 1) | $(stat large-$g-fast 2 1) | **$(ratio large-$g-fast large-$g-exact)x** | $(stat large-$g-pil 2 1) | $(stat large-$g-pil-draft 2 1) |"
 done)
 
 | decode only, whole image to RGB | exact (full size) | at the scale \`--fast-decode\` picks | speed-up | wall-clock images/s, preprocess exact | fast |
 |---|---|---|---|---|---|
-$(for d in 8 4 2; do
-  echo "| 1/$d class | $(stat large$d-decode-exact 2 1) | $(stat large$d-decode-fast 2 1) | $(ratio large$d-decode-fast large$d-decode-exact)x | $(stat large$d-exact 3 1) | $(stat large$d-fast 3 1) |"
+$(for g in "${LGROUPS[@]}"; do
+  echo "| ${GSHORT[$g]} | $(stat large-$g-decode-exact 2 1) | $(stat large-$g-decode-fast 2 1) | $(ratio large-$g-decode-fast large-$g-decode-exact)x | $(stat large-$g-exact 3 1) | $(stat large-$g-fast 3 1) |"
 done)
+
+The DCT scaling skips most of the inverse DCT, the chroma upsampling and the colour
+conversion, and leaves the resize little to do, but every coefficient must still be
+entropy-decoded: the gain is largest on baseline 4:2:0 files and smallest where Huffman
+decoding dominates (progressive files, decoded in several slow passes over a whole-image
+coefficient buffer, and high-quality 4:4:4 ones).
 
 Fidelity against torchvision: layer12 (\`layer3.3\`, 1024x14x14) of the seeded ResNet-50
 (\`scripts/export_model.py\`, random weights, randomized BN statistics) computed by featurefs with
