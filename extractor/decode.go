@@ -127,7 +127,7 @@ func truncErr(err error) error {
 // it that region(w, h) names to RGB as PIL's convert("RGB") does. The
 // returned pixels reuse buf when it is large enough.
 func decodeRGB(data []byte, maxPixels int64, buf []byte, region func(w, h int) image.Rectangle) (rgbImage, error) {
-	return decodeRGBScaled(data, maxPixels, buf, nil, func(w, h, _ int) image.Rectangle { return region(w, h) })
+	return decodeRGBScaled(data, maxPixels, buf, nil, nil, func(w, h, _ int) image.Rectangle { return region(w, h) })
 }
 
 // decodeRGBScaled is decodeRGB with libjpeg's DCT-domain scaling: for a
@@ -136,8 +136,9 @@ func decodeRGB(data []byte, maxPixels int64, buf []byte, region func(w, h int) i
 // Image.draft("RGB", (w//denom, h//denom)) decodes it. region(w, h, denom)
 // gets the original size and the scale and names the part of the decoded
 // (scaled) image to convert; the returned image's w and h are the decoded
-// size. PNGs are never scaled.
-func decodeRGBScaled(data []byte, maxPixels int64, buf []byte, denom func(w, h int) int,
+// size. PNGs are never scaled. arena (nil: none) is libjpeg's reusable
+// memory (decodeJPEGRows).
+func decodeRGBScaled(data []byte, maxPixels int64, buf []byte, arena *[]byte, denom func(w, h int) int,
 	region func(w, h, denom int) image.Rectangle) (rgbImage, error) {
 	w, h, format, err := CheckImage(data, maxPixels)
 	if err != nil {
@@ -156,7 +157,7 @@ func decodeRGBScaled(data []byte, maxPixels int64, buf []byte, denom func(w, h i
 	if format == "jpeg" {
 		out.stride, out.off = 3*sw, 3*out.x0
 		out.pix = growBytes(buf, out.stride*out.rh)
-		if err := decodeJPEGRows(data, d, out.pix, out.y0, out.rh); err != nil {
+		if err := decodeJPEGRows(data, d, out.pix, out.y0, out.rh, arena); err != nil {
 			return out, err
 		}
 		return out, nil

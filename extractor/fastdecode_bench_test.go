@@ -39,9 +39,9 @@ func BenchmarkFastDecode(b *testing.B) {
 			})
 		})
 		b.Run("decode-"+c.name, func(b *testing.B) {
-			var buf []byte
+			var buf, arena []byte
 			loop(b, len(imgs), func(i int) {
-				img, err := decodeRGBScaled(imgs[i], 0, buf, c.p.dctDenom, func(w, h, d int) image.Rectangle {
+				img, err := decodeRGBScaled(imgs[i], 0, buf, &arena, c.p.dctDenom, func(w, h, d int) image.Rectangle {
 					sw, sh := scaledSize(w, h, d)
 					return fullRegion(sw, sh)
 				})

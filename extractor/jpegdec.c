@@ -23,7 +23,17 @@
  *     Image.draft("RGB", ...) + convert("RGB") byte for byte too.
  *
  * libjpeg's error exits longjmp to a setjmp inside the same C function
- * that called libjpeg, never across Go frames. */
+ * that called libjpeg, never across Go frames.
+ *
+ * Memory: this file is libjpeg's system-dependent memory manager
+ * (jmemsys.h: jpeg_get_small ... jpeg_mem_term, replacing jmemnobs.c,
+ * which the linker then leaves out of libjpeg.a). Small objects come from
+ * malloc; large ones (a progressive image's whole-image coefficient
+ * buffer: 36 MB for a 4000x3000 4:2:0 photo) from the caller's arena when
+ * they fit, else malloc. Each fresh malloc of that size is a fresh mmap
+ * (extractor/memtrim.go fixes glibc's mmap threshold at 1 MiB) whose
+ * page faults cost as much as decoding the image; the arena is reused
+ * from one decode to the next. */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +43,14 @@
 #include <jpeglib.h>
 
 #include "jpegdec.h"
+
+/* ff_arena is the memory jpeg_get_large serves from during one decode:
+ * base[0:cap) (may be empty), bump-allocated; need ends as the bytes it
+ * would have taken to serve every large request from it. */
+typedef struct {
+	unsigned char *base;
+	size_t cap, need;
+} ff_arena;
 
 typedef struct {
 	struct jpeg_decompress_struct cinfo; /* first: the callbacks cast back */
@@ -45,6 +63,7 @@ typedef struct {
 	size_t len;
 	size_t window_end; /* the bytes given to libjpeg so far: data[0:window_end) */
 	size_t skip;       /* bytes still to skip when more data is given */
+	ff_arena arena;    /* jpeg_get_large's, via cinfo.client_data */
 } ff_ctx;
 
 /* Pillow's ImageFile.MAXBLOCK: the bytes ImageFile.load reads per call of
@@ -111,12 +130,77 @@ static void ff_progress(j_common_ptr cinfo) {
 	}
 }
 
-/* ff_new returns a context whose error manager is ready; the caller calls
- * setjmp, then ff_start. */
-static ff_ctx *ff_new(void) {
+/* libjpeg's memory manager hooks (jmemsys.h), as jmemnobs.c has them but
+ * for jpeg_get_large's arena (cinfo->client_data, NULL for none). */
+
+void *jpeg_get_small(j_common_ptr cinfo, size_t sizeofobject) {
+	(void)cinfo;
+	return malloc(sizeofobject);
+}
+
+void jpeg_free_small(j_common_ptr cinfo, void *object, size_t sizeofobject) {
+	(void)cinfo;
+	(void)sizeofobject;
+	free(object);
+}
+
+void *jpeg_get_large(j_common_ptr cinfo, size_t sizeofobject) {
+	ff_arena *a = (ff_arena *)cinfo->client_data;
+	size_t start;
+	if (a == NULL)
+		return malloc(sizeofobject);
+	start = (a->need + 63) & ~(size_t)63;
+	a->need = start + sizeofobject;
+	if (a->base != NULL && a->need <= a->cap)
+		return a->base + start;
+	return malloc(sizeofobject);
+}
+
+void jpeg_free_large(j_common_ptr cinfo, void *object, size_t sizeofobject) {
+	ff_arena *a = (ff_arena *)cinfo->client_data;
+	unsigned char *p = object;
+	(void)sizeofobject;
+	if (a != NULL && a->base != NULL && p >= a->base && p < a->base + a->cap)
+		return; /* the arena is the caller's */
+	free(object);
+}
+
+size_t jpeg_mem_available(j_common_ptr cinfo, size_t min_bytes_needed, size_t max_bytes_needed,
+                          size_t already_allocated) {
+	(void)min_bytes_needed;
+	if (cinfo->mem->max_memory_to_use) {
+		if ((size_t)cinfo->mem->max_memory_to_use > already_allocated)
+			return cinfo->mem->max_memory_to_use - already_allocated;
+		return 0;
+	}
+	return max_bytes_needed;
+}
+
+/* info is a backing_store_ptr (jmemsys.h is not installed): never used,
+ * since jpeg_mem_available grants all the memory asked for. */
+void jpeg_open_backing_store(j_common_ptr cinfo, void *info, long total_bytes_needed) {
+	(void)info;
+	(void)total_bytes_needed;
+	ERREXIT(cinfo, JERR_NO_BACKING_STORE);
+}
+
+long jpeg_mem_init(j_common_ptr cinfo) {
+	(void)cinfo;
+	return 0;
+}
+
+void jpeg_mem_term(j_common_ptr cinfo) { (void)cinfo; }
+
+/* ff_new returns a context whose error manager is ready and whose large
+ * allocations come from arena[0:cap) while they fit (arena NULL: malloc
+ * only); the caller calls setjmp, then ff_start. */
+static ff_ctx *ff_new(unsigned char *arena, size_t cap) {
 	ff_ctx *c = calloc(1, sizeof *c);
 	if (c == NULL)
 		return NULL;
+	c->arena.base = arena;
+	c->arena.cap = arena == NULL ? 0 : cap;
+	c->cinfo.client_data = &c->arena; /* kept by jpeg_create_decompress */
 	c->cinfo.err = jpeg_std_error(&c->err);
 	c->err.error_exit = ff_error_exit;
 	c->err.output_message = ff_output_message;
@@ -179,7 +263,7 @@ static int ff_failed(ff_ctx *c, ff_jpeg_info *info) {
 
 int ff_jpeg_header(const unsigned char *data, size_t len, ff_jpeg_info *info) {
 	int ret;
-	ff_ctx *c = ff_new();
+	ff_ctx *c = ff_new(NULL, 0);
 	if (c == NULL) {
 		snprintf(info->msg, sizeof info->msg, "out of memory");
 		return FF_JPEG_ERROR;
@@ -216,21 +300,30 @@ static void gray_rgb(const JSAMPLE *in, unsigned char *out, int w) {
 }
 
 int ff_jpeg_decode(const unsigned char *data, size_t len, int scale_denom, unsigned char *out, size_t out_len,
-                   int y0, int rows, ff_jpeg_info *info) {
+                   int y0, int rows, unsigned char *arena, size_t arena_len, size_t *arena_need,
+                   ff_jpeg_info *info) {
 	int ret, ow, oh;
 	JSAMPARRAY buf;
 	ff_ctx *c;
+	size_t need;
 	if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) {
 		snprintf(info->msg, sizeof info->msg, "scale 1/%d: want 1/1, 1/2, 1/4 or 1/8", scale_denom);
 		return FF_JPEG_BADARGS;
 	}
-	c = ff_new();
+	if (arena_need != NULL)
+		*arena_need = 0;
+	c = ff_new(arena, arena_len);
 	if (c == NULL) {
 		snprintf(info->msg, sizeof info->msg, "out of memory");
 		return FF_JPEG_ERROR;
 	}
-	if (setjmp(c->jump))
-		return ff_failed(c, info);
+	if (setjmp(c->jump)) {
+		need = c->arena.need;
+		ret = ff_failed(c, info);
+		if (arena_need != NULL)
+			*arena_need = need;
+		return ret;
+	}
 	ret = ff_start(c, data, len, info);
 	if (ret != FF_JPEG_OK)
 		goto done;
@@ -295,6 +388,8 @@ int ff_jpeg_decode(const unsigned char *data, size_t len, int scale_denom, unsig
 	(void)jpeg_finish_decompress(&c->cinfo);
 done:
 	jpeg_destroy_decompress(&c->cinfo);
+	if (arena_need != NULL)
+		*arena_need = c->arena.need;
 	free(c);
 	return ret;
 }

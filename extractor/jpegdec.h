@@ -35,8 +35,12 @@ int ff_jpeg_header(const unsigned char *data, size_t len, ff_jpeg_info *info);
  * decoded image as 8-bit RGB, 3*out_width bytes per row, into out (out_len
  * bytes). The decoded image is ceil(width/scale_denom) x
  * ceil(height/scale_denom) (info->out_width, out_height). Rows outside the
- * range are decoded (so corruption anywhere is found) but not kept. */
+ * range are decoded (so corruption anywhere is found) but not kept.
+ * libjpeg's large allocations come from arena[0:arena_len) (NULL: none)
+ * while they fit, then from malloc; *arena_need (if not NULL) receives the
+ * arena size that would have served them all. */
 int ff_jpeg_decode(const unsigned char *data, size_t len, int scale_denom, unsigned char *out, size_t out_len,
-                   int y0, int rows, ff_jpeg_info *info);
+                   int y0, int rows, unsigned char *arena, size_t arena_len, size_t *arena_need,
+                   ff_jpeg_info *info);
 
 #endif

@@ -78,6 +78,8 @@ type preprocScratch struct {
 	rgb  []byte
 	rs   resizeScratch
 	crop []byte
+	// jpegArena is libjpeg's reusable memory (decodeJPEGRows).
+	jpegArena []byte
 	// lut is the normalization table of lutFor (lutOK: computed).
 	lut    [3][256]float32
 	lutFor Preprocess
@@ -137,7 +139,7 @@ func (p Preprocess) cropRGB(data []byte, maxPixels int64, sc *preprocScratch) ([
 	if p.FastDecode {
 		denom = p.dctDenom
 	}
-	img, err := decodeRGBScaled(data, maxPixels, sc.rgb, denom, region)
+	img, err := decodeRGBScaled(data, maxPixels, sc.rgb, &sc.jpegArena, denom, region)
 	sc.rgb = img.pix
 	if err != nil {
 		return nil, err
