@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // DType is the element type of the .npy files served.
@@ -147,6 +148,13 @@ type Preprocess struct {
 	// Mean and Std normalize each RGB channel after scaling to [0,1].
 	Mean [3]float32 `yaml:"mean"`
 	Std  [3]float32 `yaml:"std"`
+	// FastDecode decodes a JPEG whose shorter side is at least 2, 4 or 8
+	// times Resize at 1/2, 1/4 or 1/8 of its size (libjpeg's DCT-domain
+	// scaling, as Pillow's Image.draft) before the resize: much less
+	// decoding work on large photos, pixels no longer bit-exact with
+	// torchvision (fidelity in docs/bench/preprocess.md). Off: the exact
+	// path. Part of Key, so fast and exact features never share a cache.
+	FastDecode bool `yaml:"fast-decode" json:",omitempty"`
 }
 
 // DefaultPreprocess returns torchvision's ImageNet evaluation transform.
@@ -159,8 +167,20 @@ func DefaultPreprocess() Preprocess {
 	}
 }
 
-// Key is a canonical string of the settings, part of the cache key.
+// Key is a canonical string of the settings, part of the cache key. The
+// exact path's key is what it was before FastDecode existed; with
+// FastDecode it names the DCT scales that may be used.
 func (p Preprocess) Key() string {
-	return fmt.Sprintf("rgb/resize=%d/bilinear-aa/crop=%d/mean=%g,%g,%g/std=%g,%g,%g",
+	k := fmt.Sprintf("rgb/resize=%d/bilinear-aa/crop=%d/mean=%g,%g,%g/std=%g,%g,%g",
 		p.Resize, p.Crop, p.Mean[0], p.Mean[1], p.Mean[2], p.Std[0], p.Std[1], p.Std[2])
+	if p.FastDecode {
+		k += "/jpeg-dct-scale="
+		for i, d := range fastDecodeDenoms {
+			if i > 0 {
+				k += ","
+			}
+			k += "1/" + strconv.Itoa(d)
+		}
+	}
+	return k
 }

@@ -127,19 +127,37 @@ func truncErr(err error) error {
 // it that region(w, h) names to RGB as PIL's convert("RGB") does. The
 // returned pixels reuse buf when it is large enough.
 func decodeRGB(data []byte, maxPixels int64, buf []byte, region func(w, h int) image.Rectangle) (rgbImage, error) {
+	return decodeRGBScaled(data, maxPixels, buf, nil, nil, func(w, h, _ int) image.Rectangle { return region(w, h) })
+}
+
+// decodeRGBScaled is decodeRGB with libjpeg's DCT-domain scaling: for a
+// JPEG of w x h pixels, denom(w, h) (nil: 1) picks 1, 2, 4 or 8, and the
+// image is decoded at 1/denom, scaledSize(w, h, denom), as PIL's
+// Image.draft("RGB", (w//denom, h//denom)) decodes it. region(w, h, denom)
+// gets the original size and the scale and names the part of the decoded
+// (scaled) image to convert; the returned image's w and h are the decoded
+// size. PNGs are never scaled. arena (nil: none) is libjpeg's reusable
+// memory (decodeJPEGRows).
+func decodeRGBScaled(data []byte, maxPixels int64, buf []byte, arena *[]byte, denom func(w, h int) int,
+	region func(w, h, denom int) image.Rectangle) (rgbImage, error) {
 	w, h, format, err := CheckImage(data, maxPixels)
 	if err != nil {
 		return rgbImage{}, err
 	}
-	r := region(w, h).Intersect(fullRegion(w, h))
+	d := 1
+	if format == "jpeg" && denom != nil {
+		d = denom(w, h)
+	}
+	sw, sh := scaledSize(w, h, d)
+	r := region(w, h, d).Intersect(fullRegion(sw, sh))
 	if r.Empty() {
 		r = image.Rect(0, 0, 1, 1)
 	}
-	out := rgbImage{w: w, h: h, x0: r.Min.X, y0: r.Min.Y, rw: r.Dx(), rh: r.Dy()}
+	out := rgbImage{w: sw, h: sh, x0: r.Min.X, y0: r.Min.Y, rw: r.Dx(), rh: r.Dy()}
 	if format == "jpeg" {
-		out.stride, out.off = 3*w, 3*out.x0
+		out.stride, out.off = 3*sw, 3*out.x0
 		out.pix = growBytes(buf, out.stride*out.rh)
-		if err := decodeJPEGRows(data, out.pix, out.y0, out.rh); err != nil {
+		if err := decodeJPEGRows(data, d, out.pix, out.y0, out.rh, arena); err != nil {
 			return out, err
 		}
 		return out, nil

@@ -266,3 +266,43 @@ func TestJPEGRegionRows(t *testing.T) {
 		}
 	}
 }
+
+// TestJPEGArena decodes the varied JPEG set and its damaged copies one
+// after the other through one reused arena for libjpeg's large
+// allocations (what a preprocessing scratch does), at full size and at
+// 1/2, and requires the bytes and verdicts of decoding without one; the
+// arena must have grown to hold a progressive image's coefficients.
+func TestJPEGArena(t *testing.T) {
+	py := testenv.RequireTorch(t)
+	dir := t.TempDir()
+	good := makeJPEGSet(t, py, dir)
+	all := append(append([]string{}, good...), brokenJPEGs(t, dir, good)...)
+	var arena []byte
+	grew := false
+	for _, denom := range []int{1, 2} {
+		for _, p := range all {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			full := func(w, h, d int) image.Rectangle { sw, sh := scaledSize(w, h, d); return fullRegion(sw, sh) }
+			scale := func(int, int) int { return denom }
+			want, wantErr := decodeRGBScaled(data, 0, nil, nil, scale, full)
+			got, gotErr := decodeRGBScaled(data, 0, nil, &arena, scale, full)
+			name := fmt.Sprintf("%s at 1/%d", filepath.Base(p), denom)
+			if (wantErr == nil) != (gotErr == nil) {
+				t.Fatalf("%s: without an arena %v, with one %v", name, wantErr, gotErr)
+			}
+			if wantErr == nil && !bytes.Equal(got.pix[:3*got.w*got.h], want.pix[:3*want.w*want.h]) {
+				t.Fatalf("%s: pixels differ with the arena", name)
+			}
+			if strings.Contains(filepath.Base(p), "prog_444_500x375.jpg") && !strings.Contains(filepath.Base(p), ".trunc") {
+				// 3 components of 63x47 blocks of 128 bytes.
+				grew = grew || len(arena) >= 3*63*47*128
+			}
+		}
+	}
+	if !grew || len(arena) > maxJPEGArena {
+		t.Errorf("arena is %d bytes; want room for a progressive 500x375 4:4:4 image's coefficients, at most %d", len(arena), maxJPEGArena)
+	}
+}

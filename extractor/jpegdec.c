@@ -16,10 +16,24 @@
  *     fails in Pillow ("broken data stream") and fails here too;
  *   - warnings are dropped (Pillow's output_message does nothing);
  *   - CMYK is read as Adobe-inverted ("CMYK;I") and converted with Pillow's
- *     cmyk2rgb; gray is replicated (l2rgb).
+ *     cmyk2rgb; gray is replicated (l2rgb);
+ *   - a scale of 1/2, 1/4 or 1/8 (--fast-decode) sets scale_num = 1 and
+ *     scale_denom as Pillow's draft() makes its decoder do, nothing else
+ *     (ISLOW and fancy upsampling stay), so a scaled decode equals PIL's
+ *     Image.draft("RGB", ...) + convert("RGB") byte for byte too.
  *
  * libjpeg's error exits longjmp to a setjmp inside the same C function
- * that called libjpeg, never across Go frames. */
+ * that called libjpeg, never across Go frames.
+ *
+ * Memory: this file is libjpeg's system-dependent memory manager
+ * (jmemsys.h: jpeg_get_small ... jpeg_mem_term, replacing jmemnobs.c,
+ * which the linker then leaves out of libjpeg.a). Small objects come from
+ * malloc; large ones (a progressive image's whole-image coefficient
+ * buffer: 36 MB for a 4000x3000 4:2:0 photo) from the caller's arena when
+ * they fit, else malloc. Each fresh malloc of that size is a fresh mmap
+ * (extractor/memtrim.go fixes glibc's mmap threshold at 1 MiB) whose
+ * page faults cost as much as decoding the image; the arena is reused
+ * from one decode to the next. */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +43,14 @@
 #include <jpeglib.h>
 
 #include "jpegdec.h"
+
+/* ff_arena is the memory jpeg_get_large serves from during one decode:
+ * base[0:cap) (may be empty), bump-allocated; need ends as the bytes it
+ * would have taken to serve every large request from it. */
+typedef struct {
+	unsigned char *base;
+	size_t cap, need;
+} ff_arena;
 
 typedef struct {
 	struct jpeg_decompress_struct cinfo; /* first: the callbacks cast back */
@@ -41,6 +63,7 @@ typedef struct {
 	size_t len;
 	size_t window_end; /* the bytes given to libjpeg so far: data[0:window_end) */
 	size_t skip;       /* bytes still to skip when more data is given */
+	ff_arena arena;    /* jpeg_get_large's, via cinfo.client_data */
 } ff_ctx;
 
 /* Pillow's ImageFile.MAXBLOCK: the bytes ImageFile.load reads per call of
@@ -107,12 +130,77 @@ static void ff_progress(j_common_ptr cinfo) {
 	}
 }
 
-/* ff_new returns a context whose error manager is ready; the caller calls
- * setjmp, then ff_start. */
-static ff_ctx *ff_new(void) {
+/* libjpeg's memory manager hooks (jmemsys.h), as jmemnobs.c has them but
+ * for jpeg_get_large's arena (cinfo->client_data, NULL for none). */
+
+void *jpeg_get_small(j_common_ptr cinfo, size_t sizeofobject) {
+	(void)cinfo;
+	return malloc(sizeofobject);
+}
+
+void jpeg_free_small(j_common_ptr cinfo, void *object, size_t sizeofobject) {
+	(void)cinfo;
+	(void)sizeofobject;
+	free(object);
+}
+
+void *jpeg_get_large(j_common_ptr cinfo, size_t sizeofobject) {
+	ff_arena *a = (ff_arena *)cinfo->client_data;
+	size_t start;
+	if (a == NULL)
+		return malloc(sizeofobject);
+	start = (a->need + 63) & ~(size_t)63;
+	a->need = start + sizeofobject;
+	if (a->base != NULL && a->need <= a->cap)
+		return a->base + start;
+	return malloc(sizeofobject);
+}
+
+void jpeg_free_large(j_common_ptr cinfo, void *object, size_t sizeofobject) {
+	ff_arena *a = (ff_arena *)cinfo->client_data;
+	unsigned char *p = object;
+	(void)sizeofobject;
+	if (a != NULL && a->base != NULL && p >= a->base && p < a->base + a->cap)
+		return; /* the arena is the caller's */
+	free(object);
+}
+
+size_t jpeg_mem_available(j_common_ptr cinfo, size_t min_bytes_needed, size_t max_bytes_needed,
+                          size_t already_allocated) {
+	(void)min_bytes_needed;
+	if (cinfo->mem->max_memory_to_use) {
+		if ((size_t)cinfo->mem->max_memory_to_use > already_allocated)
+			return cinfo->mem->max_memory_to_use - already_allocated;
+		return 0;
+	}
+	return max_bytes_needed;
+}
+
+/* info is a backing_store_ptr (jmemsys.h is not installed): never used,
+ * since jpeg_mem_available grants all the memory asked for. */
+void jpeg_open_backing_store(j_common_ptr cinfo, void *info, long total_bytes_needed) {
+	(void)info;
+	(void)total_bytes_needed;
+	ERREXIT(cinfo, JERR_NO_BACKING_STORE);
+}
+
+long jpeg_mem_init(j_common_ptr cinfo) {
+	(void)cinfo;
+	return 0;
+}
+
+void jpeg_mem_term(j_common_ptr cinfo) { (void)cinfo; }
+
+/* ff_new returns a context whose error manager is ready and whose large
+ * allocations come from arena[0:cap) while they fit (arena NULL: malloc
+ * only); the caller calls setjmp, then ff_start. */
+static ff_ctx *ff_new(unsigned char *arena, size_t cap) {
 	ff_ctx *c = calloc(1, sizeof *c);
 	if (c == NULL)
 		return NULL;
+	c->arena.base = arena;
+	c->arena.cap = arena == NULL ? 0 : cap;
+	c->cinfo.client_data = &c->arena; /* kept by jpeg_create_decompress */
 	c->cinfo.err = jpeg_std_error(&c->err);
 	c->err.error_exit = ff_error_exit;
 	c->err.output_message = ff_output_message;
@@ -175,7 +263,7 @@ static int ff_failed(ff_ctx *c, ff_jpeg_info *info) {
 
 int ff_jpeg_header(const unsigned char *data, size_t len, ff_jpeg_info *info) {
 	int ret;
-	ff_ctx *c = ff_new();
+	ff_ctx *c = ff_new(NULL, 0);
 	if (c == NULL) {
 		snprintf(info->msg, sizeof info->msg, "out of memory");
 		return FF_JPEG_ERROR;
@@ -211,28 +299,51 @@ static void gray_rgb(const JSAMPLE *in, unsigned char *out, int w) {
 		out[0] = out[1] = out[2] = in[x];
 }
 
-int ff_jpeg_decode(const unsigned char *data, size_t len, unsigned char *out, size_t out_len,
-                   int y0, int rows, ff_jpeg_info *info) {
-	int ret;
+int ff_jpeg_decode(const unsigned char *data, size_t len, int scale_denom, unsigned char *out, size_t out_len,
+                   int y0, int rows, unsigned char *arena, size_t arena_len, size_t *arena_need,
+                   ff_jpeg_info *info) {
+	int ret, ow, oh;
 	JSAMPARRAY buf;
-	ff_ctx *c = ff_new();
+	ff_ctx *c;
+	size_t need;
+	if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) {
+		snprintf(info->msg, sizeof info->msg, "scale 1/%d: want 1/1, 1/2, 1/4 or 1/8", scale_denom);
+		return FF_JPEG_BADARGS;
+	}
+	if (arena_need != NULL)
+		*arena_need = 0;
+	c = ff_new(arena, arena_len);
 	if (c == NULL) {
 		snprintf(info->msg, sizeof info->msg, "out of memory");
 		return FF_JPEG_ERROR;
 	}
-	if (setjmp(c->jump))
-		return ff_failed(c, info);
+	if (setjmp(c->jump)) {
+		need = c->arena.need;
+		ret = ff_failed(c, info);
+		if (arena_need != NULL)
+			*arena_need = need;
+		return ret;
+	}
 	ret = ff_start(c, data, len, info);
 	if (ret != FF_JPEG_OK)
 		goto done;
-	if (y0 < 0 || rows < 0 || y0 + rows > info->height ||
-	    out_len < (size_t)3 * (size_t)info->width * (size_t)rows) {
-		snprintf(info->msg, sizeof info->msg, "rows [%d, %d) of a %dx%d image do not fit %zu bytes", y0,
-		         y0 + rows, info->width, info->height, out_len);
+	/* Pillow's draft(): scale_num 1, scale_denom the scale; libjpeg's
+	 * output size is then ceil(size / scale_denom) (jdiv_round_up). */
+	ow = (int)(((long)info->width + scale_denom - 1) / scale_denom);
+	oh = (int)(((long)info->height + scale_denom - 1) / scale_denom);
+	info->out_width = ow;
+	info->out_height = oh;
+	if (y0 < 0 || rows < 0 || y0 + rows > oh || out_len < (size_t)3 * (size_t)ow * (size_t)rows) {
+		snprintf(info->msg, sizeof info->msg, "rows [%d, %d) of a %dx%d image do not fit %zu bytes", y0, y0 + rows,
+		         ow, oh, out_len);
 		ret = FF_JPEG_BADARGS;
 		goto done;
 	}
 	c->cinfo.out_color_space = info->components == 1 ? JCS_GRAYSCALE : info->components == 3 ? JCS_RGB : JCS_CMYK;
+	if (scale_denom > 1) {
+		c->cinfo.scale_num = 1;
+		c->cinfo.scale_denom = (unsigned int)scale_denom;
+	}
 	while (!jpeg_start_decompress(&c->cinfo)) {
 		if (!ff_more(c)) {
 			snprintf(info->msg, sizeof info->msg, "image file is truncated (before the first row)");
@@ -240,43 +351,45 @@ int ff_jpeg_decode(const unsigned char *data, size_t len, unsigned char *out, si
 			goto done;
 		}
 	}
-	if ((int)c->cinfo.output_width != info->width || (int)c->cinfo.output_height != info->height ||
+	if ((int)c->cinfo.output_width != ow || (int)c->cinfo.output_height != oh ||
 	    c->cinfo.output_components != info->components) {
-		snprintf(info->msg, sizeof info->msg, "decoder output is %ux%u with %d components, header says %dx%d with %d",
-		         c->cinfo.output_width, c->cinfo.output_height, c->cinfo.output_components, info->width,
-		         info->height, info->components);
+		snprintf(info->msg, sizeof info->msg,
+		         "decoder output is %ux%u with %d components, want %dx%d (1/%d of %dx%d) with %d",
+		         c->cinfo.output_width, c->cinfo.output_height, c->cinfo.output_components, ow, oh, scale_denom,
+		         info->width, info->height, info->components);
 		ret = FF_JPEG_UNSUPPORTED;
 		goto done;
 	}
 	/* One row in the decoder's own format: rows not kept, gray and CMYK. */
 	buf = c->cinfo.mem->alloc_sarray((j_common_ptr)&c->cinfo, JPOOL_IMAGE,
-	                                 (JDIMENSION)info->width * (JDIMENSION)info->components, 1);
-	while ((int)c->cinfo.output_scanline < info->height) {
+	                                 (JDIMENSION)ow * (JDIMENSION)info->components, 1);
+	while ((int)c->cinfo.output_scanline < oh) {
 		int y = (int)c->cinfo.output_scanline;
 		unsigned char *dst = NULL;
 		JSAMPROW row = buf[0];
 		if (y >= y0 && y < y0 + rows) {
-			dst = out + (size_t)(y - y0) * 3 * (size_t)info->width;
+			dst = out + (size_t)(y - y0) * 3 * (size_t)ow;
 			if (info->components == 3)
 				row = dst;
 		}
 		while (jpeg_read_scanlines(&c->cinfo, &row, 1) != 1) {
 			if (!ff_more(c)) {
-				snprintf(info->msg, sizeof info->msg, "image file is truncated (at row %d of %d)", y,
-				         info->height);
+				snprintf(info->msg, sizeof info->msg, "image file is truncated (at row %d of %d)", y, oh);
 				ret = FF_JPEG_TRUNCATED;
 				goto done;
 			}
 		}
 		if (dst != NULL && info->components == 1)
-			gray_rgb(row, dst, info->width);
+			gray_rgb(row, dst, ow);
 		else if (dst != NULL && info->components == 4)
-			cmyk_rgb(row, dst, info->width);
+			cmyk_rgb(row, dst, ow);
 	}
 	/* Every row is out: Pillow ignores a suspension here (a missing EOI). */
 	(void)jpeg_finish_decompress(&c->cinfo);
 done:
 	jpeg_destroy_decompress(&c->cinfo);
+	if (arena_need != NULL)
+		*arena_need = c->arena.need;
 	free(c);
 	return ret;
 }

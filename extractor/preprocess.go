@@ -78,6 +78,8 @@ type preprocScratch struct {
 	rgb  []byte
 	rs   resizeScratch
 	crop []byte
+	// jpegArena is libjpeg's reusable memory (decodeJPEGRows).
+	jpegArena []byte
 	// lut is the normalization table of lutFor (lutOK: computed).
 	lut    [3][256]float32
 	lutFor Preprocess
@@ -87,12 +89,41 @@ type preprocScratch struct {
 // scratchPool recycles preprocessing buffers across calls (and goroutines).
 var scratchPool = sync.Pool{New: func() any { return new(preprocScratch) }}
 
+// fastDecodeDenoms are the JPEG DCT-domain scales (1/8, 1/4, 1/2) that
+// FastDecode may decode at, largest first. Their fidelity against
+// torchvision is measured in docs/bench/preprocess.md
+// (TestFastDecodeFidelity); changing them changes Key.
+var fastDecodeDenoms = [...]int{8, 4, 2}
+
+// dctDenom returns the scale 1/denom at which cropRGB decodes a w x h
+// JPEG: 1 unless FastDecode; with it, the largest of fastDecodeDenoms that
+// keeps the shorter side at least Resize pixels (short/denom >= Resize),
+// so that the antialiased resize that follows still only shrinks.
+func (p Preprocess) dctDenom(w, h int) int {
+	if !p.FastDecode {
+		return 1
+	}
+	short := int64(min(w, h))
+	for _, d := range fastDecodeDenoms {
+		if short >= int64(d)*int64(p.Resize) {
+			return d
+		}
+	}
+	return 1
+}
+
 // cropRGB decodes data and returns the Crop x Crop RGB (HWC, uint8) image
 // torchvision would hand to ToTensor: resized, center cropped, zero-padded
 // where the crop exceeds the resized image. The result lives in sc.
+//
+// With FastDecode a large JPEG is decoded at 1/2, 1/4 or 1/8 (dctDenom)
+// and resized as Pillow's Image.draft + resize(box=...) do it: the
+// decoded image's [0, w/denom) x [0, h/denom) (the original image's
+// extent) becomes the size torchvision's Resize gives the original image,
+// so the geometry is the exact path's; only the pixels differ.
 func (p Preprocess) cropRGB(data []byte, maxPixels int64, sc *preprocScratch) ([]byte, error) {
 	var tw, th, left, top, x0, x1, y0, y1 int
-	region := func(w, h int) image.Rectangle {
+	region := func(w, h, denom int) image.Rectangle {
 		tw, th = p.resizedSize(w, h)
 		if tw <= 0 || th <= 0 {
 			return image.Rectangle{}
@@ -101,9 +132,14 @@ func (p Preprocess) cropRGB(data []byte, maxPixels int64, sc *preprocScratch) ([
 		// The part of the crop window that lies on the resized image.
 		x0, x1 = max(left, 0), min(left+p.Crop, tw)
 		y0, y1 = max(top, 0), min(top+p.Crop, th)
-		return sc.rs.plan(w, h, tw, th, x0, y0, x1-x0, y1-y0)
+		sw, sh := scaledSize(w, h, denom)
+		return sc.rs.planBox(sw, sh, float32(w)/float32(denom), float32(h)/float32(denom), tw, th, x0, y0, x1-x0, y1-y0)
 	}
-	img, err := decodeRGB(data, maxPixels, sc.rgb, region)
+	var denom func(w, h int) int
+	if p.FastDecode {
+		denom = p.dctDenom
+	}
+	img, err := decodeRGBScaled(data, maxPixels, sc.rgb, &sc.jpegArena, denom, region)
 	sc.rgb = img.pix
 	if err != nil {
 		return nil, err

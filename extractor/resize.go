@@ -61,11 +61,13 @@ func bilinearFilter(x float64) float64 {
 	return 0
 }
 
-// buildCoeffs mirrors Pillow's precompute_coeffs (box = [0, inSize])
-// followed by normalize_coeffs_8bpc, for outputs [first, first+n) of
-// outSize, then pads every output to the same number of taps.
-func buildCoeffs(inSize, outSize, first, n int) *resampleCoeffs {
-	scale := float64(inSize) / float64(outSize)
+// buildCoeffs mirrors Pillow's precompute_coeffs (box = [0, box]: the
+// whole axis when box = inSize, a fraction of the last pixel less or more
+// after a scaled JPEG decode) followed by normalize_coeffs_8bpc, for
+// outputs [first, first+n) of outSize, then pads every output to the same
+// number of taps. box is a float32 as Pillow's box is (a C float).
+func buildCoeffs(inSize int, box float32, outSize, first, n int) *resampleCoeffs {
+	scale := float64(box) / float64(outSize)
 	filterscale := max(scale, 1)
 	support := 1.0 * filterscale
 	ksize := int(math.Ceil(support))*2 + 1
@@ -126,8 +128,12 @@ func buildCoeffs(inSize, outSize, first, n int) *resampleCoeffs {
 	return c
 }
 
-// coeffKey names one axis's coefficients.
-type coeffKey struct{ in, out, first, n int }
+// coeffKey names one axis's coefficients: in source pixels of which
+// [0, box) map onto out outputs, outputs [first, first+n) kept.
+type coeffKey struct {
+	in, out, first, n int
+	box               float32
+}
 
 // coeffCacheBytes bounds the coefficients one scratch keeps.
 const coeffCacheBytes = 1 << 20
@@ -146,7 +152,7 @@ func (cc *coeffCache) get(key coeffKey) *resampleCoeffs {
 	if c, ok := cc.m[key]; ok {
 		return c
 	}
-	c := buildCoeffs(key.in, key.out, key.first, key.n)
+	c := buildCoeffs(key.in, key.box, key.out, key.first, key.n)
 	if cc.m == nil {
 		cc.m = make(map[coeffKey]*resampleCoeffs)
 	}
@@ -193,16 +199,26 @@ type resizeScratch struct {
 // returns the source rectangle that window reads. Pillow skips a pass whose
 // axis keeps its size (ImagingResampleInner's need_horizontal/vertical).
 func (s *resizeScratch) plan(sw, sh, tw, th, left, top, cw, ch int) image.Rectangle {
+	return s.planBox(sw, sh, float32(sw), float32(sh), tw, th, left, top, cw, ch)
+}
+
+// planBox is plan for Pillow's resize(box=(0, 0, bw, bh)): the source
+// region [0, bw) x [0, bh) of the sw x sh image becomes the tw x th
+// output. A pass is skipped only where Pillow's need_horizontal or
+// need_vertical is false: the output keeps the axis's size and the box
+// is that size.
+func (s *resizeScratch) planBox(sw, sh int, bw, bh float32, tw, th, left, top, cw, ch int) image.Rectangle {
 	s.left, s.cw, s.top, s.ch = left, cw, top, ch
-	s.needH, s.needV = tw != sw, th != sh
+	s.needH = tw != sw || bw != float32(tw)
+	s.needV = th != sh || bh != float32(th)
 	s.hc, s.vc = nil, nil
 	s.src = image.Rect(left, top, left+cw, top+ch)
 	if s.needV {
-		s.vc = s.cache.get(coeffKey{sh, th, top, ch})
+		s.vc = s.cache.get(coeffKey{sh, th, top, ch, bh})
 		s.src.Min.Y, s.src.Max.Y = s.vc.lo, s.vc.hi
 	}
 	if s.needH {
-		s.hc = s.cache.get(coeffKey{sw, tw, left, cw})
+		s.hc = s.cache.get(coeffKey{sw, tw, left, cw, bw})
 		s.src.Min.X, s.src.Max.X = s.hc.lo, s.hc.hi
 	}
 	return s.src

@@ -148,12 +148,12 @@ func cropRGBImage(src rgbImage, r image.Rectangle) rgbImage {
 // and never holds more than coeffCacheBytes.
 func TestCoeffCacheBounded(t *testing.T) {
 	var cc coeffCache
-	a := cc.get(coeffKey{500, 341, 58, 224})
-	if b := cc.get(coeffKey{500, 341, 58, 224}); a != b {
+	a := cc.get(coeffKey{500, 341, 58, 224, 500})
+	if b := cc.get(coeffKey{500, 341, 58, 224, 500}); a != b {
 		t.Error("same key built twice")
 	}
 	for in := 300; in < 3000; in++ {
-		cc.get(coeffKey{in, 256, 16, 224})
+		cc.get(coeffKey{in, 256, 16, 224, float32(in)})
 		if cc.size > coeffCacheBytes {
 			t.Fatalf("cache holds %d bytes > %d", cc.size, coeffCacheBytes)
 		}
@@ -161,11 +161,11 @@ func TestCoeffCacheBounded(t *testing.T) {
 	if len(cc.m) != len(cc.order) || len(cc.m) < 10 {
 		t.Errorf("map %d entries, order %d", len(cc.m), len(cc.order))
 	}
-	if _, ok := cc.m[coeffKey{500, 341, 58, 224}]; ok {
+	if _, ok := cc.m[coeffKey{500, 341, 58, 224, 500}]; ok {
 		t.Error("oldest entry not evicted")
 	}
 	// An entry larger than the whole budget is returned, not kept.
-	big := cc.get(coeffKey{300000, 1, 0, 1})
+	big := cc.get(coeffKey{300000, 1, 0, 1, 300000})
 	if big.taps < 1000 || cc.size > coeffCacheBytes {
 		t.Errorf("big entry: %d taps, cache %d bytes", big.taps, cc.size)
 	}

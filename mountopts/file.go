@@ -61,6 +61,7 @@ type fileOptions struct {
 	ImageExtensions []string             `yaml:"image-extensions"`
 	MaxPixels       *int64               `yaml:"max-pixels"`
 	MaxObjectSize   *string              `yaml:"max-object-size"`
+	FastDecode      *bool                `yaml:"fast-decode"`
 	Prefetch        *string              `yaml:"prefetch"`
 	PrefetchLimit   *int                 `yaml:"prefetch-limit"`
 	ShowEmptyDirs   *bool                `yaml:"show-empty-dirs"`
@@ -162,6 +163,7 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	setBool(&o.ShowEmptyDirs, f.ShowEmptyDirs)
 	setBool(&o.AllowNonempty, f.AllowNonempty)
 	setBool(&o.Foreground, f.Foreground)
+	setBool(&o.FastDecode, f.FastDecode)
 	if f.DType != nil {
 		o.DType = extractor.DType(*f.DType)
 	}

@@ -116,6 +116,15 @@ type Options struct {
 	// MaxObjectSize rejects objects larger than this before fetching them
 	// (--max-object-size, e.g. 256MiB).
 	MaxObjectSize int64
+	// FastDecode decodes large JPEGs at 1/2, 1/4 or 1/8 of their size
+	// (libjpeg's DCT-domain scaling) when their shorter side is at least
+	// that many times the model's resize size, so the resize still only
+	// shrinks (--fast-decode). Faster on large photos; features are then
+	// close to torchvision's but no longer bit-exact (docs/bench/preprocess.md
+	// has the fidelity and the speed-up). Off: every pixel as
+	// PIL decodes it. It is part of the cache key: fast and exact features
+	// never mix in one cache. It applies to every model (ModelSpecs).
+	FastDecode bool
 
 	// Prefetch is what a reader's first touch of a layer directory
 	// extracts in the background: off, dir (the images of each directory
@@ -252,6 +261,23 @@ func (o *Options) SetImageExtensions(value string) error {
 	return nil
 }
 
+// ModelSpecs returns the models as the extractor loads them: Models with
+// the options that apply to every model's preprocessing (FastDecode)
+// applied. A model without its own preprocessing gets the default's.
+func (o *Options) ModelSpecs() []extractor.ModelSpec {
+	specs := make([]extractor.ModelSpec, len(o.Models))
+	for i, m := range o.Models {
+		p := extractor.DefaultPreprocess()
+		if m.Preprocess != nil {
+			p = *m.Preprocess
+		}
+		p.FastDecode = o.FastDecode
+		m.Preprocess = &p
+		specs[i] = m
+	}
+	return specs
+}
+
 // ModelArg renders a model as its --model flag value.
 func ModelArg(m extractor.ModelSpec) string { return m.Name + "=" + m.Path }
 
@@ -362,6 +388,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxObjectSize <= 0 {
 		bad("--max-object-size %s: must be positive, e.g. 256MiB", FormatSize(o.MaxObjectSize))
+	}
+	if o.FastDecode && o.Remote.Enabled() && (o.Remote.Split == "" || o.Remote.Split == "none") {
+		bad("--fast-decode: with --remote the servers decode the images: give it to featurefs serve instead (a mount with --split auto, raw or K decodes too and takes it, matching the servers')")
 	}
 	switch o.Prefetch {
 	case "off", "dir", "tree":

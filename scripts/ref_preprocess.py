@@ -20,12 +20,26 @@
   ref_preprocess.py resize JOBS OUT
       JOBS has lines "IMG W H"; for line i writes OUT/<i>.rgb, the raw bytes
       of Image.open(IMG).convert("RGB").resize((W, H), Image.BILINEAR).
+  ref_preprocess.py fastref [--resize 256 --crop 224 --mean M M M --std S S S]
+                           [--denoms 8,4,2] --out DIR IMG...
+      featurefs's --fast-decode path done with PIL: a JPEG whose shorter
+      side is at least D*resize (D the largest of --denoms that fits) is
+      opened with Image.draft("RGB", (w//D, h//D)) (libjpeg's DCT scaling
+      at 1/D), converted to RGB and resized with resize((W, H), BILINEAR,
+      box=draft's box) to the size torchvision's Resize gives the original
+      image; then CenterCrop, ToTensor, Normalize. Writes what ref writes,
+      and DIR/<name>.scale (D); or DIR/<name>.err when PIL raises.
+  ref_preprocess.py genlarge [--small] DIR
+      Writes large photo-like JPEGs (4000x3000, 3000x4000, 2000x1500,
+      1200x800, odd sizes; 4:2:0, 4:4:4, progressive, grayscale, CMYK) for
+      the --fast-decode fidelity test and benchmark; --small: a few of them.
   ref_preprocess.py genbench DIR N
       Writes N JPEGs of 500-800 px (random sizes and aspect, either
       orientation, quality 85-95, 4:2:0) for the preprocessing benchmark.
-  ref_preprocess.py bench SECONDS IMG...
+  ref_preprocess.py bench [--draft] SECONDS IMG...
       Prints images/s of open+convert+transform over the IMGs, cycling, one
-      line: "<images/s> <images per CPU second>".
+      line: "<images/s> <images per CPU second>". --draft: with fastref's
+      Image.draft and resize(box=...) instead of torchvision's Resize.
   ref_preprocess.py bench-decode [--load-only] SECONDS IMG...
       Prints images/s of Image.open().convert("RGB") (pixels loaded; with
       --load-only Image.open().load(), no conversion or copy) over the IMGs,
@@ -122,6 +136,136 @@ def cmd_gen(a):
     j.convert("CMYK").save(os.path.join(d, "jcmyk_500x375.jpg"), quality=90)
     rgb(333, 251, 13).save(os.path.join(d, "j420_333x251.jpg"), quality=75)
     rgb(1024, 683, 17).save(os.path.join(d, "j420_1024x683.jpg"), quality=95)
+
+
+def fast_denom(w, h, resize, denoms):
+    """The DCT scale featurefs's --fast-decode picks (Preprocess.dctDenom)."""
+    for d in denoms:
+        if min(w, h) >= d * resize:
+            return d
+    return 1
+
+
+def open_fast(f, resize, crop_size, denoms):
+    """Image.open(f) decoded as --fast-decode does; returns the resized
+    (not yet cropped) RGB image and the scale used."""
+    from torchvision.transforms.functional import _compute_resized_output_size
+
+    im = Image.open(f)
+    w, h = im.size
+    d = fast_denom(w, h, resize, denoms) if im.format == "JPEG" else 1
+    box = (0, 0, w, h)
+    if d > 1:
+        _, box = im.draft("RGB", (w // d, h // d))
+        if im.size != ((w + d - 1) // d, (h + d - 1) // d):
+            raise SystemExit(f"draft gave {im.size} for 1/{d} of {w}x{h}")
+    img = im.convert("RGB")
+    th, tw = _compute_resized_output_size((h, w), [resize])
+    if img.size == (tw, th) and box == (0, 0, tw, th):
+        return img, d  # torchvision's Resize returns such an image as is
+    return img.resize((tw, th), Image.BILINEAR, box=box), d
+
+
+def cmd_fastref(a):
+    from torchvision import transforms
+
+    denoms = [int(x) for x in a.denoms.split(",") if x]
+    tail = transforms.Compose([transforms.CenterCrop(a.crop), transforms.ToTensor(), transforms.Normalize(a.mean, a.std)])
+    os.makedirs(a.out, exist_ok=True)
+    for p in a.images:
+        name = os.path.basename(p)
+        try:
+            with open(p, "rb") as f:
+                img, d = open_fast(f, a.resize, a.crop, denoms)
+        except Exception as e:  # PIL's verdict, whatever it is, is the reference
+            with open(os.path.join(a.out, name + ".err"), "w") as f:
+                f.write(f"{type(e).__name__}: {e}\n")
+            continue
+        np.save(os.path.join(a.out, name + ".npy"), tail(img).numpy().astype(np.float32))
+        np.save(os.path.join(a.out, name + ".u8.npy"), np.asarray(transforms.CenterCrop(a.crop)(img), dtype=np.uint8))
+        with open(os.path.join(a.out, name + ".scale"), "w") as f:
+            f.write(f"{d}\n")
+
+
+def large_photo(w, h, seed):
+    """A photo-like image of any size, cheap to make at 12 megapixels:
+    layers of 1/f ("pink") noise, the power spectrum of natural images,
+    each in its own tint, occluding one another through sharp-edged
+    shapes (objects), softened by a lens-like blur, plus sensor noise."""
+    from PIL import ImageDraw, ImageFilter
+
+    rng = np.random.default_rng(seed)
+
+    def pink(octaves_from=4):
+        """Zero-mean 1/f noise: white noise of equal amplitude at every
+        octave, from a few cells across the image down to single pixels,
+        summed coarse to fine (upsample the sum, add the next octave)."""
+        fw, fh = octaves_from, max(1, octaves_from * h // w)
+        acc = rng.standard_normal((fh, fw), dtype=np.float32)
+        while (fw, fh) != (w, h):
+            fw, fh = min(w, 2 * fw), min(h, 2 * fh)
+            acc = np.asarray(Image.fromarray(acc, "F").resize((fw, fh), Image.BICUBIC))
+            acc = acc + rng.standard_normal((fh, fw), dtype=np.float32)
+        return acc / acc.std()
+
+    def layer():
+        base = rng.uniform(40, 215, 3)
+        lum = pink() * rng.uniform(18, 40)
+        img = np.empty((h, w, 3), np.float32)
+        for c in range(3):
+            img[..., c] = base[c] + lum
+        img += (pink(8) * rng.uniform(4, 12))[..., None] * rng.uniform(-1, 1, 3)
+        return Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB")
+
+    photo = layer()
+    s = min(w, h)
+    for _ in range(3):
+        mask = Image.new("L", (w, h), 0)
+        draw = ImageDraw.Draw(mask)
+        for _ in range(8):
+            x0, y0 = int(rng.uniform(-0.1, 1) * w), int(rng.uniform(-0.1, 1) * h)
+            ext = int(rng.uniform(0.05, 0.4) * s)
+            kind = rng.integers(0, 3)
+            if kind == 0:
+                draw.ellipse([x0, y0, x0 + ext, y0 + int(ext * rng.uniform(0.4, 1.6))], fill=255)
+            elif kind == 1:
+                pts = [(x0 + int(rng.uniform(-1, 1) * ext), y0 + int(rng.uniform(-1, 1) * ext)) for _ in range(6)]
+                draw.polygon(pts, fill=255)
+            else:
+                draw.line([x0, y0, x0 + int(rng.uniform(-1, 1) * ext * 3), y0 + int(rng.uniform(-1, 1) * ext * 3)],
+                          fill=255, width=max(1, int(rng.uniform(0.003, 0.03) * s)))
+        photo = Image.composite(layer(), photo, mask)
+    photo = photo.filter(ImageFilter.GaussianBlur(0.7))
+    arr = np.asarray(photo, dtype=np.float32) + rng.standard_normal((h, w, 3), dtype=np.float32) * 3
+    return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
+
+
+def cmd_genlarge(a):
+    d = a.dir
+    os.makedirs(d, exist_ok=True)
+    big = large_photo(4000, 3000, 1)
+    mid = large_photo(2000, 1500, 2)
+    big.save(os.path.join(d, "l420_4000x3000.jpg"), quality=90)
+    mid.save(os.path.join(d, "m444_2000x1500.jpg"), quality=92, subsampling=0)
+    big.crop((0, 0, 1200, 800)).save(os.path.join(d, "s420_1200x800.jpg"), quality=88)
+    big.crop((1000, 500, 3001, 3500)).convert("CMYK").save(os.path.join(d, "lcmyk_2001x3000.jpg"), quality=90)
+    if a.small:
+        return
+    big.save(os.path.join(d, "l444_4000x3000.jpg"), quality=95, subsampling=0)
+    big.save(os.path.join(d, "lprog_4000x3000.jpg"), quality=85, progressive=True)
+    big.convert("L").save(os.path.join(d, "lgray_4000x3000.jpg"), quality=90)
+    big.transpose(Image.ROTATE_90).crop((0, 0, 3000, 3999)).save(os.path.join(d, "l420_3000x3999.jpg"), quality=90)
+    big.crop((3, 5, 4000, 3000)).save(os.path.join(d, "l422_3997x2995.jpg"), quality=90, subsampling=1)
+    large_photo(4000, 3000, 3).save(os.path.join(d, "l420b_4000x3000.jpg"), quality=80)
+    mid.save(os.path.join(d, "m420_2000x1500.jpg"), quality=90)
+    mid.save(os.path.join(d, "mprog_2000x1500.jpg"), quality=85, progressive=True)
+    mid.convert("L").save(os.path.join(d, "mgray_2000x1500.jpg"), quality=90)
+    mid.convert("CMYK").save(os.path.join(d, "mcmyk_2000x1500.jpg"), quality=90)
+    mid.crop((1, 1, 1538, 1030)).save(os.path.join(d, "m420_1537x1029.jpg"), quality=90)
+    big.resize((1600, 1200), Image.LANCZOS).save(os.path.join(d, "s420_1600x1200.jpg"), quality=90)
+    big.crop((2000, 1000, 2800, 2000)).save(os.path.join(d, "s444_800x1000.jpg"), quality=92, subsampling=0)
+    mid.crop((0, 0, 1023, 767)).save(os.path.join(d, "sprog_1023x767.jpg"), quality=85, progressive=True)
+    mid.crop((500, 500, 1140, 980)).save(os.path.join(d, "x420_640x480.jpg"), quality=90)
 
 
 def adobe_transform(data, transform):
@@ -271,6 +415,7 @@ def cmd_genbench(a):
 
 def cmd_bench(a):
     import torch
+    from torchvision import transforms
 
     torch.set_num_threads(1)  # one core, as the Go side
     t = transform(256, 224, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
@@ -280,10 +425,17 @@ def cmd_bench(a):
     for p in a.images:
         with open(p, "rb") as f:
             blobs.append(f.read())
+    if a.draft:
+        tail = transforms.Compose([transforms.CenterCrop(224), transforms.ToTensor(),
+                                   transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     n, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < a.seconds:
-        img = Image.open(io.BytesIO(blobs[n % len(blobs)])).convert("RGB")
-        t(img)
+        if a.draft:
+            img, _ = open_fast(io.BytesIO(blobs[n % len(blobs)]), 256, 224, [8, 4, 2])
+            tail(img)
+        else:
+            img = Image.open(io.BytesIO(blobs[n % len(blobs)])).convert("RGB")
+            t(img)
         n += 1
     report(n, start, cpu0)
 
@@ -301,11 +453,23 @@ def main():
     g = sub.add_parser("gen")
     g.add_argument("dir")
     b = sub.add_parser("bench")
+    b.add_argument("--draft", action="store_true")
     b.add_argument("seconds", type=float)
     b.add_argument("images", nargs="+")
     gb = sub.add_parser("genbench")
     gb.add_argument("dir")
     gb.add_argument("n", type=int)
+    fr = sub.add_parser("fastref")
+    fr.add_argument("--resize", type=int, default=256)
+    fr.add_argument("--crop", type=int, default=224)
+    fr.add_argument("--mean", type=float, nargs=3, default=[0.485, 0.456, 0.406])
+    fr.add_argument("--std", type=float, nargs=3, default=[0.229, 0.224, 0.225])
+    fr.add_argument("--denoms", default="8,4,2")
+    fr.add_argument("--out", required=True)
+    fr.add_argument("images", nargs="+")
+    gl = sub.add_parser("genlarge")
+    gl.add_argument("--small", action="store_true")
+    gl.add_argument("dir")
     gj = sub.add_parser("genjpeg")
     gj.add_argument("dir")
     dc = sub.add_parser("decode")
@@ -320,7 +484,8 @@ def main():
     bd.add_argument("images", nargs="+")
     a = ap.parse_args()
     cmds = {"ref": cmd_ref, "gen": cmd_gen, "bench": cmd_bench, "genjpeg": cmd_genjpeg,
-            "decode": cmd_decode, "resize": cmd_resize, "bench-decode": cmd_bench_decode, "genbench": cmd_genbench}
+            "decode": cmd_decode, "resize": cmd_resize, "bench-decode": cmd_bench_decode, "genbench": cmd_genbench,
+            "fastref": cmd_fastref, "genlarge": cmd_genlarge}
     cmds[a.cmd](a)
 
 

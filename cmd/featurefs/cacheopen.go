@@ -72,7 +72,7 @@ func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger, 
 		MaxPixels:        o.MaxPixels,
 		DType:            dtype,
 		Logger:           log,
-	}, o.Models)
+	}, o.ModelSpecs())
 	if errors.Is(err, extractor.ErrNoDevice) {
 		return nil, failf(exitModel, "--%v (--device auto or cpu, or --allow-cpu-fallback, runs on the CPU)", err)
 	}

@@ -129,6 +129,12 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 			cfg.Logger.Warn("featurefs: no local copy of the servers' model; it is not split", slog.String("model", m.Name))
 			continue
 		}
+		if lm.Preprocess.Key() != m.Preprocess.Key() {
+			// Raw images decoded here must become the servers' features.
+			cfg.Logger.Warn("featurefs: the mount's preprocessing (--fast-decode, config file) differs from the servers'; the model is not split",
+				slog.String("model", m.Name), slog.String("local", lm.Preprocess.Key()), slog.String("servers", m.Preprocess.Key()))
+			continue
+		}
 		sp, err := c.serverProfile(ctx, m.Name, cfg.ProfileTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("split: server profile of %s: %w", m.Name, err)
