@@ -18,7 +18,7 @@ DEPS ?= $(or $(FEATUREFS_DEPS),$(HOME)/.cache/featurefs)
 export FEATUREFS_DEPS := $(DEPS)
 # A Go toolchain that install-deps.sh fetched (only when none was on PATH).
 export PATH := $(DEPS)/go/bin:$(PATH)
-export FEATUREFS_ORT_LIB ?= $(DEPS)/lib/libonnxruntime.so.1
+export FEATUREFS_ORT_LIB ?= $(DEPS)/lib/onnxruntime-1.29.0/libonnxruntime.so.1
 export CGO_ENABLED := 1
 
 GO ?= go

@@ -23,7 +23,10 @@ import (
 var ErrORTLibrary = errors.New("onnx runtime library unavailable")
 
 // DefaultORTLib returns $FEATUREFS_ORT_LIB, else
-// ~/.cache/featurefs/lib/libonnxruntime.so.1.
+// ~/.cache/featurefs/lib/onnxruntime-1.29.0/libonnxruntime.so.1, where
+// scripts/install-deps.sh installs ONNX Runtime with its GPU providers
+// beside it (ONNX Runtime loads providers from the directory of the core
+// library, so each version has a directory of its own).
 func DefaultORTLib() string {
 	if p := os.Getenv("FEATUREFS_ORT_LIB"); p != "" {
 		return p
@@ -32,8 +35,12 @@ func DefaultORTLib() string {
 	if err != nil {
 		home = os.TempDir()
 	}
-	return filepath.Join(home, ".cache", "featurefs", "lib", "libonnxruntime.so.1")
+	return filepath.Join(home, ".cache", "featurefs", ORTLibRel)
 }
+
+// ORTLibRel is where scripts/install-deps.sh puts the ONNX Runtime core
+// library, relative to its $FEATUREFS_DEPS (~/.cache/featurefs).
+const ORTLibRel = "lib/onnxruntime-" + ORTVersion + "/libonnxruntime.so.1"
 
 // ortProcess is the process-wide ONNX Runtime environment. onnxruntime_go
 // keeps exactly one environment per process in its own package state, so
@@ -61,6 +68,13 @@ func initORT(lib string) error {
 	defer ortProc.mu.Unlock()
 	if ort.IsInitialized() {
 		return nil
+	}
+	info, err := ProbeORTLib(lib)
+	if err != nil {
+		return err
+	}
+	if !info.APIOK {
+		return errORTTooOld(info)
 	}
 	ort.SetSharedLibraryPath(lib)
 	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {

@@ -102,8 +102,9 @@ type Options struct {
 	// 127.0.0.1:9090). Empty: none.
 	MetricsAddr string
 
-	// ORTLib is the path of libonnxruntime (--ort-lib). Default:
-	// $FEATUREFS_ORT_LIB, else ~/.cache/featurefs/lib/libonnxruntime.so.1.
+	// ORTLib is the path of libonnxruntime (--ort-lib); its GPU providers
+	// are looked for in its directory. Default: $FEATUREFS_ORT_LIB, else
+	// ~/.cache/featurefs/lib/onnxruntime-1.29.0/libonnxruntime.so.1.
 	ORTLib string
 
 	// ImageExtensions are the object extensions shown as .npy files, without
@@ -146,7 +147,7 @@ func Default() Options {
 	base := filepath.Join(home, ".cache", "featurefs")
 	ort := os.Getenv("FEATUREFS_ORT_LIB")
 	if ort == "" {
-		ort = filepath.Join(base, "lib", "libonnxruntime.so.1")
+		ort = filepath.Join(base, filepath.FromSlash(extractor.ORTLibRel))
 	}
 	return Options{
 		CacheDir:        filepath.Join(base, "cache"),
@@ -347,7 +348,7 @@ func (o *Options) Validate() error {
 	if o.ORTLib == "" {
 		bad("--ort-lib: must not be empty: name libonnxruntime.so (or set FEATUREFS_ORT_LIB)")
 	} else if _, err := os.Stat(o.ORTLib); err != nil {
-		badFile("--ort-lib %s: %v: install ONNX Runtime 1.24 (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err))
+		badFile("--ort-lib %s: %v: install ONNX Runtime %s (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err), extractor.ORTVersion)
 	}
 	if len(o.ImageExtensions) == 0 {
 		bad("--image-extensions: must name at least one extension, e.g. jpg,jpeg,png")
