@@ -67,12 +67,14 @@ import (
 const ORTVersion = "1.29.0"
 
 // ortAPILevel is the ONNX Runtime C API level the Go binding
-// (github.com/yalue/onnxruntime_go v1.27.0) asks for: ORT_API_VERSION in
-// its onnxruntime_c_api.h. A library serves every level up to its own
-// minor version, so 1.24.0 and later work. (v1.28.0 to v1.30.0 of the
-// binding are built on 1.25's header, none on 1.29's, and add only APIs
-// featurefs does not use.)
-const ortAPILevel = 24
+// (github.com/yalue/onnxruntime_go v1.30.0) asks for: ORT_API_VERSION in
+// its onnxruntime_c_api.h, 1.25's (no release of the binding is built on
+// 1.29's). A library serves every level up to its own minor version, so
+// 1.25.0 and later work. v1.30.0 is needed for the plugin execution
+// provider API (RegisterExecutionProviderLibrary, GetEpDevices,
+// AppendExecutionProviderV2): the CPU build of the core loads the CUDA
+// provider only that way (ort.go).
+const ortAPILevel = 25
 
 // ORTLibInfo describes an ONNX Runtime library file.
 type ORTLibInfo struct {

@@ -48,8 +48,19 @@ type Options struct {
 	// cpu, cuda or cuda:N (--device).
 	Device string
 	// TensorRT runs models through ONNX Runtime's TensorRT provider on CUDA
-	// devices (--tensorrt).
+	// devices; without TensorRT's libraries on a usable GPU, CUDA runs
+	// them, with one warning (--tensorrt).
 	TensorRT bool
+	// Precision is the GPU's arithmetic: fp32 (TF32 off, the default),
+	// tf32 (cuDNN and cuBLAS on TF32 tensor cores, Ampere and later) or
+	// fp16 (TensorRT FP16 engines; only with --tensorrt). The CPU always
+	// computes in float32 (--precision).
+	Precision extractor.Precision
+	// CUDALibDir lists directories (colon-separated) searched first for
+	// the CUDA and cuDNN libraries the GPU needs, before
+	// $FEATUREFS_CUDA_LIB_DIR, the loader's paths, /usr/local/cuda* and the
+	// nvidia/*/lib folders of Python environments (--cuda-lib-dir).
+	CUDALibDir string
 	// AllowCPUFallback lets an explicitly asked-for GPU (--device cuda,
 	// cuda:N or --tensorrt) that cannot be had fall back to the CPU, with a
 	// warning on stderr, instead of failing with exit code 4
@@ -153,6 +164,7 @@ func Default() Options {
 		CacheDir:        filepath.Join(base, "cache"),
 		CacheSize:       10 * GiB,
 		Device:          "auto",
+		Precision:       extractor.FP32,
 		DType:           extractor.Float32,
 		MetadataTTL:     60 * time.Second,
 		NegativeTTL:     5 * time.Minute,
@@ -319,6 +331,17 @@ func (o *Options) Validate() error {
 		bad("--tensorrt runs on a GPU: drop it or use --device auto, cuda or cuda:N instead of cpu")
 	} else if o.Device == "cpu" && o.AllowCPUFallback {
 		bad("--allow-cpu-fallback: --device cpu asks for no GPU to fall back from; drop one of them")
+	}
+	switch o.Precision {
+	case extractor.FP32:
+	case extractor.TF32, extractor.FP16:
+		if o.Device == "cpu" {
+			bad("--precision %s: the CPU computes in fp32; drop --precision or use --device auto, cuda or cuda:N", o.Precision)
+		} else if o.Precision == extractor.FP16 && !o.TensorRT {
+			bad("--precision fp16 needs --tensorrt (the CUDA provider runs fp32 or tf32)")
+		}
+	default:
+		bad("--precision %q: want fp32, tf32 or fp16", o.Precision)
 	}
 	if o.DType != extractor.Float32 && o.DType != extractor.Float16 {
 		bad("--dtype %q: want float32 or float16", o.DType)
