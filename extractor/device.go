@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 
@@ -290,6 +291,12 @@ func ortGPUEnv(ortLib, nvmlLib string, search cudaSearch) gpuEnv {
 		libs: func(tensorRT bool) (string, error) {
 			if !providerPresent(ortLib, "libonnxruntime_providers_cuda.so") {
 				return "", fmt.Errorf("libonnxruntime_providers_cuda.so not found next to %s (the CPU build of ONNX Runtime; scripts/install-deps.sh --gpu installs the GPU providers)", ortLib)
+			}
+			// NVML numbers GPUs in PCI bus order; CUDA, by default, fastest
+			// first. Make CUDA's numbering NVML's before CUDA starts, so that
+			// cuda:N is one GPU to both.
+			if os.Getenv("CUDA_DEVICE_ORDER") == "" {
+				os.Setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 			}
 			trt, err := loadCUDALibs(search, tensorRT, dlopenGlobal)
 			if err == nil && tensorRT && trt == "" && !providerPresent(ortLib, "libonnxruntime_providers_tensorrt.so") {
