@@ -341,6 +341,11 @@ func TestTensorRTFallsBackToCUDA(t *testing.T) {
 	if !slices.Equal(probes, []bool{false}) {
 		t.Errorf("probes %v, want one CUDA probe", probes)
 	}
+	h = &recordHandler{}
+	if _, _, err := chooseDevice("cuda", true, false, FP16, env, slog.New(h)); err != nil ||
+		len(h.lines(slog.LevelWarn)) != 1 || !strings.Contains(h.lines(slog.LevelWarn)[0], "running on CUDA in fp32 (--precision fp16 needs TensorRT)") {
+		t.Errorf("fp16 without TensorRT: %v, warnings %q; want CUDA in fp32 said in the line", err, h.lines(slog.LevelWarn))
+	}
 
 	// TensorRT's libraries there but its provider failing: CUDA, one line.
 	probes = nil

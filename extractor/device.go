@@ -385,7 +385,11 @@ func chooseDevice(spec string, tensorRT, allowFallback bool, p Precision, env gp
 		useTRT, trtMissing = false, err.Error()
 	}
 	if tensorRT && !useTRT {
-		log.Warn("TensorRT unavailable: "+trtMissing+"; running on CUDA", "device", "cuda:"+strconv.Itoa(pick.Index))
+		on := "CUDA"
+		if p == FP16 {
+			on = "CUDA in fp32 (--precision fp16 needs TensorRT)"
+		}
+		log.Warn("TensorRT unavailable: "+trtMissing+"; running on "+on, "device", "cuda:"+strconv.Itoa(pick.Index))
 	}
 	d = deviceChoice{gpu: true, index: pick.Index, name: pick.Name, free: pick.Free, tensorRT: useTRT}
 	log.Info("running on GPU", "device", d.String(), "gpu", pick.Name, "free_bytes", pick.Free, "tensorrt", useTRT, "precision", string(p))
