@@ -96,7 +96,15 @@ for layer in ("layer12", "layer18"):
         c = [1000 * r["cpu_seconds"] / r["images"] for r in rs]
         med[layer, i], cpu[layer, i] = statistics.median(v), statistics.median(c)
         print(f"| {layer} | {names[i]} | {med[layer, i]:.2f} | {min(v):.2f}-{max(v):.2f} | {cpu[layer, i]:.0f} | {min(c):.0f}-{max(c):.0f} | {len(v)} |")
-    print(f"| {layer} | **{names[1]} vs {names[0]}** | **{med[layer, 1] / med[layer, 0]:.2f}x** images/s | | "
+    # Paired: the two runs of a round ran back to back, so their ratio is
+    # less exposed to load that drifts over minutes.
+    pairs = []
+    for r in sorted({run["round"] for run in runs}):
+        v = {run["lib"]: x["images_per_s"] for run in runs if run["round"] == r for x in run["results"] if x["layer"] == layer}
+        if len(v) == 2:
+            pairs.append(v[1] / v[0])
+    print(f"| {layer} | **{names[1]} vs {names[0]}** | **{med[layer, 1] / med[layer, 0]:.2f}x** images/s "
+          f"(paired by round: median {statistics.median(pairs):.2f}x, {min(pairs):.2f}-{max(pairs):.2f}) | | "
           f"**{cpu[layer, 0] / cpu[layer, 1]:.2f}x** less CPU per image | | |")
 print()
 print("| fidelity (TestLayer12MatchesTorchvision) | images | mean cosine | worst cosine |")

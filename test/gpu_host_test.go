@@ -9,7 +9,10 @@ package test
 // go-nvml, the provider check, the probe.
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -225,5 +228,33 @@ func TestGPUFallbackLineNamesMissingLibrary(t *testing.T) {
 	r = runCLI(t, time.Minute, nil, args("fallback", "--device", "cuda:0", "--allow-cpu-fallback")...)
 	if r.Code != 0 || !strings.Contains(r.Stderr, "warning: --device cuda:0: libcudnn.so.9 not found") {
 		t.Errorf("--device cuda:0 --allow-cpu-fallback: %s", r)
+	}
+}
+
+// make gpu-check on a machine where featurefs cannot use a GPU (here: an
+// ONNX Runtime directory without the GPU providers, so that the test holds
+// on a GPU host too) exits 1 with one line saying why, before doing
+// anything else.
+func TestGPUCheckWithoutGPU(t *testing.T) {
+	ortDir := t.TempDir()
+	ortLib := filepath.Join(ortDir, "libonnxruntime.so.1")
+	copyFile(t, testenv.ORTLib(t), ortLib)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(testenv.RepoRoot(t), "scripts", "gpu-check.sh"))
+	cmd.Env = append(cliEnv(t), "FEATUREFS_BIN="+featurefsBin(t), "FEATUREFS_ORT_LIB="+ortLib, "GPU_CHECK_REHEARSAL=0")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("gpu-check: %v, want exit 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	got := lines(stderr.String())
+	if len(got) != 1 || !strings.HasPrefix(got[0], "gpu-check: no usable GPU: ") || !strings.HasSuffix(got[0], "(featurefs doctor says more)") {
+		t.Errorf("gpu-check stderr %q, want one line \"gpu-check: no usable GPU: ...\"", got)
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("gpu-check printed a report without a GPU: %q", stdout.String())
 	}
 }
