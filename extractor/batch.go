@@ -3,8 +3,14 @@ package extractor
 // The scheduler: requests become calls (identical in-flight requests share
 // one call), calls are fetched and preprocessed by a bounded pool of workers
 // (foreground first), decoded inputs wait in one lane per (model, layer), and
-// one inference loop takes batches of up to the lane's batch size, waiting at
+// inference loops take batches of up to the lane's batch size, waiting at
 // most MaxWait for a batch to fill while more of its inputs are on the way.
+// The CPU has one inference loop (ONNX Runtime's threads use every core);
+// a GPU has several (schedConfig.inflight), so that one batch uploads while
+// another computes and a third downloads and is encoded: ONNX Runtime runs
+// concurrent Run calls of one session on separate CUDA streams. Each loop
+// owns its batch buffers (pinned host memory on a GPU), reused across
+// batches.
 //
 // Bounds: at most maxCalls calls exist at once (Extract waits for a slot);
 // at most `tokens` decoded inputs exist at once (a worker waits for a token
@@ -70,12 +76,13 @@ type call struct {
 
 // lane holds the decoded inputs of one (model, layer).
 type lane struct {
-	key     sessionKey
-	m       *Model
-	l       Layer
-	q       [2][]*call // GUARDED_BY(scheduler.mu); by priority
-	pending int        // GUARDED_BY(scheduler.mu); calls of this lane not yet decoded
-	bs      int        // GUARDED_BY(scheduler.mu); batch size, 0 until chosen
+	key      sessionKey
+	m        *Model
+	l        Layer
+	q        [2][]*call // GUARDED_BY(scheduler.mu); by priority
+	pending  int        // GUARDED_BY(scheduler.mu); calls of this lane not yet decoded
+	bs       int        // GUARDED_BY(scheduler.mu); batch size, 0 until chosen
+	choosing bool       // GUARDED_BY(scheduler.mu); a loop is choosing bs
 }
 
 func (ln *lane) len() int { return len(ln.q[0]) + len(ln.q[1]) }
@@ -90,8 +97,14 @@ type schedConfig struct {
 	dtype     DType
 	log       *slog.Logger
 	// batchSize chooses the batch size of a lane; called once per lane from
-	// the inference loop (it may run measurements through the runner).
+	// an inference loop (it may run measurements through the runner).
 	batchSize func(ctx context.Context, m *Model, l Layer) int
+	// inflight is the number of inference loops, hence of batches run at
+	// once (default 1).
+	inflight int
+	// alloc returns a buffer of n float32s for a loop's batch and the
+	// function that frees it (nil: nothing to free). Default: make.
+	alloc func(n int) ([]float32, func())
 }
 
 // counters are the scheduler's figures (atomics: read by Stats).
@@ -118,9 +131,30 @@ type scheduler struct {
 	inflight map[callKey]*call    // GUARDED_BY(mu)
 	fetchQ   [2][]*call           // GUARDED_BY(mu)
 	lanes    map[sessionKey]*lane // GUARDED_BY(mu)
-	running  int                  // GUARDED_BY(mu); items in the batch being run
-	inBuf    []float32            // owned by the inference loop
-	outBuf   []float32            // owned by the inference loop
+	running  int                  // GUARDED_BY(mu); items in the batches being run
+}
+
+// hostBuf is a batch buffer an inference loop owns and reuses.
+type hostBuf struct {
+	b    []float32
+	free func()
+}
+
+// get returns the buffer as n elements, reallocating it (for at least
+// want elements) when it is too small.
+func (h *hostBuf) get(alloc func(int) ([]float32, func()), n, want int) []float32 {
+	if cap(h.b) < n {
+		h.release()
+		h.b, h.free = alloc(max(n, want))
+	}
+	return h.b[:n]
+}
+
+func (h *hostBuf) release() {
+	if h.free != nil {
+		h.free()
+	}
+	h.b, h.free = nil, nil
 }
 
 func newScheduler(cfg schedConfig, r runner) *scheduler {
@@ -139,6 +173,12 @@ func newScheduler(cfg schedConfig, r runner) *scheduler {
 	if cfg.dtype == "" {
 		cfg.dtype = Float32
 	}
+	if cfg.inflight < 1 {
+		cfg.inflight = 1
+	}
+	if cfg.alloc == nil {
+		cfg.alloc = func(n int) ([]float32, func()) { return make([]float32, n), nil }
+	}
 	ctx, stop := context.WithCancelCause(context.Background())
 	s := &scheduler{
 		cfg:      cfg,
@@ -156,13 +196,15 @@ func newScheduler(cfg schedConfig, r runner) *scheduler {
 		s.wg.Add(1)
 		go s.worker()
 	}
-	s.wg.Add(1)
-	go s.inferLoop()
+	for i := 0; i < cfg.inflight; i++ {
+		s.wg.Add(1)
+		go s.inferLoop()
+	}
 	return s
 }
 
-// close stops the workers and the inference loop; calls still queued fail
-// with ErrClosed. It waits for the batch being run to finish.
+// close stops the workers and the inference loops; calls still queued fail
+// with ErrClosed. It waits for the batches being run to finish.
 func (s *scheduler) close() {
 	s.mu.Lock()
 	if s.closed {
@@ -484,24 +526,31 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	return buf, nil
 }
 
-// inferLoop runs batches until close.
+// inferLoop runs batches until close, in buffers of its own.
 func (s *scheduler) inferLoop() {
 	defer s.wg.Done()
+	var in, out hostBuf
+	defer in.release()
+	defer out.release()
 	for {
-		ln, batch := s.nextBatch()
+		ln, batch, bs := s.nextBatch()
 		if ln == nil {
 			return
 		}
-		s.runBatch(ln, batch)
+		s.runBatch(ln, batch, bs, &in, &out)
 	}
 }
 
 // pickLaneLocked returns the lane to serve next: the one whose oldest
 // foreground input is oldest, else the one whose oldest background input is.
+// A lane whose batch size another loop is choosing waits.
 func (s *scheduler) pickLaneLocked() *lane {
 	for p := Foreground; p <= Background; p++ {
 		var best *lane
 		for _, ln := range s.lanes {
+			if ln.choosing {
+				continue
+			}
 			if len(ln.q[p]) > 0 && (best == nil || ln.q[p][0].since.Before(best.q[p][0].since)) {
 				best = ln
 			}
@@ -513,8 +562,9 @@ func (s *scheduler) pickLaneLocked() *lane {
 	return nil
 }
 
-// nextBatch blocks until a batch is due and returns it (nil lane on close).
-func (s *scheduler) nextBatch() (*lane, []*call) {
+// nextBatch blocks until a batch is due and returns it with the lane's
+// batch size (nil lane on close).
+func (s *scheduler) nextBatch() (*lane, []*call, int) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -525,7 +575,7 @@ func (s *scheduler) nextBatch() (*lane, []*call) {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			return nil, nil
+			return nil, nil, 0
 		}
 		ln := s.pickLaneLocked()
 		if ln == nil {
@@ -537,14 +587,16 @@ func (s *scheduler) nextBatch() (*lane, []*call) {
 			continue
 		}
 		if ln.bs == 0 {
+			ln.choosing = true
 			s.mu.Unlock()
 			bs := s.cfg.batchSize(s.ctx, ln.m, ln.l)
 			if bs < 1 {
 				bs = 1
 			}
 			s.mu.Lock()
-			ln.bs = bs
+			ln.bs, ln.choosing = bs, false
 			s.mu.Unlock()
+			s.kick() // loops that skipped the lane meanwhile
 			continue
 		}
 		if n := ln.len(); n < ln.bs && ln.pending > 0 {
@@ -584,25 +636,31 @@ func (s *scheduler) nextBatch() (*lane, []*call) {
 				batch = append(batch, c)
 			}
 		}
-		s.running = len(batch)
+		s.running += len(batch)
+		more := false
+		if s.cfg.inflight > 1 {
+			for _, l := range s.lanes {
+				more = more || l.len() > 0
+			}
+		}
+		bs := ln.bs
 		s.mu.Unlock()
-		return ln, batch
+		if more {
+			s.kick() // another loop may take the next batch
+		}
+		return ln, batch, bs
 	}
 }
 
-// runBatch runs one batch; when the batch run fails, each item is retried
-// alone so that one poisoned input fails only its own request.
-func (s *scheduler) runBatch(ln *lane, batch []*call) {
+// runBatch runs one batch in the loop's buffers inb and outb (sized for
+// the lane's batch size bs); when the batch run fails, each item is
+// retried alone so that one poisoned input fails only its own request.
+func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf) {
 	m, l := ln.m, ln.l
 	n := len(batch)
 	ie, oe := m.inputElems(), int(l.Elements())
-	if cap(s.inBuf) < n*ie {
-		s.inBuf = make([]float32, n*ie)
-	}
-	if cap(s.outBuf) < n*oe {
-		s.outBuf = make([]float32, n*oe)
-	}
-	in, out := s.inBuf[:n*ie], s.outBuf[:n*oe]
+	in := inb.get(s.cfg.alloc, n*ie, bs*ie)
+	out := outb.get(s.cfg.alloc, n*oe, bs*oe)
 	s.mu.Lock()
 	for i, c := range batch {
 		copy(in[i*ie:(i+1)*ie], c.input)
@@ -619,7 +677,7 @@ func (s *scheduler) runBatch(ln *lane, batch []*call) {
 		for i, c := range batch {
 			s.finish(c, EncodeNPY(l.Shape, out[i*oe:(i+1)*oe], s.cfg.dtype), nil)
 		}
-		s.doneRunning()
+		s.doneRunning(n)
 		return
 	}
 	if n > 1 {
@@ -639,16 +697,16 @@ func (s *scheduler) runBatch(ln *lane, batch []*call) {
 			}
 			s.finish(c, EncodeNPY(l.Shape, out[:oe], s.cfg.dtype), nil)
 		}
-		s.doneRunning()
+		s.doneRunning(n)
 		return
 	}
 	s.finish(batch[0], nil, fmt.Errorf("extract %s (%s %s): %w", batch[0].req.Key, m.Name, l.Name, err))
-	s.doneRunning()
+	s.doneRunning(n)
 }
 
-func (s *scheduler) doneRunning() {
+func (s *scheduler) doneRunning(n int) {
 	s.mu.Lock()
-	s.running = 0
+	s.running -= n
 	s.mu.Unlock()
 }
 

@@ -153,8 +153,11 @@ func TestMissingCUDAProviderFallsBack(t *testing.T) {
 	gpus := func() ([]gpuInfo, error) {
 		return []gpuInfo{{Index: 0, Name: "fake", Free: 1 << 30}, {Index: 1, Name: "fake", Free: 8 << 30}}, nil
 	}
+	// The CUDA libraries count as found and loaded: the provider is what
+	// is missing here.
+	env := gpuEnv{list: gpus, libs: func(bool) (string, error) { return "", nil }, probe: ortCUDAProbe}
 	h := &recordHandler{}
-	d, note, err := chooseDevice("auto", false, false, gpus, ortCUDAProbe, slog.New(h))
+	d, note, err := chooseDevice("auto", false, false, FP32, env, slog.New(h))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +166,7 @@ func TestMissingCUDAProviderFallsBack(t *testing.T) {
 		t.Errorf("auto: chose %s (%q), logs %q; want the CPU and one INFO line about the CUDA provider", d, note, lines)
 	}
 	for _, spec := range []string{"auto", "cuda:1"} {
-		_, _, err = chooseDevice(spec, spec == "auto", false, gpus, ortCUDAProbe, slog.New(&recordHandler{}))
+		_, _, err = chooseDevice(spec, spec == "auto", false, FP32, env, slog.New(&recordHandler{}))
 		if !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "CUDA provider") {
 			t.Errorf("%s (tensorrt=%v): %v, want ErrNoDevice naming the CUDA provider", spec, spec == "auto", err)
 		}
@@ -174,46 +177,33 @@ func TestDeviceChoice(t *testing.T) {
 	gpus := func() ([]gpuInfo, error) {
 		return []gpuInfo{{Index: 0, Free: 2 << 30}, {Index: 1, Free: 9 << 30}, {Index: 2, Free: 4 << 30}}, nil
 	}
-	ok := func(int, bool) error { return nil }
+	ok := func(int, bool, Precision) error { return nil }
+	libsOK := func(bool) (string, error) { return "", nil }
+	env := func(list gpuLister) gpuEnv { return gpuEnv{list: list, libs: libsOK, probe: ok} }
 	quiet := slog.New(&recordHandler{})
 	for spec, want := range map[string]string{"auto": "cuda:1", "cuda": "cuda:1", "cuda:2": "cuda:2", "CUDA:0": "cuda:0", "cpu": "cpu", "": "cuda:1"} {
-		d, _, err := chooseDevice(spec, false, false, gpus, ok, quiet)
+		d, _, err := chooseDevice(spec, false, false, FP32, env(gpus), quiet)
 		if err != nil || d.String() != want {
 			t.Errorf("%q: %v, %v; want %s", spec, d, err, want)
 		}
 	}
 	for _, spec := range []string{"cuda:7", "tpu", "cuda:x", "cuda:-1"} {
-		if _, _, err := chooseDevice(spec, false, false, gpus, ok, quiet); err == nil {
+		if _, _, err := chooseDevice(spec, false, false, FP32, env(gpus), quiet); err == nil {
 			t.Errorf("%q: no error", spec)
 		}
 	}
 	none := func() ([]gpuInfo, error) { return nil, nil }
-	if d, _, err := chooseDevice("auto", false, false, none, ok, quiet); err != nil || d.gpu {
+	if d, _, err := chooseDevice("auto", false, false, FP32, env(none), quiet); err != nil || d.gpu {
 		t.Errorf("no GPUs: %v %v", d, err)
 	}
 	broken := func() ([]gpuInfo, error) { return nil, errors.New("nvml init: driver not loaded") }
-	if d, _, err := chooseDevice("auto", false, false, broken, ok, quiet); err != nil || d.gpu {
+	if d, _, err := chooseDevice("auto", false, false, FP32, env(broken), quiet); err != nil || d.gpu {
 		t.Errorf("NVML error, auto: %v %v", d, err)
 	}
-	if _, _, err := chooseDevice("cuda:0", false, false, broken, ok, quiet); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "driver not loaded") {
+	if _, _, err := chooseDevice("cuda:0", false, false, FP32, env(broken), quiet); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "driver not loaded") {
 		t.Errorf("NVML error, cuda:0: %v, want ErrNoDevice with NVML's reason", err)
 	}
-	if d, note, err := chooseDevice("cuda:7", false, true, gpus, ok, quiet); err != nil || d.gpu || !strings.Contains(note, "3 GPU(s)") {
+	if d, note, err := chooseDevice("cuda:7", false, true, FP32, env(gpus), quiet); err != nil || d.gpu || !strings.Contains(note, "3 GPU(s)") {
 		t.Errorf("cuda:7 of 3 with fallback: %v %q %v, want the CPU and a note naming the 3 GPUs", d, note, err)
-	}
-}
-
-func TestGPUBatchSizeFollowsFreeMemory(t *testing.T) {
-	per := int64(20 << 20) // 20 MiB of activations per sample
-	small := gpuBatchSize(1<<30, 100<<20, per)
-	large := gpuBatchSize(40<<30, 100<<20, per)
-	if small < 1 || large <= small || large > 256 {
-		t.Errorf("batch sizes %d (1 GiB free) and %d (40 GiB free)", small, large)
-	}
-	if int64(small)*per > (1<<30)/2 {
-		t.Errorf("batch %d of %d bytes each exceeds half of 1 GiB", small, per)
-	}
-	if b := gpuBatchSize(100<<20, 100<<20, per); b != 1 {
-		t.Errorf("almost no memory: batch %d, want 1", b)
 	}
 }

@@ -7,4 +7,14 @@
 // requested layer (graph/ finds the layers and prunes the model). The result
 // is returned as the bytes of a .npy file (npy.go). Nothing here knows about
 // FUSE, S3 or the cache.
+//
+// Devices: ortlib.go reads the ONNX Runtime library's version and finds its
+// provider libraries; cudalibs.go finds and loads the CUDA libraries without
+// LD_LIBRARY_PATH; device.go chooses the device (NVML, a probe session) and
+// says in one line why a GPU is not used; ort.go appends the CUDA provider
+// (as a plugin execution provider for the CPU build of the core) with its
+// options; gpubatch.go sizes GPU batches from measured memory; gpumem.go
+// allocates pinned host buffers; batch.go runs several batches in flight on
+// a GPU; diagnose.go is what `featurefs doctor` reports. docs/GPU.md says
+// what has run on a GPU and what has not yet.
 package extractor

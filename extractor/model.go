@@ -119,6 +119,10 @@ func shapeString(s []int64) string {
 	return strings.Join(parts, "x")
 }
 
+// InputElements returns the number of float32s of one sample's input
+// (channels x crop x crop).
+func (m *Model) InputElements() int { return m.inputElems() }
+
 // inputElems is the number of input elements per sample.
 func (m *Model) inputElems() int {
 	n := 1

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -23,7 +24,10 @@ import (
 var ErrORTLibrary = errors.New("onnx runtime library unavailable")
 
 // DefaultORTLib returns $FEATUREFS_ORT_LIB, else
-// ~/.cache/featurefs/lib/libonnxruntime.so.1.
+// ~/.cache/featurefs/lib/onnxruntime-1.29.0/libonnxruntime.so.1, where
+// scripts/install-deps.sh installs ONNX Runtime with its GPU providers
+// beside it (ONNX Runtime loads providers from the directory of the core
+// library, so each version has a directory of its own).
 func DefaultORTLib() string {
 	if p := os.Getenv("FEATUREFS_ORT_LIB"); p != "" {
 		return p
@@ -32,8 +36,12 @@ func DefaultORTLib() string {
 	if err != nil {
 		home = os.TempDir()
 	}
-	return filepath.Join(home, ".cache", "featurefs", "lib", "libonnxruntime.so.1")
+	return filepath.Join(home, ".cache", "featurefs", ORTLibRel)
 }
+
+// ORTLibRel is where scripts/install-deps.sh puts the ONNX Runtime core
+// library, relative to its $FEATUREFS_DEPS (~/.cache/featurefs).
+const ORTLibRel = "lib/onnxruntime-" + ORTVersion + "/libonnxruntime.so.1"
 
 // ortProcess is the process-wide ONNX Runtime environment. onnxruntime_go
 // keeps exactly one environment per process in its own package state, so
@@ -62,6 +70,13 @@ func initORT(lib string) error {
 	if ort.IsInitialized() {
 		return nil
 	}
+	info, err := ProbeORTLib(lib)
+	if err != nil {
+		return err
+	}
+	if !info.APIOK {
+		return errORTTooOld(info)
+	}
 	ort.SetSharedLibraryPath(lib)
 	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrORTLibrary, lib, err)
@@ -72,10 +87,11 @@ func initORT(lib string) error {
 
 // sessionConfig is how sessions are made: threads and execution provider.
 type sessionConfig struct {
-	threads  int
-	gpu      bool
-	gpuIndex int
-	tensorRT bool
+	threads   int
+	gpu       bool
+	gpuIndex  int
+	tensorRT  bool
+	precision Precision // on a GPU; "" is FP32
 }
 
 // newSessionOptions builds ONNX Runtime session options for c. The caller
@@ -111,39 +127,169 @@ func newSessionOptions(c sessionConfig) (*ort.SessionOptions, error) {
 		return fail(fmt.Errorf("session config: %w", err))
 	}
 	if c.gpu {
-		if err := appendGPUProviders(o, c.gpuIndex, c.tensorRT); err != nil {
+		if err := appendGPUProviders(o, c); err != nil {
 			return fail(err)
 		}
 	}
 	return o, nil
 }
 
-// appendGPUProviders appends TensorRT (when asked) and CUDA for GPU index.
-func appendGPUProviders(o *ort.SessionOptions, index int, tensorRT bool) error {
-	dev := strconv.Itoa(index)
-	if tensorRT {
+// cudaProviderOptions are the CUDA provider's options for GPU index in
+// precision p (ONNX Runtime's CUDA execution provider documentation names
+// them): cuDNN tries every convolution algorithm on the first run of each
+// input shape and keeps the fastest, with as much workspace as it wants
+// (throughput over first-run latency); the memory arena grows by what is
+// asked, so that the measured per-sample memory (gpubatch.go) is what a
+// batch takes; copies run on the compute stream of each Run; TF32 only
+// with Precision TF32.
+func cudaProviderOptions(index int, p Precision) map[string]string {
+	tf32 := "0"
+	if p == TF32 {
+		tf32 = "1"
+	}
+	return map[string]string{
+		"device_id":                    strconv.Itoa(index),
+		"cudnn_conv_algo_search":       "EXHAUSTIVE",
+		"cudnn_conv_use_max_workspace": "1",
+		"arena_extend_strategy":        "kSameAsRequested",
+		"do_copy_in_default_stream":    "1",
+		"use_tf32":                     tf32,
+	}
+}
+
+// tensorRTProviderOptions are the TensorRT provider's options: FP16
+// engines only with Precision FP16; engines and timing caches kept under
+// ~/.cache/featurefs/tensorrt (TensorRT builds an engine per input shape,
+// which takes tens of seconds).
+func tensorRTProviderOptions(index int, p Precision) map[string]string {
+	fp16 := "0"
+	if p == FP16 {
+		fp16 = "1"
+	}
+	dir := filepath.Join(os.TempDir(), "featurefs-tensorrt")
+	if home, err := os.UserHomeDir(); err == nil {
+		dir = filepath.Join(home, ".cache", "featurefs", "tensorrt")
+	}
+	return map[string]string{
+		"device_id":               strconv.Itoa(index),
+		"trt_fp16_enable":         fp16,
+		"trt_engine_cache_enable": "1",
+		"trt_engine_cache_path":   dir,
+		"trt_timing_cache_enable": "1",
+		"trt_timing_cache_path":   dir,
+	}
+}
+
+// appendGPUProviders appends TensorRT (when c asks) and CUDA for c's GPU.
+func appendGPUProviders(o *ort.SessionOptions, c sessionConfig) error {
+	if c.tensorRT {
 		t, err := ort.NewTensorRTProviderOptions()
 		if err != nil {
 			return fmt.Errorf("tensorrt provider: %w", err)
 		}
 		defer t.Destroy()
-		if err := t.Update(map[string]string{"device_id": dev, "trt_fp16_enable": "1", "trt_engine_cache_enable": "1"}); err != nil {
+		opts := tensorRTProviderOptions(c.gpuIndex, c.precision)
+		if err := os.MkdirAll(opts["trt_engine_cache_path"], 0o755); err != nil {
+			return fmt.Errorf("tensorrt engine cache: %w", err)
+		}
+		if err := t.Update(opts); err != nil {
 			return fmt.Errorf("tensorrt provider options: %w", err)
 		}
 		if err := o.AppendExecutionProviderTensorRT(t); err != nil {
 			return fmt.Errorf("tensorrt provider: %w", err)
 		}
 	}
-	c, err := ort.NewCUDAProviderOptions()
+	return appendCUDA(o, c)
+}
+
+// cudaEPName is the CUDA provider's name in ONNX Runtime.
+const cudaEPName = "CUDAExecutionProvider"
+
+// cudaPluginState is the CUDA provider library registered with the
+// environment as a plugin execution provider library.
+type cudaPluginState struct {
+	mu         sync.Mutex
+	registered bool // GUARDED_BY(mu)
+}
+
+var cudaPlugin cudaPluginState
+
+// registerCUDAPlugin registers libonnxruntime_providers_cuda.so, next to
+// the core library, with the environment, once per process (a failure is
+// tried again next time). The CUDA libraries must be loaded first: the
+// provider counts the CUDA devices when it is registered.
+func registerCUDAPlugin() error {
+	cudaPlugin.mu.Lock()
+	defer cudaPlugin.mu.Unlock()
+	if cudaPlugin.registered {
+		return nil
+	}
+	ortProc.mu.Lock()
+	lib := ortProc.lib
+	ortProc.mu.Unlock()
+	path := filepath.Join(filepath.Dir(lib), "libonnxruntime_providers_cuda.so")
+	if err := ort.RegisterExecutionProviderLibrary("CUDA", path); err != nil {
+		return fmt.Errorf("registering %s: %w", path, err)
+	}
+	cudaPlugin.registered = true
+	return nil
+}
+
+// appendCUDA appends ONNX Runtime's CUDA provider for c's GPU. The CPU
+// build of the core (what scripts/install-ort.sh installs) cannot load
+// the provider through the classic call ("CUDA execution provider is not
+// enabled in this build"), but it can as a plugin: the provider library
+// is registered with the environment, ONNX Runtime lists one device per
+// NVIDIA GPU its device discovery finds (/sys/class/drm, else
+// /sys/bus/pci/devices) and the session gets the one for cuda:N. A core
+// built with CUDA takes the classic call when the plugin path fails.
+//
+// NOT YET RUN ON A GPU: the plugin path is written against ONNX Runtime
+// 1.29's C API and its CUDA provider's source; here it is exercised up to
+// the provider library failing to load.
+func appendCUDA(o *ort.SessionOptions, c sessionConfig) error {
+	opts := cudaProviderOptions(c.gpuIndex, c.precision)
+	regErr := registerCUDAPlugin()
+	if regErr == nil {
+		devs, err := ort.GetEpDevices()
+		if err != nil {
+			return fmt.Errorf("cuda provider devices: %w", err)
+		}
+		var cuda []ort.EpDevice
+		for _, d := range devs {
+			if d.EpName() == cudaEPName {
+				cuda = append(cuda, d)
+			}
+		}
+		if c.gpuIndex >= len(cuda) {
+			return fmt.Errorf("ONNX Runtime's CUDA provider has %d device(s), not cuda:%d (its device discovery reads /sys/class/drm and /sys/bus/pci/devices)", len(cuda), c.gpuIndex)
+		}
+		// The provider numbers its devices in the order discovery lists
+		// them, and each device carries its own device_id.
+		delete(opts, "device_id")
+		if err := o.AppendExecutionProviderV2([]ort.EpDevice{cuda[c.gpuIndex]}, opts); err != nil {
+			return fmt.Errorf("cuda provider: %w", err)
+		}
+		return nil
+	}
+	// The classic call, for a core built with CUDA. A CPU build says "not
+	// enabled in this build": then the plugin's error is the one to show.
+	classic := func(err error) error {
+		if strings.Contains(err.Error(), "not enabled in this build") {
+			return fmt.Errorf("cuda provider: %w", regErr)
+		}
+		return fmt.Errorf("cuda provider: %w (as a plugin: %v)", err, regErr)
+	}
+	co, err := ort.NewCUDAProviderOptions()
 	if err != nil {
-		return fmt.Errorf("cuda provider: %w", err)
+		return classic(err)
 	}
-	defer c.Destroy()
-	if err := c.Update(map[string]string{"device_id": dev}); err != nil {
-		return fmt.Errorf("cuda provider options: %w", err)
+	defer co.Destroy()
+	if err := co.Update(opts); err != nil {
+		return classic(err)
 	}
-	if err := o.AppendExecutionProviderCUDA(c); err != nil {
-		return fmt.Errorf("cuda provider: %w", err)
+	if err := o.AppendExecutionProviderCUDA(co); err != nil {
+		return classic(err)
 	}
 	return nil
 }
@@ -161,6 +307,10 @@ type ortSession struct {
 	inShape  []int64 // per sample
 	outShape []int64 // per sample
 	fixed    int     // the batch size the graph fixes; 0 when symbolic
+	// pow2 pads each run up to a power of two (GPU): every new input shape
+	// costs cuDNN an algorithm search, so a few shapes are run, not every
+	// partial batch size.
+	pow2 bool
 }
 
 // newORTSession loads the pruned model onnx with one input and one output.
@@ -176,7 +326,7 @@ func newORTSession(onnx []byte, input, output string, inShape, outShape []int64,
 	if err != nil {
 		return nil, fmt.Errorf("onnx runtime session: %w", err)
 	}
-	return &ortSession{s: s, inShape: inShape, outShape: outShape, fixed: fixed}, nil
+	return &ortSession{s: s, inShape: inShape, outShape: outShape, fixed: fixed, pow2: c.gpu}, nil
 }
 
 func batchShape(n int, per []int64) ort.Shape {
@@ -190,6 +340,9 @@ func batchShape(n int, per []int64) ort.Shape {
 // inference, so the padding changes no real output and its outputs are
 // dropped).
 func (o *ortSession) run(n int, in, out []float32) error {
+	if o.fixed == 0 && o.pow2 {
+		return o.runPow2(n, in, out)
+	}
 	if o.fixed == 0 || n == o.fixed {
 		return o.runOnce(n, in, out)
 	}
@@ -209,6 +362,35 @@ func (o *ortSession) run(n int, in, out []float32) error {
 			return err
 		}
 		copy(out[off*oe:(off+k)*oe], pout)
+	}
+	return nil
+}
+
+// runPow2 runs n samples as a batch of the next power of two, the padding
+// zero and its outputs dropped. It pads in place when in and out have the
+// capacity (the scheduler's buffers are sized for a power-of-two batch),
+// else in new buffers.
+func (o *ortSession) runPow2(n int, in, out []float32) error {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	if p == n {
+		return o.runOnce(n, in, out)
+	}
+	ie, oe := int(shapeElems(o.inShape)), int(shapeElems(o.outShape))
+	pin, pout := in[:n*ie], out[:n*oe]
+	if cap(pin) >= p*ie && cap(pout) >= p*oe {
+		pin, pout = pin[:p*ie], pout[:p*oe]
+	} else {
+		pin, pout = append(make([]float32, 0, p*ie), pin...)[:p*ie], make([]float32, p*oe)
+	}
+	clear(pin[n*ie:])
+	if err := o.runOnce(p, pin, pout); err != nil {
+		return err
+	}
+	if &pout[0] != &out[0] {
+		copy(out[:n*oe], pout)
 	}
 	return nil
 }

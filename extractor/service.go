@@ -19,14 +19,27 @@ var ErrUnknownLayer = errors.New("unknown layer")
 // Config tunes a Service. Zero fields take DefaultConfig's values.
 type Config struct {
 	// ORTLib is the path of libonnxruntime.so. Default: $FEATUREFS_ORT_LIB,
-	// else ~/.cache/featurefs/lib/libonnxruntime.so.1.
+	// else ~/.cache/featurefs/lib/onnxruntime-1.29.0/libonnxruntime.so.1.
+	// The GPU providers are looked for in its directory.
 	ORTLib string
 	// Device is auto, cpu, cuda or cuda:N. auto uses the GPU with the most
-	// free memory when NVML and ONNX Runtime's CUDA provider are there, the
-	// CPU otherwise.
+	// free memory when NVML, the CUDA libraries and ONNX Runtime's CUDA
+	// provider are there, the CPU otherwise.
 	Device string
-	// TensorRT puts ONNX Runtime's TensorRT provider (FP16) before CUDA.
+	// TensorRT puts ONNX Runtime's TensorRT provider before CUDA; without
+	// TensorRT's libraries it runs on CUDA, saying so in one WARN line.
 	TensorRT bool
+	// Precision is the GPU's arithmetic: FP32 (default), TF32 (cuDNN and
+	// cuBLAS on TF32 tensor cores) or FP16 (TensorRT only). The CPU always
+	// computes in float32.
+	Precision Precision
+	// CUDALibDir lists directories (colon-separated) searched first for the
+	// CUDA libraries, before $FEATUREFS_CUDA_LIB_DIR, the loader's paths,
+	// /usr/local/cuda* and Python environments' nvidia/*/lib (cudalibs.go).
+	CUDALibDir string
+	// InFlight is how many batches run at once: 0 is 1 on the CPU and
+	// 3 on a GPU (upload, compute and download overlap).
+	InFlight int
 	// AllowCPUFallback runs on the CPU when an explicitly asked-for GPU
 	// (Device cuda or cuda:N, or TensorRT) cannot be had; New then fails
 	// with ErrNoDevice without it. Service.Fallback says why.
@@ -55,7 +68,9 @@ type Config struct {
 	// MaxPending bounds the distinct requests in flight; Extract waits for
 	// room beyond it. Default 4096.
 	MaxPending int
-	// NVMLLib is the NVML library to load (default libnvidia-ml.so.1).
+	// NVMLLib is the NVML library to load. Default: libnvidia-ml.so.1 where
+	// the CUDA libraries are searched for (CUDALibDir), else from the
+	// loader's paths.
 	NVMLLib string
 }
 
@@ -107,6 +122,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxPending <= 0 {
 		c.MaxPending = d.MaxPending
 	}
+	if c.Precision == "" {
+		c.Precision = FP32
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -115,6 +133,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BatchSize < 0 {
 		return c, fmt.Errorf("batch size %d: want 0 (auto) or more", c.BatchSize)
+	}
+	switch c.Precision {
+	case FP32, TF32:
+	case FP16:
+		if !c.TensorRT {
+			return c, fmt.Errorf("precision fp16 needs TensorRT (the CUDA provider runs fp32 or tf32)")
+		}
+	default:
+		return c, fmt.Errorf("precision %q: want fp32, tf32 or fp16", c.Precision)
 	}
 	return c, nil
 }
@@ -149,9 +176,20 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 	if err := initORT(cfg.ORTLib); err != nil {
 		return nil, err
 	}
-	dev, noGPU, err := chooseDevice(cfg.Device, cfg.TensorRT, cfg.AllowCPUFallback, nvmlGPUs(cfg.NVMLLib), ortCUDAProbe, cfg.Logger)
+	search := defaultCUDASearch(cfg.CUDALibDir)
+	env := ortGPUEnv(cfg.ORTLib, cfg.NVMLLib, search)
+	dev, noGPU, err := chooseDevice(cfg.Device, cfg.TensorRT, cfg.AllowCPUFallback, cfg.Precision, env, cfg.Logger)
 	if err != nil {
 		return nil, err
+	}
+	if dev.gpu {
+		cfg.NVMLLib = resolveNVML(cfg.NVMLLib, search)
+	}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = 1
+		if dev.gpu {
+			cfg.InFlight = gpuInflight
+		}
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, dev: dev, noGPU: noGPU, models: map[string]*Model{}}
 	for _, spec := range specs {
@@ -167,7 +205,7 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		s.logFixedBatch(m)
 	}
 	releaseMemory()
-	sc := sessionConfig{threads: cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT}
+	sc := sessionConfig{threads: cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT, precision: cfg.Precision}
 	s.pool = newSessionPool(cfg.MaxSessions, func(k sessionKey) (inferSession, error) {
 		m := s.models[k.model]
 		if k.from != "" {
@@ -192,6 +230,9 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 
 func (s *Service) schedConfig() schedConfig {
 	largest := max(s.cfg.BatchSize, maxAutoBatch)
+	if s.dev.gpu && s.cfg.BatchSize == 0 {
+		largest = maxGPUBatch
+	}
 	for _, m := range s.order {
 		largest = max(largest, m.fixedBatch)
 	}
@@ -204,6 +245,10 @@ func (s *Service) schedConfig() schedConfig {
 		dtype:     s.cfg.DType,
 		log:       s.log,
 		batchSize: s.chooseBatch,
+		inflight:  s.cfg.InFlight,
+		alloc: hostAllocator(s.dev.gpu, s.dev.index, func(err error) {
+			s.log.Warn("pinned host memory unavailable; GPU batches use ordinary memory", "err", err)
+		}),
 	}
 }
 
@@ -235,9 +280,7 @@ func (s *Service) chooseBatch(ctx context.Context, m *Model, l Layer) int {
 		return s.cfg.BatchSize
 	}
 	if s.dev.gpu {
-		b := gpuBatchSize(s.dev.free, m.weight, m.actBytes[l.Index])
-		s.log.Info("batch size from GPU memory", "model", m.Name, "layer", l.Name, "batch", b, "free_bytes", s.dev.free, "activation_bytes_per_sample", m.actBytes[l.Index])
-		return b
+		return chooseGPUBatch(ctx, ortRunner{pool: s.pool}, m, l, s.dev.free, s.cfg.InFlight, nvmlFree(s.cfg.NVMLLib, s.dev.index), s.log)
 	}
 	return chooseCPUBatch(ctx, ortRunner{pool: s.pool}, m, l, s.log)
 }
@@ -272,6 +315,35 @@ func (r ortRunner) run(ctx context.Context, m *Model, l Layer, n int, in, out []
 	return e.s.run(n, in, out)
 }
 
+// RunBatch runs n inputs packed in in (n*Model.InputElements() floats)
+// through layer of model on the service's device and writes the n outputs
+// to out (n*Layer.Elements() floats), bypassing the scheduler: the bare
+// ONNX Runtime path, for benchmarks and tools. It may run concurrently with
+// itself and with Extract.
+func (s *Service) RunBatch(ctx context.Context, model string, layer, n int, in, out []float32) error {
+	m, ok := s.models[model]
+	if !ok {
+		return fmt.Errorf("run batch: %w %q", ErrUnknownModel, model)
+	}
+	if layer < 0 || layer >= len(m.Layers) {
+		return fmt.Errorf("run batch: %w %d of model %s", ErrUnknownLayer, layer, model)
+	}
+	l := m.Layers[layer]
+	ie, oe := m.inputElems(), int(l.Elements())
+	if n < 1 || len(in) < n*ie || len(out) < n*oe {
+		return fmt.Errorf("run batch: %d inputs need %d input and %d output floats, got %d and %d", n, n*ie, n*oe, len(in), len(out))
+	}
+	return ortRunner{pool: s.pool}.run(ctx, m, l, n, in[:n*ie], out[:n*oe])
+}
+
+// HostBuffer returns n float32s of the memory batches are packed in on the
+// service's device (pinned host memory on a GPU, ordinary memory on the
+// CPU) and the function that frees it (nil: nothing to free).
+func (s *Service) HostBuffer(n int) ([]float32, func()) { return s.sched.cfg.alloc(n) }
+
+// InFlight returns how many batches run at once (Config.InFlight).
+func (s *Service) InFlight() int { return s.cfg.InFlight }
+
 // Models returns the loaded models in the order given to New.
 func (s *Service) Models() []*Model { return append([]*Model(nil), s.order...) }
 
@@ -302,6 +374,9 @@ func (s *Service) DType() DType { return s.cfg.DType }
 
 // Device returns where inference runs: "cpu" or "cuda:N".
 func (s *Service) Device() string { return s.dev.String() }
+
+// TensorRT reports whether inference runs through TensorRT.
+func (s *Service) TensorRT() bool { return s.dev.tensorRT }
 
 // Fallback returns, in one line, why an explicitly asked-for GPU is not
 // used (Config.AllowCPUFallback let it run on the CPU instead), or "".

@@ -46,6 +46,8 @@ type fileOptions struct {
 	Device          *string              `yaml:"device"`
 	TensorRT        *bool                `yaml:"tensorrt"`
 	CPUFallback     *bool                `yaml:"allow-cpu-fallback"`
+	Precision       *string              `yaml:"precision"`
+	CUDALibDir      *string              `yaml:"cuda-lib-dir"`
 	DType           *string              `yaml:"dtype"`
 	BatchSize       *int                 `yaml:"batch-size"`
 	MetadataTTL     *string              `yaml:"metadata-ttl"`
@@ -153,6 +155,10 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	setStr(&o.LogFile, f.LogFile)
 	setStr(&o.MetricsAddr, f.MetricsAddr)
 	setStr(&o.ORTLib, f.ORTLib)
+	setStr(&o.CUDALibDir, f.CUDALibDir)
+	if f.Precision != nil {
+		o.Precision = extractor.Precision(*f.Precision)
+	}
 	setStr(&o.Prefetch, f.Prefetch)
 	if f.PrefetchLimit != nil {
 		o.PrefetchLimit = *f.PrefetchLimit

@@ -48,8 +48,19 @@ type Options struct {
 	// cpu, cuda or cuda:N (--device).
 	Device string
 	// TensorRT runs models through ONNX Runtime's TensorRT provider on CUDA
-	// devices (--tensorrt).
+	// devices; without TensorRT's libraries on a usable GPU, CUDA runs
+	// them, with one warning (--tensorrt).
 	TensorRT bool
+	// Precision is the GPU's arithmetic: fp32 (TF32 off, the default),
+	// tf32 (cuDNN and cuBLAS on TF32 tensor cores, Ampere and later) or
+	// fp16 (TensorRT FP16 engines; only with --tensorrt). The CPU always
+	// computes in float32 (--precision).
+	Precision extractor.Precision
+	// CUDALibDir lists directories (colon-separated) searched first for
+	// the CUDA and cuDNN libraries the GPU needs, before
+	// $FEATUREFS_CUDA_LIB_DIR, the loader's paths, /usr/local/cuda* and the
+	// nvidia/*/lib folders of Python environments (--cuda-lib-dir).
+	CUDALibDir string
 	// AllowCPUFallback lets an explicitly asked-for GPU (--device cuda,
 	// cuda:N or --tensorrt) that cannot be had fall back to the CPU, with a
 	// warning on stderr, instead of failing with exit code 4
@@ -102,8 +113,9 @@ type Options struct {
 	// 127.0.0.1:9090). Empty: none.
 	MetricsAddr string
 
-	// ORTLib is the path of libonnxruntime (--ort-lib). Default:
-	// $FEATUREFS_ORT_LIB, else ~/.cache/featurefs/lib/libonnxruntime.so.1.
+	// ORTLib is the path of libonnxruntime (--ort-lib); its GPU providers
+	// are looked for in its directory. Default: $FEATUREFS_ORT_LIB, else
+	// ~/.cache/featurefs/lib/onnxruntime-1.29.0/libonnxruntime.so.1.
 	ORTLib string
 
 	// ImageExtensions are the object extensions shown as .npy files, without
@@ -155,12 +167,13 @@ func Default() Options {
 	base := filepath.Join(home, ".cache", "featurefs")
 	ort := os.Getenv("FEATUREFS_ORT_LIB")
 	if ort == "" {
-		ort = filepath.Join(base, "lib", "libonnxruntime.so.1")
+		ort = filepath.Join(base, filepath.FromSlash(extractor.ORTLibRel))
 	}
 	return Options{
 		CacheDir:        filepath.Join(base, "cache"),
 		CacheSize:       10 * GiB,
 		Device:          "auto",
+		Precision:       extractor.FP32,
 		DType:           extractor.Float32,
 		MetadataTTL:     60 * time.Second,
 		NegativeTTL:     5 * time.Minute,
@@ -345,6 +358,17 @@ func (o *Options) Validate() error {
 	} else if o.Device == "cpu" && o.AllowCPUFallback {
 		bad("--allow-cpu-fallback: --device cpu asks for no GPU to fall back from; drop one of them")
 	}
+	switch o.Precision {
+	case extractor.FP32:
+	case extractor.TF32, extractor.FP16:
+		if o.Device == "cpu" {
+			bad("--precision %s: the CPU computes in fp32; drop --precision or use --device auto, cuda or cuda:N", o.Precision)
+		} else if o.Precision == extractor.FP16 && !o.TensorRT {
+			bad("--precision fp16 needs --tensorrt (the CUDA provider runs fp32 or tf32)")
+		}
+	default:
+		bad("--precision %q: want fp32, tf32 or fp16", o.Precision)
+	}
 	if o.DType != extractor.Float32 && o.DType != extractor.Float16 {
 		bad("--dtype %q: want float32 or float16", o.DType)
 	}
@@ -373,7 +397,7 @@ func (o *Options) Validate() error {
 	if o.ORTLib == "" {
 		bad("--ort-lib: must not be empty: name libonnxruntime.so (or set FEATUREFS_ORT_LIB)")
 	} else if _, err := os.Stat(o.ORTLib); err != nil {
-		badFile("--ort-lib %s: %v: install ONNX Runtime 1.24 (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err))
+		badFile("--ort-lib %s: %v: install ONNX Runtime %s (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err), extractor.ORTVersion)
 	}
 	if len(o.ImageExtensions) == 0 {
 		bad("--image-extensions: must name at least one extension, e.g. jpg,jpeg,png")

@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
 # Installs everything featurefs needs to build, test and run its demo on a
-# fresh Debian 12 machine (as root): apt packages, the ONNX Runtime shared
-# library (from the onnxruntime-node npm package), a MinIO server binary and
-# the Go modules. Idempotent: a second run only checks.
+# fresh Debian 12 machine (as root): apt packages, ONNX Runtime 1.29.0
+# (scripts/install-ort.sh: the core library, and its CUDA and TensorRT
+# providers on a machine with an NVIDIA GPU or with --gpu /
+# FEATUREFS_GPU=1), a MinIO server binary and the Go modules. Idempotent: a
+# second run only checks.
+#
+#   scripts/install-deps.sh [--gpu]
 #
 # Where things go: $FEATUREFS_DEPS (default ~/.cache/featurefs):
-#   lib/libonnxruntime.so.1   ONNX Runtime 1.24.1, CPU build
+#   lib/onnxruntime-1.29.0/   ONNX Runtime: libonnxruntime.so.1, GPU providers
 #   bin/minio                 MinIO server
 #   go/                       a Go toolchain, only when none is on PATH
 #                             (the golang.org/toolchain module, fetched by
 #                             Debian's Go 1.19 from the Go module proxy)
 set -euo pipefail
 
-ORT_VERSION=1.24.1
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 DEPS=${FEATUREFS_DEPS:-$HOME/.cache/featurefs}
 mkdir -p "$DEPS/lib" "$DEPS/bin"
 
 log() { echo "install-deps: $*" >&2; }
+
+ort_args=()
+for a in "$@"; do
+  case $a in
+  --gpu) ort_args+=(--gpu) ;;
+  *) log "unknown argument $a (want --gpu)"; exit 2 ;;
+  esac
+done
 
 need_apt=()
 # fuse3: mounts; python3-*: the demo, tests and model export; gcc, libc6-dev:
@@ -67,14 +78,7 @@ if ! command -v go >/dev/null; then
   go version >&2
 fi
 
-if [ ! -s "$DEPS/lib/libonnxruntime.so.1" ]; then
-  log "fetching libonnxruntime $ORT_VERSION (npm onnxruntime-node)"
-  tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent "onnxruntime-node@$ORT_VERSION" >/dev/null && tar xzf onnxruntime-node-*.tgz)
-  cp "$tmp/package/bin/napi-v6/linux/x64/libonnxruntime.so.1" "$DEPS/lib/libonnxruntime.so.1.tmp"
-  mv "$DEPS/lib/libonnxruntime.so.1.tmp" "$DEPS/lib/libonnxruntime.so.1"
-  rm -rf "$tmp"
-fi
+ORT_LIB=$(FEATUREFS_DEPS=$DEPS bash "$(dirname "$0")/install-ort.sh" "${ort_args[@]}")
 
 if [ ! -x "$DEPS/bin/minio" ]; then
   log "building minio $MINIO_VERSION (takes a few minutes)"
@@ -84,4 +88,4 @@ fi
 if [ -f go.mod ]; then
   go mod download
 fi
-log "ok: FEATUREFS_ORT_LIB=$DEPS/lib/libonnxruntime.so.1 MINIO=$DEPS/bin/minio"
+log "ok: FEATUREFS_ORT_LIB=$ORT_LIB MINIO=$DEPS/bin/minio"

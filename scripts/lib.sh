@@ -4,7 +4,7 @@
 PY=/usr/bin/python3
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DEPS=${FEATUREFS_DEPS:-$HOME/.cache/featurefs}
-export FEATUREFS_ORT_LIB=${FEATUREFS_ORT_LIB:-$DEPS/lib/libonnxruntime.so.1}
+export FEATUREFS_ORT_LIB=${FEATUREFS_ORT_LIB:-$DEPS/lib/onnxruntime-1.29.0/libonnxruntime.so.1}
 BIN=${FEATUREFS_BIN:-$REPO/bin/featurefs}
 
 # model_path NAME: a torchvision model exported with random seeded weights

@@ -186,8 +186,8 @@ func TestMountExitCodes(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(full, "keep.txt")); err != nil || string(b) != "mine" {
 		t.Errorf("keep.txt after unmounting: %q, %v", b, err)
 	}
-	if l := logLines(t, logFile, "no usable GPU"); len(l) != 1 || !strings.Contains(l[0], "level=INFO") {
-		t.Errorf("--device auto without a GPU: log lines about it %q, want one INFO line", l)
+	if l := logLines(t, logFile, "GPU unavailable: "); len(l) != 1 || !strings.Contains(l[0], "level=INFO") || !strings.Contains(l[0], "; running on the CPU") {
+		t.Errorf("--device auto without a GPU: log lines about it %q, want one INFO line \"GPU unavailable: WHY; running on the CPU\"", l)
 	}
 	if l := logLines(t, logFile, "level=WARN", "GPU"); len(l) != 0 {
 		t.Errorf("--device auto warned about the GPU in the log: %q", l)

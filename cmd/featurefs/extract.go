@@ -54,6 +54,8 @@ func runExtract(args []string) int {
 	tensorRT := fl.Bool("tensorrt", false, "use ONNX Runtime's TensorRT provider on a GPU")
 	allowCPU := fl.Bool("allow-cpu-fallback", false, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
 	fastDecode := fl.Bool("fast-decode", false, "decode JPEGs at least 2, 4 or 8 times larger than the resize needs at 1/2, 1/4 or 1/8 (libjpeg DCT scaling): faster on large photos, not bit-exact with torchvision")
+	precision := fl.String("precision", string(extractor.FP32), "GPU arithmetic: fp32, tf32 (TF32 tensor cores) or fp16 (with --tensorrt)")
+	cudaLibDir := fl.String("cuda-lib-dir", "", "`directories` (colon-separated) searched first for the CUDA and cuDNN libraries (or FEATUREFS_CUDA_LIB_DIR)")
 	logLevel := fl.String("log-level", "warn", "debug, info, warn or error")
 	pos, err := parseInterspersed(fl, args)
 	if err != nil {
@@ -71,6 +73,14 @@ func runExtract(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs extract: --log-level %q: %v\n", *logLevel, err)
 		return exitUsage
 	}
+	switch p := extractor.Precision(*precision); {
+	case p != extractor.FP32 && p != extractor.TF32 && p != extractor.FP16:
+		fmt.Fprintf(os.Stderr, "featurefs extract: --precision %q: want fp32, tf32 or fp16\n", *precision)
+		return exitUsage
+	case p == extractor.FP16 && !*tensorRT:
+		fmt.Fprintln(os.Stderr, "featurefs extract: --precision fp16 needs --tensorrt (the CUDA provider runs fp32 or tf32)")
+		return exitUsage
+	}
 	names, err := outputPaths(pos, *relTo)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs extract: "))
@@ -79,6 +89,7 @@ func runExtract(args []string) int {
 	cfg := def
 	cfg.ORTLib, cfg.Device, cfg.TensorRT, cfg.AllowCPUFallback, cfg.BatchSize = *ortLib, *device, *tensorRT, *allowCPU, *batch
 	cfg.DType = extractor.DType(*dtype)
+	cfg.Precision, cfg.CUDALibDir = extractor.Precision(*precision), *cudaLibDir
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	name := strings.TrimSuffix(filepath.Base(*modelPath), filepath.Ext(*modelPath))
 	pre := extractor.DefaultPreprocess()

@@ -20,6 +20,8 @@ Usage:
   featurefs stats [--json] MOUNTPOINT         live figures of a mount
   featurefs warm PATH                          extract everything under a feature directory, with progress
   featurefs serve [flags] SOURCE              near-data feature server (docs/SERVE.md)
+  featurefs doctor [--json]                   ONNX Runtime, GPUs, CUDA libraries: what --device auto runs on
+  featurefs bench --model M.onnx [flags] DIR  extraction throughput on the images in DIR (JSON)
   featurefs version
 
 Run 'featurefs COMMAND -h' for a command's flags.
@@ -51,6 +53,10 @@ func run(args []string) int {
 		return runStats(rest)
 	case "serve":
 		return runServe(rest)
+	case "doctor":
+		return runDoctor(rest)
+	case "bench":
+		return runBench(rest)
 	case "version", "--version", "-v":
 		fmt.Println("featurefs", version)
 		return 0

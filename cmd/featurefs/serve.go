@@ -187,15 +187,17 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 			errc <- hs.Serve(ln)
 		}
 	}()
+	// SIGTERM and SIGINT are caught before the "listening" line: whoever
+	// waits for that line to stop the server must not kill it.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	addr := scheme + "://" + ln.Addr().String()
 	log.Info("featurefs serve: listening", slog.String("addr", addr), slog.String("source", b.Identity()),
 		slog.String("device", svc.Device()), slog.Int("models", len(o.Models)), slog.Bool("auth", !so.NoAuth))
 	// One line on stderr names the address (useful with --listen HOST:0).
 	fmt.Fprintf(os.Stderr, "featurefs serve: listening on %s\n", addr)
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	select {
 	case err := <-errc:
 		return failf(exitOther, "serving: %w", err)

@@ -51,12 +51,14 @@ func RepoRoot(t testing.TB) string {
 }
 
 // ORTLib returns the path of libonnxruntime: $FEATUREFS_ORT_LIB, else the one
-// install-deps.sh fetched. It fails the test when the file is missing.
+// install-deps.sh fetched (extractor.ORTLibRel under DepsDir; spelled out
+// here because extractor's tests import this package). It fails the test
+// when the file is missing.
 func ORTLib(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("FEATUREFS_ORT_LIB")
 	if p == "" {
-		p = filepath.Join(DepsDir(), "lib", "libonnxruntime.so.1")
+		p = filepath.Join(DepsDir(), "lib", "onnxruntime-1.29.0", "libonnxruntime.so.1")
 	}
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("testenv: ONNX Runtime library missing (%v): run scripts/install-deps.sh or set FEATUREFS_ORT_LIB", err)

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/mountopts"
+)
+
+const doctorUsage = `Usage: featurefs doctor [--ort-lib PATH] [--cuda-lib-dir DIRS] [--json]
+
+Says what featurefs can run on here: the ONNX Runtime library (version,
+path, the execution providers next to it), the GPUs NVML sees (name,
+memory, driver and CUDA version), each CUDA library the GPU needs, found or
+missing with its path, and what --device auto chooses (it loads the CUDA
+libraries and runs a probe session on the GPU, as a mount does). Exit code
+0 whatever it finds; 2 bad usage.
+
+Flags:
+`
+
+// runDoctor implements "featurefs doctor".
+func runDoctor(args []string) int {
+	return doctor(args, os.Stdout, os.Stderr)
+}
+
+func doctor(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("featurefs doctor", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() { fmt.Fprint(stderr, doctorUsage); fl.PrintDefaults() }
+	ortLib := fl.String("ort-lib", extractor.DefaultORTLib(), "libonnxruntime shared library (or $FEATUREFS_ORT_LIB)")
+	cudaDir := fl.String("cuda-lib-dir", "", "`directories` (colon-separated) searched first for the CUDA and cuDNN libraries (or FEATUREFS_CUDA_LIB_DIR)")
+	nvmlLib := fl.String("nvml-lib", "", "NVML library (default libnvidia-ml.so.1 from the loader's paths)")
+	asJSON := fl.Bool("json", false, "print the report as JSON")
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fl.NArg() != 0 {
+		fmt.Fprintf(stderr, "featurefs doctor: unexpected argument %q\n\n", fl.Arg(0))
+		fl.Usage()
+		return exitUsage
+	}
+	d := extractor.Diagnose(extractor.DiagnoseConfig{ORTLib: *ortLib, CUDALibDir: *cudaDir, NVMLLib: *nvmlLib})
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(d); err != nil {
+			fmt.Fprintf(stderr, "featurefs doctor: %v\n", err)
+			return exitOther
+		}
+		return exitOK
+	}
+	printDiagnosis(stdout, d)
+	return exitOK
+}
+
+// printDiagnosis writes d as text, one section per part.
+func printDiagnosis(w io.Writer, d extractor.Diagnosis) {
+	fmt.Fprintln(w, "ONNX Runtime")
+	fmt.Fprintf(w, "  library    %s\n", d.ORT.Path)
+	switch {
+	case d.ORT.Version != "":
+		fmt.Fprintf(w, "  version    %s (featurefs is built for %s)\n", d.ORT.Version, extractor.ORTVersion)
+	default:
+		fmt.Fprintln(w, "  version    unknown")
+	}
+	if d.ORTError != "" {
+		fmt.Fprintf(w, "  problem    %s\n", d.ORTError)
+	}
+	fmt.Fprintln(w, "  providers  CPU: built in")
+	for _, p := range d.ORT.Providers {
+		state := "present"
+		if !p.Present {
+			state = "missing"
+			if p.Name == "CUDA" || p.Name == "TensorRT" {
+				state += " (scripts/install-deps.sh --gpu installs it)"
+			}
+		}
+		fmt.Fprintf(w, "             %s: %s %s\n", p.Name, p.File, state)
+	}
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "GPUs (NVML)")
+	switch {
+	case d.NVMLError != "":
+		fmt.Fprintf(w, "  no GPU: %s\n", d.NVMLError)
+	case len(d.GPUs) == 0:
+		fmt.Fprintln(w, "  no GPU: NVML lists none")
+	default:
+		fmt.Fprintf(w, "  driver %s, CUDA %s\n", orNA(d.Driver), orNA(d.CUDA))
+		for _, g := range d.GPUs {
+			fmt.Fprintf(w, "  cuda:%d  %s  %s total, %s free, compute capability %s\n", g.Index, g.Name,
+				mountopts.FormatSize(int64(g.TotalBytes)), mountopts.FormatSize(int64(g.FreeBytes)), orNA(g.Capability))
+		}
+	}
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "CUDA libraries (found without LD_LIBRARY_PATH; the first directory that has one wins)")
+	width := 0
+	for _, l := range d.CUDALibs {
+		width = max(width, len(l.Name))
+	}
+	for _, l := range d.CUDALibs {
+		need := "needed"
+		switch {
+		case l.TensorRT:
+			need = "for --tensorrt"
+		case !l.Required:
+			need = "optional"
+		}
+		where := l.Path
+		if where == "" {
+			where = "missing"
+		}
+		fmt.Fprintf(w, "  %-*s  %s  (%s, %s)\n", width, l.Name, where, l.What, need)
+	}
+	fmt.Fprintf(w, "  searched %d directories:\n", len(d.SearchDirs))
+	for _, dir := range d.SearchDirs {
+		fmt.Fprintf(w, "    %s\n", dir)
+	}
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "--device auto")
+	if d.Auto == "cpu" {
+		fmt.Fprintf(w, "  runs on the CPU: %s\n", strings.TrimSuffix(d.AutoWhy, "; running on the CPU"))
+	} else {
+		fmt.Fprintf(w, "  runs on %s: %s\n", d.Auto, d.AutoWhy)
+	}
+}
+
+func orNA(s string) string {
+	if s == "" {
+		return "n/a"
+	}
+	return s
+}

@@ -1,0 +1,143 @@
+package extractor
+
+// Diagnose: what `featurefs doctor` reports. The ONNX Runtime library and
+// its providers, the GPUs NVML sees, each CUDA library found or missing,
+// and what --device auto chooses, by running the same choice a mount runs
+// (which loads the CUDA libraries and runs a probe session on the GPU).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+)
+
+// DiagnoseConfig names what Diagnose looks at.
+type DiagnoseConfig struct {
+	// ORTLib is the ONNX Runtime core library (default DefaultORTLib()).
+	ORTLib string
+	// CUDALibDir lists directories searched first for the CUDA libraries
+	// (Config.CUDALibDir).
+	CUDALibDir string
+	// NVMLLib is the NVML library (default: found as Config.NVMLLib is).
+	NVMLLib string
+}
+
+// GPU is one GPU as NVML reports it.
+type GPU struct {
+	// Index is the CUDA device number (cuda:N).
+	Index int `json:"index"`
+	// Name is the model, e.g. "NVIDIA H100 80GB HBM3".
+	Name string `json:"name"`
+	// TotalBytes and FreeBytes are its memory.
+	TotalBytes uint64 `json:"total_bytes"`
+	FreeBytes  uint64 `json:"free_bytes"`
+	// Capability is the CUDA compute capability, e.g. "9.0".
+	Capability string `json:"capability"`
+}
+
+// Diagnosis is Diagnose's report.
+type Diagnosis struct {
+	// ORT is the ONNX Runtime library; ORTError says why it cannot be used
+	// ("" when it can).
+	ORT      ORTLibInfo `json:"ort"`
+	ORTError string     `json:"ort_error,omitempty"`
+	// Driver and CUDA are the NVIDIA driver's version and the newest CUDA
+	// it supports; GPUs are the GPUs; NVMLError says why NVML could not be
+	// asked ("" when it could).
+	Driver    string `json:"driver,omitempty"`
+	CUDA      string `json:"cuda,omitempty"`
+	GPUs      []GPU  `json:"gpus"`
+	NVMLError string `json:"nvml_error,omitempty"`
+	// CUDALibs is each CUDA library, found (Path) or not; SearchDirs the
+	// directories searched, in order.
+	CUDALibs   []CUDALibStatus `json:"cuda_libs"`
+	SearchDirs []string        `json:"search_dirs"`
+	// Auto is what --device auto chooses ("cpu" or "cuda:N"), and AutoWhy
+	// why, in one line.
+	Auto    string `json:"auto"`
+	AutoWhy string `json:"auto_why"`
+}
+
+// Diagnose inspects this machine. It never fails: what cannot be had is
+// reported in the Diagnosis.
+func Diagnose(c DiagnoseConfig) Diagnosis {
+	if c.ORTLib == "" {
+		c.ORTLib = DefaultORTLib()
+	}
+	var d Diagnosis
+	info, err := ProbeORTLib(c.ORTLib)
+	d.ORT = info
+	switch {
+	case err != nil:
+		d.ORTError = err.Error()
+	case !info.APIOK:
+		d.ORTError = errORTTooOld(info).Error()
+	}
+
+	search := defaultCUDASearch(c.CUDALibDir)
+	nv, err := queryNVML(resolveNVML(c.NVMLLib, search))
+	if err != nil {
+		d.NVMLError = err.Error()
+	}
+	d.Driver, d.CUDA = nv.Driver, nv.CUDA
+	d.GPUs = []GPU{}
+	for _, g := range nv.GPUs {
+		gp := GPU{Index: g.Index, Name: g.Name, TotalBytes: g.Total, FreeBytes: g.Free}
+		if g.Major > 0 {
+			gp.Capability = fmt.Sprintf("%d.%d", g.Major, g.Minor)
+		}
+		d.GPUs = append(d.GPUs, gp)
+	}
+
+	r := search.find()
+	d.CUDALibs, d.SearchDirs = r.libs, r.dirs
+	if d.SearchDirs == nil {
+		d.SearchDirs = []string{}
+	}
+
+	d.Auto = "cpu"
+	if d.ORTError != "" {
+		d.AutoWhy = "nothing runs: the ONNX Runtime library cannot be used"
+		return d
+	}
+	if err := initORT(c.ORTLib); err != nil {
+		d.ORTError = err.Error()
+		d.AutoWhy = "nothing runs: the ONNX Runtime library cannot be used"
+		return d
+	}
+	rec := &lastMessage{}
+	dev, _, err := chooseDevice("auto", false, false, FP32, ortGPUEnv(c.ORTLib, c.NVMLLib, search), slog.New(rec))
+	switch {
+	case err != nil:
+		d.AutoWhy = err.Error()
+	case dev.gpu:
+		d.Auto = dev.String()
+		d.AutoWhy = "a probe session ran on " + dev.name
+	default:
+		d.AutoWhy = rec.msg()
+	}
+	return d
+}
+
+// lastMessage is a slog handler that keeps the last message logged.
+type lastMessage struct {
+	mu sync.Mutex
+	m  string
+}
+
+func (h *lastMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lastMessage) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.m = r.Message
+	h.mu.Unlock()
+	return nil
+}
+func (h *lastMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *lastMessage) WithGroup(string) slog.Handler      { return h }
+
+func (h *lastMessage) msg() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m
+}

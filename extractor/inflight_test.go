@@ -1,0 +1,142 @@
+package extractor
+
+// Several batches in flight (the GPU's scheduler): batches run at once,
+// each loop in buffers of its own from the allocator, reused across
+// batches and freed on close; the batch size is chosen once per lane.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// concurrentRunner is a fakeRunner that records how many runs were in
+// progress at once, holding the first runs until `hold` runs have been in
+// progress together (or a timeout), and the input buffers it was given.
+type concurrentRunner struct {
+	fakeRunner
+	hold     int
+	cur, top atomic.Int32
+	mu2      sync.Mutex
+	arrived  chan struct{}
+	bufs     map[*float32]bool
+}
+
+func (c *concurrentRunner) run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error {
+	c.mu2.Lock()
+	c.bufs[&in[:1][0]] = true
+	c.mu2.Unlock()
+	now := c.cur.Add(1)
+	defer c.cur.Add(-1)
+	for {
+		top := c.top.Load()
+		if now <= top || c.top.CompareAndSwap(top, now) {
+			break
+		}
+	}
+	select {
+	case c.arrived <- struct{}{}:
+	default:
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for c.top.Load() < int32(c.hold) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	return c.fakeRunner.run(ctx, m, l, n, in, out)
+}
+
+func TestSchedulerRunsBatchesInFlight(t *testing.T) {
+	m := testModel()
+	r := &concurrentRunner{hold: 3, arrived: make(chan struct{}, 1), bufs: map[*float32]bool{}}
+	var allocs, frees atomic.Int32
+	var chosen atomic.Int32
+	s := newTestScheduler(t, r, 2, 4, func(c *schedConfig) {
+		c.inflight = 3
+		c.maxWait = time.Millisecond
+		c.batchSize = func(context.Context, *Model, Layer) int {
+			chosen.Add(1)
+			time.Sleep(20 * time.Millisecond) // loops arriving meanwhile must wait, not choose again
+			return 2
+		}
+		c.alloc = func(n int) ([]float32, func()) {
+			allocs.Add(1)
+			return make([]float32, n), func() { frees.Add(1) }
+		}
+	})
+	const n = 24
+	imgs := make([][]byte, n)
+	for i := range imgs {
+		imgs[i] = pngOf(t, uint8(10*i))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	got := make([]float32, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := s.extract(context.Background(), m, m.Layers[0], req(fmt.Sprint(i), imgs[i], Background, nil))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			got[i] = decodedValue(t, b)
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("image %d: %v", i, errs[i])
+		}
+		if want := firstValue(t, m, imgs[i]); got[i] != want {
+			t.Errorf("image %d: %v, want %v (an output went to another request)", i, got[i], want)
+		}
+	}
+	if top := r.top.Load(); top != 3 {
+		t.Errorf("at most %d batches ran at once, want 3", top)
+	}
+	if c := chosen.Load(); c != 1 {
+		t.Errorf("batch size chosen %d times, want once", c)
+	}
+	for _, b := range r.runs() {
+		if len(b) > 2 {
+			t.Errorf("a batch of %d, over the batch size 2", len(b))
+		}
+	}
+	// Each loop packs into its own buffers, kept across batches: an in and
+	// an out buffer per loop, never one per batch.
+	if a := allocs.Load(); a > 2*3 || len(r.bufs) > 3 {
+		t.Errorf("%d allocations and %d distinct input buffers for %d batches, want at most 2 and 1 per loop", a, len(r.bufs), len(r.runs()))
+	}
+	s.close()
+	if a, f := allocs.Load(), frees.Load(); a != f {
+		t.Errorf("%d buffers allocated, %d freed on close", a, f)
+	}
+	if st := statsOf(s); st.Running != 0 {
+		t.Errorf("running %d after close", st.Running)
+	}
+}
+
+// With one loop (the CPU), runs never overlap.
+func TestSchedulerOneLoopRunsOneBatch(t *testing.T) {
+	m := testModel()
+	r := &concurrentRunner{hold: 1, arrived: make(chan struct{}, 1), bufs: map[*float32]bool{}}
+	s := newTestScheduler(t, r, 2, 4)
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.extract(context.Background(), m, m.Layers[0], req(fmt.Sprint(i), pngOf(t, uint8(i)), Background, nil)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if top := r.top.Load(); top != 1 {
+		t.Errorf("%d runs at once with one inference loop", top)
+	}
+}

@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# make gpu-check: featurefs on a GPU host, in one command (docs/GPU.md).
+#
+# Needs only the built binary (bin/featurefs, or $FEATUREFS_BIN), ONNX
+# Runtime with its GPU providers (scripts/install-ort.sh --gpu, or
+# $FEATUREFS_ORT_LIB) and this host's python with torch and torchvision on
+# CUDA (the first python3 on PATH whose torch sees a GPU, /usr/bin/python3,
+# or $FEATUREFS_PY); no network. Where there is no usable GPU it exits 1
+# with one line saying why. Otherwise, in one run:
+#
+#  1. fidelity through a real mount with --device cuda: layer12 and layer18
+#     of a seeded ResNet-50 against torchvision's forward on the same GPU
+#     with the same TF32 setting, on 220 varied JPEG/PNG images
+#     (scripts/gen_dataset.py), --precision fp32 and tf32: mean cosine
+#     >= 0.999 and every image >= 0.995; fp32 must hold;
+#  2. throughput, $ROUNDS interleaved rounds, medians: featurefs's extractor
+#     (featurefs bench) on $IMAGES ImageNet-like JPEGs (300-800 px sides) vs
+#     PyTorch on the same GPU (torchvision ResNet-50 truncated at the same
+#     layer, a DataLoader with one PIL worker per core, pin_memory, same
+#     precision) vs bare ONNX Runtime CUDA on random input at featurefs's
+#     batch size (the GPU ceiling) vs featurefs's decode+preprocess alone on
+#     all cores (the CPU ceiling); GPU utilization and memory from NVML;
+#  3. the epoch-1 rate of an unmodified DataLoader through a --device cuda
+#     mount of those JPEGs, and the mount's peak RSS;
+#
+# and prints one markdown section for docs/bench/gpu.md on stdout (the
+# Makefile writes it there), with the host (GPU, driver, cores). It exits 1
+# when a step fails or fp32 fidelity does not hold; the throughput targets
+# are reported, not enforced.
+#
+#   scripts/gpu-check.sh
+# Env: GPU_CHECK_ROUNDS (3), GPU_CHECK_IMAGES (2000), GPU_CHECK_KEEP=1 keeps
+# the work directory, FEATUREFS_PY, FEATUREFS_BIN, FEATUREFS_ORT_LIB.
+# GPU_CHECK_REHEARSAL=1 runs every step on the CPU instead (fp32 only, 24
+# images, one round; the report says so): a test of this script on a
+# machine without a GPU, not a measurement.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+REHEARSAL=${GPU_CHECK_REHEARSAL:-0}
+if [ "$REHEARSAL" = 1 ]; then
+  ROUNDS=${GPU_CHECK_ROUNDS:-1} IMAGES=${GPU_CHECK_IMAGES:-24} FIDELITY=(--classes 3 --train 3 --val 1)
+  PRECS=(fp32) TORCH_DEV=cpu
+else
+  ROUNDS=${GPU_CHECK_ROUNDS:-3} IMAGES=${GPU_CHECK_IMAGES:-2000} FIDELITY=(--classes 10 --train 20 --val 2)
+  PRECS=(fp32 tf32) TORCH_DEV=cuda
+fi
+CHECK=$REPO/scripts/gpu_check.py
+
+fail() { echo "gpu-check: $*" >&2; exit 1; }
+log() { echo "gpu-check: $*" >&2; }
+
+# 0. Is there a GPU featurefs and PyTorch can use?
+[ -x "$BIN" ] || fail "no featurefs binary at $BIN: run 'make build' (or set FEATUREFS_BIN)"
+[ -s "$FEATUREFS_ORT_LIB" ] || fail "no ONNX Runtime at $FEATUREFS_ORT_LIB: run scripts/install-ort.sh --gpu (or set FEATUREFS_ORT_LIB)"
+
+# featurefs finds the CUDA libraries of the pythons on PATH itself; a
+# FEATUREFS_PY elsewhere has its nvidia/*/lib folders named for it.
+if [ -n "${FEATUREFS_PY:-}" ]; then
+  case ":$PATH:" in
+  *":$(dirname "$FEATUREFS_PY"):"*) ;;
+  *)
+    extra=$("$FEATUREFS_PY" -c 'import glob, site; print(":".join(d for s in site.getsitepackages() for d in sorted(glob.glob(s + "/nvidia/*/lib"))))') ||
+      fail "FEATUREFS_PY=$FEATUREFS_PY does not run"
+    [ -n "$extra" ] && export FEATUREFS_CUDA_LIB_DIR=${FEATUREFS_CUDA_LIB_DIR:+$FEATUREFS_CUDA_LIB_DIR:}$extra
+    ;;
+  esac
+fi
+
+auto=$("$BIN" doctor --ort-lib "$FEATUREFS_ORT_LIB" | sed -n '/^--device auto/{n;p;}' | sed 's/^ *//')
+[ "$REHEARSAL" = 1 ] && auto="runs on cpu: rehearsal"
+case $auto in
+"runs on cpu: rehearsal") ;;
+"runs on cuda:"*) ;;
+*)
+  why=${auto#runs on the CPU: }; why=${why#GPU unavailable: }; why=${why%; running on the CPU}
+  fail "no usable GPU: ${why:-featurefs doctor failed} (featurefs doctor says more)"
+  ;;
+esac
+pick_python() {
+  local p
+  if [ -n "${FEATUREFS_PY:-}" ]; then echo "$FEATUREFS_PY"; return; fi
+  for p in $(type -ap python3) /usr/bin/python3; do
+    "$p" -c 'import sys, torch, torchvision; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 && { echo "$p"; return; }
+  done
+  for p in $(type -ap python3) /usr/bin/python3; do
+    "$p" -c 'import torch, torchvision' >/dev/null 2>&1 && { echo "$p"; return; }
+  done
+  echo ""
+}
+PY=$(pick_python)
+[ -n "$PY" ] || fail "no python3 with torch and torchvision (on PATH or /usr/bin/python3; set FEATUREFS_PY)"
+
+DEVICE=$(sed -n 's/^runs on \(cuda:[0-9]*\|cpu\):.*/\1/p' <<<"$auto")
+TORCH=$("$PY" "$CHECK" info --device "$TORCH_DEV" 2>&1) || fail "$TORCH"
+log "featurefs runs on $DEVICE; PyTorch: $TORCH"
+
+WORK=$(mktemp -d /tmp/featurefs-gpu-check.XXXXXX)
+MNT=$WORK/mnt
+cleanup() {
+  local rc=$?
+  unmount "$MNT" >/dev/null 2>&1 || true
+  if [ "${GPU_CHECK_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then log "work directory kept: $WORK"; else rm -rf "$WORK"; fi
+  exit $rc
+}
+trap cleanup EXIT
+mkdir -p "$MNT"
+RES=$WORK/results.jsonl
+: >"$RES"
+record() { # record KIND ROUND JSON-LINES...: one line per JSON object, tagged
+  local kind=$1 round=$2 line
+  shift 2
+  while IFS= read -r line; do
+    [ -n "$line" ] && echo "{\"kind\": \"$kind\", \"round\": $round, \"r\": $line}" >>"$RES"
+  done <<<"$*"
+}
+
+log "exporting ResNet-50 (seeded random weights) with $PY"
+MODEL=$WORK/resnet50.onnx
+"$PY" "$CHECK" export --out "$MODEL" >/dev/null
+log "generating $IMAGES JPEGs and the fidelity set"
+"$PY" "$CHECK" images --out "$WORK/imagenet" --n "$IMAGES" >/dev/null
+"$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/fidelity" "${FIDELITY[@]}" \
+  --min-side 40 --max-side 700 --seed 7 >/dev/null
+rm -f "$WORK/fidelity/manifest.json"
+
+# 1. Fidelity through a --device cuda mount, fp32 and tf32.
+for prec in "${PRECS[@]}"; do
+  log "fidelity, --precision $prec"
+  featurefs_mount --device "$DEVICE" --precision "$prec" --model "resnet50=$MODEL" --cache-dir "$WORK/cache-fid-$prec" \
+    --log-file "$WORK/mount-fid-$prec.log" "$WORK/fidelity" "$MNT" >/dev/null
+  wait_mounted "$MNT"
+  tf32=0; [ "$prec" = tf32 ] && tf32=1
+  out=$("$PY" "$CHECK" fidelity --mount "$MNT" --images "$WORK/fidelity" --tf32 "$tf32" --device "$TORCH_DEV") ||
+    { unmount "$MNT"; fail "fidelity check ($prec) failed; the mount log is $WORK/mount-fid-$prec.log"; }
+  unmount "$MNT" || fail "could not unmount $MNT"
+  record "fidelity-$prec" 0 "$out"
+done
+holds() { "$PY" -c 'import json,sys
+r=[json.loads(l) for l in open(sys.argv[1]) if json.loads(l)["kind"]==sys.argv[2]]
+sys.exit(0 if r and all(v["holds"] for v in r[0]["r"]["layers"].values()) else 1)' "$RES" "$1"; }
+PREC=fp32
+holds fidelity-tf32 && PREC=tf32
+TF32=0; [ "$PREC" = tf32 ] && TF32=1
+case $PREC:$REHEARSAL in
+tf32:*) log "benchmarks at --precision tf32: TF32 holds the fidelity bar" ;;
+*:1) log "benchmarks at --precision fp32 (a rehearsal measures no TF32)" ;;
+*) log "benchmarks at --precision fp32: TF32 misses the fidelity bar" ;;
+esac
+
+# 2. Throughput, interleaved rounds.
+declare -A BATCH=()
+ff() {
+  local out
+  out=$("$BIN" bench --device "$DEVICE" --precision "$PREC" --model "$MODEL" --modes extract --layers layer12,layer18 \
+    "$WORK/imagenet" 2>>"$WORK/bench.log") || fail "featurefs bench (extract) failed: $(tail -3 "$WORK/bench.log")"
+  record featurefs "$1" "$out"
+  while read -r l b; do BATCH[$l]=$b; done < <("$PY" -c 'import json,sys
+for l in sys.stdin: r=json.loads(l); print(r["layer"], r["batch"])' <<<"$out")
+}
+pt() {
+  local l out
+  for l in layer12 layer18; do
+    out=$("$PY" "$CHECK" torch --images "$WORK/imagenet" --layer "$l" --batch "${BATCH[$l]:-64}" --tf32 "$TF32" \
+      --device "$TORCH_DEV" 2>>"$WORK/torch.log") ||
+      fail "PyTorch benchmark ($l) failed: $(tail -3 "$WORK/torch.log")"
+    record pytorch "$1" "$out"
+  done
+}
+bare() {
+  local l out
+  for l in layer12 layer18; do
+    out=$("$BIN" bench --device "$DEVICE" --precision "$PREC" --model "$MODEL" --modes ort --layers "$l" \
+      --batch-size "${BATCH[$l]:-64}" "$WORK/imagenet" 2>>"$WORK/bench.log") || fail "featurefs bench (ort) failed: $(tail -3 "$WORK/bench.log")"
+    record ort "$1" "$out"
+  done
+}
+dec() {
+  local out
+  out=$("$BIN" bench --device cpu --model "$MODEL" --modes decode "$WORK/imagenet" 2>>"$WORK/bench.log") ||
+    fail "featurefs bench (decode) failed: $(tail -3 "$WORK/bench.log")"
+  record decode "$1" "$out"
+}
+ff -1 # batch sizes for PyTorch and the bare runs; round -1 is not counted
+steps=(ff pt bare dec)
+for ((r = 0; r < ROUNDS; r++)); do
+  for ((i = 0; i < ${#steps[@]}; i++)); do
+    s=${steps[$(((i + r) % ${#steps[@]}))]}
+    log "round $((r + 1))/$ROUNDS: $s"
+    $s "$r"
+  done
+done
+
+# 3. An unmodified DataLoader through a --device cuda mount: epoch 1, RSS.
+for l in layer12 layer18; do
+  log "DataLoader epoch 1 through a mount, $l"
+  featurefs_mount --device "$DEVICE" --precision "$PREC" --model "resnet50=$MODEL" --cache-dir "$WORK/cache-epoch-$l" \
+    --log-file "$WORK/mount-epoch-$l.log" "$WORK/imagenet" "$MNT" >/dev/null
+  wait_mounted "$MNT"
+  out=$("$PY" "$CHECK" loader --root "$MNT/features/resnet50/$l/train") ||
+    { unmount "$MNT"; fail "DataLoader over the mount ($l) failed; the mount log is $WORK/mount-epoch-$l.log"; }
+  pid=${MOUNT_PIDS[$MNT]:-}
+  hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2>/dev/null || true)
+  unmount "$MNT" || fail "could not unmount $MNT"
+  record "loader-$l" 0 "$("$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); r["rss_peak_bytes"]=int(sys.argv[2] or 0)*1024; print(json.dumps(r))' "$out" "$hwm")"
+done
+
+# The report.
+"$BIN" doctor --json --ort-lib "$FEATUREFS_ORT_LIB" >"$WORK/doctor.json"
+HOST_GPU=$("$PY" - "$WORK/doctor.json" "$DEVICE" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+if sys.argv[2] == "cpu":
+    print(f"NO GPU: A REHEARSAL ON THE CPU (GPU_CHECK_REHEARSAL=1), NOT GPU FIGURES; ONNX Runtime {d['ort']['Version']}")
+    sys.exit(0)
+i = int(sys.argv[2].split(":")[1])
+g = [g for g in d["gpus"] if g["index"] == i][0]
+print(f"{g['name']} ({g['total_bytes'] / 2**30:.0f} GiB, compute capability {g['capability']}), "
+      f"driver {d['driver']}, CUDA {d['cuda']}; ONNX Runtime {d['ort']['Version']}")
+PYEOF
+)
+CPU=$(sed -n 's/^model name[^:]*: *//p' /proc/cpuinfo | head -1)
+grep -h 'batch size from GPU memory' "$WORK/bench.log" "$WORK"/mount-*.log 2>/dev/null | head -4 >"$WORK/batch.txt" || true
+fid_ok=1
+"$PY" - "$RES" "$TORCH" "$HOST_GPU" "$(nproc)" "$CPU" "$PREC" "$ROUNDS" "$IMAGES" "$WORK/batch.txt" <<'PYEOF' || fid_ok=0
+import json, statistics, sys
+res = [json.loads(l) for l in open(sys.argv[1])]
+res = [x for x in res if x["round"] >= 0]
+torch, host_gpu, ncpu, cpu, prec, rounds, nimg = json.loads(sys.argv[2]), *sys.argv[3:9]
+batch_lines = open(sys.argv[9]).read().split("\n")
+
+def of(kind, layer=None):
+    return [x["r"] for x in res if x["kind"] == kind and (layer is None or x["r"].get("layer") == layer)]
+
+def med(v):
+    return statistics.median(v) if v else float("nan")
+
+def num(x):
+    """x with three significant digits (no exponent), "n/a" for NaN."""
+    if x != x:
+        return "n/a"
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def rng(v):
+    return f"{num(min(v))}-{num(max(v))}" if v else "n/a"
+
+print("## GPU extraction (ResNet-50 layer12 and layer18)")
+print()
+print(f"`make gpu-check` (scripts/gpu-check.sh) on {host_gpu}; {ncpu} CPU cores ({cpu}); PyTorch {torch['torch']} "
+      f"(CUDA {torch['cuda']}, cuDNN {torch['cudnn']}), torchvision {torch['torchvision']}. ResNet-50 with seeded random weights.")
+print()
+print("### Fidelity through a `--device cuda` mount")
+print()
+nfid = max([v["images"] for r in of("fidelity-fp32") for v in r["layers"].values()] or [0])
+print("Each image's `.npy` read through the mount against torchvision's forward on the same GPU with the same TF32 "
+      f"setting ({nfid} JPEG and PNG images of `scripts/gen_dataset.py`, 40-700 px, baseline/progressive/grayscale JPEG, "
+      "RGB/RGBA/paletted/grayscale PNG). Bar: mean cosine >= 0.999 and every image >= 0.995.")
+print()
+print("| --precision | layer | images | mean cosine | worst cosine (image) | bar |")
+print("|---|---|---|---|---|---|")
+fid_ok = True
+for p in ("fp32", "tf32"):
+    for r in of("fidelity-" + p):
+        for layer, v in r["layers"].items():
+            ok = v["holds"]
+            if p == "fp32":
+                fid_ok &= ok
+            print(f"| {p} | {layer} | {v['images']} | {v['mean']:.6f} | {v['min']:.6f} ({v['worst']}) | {'holds' if ok else 'MISSED'} |")
+print()
+print(f"### Throughput ({nimg} ImageNet-like JPEGs, 300-800 px; {rounds} interleaved round(s), medians (min-max); --precision {prec})")
+print()
+print("featurefs: `featurefs bench --modes extract` (every image through the extractor at once, after a warm-up image). "
+      f"PyTorch: the model truncated at the same layer, a DataLoader with {ncpu} PIL workers, pin_memory, the same batch "
+      "size and TF32 setting, cudnn.benchmark, mean of epochs 2-3 (workers kept). GPU ceiling: `featurefs bench --modes ort` "
+      "(bare ONNX Runtime CUDA on random input, same batch size and batches in flight). CPU ceiling: `featurefs bench --modes decode` "
+      f"(decode and preprocess on {ncpu} cores, no model).")
+print()
+print("| layer | batch | featurefs images/s | PyTorch images/s | **featurefs / PyTorch** (target >= 1.5x) | GPU ceiling images/s | CPU ceiling images/s | **featurefs / lower ceiling** (target >= 80%) | featurefs GPU util | featurefs GPU memory | PyTorch GPU memory |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+dec = [r["images_per_s"] for r in of("decode")]
+verdicts = []
+for layer in ("layer12", "layer18"):
+    f = of("featurefs", layer)
+    p = of("pytorch", layer)
+    o = of("ort", layer)
+    fv, pv, ov = [r["images_per_s"] for r in f], [r["images_per_s"] for r in p], [r["images_per_s"] for r in o]
+    ratio = med(fv) / med(pv)
+    ceil = min(med(ov), med(dec))
+    share = med(fv) / ceil
+    util = med([r["gpu_util_percent"] for r in f if "gpu_util_percent" in r])
+    mem = max([r.get("gpu_mem_max_bytes", 0) for r in f] or [0]) / 2**30
+    pmem = max([r.get("gpu_mem_max_bytes", 0) for r in p] or [0]) / 2**30
+    gib = lambda b: f"{b:.1f} GiB" if b > 0 else "n/a"
+    print(f"| {layer} | {f[0]['batch'] if f else '?'} | {num(med(fv))} ({rng(fv)}) | {num(med(pv))} ({rng(pv)}) | **{ratio:.2f}x** "
+          f"({'met' if ratio >= 1.5 else 'MISSED'}) | {num(med(ov))} ({rng(ov)}) | {num(med(dec))} ({rng(dec)}) | **{100 * share:.0f}%** "
+          f"({'met' if share >= 0.8 else 'MISSED'}) | {num(util)}{'%' if util == util else ''} | {gib(mem)} | {gib(pmem)} |")
+print()
+print("### An unmodified DataLoader through a `--device cuda` mount")
+print()
+print(f"`DatasetFolder(MOUNT/features/resnet50/LAYER/train, loader=np.load)`, batch 64, {ncpu} workers, a fresh cache: epoch 1 "
+      "computes every feature. RSS: the mount process's peak (VmHWM).")
+print()
+print("| layer | epoch 1 images/s | mount peak RSS |")
+print("|---|---|---|")
+for layer in ("layer12", "layer18"):
+    for r in of("loader-" + layer):
+        rss = f"{r['rss_peak_bytes'] / 2**20:.0f} MiB" if r["rss_peak_bytes"] else "n/a"
+        print(f"| {layer} | {num(r['images_per_s'])} | {rss} |")
+if any(l.strip() for l in batch_lines):
+    print()
+    print("Batch sizes chosen from GPU memory (estimated from the graph vs measured on the GPU), from the logs:")
+    print()
+    for l in batch_lines:
+        if l.strip():
+            print("    " + l.strip()[:400])
+print()
+print(f"fp32 fidelity: {'holds' if fid_ok else 'MISSED'}.")
+sys.exit(0 if fid_ok else 3)
+PYEOF
+[ "$fid_ok" = 1 ] || fail "fp32 fidelity does not hold, or the report failed (see above)"
+log "ok"

@@ -1,0 +1,260 @@
+package test
+
+// The GPU path on a machine without a GPU: featurefs doctor, and the
+// device choice of a real featurefs process, against a fake NVIDIA host (a
+// fake NVML that lists one GPU, fake CUDA libraries built as empty shared
+// objects with the right sonames, a fake CUDA provider next to a copy of
+// the real ONNX Runtime). Everything up to ONNX Runtime loading the CUDA
+// provider runs for real: the library search, dlopen, NVML through
+// go-nvml, the provider check, the probe.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/featurefs/featurefs/test/testenv"
+)
+
+// fakeCUDALibs are the libraries a fake GPU host has, cuDNN aside.
+var fakeCUDALibs = []string{"libcuda.so.1", "libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13", "libcurand.so.10"}
+
+// buildSO compiles src (C, "" for an empty library) into dir/name with
+// soname name.
+func buildSO(t *testing.T, dir, name, src string) {
+	t.Helper()
+	if src == "" {
+		src = filepath.Join(t.TempDir(), "empty.c")
+		if err := os.WriteFile(src, []byte("int featurefs_fake_library;\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-Wl,-soname,"+name, "-o", filepath.Join(dir, name), src).CombinedOutput()
+	if err != nil {
+		t.Fatalf("gcc %s: %v\n%s", name, err, out)
+	}
+}
+
+// fakeGPUHost returns a directory of fake CUDA libraries (with the fake
+// NVML; without cuDNN) and an ONNX Runtime directory: a copy of the real
+// core library with a fake CUDA provider library beside it.
+func fakeGPUHost(t *testing.T) (libDir, ortLib string) {
+	t.Helper()
+	libDir = filepath.Join(t.TempDir(), "cuda libs")
+	ortDir := filepath.Join(t.TempDir(), "ort")
+	for _, d := range []string{libDir, ortDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buildSO(t, libDir, "libnvidia-ml.so.1", filepath.Join(testenv.RepoRoot(t), "test", "testdata", "fakegpu", "fakenvml.c"))
+	for _, l := range fakeCUDALibs {
+		buildSO(t, libDir, l, "")
+	}
+	buildSO(t, ortDir, "libonnxruntime_providers_cuda.so", "")
+	real := testenv.ORTLib(t)
+	ortLib = filepath.Join(ortDir, "libonnxruntime.so.1")
+	copyFile(t, real, ortLib)
+	copyFile(t, filepath.Join(filepath.Dir(real), "libonnxruntime_providers_shared.so"), filepath.Join(ortDir, "libonnxruntime_providers_shared.so"))
+	return libDir, ortLib
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	src, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.Create(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// doctorJSON is the part of `featurefs doctor --json` the tests read.
+type doctorJSON struct {
+	ORT struct {
+		Path      string `json:"Path"`
+		Version   string `json:"Version"`
+		Providers []struct {
+			Name    string `json:"Name"`
+			Present bool   `json:"Present"`
+		} `json:"Providers"`
+	} `json:"ort"`
+	Driver string `json:"driver"`
+	CUDA   string `json:"cuda"`
+	GPUs   []struct {
+		Name       string `json:"name"`
+		TotalBytes uint64 `json:"total_bytes"`
+	} `json:"gpus"`
+	NVMLError string `json:"nvml_error"`
+	CUDALibs  []struct {
+		Name string `json:"Name"`
+		Path string `json:"Path"`
+	} `json:"cuda_libs"`
+	SearchDirs []string `json:"search_dirs"`
+	Auto       string   `json:"auto"`
+	AutoWhy    string   `json:"auto_why"`
+}
+
+// On this machine (no NVIDIA driver, the CPU build of ONNX Runtime):
+// doctor says so clearly, section by section, and exits 0.
+func TestDoctorWithoutGPU(t *testing.T) {
+	r := runCLI(t, time.Minute, nil, "doctor")
+	if r.Code != 0 {
+		t.Fatalf("featurefs doctor: %s", r)
+	}
+	out := r.Stdout
+	for _, want := range []string{
+		"ONNX Runtime\n  library    " + testenv.ORTLib(t) + "\n  version    1.29.0",
+		"CUDA: libonnxruntime_providers_cuda.so missing (scripts/install-deps.sh --gpu installs it)",
+		"GPUs (NVML)\n  no GPU: nvml init: NVML library (libnvidia-ml.so.1) not found",
+		"libcudnn.so.9          missing  (cuDNN 9, needed)",
+		"libcudart.so.13        missing  (CUDA 13 runtime, needed)",
+		"--device auto\n  runs on the CPU: GPU unavailable: nvml init: NVML library (libnvidia-ml.so.1) not found\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+	if r.Stderr != "" {
+		t.Errorf("doctor wrote to stderr: %q", r.Stderr)
+	}
+	j := runCLI(t, time.Minute, nil, "doctor", "--json")
+	var d doctorJSON
+	if err := json.Unmarshal([]byte(j.Stdout), &d); err != nil || j.Code != 0 {
+		t.Fatalf("doctor --json: %v\n%s", err, j)
+	}
+	if d.Auto != "cpu" || d.ORT.Version != "1.29.0" || len(d.GPUs) != 0 || d.NVMLError == "" || len(d.CUDALibs) != 11 {
+		t.Errorf("doctor --json: %+v", d)
+	}
+	if bad := runCLI(t, time.Minute, nil, "doctor", "extra"); bad.Code != 2 || !strings.Contains(bad.Stderr, `unexpected argument "extra"`) {
+		t.Errorf("doctor extra: %s", bad)
+	}
+}
+
+// On a fake GPU host without cuDNN, doctor shows the GPU, each library
+// found where it is, cuDNN missing, and that auto runs on the CPU naming
+// libcudnn.so.9 and where it was looked for; with cuDNN added, everything
+// loads and ONNX Runtime's (fake) CUDA provider is what fails.
+func TestDoctorOnFakeGPUHost(t *testing.T) {
+	libDir, ortLib := fakeGPUHost(t)
+	r := runCLI(t, time.Minute, nil, "doctor", "--ort-lib", ortLib, "--cuda-lib-dir", libDir)
+	if r.Code != 0 {
+		t.Fatalf("featurefs doctor: %s", r)
+	}
+	out := r.Stdout
+	for _, want := range []string{
+		"CUDA: libonnxruntime_providers_cuda.so present",
+		"GPUs (NVML)\n  driver 580.65.06, CUDA 13.0\n  cuda:0  Fake H100 80GB  80GiB total, 79GiB free, compute capability 9.0\n",
+		"libcudart.so.13        " + filepath.Join(libDir, "libcudart.so.13") + "  (CUDA 13 runtime, needed)",
+		"libnvidia-ml.so.1      " + filepath.Join(libDir, "libnvidia-ml.so.1"),
+		"libcudnn.so.9          missing  (cuDNN 9, needed)",
+		"  searched ",
+		"    " + libDir + "\n",
+		"--device auto\n  runs on the CPU: GPU unavailable: libcudnn.so.9 not found (looked in " + libDir + ", ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+
+	buildSO(t, libDir, "libcudnn.so.9", "")
+	j := runCLI(t, time.Minute, nil, "doctor", "--json", "--ort-lib", ortLib, "--cuda-lib-dir", libDir)
+	var d doctorJSON
+	if err := json.Unmarshal([]byte(j.Stdout), &d); err != nil || j.Code != 0 {
+		t.Fatalf("doctor --json: %v\n%s", err, j)
+	}
+	if d.Auto != "cpu" || !strings.Contains(d.AutoWhy, "no usable CUDA provider on cuda:0") || !strings.Contains(d.AutoWhy, "libonnxruntime_providers_cuda.so") {
+		t.Errorf("with every library there: auto %q, %q; want the CPU, the fake CUDA provider failing", d.Auto, d.AutoWhy)
+	}
+	if len(d.GPUs) != 1 || d.GPUs[0].Name != "Fake H100 80GB" || d.GPUs[0].TotalBytes != 80<<30 || d.Driver != "580.65.06" || d.CUDA != "13.0" {
+		t.Errorf("GPUs %+v, driver %q, CUDA %q", d.GPUs, d.Driver, d.CUDA)
+	}
+	for _, l := range d.CUDALibs {
+		if l.Name == "libcudnn.so.9" && l.Path != filepath.Join(libDir, "libcudnn.so.9") {
+			t.Errorf("libcudnn.so.9 at %q", l.Path)
+		}
+	}
+}
+
+// A real featurefs process on the fake host without cuDNN: --device auto
+// runs on the CPU after one line naming libcudnn.so.9; --device cuda fails
+// with exit code 4 and that reason; --allow-cpu-fallback runs on the CPU
+// with a warning saying it.
+func TestGPUFallbackLineNamesMissingLibrary(t *testing.T) {
+	libDir, ortLib := fakeGPUHost(t)
+	model := testenv.OddModel(t, "tiny")
+	img := filepath.Join(t.TempDir(), "a.jpg")
+	writeJPEG(t, img, 64, 48, 1)
+	args := func(out string, extra ...string) []string {
+		return append([]string{"extract", "--model", model, "--layer", "layer0", "--ort-lib", ortLib, "--cuda-lib-dir", libDir,
+			"-o", filepath.Join(t.TempDir(), out), img}, extra...)
+	}
+	r := runCLI(t, time.Minute, nil, args("auto", "--device", "auto", "--log-level", "info")...)
+	if r.Code != 0 {
+		t.Fatalf("--device auto: %s", r)
+	}
+	var gpuLines []string
+	for _, l := range lines(r.Stderr) {
+		if strings.Contains(l, "GPU") {
+			gpuLines = append(gpuLines, l)
+		}
+	}
+	want := "GPU unavailable: libcudnn.so.9 not found (looked in " + libDir + ", "
+	if len(gpuLines) != 1 || !strings.Contains(gpuLines[0], want) || !strings.Contains(gpuLines[0], "; running on the CPU") {
+		t.Errorf("--device auto: GPU lines %q, want one containing %q", gpuLines, want)
+	}
+
+	r = runCLI(t, time.Minute, nil, args("cuda", "--device", "cuda")...)
+	if r.Code != 4 || len(lines(r.Stderr)) != 1 || !strings.Contains(r.Stderr, "--device cuda: no usable GPU: libcudnn.so.9 not found (looked in "+libDir) {
+		t.Errorf("--device cuda: %s; want exit 4 and one line naming libcudnn.so.9", r)
+	}
+	r = runCLI(t, time.Minute, nil, args("fallback", "--device", "cuda:0", "--allow-cpu-fallback")...)
+	if r.Code != 0 || !strings.Contains(r.Stderr, "warning: --device cuda:0: libcudnn.so.9 not found") {
+		t.Errorf("--device cuda:0 --allow-cpu-fallback: %s", r)
+	}
+}
+
+// make gpu-check on a machine where featurefs cannot use a GPU (here: an
+// ONNX Runtime directory without the GPU providers, so that the test holds
+// on a GPU host too) exits 1 with one line saying why, before doing
+// anything else.
+func TestGPUCheckWithoutGPU(t *testing.T) {
+	ortDir := t.TempDir()
+	ortLib := filepath.Join(ortDir, "libonnxruntime.so.1")
+	copyFile(t, testenv.ORTLib(t), ortLib)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(testenv.RepoRoot(t), "scripts", "gpu-check.sh"))
+	cmd.Env = append(cliEnv(t), "FEATUREFS_BIN="+featurefsBin(t), "FEATUREFS_ORT_LIB="+ortLib, "GPU_CHECK_REHEARSAL=0")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("gpu-check: %v, want exit 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	got := lines(stderr.String())
+	if len(got) != 1 || !strings.HasPrefix(got[0], "gpu-check: no usable GPU: ") || !strings.HasSuffix(got[0], "(featurefs doctor says more)") {
+		t.Errorf("gpu-check stderr %q, want one line \"gpu-check: no usable GPU: ...\"", got)
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("gpu-check printed a report without a GPU: %q", stdout.String())
+	}
+}
