@@ -265,7 +265,10 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			DirectMountFlags: syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV,
 			MaxBackground:    mo.MaxBackground,
 			MaxReadAhead:     1 << 20,
-			Debug:            mo.Debug,
+			// No extended attributes: GETXATTR and LISTXATTR answer ENOSYS
+			// once and the kernel stops asking (ls -l asked two per file).
+			DisableXAttrs: true,
+			Debug:         mo.Debug,
 		},
 	}
 	srv, err := gofs.Mount(dir, f.Root(), opts)
