@@ -35,8 +35,13 @@ var _ = (gofs.NodeOpener)((*featureFile)(nil))
 var _ = (gofs.NodeReader)((*featureFile)(nil))
 
 // Getattr reports the size the layer's shape gives; it never computes.
+// The attributes are those of one object version, so the kernel keeps them
+// as long as the entry (FS.fileTimeout).
 func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	fileAttr(&out.Attr, ff.view.size, ff.obj.ModTime)
+	if t := ff.fs.fileTimeout(); t > 0 {
+		out.SetTimeout(t)
+	}
 	return 0
 }
 
@@ -44,9 +49,11 @@ func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 // its page cache across opens, and a close needs no FLUSH round trip (numpy
 // closes each file twice: the FLUSHes doubled the cost of a cached np.load).
 // The handle reads the newest version the mount knows of the object (the
-// kernel may hold this node past a relisting); a name that the fresh
-// listing of its directory no longer has is gone (ENOENT). Open never asks
-// the store.
+// kernel may hold this node past a relisting, until it drops the entry:
+// see kernelcache.go); a name that the fresh listing of its directory no
+// longer has is gone (ENOENT). When that version is not the node's own, the
+// kernel's page cache of the node may hold the old version's bytes: the
+// open does not keep it. Open never asks the store.
 func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if openForWrite(flags) {
 		return nil, 0, syscall.EROFS
@@ -55,6 +62,9 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 	obj, ok := ff.fs.currentVersion(ff.prefix, ff.name, ff.obj)
 	if !ok {
 		return nil, 0, ff.fs.errno(fmt.Errorf("%s%s: no longer listed: %w", ff.prefix, ff.name, bucket.ErrNotFound), ff.obj.Key)
+	}
+	if obj.Key != ff.obj.Key || obj.ETag != ff.obj.ETag {
+		return &featureHandle{obj: obj}, fuse.FOPEN_NOFLUSH, 0
 	}
 	return &featureHandle{obj: obj}, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }

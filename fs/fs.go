@@ -147,6 +147,8 @@ type FS struct {
 	recent []ErrorRecord // GUARDED_BY(errMu)
 
 	pf *prefetcher // background extraction; stopped by Close
+
+	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
 }
 
 // badEntry records a bad object version.
@@ -161,6 +163,7 @@ type counters struct {
 	reads, readBytes, opens                    atomic.Int64
 	cacheHits, cacheMisses, extractions        atomic.Int64
 	badObjects, badHits, ioErrors, cacheErrors atomic.Int64
+	invalidations                              atomic.Int64
 }
 
 // New checks cfg, fills its defaults and returns the tree.
@@ -245,6 +248,9 @@ type MountOptions struct {
 
 // Mount mounts the tree read-only on dir and serves it in the background.
 // It returns once the kernel answers on dir. Unmount with Server.Unmount.
+// The kernel keeps directories' entries and attributes, and names found
+// missing, for MetadataTTL; feature files' for far longer (see
+// kernelcache.go), since they change only with their object's ETag.
 func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	ttl := f.cfg.MetadataTTL
 	if mo.MaxBackground <= 0 {
@@ -275,9 +281,11 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	f.startKernelChecks()
 	go func() {
-		srv.Wait() // the mount is gone: stop prefetching
+		srv.Wait() // the mount is gone: stop prefetching and checking
 		f.pf.close()
+		f.stopKernelChecks()
 	}()
 	return srv, nil
 }

@@ -34,18 +34,25 @@ func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 	return 0
 }
 
-// Lookup finds a subdirectory or feature file.
+// Lookup finds a subdirectory or feature file. The kernel looks a
+// subdirectory up again when a path walk passes through it after
+// MetadataTTL: the feature files it holds there are then checked against a
+// fresh listing before the walk goes on (FS.revalidateDir).
 func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
 	e, err := d.fs.lookupEntry(ctx, d.prefix, name)
 	if err != nil {
 		return nil, d.fs.errno(err, d.prefix+name)
 	}
+	if e.dir {
+		d.fs.revalidateDir(ctx, e.sub)
+	}
 	return d.child(ctx, e, out), 0
 }
 
 // child returns the inode of an entry (the one the kernel already has when
-// it is the same node), filling its attributes.
+// it is the same node), filling its attributes and, for a feature file, its
+// kernel timeouts (FS.fileTimeout; directories keep the mount's).
 func (d *prefixDir) child(ctx context.Context, e dirEntry, out *fuse.EntryOut) *gofs.Inode {
 	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: d.entryIno(e)}
 	if e.dir {
@@ -53,6 +60,10 @@ func (d *prefixDir) child(ctx context.Context, e dirEntry, out *fuse.EntryOut) *
 		d.fs.dirAttr(&out.Attr)
 	} else {
 		fileAttr(&out.Attr, d.view.size, e.obj.ModTime)
+		if t := d.fs.fileTimeout(); t > 0 {
+			out.SetEntryTimeout(t)
+			out.SetAttrTimeout(t)
+		}
 	}
 	if ch := d.GetChild(e.name); ch != nil && ch.StableAttr() == id {
 		return ch

@@ -158,6 +158,9 @@ type TreeStats struct {
 	BadObjects int64 `json:"bad_objects"`
 	// BadObjectHits counts reads refused by the negative cache.
 	BadObjectHits int64 `json:"bad_object_hits"`
+	// KernelInvalidations counts feature file entries the kernel was told
+	// to drop because a new listing showed their object deleted or changed.
+	KernelInvalidations int64 `json:"kernel_invalidations"`
 	// IOErrors counts reads and lookups answered EIO.
 	IOErrors int64 `json:"io_errors"`
 	// CacheErrors counts failed or inconsistent cache reads and writes.
@@ -200,7 +203,7 @@ func (f *FS) Stats() Stats {
 			Lookups: c.lookups.Load(), StatLookups: c.statLookups.Load(), ListPages: c.listPages.Load(),
 			StatCalls: c.stats.Load(), Opens: c.opens.Load(), Reads: c.reads.Load(), ReadBytes: c.readBytes.Load(),
 			CacheHits: c.cacheHits.Load(), CacheMisses: c.cacheMisses.Load(), Extractions: c.extractions.Load(),
-			BadObjects: c.badObjects.Load(), BadObjectHits: c.badHits.Load(), IOErrors: c.ioErrors.Load(),
+			BadObjects: c.badObjects.Load(), BadObjectHits: c.badHits.Load(), KernelInvalidations: c.invalidations.Load(), IOErrors: c.ioErrors.Load(),
 			CacheErrors: c.cacheErrors.Load(), ListingsCached: nl, ListingEntries: ne, BadObjectsKnown: nb,
 		},
 		RecentErrors: recent,
