@@ -46,11 +46,15 @@ import (
 // holds the lock of D's parent, not D's) only waits for the check of D's
 // entries, with a bound.
 //
+// A directory too large to list within RelistPages pages whose listing is
+// not cached has nothing to be checked against: a lookup of it drops the
+// kernel's file entries in it, so that each name is looked up again (and
+// found, or not, by the Stat calls lookups make without a listing).
+//
 // Left out: a path relative to a working directory inside D does not walk
 // through D's entry, so it sees a change when anything reads D's listing
 // again (ls, a lookup of a name not cached, a path walk through D), at most
-// fileTimeout later. Listings too large for the listing cache are never
-// complete in it and are not checked; their entries live up to fileTimeout.
+// fileTimeout later.
 
 // minFileTimeout is the shortest kernel entry and attribute timeout of a
 // feature file when MetadataTTL is not 0.
@@ -210,9 +214,15 @@ func (f *FS) checkKernel(l *listing) {
 
 // revalidateDir is called by a lookup that found prefix's directory (the
 // kernel walking a path through it): if the kernel holds feature files in
-// it, their entries are made to agree with a listing no older than
-// MetadataTTL, read again now if it is stale (up to StaleGrace, as stale
-// lookups wait), before the lookup answers (up to kernelCheckWait). It never
+// it, their entries are made to agree with a complete listing no older than
+// MetadataTTL, read again now if it is stale (all of it, or RelistPages
+// pages if no complete listing is cached, waiting up to StaleGrace as stale
+// lookups do), before the lookup answers (up to kernelCheckWait). When the
+// store answers but no complete listing comes of it (a directory larger
+// than RelistPages pages whose listing is not cached), the entries are
+// dropped instead, so that the kernel looks each name up again, as it did
+// when file entries lived MetadataTTL. When the store does not answer in
+// time, the entries stay (an outage serves what the mount knew). It never
 // asks the store when the kernel holds no file there.
 func (f *FS) revalidateDir(ctx context.Context, prefix string) {
 	if f.fileTimeout() == 0 || len(f.heldDirs(prefix)) == 0 {
@@ -220,11 +230,16 @@ func (f *FS) revalidateDir(ctx context.Context, prefix string) {
 	}
 	l, ok := f.listings.Get(prefix)
 	if !ok || !f.fresh(l) {
-		if l = f.refreshStale(ctx, prefix); l == nil {
+		pages := f.cfg.RelistPages
+		if ok && l.lastComplete() != nil {
+			pages = 0
+		}
+		if l = f.refreshListing(ctx, prefix, pages); l == nil {
 			return // the store did not answer in time: the entries stay
 		}
 	}
 	if _, complete := l.snapshot(); !complete {
+		f.await(ctx, f.dropFiles(prefix))
 		return
 	}
 	select {
@@ -233,11 +248,35 @@ func (f *FS) revalidateDir(ctx context.Context, prefix string) {
 	default:
 	}
 	go f.checkKernel(l) // returns at once if a checker is on it
+	f.await(ctx, l.checked)
+}
+
+// await waits for done, at most kernelCheckWait.
+func (f *FS) await(ctx context.Context, done <-chan struct{}) {
 	t := time.NewTimer(kernelCheckWait)
 	defer t.Stop()
 	select {
-	case <-l.checked:
+	case <-done:
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// dropFiles tells the kernel, in its own goroutine, to drop every feature
+// file entry it holds in prefix's directory; the channel is closed when
+// that is done.
+func (f *FS) dropFiles(prefix string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, d := range f.heldDirs(prefix) {
+			for name, ch := range d.Children() {
+				if _, ok := ch.Operations().(*featureFile); ok {
+					d.NotifyEntry(name)
+					f.stats.invalidations.Add(1)
+				}
+			}
+		}
+	}()
+	return done
 }

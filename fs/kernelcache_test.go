@@ -163,3 +163,31 @@ func TestMetadataTTLZeroKeepsNothing(t *testing.T) {
 		t.Errorf("stat after the delete with no metadata TTL: %v, want ENOENT", err)
 	}
 }
+
+// TestLargeDirectoryEntriesDroppedWhenUncheckable: a directory larger than
+// RelistPages pages whose listing is not cached has nothing to check the
+// kernel's entries against; a path walk through it after the TTL drops
+// them, so that a deleted object's file is looked up again (by Stat) and
+// is gone, as when file entries expired with the TTL.
+func TestLargeDirectoryEntriesDroppedWhenUncheckable(t *testing.T) {
+	b := newFakeBucket(1)
+	for i := range 6 {
+		b.put(fmt.Sprintf("d/%d.jpg", i), []byte(fmt.Sprint("img", i)))
+	}
+	e := testMount(t, b, func(c *Config) { c.MetadataTTL = time.Second; c.RelistPages = 2 })
+	p := func(i int) string { return e.path("features", "tiny", "layer0", "d", fmt.Sprintf("%d.npy", i)) }
+	for _, i := range []int{1, 5} {
+		if _, err := os.Stat(p(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.del("d/5.jpg")
+	e.clock.advance(time.Hour)
+	time.Sleep(1500 * time.Millisecond) // the kernel's directory entries expire
+	if _, err := os.Stat(p(5)); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("stat of a deleted object's file in a directory never listed whole: %v, want ENOENT", err)
+	}
+	if _, err := os.Stat(p(1)); err != nil {
+		t.Errorf("stat of a file still there: %v", err)
+	}
+}

@@ -281,9 +281,14 @@ func (f *FS) relist(prefix string, pages int) func(context.Context) (*listing, e
 // goes on after the caller stops waiting and publishes its result in the
 // cache. It returns the new listing if it came in time, else nil.
 func (f *FS) refreshStale(ctx context.Context, prefix string) *listing {
+	return f.refreshListing(ctx, prefix, 0)
+}
+
+// refreshListing is refreshStale reading at most pages pages (0: all).
+func (f *FS) refreshListing(ctx context.Context, prefix string, pages int) *listing {
 	c := f.lists.start(ctx, prefix, f.refreshSlot, func(ctx context.Context) (*listing, error) {
 		defer func() { <-f.refreshing }()
-		return f.relist(prefix, 0)(ctx)
+		return f.relist(prefix, pages)(ctx)
 	})
 	if c == nil {
 		return nil

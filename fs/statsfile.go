@@ -159,7 +159,8 @@ type TreeStats struct {
 	// BadObjectHits counts reads refused by the negative cache.
 	BadObjectHits int64 `json:"bad_object_hits"`
 	// KernelInvalidations counts feature file entries the kernel was told
-	// to drop because a new listing showed their object deleted or changed.
+	// to drop: a new listing showed their object deleted or changed, or
+	// their directory could not be listed whole to check them.
 	KernelInvalidations int64 `json:"kernel_invalidations"`
 	// IOErrors counts reads and lookups answered EIO.
 	IOErrors int64 `json:"io_errors"`
