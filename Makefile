@@ -145,7 +145,10 @@ summary() {
     mount)
       while read -r r t; do
         row "second-epoch DataLoader throughput, mount vs local .npy files" "${r}x" ">= ${t}x: $(verdict "$r" "$t")" "$area"; n=$((n + 1))
-      done < <(sed -nE 's/.*\*\*([0-9.]+)x local\*\* \(target >= ([0-9.]+)x\).*/\1 \2/p' "$f") ;;
+      done < <(sed -nE 's/.*\*\*([0-9.]+)x local\*\* \(target >= ([0-9.]+)x\).*/\1 \2/p' "$f")
+      while read -r r t; do
+        row "\`ls -l\` of a large directory, mount vs the local source directory" "${r}x" "<= ${t}x: $(verdict "$t" "$r")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/.*\*\*([0-9.]+)x local\*\* \(target <= ([0-9.]+)x\).*/\1 \2/p' "$f") ;;
     epoch)
       while IFS='|' read -r name r t; do
         case $name in *prefetch*) col="prefetch ratio" ;; *total*) col="total ratio" ;; *) col="epoch 1 ratio (incl. setup)" ;; esac

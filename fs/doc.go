@@ -58,11 +58,17 @@
 // Directory listings are kept for Config.MetadataTTL in a cache bounded by
 // entries (least recently used listing evicted); a name is reported missing
 // only from a complete listing or from Stat answering not-found, never from a
-// partial listing. Kernel entry and attribute timeouts are MetadataTTL too.
-// Feature files are immutable for a given object version: they open with
-// FOPEN_KEEP_CACHE, their size follows from the layer's shape (stat never
-// computes) and their inode number is a hash of the path and the object's
-// ETag, so an overwritten object is a new file after MetadataTTL. An object
+// partial listing. The kernel keeps directories' entries and attributes,
+// and names found missing, for MetadataTTL too. Feature files are immutable
+// for a given object version: they open with FOPEN_KEEP_CACHE, their size
+// follows from the layer's shape (stat never computes) and their inode
+// number is a hash of the path and the object's ETag, so an overwritten
+// object is a new file. The kernel keeps their entries and attributes for a
+// day and is told to drop those a listing read again shows deleted or
+// changed (kernelcache.go): a path walk through a directory after
+// MetadataTTL sees the change, and a second epoch asks featurefs nothing
+// but OPEN per file. Extended attributes answer ENOSYS, so the kernel stops
+// asking for them (ls -l asked two per file). An object
 // that fails because of its content (not an image, corrupt, too large) is
 // logged once with its key and reason and answers EIO without being fetched
 // again for Config.NegativeTTL (a bounded map).

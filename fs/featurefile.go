@@ -35,8 +35,13 @@ var _ = (gofs.NodeOpener)((*featureFile)(nil))
 var _ = (gofs.NodeReader)((*featureFile)(nil))
 
 // Getattr reports the size the layer's shape gives; it never computes.
+// The attributes are those of one object version, so the kernel keeps them
+// as long as the entry (FS.fileTimeout).
 func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	fileAttr(&out.Attr, ff.view.size, ff.obj.ModTime)
+	if t := ff.fs.fileTimeout(); t > 0 {
+		out.SetTimeout(t)
+	}
 	return 0
 }
 
@@ -44,9 +49,11 @@ func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 // its page cache across opens, and a close needs no FLUSH round trip (numpy
 // closes each file twice: the FLUSHes doubled the cost of a cached np.load).
 // The handle reads the newest version the mount knows of the object (the
-// kernel may hold this node past a relisting); a name that the fresh
-// listing of its directory no longer has is gone (ENOENT). Open never asks
-// the store.
+// kernel may hold this node past a relisting, until it drops the entry:
+// see kernelcache.go); a name that the fresh listing of its directory no
+// longer has is gone (ENOENT). When that version is not the node's own, the
+// kernel's page cache of the node may hold the old version's bytes: the
+// open does not keep it. Open never asks the store.
 func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if openForWrite(flags) {
 		return nil, 0, syscall.EROFS
@@ -55,6 +62,9 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 	obj, ok := ff.fs.currentVersion(ff.prefix, ff.name, ff.obj)
 	if !ok {
 		return nil, 0, ff.fs.errno(fmt.Errorf("%s%s: no longer listed: %w", ff.prefix, ff.name, bucket.ErrNotFound), ff.obj.Key)
+	}
+	if obj.Key != ff.obj.Key || obj.ETag != ff.obj.ETag {
+		return &featureHandle{obj: obj}, fuse.FOPEN_NOFLUSH, 0
 	}
 	return &featureHandle{obj: obj}, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }
@@ -118,8 +128,14 @@ func (ff *featureFile) content(ctx context.Context, h *featureHandle) ([]byte, s
 		if owner {
 			data, err := ff.fs.readFeature(ctx, ff.view, h.obj)
 			ff.fs.pf.touch(ff.view, ff.prefix)
+			file := ff.prefix + ff.name
 			if err != nil {
 				r.errno = ff.fs.errno(err, h.obj.Key)
+				if r.errno != syscall.EINTR {
+					ff.fs.failed.add(file, h.obj.Key, errReason(h.obj.Key, err), ff.fs.now())
+				}
+			} else {
+				ff.fs.failed.clear(file)
 			}
 			r.data = data
 			if r.errno == syscall.EINTR {
@@ -291,56 +307,4 @@ func (f *FS) extractStore(ctx context.Context, v *layerView, obj bucket.Object, 
 		f.log.Warn("featurefs: cache write failed", slog.String("key", obj.Key), slog.Any("err", err))
 	}
 	return data, nil
-}
-
-// Extended attributes of feature files, so that tools ask the tree which
-// object a name stands for instead of re-implementing the naming rule
-// (featurefs warm does).
-const (
-	// XattrKey holds the object key of a feature file.
-	XattrKey = "user.featurefs.key"
-	// XattrError holds why the object is known bad (not an image, corrupt,
-	// too large), while it is; absent otherwise.
-	XattrError = "user.featurefs.error"
-)
-
-var _ = (gofs.NodeGetxattrer)((*featureFile)(nil))
-var _ = (gofs.NodeListxattrer)((*featureFile)(nil))
-
-// xattrs returns the file's extended attributes; they ask only the
-// mount's caches.
-func (ff *featureFile) xattrs() map[string]string {
-	obj, _ := ff.fs.currentVersion(ff.prefix, ff.name, ff.obj)
-	a := map[string]string{XattrKey: obj.Key}
-	if reason, bad := ff.fs.isBad(obj.Key, obj.ETag); bad {
-		a[XattrError] = reason
-	}
-	return a
-}
-
-// Getxattr answers XattrKey and XattrError.
-func (ff *featureFile) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	v, ok := ff.xattrs()[attr]
-	if !ok {
-		return 0, syscall.ENODATA
-	}
-	if len(dest) < len(v) {
-		return uint32(len(v)), syscall.ERANGE
-	}
-	return uint32(copy(dest, v)), 0
-}
-
-// Listxattr lists the attributes the file has now.
-func (ff *featureFile) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	var list []byte
-	a := ff.xattrs()
-	for _, name := range []string{XattrKey, XattrError} {
-		if _, ok := a[name]; ok {
-			list = append(append(list, name...), 0)
-		}
-	}
-	if len(dest) < len(list) {
-		return uint32(len(list)), syscall.ERANGE
-	}
-	return uint32(copy(dest, list)), 0
 }

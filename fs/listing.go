@@ -27,10 +27,15 @@ type listing struct {
 	failed   bool           // GUARDED_BY(mu): a page failed; never complete
 	pages    int            // GUARDED_BY(mu): pages read
 	prev     *listing       // GUARDED_BY(mu): the complete listing this one replaces; nil once complete
+
+	// checked is closed once the kernel's entries of feature files in this
+	// directory agree with the listing (FS.checkKernel, run once).
+	checkOnce sync.Once
+	checked   chan struct{}
 }
 
 func newListing(prefix string, at time.Time) *listing {
-	return &listing{prefix: prefix, at: at, listedAt: at, byName: map[string]int{}}
+	return &listing{prefix: prefix, at: at, listedAt: at, byName: map[string]int{}, checked: make(chan struct{})}
 }
 
 // append adds entries and returns those added. The naming rule gives
@@ -172,6 +177,9 @@ func (s *listStream) revive(err error) *listing {
 	r.append(es)
 	r.pages = pages
 	r.markComplete()
+	// What the kernel holds came from this listing or an older one: nothing
+	// to check.
+	r.checkOnce.Do(func() { close(r.checked) })
 	if cur, ok := s.fs.listings.Get(s.l.prefix); !ok || cur == s.l {
 		s.fs.listings.Put(s.l.prefix, r, r.cost())
 	}
@@ -220,6 +228,7 @@ func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
 	if complete {
 		s.done = true
 		s.l.markComplete()
+		s.fs.listed(s.l)
 	}
 	s.handedOut = s.handedOut || len(es) > 0
 	// Re-publish with the new cost; a listing larger than the whole cache
@@ -272,9 +281,14 @@ func (f *FS) relist(prefix string, pages int) func(context.Context) (*listing, e
 // goes on after the caller stops waiting and publishes its result in the
 // cache. It returns the new listing if it came in time, else nil.
 func (f *FS) refreshStale(ctx context.Context, prefix string) *listing {
+	return f.refreshListing(ctx, prefix, 0)
+}
+
+// refreshListing is refreshStale reading at most pages pages (0: all).
+func (f *FS) refreshListing(ctx context.Context, prefix string, pages int) *listing {
 	c := f.lists.start(ctx, prefix, f.refreshSlot, func(ctx context.Context) (*listing, error) {
 		defer func() { <-f.refreshing }()
-		return f.relist(prefix, 0)(ctx)
+		return f.relist(prefix, pages)(ctx)
 	})
 	if c == nil {
 		return nil

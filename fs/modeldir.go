@@ -61,6 +61,7 @@ func (d *modelDir) addLayer(ctx context.Context, dir string, l extractor.Layer) 
 	v := newLayerView(d.fs, d.model, l, dir)
 	ch := d.NewPersistentInode(ctx, newLayerDir(d.fs, v), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: v.dirIno("")})
 	d.AddChild(dir, ch, true)
+	d.fs.addLayerDir(ch)
 }
 
 // layerTabler is implemented by an extractor that knows a model's layers

@@ -34,26 +34,44 @@ func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 	return 0
 }
 
-// Lookup finds a subdirectory or feature file.
+// Lookup finds a subdirectory or feature file. The kernel looks a
+// subdirectory up again when a path walk passes through it after
+// MetadataTTL: the feature files it holds there are then checked against a
+// fresh listing before the walk goes on (FS.revalidateDir).
 func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
 	e, err := d.fs.lookupEntry(ctx, d.prefix, name)
 	if err != nil {
 		return nil, d.fs.errno(err, d.prefix+name)
 	}
-	return d.child(ctx, e, &out.Attr), 0
+	if e.dir {
+		d.fs.revalidateDir(ctx, e.sub)
+	}
+	return d.child(ctx, e, out), 0
 }
 
-// child returns the inode of an entry, filling its attributes.
-func (d *prefixDir) child(ctx context.Context, e dirEntry, attr *fuse.Attr) *gofs.Inode {
+// child returns the inode of an entry (the one the kernel already has when
+// it is the same node), filling its attributes and, for a feature file, its
+// kernel timeouts (FS.fileTimeout; directories keep the mount's).
+func (d *prefixDir) child(ctx context.Context, e dirEntry, out *fuse.EntryOut) *gofs.Inode {
+	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: d.entryIno(e)}
 	if e.dir {
-		d.fs.dirAttr(attr)
-		sub := &prefixDir{fs: d.fs, view: d.view, prefix: e.sub}
-		return d.NewInode(ctx, sub, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: d.view.dirIno(sub.prefix)})
+		id.Mode = syscall.S_IFDIR
+		d.fs.dirAttr(&out.Attr)
+	} else {
+		fileAttr(&out.Attr, d.view.size, e.obj.ModTime)
+		if t := d.fs.fileTimeout(); t > 0 {
+			out.SetEntryTimeout(t)
+			out.SetAttrTimeout(t)
+		}
 	}
-	fileAttr(attr, d.view.size, e.obj.ModTime)
-	ff := &featureFile{fs: d.fs, view: d.view, prefix: d.prefix, name: e.name, obj: e.obj}
-	return d.NewInode(ctx, ff, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: d.view.fileIno(e.obj.Key, e.obj.ETag)})
+	if ch := d.GetChild(e.name); ch != nil && ch.StableAttr() == id {
+		return ch
+	}
+	if e.dir {
+		return d.NewInode(ctx, &prefixDir{fs: d.fs, view: d.view, prefix: e.sub}, id)
+	}
+	return d.NewInode(ctx, &featureFile{fs: d.fs, view: d.view, prefix: d.prefix, name: e.name, obj: e.obj}, id)
 }
 
 // entryIno is the inode number readdir reports for an entry.
@@ -278,9 +296,12 @@ type dirHandle struct {
 	pos     int         // GUARDED_BY(mu)
 	off     uint64      // GUARDED_BY(mu): entries handed out so far
 	stream  *listStream // GUARDED_BY(mu): nil when serving a cached listing
+	last    dirEntry    // GUARDED_BY(mu): the entry Readdirent returned last
+	hasLast bool        // GUARDED_BY(mu)
 }
 
 var _ = (gofs.FileReaddirenter)((*dirHandle)(nil))
+var _ = (gofs.FileLookuper)((*dirHandle)(nil))
 var _ = (gofs.FileSeekdirer)((*dirHandle)(nil))
 var _ = (gofs.FileReleasedirer)((*dirHandle)(nil))
 
@@ -291,7 +312,7 @@ var _ = (gofs.FileReleasedirer)((*dirHandle)(nil))
 // h.
 func (h *dirHandle) start(ctx context.Context) {
 	f := h.d.fs
-	h.entries, h.pos, h.off, h.stream = nil, 0, 0, nil
+	h.entries, h.pos, h.off, h.stream, h.hasLast = nil, 0, 0, nil, false
 	l, ok := f.listings.Get(h.d.prefix)
 	if ok && f.fresh(l) {
 		if es, complete := l.snapshot(); complete {
@@ -333,11 +354,30 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	e := h.entries[h.pos]
 	h.pos++
 	h.off++
+	h.last, h.hasLast = e, true
 	mode := uint32(syscall.S_IFREG)
 	if e.dir {
 		mode = syscall.S_IFDIR
 	}
 	return &fuse.DirEntry{Name: e.name, Mode: mode, Ino: h.d.entryIno(e), Off: h.off}, 0
+}
+
+// Lookup answers READDIRPLUS's lookup of the entry Readdirent has just
+// returned, from that entry: the listing is not searched again, and a
+// subdirectory's own listing is not read (listing a directory lists none of
+// its subdirectories). Any other name (go-fuse replaying an interrupted
+// READDIRPLUS) is looked up as usual.
+func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	h.mu.Lock()
+	e, ok := h.last, h.hasLast && h.last.name == name
+	h.mu.Unlock()
+	if !ok {
+		var err error
+		if e, err = h.d.fs.lookupEntry(ctx, h.d.prefix, name); err != nil {
+			return nil, h.d.fs.errno(err, h.d.prefix+name)
+		}
+	}
+	return h.d.child(ctx, e, out), 0
 }
 
 // Seekdir supports rewinding (offset 0) and staying in place.
@@ -358,5 +398,5 @@ func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 func (h *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.entries, h.stream = nil, nil
+	h.entries, h.stream, h.hasLast = nil, nil, false
 }

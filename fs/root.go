@@ -20,7 +20,7 @@ type rootDir struct {
 var _ = (gofs.NodeOnAdder)((*rootDir)(nil))
 var _ = (gofs.NodeGetattrer)((*rootDir)(nil))
 
-// OnAdd builds features/<model>/... and .featurefs/stats.
+// OnAdd builds features/<model>/..., .featurefs/stats and .featurefs/failures.
 func (r *rootDir) OnAdd(ctx context.Context) {
 	features := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "features")})
 	r.AddChild("features", features, true)
@@ -30,8 +30,10 @@ func (r *rootDir) OnAdd(ctx context.Context) {
 	}
 	meta := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', ".featurefs")})
 	r.AddChild(".featurefs", meta, true)
-	stats := meta.NewPersistentInode(ctx, &statsFile{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('s', ".featurefs/stats")})
+	stats := meta.NewPersistentInode(ctx, &statsFile{fs: r.fs, render: r.fs.statsJSON}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('s', ".featurefs/stats")})
 	meta.AddChild("stats", stats, true)
+	failures := meta.NewPersistentInode(ctx, &statsFile{fs: r.fs, render: r.fs.failuresJSON}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('s', ".featurefs/"+FailuresFile)})
+	meta.AddChild(FailuresFile, failures, true)
 }
 
 // Getattr reports a read-only directory.

@@ -158,6 +158,10 @@ type TreeStats struct {
 	BadObjects int64 `json:"bad_objects"`
 	// BadObjectHits counts reads refused by the negative cache.
 	BadObjectHits int64 `json:"bad_object_hits"`
+	// KernelInvalidations counts feature file entries the kernel was told
+	// to drop: a new listing showed their object deleted or changed, or
+	// their directory could not be listed whole to check them.
+	KernelInvalidations int64 `json:"kernel_invalidations"`
 	// IOErrors counts reads and lookups answered EIO.
 	IOErrors int64 `json:"io_errors"`
 	// CacheErrors counts failed or inconsistent cache reads and writes.
@@ -200,7 +204,7 @@ func (f *FS) Stats() Stats {
 			Lookups: c.lookups.Load(), StatLookups: c.statLookups.Load(), ListPages: c.listPages.Load(),
 			StatCalls: c.stats.Load(), Opens: c.opens.Load(), Reads: c.reads.Load(), ReadBytes: c.readBytes.Load(),
 			CacheHits: c.cacheHits.Load(), CacheMisses: c.cacheMisses.Load(), Extractions: c.extractions.Load(),
-			BadObjects: c.badObjects.Load(), BadObjectHits: c.badHits.Load(), IOErrors: c.ioErrors.Load(),
+			BadObjects: c.badObjects.Load(), BadObjectHits: c.badHits.Load(), KernelInvalidations: c.invalidations.Load(), IOErrors: c.ioErrors.Load(),
 			CacheErrors: c.cacheErrors.Load(), ListingsCached: nl, ListingEntries: ne, BadObjectsKnown: nb,
 		},
 		RecentErrors: recent,
@@ -254,11 +258,15 @@ func (f *FS) statsJSON() []byte {
 // size, the size grows and every handle's content with it (whitespace after
 // a JSON value is still valid JSON). The kernel never caches the
 // attributes (statsAttrTimeout).
+//
+// .featurefs/failures (FailuresFile) is served the same way, with its own
+// content (render).
 type statsFile struct {
 	gofs.Inode
 	readOnly
-	fs   *FS
-	size atomic.Int64 // the file's size; never shrinks
+	fs     *FS
+	render func() []byte // the content, ending in a newline
+	size   atomic.Int64  // the file's size; never shrinks
 }
 
 var _ = (gofs.NodeGetattrer)((*statsFile)(nil))
@@ -285,7 +293,7 @@ type statsHandle struct{ json []byte }
 // snapshot renders the stats and grows the file's size when the JSON
 // outgrew it. It returns the JSON without its final newline and the size.
 func (sf *statsFile) snapshot() ([]byte, int64) {
-	b := sf.fs.statsJSON()
+	b := sf.render()
 	for {
 		cur := sf.size.Load()
 		if int64(len(b)) <= cur || sf.size.CompareAndSwap(cur, statsSize(len(b))) {

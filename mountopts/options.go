@@ -73,9 +73,12 @@ type Options struct {
 	// from the device (--batch-size).
 	BatchSize int
 
-	// MetadataTTL is how long directory listings, entries and attributes are
-	// cached, by featurefs and by the kernel. A changed bucket shows after at
-	// most this long (--metadata-ttl).
+	// MetadataTTL is how long directory listings are cached by featurefs,
+	// and directories' entries and names found missing by the kernel. A
+	// changed bucket shows after at most this long (--metadata-ttl). The
+	// kernel keeps feature files' entries and attributes, which only change
+	// with their object's ETag, longer: a listing read again drops those it
+	// shows changed (fs/kernelcache.go).
 	MetadataTTL time.Duration
 	// NegativeTTL is how long an object that failed extraction because of
 	// its content (not an image, corrupt, too large) keeps failing without

@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# Benchmark (make bench): second-epoch DataLoader throughput of layer12
-# features read through a featurefs mount vs the same .npy files copied to a
-# local directory, in one run. Prints one markdown section on stdout (and
-# make bench also stores it in docs/bench/mount.md).
+# Benchmark (make bench): the mount's own overhead, in one run.
+#  1. Second-epoch DataLoader throughput of layer12 features read through a
+#     featurefs mount vs the same .npy files copied to a local directory.
+#  2. `ls -l` of a directory of BENCH_LS_ENTRIES entries through a mount of a
+#     local-directory source vs that directory itself.
+# Prints two markdown sections on stdout (make bench stores them in
+# docs/bench/mount.md).
 #
 #   scripts/bench-mount.sh     (after make build)
-# Env: BENCH_IMAGES (256), BENCH_REPEATS (7), BENCH_WORKERS (4).
+# Env: BENCH_IMAGES (256), BENCH_REPEATS (7), BENCH_WORKERS (4),
+#      BENCH_TTL (1s: the mount's --metadata-ttl for epoch 2+, shorter than
+#      an epoch, as it is for any dataset larger than a few thousand images),
+#      BENCH_LS_ENTRIES (65000), BENCH_LS_ROUNDS (5),
+#      BENCH_BASELINE_BIN (another featurefs binary, e.g. an older build, to
+#      measure side by side in the same rounds; its name in the tables is
+#      BENCH_BASELINE_NAME, default "baseline").
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_bin
@@ -13,17 +22,31 @@ need_bin
 IMAGES=${BENCH_IMAGES:-256}
 REPEATS=${BENCH_REPEATS:-7}
 WORKERS=${BENCH_WORKERS:-4}
+TTL=${BENCH_TTL:-1s}
+LS_ENTRIES=${BENCH_LS_ENTRIES:-65000}
+LS_ROUNDS=${BENCH_LS_ROUNDS:-5}
+BASE_BIN=${BENCH_BASELINE_BIN:-}
+BASE_NAME=${BENCH_BASELINE_NAME:-baseline}
 WORK=$(mktemp -d /tmp/featurefs-bench.XXXXXX)
 MNT=$WORK/mnt
+BMNT=$WORK/mnt-base
 cleanup() {
-  local rc=$?
-  unmount "$MNT" || true
+  local rc=$? m
+  for m in "$MNT" "$BMNT" "$WORK/mnt-ls" "$WORK/mnt-ls-base"; do unmount "$m" || true; done
   if [ $rc -ne 0 ] && [ -f "$WORK/featurefs.log" ]; then tail -n 30 "$WORK/featurefs.log" >&2; fi
   rm -rf "$WORK"
   exit $rc
 }
 trap cleanup EXIT
-mkdir -p "$MNT"
+mkdir -p "$MNT" "$BMNT" "$WORK/mnt-ls" "$WORK/mnt-ls-base"
+ENV_DESC="scripts/bench-mount.sh, $(nproc) CPUs"
+if command -v nvidia-smi >/dev/null; then
+  ENV_DESC+=", $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+fi
+if [ -n "$BASE_BIN" ]; then ENV_DESC+=", $BASE_NAME = $BASE_BIN"; fi
+
+# base_mount ARGS... SOURCE DIR: featurefs_mount with the baseline binary.
+base_mount() { BIN=$BASE_BIN featurefs_mount "$@"; }
 
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes 4 --train $((IMAGES / 4)) --val 0 \
   --min-side 160 --max-side 640 2>/dev/null
@@ -36,15 +59,58 @@ ROOT=$MNT/features/resnet50/layer12/train
 echo "bench-mount: epoch 1 over $IMAGES images (extraction)..." >&2
 E1=$("$PY" "$REPO/scripts/bench_mount.py" --warm --mount "$ROOT" --local "$ROOT" --workers "$WORKERS")
 cp -r "$ROOT" "$WORK/local"
+cp -r "$ROOT" "$WORK/local-written"
+# The local copy's pages are dropped and read back, as a dataset on disk is
+# after its first epoch; local-written keeps the pages cp wrote.
+"$PY" - "$WORK/local" <<'EOF'
+import os, sys
+for d, _, fs in os.walk(sys.argv[1]):
+    for f in fs:
+        fd = os.open(os.path.join(d, f), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+EOF
+cat "$WORK"/local/*/*.npy >/dev/null
 # A restarted mount on the same cache: its first epoch reads every feature
 # from the Badger store through FUSE (nothing in the kernel's page cache).
 unmount "$MNT"
+if [ -n "$BASE_BIN" ]; then cp -r "$WORK/cache" "$WORK/cache-base"; fi
 featurefs_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" --log-file "$WORK/featurefs.log" \
-  "$WORK/images" "$MNT"
+  --metadata-ttl "$TTL" "$WORK/images" "$MNT"
 wait_mounted "$MNT"
 echo "bench-mount: first epoch after a restart (feature cache)..." >&2
 ER=$("$PY" "$REPO/scripts/bench_mount.py" --warm --mount "$ROOT" --local "$ROOT" --workers "$WORKERS")
-echo "bench-mount: $REPEATS x (mount epoch, local epoch)..." >&2
-"$PY" "$REPO/scripts/bench_mount.py" --mount "$ROOT" --local "$WORK/local" --repeats "$REPEATS" \
-  --workers "$WORKERS" --epoch1 "$E1" --restart "$ER" --command "make bench" \
-  --env "scripts/bench-mount.sh, BENCH_IMAGES=$IMAGES, $(nproc) CPUs$(command -v nvidia-smi >/dev/null && echo ", $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")"
+BASE_ARGS=(--stats "mount=$MNT/.featurefs/stats")
+if [ -n "$BASE_BIN" ]; then
+  base_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache-base" --log-file "$WORK/featurefs-base.log" \
+    --metadata-ttl "$TTL" "$WORK/images" "$BMNT"
+  wait_mounted "$BMNT"
+  "$PY" "$REPO/scripts/bench_mount.py" --warm --mount "$BMNT/features/resnet50/layer12/train" --local x \
+    --workers "$WORKERS" >/dev/null
+  BASE_ARGS+=(--baseline "$BASE_NAME=$BMNT/features/resnet50/layer12/train" --stats "$BASE_NAME=$BMNT/.featurefs/stats")
+fi
+echo "bench-mount: $REPEATS rounds of epochs..." >&2
+"$PY" "$REPO/scripts/bench_mount.py" --mount "$ROOT" --local "$WORK/local" --local-written "$WORK/local-written" \
+  "${BASE_ARGS[@]}" --repeats "$REPEATS" --workers "$WORKERS" --epoch1 "$E1" --restart "$ER" --ttl "$TTL" \
+  --command "make bench" --env "$ENV_DESC, BENCH_IMAGES=$IMAGES"
+unmount "$MNT"
+if [ -n "$BASE_BIN" ]; then unmount "$BMNT"; fi
+echo
+
+# ls -l of one large directory: empty .jpg files (listing reads no content).
+echo "bench-mount: ls -l of $LS_ENTRIES entries..." >&2
+mkdir -p "$WORK/lsdir/big"
+(cd "$WORK/lsdir/big" && seq -f "img%05g.jpg" 0 $((LS_ENTRIES - 1)) | xargs touch)
+LS_ARGS=()
+featurefs_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache-ls" --log-file "$WORK/featurefs.log" \
+  --prefetch off "$WORK/lsdir" "$WORK/mnt-ls"
+wait_mounted "$WORK/mnt-ls"
+LS_ARGS+=(--mount "featurefs mount=$WORK/mnt-ls/features/resnet50/layer12/big")
+if [ -n "$BASE_BIN" ]; then
+  base_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache-ls-base" --log-file "$WORK/featurefs-base.log" \
+    --prefetch off "$WORK/lsdir" "$WORK/mnt-ls-base"
+  wait_mounted "$WORK/mnt-ls-base"
+  LS_ARGS+=(--mount "featurefs $BASE_NAME=$WORK/mnt-ls-base/features/resnet50/layer12/big")
+fi
+"$PY" "$REPO/scripts/bench_ls.py" --local "$WORK/lsdir/big" "${LS_ARGS[@]}" --rounds "$LS_ROUNDS" \
+  --command "make bench" --env "$ENV_DESC"

@@ -98,7 +98,7 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl := flag.NewFlagSet("mount", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
 	sourceFlags(fl, o)
-	fl.DurationVar(&o.MetadataTTL, "metadata-ttl", o.MetadataTTL, "how long listings and attributes are cached")
+	fl.DurationVar(&o.MetadataTTL, "metadata-ttl", o.MetadataTTL, "how long listings are cached: a changed bucket shows after at most this long")
 	fl.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "bound on the fetch and extraction behind one read (0: none)")
 	fl.BoolVar(&o.AllowOther, "allow-other", o.AllowOther, "let other users read the mount")
 	fl.BoolVar(&o.AllowNonempty, "allow-nonempty", o.AllowNonempty, "mount over a directory that holds files (hiding them while mounted)")

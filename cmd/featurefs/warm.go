@@ -320,25 +320,21 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 	wg.Wait()
 	update()
 
-	// Reasons: each feature file names its object (fs.XattrKey) and, when
-	// the mount knows the object bad, why (fs.XattrError); else the mount's
-	// recent errors may hold the reason under the key. A failure is listed
-	// under its object's key, once, with the mount's reason; a file whose
-	// key cannot be had under its path with the errno.
-	reasons := recentErrors(root)
+	// Reasons: the mount lists each feature file whose read failed, with
+	// the object it stands for and why (.featurefs/failures). A failure is
+	// listed under its object's key, once, with the mount's reason; a file
+	// the mount no longer lists (more failures than it keeps) under its
+	// path with the errno.
+	known := failedFiles(root)
 	for i, f := range failures {
-		key, err := getxattr(f.key, featurefs.XattrKey)
+		rel, err := filepath.Rel(layerDir, f.key)
 		if err != nil {
-			if rel, err := filepath.Rel(layerDir, f.key); err == nil {
-				failures[i].key = filepath.ToSlash(rel)
-			}
 			continue
 		}
-		failures[i].key = key
-		if r, err := getxattr(f.key, featurefs.XattrError); err == nil {
-			failures[i].reason = r
-		} else if r, ok := reasons[key]; ok {
-			failures[i].reason = r
+		rel = filepath.ToSlash(rel)
+		failures[i].key = rel
+		if ff, ok := known[rel]; ok {
+			failures[i].key, failures[i].reason = ff.Key, ff.Error
 		}
 	}
 	sort.Slice(failures, func(i, j int) bool { return failures[i].key < failures[j].key })
@@ -390,39 +386,22 @@ func mountOf(dir string) (root, layerDir string, err error) {
 	}
 }
 
-// recentErrors reads the mount's recent errors: object key -> reason.
-func recentErrors(root string) map[string]string {
-	b, err := os.ReadFile(filepath.Join(root, ".featurefs", "stats"))
+// failedFiles reads the mount's list of feature files whose last read
+// failed (.featurefs/failures), by path under the layer directory.
+func failedFiles(root string) map[string]featurefs.FailedFile {
+	b, err := os.ReadFile(filepath.Join(root, ".featurefs", featurefs.FailuresFile))
 	if err != nil {
 		return nil
 	}
-	var st struct {
-		RecentErrors []featurefs.ErrorRecord `json:"recent_errors"`
-	}
-	if json.Unmarshal(b, &st) != nil {
+	var fl featurefs.Failures
+	if json.Unmarshal(b, &fl) != nil {
 		return nil
 	}
-	out := map[string]string{}
-	for _, e := range st.RecentErrors {
-		out[e.Key] = e.Error
+	out := make(map[string]featurefs.FailedFile, len(fl.Files))
+	for _, f := range fl.Files {
+		out[f.File] = f
 	}
 	return out
-}
-
-// getxattr returns the extended attribute attr of the file at p.
-func getxattr(p, attr string) (string, error) {
-	buf := make([]byte, 1024)
-	for {
-		n, err := syscall.Getxattr(p, attr, buf)
-		if errors.Is(err, syscall.ERANGE) {
-			buf = make([]byte, 2*len(buf))
-			continue
-		}
-		if err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
 }
 
 // progress shows done/total, rate and ETA: a bar redrawn in place on a

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // localBucket serves a local directory tree as a bucket.
@@ -127,12 +129,17 @@ func (b *localBucket) notFound(op, key string, err error) error {
 func (b *localBucket) url(key string) string { return b.Identity() + "/" + key }
 
 func objectFromInfo(key string, fi fs.FileInfo) Object {
-	return Object{
-		Key:     key,
-		Size:    fi.Size(),
-		ETag:    fmt.Sprintf("%x-%x", fi.Size(), fi.ModTime().UnixNano()),
-		ModTime: fi.ModTime(),
-	}
+	return object(key, fi.Size(), fi.ModTime())
+}
+
+// objectFromStat is objectFromInfo for a stat(2) result.
+func objectFromStat(key string, st *unix.Stat_t) Object {
+	return object(key, st.Size, time.Unix(st.Mtim.Sec, st.Mtim.Nsec))
+}
+
+// object is a file's Object: the ETag is made of its size and mtime.
+func object(key string, size int64, mtime time.Time) Object {
+	return Object{Key: key, Size: size, ETag: fmt.Sprintf("%x-%x", size, mtime.UnixNano()), ModTime: mtime}
 }
 
 // Stat returns the metadata of the regular file key.
@@ -214,7 +221,12 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 			return Page{}, fmt.Errorf("bucket: list %q: %w", prefix, ErrNotFound)
 		}
 	}
-	names, err := b.sortedNames(ctx, rel)
+	f, err := b.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return Page{}, b.notFound("list", rel+"/", err)
+	}
+	defer f.Close()
+	names, err := b.sortedNames(ctx, rel, f)
 	if err != nil {
 		return Page{}, err
 	}
@@ -224,20 +236,39 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 	}
 	var page Page
 	end := min(i+b.pageSize, len(names))
+	dirfd := int(f.Fd())
 	for _, name := range names[i:end] {
 		if err := ctx.Err(); err != nil {
 			return Page{}, fmt.Errorf("bucket: list %s: %w", b.url(prefix), err)
 		}
 		key := prefix + name
-		fi, err := b.root.Stat(key) // follows links that stay inside the root
-		if err != nil {
-			continue // vanished, dangling or escaping link: not an entry
+		// One fstatat relative to the open directory (a name from readdir
+		// has no '/' and is not "." or "..", so it stays in the directory);
+		// only a symbolic link is resolved through the root, which follows
+		// it while it stays inside.
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue // vanished: not an entry
 		}
-		switch {
-		case fi.IsDir():
+		mode := st.Mode & unix.S_IFMT
+		if mode == unix.S_IFLNK {
+			fi, err := b.root.Stat(key)
+			if err != nil {
+				continue // dangling or escaping link: not an entry
+			}
+			switch {
+			case fi.IsDir():
+				mode = unix.S_IFDIR
+			case fi.Mode().IsRegular():
+				page.Objects = append(page.Objects, objectFromInfo(key, fi))
+				continue
+			}
+		}
+		switch mode {
+		case unix.S_IFDIR:
 			page.Prefixes = append(page.Prefixes, key+"/")
-		case fi.Mode().IsRegular():
-			page.Objects = append(page.Objects, objectFromInfo(key, fi))
+		case unix.S_IFREG:
+			page.Objects = append(page.Objects, objectFromStat(key, &st))
 		}
 	}
 	if end < len(names) {
@@ -246,14 +277,10 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 	return page, nil
 }
 
-// sortedNames returns the sorted entry names of directory rel, reusing a
-// cached listing of a large directory while its mtime is unchanged.
-func (b *localBucket) sortedNames(ctx context.Context, rel string) ([]string, error) {
-	f, err := b.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, b.notFound("list", rel+"/", err)
-	}
-	defer f.Close()
+// sortedNames returns the sorted entry names of directory rel, open as f,
+// reusing a cached listing of a large directory while its mtime is
+// unchanged.
+func (b *localBucket) sortedNames(ctx context.Context, rel string, f *os.File) ([]string, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("bucket: list %s: %w", b.url(rel), err)

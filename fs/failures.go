@@ -1,0 +1,109 @@
+package fs
+
+import (
+	"container/list"
+	"encoding/json"
+	"sort"
+	"sync"
+	"time"
+)
+
+// FailuresFile is the file, under the mount's .featurefs directory, that
+// lists the feature files whose last read failed (FailedFile), so that a
+// tool that walks the tree (featurefs warm) learns which object a failing
+// name stands for and why, without re-implementing the naming rule. The
+// mount has no extended attributes: the kernel asks for two per file in
+// `ls -l`, each a round trip, and a mount without them says so once.
+const FailuresFile = "failures"
+
+// FailedFile is one feature file whose last read failed.
+type FailedFile struct {
+	// File is the file's path under its layer directory
+	// (features/MODEL/LAYER/), slash-separated: the object's directory
+	// prefix and the file's name.
+	File string `json:"file"`
+	// Key is the object key it stands for.
+	Key string `json:"key"`
+	// Error is why, as the mount recorded it (without the key).
+	Error string `json:"error"`
+	// Time is when it failed (RFC 3339, UTC).
+	Time string `json:"time"`
+}
+
+// Failures is the content of .featurefs/failures.
+type Failures struct {
+	// Files are the failed files, sorted by File; at most maxFailedFiles,
+	// the most recent.
+	Files []FailedFile `json:"files"`
+	// Dropped counts failures no longer listed (evicted by newer ones).
+	Dropped int64 `json:"dropped"`
+}
+
+// maxFailedFiles bounds .featurefs/failures.
+const maxFailedFiles = 1000
+
+// failedFiles is a bounded record of feature files whose last read
+// failed: a later successful read of the file removes it; when full, the
+// oldest failure goes.
+type failedFiles struct {
+	mu      sync.Mutex
+	max     int
+	order   *list.List               // of *FailedFile, oldest first; GUARDED_BY(mu)
+	byFile  map[string]*list.Element // GUARDED_BY(mu)
+	dropped int64                    // GUARDED_BY(mu)
+}
+
+func newFailedFiles(max int) *failedFiles {
+	return &failedFiles{max: max, order: list.New(), byFile: map[string]*list.Element{}}
+}
+
+// add records that file (standing for key) failed with reason at t.
+func (ff *failedFiles) add(file, key, reason string, t time.Time) {
+	rec := &FailedFile{File: file, Key: key, Error: reason, Time: t.UTC().Format(time.RFC3339)}
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	if e, ok := ff.byFile[file]; ok {
+		ff.order.Remove(e)
+	}
+	ff.byFile[file] = ff.order.PushBack(rec)
+	for ff.order.Len() > ff.max {
+		e := ff.order.Front()
+		ff.order.Remove(e)
+		delete(ff.byFile, e.Value.(*FailedFile).File)
+		ff.dropped++
+	}
+}
+
+// clear forgets file's failure, if any.
+func (ff *failedFiles) clear(file string) {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	if e, ok := ff.byFile[file]; ok {
+		ff.order.Remove(e)
+		delete(ff.byFile, file)
+	}
+}
+
+// snapshot returns the record, sorted by file.
+func (ff *failedFiles) snapshot() Failures {
+	ff.mu.Lock()
+	out := Failures{Files: make([]FailedFile, 0, ff.order.Len()), Dropped: ff.dropped}
+	for e := ff.order.Front(); e != nil; e = e.Next() {
+		out.Files = append(out.Files, *e.Value.(*FailedFile))
+	}
+	ff.mu.Unlock()
+	sort.Slice(out.Files, func(i, j int) bool { return out.Files[i].File < out.Files[j].File })
+	return out
+}
+
+// Failures returns the feature files whose last read failed.
+func (f *FS) Failures() Failures { return f.failed.snapshot() }
+
+// failuresJSON renders Failures, indented, with a final newline.
+func (f *FS) failuresJSON() []byte {
+	b, err := json.MarshalIndent(f.Failures(), "", "  ")
+	if err != nil {
+		b = []byte(`{"error": "` + err.Error() + `"}`)
+	}
+	return append(b, '\n')
+}
