@@ -68,6 +68,11 @@ func initORT(lib string) error {
 	ortProc.mu.Lock()
 	defer ortProc.mu.Unlock()
 	if ort.IsInitialized() {
+		if ortProc.lib != "" && !sameFile(ortProc.lib, lib) {
+			// onnxruntime_go keeps one library per process: another path
+			// would silently run on the first one.
+			return fmt.Errorf("%w: %s: this process already runs ONNX Runtime from %s (one library per process)", ErrORTLibrary, lib, ortProc.lib)
+		}
 		return nil
 	}
 	info, err := ProbeORTLib(lib)
@@ -83,6 +88,17 @@ func initORT(lib string) error {
 	}
 	ortProc.lib = lib
 	return nil
+}
+
+// sameFile reports whether a and b name the same file (symbolic links
+// and other paths to it included).
+func sameFile(a, b string) bool {
+	if a == b {
+		return true
+	}
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }
 
 // sessionConfig is how sessions are made: threads and execution provider.
