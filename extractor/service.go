@@ -86,7 +86,7 @@ func DefaultConfig() Config {
 		Workers:        max(2, cores),
 		MaxSessions:    4,
 		IntraOpThreads: cores,
-		MaxPixels:      64 << 20,
+		MaxPixels:      DefaultMaxPixels,
 		DType:          Float32,
 		MaxPending:     4096,
 	}

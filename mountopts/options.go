@@ -126,7 +126,7 @@ type Options struct {
 	// (--image-extensions jpg,jpeg,png).
 	ImageExtensions []string
 	// MaxPixels rejects images with more pixels than this before decoding
-	// them (--max-pixels).
+	// them (--max-pixels; default extractor.DefaultMaxPixels, PIL's limit).
 	MaxPixels int64
 	// MaxObjectSize rejects objects larger than this before fetching them
 	// (--max-object-size, e.g. 256MiB).
@@ -184,7 +184,7 @@ func Default() Options {
 		LogLevel:        "info",
 		ORTLib:          ort,
 		ImageExtensions: []string{"jpg", "jpeg", "png"},
-		MaxPixels:       64 << 20,
+		MaxPixels:       extractor.DefaultMaxPixels,
 		MaxObjectSize:   256 * MiB,
 		Prefetch:        "tree",
 		Remote:          DefaultRemote(),

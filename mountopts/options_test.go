@@ -181,3 +181,11 @@ func TestValidateModelProblems(t *testing.T) {
 		t.Errorf("missing ORT library: %v does not match ErrModelFile", err)
 	}
 }
+
+// One default per setting: the mount's pixel limit is the extractor's,
+// PIL's Image.MAX_IMAGE_PIXELS (there were two: 64 Mi and PIL's).
+func TestOneDefaultPixelLimit(t *testing.T) {
+	if got, ex := Default().MaxPixels, extractor.DefaultConfig().MaxPixels; got != extractor.DefaultMaxPixels || ex != extractor.DefaultMaxPixels {
+		t.Errorf("--max-pixels default %d, extractor's %d, want both %d", got, ex, extractor.DefaultMaxPixels)
+	}
+}
