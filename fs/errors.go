@@ -28,40 +28,79 @@ func badObject(err error) bool {
 	return errors.Is(err, extractor.ErrBadImage) || errors.Is(err, bucket.ErrTooLarge)
 }
 
-// errno is the one place where errors become errnos. Errors a user should
-// hear about but that no errno explains are logged once per key and reason;
-// bad objects are logged where they are recorded (FS.recordBad).
+// errClass is how an error answered to a reader is classified: its
+// errno, its kind in the stats and metrics ("" when it is not counted as an
+// error) and, for errors a user should hear about that no errno explains,
+// the reason it is logged under ("" when it is not logged here; bad objects
+// are logged where they are recorded, FS.recordBad).
+type errClass struct {
+	errno syscall.Errno
+	kind  string
+	log   string
+}
+
+// timeout is an error that says it is one (net.Error's method): a
+// context's deadline, a network timeout, a feature server silent past the
+// client's timeout.
+type timeout interface{ Timeout() bool }
+
+// classify is the one classification of errors answered to readers:
+// errno (FS.errno), the stats' error kinds and the log lines come from it.
 //
-//	bucket.ErrNotFound            ENOENT
-//	context.Canceled (interrupt)  EINTR
+//	context.Canceled (interrupt)  EINTR, not counted
+//	bucket.ErrNotFound            ENOENT; counted (not_found) only when a
+//	                              listed object was gone at its fetch
 //	bucket.ErrAccessDenied        EACCES, logged (a refused token)
-//	bad image, too large          EIO
-//	context.DeadlineExceeded      EIO, logged (--read-timeout)
-//	anything else                 EIO, logged
-func (f *FS) errno(err error, key string) syscall.Errno {
-	f.obs.countError(err)
+//	bad image, too large          EIO, bad_image
+//	a timeout (Timeout() true)    EIO, timeout, logged (--read-timeout
+//	                              when it is that deadline)
+//	an object store's error       EIO, store, logged
+//	anything else                 EIO, other, logged
+func classify(err error) errClass {
+	var se *storeError
+	isStore := errors.As(err, &se)
+	storeOr := func(k string) string {
+		if isStore {
+			return ErrKindStore
+		}
+		return k
+	}
+	var to timeout
 	switch {
 	case err == nil:
-		return 0
-	case errors.Is(err, bucket.ErrNotFound):
-		return syscall.ENOENT
+		return errClass{}
 	case errors.Is(err, context.Canceled):
-		return syscall.EINTR
-	case errors.Is(err, bucket.ErrAccessDenied):
-		f.logOnce(key, "access denied", err)
-		return syscall.EACCES
+		return errClass{errno: syscall.EINTR}
 	case badObject(err):
-		f.stats.ioErrors.Add(1)
-		return syscall.EIO
+		return errClass{errno: syscall.EIO, kind: ErrKindBadImage}
+	case errors.Is(err, bucket.ErrNotFound):
+		if isStore && se.op == "get" {
+			return errClass{errno: syscall.ENOENT, kind: ErrKindNotFound} // listed, then gone
+		}
+		return errClass{errno: syscall.ENOENT} // a name that is not there
+	case errors.Is(err, bucket.ErrAccessDenied):
+		return errClass{errno: syscall.EACCES, kind: storeOr(ErrKindOther), log: "access denied"}
 	case errors.Is(err, context.DeadlineExceeded):
-		f.stats.ioErrors.Add(1)
-		f.logOnce(key, "timed out (--read-timeout)", err)
-		return syscall.EIO
+		return errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out (--read-timeout)"}
+	case errors.As(err, &to) && to.Timeout():
+		return errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out"}
 	default:
-		f.stats.ioErrors.Add(1)
-		f.logOnce(key, "error", err)
-		return syscall.EIO
+		return errClass{errno: syscall.EIO, kind: storeOr(ErrKindOther), log: "error"}
 	}
+}
+
+// errno turns an error answered to a reader into its errno (classify),
+// counting it and logging it once per key and reason.
+func (f *FS) errno(err error, key string) syscall.Errno {
+	c := classify(err)
+	f.obs.countError(c.kind)
+	if c.errno == syscall.EIO {
+		f.stats.ioErrors.Add(1)
+	}
+	if c.log != "" {
+		f.logOnce(key, c.log, err)
+	}
+	return c.errno
 }
 
 // logOnce logs an error for key unless the same key and error were logged

@@ -57,8 +57,8 @@ type observer struct {
 
 // countError counts an error answered to a reader by its kind. A reader's
 // interrupt and a lookup of a name the bucket does not hold are not errors.
-func (o *observer) countError(err error) {
-	switch errorKind(err) {
+func (o *observer) countError(kind string) {
+	switch kind {
 	case ErrKindBadImage:
 		o.errBadImage.Add(1)
 	case ErrKindNotFound:
@@ -69,30 +69,6 @@ func (o *observer) countError(err error) {
 		o.errStore.Add(1)
 	case ErrKindOther:
 		o.errOther.Add(1)
-	}
-}
-
-// errorKind classifies an error answered to a reader; "" means it is not
-// counted as an error.
-func errorKind(err error) string {
-	var se *storeError
-	isStore := errors.As(err, &se)
-	switch {
-	case err == nil, errors.Is(err, context.Canceled):
-		return ""
-	case badObject(err):
-		return ErrKindBadImage
-	case errors.Is(err, bucket.ErrNotFound):
-		if isStore && se.op == "get" {
-			return ErrKindNotFound // listed, then gone
-		}
-		return "" // a name that is not there: a plain ENOENT
-	case errors.Is(err, context.DeadlineExceeded):
-		return ErrKindTimeout
-	case isStore:
-		return ErrKindStore
-	default:
-		return ErrKindOther
 	}
 }
 

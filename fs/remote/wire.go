@@ -104,11 +104,27 @@ func (c *Client) authorize(req *http.Request) {
 	}
 }
 
+// timeoutError is a server silent for the client's Timeout: it matches
+// ErrUnavailable, and it is a timeout (Timeout, as net.Error's) to whoever
+// classifies errors (the mount counts it as one, not as "other").
+type timeoutError struct{ msg string }
+
+func (e *timeoutError) Error() string { return e.msg }
+func (e *timeoutError) Unwrap() error { return ErrUnavailable }
+
+// Timeout reports that the server did not answer in time.
+func (e *timeoutError) Timeout() bool { return true }
+
+// noAnswer is the error for what (e.g. "URL: no answer within") after d.
+func noAnswer(what string, d time.Duration) error {
+	return &timeoutError{msg: fmt.Sprintf("%s %v: %v", what, d, ErrUnavailable)}
+}
+
 // unavailable wraps a transport error as ErrUnavailable.
 func (c *Client) unavailable(u string, err error) error {
 	c.n.unavailable.Add(1)
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: no answer within %v: %w", u, c.cfg.Timeout, ErrUnavailable)
+		return noAnswer(u+": no answer within", c.cfg.Timeout)
 	}
 	return fmt.Errorf("%s: %w: %w", u, ErrUnavailable, err)
 }
@@ -205,7 +221,7 @@ func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data 
 	defer watchdog.Stop()
 	broken := func(err error) error {
 		if silent.Load() {
-			err = fmt.Errorf("no answer for %v: %w", c.cfg.Timeout, ErrUnavailable)
+			err = noAnswer("no answer for", c.cfg.Timeout)
 		}
 		c.n.unavailable.Add(1)
 		return fmt.Errorf("%s: %w", u, err)
@@ -277,7 +293,7 @@ func (c *Client) openWatched(ctx context.Context, u, path, what string) (io.Read
 		cancel()
 		if silent.Load() {
 			c.n.unavailable.Add(1)
-			return fmt.Errorf("%s: no answer for %v: %w", u, c.cfg.Timeout, ErrUnavailable)
+			return noAnswer(u+": no answer for", c.cfg.Timeout)
 		}
 		return err
 	}
