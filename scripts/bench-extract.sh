@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Benchmark (make bench): CPU extraction throughput of ResNet-50 layer12 and
-# layer18 on the same set of 500x375 JPEGs, featurefs (Go decode/preprocess
-# workers overlapped with batched ONNX Runtime) vs PyTorch eager (torchvision
-# + PIL, DataLoader with workers, same thread count), in one run. Prints one
-# markdown section on stdout.
+# layer18 on the same set of 500x375 JPEGs, in interleaved rounds
+# (scripts/bench_extract.py): featurefs's extractor in several
+# configurations of ONNX Runtime intra-op threads x decode workers, bare
+# ONNX Runtime on random input at the same batch size and threads (the
+# ceiling), decode and preprocess alone, and PyTorch eager (torchvision +
+# PIL, DataLoader with workers, same thread count); with each stage's CPU
+# time per image. Prints one markdown section on stdout.
 #
-#   scripts/bench-extract.sh
-# Env: BENCH_IMAGES (64): number of JPEGs; BENCH_WORKERS (2): DataLoader workers.
+#   scripts/bench-extract.sh      (after make build)
+# Env: BENCH_IMAGES (64): number of JPEGs; BENCH_WORKERS (2): DataLoader
+#      workers; BENCH_ROUNDS (3); BENCH_CONFIGS (default,2x1,1x2,1x1:
+#      THREADSxWORKERS, "default" is what a mount runs).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 N=${BENCH_IMAGES:-64}
 WORKERS=${BENCH_WORKERS:-2}
-THREADS=$(nproc)
 WORK=$(mktemp -d /tmp/featurefs-bench-extract.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
+need_bin
 MODEL=$(model_path resnet50)
 
 "$PY" - "$WORK/img" "$N" <<'PYEOF'
@@ -36,40 +41,6 @@ for i in range(n):
     im.save(os.path.join(out, f"{i:04d}.jpg"), quality=90)
 PYEOF
 
-cd "$REPO"
-go build -o "$WORK/benchextract" ./scripts/benchextract 2> >(grep -v "cgo-gcc\|nvml.h\|DEPRECATED\|^ *|\|^[0-9]* |\|go-nvml" >&2 || true)
-LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
-FF=$("$WORK/benchextract" --model "$MODEL" --images "$WORK/img" --layers layer12,layer18 --threads "$THREADS" 2>"$WORK/ff.log") || { cat "$WORK/ff.log" >&2; exit 1; }
-PT=$("$PY" "$REPO/scripts/bench_torch_extract.py" --images "$WORK/img" --threads "$THREADS" --workers "$WORKERS" --layers layer12,layer18 2>"$WORK/pt.log") || { cat "$WORK/pt.log" >&2; exit 1; }
-LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
-BATCHLOG=$(grep -o 'msg="batch size measured".*' "$WORK/ff.log" | sed 's/msg="batch size measured" //' | tr '\n' ';' || true)
-
-"$PY" - "$FF" "$PT" <<'PYEOF' > "$WORK/table.md"
-import json, sys
-ff = {r["layer"]: r for r in json.loads(sys.argv[1])}
-pt = {r["layer"]: r for r in json.loads(sys.argv[2])}
-print("| layer | featurefs images/s | PyTorch eager images/s | **ratio featurefs / PyTorch** | featurefs batch | featurefs decode+preprocess s (summed over workers) | featurefs inference s | decode share of featurefs work | PyTorch waiting for data s | PyTorch model s |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for layer in ff:
-    f, p = ff[layer], pt[layer]
-    share = f["decode_seconds"] / (f["decode_seconds"] + f["infer_seconds"])
-    print(f"| {layer} | {f['images_per_s']:.2f} | {p['images_per_s']:.2f} | **{f['images_per_s'] / p['images_per_s']:.2f}x** | {f['batch']} "
-          f"| {f['decode_seconds']:.2f} | {f['infer_seconds']:.2f} | {100 * share:.0f}% | {p['wait_seconds']:.2f} | {p['infer_seconds']:.2f} |")
-PYEOF
-
-cat <<MD
-## Feature extraction on the CPU (ResNet-50 layer12 and layer18)
-
-\`scripts/bench-extract.sh\` ($N generated 500x375 quality-90 JPEGs; ResNet-50 with random seeded weights
-exported at opset 17; $(nproc) CPUs, ONNX Runtime intra-op threads = torch threads = $THREADS;
-PyTorch: torchvision 0.14 eager, PIL decode + transforms in a DataLoader with $WORKERS workers, batch 16;
-featurefs: \`Service.Extract\` for every image at once, Go decode/preprocess workers overlapped with
-batched ONNX Runtime, batch size measured on first use; session creation and the measurement are
-excluded by a warm-up request, as PyTorch gets one warm-up forward; load average $LOAD0 before, $LOAD1 after)
-
-$(cat "$WORK/table.md")
-
-Decode share = decode+preprocess seconds / (decode+preprocess + inference seconds) of featurefs's own
-work; decoding runs on the worker pool while inference runs, so wall time is close to inference alone.
-Batch-size measurement: ${BATCHLOG:-n/a}
-MD
+CONFIGS=${BENCH_CONFIGS:-default,2x1,1x2,1x1}
+"$PY" "$REPO/scripts/bench_extract.py" --bin "$BIN" --model "$MODEL" --images "$WORK/img" \
+  --rounds "${BENCH_ROUNDS:-3}" --configs "${CONFIGS//default/0x0}" --torch-workers "$WORKERS" --command "make bench"

@@ -55,6 +55,16 @@ type benchResult struct {
 	Batch        int     `json:"batch,omitempty"`
 	InFlight     int     `json:"in_flight,omitempty"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
+	// Workers and Threads are the decode workers and ONNX Runtime's
+	// intra-op threads it ran with.
+	Workers int `json:"workers"`
+	Threads int `json:"intra_op_threads"`
+	// DecodeSeconds and InferSeconds (extract) are the wall-clock seconds
+	// spent decoding and preprocessing (summed over workers) and in
+	// ONNX Runtime runs; Batches the runs.
+	DecodeSeconds float64 `json:"decode_seconds,omitempty"`
+	InferSeconds  float64 `json:"infer_seconds,omitempty"`
+	Batches       int64   `json:"batches,omitempty"`
 	// GPUUtil is NVML's mean utilization (percent) over the measurement
 	// and GPUMemMax the most GPU memory in use; absent on the CPU.
 	GPUUtil   *float64 `json:"gpu_util_percent,omitempty"`
@@ -77,6 +87,8 @@ func runBench(args []string) int {
 	batch := fl.Int("batch-size", 0, "batch size (0: chosen as a mount chooses it)")
 	seconds := fl.Duration("ort-time", 5*time.Second, "how long the ort mode runs")
 	limit := fl.Int("images", 0, "use at most this many images (0: all)")
+	workers := fl.Int("workers", 0, "decode and preprocess workers (0: as a mount chooses)")
+	threads := fl.Int("intra-op-threads", 0, "ONNX Runtime intra-op threads (0: as a mount chooses)")
 	pos, err := parseInterspersed(fl, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -106,6 +118,12 @@ func runBench(args []string) int {
 	cfg := def
 	cfg.ORTLib, cfg.Device, cfg.TensorRT, cfg.BatchSize = *ortLib, *device, *tensorRT, *batch
 	cfg.Precision, cfg.CUDALibDir = extractor.Precision(*precision), *cudaLibDir
+	if *workers > 0 {
+		cfg.Workers = *workers
+	}
+	if *threads > 0 {
+		cfg.IntraOpThreads = *threads
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: "m", Path: *model}})
 	if err != nil {
@@ -115,7 +133,7 @@ func runBench(args []string) int {
 	defer svc.Close()
 	m, _ := svc.Model("m")
 	enc := json.NewEncoder(os.Stdout)
-	b := &bencher{svc: svc, m: m, imgs: imgs, gpu: gpuIndex(svc.Device())}
+	b := &bencher{svc: svc, m: m, imgs: imgs, gpu: gpuIndex(svc.Device()), workers: cfg.Workers, threads: cfg.IntraOpThreads}
 	if want["decode"] {
 		r := b.decode()
 		if err := enc.Encode(r); err != nil {
@@ -209,6 +227,9 @@ type bencher struct {
 	m    *extractor.Model
 	imgs [][]byte
 	gpu  int // GPU index, -1 on the CPU
+	// workers and threads are the extractor's decode workers and
+	// intra-op threads.
+	workers, threads int
 }
 
 // cpuTime returns the process's user+system CPU time so far.
@@ -223,6 +244,7 @@ func cpuTime() time.Duration {
 // measure runs f, timing it and, on a GPU, sampling NVML every 100 ms.
 func (b *bencher) measure(r *benchResult, f func() error) error {
 	r.Device = b.svc.Device()
+	r.Workers, r.Threads = b.workers, b.threads
 	var stop chan struct{}
 	var wg sync.WaitGroup
 	var utilSum, samples float64
@@ -281,6 +303,7 @@ func (b *bencher) extract(l extractor.Layer) (benchResult, error) {
 		return benchResult{}, err
 	}
 	r := benchResult{Mode: "extract", Layer: l.Name, Images: len(b.imgs), InFlight: b.svc.InFlight()}
+	before := b.svc.Stats()
 	err := b.measure(&r, func() error {
 		var wg sync.WaitGroup
 		var first firstError
@@ -296,7 +319,11 @@ func (b *bencher) extract(l extractor.Layer) (benchResult, error) {
 		wg.Wait()
 		return first.get()
 	})
-	r.Batch = b.svc.Stats().BatchSizes["m/"+l.Name]
+	after := b.svc.Stats()
+	r.Batch = after.BatchSizes["m/"+l.Name]
+	r.DecodeSeconds = after.DecodeSeconds - before.DecodeSeconds
+	r.InferSeconds = after.InferSeconds - before.InferSeconds
+	r.Batches = after.Batches - before.Batches
 	return r, err
 }
 
@@ -314,7 +341,7 @@ func (b *bencher) decode() benchResult {
 				defer wg.Done()
 				buf := make([]float32, b.m.InputElements())
 				for img := range next {
-					if err := b.m.Preprocess.Apply(img, 64<<20, buf); err != nil {
+					if err := b.m.Preprocess.Apply(img, extractor.DefaultMaxPixels, buf); err != nil {
 						failed.Add(1)
 					}
 				}
@@ -327,6 +354,7 @@ func (b *bencher) decode() benchResult {
 		wg.Wait()
 		return nil
 	})
+	r.Workers, r.Threads = workers, 0
 	r.Images -= int(failed.Load())
 	r.ImagesPerSec = float64(r.Images) / r.Seconds
 	return r
