@@ -263,9 +263,22 @@ func writeObject(w http.ResponseWriter, body string) {
 func TestS3GetBound(t *testing.T) {
 	for _, limit := range []int{3, 16} {
 		var inflight, peak atomic.Int64
+		// Each GET waits until limit of them are in flight at once (or 10 s
+		// pass), so that a loaded machine that starts the goroutines late
+		// still reaches the bound; then it lasts 50 ms more, so that GETs
+		// beyond a broken bound would overlap and raise the peak.
+		reached := make(chan struct{})
+		var once sync.Once
 		f := newFakeS3(t, func(w http.ResponseWriter, r *http.Request, _ int64) {
 			n := inflight.Add(1)
 			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			if n >= int64(limit) {
+				once.Do(func() { close(reached) })
+			}
+			select {
+			case <-reached:
+			case <-time.After(10 * time.Second):
 			}
 			time.Sleep(50 * time.Millisecond)
 			inflight.Add(-1)
