@@ -170,7 +170,7 @@ func TestStaleListingServedWhileStoreDown(t *testing.T) {
 	if _, err := os.ReadFile(filepath.Join(dir, "b.npy")); !errors.Is(err, syscall.EIO) {
 		t.Errorf("uncached b.npy with the store down: %v, want EIO", err)
 	}
-	if n := e.fs.stats.badObjects.Load(); n != 0 {
+	if n := e.fs.Stats().FS.BadObjects; n != 0 {
 		t.Errorf("store errors recorded %d bad objects", n)
 	}
 	if n := len(linesWith(e.logs.String(), "serving the last complete listing", "key=d/ ")); n != 1 {
