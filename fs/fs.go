@@ -89,12 +89,11 @@ const failingGrace = 50 * time.Millisecond
 // FS is a featurefs tree. Create it with New and serve it with Mount.
 type FS struct {
 	// Constant after New.
-	cfg      Config
-	log      *slog.Logger
-	naming   naming
-	identity string
-	models   []*extractor.Model
-	statSem  chan struct{}
+	cfg     Config
+	log     *slog.Logger
+	naming  naming
+	models  []*extractor.Model
+	statSem chan struct{}
 	// refreshing holds a token per background listing refresh.
 	refreshing chan struct{}
 
@@ -146,7 +145,6 @@ func New(cfg Config) (*FS, error) {
 		cfg:        cfg,
 		log:        cfg.Logger,
 		naming:     newNaming(cfg.ImageExtensions),
-		identity:   cfg.Bucket.Identity(),
 		models:     cfg.Extractor.Models(),
 		statSem:    make(chan struct{}, statParallel),
 		refreshing: make(chan struct{}, maxRefreshes),
