@@ -255,7 +255,7 @@ func mountFS(t *testing.T, cfg Config) (*FS, *fuse.Server, string) {
 		cfg.MetadataTTL = time.Hour
 	}
 	if cfg.Now == nil {
-		cfg.Now = newFakeClock().now
+		cfg.Now = newFakeClock().Now
 	}
 	f, err := New(cfg)
 	if err != nil {

@@ -198,11 +198,11 @@ func TestStatsFieldsAfterReads(t *testing.T) {
 
 	// The rate follows the clock: 5 extractions over 5 s, then nothing in
 	// the last full window.
-	s.clock.advance(5 * time.Second)
+	s.clock.Advance(5 * time.Second)
 	if st := s.fs.Stats(); st.Extraction.RatePerSecond != 1 || st.Extraction.RateWindowSeconds != 5 {
 		t.Errorf("after 5s: rate %v/s over %vs, want 1/s over 5s", st.Extraction.RatePerSecond, st.Extraction.RateWindowSeconds)
 	}
-	s.clock.advance(30 * time.Second)
+	s.clock.Advance(30 * time.Second)
 	if st := s.fs.Stats(); st.Extraction.RatePerSecond != 0 || st.Extraction.RateWindowSeconds != rateWindow.Seconds() {
 		t.Errorf("after 35s idle: rate %v/s over %vs, want 0 over %v", st.Extraction.RatePerSecond, st.Extraction.RateWindowSeconds, rateWindow)
 	}

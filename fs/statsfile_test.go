@@ -47,7 +47,7 @@ func TestStatsFileSizeIsWhatAReadReturns(t *testing.T) {
 		if _, err := os.ReadFile(feature("d", i)); err != nil {
 			t.Fatal(err)
 		}
-		e.clock.advance(1234567 * time.Microsecond)
+		e.clock.Advance(1234567 * time.Microsecond)
 		data, err := os.ReadFile(stats)
 		if err != nil {
 			t.Fatal(err)

@@ -5,12 +5,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
@@ -75,43 +72,6 @@ func expectedNPY(l extractor.Layer, data []byte) []byte {
 	}
 	return extractor.EncodeNPY(l.Shape, vals, extractor.Float32)
 }
-
-// memCache is an in-memory feature store.
-type memCache struct {
-	mu   sync.Mutex
-	m    map[string][]byte
-	puts atomic.Int64
-}
-
-func newMemCache() *memCache { return &memCache{m: map[string][]byte{}} }
-
-func (c *memCache) Get(k cache.Key) ([]byte, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.m[string(k.ID())]
-	return v, ok, nil
-}
-
-func (c *memCache) Put(k cache.Key, v []byte) error {
-	c.puts.Add(1)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[string(k.ID())] = v
-	return nil
-}
-
-func (c *memCache) Stats() cache.Stats { return cache.Stats{Puts: c.puts.Load()} }
-
-// fakeClock is a settable clock.
-type fakeClock struct{ t atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.t.Store(time.Unix(1700000000, 0).UnixNano())
-	return c
-}
-func (c *fakeClock) now() time.Time          { return time.Unix(0, c.t.Load()) }
-func (c *fakeClock) advance(d time.Duration) { c.t.Add(int64(d)) }
 
 // localBucket writes objects (key -> content) into a directory and opens it
 // as a bucket.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
 
 func TestRateMeter(t *testing.T) {
@@ -57,9 +58,9 @@ func (x gateExtractor) Extract(ctx context.Context, req extractor.Request) ([]by
 
 func TestSharedExtractionCountsOnce(t *testing.T) {
 	var o observer
-	clock := newFakeClock()
+	clock := fakes.NewClock()
 	gate := make(chan struct{})
-	x := observedExtractor{Extractor: gateExtractor{newFakeExtractor(), gate}, o: &o, now: clock.now}
+	x := observedExtractor{Extractor: gateExtractor{newFakeExtractor(), gate}, o: &o, now: clock.Now}
 	var wg sync.WaitGroup
 	// A prefetch and two reads of one feature, one read of another layer of
 	// it, and two callers of a failing one.
@@ -90,7 +91,7 @@ func TestSharedExtractionCountsOnce(t *testing.T) {
 	if got, failed := o.extracted.Load(), o.extractFailed.Load(); got != 2 || failed != 1 {
 		t.Errorf("completed %d, failed %d; want 2 (two layers of a) and 1", got, failed)
 	}
-	if rate, _ := o.rate.perSecond(clock.now(), clock.now(), rateWindow); rate != 2 {
+	if rate, _ := o.rate.perSecond(clock.Now(), clock.Now(), rateWindow); rate != 2 {
 		t.Errorf("rate %v, want 2", rate)
 	}
 	if len(o.flights) != 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
 
 // The pipeline serves a feature without any tree: the first call extracts
@@ -19,8 +20,8 @@ import (
 // then refused from the negative cache until NegativeTTL has passed.
 func TestFeatureCachesAndRemembersBadObjects(t *testing.T) {
 	b, _ := localBucket(t, map[string]string{"d/a.jpg": "abcd", "d/bad.jpg": "BADBAD"})
-	x, c, clock := newFakeExtractor(), newMemCache(), newFakeClock()
-	p, err := New(Config{Bucket: b, Extractor: x, Cache: c, NegativeTTL: time.Minute, Now: clock.now})
+	x, c, clock := newFakeExtractor(), fakes.NewCache(), fakes.NewClock()
+	p, err := New(Config{Bucket: b, Extractor: x, Cache: c, NegativeTTL: time.Minute, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestFeatureCachesAndRemembersBadObjects(t *testing.T) {
 	if n := x.calls.Load(); n != 2 {
 		t.Errorf("%d extractions after two reads of a bad object, want 2 (one for it)", n)
 	}
-	clock.advance(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	if _, err := p.Feature(ctx, "tiny", 0, bad); !errors.Is(err, extractor.ErrBadImage) {
 		t.Fatalf("bad object after NegativeTTL: %v", err)
 	}
@@ -85,7 +86,7 @@ func TestFeatureCachesAndRemembersBadObjects(t *testing.T) {
 func TestReadServesAChangedObject(t *testing.T) {
 	b, dir := localBucket(t, map[string]string{"a.jpg": "old!"})
 	x := newFakeExtractor()
-	p, err := New(Config{Bucket: b, Extractor: x, Cache: newMemCache()})
+	p, err := New(Config{Bucket: b, Extractor: x, Cache: fakes.NewCache()})
 	if err != nil {
 		t.Fatal(err)
 	}
