@@ -24,7 +24,8 @@ type Stats struct {
 	// Prefetch is background extraction's figures.
 	Prefetch PrefetchStats `json:"prefetch"`
 
-	// UptimeSeconds is the time since the tree was created.
+	// UptimeSeconds is the time since the pipeline (the tree, the
+	// server) was created.
 	UptimeSeconds float64 `json:"uptime_seconds"`
 	// Extraction summarizes the extractions: rate, batching, outcomes.
 	Extraction ExtractionStats `json:"extraction"`

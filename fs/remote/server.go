@@ -55,8 +55,10 @@ type ServerConfig struct {
 	// NegativeTTL and MaxObjectSize are passed to features.Config.
 	NegativeTTL   time.Duration
 	MaxObjectSize int64
-	// ImageExtensions are the extensions the client's tree shows; the
-	// server computes the feature of whatever key it is asked for.
+	// ImageExtensions is not used by the server, which computes the
+	// feature of whatever key it is asked for: the client's tree decides
+	// which objects it shows (it never was: the server's unmounted tree
+	// named no file).
 	ImageExtensions []string
 
 	// ProfileDir caches the compute profiles GET /v1/profile measures
