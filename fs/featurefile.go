@@ -158,9 +158,9 @@ func (ff *featureFile) content(ctx context.Context, h *featureHandle) ([]byte, s
 // currentVersion returns the version of the object named name under prefix
 // that an open should read, given the version obj the node was made for:
 // the fresh listing's, or a newer one a read found since that listing was
-// read (features.Pipeline.NewerVersion). It returns false when a fresh complete listing no
-// longer has the name (the object was deleted or renamed). It asks only the
-// mount's caches.
+// read (features.Pipeline.NewerVersion). It returns false when a fresh
+// complete listing no longer has the name (the object was deleted or
+// renamed). It asks only the mount's caches.
 func (f *FS) currentVersion(prefix, name string, obj bucket.Object) (bucket.Object, bool) {
 	listedAt := time.Time{}
 	if l, ok := f.listings.Get(prefix); ok && f.fresh(l) {
