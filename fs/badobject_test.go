@@ -56,7 +56,7 @@ func TestBadObjectIsEIOOnlyForItAndNotRetriedWithinTTL(t *testing.T) {
 
 	// Past the negative TTL it is tried again (and is still bad), without
 	// logging again.
-	e.clock.advance(6 * time.Minute)
+	e.clock.Advance(6 * time.Minute)
 	if _, err := os.ReadFile(bad); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("after TTL: %v, want EIO", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // serverSilent is an error as a feature server's client returns it when
@@ -36,12 +37,12 @@ func TestClassify(t *testing.T) {
 		{"bad image", &extractor.ImageError{Key: "a.jpg", Reason: "not an image"}, errClass{errno: syscall.EIO, kind: ErrKindBadImage}},
 		{"too large", fmt.Errorf("x: %w", bucket.ErrTooLarge), errClass{errno: syscall.EIO, kind: ErrKindBadImage}},
 		{"no such name", bucket.ErrNotFound, errClass{errno: syscall.ENOENT}},
-		{"listed then gone", &storeError{op: "get", err: bucket.ErrNotFound}, errClass{errno: syscall.ENOENT, kind: ErrKindNotFound}},
+		{"listed then gone", &features.StoreError{Op: "get", Err: bucket.ErrNotFound}, errClass{errno: syscall.ENOENT, kind: ErrKindNotFound}},
 		{"refused token", fmt.Errorf("x: %w", bucket.ErrAccessDenied), errClass{errno: syscall.EACCES, kind: ErrKindOther, log: "access denied"}},
 		{"read timeout", fmt.Errorf("x: %w", context.DeadlineExceeded), errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out (--read-timeout)"}},
 		{"server timeout", fmt.Errorf("extract: %w", serverSilent{}), errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out"}},
-		{"store network timeout", &storeError{op: "list", err: netTimeout}, errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out"}},
-		{"store error", &storeError{op: "list", err: errors.New("500")}, errClass{errno: syscall.EIO, kind: ErrKindStore, log: "error"}},
+		{"store network timeout", &features.StoreError{Op: "list", Err: netTimeout}, errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out"}},
+		{"store error", &features.StoreError{Op: "list", Err: errors.New("500")}, errClass{errno: syscall.EIO, kind: ErrKindStore, log: "error"}},
 		{"other", errors.New("boom"), errClass{errno: syscall.EIO, kind: ErrKindOther, log: "error"}},
 	}
 	for _, c := range cases {

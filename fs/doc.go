@@ -7,10 +7,13 @@
 // # Data flow
 //
 // Lookups and directory listings go to the bucket ([bucket.Bucket.List], one
-// '/' level at a time, page by page). A read asks the [Cache] first; on a miss
-// it asks the [Extractor], whose Fetch reads the object from the bucket, and
-// stores the result in the cache. Nothing below this package knows about FUSE;
-// errors become errnos in one place (errors.go).
+// '/' level at a time, page by page). A read of a feature file goes through
+// the read path of package features (FUSE-free, the feature server's too):
+// the negative cache, in-flight sharing, the [Cache], on a miss the
+// [Extractor], whose Fetch reads the object from the bucket, and the cache
+// write; prefetch and warm-up are there too. This package holds the go-fuse
+// nodes that call it; nothing below it knows about FUSE. Errors become
+// errnos in one place (errors.go).
 //
 // # Names
 //
@@ -84,12 +87,13 @@
 //
 // # Figures
 //
-// The bucket and the extractor are wrapped in New (observe.go), so every
-// caller, reads and prefetch alike, is counted where the work happens: bytes
+// The bucket and the extractor are wrapped by the read path
+// (features/observe.go), so every caller, reads and prefetch alike, and the
+// tree's listings, is counted where the work happens: bytes
 // and calls of the store, extractions completed (an extraction shared by
 // several callers counts once) in one-second slots for the rate, and errors
 // answered to readers by kind (errno). .featurefs/stats renders one Stats
-// snapshot as JSON; the Prometheus collector (metrics.go) reads the same
+// snapshot as JSON; the Prometheus collector (features/metrics.go) reads the same
 // snapshot on every scrape, so the two always agree.
 //
 // # Read-only

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -53,24 +52,6 @@ func TestErrorRecordsNameTheKeyOnce(t *testing.T) {
 		}
 		if strings.Contains(line, "key=d/huge.png") && (strings.Contains(line, `err="d/huge.png`) || strings.Contains(line, `\"d/huge.png\"`)) {
 			t.Errorf("log line puts d/huge.png in front of the reason again: %s", line)
-		}
-	}
-}
-
-func TestErrReason(t *testing.T) {
-	for _, c := range []struct {
-		key  string
-		err  error
-		want string
-	}{
-		{"a/b.jpg", &extractor.ImageError{Key: "a/b.jpg", Reason: "empty object"}, "empty object"},
-		{"a/b.jpg", errors.New("a/b.jpg: a/b.jpg: truncated"), "truncated"},
-		{"a/b.jpg", fmt.Errorf("get %q: %w", "a/b.jpg", errors.New("bucket: get s3://x/a/b.jpg: timeout")), "bucket: get s3://x/a/b.jpg: timeout"},
-		{"a/b.jpg", errors.New("other/c.jpg: kept"), "other/c.jpg: kept"},
-		{"", errors.New("x: y"), "x: y"},
-	} {
-		if got := errReason(c.key, c.err); got != c.want {
-			t.Errorf("errReason(%q, %q) = %q, want %q", c.key, c.err, got, c.want)
 		}
 	}
 }

@@ -1,12 +1,10 @@
 package fs
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -14,39 +12,12 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
-
-// Extractor is what the tree needs of the extraction service
-// (*extractor.Service implements it).
-type Extractor interface {
-	// Models returns the models served, in order.
-	Models() []*extractor.Model
-	// Model returns the model called name.
-	Model(name string) (*extractor.Model, bool)
-	// Extract returns the whole .npy file of one feature.
-	Extract(ctx context.Context, req extractor.Request) ([]byte, error)
-	// DType is the element type of the .npy files.
-	DType() extractor.DType
-	// Stats returns the service's figures, for .featurefs/stats.
-	Stats() extractor.Stats
-	// Device names where models run, e.g. "cpu" or "cuda:0".
-	Device() string
-}
-
-// Cache is what the tree needs of the feature store (*cache.Store
-// implements it).
-type Cache interface {
-	// Get returns a stored feature; a miss is (nil, false, nil).
-	Get(k cache.Key) ([]byte, bool, error)
-	// Put stores a feature.
-	Put(k cache.Key, v []byte) error
-	// Stats returns the store's figures, for .featurefs/stats.
-	Stats() cache.Stats
-}
 
 // Config is what New needs. Bucket, Extractor and Cache are required.
 type Config struct {
@@ -99,9 +70,6 @@ type Config struct {
 	Prefetch PrefetchConfig
 }
 
-// maxRecentErrors is how many errors the stats file shows.
-const maxRecentErrors = 20
-
 // statParallel bounds the Stat calls of all lookups together.
 const statParallel = 32
 
@@ -121,50 +89,33 @@ const failingGrace = 50 * time.Millisecond
 // FS is a featurefs tree. Create it with New and serve it with Mount.
 type FS struct {
 	// Constant after New.
-	cfg      Config
-	log      *slog.Logger
-	naming   naming
-	identity string
-	models   []*extractor.Model
-	dtype    extractor.DType
-	started  time.Time
-	statSem  chan struct{}
+	cfg     Config
+	log     *slog.Logger
+	naming  naming
+	models  []*extractor.Model
+	statSem chan struct{}
 	// refreshing holds a token per background listing refresh.
 	refreshing chan struct{}
-	health     storeHealth
 
-	listings *lru.LRU[string, *listing]   // prefix -> listing
-	bad      *lru.LRU[string, badEntry]   // object version -> why it is bad
-	logged   *lru.LRU[string, struct{}]   // key+error already logged
-	versions *lru.LRU[string, objVersion] // key -> a version newer than its listing's
-	lists    flightGroup[*listing]        // lookups' listings in flight
-	features flightGroup[[]byte]          // reads in flight
+	// p is the read path: negative cache, in-flight sharing, cache,
+	// extraction, prefetch, the figures; stopped by Close. Its Bucket, which
+	// cfg.Bucket is, counts every call.
+	p *features.Pipeline
 
-	stats counters
-	obs   observer // figures of the wrapped bucket and extractor, errors by kind
+	listings *lru.LRU[string, *listing] // prefix -> listing
+	lists    inflight.Group[*listing]   // lookups' listings in flight
 
-	errMu  sync.Mutex
-	recent []ErrorRecord // GUARDED_BY(errMu)
-	failed *failedFiles  // feature files whose last read failed
-
-	pf *prefetcher // background extraction; stopped by Close
+	stats  counters
+	failed *failedFiles // feature files whose last read failed
 
 	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
 }
 
-// badEntry records a bad object version.
-type badEntry struct {
-	until  time.Time
-	reason string
-}
-
-// counters are the tree's own figures.
+// counters are the tree's own figures (the pipeline counts the rest).
 type counters struct {
-	lookups, statLookups, listPages, stats     atomic.Int64
-	reads, readBytes, opens                    atomic.Int64
-	cacheHits, cacheMisses, extractions        atomic.Int64
-	badObjects, badHits, ioErrors, cacheErrors atomic.Int64
-	invalidations                              atomic.Int64
+	lookups, statLookups, listPages, stats atomic.Int64
+	reads, readBytes, opens                atomic.Int64
+	ioErrors, invalidations                atomic.Int64
 }
 
 // New checks cfg, fills its defaults and returns the tree.
@@ -178,14 +129,8 @@ func New(cfg Config) (*FS, error) {
 	if len(cfg.ImageExtensions) == 0 {
 		cfg.ImageExtensions = []string{"jpg", "jpeg", "png"}
 	}
-	if cfg.MaxObjectSize <= 0 {
-		cfg.MaxObjectSize = 256 << 20
-	}
 	if cfg.MaxListingEntries <= 0 {
 		cfg.MaxListingEntries = 1 << 20
-	}
-	if cfg.MaxBadObjects <= 0 {
-		cfg.MaxBadObjects = 65536
 	}
 	if cfg.RelistPages <= 0 {
 		cfg.RelistPages = 10
@@ -200,20 +145,12 @@ func New(cfg Config) (*FS, error) {
 		cfg:        cfg,
 		log:        cfg.Logger,
 		naming:     newNaming(cfg.ImageExtensions),
-		identity:   cfg.Bucket.Identity(),
 		models:     cfg.Extractor.Models(),
-		dtype:      cfg.Extractor.DType(),
 		statSem:    make(chan struct{}, statParallel),
 		refreshing: make(chan struct{}, maxRefreshes),
 		listings:   lru.New[string, *listing](cfg.MaxListingEntries),
-		bad:        lru.New[string, badEntry](cfg.MaxBadObjects),
 		failed:     newFailedFiles(maxFailedFiles),
-		logged:     lru.New[string, struct{}](4096),
-		versions:   lru.New[string, objVersion](4096),
 	}
-	f.started = f.now()
-	f.cfg.Bucket = countingBucket{Bucket: cfg.Bucket, o: &f.obs, h: &f.health}
-	f.cfg.Extractor = observedExtractor{Extractor: cfg.Extractor, o: &f.obs, now: cfg.Now}
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")
 	}
@@ -224,7 +161,25 @@ func New(cfg Config) (*FS, error) {
 		}
 		seen[m.Name] = true
 	}
-	f.pf = newPrefetcher(f, cfg.Prefetch)
+	p, err := features.New(features.Config{
+		Bucket:        cfg.Bucket,
+		Extractor:     cfg.Extractor,
+		Cache:         cfg.Cache,
+		Logger:        cfg.Logger,
+		NegativeTTL:   cfg.NegativeTTL,
+		ReadTimeout:   cfg.ReadTimeout,
+		MaxObjectSize: cfg.MaxObjectSize,
+		MaxBadObjects: cfg.MaxBadObjects,
+		MetadataTTL:   cfg.MetadataTTL,
+		Images:        func(base string) bool { _, img := f.naming.split(base); return img },
+		Now:           cfg.Now,
+		Prefetch:      cfg.Prefetch,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fs.New: %w", err)
+	}
+	f.p = p
+	f.cfg.Bucket = p.Bucket()
 	return f, nil
 }
 
@@ -288,7 +243,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	f.startKernelChecks()
 	go func() {
 		srv.Wait() // the mount is gone: stop prefetching and checking
-		f.pf.close()
+		f.p.Close()
 		f.stopKernelChecks()
 	}()
 	return srv, nil
@@ -316,31 +271,4 @@ func inoFrom(v uint64) uint64 {
 		return v - 1
 	}
 	return v
-}
-
-// badKey names one version of one object.
-func (f *FS) badKey(key, etag string) string { return key + "\x00" + etag }
-
-// recordBad remembers a bad object version for NegativeTTL and logs it once.
-func (f *FS) recordBad(key, etag string, err error) {
-	id := f.badKey(key, etag)
-	_, known := f.bad.Get(id)
-	reason := errReason(key, err)
-	f.bad.Put(id, badEntry{until: f.now().Add(f.cfg.NegativeTTL), reason: reason}, 1)
-	f.recordError(key, reason)
-	if known {
-		return
-	}
-	f.stats.badObjects.Add(1)
-	f.log.Warn("featurefs: bad object", slog.String("key", key), slog.String("etag", etag), slog.String("err", reason))
-}
-
-// isBad returns the reason an object version is known bad, if it is and
-// NegativeTTL has not passed.
-func (f *FS) isBad(key, etag string) (string, bool) {
-	e, ok := f.bad.Get(f.badKey(key, etag))
-	if !ok || !f.now().Before(e.until) {
-		return "", false
-	}
-	return e.reason, true
 }

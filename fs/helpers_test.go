@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/fakes"
 
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -208,48 +208,14 @@ func expectedNPY(l extractor.Layer, data []byte, dt extractor.DType) []byte {
 }
 
 // fakeCache is an in-memory feature store.
-type fakeCache struct {
-	mu         sync.Mutex
-	m          map[string][]byte
-	hits, puts atomic.Int64
-}
+type fakeCache = fakes.Cache
 
-func newFakeCache() *fakeCache { return &fakeCache{m: map[string][]byte{}} }
-
-func (c *fakeCache) Get(k cache.Key) ([]byte, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.m[string(k.ID())]
-	if ok {
-		c.hits.Add(1)
-	}
-	return v, ok, nil
-}
-
-func (c *fakeCache) Put(k cache.Key, v []byte) error {
-	c.puts.Add(1)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[string(k.ID())] = v
-	return nil
-}
-
-func (c *fakeCache) Stats() cache.Stats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return cache.Stats{Hits: c.hits.Load(), Puts: c.puts.Load(), Entries: int64(len(c.m))}
-}
+func newFakeCache() *fakeCache { return fakes.NewCache() }
 
 // fakeClock is a settable clock.
-type fakeClock struct{ t atomic.Int64 }
+type fakeClock = fakes.Clock
 
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.t.Store(time.Unix(1700000000, 0).UnixNano())
-	return c
-}
-func (c *fakeClock) now() time.Time          { return time.Unix(0, c.t.Load()) }
-func (c *fakeClock) advance(d time.Duration) { c.t.Add(int64(d)) }
+func newFakeClock() *fakeClock { return fakes.NewClock() }
 
 // env is one mounted tree over fakes.
 type env struct {
@@ -280,7 +246,7 @@ func testMount(t *testing.T, b *fakeBucket, modify ...func(*Config)) *env {
 		MetadataTTL: time.Hour,
 		NegativeTTL: 5 * time.Minute,
 		ReadTimeout: time.Minute,
-		Now:         e.clock.now,
+		Now:         e.clock.Now,
 	}
 	for _, m := range modify {
 		m(&cfg)

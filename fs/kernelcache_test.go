@@ -28,7 +28,7 @@ func TestDeletedFileDroppedFromKernelInEveryLayer(t *testing.T) {
 		}
 	}
 	b.del("d/1.jpg")
-	e.clock.advance(2 * time.Hour)
+	e.clock.Advance(2 * time.Hour)
 	if got := names(t, e.path("features", "tiny", "layer0", "d")); !same(got, []string{"2.npy"}) {
 		t.Fatalf("ls after the delete: %v", got)
 	}
@@ -74,7 +74,7 @@ func TestOverwrittenFileReadsNewVersionOnceRelisted(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.put("d/1.jpg", []byte("new"))
-	e.clock.advance(2 * time.Hour)
+	e.clock.Advance(2 * time.Hour)
 	if _, err := os.Stat(e.path("features", "tiny", "layer0", "d", "2.npy")); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("stat of a name never there: %v", err)
 	}
@@ -111,7 +111,7 @@ func TestPathWalkRevalidatesDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.del("a/b/1.jpg")
-	e.clock.advance(time.Hour)
+	e.clock.Advance(time.Hour)
 	time.Sleep(1500 * time.Millisecond) // the kernel's directory entries expire
 	if _, err := os.Stat(p); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("stat through expired directory entries after the delete: %v, want ENOENT", err)
@@ -182,7 +182,7 @@ func TestLargeDirectoryEntriesDroppedWhenUncheckable(t *testing.T) {
 		}
 	}
 	b.del("d/5.jpg")
-	e.clock.advance(time.Hour)
+	e.clock.Advance(time.Hour)
 	time.Sleep(1500 * time.Millisecond) // the kernel's directory entries expire
 	if _, err := os.Stat(p(5)); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("stat of a deleted object's file in a directory never listed whole: %v, want ENOENT", err)

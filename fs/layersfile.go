@@ -23,7 +23,7 @@ var _ = (gofs.NodeReader)((*layersFile)(nil))
 
 // Getattr reports the table's size.
 func (lf *layersFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	fileAttr(&out.Attr, int64(len(lf.data)), lf.fs.started)
+	fileAttr(&out.Attr, int64(len(lf.data)), lf.fs.p.Started())
 	return 0
 }
 

@@ -183,7 +183,7 @@ func (s *listStream) revive(err error) *listing {
 	if cur, ok := s.fs.listings.Get(s.l.prefix); !ok || cur == s.l {
 		s.fs.listings.Put(s.l.prefix, r, r.cost())
 	}
-	s.fs.logOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
+	s.fs.p.LogOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
 		s.fs.now().Sub(old.listedAt).Round(time.Second).String()+" ago", err)
 	return r
 }
@@ -286,7 +286,7 @@ func (f *FS) refreshStale(ctx context.Context, prefix string) *listing {
 
 // refreshListing is refreshStale reading at most pages pages (0: all).
 func (f *FS) refreshListing(ctx context.Context, prefix string, pages int) *listing {
-	c := f.lists.start(ctx, prefix, f.refreshSlot, func(ctx context.Context) (*listing, error) {
+	c := f.lists.Start(ctx, prefix, f.refreshSlot, func(ctx context.Context) (*listing, error) {
 		defer func() { <-f.refreshing }()
 		return f.relist(prefix, pages)(ctx)
 	})
@@ -294,15 +294,15 @@ func (f *FS) refreshListing(ctx context.Context, prefix string, pages int) *list
 		return nil
 	}
 	wait := f.cfg.StaleGrace
-	if f.health.failing() {
+	if f.p.Health().Failing() {
 		wait = min(wait, failingGrace)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	l, err := c.wait(wctx)
+	l, err := c.Wait(wctx)
 	if err != nil {
 		if ctx.Err() == nil && wctx.Err() != nil {
-			f.health.slow()
+			f.p.Health().Slow()
 		}
 		return nil
 	}

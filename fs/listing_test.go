@@ -30,7 +30,7 @@ func TestListingCachedForMetadataTTL(t *testing.T) {
 	if b.lists.Load() != lists {
 		t.Errorf("%d List calls within the TTL, want 0", b.lists.Load()-lists)
 	}
-	e.clock.advance(61 * time.Minute)
+	e.clock.Advance(61 * time.Minute)
 	if got := names(t, dir); !same(got, []string{"2.npy"}) {
 		t.Errorf("after the TTL: %q, want the new listing", got)
 	}
@@ -206,7 +206,7 @@ func TestStaleCompleteListingIsReadAgainWhole(t *testing.T) {
 	if got := names(t, dir); len(got) != 50 {
 		t.Fatalf("%d names", len(got))
 	}
-	e.clock.advance(2 * time.Hour)
+	e.clock.Advance(2 * time.Hour)
 	stats, lists := b.stats.Load(), b.lists.Load()
 	// A name the kernel has not cached yet.
 	b.put("d/new.jpg", []byte("new"))

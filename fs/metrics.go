@@ -4,143 +4,16 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/featurefs/featurefs/fs/features"
 )
-
-// metricDesc is one metric the collector exports: its description and how
-// each of its samples is read from a Stats snapshot.
-type metricDesc struct {
-	desc    *prometheus.Desc
-	kind    prometheus.ValueType
-	samples func(s *Stats) []sample
-}
-
-// sample is one value with its label values.
-type sample struct {
-	v      float64
-	labels []string
-}
-
-func one(v float64) []sample { return []sample{{v: v}} }
-
-// collector exports a Stats snapshot, read on every scrape, as Prometheus
-// metrics; the figures are the stats file's, so the two always agree.
-type collector struct {
-	stats   func() Stats
-	metrics []metricDesc
-}
 
 // Collector returns a prometheus.Collector exporting f's figures under the
 // featurefs_ prefix. Each scrape reads one Stats snapshot, the same figures
 // as MOUNT/.featurefs/stats.
-func (f *FS) Collector() prometheus.Collector { return newCollector(f.Stats) }
-
-// newCollector builds the collector over a Stats source.
-func newCollector(stats func() Stats) *collector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("featurefs_"+name, help, labels, nil)
-	}
-	c := &collector{stats: stats}
-	c.metrics = []metricDesc{
-		{d("uptime_seconds", "Seconds since the mount started."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(s.UptimeSeconds) }},
-		{d("device_info", "Where models run (value 1).", "device", "dtype", "source"), prometheus.GaugeValue,
-			func(s *Stats) []sample { return []sample{{1, []string{s.Device, string(s.DType), s.Source}}} }},
-		{d("extractions_total", "Extractions finished, by outcome.", "outcome"), prometheus.CounterValue,
-			func(s *Stats) []sample {
-				return []sample{{float64(s.Extraction.Completed), []string{"completed"}}, {float64(s.Extraction.Failed), []string{"failed"}}}
-			}},
-		{d("extraction_rate", "Extractions completed per second over the last featurefs_extraction_rate_window_seconds."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(s.Extraction.RatePerSecond) }},
-		{d("extraction_rate_window_seconds", "The span featurefs_extraction_rate is measured over."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(s.Extraction.RateWindowSeconds) }},
-		{d("batches_total", "Model runs."), prometheus.CounterValue,
-			func(s *Stats) []sample { return one(float64(s.Extraction.Batches)) }},
-		{d("batched_items_total", "Images computed by model runs."), prometheus.CounterValue,
-			func(s *Stats) []sample { return one(float64(s.Extraction.BatchedItems)) }},
-		{d("mean_batch_size", "Mean images per model run since mount."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(s.Extraction.MeanBatchSize) }},
-		{d("queue_depth", "Extraction requests queued for a fetch worker, by priority.", "priority"), prometheus.GaugeValue,
-			func(s *Stats) []sample {
-				return []sample{{float64(s.Queue.Foreground), []string{"foreground"}}, {float64(s.Queue.Background), []string{"background"}}}
-			}},
-		{d("extraction_decoded_waiting", "Inputs decoded and waiting for a batch."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(float64(s.Queue.DecodedWaiting)) }},
-		{d("extraction_running", "Inputs in the model run now."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(float64(s.Queue.Running)) }},
-		{d("extraction_in_flight", "Distinct extraction requests not yet answered."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(float64(s.Queue.InFlight)) }},
-		{d("cache_hits_total", "Feature lookups answered by the cache."), prometheus.CounterValue,
-			func(s *Stats) []sample { return one(float64(s.FS.CacheHits)) }},
-		{d("cache_misses_total", "Feature lookups the cache did not answer."), prometheus.CounterValue,
-			func(s *Stats) []sample { return one(float64(s.FS.CacheMisses)) }},
-		{d("cache_hit_ratio", "cache_hits / (cache_hits + cache_misses) since mount."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(s.CacheHitRatio) }},
-		{d("cache_bytes", "Bytes held by the feature cache."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(float64(s.Cache.Bytes)) }},
-		{d("cache_max_bytes", "The feature cache's bound in bytes."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(float64(s.Cache.MaxBytes)) }},
-		{d("cache_entries", "Features held by the feature cache."), prometheus.GaugeValue,
-			func(s *Stats) []sample { return one(float64(s.Cache.Entries)) }},
-		{d("cache_evictions_total", "Features evicted from the feature cache."), prometheus.CounterValue,
-			func(s *Stats) []sample { return one(float64(s.Cache.Evictions)) }},
-		{d("store_requests_total", "Object store calls, by operation.", "op"), prometheus.CounterValue,
-			func(s *Stats) []sample {
-				return []sample{{float64(s.Store.Gets), []string{"get"}}, {float64(s.Store.ListCalls), []string{"list"}},
-					{float64(s.Store.StatCalls), []string{"stat"}}}
-			}},
-		{d("store_errors_total", "Failed object store calls, by operation (stat: not-found excluded).", "op"), prometheus.CounterValue,
-			func(s *Stats) []sample {
-				return []sample{{float64(s.Store.GetErrors), []string{"get"}}, {float64(s.Store.ListErrors), []string{"list"}},
-					{float64(s.Store.StatErrors), []string{"stat"}}}
-			}},
-		{d("store_fetched_bytes_total", "Bytes fetched from the object store."), prometheus.CounterValue,
-			func(s *Stats) []sample { return one(float64(s.Store.BytesFetched)) }},
-		{d("served_bytes_total", "Bytes returned by reads of feature files."), prometheus.CounterValue,
-			func(s *Stats) []sample { return one(float64(s.BytesServed)) }},
-		{d("reads_total", "Reads of feature files that returned data."), prometheus.CounterValue,
-			func(s *Stats) []sample { return one(float64(s.FS.Reads)) }},
-		{d("errors_total", "Errors answered to reads and listings, by kind.", "kind"), prometheus.CounterValue,
-			func(s *Stats) []sample {
-				by := s.Errors.ByKind()
-				out := make([]sample, 0, len(by))
-				for _, k := range ErrorKinds() {
-					out = append(out, sample{float64(by[k]), []string{k}})
-				}
-				return out
-			}},
-	}
-	return c
-}
-
-// Describe sends every metric's description.
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, m := range c.metrics {
-		ch <- m.desc
-	}
-}
-
-// Collect reads one Stats snapshot and sends every metric of it.
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.stats()
-	for _, m := range c.metrics {
-		for _, smp := range m.samples(&s) {
-			metric, err := prometheus.NewConstMetric(m.desc, m.kind, smp.v, smp.labels...)
-			if err != nil {
-				metric = prometheus.NewInvalidMetric(m.desc, err)
-			}
-			ch <- metric
-		}
-	}
-}
+func (f *FS) Collector() prometheus.Collector { return features.NewCollector(f.Stats) }
 
 // MetricsHandler returns an http.Handler serving f's metrics, with the Go
 // runtime's and the process's, in the Prometheus exposition format. It uses
 // a registry of its own (nothing global).
-func MetricsHandler(f *FS) http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(f.Collector(), collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
-}
+func MetricsHandler(f *FS) http.Handler { return features.MetricsHandler(f.Stats) }

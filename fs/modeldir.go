@@ -44,11 +44,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 		d.addLayer(ctx, a, l)
 	}
 	table := []byte(m.Table())
-	ex := d.fs.cfg.Extractor
-	if oe, ok := ex.(observedExtractor); ok {
-		ex = oe.Extractor
-	}
-	if lt, ok := ex.(layerTabler); ok {
+	if lt, ok := d.fs.cfg.Extractor.(layerTabler); ok {
 		if text, ok := lt.LayerTable(m.Name); ok {
 			table = []byte(text)
 		}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // npyExt is the extension of every feature file.
@@ -349,10 +350,9 @@ func (g *group) name(m *member) (name, why string) {
 	return shortened(m.base, npyExt), why
 }
 
-// validName reports whether a key component can be a file name.
-func validName(name string) bool {
-	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
-}
+// validName reports whether a key component can be a file name
+// (features.ValidName: walks use the same rule).
+func validName(name string) bool { return features.ValidName(name) }
 
 // probe is what a lookup by name must learn from the bucket to decide it
 // without a listing: which keys exist (Stat) and which prefixes hold

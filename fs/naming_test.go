@@ -289,7 +289,7 @@ func TestRenameLoggedOnce(t *testing.T) {
 	for range 3 {
 		names(t, e.path("features", "tiny", "layer0"))
 		names(t, e.path("features", "tiny", "layer0", "L"))
-		e.clock.advance(2 * time.Hour)
+		e.clock.Advance(2 * time.Hour)
 	}
 	logs := e.logs.String()
 	for _, key := range []string{"c.jpg", ".jpg", "L/" + strings.Repeat("L", 250) + ".png"} {

@@ -255,7 +255,7 @@ func mountFS(t *testing.T, cfg Config) (*FS, *fuse.Server, string) {
 		cfg.MetadataTTL = time.Hour
 	}
 	if cfg.Now == nil {
-		cfg.Now = newFakeClock().now
+		cfg.Now = newFakeClock().Now
 	}
 	f, err := New(cfg)
 	if err != nil {
@@ -575,7 +575,13 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 
 	st := f.PrefetchStats()
 	limit := 4 * x.batch // the default: 4 batches
-	cost := f.costOf(&layerView{model: big, layer: big.Layers[0], size: featureBytes}, b.objectFor(t, "many/00000.jpg"))
+	// The pipeline's estimate of one extraction's bytes (features' costOf):
+	// the object, the decoded input at the crop (224 when unset), the feature.
+	crop := int64(big.Preprocess.Crop)
+	if crop <= 0 {
+		crop = 224
+	}
+	cost := b.objectFor(t, "many/00000.jpg").Size + 3*crop*crop*4 + featureBytes
 	t.Logf("prefetch: %+v; feature %d bytes, cost %d bytes; heap %d MiB at start, peak %d MiB",
 		st, featureBytes, cost, base>>20, peak.Load()>>20)
 	// The first object is extracted by the read that started the walk.
@@ -663,17 +669,11 @@ func TestPrefetchStopsOnUnmount(t *testing.T) {
 		t.Errorf("%d goroutines after unmount, %d before mount:\n%s", after, baseline, buf[:runtime.Stack(buf, true)])
 	}
 	// A touch after Close schedules nothing.
-	f.pf.touch(f.pf.lastView(t), "")
+	m := f.models[0]
+	f.p.Touch(newLayerView(f, m, m.Layers[0], m.Layers[0].Name).View, "")
 	if st2 := f.PrefetchStats(); st2.Walks != st.Walks || st2.Queued != 0 {
 		t.Errorf("a touch after Close scheduled a walk: %+v", st2)
 	}
-}
-
-// lastView returns a layer view for touching in tests.
-func (p *prefetcher) lastView(t *testing.T) *layerView {
-	t.Helper()
-	m := p.f.models[0]
-	return newLayerView(p.f, m, m.Layers[0], m.Layers[0].Name)
 }
 
 // TestWarm: Warm extracts everything under a prefix without a mount, lists

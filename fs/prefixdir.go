@@ -59,7 +59,7 @@ func (d *prefixDir) child(ctx context.Context, e dirEntry, out *fuse.EntryOut) *
 		id.Mode = syscall.S_IFDIR
 		d.fs.dirAttr(&out.Attr)
 	} else {
-		fileAttr(&out.Attr, d.view.size, e.obj.ModTime)
+		fileAttr(&out.Attr, d.view.Size, e.obj.ModTime)
 		if t := d.fs.fileTimeout(); t > 0 {
 			out.SetEntryTimeout(t)
 			out.SetAttrTimeout(t)
@@ -121,7 +121,7 @@ func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (dirEntry, er
 		// most likely; any other is asked of the store, unless the store is
 		// failing: then the last complete listing answers.
 		if last != nil {
-			if e, found, _ := last.find(name); found || f.health.failing() {
+			if e, found, _ := last.find(name); found || f.p.Health().Failing() {
 				return f.answer(prefix, name, e, found)
 			}
 		}
@@ -135,7 +135,7 @@ func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (dirEntry, er
 		e, found, _ := last.find(name)
 		return f.answer(prefix, name, e, found)
 	}
-	l, err := f.lists.do(ctx, prefix, f.relist(prefix, f.cfg.RelistPages))
+	l, err := f.lists.Do(ctx, prefix, f.relist(prefix, f.cfg.RelistPages))
 	if err != nil {
 		return dirEntry{}, err
 	}
@@ -178,7 +178,7 @@ func (f *FS) statLookup(ctx context.Context, prefix, name string) (dirEntry, err
 // one if fresh, else one read to the end now (shared by concurrent
 // lookups; the caller stops waiting when ctx ends).
 func (f *FS) fullListingLookup(ctx context.Context, prefix, name string) (dirEntry, error) {
-	l, err := f.lists.do(ctx, "\x00complete\x00"+prefix, func(ctx context.Context) (*listing, error) {
+	l, err := f.lists.Do(ctx, "\x00complete\x00"+prefix, func(ctx context.Context) (*listing, error) {
 		if l, ok := f.listings.Get(prefix); ok && f.fresh(l) {
 			if _, complete := l.snapshot(); complete {
 				return l, nil

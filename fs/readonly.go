@@ -104,7 +104,7 @@ func openForWrite(flags uint32) bool { return flags&writeFlags != 0 }
 func (f *FS) dirAttr(out *fuse.Attr) {
 	out.Mode = syscall.S_IFDIR | 0o555
 	out.Nlink = 2
-	t := f.started
+	t := f.p.Started()
 	out.SetTimes(&t, &t, &t)
 }
 

@@ -156,7 +156,7 @@ func TestStaleListingServedWhileStoreDown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e.clock.advance(2 * time.Hour) // every listing is stale
+	e.clock.Advance(2 * time.Hour) // every listing is stale
 	b.down.Store(true)
 	if got := names(t, dir); !same(got, []string{"a.npy", "b.npy"}) {
 		t.Errorf("ls d with the store down = %q, want the last listing", got)
@@ -170,7 +170,7 @@ func TestStaleListingServedWhileStoreDown(t *testing.T) {
 	if _, err := os.ReadFile(filepath.Join(dir, "b.npy")); !errors.Is(err, syscall.EIO) {
 		t.Errorf("uncached b.npy with the store down: %v, want EIO", err)
 	}
-	if n := e.fs.stats.badObjects.Load(); n != 0 {
+	if n := e.fs.Stats().FS.BadObjects; n != 0 {
 		t.Errorf("store errors recorded %d bad objects", n)
 	}
 	if n := len(linesWith(e.logs.String(), "serving the last complete listing", "key=d/ ")); n != 1 {
@@ -179,7 +179,7 @@ func TestStaleListingServedWhileStoreDown(t *testing.T) {
 
 	b.down.Store(false)
 	fb.put("d/new.jpg", []byte("n"))
-	e.clock.advance(2 * time.Hour)
+	e.clock.Advance(2 * time.Hour)
 	if got := names(t, dir); !same(got, []string{"a.npy", "b.npy", "new.npy"}) {
 		t.Errorf("ls d with the store back = %q", got)
 	}

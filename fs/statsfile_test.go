@@ -47,7 +47,7 @@ func TestStatsFileSizeIsWhatAReadReturns(t *testing.T) {
 		if _, err := os.ReadFile(feature("d", i)); err != nil {
 			t.Fatal(err)
 		}
-		e.clock.advance(1234567 * time.Microsecond)
+		e.clock.Advance(1234567 * time.Microsecond)
 		data, err := os.ReadFile(stats)
 		if err != nil {
 			t.Fatal(err)
@@ -113,6 +113,7 @@ func TestStatsFileSizeIsWhatAReadReturns(t *testing.T) {
 	if int64(len(copied)) != fi2.Size() {
 		t.Errorf("cp copied %d bytes, stat said %d", len(copied), fi2.Size())
 	}
+	const maxRecentErrors = 20 // the pipeline keeps the last 20 (features' maxRecentErrors)
 	var st Stats
 	if err := json.Unmarshal(copied, &st); err != nil || len(st.RecentErrors) != maxRecentErrors {
 		t.Errorf("cp copy holds %d recent errors (%v), want %d", len(st.RecentErrors), err, maxRecentErrors)

@@ -12,15 +12,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/fakes"
 
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -114,30 +113,9 @@ func expectedFeature(content []byte, layer int) []byte {
 }
 
 // memCache is a Cache in memory.
-type memCache struct {
-	mu   sync.Mutex
-	m    map[string][]byte
-	hits atomic.Int64
-}
+type memCache = fakes.Cache
 
-func newMemCache() *memCache { return &memCache{m: map[string][]byte{}} }
-
-func (c *memCache) Get(k cache.Key) ([]byte, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.m[string(k.ID())]
-	if ok {
-		c.hits.Add(1)
-	}
-	return v, ok, nil
-}
-func (c *memCache) Put(k cache.Key, v []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[string(k.ID())] = v
-	return nil
-}
-func (c *memCache) Stats() cache.Stats { return cache.Stats{} }
+func newMemCache() *memCache { return fakes.NewCache() }
 
 // testServer is a Server behind httptest, over a directory of objects.
 type testServer struct {

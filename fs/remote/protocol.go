@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
-	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // ProtocolVersion is the version of the HTTP API; GET /v1/models reports it.
@@ -247,9 +247,9 @@ func (unauthorizedError) Error() string { return "feature server refused the tok
 func (unauthorizedError) Is(target error) bool { return target == bucket.ErrAccessDenied }
 
 // ErrChanged is matched when the object's ETag is no longer the one asked
-// for. It is the tree's sentinel, so that a mount of servers treats a
+// for. It is the pipeline's sentinel, so that a mount of servers treats a
 // changed object as a local mount does (it reads the new version).
-var ErrChanged = featurefs.ErrObjectChanged
+var ErrChanged = features.ErrObjectChanged
 
 // StatusOf maps a server-side error to the status reported for it.
 func StatusOf(err error) int {

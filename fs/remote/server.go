@@ -16,8 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // ServerConfig is what NewServer needs. Bucket, Extractor and Cache are
@@ -26,9 +26,9 @@ type ServerConfig struct {
 	// Bucket is the source served.
 	Bucket bucket.Bucket
 	// Extractor computes features (an *extractor.Service).
-	Extractor featurefs.Extractor
+	Extractor features.Extractor
 	// Cache stores computed features (a *cache.Store).
-	Cache featurefs.Cache
+	Cache features.Cache
 	// Logger receives the server's logs; nil discards. The token is never
 	// logged.
 	Logger *slog.Logger
@@ -52,9 +52,13 @@ type ServerConfig struct {
 	// a heartbeat frame (default 2s).
 	Heartbeat time.Duration
 
-	// NegativeTTL, MaxObjectSize and ImageExtensions are passed to fs.Config.
-	NegativeTTL     time.Duration
-	MaxObjectSize   int64
+	// NegativeTTL and MaxObjectSize are passed to features.Config.
+	NegativeTTL   time.Duration
+	MaxObjectSize int64
+	// ImageExtensions is not used by the server, which computes the
+	// feature of whatever key it is asked for: the client's tree decides
+	// which objects it shows (it never was: the server's unmounted tree
+	// named no file).
 	ImageExtensions []string
 
 	// ProfileDir caches the compute profiles GET /v1/profile measures
@@ -67,7 +71,7 @@ type Server struct {
 	// Constant after NewServer.
 	cfg       ServerConfig
 	log       *slog.Logger
-	tree      *featurefs.FS
+	pipe      *features.Pipeline
 	tokenHash [sha256.Size]byte
 	models    []byte // the JSON of GET /v1/models
 	mux       *http.ServeMux
@@ -141,15 +145,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 2 * time.Second
 	}
-	tree, err := featurefs.New(featurefs.Config{
-		Bucket:          cfg.Bucket,
-		Extractor:       cfg.Extractor,
-		Cache:           cfg.Cache,
-		Logger:          cfg.Logger,
-		NegativeTTL:     cfg.NegativeTTL,
-		ReadTimeout:     cfg.ItemTimeout,
-		ImageExtensions: cfg.ImageExtensions,
-		MaxObjectSize:   cfg.MaxObjectSize,
+	pipe, err := features.New(features.Config{
+		Bucket:        cfg.Bucket,
+		Extractor:     cfg.Extractor,
+		Cache:         cfg.Cache,
+		Logger:        cfg.Logger,
+		NegativeTTL:   cfg.NegativeTTL,
+		ReadTimeout:   cfg.ItemTimeout,
+		MaxObjectSize: cfg.MaxObjectSize,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("remote.NewServer: %w", err)
@@ -157,7 +160,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger,
-		tree:      tree,
+		pipe:      pipe,
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		sem:       make(chan struct{}, cfg.MaxConcurrent),
 		mux:       http.NewServeMux(),
@@ -186,8 +189,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // ServeHTTP answers one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// FS returns the unmounted tree the server computes features with.
-func (s *Server) FS() *featurefs.FS { return s.tree }
+// Pipeline returns the read path the server computes features with.
+func (s *Server) Pipeline() *features.Pipeline { return s.pipe }
 
 // Stats returns the server's own figures.
 func (s *Server) Stats() ServerStats {
@@ -266,9 +269,9 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, struct {
-		Server ServerStats     `json:"server"`
-		FS     featurefs.Stats `json:"fs"`
-	}{s.Stats(), s.tree.Stats()})
+		Server ServerStats    `json:"server"`
+		FS     features.Stats `json:"fs"`
+	}{s.Stats(), s.pipe.Stats()})
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
@@ -358,7 +361,7 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return s.tree.Feature(ctx, it.Model, it.Layer, obj)
+	return s.pipe.Feature(ctx, it.Model, it.Layer, obj)
 }
 
 // itemResult is one computed unique item of a batch.

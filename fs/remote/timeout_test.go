@@ -44,13 +44,13 @@ func TestSilentServerFailsWithinTimeoutAndCacheStillServes(t *testing.T) {
 		t.Errorf("silent server: failed after %v, want about %v", took, timeout)
 	}
 
-	hits := mc.hits.Load()
+	hits := mc.Hits.Load()
 	start = time.Now()
 	got, err = tree.Feature(ctx, "tiny", 0, a)
 	if err != nil || !bytes.Equal(got, expectedFeature([]byte("aaaa"), 0)) {
 		t.Errorf("cached feature with the server silent: %v", err)
 	}
-	if mc.hits.Load() != hits+1 || time.Since(start) > timeout/2 {
+	if mc.Hits.Load() != hits+1 || time.Since(start) > timeout/2 {
 		t.Errorf("cached feature not served from the cache at once (%v)", time.Since(start))
 	}
 	page2, err := c.Bucket().List(ctx, "p/", "")

@@ -1,9 +1,9 @@
-package fs
+package features
 
 // This file holds the figures behind the derived fields of .featurefs/stats
 // and the Prometheus metrics: the bucket and the extractor are wrapped in New
-// so that every caller (reads, prefetch, warm-up) is counted once, where the
-// work happens.
+// so that every caller (reads, prefetch, warm-up, the tree's listings) is
+// counted once, where the work happens.
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func ErrorKinds() []string {
 // rateWindow is the span the extraction rate is measured over.
 const rateWindow = 10 * time.Second
 
-// observer holds the figures counted by the wrappers and by errno.
+// observer holds the figures counted by the wrappers and by CountError.
 type observer struct {
 	gets, getErrors, bytesFetched atomic.Int64
 	lists, listErrors             atomic.Int64
@@ -55,8 +55,12 @@ type observer struct {
 	errBadImage, errNotFound, errTimeout, errStore, errOther atomic.Int64
 }
 
-// countError counts an error answered to a reader by its kind. A reader's
-// interrupt and a lookup of a name the bucket does not hold are not errors.
+// CountError counts an error answered to a reader by its kind (one of
+// ErrorKinds; "" counts nothing). A reader's interrupt and a lookup of a name
+// the bucket does not hold are not errors. The tree's errno calls it.
+func (p *Pipeline) CountError(kind string) { p.obs.countError(kind) }
+
+// countError counts an error by its kind.
 func (o *observer) countError(kind string) {
 	switch kind {
 	case ErrKindBadImage:
@@ -72,22 +76,27 @@ func (o *observer) countError(kind string) {
 	}
 }
 
-// storeError marks an error returned by the object store. It is transparent:
-// same message, and errors.Is/As see through it.
-type storeError struct {
-	op  string // get, list or stat
-	err error
+// StoreError marks an error returned by the object store (the pipeline's
+// Bucket). It is transparent: same message, and errors.Is/As see through it.
+type StoreError struct {
+	// Op is the call that failed: get, list or stat.
+	Op string
+	// Err is the store's error.
+	Err error
 }
 
-func (e *storeError) Error() string { return e.err.Error() }
-func (e *storeError) Unwrap() error { return e.err }
+// Error is the store's message.
+func (e *StoreError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
 
 // countingBucket counts the calls, errors and bytes of a bucket, and tells
 // the store's health every outcome.
 type countingBucket struct {
 	bucket.Bucket
 	o *observer
-	h *storeHealth
+	h *StoreHealth
 }
 
 // List lists one page, counting it.
@@ -97,7 +106,7 @@ func (b countingBucket) List(ctx context.Context, prefix, token string) (bucket.
 	b.h.observe(err)
 	if err != nil {
 		b.o.listErrors.Add(1)
-		return p, &storeError{op: "list", err: err}
+		return p, &StoreError{Op: "list", Err: err}
 	}
 	return p, nil
 }
@@ -109,7 +118,7 @@ func (b countingBucket) Peek(ctx context.Context, prefix string, n int) (bucket.
 	b.h.observe(err)
 	if err != nil {
 		b.o.listErrors.Add(1)
-		return p, &storeError{op: "list", err: err}
+		return p, &StoreError{Op: "list", Err: err}
 	}
 	return p, nil
 }
@@ -123,7 +132,7 @@ func (b countingBucket) Stat(ctx context.Context, key string) (bucket.Object, er
 		if !errors.Is(err, bucket.ErrNotFound) {
 			b.o.statErrors.Add(1)
 		}
-		return obj, &storeError{op: "stat", err: err}
+		return obj, &StoreError{Op: "stat", Err: err}
 	}
 	return obj, nil
 }
@@ -135,7 +144,7 @@ func (b countingBucket) Get(ctx context.Context, key string, maxBytes int64) ([]
 	b.h.observe(err)
 	if err != nil {
 		b.o.getErrors.Add(1)
-		return data, obj, &storeError{op: "get", err: err}
+		return data, obj, &StoreError{Op: "get", Err: err}
 	}
 	b.o.bytesFetched.Add(int64(len(data)))
 	return data, obj, nil

@@ -1,4 +1,4 @@
-package fs
+package features
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
-// WarmOptions says what FS.Warm extracts.
+// WarmOptions says what Pipeline.Warm extracts.
 type WarmOptions struct {
 	// Model is the model's name.
 	Model string
@@ -69,8 +69,8 @@ type WarmResult struct {
 // priority. Objects that fail are reported in the result, not as an error;
 // the error is for the listing failing or ctx ending (the result then says
 // how far it got).
-func (f *FS) Warm(ctx context.Context, opts WarmOptions) (WarmResult, error) {
-	m, ok := f.cfg.Extractor.Model(opts.Model)
+func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, error) {
+	m, ok := p.cfg.Extractor.Model(opts.Model)
 	if !ok {
 		return WarmResult{}, fmt.Errorf("warm: %w %q", extractor.ErrUnknownModel, opts.Model)
 	}
@@ -85,31 +85,31 @@ func (f *FS) Warm(ctx context.Context, opts WarmOptions) (WarmResult, error) {
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	v := newLayerView(f, m, l, opts.Layer)
+	v := p.NewView(m, l)
 	w := &warmRun{opts: opts, res: WarmResult{WarmProgress: WarmProgress{Listing: true}}}
-	b := newBudget(f.pf.maxInFlight, f.pf.cfg.MaxBytes)
+	b := newBudget(p.pf.maxInFlight, p.pf.cfg.MaxBytes)
 	var wg sync.WaitGroup
 	var pages atomic.Int64
-	err := f.walk(ctx, prefix, true, &pages, func(obj bucket.Object) error {
+	err := p.walk(ctx, prefix, true, &pages, func(obj bucket.Object) error {
 		w.update(func(r *WarmResult) { r.Total++ })
-		if reason, bad := f.isBad(obj.Key, obj.ETag); bad {
+		if reason, bad := p.isBad(obj.Key, obj.ETag); bad {
 			w.fail(obj.Key, reason, true)
 			return nil
 		}
-		key := f.cacheKey(v, obj)
-		if f.cached(key) {
+		key := p.cacheKey(v, obj)
+		if p.cached(key) {
 			w.update(func(r *WarmResult) { r.Cached++ })
 			return nil
 		}
-		cost := f.costOf(v, obj)
+		cost := p.costOf(v, obj)
 		if err := b.acquire(ctx, cost); err != nil {
 			return err
 		}
 		wg.Go(func() {
 			defer b.release(cost)
-			_, err := f.extractStore(ctx, v, obj, key, extractor.Background)
+			_, err := p.extractStore(ctx, v, obj, key, extractor.Background)
 			if err != nil {
-				w.fail(obj.Key, errReason(obj.Key, err), badObject(err))
+				w.fail(obj.Key, ErrReason(obj.Key, err), BadObject(err))
 				return
 			}
 			w.update(func(r *WarmResult) { r.Extracted++ })

@@ -1,4 +1,4 @@
-package fs
+package features
 
 import (
 	"context"
@@ -193,7 +193,7 @@ func (b *budget) figures() (n, peakN int, bytes, peakBytes int64) {
 // one layer view to extract.
 type walkJob struct {
 	id     string
-	view   *layerView
+	view   *View
 	prefix string
 	tree   bool
 }
@@ -217,7 +217,7 @@ type prefetchCounters struct {
 // reader of a file being prefetched sends its own Foreground request, which
 // the extractor merges with the background one and moves ahead of the queue.
 type prefetcher struct {
-	f      *FS
+	pipe   *Pipeline
 	cfg    PrefetchConfig
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -237,7 +237,7 @@ type prefetcher struct {
 
 // newPrefetcher fills cfg's defaults and starts the walkers (none when
 // prefetch is off).
-func newPrefetcher(f *FS, cfg PrefetchConfig) *prefetcher {
+func newPrefetcher(pipe *Pipeline, cfg PrefetchConfig) *prefetcher {
 	if cfg.Mode == "" {
 		cfg.Mode = PrefetchOff
 	}
@@ -252,7 +252,7 @@ func newPrefetcher(f *FS, cfg PrefetchConfig) *prefetcher {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &prefetcher{
-		f:      f,
+		pipe:   pipe,
 		cfg:    cfg,
 		ctx:    ctx,
 		cancel: cancel,
@@ -280,7 +280,7 @@ func (p *prefetcher) maxInFlight() int {
 	if now := time.Now(); p.batchSize == 0 || now.Sub(p.batchAt) > batchRefresh {
 		p.batchAt = now
 		bs := 0
-		for _, b := range p.f.cfg.Extractor.Stats().BatchSizes {
+		for _, b := range p.pipe.cfg.Extractor.Stats().BatchSizes {
 			bs = max(bs, b)
 		}
 		if bs <= 0 {
@@ -293,25 +293,25 @@ func (p *prefetcher) maxInFlight() int {
 
 // touch tells the prefetcher a reader is in directory prefix of view v; it
 // schedules a walk unless one ran recently or is running. It never blocks.
-func (p *prefetcher) touch(v *layerView, prefix string) {
+func (p *prefetcher) touch(v *View, prefix string) {
 	if p.cfg.Mode == PrefetchOff {
 		return
 	}
 	job := walkJob{view: v, prefix: prefix, tree: p.cfg.Mode == PrefetchTree}
 	// Alias directories share their layer's walks: same features.
-	base := v.model.Name + "\x00" + strconv.Itoa(v.layer.Index)
+	base := v.Model.Name + "\x00" + strconv.Itoa(v.Layer.Index)
 	if job.tree {
 		job.prefix, job.id = "", base
 	} else {
 		job.id = base + "\x00" + prefix
 	}
-	rewalk := max(p.f.cfg.MetadataTTL, minRewalk)
+	rewalk := max(p.pipe.cfg.MetadataTTL, minRewalk)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return
 	}
-	if st, ok := p.states.Get(job.id); ok && (st.running || p.f.now().Sub(st.finished) < rewalk) {
+	if st, ok := p.states.Get(job.id); ok && (st.running || p.pipe.now().Sub(st.finished) < rewalk) {
 		return
 	}
 	select {
@@ -329,7 +329,7 @@ func (p *prefetcher) touch(v *layerView, prefix string) {
 func (p *prefetcher) finished(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.states.Put(id, &walkState{finished: p.f.now()}, 1)
+	p.states.Put(id, &walkState{finished: p.pipe.now()}, 1)
 }
 
 // walker runs walks until close.
@@ -352,33 +352,33 @@ func (p *prefetcher) run(job walkJob) {
 	defer p.n.walksDone.Add(1)
 	v := job.view
 	limit := p.cfg.Limit
-	if l, ok := p.cfg.ModelLimits[v.model.Name]; ok {
+	if l, ok := p.cfg.ModelLimits[v.Model.Name]; ok {
 		limit = l
 	}
 	// More than the cache holds would evict what the walk just stored.
-	if mb := p.f.cfg.Cache.Stats().MaxBytes; mb > 0 && v.size > 0 {
-		if fit := int(mb / v.size * 9 / 10); limit <= 0 || fit < limit {
+	if mb := p.pipe.cfg.Cache.Stats().MaxBytes; mb > 0 && v.Size > 0 {
+		if fit := int(mb / v.Size * 9 / 10); limit <= 0 || fit < limit {
 			limit = max(fit, 1)
 		}
 	}
 	var sent int
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	err := p.f.walk(p.ctx, job.prefix, job.tree, &p.n.pages, func(obj bucket.Object) error {
+	err := p.pipe.walk(p.ctx, job.prefix, job.tree, &p.n.pages, func(obj bucket.Object) error {
 		p.n.objects.Add(1)
-		if _, bad := p.f.isBad(obj.Key, obj.ETag); bad {
+		if _, bad := p.pipe.isBad(obj.Key, obj.ETag); bad {
 			p.n.bad.Add(1)
 			return nil
 		}
-		key := p.f.cacheKey(v, obj)
-		if p.f.cached(key) {
+		key := p.pipe.cacheKey(v, obj)
+		if p.pipe.cached(key) {
 			p.n.cached.Add(1)
 			return nil
 		}
 		if limit > 0 && sent >= limit {
 			return errWalkLimit
 		}
-		cost := p.f.costOf(v, obj)
+		cost := p.pipe.costOf(v, obj)
 		if err := p.budget.acquire(p.ctx, cost); err != nil {
 			return err
 		}
@@ -387,7 +387,7 @@ func (p *prefetcher) run(job walkJob) {
 		wg.Go(func() {
 			defer p.n.running.Add(-1)
 			defer p.budget.release(cost)
-			_, err := p.f.extractStore(p.ctx, v, obj, key, extractor.Background)
+			_, err := p.pipe.extractStore(p.ctx, v, obj, key, extractor.Background)
 			switch {
 			case err == nil:
 				p.n.extracted.Add(1)
@@ -395,8 +395,8 @@ func (p *prefetcher) run(job walkJob) {
 				p.n.cancelled.Add(1)
 			default:
 				p.n.failed.Add(1)
-				if !badObject(err) { // bad objects are logged where recorded
-					p.f.logOnce(obj.Key, "prefetch failed", err)
+				if !BadObject(err) { // bad objects are logged where recorded
+					p.pipe.LogOnce(obj.Key, "prefetch failed", err)
 				}
 			}
 		})
@@ -405,10 +405,10 @@ func (p *prefetcher) run(job walkJob) {
 	switch {
 	case errors.Is(err, errWalkLimit):
 		p.n.limited.Add(1)
-		p.f.log.Info("featurefs: prefetch stopped at its limit", slog.String("model", v.model.Name),
-			slog.String("layer", v.layer.Name), slog.String("key", job.prefix), slog.Int("objects", sent))
+		p.pipe.log.Info("featurefs: prefetch stopped at its limit", slog.String("model", v.Model.Name),
+			slog.String("layer", v.Layer.Name), slog.String("key", job.prefix), slog.Int("objects", sent))
 	case err != nil && p.ctx.Err() == nil:
-		p.f.logOnce(job.prefix, "prefetch listing failed", err)
+		p.pipe.LogOnce(job.prefix, "prefetch listing failed", err)
 	}
 }
 
@@ -446,28 +446,28 @@ type hasCache interface {
 
 // cached reports whether the cache holds key, without reading the value
 // when the cache can tell.
-func (f *FS) cached(key cache.Key) bool {
-	if h, ok := f.cfg.Cache.(hasCache); ok {
+func (p *Pipeline) cached(key cache.Key) bool {
+	if h, ok := p.cfg.Cache.(hasCache); ok {
 		return h.Has(key)
 	}
-	_, ok, err := f.cfg.Cache.Get(key)
+	_, ok, err := p.cfg.Cache.Get(key)
 	return ok && err == nil
 }
 
 // costOf estimates the bytes one extraction holds: the object, the decoded
 // input and the result.
-func (f *FS) costOf(v *layerView, obj bucket.Object) int64 {
-	crop := int64(v.model.Preprocess.Crop)
+func (p *Pipeline) costOf(v *View, obj bucket.Object) int64 {
+	crop := int64(v.Model.Preprocess.Crop)
 	if crop <= 0 {
 		crop = 224
 	}
-	return max(obj.Size, 0) + 3*crop*crop*4 + v.size
+	return max(obj.Size, 0) + 3*crop*crop*4 + v.Size
 }
 
 // walk lists prefix page by page (and, with tree, every prefix under it,
 // depth first, holding one page per level) and calls visit for each image
 // object in key order. visit's error stops the walk and is returned.
-func (f *FS) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, visit func(bucket.Object) error) error {
+func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, visit func(bucket.Object) error) error {
 	var rec func(prefix string, depth int) error
 	rec = func(prefix string, depth int) error {
 		token := ""
@@ -475,20 +475,20 @@ func (f *FS) walk(ctx context.Context, prefix string, tree bool, pages *atomic.I
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			p, err := f.cfg.Bucket.List(ctx, prefix, token)
+			pg, err := p.cfg.Bucket.List(ctx, prefix, token)
 			pages.Add(1)
 			if err != nil {
 				return fmt.Errorf("listing %q: %w", prefix, err)
 			}
-			if p.Next != "" && p.Next == token {
+			if pg.Next != "" && pg.Next == token {
 				return fmt.Errorf("listing %q: the bucket returned the same continuation token twice", prefix)
 			}
-			for _, o := range p.Objects {
+			for _, o := range pg.Objects {
 				base, ok := strings.CutPrefix(o.Key, prefix)
-				if !ok || !validName(base) {
+				if !ok || !ValidName(base) {
 					continue
 				}
-				if _, img := f.naming.split(base); !img {
+				if !p.cfg.Images(base) {
 					continue
 				}
 				if err := visit(o); err != nil {
@@ -496,13 +496,13 @@ func (f *FS) walk(ctx context.Context, prefix string, tree bool, pages *atomic.I
 				}
 			}
 			if tree {
-				for _, sub := range p.Prefixes {
+				for _, sub := range pg.Prefixes {
 					name := strings.TrimSuffix(strings.TrimPrefix(sub, prefix), "/")
-					if !validName(name) {
+					if !ValidName(name) {
 						continue
 					}
 					if depth+1 >= maxWalkDepth {
-						f.log.Warn("featurefs: prefetch does not descend this deep", slog.String("key", sub), slog.Int("depth", depth+1))
+						p.log.Warn("featurefs: prefetch does not descend this deep", slog.String("key", sub), slog.Int("depth", depth+1))
 						continue
 					}
 					if err := rec(sub, depth+1); err != nil {
@@ -510,31 +510,20 @@ func (f *FS) walk(ctx context.Context, prefix string, tree bool, pages *atomic.I
 					}
 				}
 			}
-			if p.Next == "" {
+			if pg.Next == "" {
 				return nil
 			}
-			token = p.Next
+			token = pg.Next
 		}
 	}
 	return rec(prefix, 0)
 }
 
-// parentPrefix is the directory prefix of a key: "a/b/" for "a/b/c.jpg".
-func parentPrefix(key string) string {
-	if i := strings.LastIndexByte(key, '/'); i >= 0 {
-		return key[:i+1]
-	}
-	return ""
-}
-
-// Close stops prefetch: walks and the extractions they started are
-// cancelled, and Close waits for them. Mount calls it once the mount is
-// gone; the extractor and the cache stay open (their owner closes them,
-// after Close). Safe to call more than once.
-func (f *FS) Close() error {
-	f.pf.close()
-	return nil
-}
+// Touch tells prefetch that a reader read a feature in directory prefix of
+// view v (the tree calls it on the first read of a feature's content;
+// metadata alone never does: ls, find, du and stat compute nothing). It
+// schedules a walk unless one ran recently or is running, and never blocks.
+func (p *Pipeline) Touch(v *View, prefix string) { p.pf.touch(v, prefix) }
 
 // PrefetchStats returns prefetch's figures.
-func (f *FS) PrefetchStats() PrefetchStats { return f.pf.stats() }
+func (p *Pipeline) PrefetchStats() PrefetchStats { return p.pf.stats() }

@@ -1,0 +1,30 @@
+// Package features is featurefs's read path, FUSE-free: what a read of
+// MOUNT/features/<model>/<layer>/<name>.npy does below the FUSE tree, and
+// what the feature server (fs/remote) does for each item it is asked for.
+//
+// # Data flow
+//
+// A read (Pipeline.Read, Pipeline.Feature) goes one way, top to bottom:
+//
+//  1. the negative cache: an object version known bad (not an image,
+//     corrupt, too large) fails at once, until NegativeTTL has passed;
+//  2. in-flight sharing: concurrent reads of one feature share one run,
+//     detached from the readers (fs/internal/inflight), so that an
+//     interrupted reader that retries finds it still going;
+//  3. the local cache ([Cache]): a hit of the layer's size is the answer;
+//  4. extraction ([Extractor]), which fetches the object from the bucket
+//     (an ETag other than the listed one is ErrObjectChanged) at Foreground
+//     priority; a bad object is recorded in the negative cache;
+//  5. the cache write.
+//
+// Read, the tree's call, also handles an object overwritten since it was
+// listed: it stats the object, serves the new version and remembers it
+// (NewerVersion) for the tree's later opens.
+//
+// Prefetch (Touch) and warm-up (Warm) walk the bucket and send what is not
+// cached to step 4 at Background priority, within one budget of count and
+// bytes. The bucket and the extractor are wrapped so that every call is
+// counted once; Stats (the figures of MOUNT/.featurefs/stats, of GET
+// /v1/stats and, through NewCollector, of the Prometheus metrics) reads
+// them. Errors become errnos in the tree (package fs), not here.
+package features

@@ -1,0 +1,95 @@
+package features
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// fakeExtractor "extracts" a feature by copying the object's first bytes
+// into the layer's shape, through req.Fetch. Objects starting with "BAD"
+// are bad images.
+type fakeExtractor struct {
+	models []*extractor.Model
+	calls  atomic.Int64
+}
+
+// testModel returns a model with two small layers.
+func testModel() *extractor.Model {
+	return &extractor.Model{
+		Name:   "tiny",
+		Digest: "d1g35t",
+		Layers: []extractor.Layer{
+			{Index: 0, Name: "layer0", Tensor: "conv", Shape: []int64{4}, Bytes: 16},
+			{Index: 1, Name: "layer1", Tensor: "pool", Shape: []int64{2}, Bytes: 8},
+		},
+		Preprocess: extractor.DefaultPreprocess(),
+	}
+}
+
+func newFakeExtractor() *fakeExtractor {
+	return &fakeExtractor{models: []*extractor.Model{testModel()}}
+}
+
+func (e *fakeExtractor) Models() []*extractor.Model { return e.models }
+func (e *fakeExtractor) Model(name string) (*extractor.Model, bool) {
+	for _, m := range e.models {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return nil, false
+}
+func (e *fakeExtractor) DType() extractor.DType { return extractor.Float32 }
+func (e *fakeExtractor) Device() string         { return "fake" }
+func (e *fakeExtractor) Stats() extractor.Stats { return extractor.Stats{Requests: e.calls.Load()} }
+
+func (e *fakeExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+	e.calls.Add(1)
+	data, err := req.Fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if bytes.HasPrefix(data, []byte("BAD")) {
+		return nil, &extractor.ImageError{Key: req.Key, Reason: "not an image"}
+	}
+	return expectedNPY(e.models[0].Layers[req.Layer], data), nil
+}
+
+// expectedNPY is the fake extractor's answer for an object's bytes.
+func expectedNPY(l extractor.Layer, data []byte) []byte {
+	vals := make([]float32, l.Elements())
+	for i := range vals {
+		if i < len(data) {
+			vals[i] = float32(data[i])
+		}
+	}
+	return extractor.EncodeNPY(l.Shape, vals, extractor.Float32)
+}
+
+// localBucket writes objects (key -> content) into a directory and opens it
+// as a bucket.
+func localBucket(t *testing.T, objects map[string]string) (bucket.Bucket, string) {
+	t.Helper()
+	dir := t.TempDir()
+	for k, v := range objects {
+		p := filepath.Join(dir, filepath.FromSlash(k))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := bucket.Open(context.Background(), dir, bucket.S3Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, dir
+}

@@ -1,0 +1,195 @@
+package features
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/inflight"
+	"github.com/featurefs/featurefs/fs/internal/lru"
+)
+
+// Extractor is what the pipeline needs of the extraction service
+// (*extractor.Service implements it).
+type Extractor interface {
+	// Models returns the models served, in order.
+	Models() []*extractor.Model
+	// Model returns the model called name.
+	Model(name string) (*extractor.Model, bool)
+	// Extract returns the whole .npy file of one feature.
+	Extract(ctx context.Context, req extractor.Request) ([]byte, error)
+	// DType is the element type of the .npy files.
+	DType() extractor.DType
+	// Stats returns the service's figures, for .featurefs/stats.
+	Stats() extractor.Stats
+	// Device names where models run, e.g. "cpu" or "cuda:0".
+	Device() string
+}
+
+// Cache is what the pipeline needs of the feature store (*cache.Store
+// implements it).
+type Cache interface {
+	// Get returns a stored feature; a miss is (nil, false, nil).
+	Get(k cache.Key) ([]byte, bool, error)
+	// Put stores a feature.
+	Put(k cache.Key, v []byte) error
+	// Stats returns the store's figures, for .featurefs/stats.
+	Stats() cache.Stats
+}
+
+// Config is what New needs. Bucket, Extractor and Cache are required.
+type Config struct {
+	// Bucket is the object store features are computed from.
+	Bucket bucket.Bucket
+	// Extractor computes features.
+	Extractor Extractor
+	// Cache stores computed features.
+	Cache Cache
+	// Logger receives errors and bad objects; nil discards.
+	Logger *slog.Logger
+
+	// NegativeTTL is how long a bad object keeps failing without a retry;
+	// 0 retries on every read.
+	NegativeTTL time.Duration
+	// ReadTimeout bounds the fetch and extraction behind a read; 0: none.
+	ReadTimeout time.Duration
+	// MaxObjectSize is the largest object fetched (default 256MiB).
+	MaxObjectSize int64
+	// MaxBadObjects bounds the negative cache of bad objects (default 65536).
+	MaxBadObjects int
+	// MetadataTTL is how long the tree keeps listings; prefetch walks a
+	// directory again no sooner than this (and at least 30s).
+	MetadataTTL time.Duration
+	// Images reports whether an object's base name (its key's last
+	// component, a ValidName) is an image the tree shows: walks (prefetch,
+	// Warm) visit only those. nil: every valid name.
+	Images func(base string) bool
+	// Now is the clock (default time.Now); tests inject one.
+	Now func() time.Time
+
+	// Prefetch is background extraction of what readers are about to read
+	// (off unless set; see PrefetchConfig).
+	Prefetch PrefetchConfig
+}
+
+// maxRecentErrors is how many errors the stats file shows.
+const maxRecentErrors = 20
+
+// Pipeline is the read path of features, FUSE-free: the negative cache of
+// bad objects, in-flight sharing, the cache lookup, the extraction and the
+// cache write, the handling of objects changed since they were listed,
+// prefetch, warm-up's walk and the figures behind the stats and metrics.
+// The FUSE tree (package fs) and the feature server (fs/remote) both read
+// through one. Create it with New; Close stops prefetch.
+type Pipeline struct {
+	// Constant after New.
+	cfg      Config
+	log      *slog.Logger
+	identity string
+	dtype    extractor.DType
+	started  time.Time
+	health   StoreHealth
+
+	bad      *lru.LRU[string, badEntry]   // object version -> why it is bad
+	logged   *lru.LRU[string, struct{}]   // key+error already logged
+	versions *lru.LRU[string, objVersion] // key -> a version newer than its listing's
+	features inflight.Group[[]byte]       // reads in flight
+
+	stats counters
+	obs   observer // figures of the wrapped bucket and extractor, errors by kind
+
+	errMu  sync.Mutex
+	recent []ErrorRecord // GUARDED_BY(errMu)
+
+	pf *prefetcher // background extraction; stopped by Close
+}
+
+// counters are the pipeline's own figures.
+type counters struct {
+	cacheHits, cacheMisses, extractions atomic.Int64
+	badObjects, badHits, cacheErrors    atomic.Int64
+}
+
+// New checks cfg, fills its defaults and returns the pipeline. Its bucket
+// and extractor are wrapped so that every call is counted once, where the
+// work happens (Bucket returns the wrapped bucket).
+func New(cfg Config) (*Pipeline, error) {
+	if cfg.Bucket == nil || cfg.Extractor == nil || cfg.Cache == nil {
+		return nil, errors.New("features.New: Bucket, Extractor and Cache are required")
+	}
+	if len(cfg.Extractor.Models()) == 0 {
+		return nil, errors.New("features.New: the extractor serves no model")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxObjectSize <= 0 {
+		cfg.MaxObjectSize = 256 << 20
+	}
+	if cfg.MaxBadObjects <= 0 {
+		cfg.MaxBadObjects = 65536
+	}
+	if cfg.Images == nil {
+		cfg.Images = func(string) bool { return true }
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &Pipeline{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		identity: cfg.Bucket.Identity(),
+		dtype:    cfg.Extractor.DType(),
+		bad:      lru.New[string, badEntry](cfg.MaxBadObjects),
+		logged:   lru.New[string, struct{}](4096),
+		versions: lru.New[string, objVersion](4096),
+	}
+	p.started = p.now()
+	p.cfg.Bucket = countingBucket{Bucket: cfg.Bucket, o: &p.obs, h: &p.health}
+	p.cfg.Extractor = observedExtractor{Extractor: cfg.Extractor, o: &p.obs, now: cfg.Now}
+	p.pf = newPrefetcher(p, cfg.Prefetch)
+	return p, nil
+}
+
+func (p *Pipeline) now() time.Time { return p.cfg.Now() }
+
+// Bucket returns the pipeline's bucket: the configured one, every call
+// counted in the figures and in the store's health (StoreHealth). The tree
+// lists and stats through it.
+func (p *Pipeline) Bucket() bucket.Bucket { return p.cfg.Bucket }
+
+// Health returns the store's health, as the pipeline's bucket sees it.
+func (p *Pipeline) Health() *StoreHealth { return &p.health }
+
+// Started returns when the pipeline was created (uptime counts from it).
+func (p *Pipeline) Started() time.Time { return p.started }
+
+// View is one layer of one model as the read path sees it: the model, the
+// layer and the size of its .npy files. Constant.
+type View struct {
+	// Model is the model.
+	Model *extractor.Model
+	// Layer is the layer.
+	Layer extractor.Layer
+	// Size is the bytes of each .npy file of the layer.
+	Size int64
+}
+
+// NewView returns the view of layer l of model m.
+func (p *Pipeline) NewView(m *extractor.Model, l extractor.Layer) *View {
+	return &View{Model: m, Layer: l, Size: extractor.NPYSize(l.Shape, p.dtype)}
+}
+
+// Close stops prefetch: walks and the extractions they started are
+// cancelled, and Close waits for them. The extractor and the cache stay
+// open (their owner closes them, after Close). Safe to call more than once.
+func (p *Pipeline) Close() error {
+	p.pf.close()
+	return nil
+}

@@ -1,0 +1,170 @@
+package features
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// Feature returns the .npy bytes of obj's feature at a model's layer, by
+// the same path as a read of the mounted file: a known bad object fails at
+// once; else the cache, else an extraction whose result is stored; identical
+// concurrent calls share one run. It needs no mount: featurefs serve calls it.
+// An unknown model or layer matches extractor.ErrUnknownModel /
+// extractor.ErrUnknownLayer. If ctx ends first, Feature returns ctx.Err() and
+// the run goes on (and fills the cache).
+func (p *Pipeline) Feature(ctx context.Context, model string, layer int, obj bucket.Object) ([]byte, error) {
+	m, ok := p.cfg.Extractor.Model(model)
+	if !ok {
+		return nil, fmt.Errorf("feature %s: %w %q", obj.Key, extractor.ErrUnknownModel, model)
+	}
+	if layer < 0 || layer >= len(m.Layers) {
+		return nil, fmt.Errorf("feature %s: %w %d of model %s (it has %d)", obj.Key, extractor.ErrUnknownLayer, layer, model, len(m.Layers))
+	}
+	return p.feature(ctx, p.NewView(m, m.Layers[layer]), obj)
+}
+
+// Read is a reader's feature of obj, the whole read within ReadTimeout. An
+// object overwritten since it was listed (its ETag changed) is a normal
+// event, not an error: the new version is looked up, remembered for later
+// opens (NewerVersion) and its feature served; the shape, and so the file's
+// size, are the same.
+func (p *Pipeline) Read(ctx context.Context, v *View, obj bucket.Object) ([]byte, error) {
+	if p.cfg.ReadTimeout > 0 { // the whole read, a changed object included
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
+		defer cancel()
+	}
+	data, err := p.feature(ctx, v, obj)
+	if !errors.Is(err, ErrObjectChanged) {
+		return data, err
+	}
+	newer, serr := p.cfg.Bucket.Stat(ctx, obj.Key)
+	if serr != nil {
+		return nil, fmt.Errorf("%w; stat of the new version: %w", err, serr)
+	}
+	if newer.Key == "" {
+		newer.Key = obj.Key
+	}
+	if newer.ETag == obj.ETag {
+		return nil, err
+	}
+	p.versions.Put(obj.Key, objVersion{obj: newer, seen: p.now()}, 1)
+	p.log.Info("featurefs: object changed since it was listed; serving its new version",
+		slog.String("key", obj.Key), slog.String("listed_etag", obj.ETag), slog.String("etag", newer.ETag))
+	return p.feature(ctx, v, newer)
+}
+
+// objVersion is a version of an object a read found newer than its listing.
+type objVersion struct {
+	obj  bucket.Object
+	seen time.Time
+}
+
+// NewerVersion returns the version of the object key that a read found
+// newer than the one it was asked for (Read), and when, if one did recently
+// (a bounded set).
+func (p *Pipeline) NewerVersion(key string) (bucket.Object, time.Time, bool) {
+	nv, ok := p.versions.Get(key)
+	return nv.obj, nv.seen, ok
+}
+
+// cacheKey is the cache key of one object version's feature at one layer.
+func (p *Pipeline) cacheKey(v *View, obj bucket.Object) cache.Key {
+	return cache.Key{
+		Source:      p.identity,
+		Object:      obj.Key,
+		ETag:        obj.ETag,
+		ModelDigest: v.Model.Digest,
+		Layer:       v.Layer.Tensor,
+		Preprocess:  v.Model.Preprocess.Key(),
+		DType:       string(p.dtype),
+	}
+}
+
+// feature returns the .npy bytes of an object's feature: a known bad object
+// fails at once; otherwise concurrent readers share one cache lookup and, on
+// a miss, one extraction, whose result is stored in the cache.
+func (p *Pipeline) feature(ctx context.Context, v *View, obj bucket.Object) ([]byte, error) {
+	if reason, bad := p.isBad(obj.Key, obj.ETag); bad {
+		p.stats.badHits.Add(1)
+		return nil, &extractor.ImageError{Key: obj.Key, Reason: reason}
+	}
+	key := p.cacheKey(v, obj)
+	return p.features.Do(ctx, string(key.ID()), func(ctx context.Context) ([]byte, error) {
+		return p.compute(ctx, v, obj, key)
+	})
+}
+
+// compute reads the cache, else extracts and stores. It runs detached from
+// the reader (see inflight.Group) under ReadTimeout.
+func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key cache.Key) ([]byte, error) {
+	data, ok, err := p.cfg.Cache.Get(key)
+	switch {
+	case err != nil:
+		p.stats.cacheErrors.Add(1)
+		p.log.Warn("featurefs: cache read failed; extracting again", slog.String("key", obj.Key), slog.Any("err", err))
+	case ok && int64(len(data)) == v.Size:
+		p.stats.cacheHits.Add(1)
+		return data, nil
+	case ok:
+		p.stats.cacheErrors.Add(1)
+		p.log.Warn("featurefs: cached feature has the wrong size; extracting again", slog.String("key", obj.Key),
+			slog.String("model", v.Model.Name), slog.String("layer", v.Layer.Name), slog.Int("bytes", len(data)), slog.Int64("want", v.Size))
+	}
+	p.stats.cacheMisses.Add(1)
+	return p.extractStore(ctx, v, obj, key, extractor.Foreground)
+}
+
+// extractStore extracts obj's feature at prio, under ReadTimeout, records a
+// bad object, and stores the result in the cache. Reads call it on a cache
+// miss (Foreground), prefetch and warm-up for objects not cached
+// (Background): the extractor merges identical requests in flight, and a
+// reader's Foreground request moves a queued Background one ahead.
+func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, prio extractor.Priority) ([]byte, error) {
+	if p.cfg.ReadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
+		defer cancel()
+	}
+	p.stats.extractions.Add(1)
+	data, err := p.cfg.Extractor.Extract(ctx, extractor.Request{
+		Model:    v.Model.Name,
+		Layer:    v.Layer.Index,
+		Key:      obj.Key,
+		ETag:     obj.ETag,
+		ID:       p.identity + "\x00" + obj.Key + "\x00" + obj.ETag,
+		Priority: prio,
+		Fetch: func(ctx context.Context) ([]byte, error) {
+			b, o, err := p.cfg.Bucket.Get(ctx, obj.Key, p.cfg.MaxObjectSize)
+			if err != nil {
+				return nil, fmt.Errorf("get %q: %w", obj.Key, err)
+			}
+			if obj.ETag != "" && o.ETag != "" && o.ETag != obj.ETag {
+				return nil, fmt.Errorf("get %q: %w (listed ETag %s, now %s)", obj.Key, ErrObjectChanged, obj.ETag, o.ETag)
+			}
+			return b, nil
+		},
+	})
+	if err != nil {
+		if BadObject(err) {
+			p.recordBad(obj.Key, obj.ETag, err)
+		}
+		return nil, err
+	}
+	if int64(len(data)) != v.Size {
+		return nil, fmt.Errorf("model %s %s: %w: %d bytes, the layer's shape %v gives %d",
+			v.Model.Name, v.Layer.Name, errBadFeature, len(data), v.Layer.Shape, v.Size)
+	}
+	if err := p.cfg.Cache.Put(key, data); err != nil {
+		p.stats.cacheErrors.Add(1)
+		p.log.Warn("featurefs: cache write failed", slog.String("key", obj.Key), slog.Any("err", err))
+	}
+	return data, nil
+}

@@ -1,0 +1,69 @@
+// Package fakes holds the in-memory test doubles that the tests of fs,
+// fs/features and fs/remote share: a feature store and a clock. Only tests
+// import it.
+package fakes
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+)
+
+// Cache is an in-memory feature store (the Cache of fs, fs/features and
+// fs/remote's server). Safe for concurrent use.
+type Cache struct {
+	mu sync.Mutex
+	m  map[string][]byte // GUARDED_BY(mu)
+
+	// Hits counts Gets that found the key; Puts counts Puts.
+	Hits, Puts atomic.Int64
+}
+
+// NewCache returns an empty store.
+func NewCache() *Cache { return &Cache{m: map[string][]byte{}} }
+
+// Get returns a stored feature; a miss is (nil, false, nil).
+func (c *Cache) Get(k cache.Key) ([]byte, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[string(k.ID())]
+	if ok {
+		c.Hits.Add(1)
+	}
+	return v, ok, nil
+}
+
+// Put stores a feature.
+func (c *Cache) Put(k cache.Key, v []byte) error {
+	c.Puts.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[string(k.ID())] = v
+	return nil
+}
+
+// Stats reports the hits, puts and entries.
+func (c *Cache) Stats() cache.Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cache.Stats{Hits: c.Hits.Load(), Puts: c.Puts.Load(), Entries: int64(len(c.m))}
+}
+
+// Clock is a settable clock, starting at a fixed time (2023-11-14). Safe
+// for concurrent use.
+type Clock struct{ t atomic.Int64 }
+
+// NewClock returns a clock at its start.
+func NewClock() *Clock {
+	c := &Clock{}
+	c.t.Store(time.Unix(1700000000, 0).UnixNano())
+	return c
+}
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time { return time.Unix(0, c.t.Load()) }
+
+// Advance moves the clock on by d.
+func (c *Clock) Advance(d time.Duration) { c.t.Add(int64(d)) }
