@@ -27,25 +27,7 @@ WORK=$(mktemp -d /tmp/featurefs-compare-ort.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 MODEL=$(model_path resnet50)
 
-"$PY" - "$WORK/img" "$N" <<'PYEOF'
-import os, sys
-import numpy as np
-from PIL import Image, ImageDraw
-out, n = sys.argv[1], int(sys.argv[2])
-os.makedirs(out)
-rng = np.random.default_rng(3)
-y, x = np.mgrid[0:375, 0:500].astype(np.float64)
-for i in range(n):
-    a = np.stack([127 + 127 * np.sin(x / rng.uniform(20, 60)), 255 * y / 374,
-                  np.where((x // rng.integers(9, 30) + y // 13) % 2, 230, 20)], -1)
-    a = np.clip(a + rng.normal(0, 18, a.shape), 0, 255).astype(np.uint8)
-    im = Image.fromarray(a)
-    d = ImageDraw.Draw(im)
-    for _ in range(4):
-        x0, x1 = sorted(rng.integers(0, 500, 2).tolist()); y0, y1 = sorted(rng.integers(0, 375, 2).tolist())
-        d.ellipse([x0, y0, x1, y1], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
-    im.save(os.path.join(out, f"{i:04d}.jpg"), quality=90)
-PYEOF
+gen_extract_jpegs "$WORK/img" "$N"
 
 cd "$REPO"
 # Both binaries are built before anything runs, so the measurement is of
