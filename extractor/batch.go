@@ -661,9 +661,16 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 	ie, oe := m.inputElems(), int(l.Elements())
 	in := inb.get(s.cfg.alloc, n*ie, bs*ie)
 	out := outb.get(s.cfg.alloc, n*oe, bs*oe)
+	// A running call's input is this loop's alone: it is packed without
+	// the lock (which the workers need to hand over what they decode), in
+	// parallel when the batch is large, and freed under the lock once.
+	inChunks(n, n*ie*4, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			copy(in[i*ie:(i+1)*ie], batch[i].input)
+		}
+	})
 	s.mu.Lock()
-	for i, c := range batch {
-		copy(in[i*ie:(i+1)*ie], c.input)
+	for _, c := range batch {
 		s.dropInputLocked(c)
 	}
 	s.mu.Unlock()
@@ -674,10 +681,21 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 	s.n.batches.Add(1)
 	s.n.batchedItems.Add(int64(n))
 	if err == nil {
+		// Encoding copies every output out of the loop's buffer: in
+		// parallel when large (a GPU batch of layer12 is 200 MB), so the
+		// loop is soon back for the next batch.
+		npys := make([][]byte, n)
+		inChunks(n, n*oe*4, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				npys[i] = EncodeNPY(l.Shape, out[i*oe:(i+1)*oe], s.cfg.dtype)
+			}
+		})
+		s.mu.Lock()
 		for i, c := range batch {
-			s.finish(c, EncodeNPY(l.Shape, out[i*oe:(i+1)*oe], s.cfg.dtype), nil)
+			s.finishLocked(c, npys[i], nil)
 		}
-		s.doneRunning(n)
+		s.running -= n
+		s.mu.Unlock()
 		return
 	}
 	if n > 1 {
@@ -702,6 +720,34 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 	}
 	s.finish(batch[0], nil, fmt.Errorf("extract %s (%s %s): %w", batch[0].req.Key, m.Name, l.Name, err))
 	s.doneRunning(n)
+}
+
+// chunkBytes is the least work, in bytes copied, worth a goroutine of
+// inChunks; maxChunks the most goroutines one batch uses.
+const (
+	chunkBytes = 4 << 20
+	maxChunks  = 8
+)
+
+// inChunks calls f over [0, n) split into ranges, on up to maxChunks
+// goroutines at once when the batch's bytes are worth it, else once on
+// this one; it returns when every call has.
+func inChunks(n, bytes int, f func(lo, hi int)) {
+	k := min(n, maxChunks, bytes/chunkBytes)
+	if k <= 1 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for j := range k {
+		lo, hi := j*n/k, (j+1)*n/k
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(lo, hi)
+		}()
+	}
+	wg.Wait()
 }
 
 func (s *scheduler) doneRunning(n int) {

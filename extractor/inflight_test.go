@@ -140,3 +140,91 @@ func TestSchedulerOneLoopRunsOneBatch(t *testing.T) {
 		t.Errorf("%d runs at once with one inference loop", top)
 	}
 }
+
+// TestInChunksCoversEachIndexOnce: every index of [0, n) in exactly one
+// call, on at most maxChunks goroutines, and a batch too small to be
+// worth a goroutine on the caller's.
+func TestInChunksCoversEachIndexOnce(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 7, 8, 9, 255, 256} {
+		for _, bytes := range []int{0, chunkBytes - 1, chunkBytes, 3 * chunkBytes, 100 * chunkBytes} {
+			seen := make([]atomic.Int32, n)
+			var calls, cur, top atomic.Int32
+			inChunks(n, bytes, func(lo, hi int) {
+				calls.Add(1)
+				c := cur.Add(1)
+				defer cur.Add(-1)
+				for {
+					tp := top.Load()
+					if c <= tp || top.CompareAndSwap(tp, c) {
+						break
+					}
+				}
+				for i := lo; i < hi; i++ {
+					seen[i].Add(1)
+				}
+			})
+			for i := range seen {
+				if v := seen[i].Load(); v != 1 {
+					t.Fatalf("n %d bytes %d: index %d covered %d times", n, bytes, i, v)
+				}
+			}
+			want := max(1, min(n, maxChunks, bytes/chunkBytes))
+			if got := int(calls.Load()); got != want {
+				t.Errorf("n %d bytes %d: %d calls, want %d", n, bytes, got, want)
+			}
+			if top.Load() > maxChunks {
+				t.Errorf("n %d bytes %d: %d calls at once, more than %d", n, bytes, top.Load(), maxChunks)
+			}
+		}
+	}
+}
+
+// TestLargeBatchKeepsEachOutputWithItsRequest runs a batch large enough
+// that its inputs are packed and its outputs encoded on several
+// goroutines: each request still gets its own output.
+func TestLargeBatchKeepsEachOutputWithItsRequest(t *testing.T) {
+	f := &fakeRunner{}
+	const bs = 16
+	s := newTestScheduler(t, f, bs, 4)
+	m := testModel()
+	m.Preprocess.Resize, m.Preprocess.Crop, m.inShape = 256, 256, []int64{3, 256, 256}
+	m.Layers[0].Shape, m.Layers[0].Bytes = []int64{1 << 18}, 4<<18
+	if in, out := bs*m.inputElems()*4, bs*int(m.Layers[0].Elements())*4; in < 2*chunkBytes || out < 2*chunkBytes {
+		t.Fatalf("a batch of %d MB in and %d MB out is too small to be split", in>>20, out>>20)
+	}
+	release, blocked := blockFirst(t, s, f, m) // the batch forms behind it
+	var wg sync.WaitGroup
+	for i := range bs {
+		img := pngOf(t, uint8(7*i))
+		want := firstValue(t, m, img)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := s.extract(context.Background(), m, m.Layers[0], req(fmt.Sprintf("%d.png", i), img, Background, nil))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _, data, err := DecodeNPY(b)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for j, v := range data {
+				if v != want {
+					t.Errorf("item %d: value %d is %v, want %v", i, j, v, want)
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, fmt.Sprintf("%d decoded inputs", bs), func() bool { return statsOf(s).Decoded == bs })
+	release()
+	wg.Wait()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	if runs := f.runs(); len(runs) != 2 || len(runs[1]) != bs {
+		t.Fatalf("runs %v: want the blocker's, then one batch of %d", runs, bs)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // npyMagic starts every .npy file.
@@ -111,6 +112,9 @@ func EncodeNPY(shape []int64, data []float32, dt DType) []byte {
 		for i := 0; i < m; i++ {
 			binary.LittleEndian.PutUint16(body[2*i:], Float32ToFloat16(data[i]))
 		}
+	} else if nativeLittleEndian && m > 0 {
+		// The float32 body is the values' own bytes: one copy.
+		copy(body, unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), 4*m))
 	} else {
 		for i := 0; i < m; i++ {
 			binary.LittleEndian.PutUint32(body[4*i:], math.Float32bits(data[i]))
@@ -118,6 +122,13 @@ func EncodeNPY(shape []int64, data []float32, dt DType) []byte {
 	}
 	return out
 }
+
+// nativeLittleEndian is whether this machine stores numbers as .npy's
+// '<f4' does (amd64, arm64).
+var nativeLittleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 // Float32ToFloat16 converts f to IEEE 754 binary16 bits, rounding to nearest
 // even as numpy's astype(np.float16) does: overflow gives ±inf, NaN stays NaN

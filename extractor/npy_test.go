@@ -208,3 +208,36 @@ func FuzzDecodeNPY(f *testing.F) {
 		}
 	})
 }
+
+// TestEncodeNPYBodyIsLittleEndianBits checks the float32 body, written as
+// one copy of the values' memory, against each value's little-endian bits,
+// special values included.
+func TestEncodeNPYBodyIsLittleEndianBits(t *testing.T) {
+	vals := []float32{0, float32(math.Copysign(0, -1)), 1, -2.5, float32(math.Inf(1)), float32(math.Inf(-1)),
+		math.Float32frombits(0x7fc00001), math.Float32frombits(0xffa00000), math.SmallestNonzeroFloat32, math.MaxFloat32}
+	for range 1000 {
+		vals = append(vals, rand.Float32()*2000-1000)
+	}
+	shape := []int64{int64(len(vals))}
+	got := EncodeNPY(shape, vals, Float32)
+	hdr := NPYHeader(shape, Float32)
+	if !bytes.Equal(got[:len(hdr)], hdr) {
+		t.Fatalf("header %q, want %q", got[:len(hdr)], hdr)
+	}
+	body := got[len(hdr):]
+	if len(body) != 4*len(vals) {
+		t.Fatalf("body of %d bytes, want %d", len(body), 4*len(vals))
+	}
+	for i, v := range vals {
+		b := math.Float32bits(v)
+		want := []byte{byte(b), byte(b >> 8), byte(b >> 16), byte(b >> 24)}
+		if !bytes.Equal(body[4*i:4*i+4], want) {
+			t.Fatalf("value %d (%v): bytes %x, want %x", i, v, body[4*i:4*i+4], want)
+		}
+	}
+	// Fewer values than the shape holds: the rest stays zero.
+	short := EncodeNPY([]int64{4}, vals[2:4], Float32)[len(NPYHeader([]int64{4}, Float32)):]
+	if !bytes.Equal(short[8:], make([]byte, 8)) || !bytes.Equal(short[:8], body[8:16]) {
+		t.Fatalf("short body %x", short)
+	}
+}
