@@ -269,7 +269,7 @@ for p in ("fp32", "tf32"):
 print()
 print(f"### Throughput ({nimg} ImageNet-like JPEGs, 300-800 px; {rounds} interleaved round(s), medians (min-max); --precision {prec})")
 print()
-print("featurefs: `featurefs bench --modes extract` (every image through the extractor at once, after a warm-up image). "
+print("featurefs: `featurefs bench --modes extract` (every image through the extractor at once, after a warm-up image and a warm-up batch). "
       f"PyTorch: the model truncated at the same layer, a DataLoader with {ncpu} PIL workers, pin_memory, the same batch "
       "size and TF32 setting, cudnn.benchmark, mean of epochs 2-3 (workers kept). GPU ceiling: `featurefs bench --modes ort` "
       "(bare ONNX Runtime CUDA on random input, same batch size and batches in flight). CPU ceiling: `featurefs bench --modes decode` "

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,7 +31,8 @@ Measures, on the images (jpg, jpeg, png) under DIR, per layer of
 
   extract  featurefs's extractor: every image through Service.Extract at
            once (decode and preprocess on all cores, batched inference),
-           after one warm-up image (session, batch size); images/s
+           after one warm-up image (session, batch size) and one
+           warm-up batch (a GPU's per-shape algorithm search); images/s
   decode   decode and preprocess alone on all cores, no model: the CPU
            ceiling of extract
   ort      bare ONNX Runtime on random input at the batch size extract
@@ -89,6 +91,7 @@ func runBench(args []string) int {
 	limit := fl.Int("images", 0, "use at most this many images (0: all)")
 	workers := fl.Int("workers", 0, "decode and preprocess workers (0: as a mount chooses)")
 	threads := fl.Int("intra-op-threads", 0, "ONNX Runtime intra-op threads (0: as a mount chooses)")
+	cpuProfile := fl.String("cpuprofile", "", "write a Go CPU profile of the whole run to this `file` (go tool pprof reads it)")
 	pos, err := parseInterspersed(fl, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -131,6 +134,18 @@ func runBench(args []string) int {
 		return exitModel
 	}
 	defer svc.Close()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "featurefs bench: --cpuprofile: %v\n", err)
+			return exitUsage
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	m, _ := svc.Model("m")
 	enc := json.NewEncoder(os.Stdout)
 	b := &bencher{svc: svc, m: m, imgs: imgs, gpu: gpuIndex(svc.Device()), workers: cfg.Workers, threads: cfg.IntraOpThreads}
@@ -300,6 +315,22 @@ func (b *bencher) extract(l extractor.Layer) (benchResult, error) {
 		return err
 	}
 	if err := one("warmup/"+l.Name, b.imgs[0]); err != nil {
+		return benchResult{}, err
+	}
+	// Then one full batch: on a GPU, cuDNN's algorithm search runs on
+	// the first batch of each shape, once per process, and is no part of
+	// the rate a long run sees.
+	var wg sync.WaitGroup
+	var first firstError
+	for i := range b.svc.Stats().BatchSizes["m/"+l.Name] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first.set(one(fmt.Sprintf("warmup/%s/%d", l.Name, i), b.imgs[i%len(b.imgs)]))
+		}()
+	}
+	wg.Wait()
+	if err := first.get(); err != nil {
 		return benchResult{}, err
 	}
 	r := benchResult{Mode: "extract", Layer: l.Name, Images: len(b.imgs), InFlight: b.svc.InFlight()}
