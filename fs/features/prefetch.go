@@ -64,7 +64,9 @@ type PrefetchConfig struct {
 	MaxInFlight int
 	// MaxBytes bounds the bytes those extractions hold (object, decoded
 	// input and result each; results go to the cache and are dropped).
-	// Default 256MiB.
+	// Default: MaxInFlight extractions of the view being walked, at least
+	// 256MiB and at most 2GiB (so a GPU's batches of 256 fill: 1.5GiB for
+	// ResNet-50 layer12; the CPU's batches stay under 256MiB).
 	MaxBytes int64
 	// MaxQueued bounds the walks waiting for a walker; a touch finding the
 	// queue full is dropped and retried by a later touch. Default 64.
@@ -76,6 +78,7 @@ type PrefetchConfig struct {
 // Prefetch defaults.
 const (
 	defaultPrefetchBytes   = 256 << 20
+	maxAutoPrefetchBytes   = 2 << 30
 	defaultPrefetchQueued  = 64
 	defaultPrefetchWalkers = 2
 	defaultBatchGuess      = 16
@@ -133,7 +136,7 @@ type PrefetchStats struct {
 
 // budget bounds work in flight by count and bytes. Safe for concurrent use.
 type budget struct {
-	maxBytes int64
+	maxBytes func(cost int64) int64 // the byte bound for items of cost bytes
 	maxN     func() int
 
 	mu        sync.Mutex
@@ -141,11 +144,12 @@ type budget struct {
 	bytes     int64         // GUARDED_BY(mu)
 	peakN     int           // GUARDED_BY(mu)
 	peakBytes int64         // GUARDED_BY(mu)
+	lastMax   int64         // GUARDED_BY(mu): the byte bound last applied
 	wake      chan struct{} // GUARDED_BY(mu): closed on release
 }
 
-func newBudget(maxN func() int, maxBytes int64) *budget {
-	return &budget{maxN: maxN, maxBytes: maxBytes, wake: make(chan struct{})}
+func newBudget(maxN func() int, maxBytes func(cost int64) int64) *budget {
+	return &budget{maxN: maxN, maxBytes: maxBytes, lastMax: maxBytes(0), wake: make(chan struct{})}
 }
 
 // acquire waits until one more item of cost bytes fits (an item alone
@@ -153,8 +157,10 @@ func newBudget(maxN func() int, maxBytes int64) *budget {
 func (b *budget) acquire(ctx context.Context, cost int64) error {
 	for {
 		limit := b.maxN() // may ask the extractor: not under mu
+		maxBytes := b.maxBytes(cost)
 		b.mu.Lock()
-		if b.n == 0 || (b.n < limit && b.bytes+cost <= b.maxBytes) {
+		b.lastMax = maxBytes
+		if b.n == 0 || (b.n < limit && b.bytes+cost <= maxBytes) {
 			b.n++
 			b.bytes += cost
 			b.peakN = max(b.peakN, b.n)
@@ -182,11 +188,12 @@ func (b *budget) release(cost int64) {
 	b.mu.Unlock()
 }
 
-// figures returns the current and peak use.
-func (b *budget) figures() (n, peakN int, bytes, peakBytes int64) {
+// figures returns the current and peak use, and the byte bound last
+// applied.
+func (b *budget) figures() (n, peakN int, bytes, peakBytes, maxBytes int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.n, b.peakN, b.bytes, b.peakBytes
+	return b.n, b.peakN, b.bytes, b.peakBytes, b.lastMax
 }
 
 // walkJob is one directory (and, for tree walks, everything under it) of
@@ -241,9 +248,6 @@ func newPrefetcher(pipe *Pipeline, cfg PrefetchConfig) *prefetcher {
 	if cfg.Mode == "" {
 		cfg.Mode = PrefetchOff
 	}
-	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = defaultPrefetchBytes
-	}
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = defaultPrefetchQueued
 	}
@@ -259,7 +263,7 @@ func newPrefetcher(pipe *Pipeline, cfg PrefetchConfig) *prefetcher {
 		jobs:   make(chan walkJob, cfg.MaxQueued),
 		states: lru.New[string, *walkState](maxWalkStates),
 	}
-	p.budget = newBudget(p.maxInFlight, cfg.MaxBytes)
+	p.budget = newBudget(p.maxInFlight, p.maxBytes)
 	if cfg.Mode == PrefetchOff {
 		return p
 	}
@@ -289,6 +293,18 @@ func (p *prefetcher) maxInFlight() int {
 		p.batchSize = bs
 	}
 	return min(max(4*p.batchSize, minPrefetchInFlight), maxPrefetchInFlight)
+}
+
+// maxBytes is the byte bound for extractions of cost bytes each:
+// MaxBytes when set, else enough for the in-flight bound of them, at
+// least defaultPrefetchBytes and at most maxAutoPrefetchBytes. A GPU
+// batch of 256 layer12 extractions (about 1.5 MB each) needs 384 MB, so a
+// fixed 256 MiB would cap prefetch below one batch.
+func (p *prefetcher) maxBytes(cost int64) int64 {
+	if p.cfg.MaxBytes > 0 {
+		return p.cfg.MaxBytes
+	}
+	return min(max(int64(p.maxInFlight())*cost, defaultPrefetchBytes), maxAutoPrefetchBytes)
 }
 
 // touch tells the prefetcher a reader is in directory prefix of view v; it
@@ -426,7 +442,7 @@ func (p *prefetcher) close() {
 
 // stats returns the prefetcher's figures.
 func (p *prefetcher) stats() PrefetchStats {
-	n, peakN, b, peakB := p.budget.figures()
+	n, peakN, b, peakB, maxB := p.budget.figures()
 	return PrefetchStats{
 		Mode: p.cfg.Mode, Walks: p.n.walks.Load(), WalksDone: p.n.walksDone.Load(),
 		WalksDropped: p.n.dropped.Load(), WalksLimited: p.n.limited.Load(),
@@ -434,7 +450,7 @@ func (p *prefetcher) stats() PrefetchStats {
 		Objects: p.n.objects.Load(), Cached: p.n.cached.Load(), Bad: p.n.bad.Load(),
 		Extracted: p.n.extracted.Load(), Failed: p.n.failed.Load(), Cancelled: p.n.cancelled.Load(),
 		InFlight: n, PeakInFlight: peakN, InFlightLimit: p.maxInFlight(),
-		InFlightBytes: b, PeakInFlightBytes: peakB, MaxBytes: p.cfg.MaxBytes,
+		InFlightBytes: b, PeakInFlightBytes: peakB, MaxBytes: maxB,
 	}
 }
 

@@ -87,7 +87,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 	}
 	v := p.NewView(m, l)
 	w := &warmRun{opts: opts, res: WarmResult{WarmProgress: WarmProgress{Listing: true}}}
-	b := newBudget(p.pf.maxInFlight, p.pf.cfg.MaxBytes)
+	b := newBudget(p.pf.maxInFlight, p.pf.maxBytes)
 	var wg sync.WaitGroup
 	var pages atomic.Int64
 	err := p.walk(ctx, prefix, true, &pages, func(obj bucket.Object) error {
