@@ -6,9 +6,9 @@ package extractor
 // (libcudart.so.13 is loaded RTLD_GLOBAL by loadCUDALibs), so nothing links
 // against CUDA and the CPU build runs without it.
 //
-// NOT YET RUN ON A GPU: written against the CUDA runtime API and compiled
-// here; on a machine without CUDA pinnedAlloc reports the runtime missing
-// and callers use ordinary memory.
+// Run on an H100 by `make gpu-check` (docs/bench/gpu.md); on a machine
+// without CUDA pinnedAlloc reports the runtime missing and callers use
+// ordinary memory.
 
 /*
 #cgo LDFLAGS: -ldl

@@ -260,9 +260,9 @@ func registerCUDAPlugin() error {
 // /sys/bus/pci/devices) and the session gets the one for cuda:N. A core
 // built with CUDA takes the classic call when the plugin path fails.
 //
-// NOT YET RUN ON A GPU: the plugin path is written against ONNX Runtime
-// 1.29's C API and its CUDA provider's source; here it is exercised up to
-// the provider library failing to load.
+// Run on an H100 by `make gpu-check` (a machine without /sys/class/drm:
+// discovery found the GPU in /sys/bus/pci/devices); in CI it is exercised
+// up to the provider library failing to load.
 func appendCUDA(o *ort.SessionOptions, c sessionConfig) error {
 	opts := cudaProviderOptions(c.gpuIndex, c.precision)
 	regErr := registerCUDAPlugin()
