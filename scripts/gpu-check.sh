@@ -21,7 +21,8 @@
 #     batch size (the GPU ceiling) vs featurefs's decode+preprocess alone on
 #     all cores (the CPU ceiling); GPU utilization and memory from NVML;
 #  3. the epoch-1 rate of an unmodified DataLoader through a --device cuda
-#     mount of those JPEGs, and the mount's peak RSS;
+#     mount of those JPEGs, without and with --prefetch tree, and the
+#     mount's peak RSS;
 #
 # and prints one markdown section for docs/bench/gpu.md on stdout (the
 # Makefile writes it there), with the host (GPU, driver, cores). It exits 1
@@ -29,7 +30,7 @@
 # are reported, not enforced.
 #
 #   scripts/gpu-check.sh
-# Env: GPU_CHECK_ROUNDS (3), GPU_CHECK_IMAGES (2000), GPU_CHECK_KEEP=1 keeps
+# Env: GPU_CHECK_ROUNDS (3), GPU_CHECK_IMAGES (4000), GPU_CHECK_KEEP=1 keeps
 # the work directory, FEATUREFS_PY, FEATUREFS_BIN, FEATUREFS_ORT_LIB.
 # GPU_CHECK_REHEARSAL=1 runs every step on the CPU instead (fp32 only, 24
 # images, one round; the report says so): a test of this script on a
@@ -41,7 +42,7 @@ if [ "$REHEARSAL" = 1 ]; then
   ROUNDS=${GPU_CHECK_ROUNDS:-1} IMAGES=${GPU_CHECK_IMAGES:-24} FIDELITY=(--classes 3 --train 3 --val 1)
   PRECS=(fp32) TORCH_DEV=cpu
 else
-  ROUNDS=${GPU_CHECK_ROUNDS:-3} IMAGES=${GPU_CHECK_IMAGES:-2000} FIDELITY=(--classes 10 --train 20 --val 2)
+  ROUNDS=${GPU_CHECK_ROUNDS:-3} IMAGES=${GPU_CHECK_IMAGES:-4000} FIDELITY=(--classes 10 --train 20 --val 2)
   PRECS=(fp32 tf32) TORCH_DEV=cuda
 fi
 CHECK=$REPO/scripts/gpu_check.py
@@ -191,18 +192,18 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 # 3. An unmodified DataLoader through a --device cuda mount: epoch 1, RSS.
-for l in layer12 layer18; do
-  log "DataLoader epoch 1 through a mount, $l"
-  featurefs_mount --device "$DEVICE" --precision "$PREC" --model "resnet50=$MODEL" --cache-dir "$WORK/cache-epoch-$l" \
-    --log-file "$WORK/mount-epoch-$l.log" "$WORK/imagenet" "$MNT" >/dev/null
+for l in layer12 layer18; do for pf in off tree; do
+  log "DataLoader epoch 1 through a mount, $l, --prefetch $pf"
+  featurefs_mount --device "$DEVICE" --precision "$PREC" --model "resnet50=$MODEL" --cache-dir "$WORK/cache-epoch-$l-$pf" \
+    --prefetch "$pf" --log-file "$WORK/mount-epoch-$l-$pf.log" "$WORK/imagenet" "$MNT" >/dev/null
   wait_mounted "$MNT"
   out=$("$PY" "$CHECK" loader --root "$MNT/features/resnet50/$l/train") ||
-    { unmount "$MNT"; fail "DataLoader over the mount ($l) failed; the mount log is $WORK/mount-epoch-$l.log"; }
+    { unmount "$MNT"; fail "DataLoader over the mount ($l, --prefetch $pf) failed; the mount log is $WORK/mount-epoch-$l-$pf.log"; }
   pid=${MOUNT_PIDS[$MNT]:-}
   hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2>/dev/null || true)
   unmount "$MNT" || fail "could not unmount $MNT"
-  record "loader-$l" 0 "$("$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); r["rss_peak_bytes"]=int(sys.argv[2] or 0)*1024; print(json.dumps(r))' "$out" "$hwm")"
-done
+  record "loader-$l" 0 "$("$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); r["rss_peak_bytes"]=int(sys.argv[2] or 0)*1024; r["prefetch"]=sys.argv[3]; print(json.dumps(r))' "$out" "$hwm" "$pf")"
+done; done
 
 # The report.
 "$BIN" doctor --json --ort-lib "$FEATUREFS_ORT_LIB" >"$WORK/doctor.json"
@@ -298,14 +299,16 @@ print()
 print("### An unmodified DataLoader through a `--device cuda` mount")
 print()
 print(f"`DatasetFolder(MOUNT/features/resnet50/LAYER/train, loader=np.load)`, batch 64, {ncpu} workers, a fresh cache: epoch 1 "
-      "computes every feature. RSS: the mount process's peak (VmHWM).")
+      "computes every feature; without prefetch each batch holds only the reads in progress, with `--prefetch tree` the "
+      "first read starts extracting the whole layer directory. RSS: the mount process's peak (VmHWM; it counts the CUDA "
+      "libraries' and the cache's mapped files).")
 print()
-print("| layer | epoch 1 images/s | mount peak RSS |")
-print("|---|---|---|")
+print("| layer | --prefetch | epoch 1 images/s | mount peak RSS |")
+print("|---|---|---|---|")
 for layer in ("layer12", "layer18"):
     for r in of("loader-" + layer):
         rss = f"{r['rss_peak_bytes'] / 2**20:.0f} MiB" if r["rss_peak_bytes"] else "n/a"
-        print(f"| {layer} | {num(r['images_per_s'])} | {rss} |")
+        print(f"| {layer} | {r.get('prefetch', 'off')} | {num(r['images_per_s'])} | {rss} |")
 if any(l.strip() for l in batch_lines):
     print()
     print("Batch sizes chosen from GPU memory (estimated from the graph vs measured on the GPU), from the logs:")
