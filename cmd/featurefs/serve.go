@@ -164,6 +164,7 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 	if err != nil {
 		return failf(exitModel, "%w", err)
 	}
+	defer srv.Close() // after the HTTP server's shutdown, before the extractor and the cache close
 	ln, err := net.Listen("tcp", so.Listen)
 	if err != nil {
 		return failf(exitOther, "--listen %s: %w", so.Listen, err)
