@@ -69,7 +69,7 @@ type SplitExtractor struct {
 	log      *slog.Logger
 	planners map[string]*extractor.Planner // by model; constant after Split
 	rawSem   chan struct{}
-	maxRaw   int64 // bytes of one raw image
+	maxRaw   int64           // bytes of one raw image
 	ctx      context.Context // the probes'; under the client's root, cancelled by Close
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
