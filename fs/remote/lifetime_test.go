@@ -91,26 +91,37 @@ func TestServerSlotHeldUntilComputationEnds(t *testing.T) {
 	}
 }
 
-// TestServerCloseCancelsComputations: Server.Close cancels a computation
-// whose request went away, waits for it and leaves no goroutine behind.
+// TestServerCloseCancelsComputations: Server.Close cancels the
+// computations, that of a request that went away and that of a request
+// still waiting (which is answered unavailable, so that its client fails
+// over), waits for them and leaves no goroutine behind.
 func TestServerCloseCancelsComputations(t *testing.T) {
 	defer leakcheck.Check(t)()
 	s, g := newGatedServer(t, true, 4)
 	ctx, cancel := context.WithCancel(context.Background())
-	first := make(chan error, 1)
+	gone := make(chan error, 1)
 	go func() {
 		_, err := s.feature(ctx, BatchItem{Model: "tiny", Layer: 0, Key: "a.jpg", ETag: "x"})
-		first <- err
+		gone <- err
 	}()
 	<-g.entered
 	cancel()
-	<-first
+	<-gone
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := s.feature(context.Background(), BatchItem{Model: "tiny", Layer: 0, Key: "b.jpg", ETag: "x"})
+		waiting <- err
+	}()
+	<-g.entered
 	s.Close()
+	if err := <-waiting; StatusOf(err) != StatusUnavailable {
+		t.Errorf("the waiting request: %v (status %d), want unavailable", err, StatusOf(err))
+	}
 	if n := s.Stats().InFlight; n != 0 {
 		t.Errorf("in flight after Close: %d", n)
 	}
-	if _, err := s.feature(context.Background(), BatchItem{Model: "tiny", Layer: 0, Key: "b.jpg", ETag: "x"}); err == nil {
-		t.Error("a request after Close succeeded")
+	if _, err := s.feature(context.Background(), BatchItem{Model: "tiny", Layer: 0, Key: "b.jpg", ETag: "x"}); StatusOf(err) != StatusUnavailable {
+		t.Errorf("a request after Close: %v, want unavailable", err)
 	}
 }
 

@@ -385,6 +385,9 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 			<-s.sem
 		}()
 		data, err := s.compute(cctx, it)
+		if err != nil && s.owner.Context().Err() != nil {
+			err = fmt.Errorf("%s: %w: the server is closing (%w)", it.Key, lifetime.ErrClosed, err)
+		}
 		done <- result{data, err}
 	}) {
 		tcancel()
