@@ -16,6 +16,7 @@ import (
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/inflight"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
 
@@ -109,6 +110,10 @@ type FS struct {
 	failed *failedFiles // feature files whose last read failed
 
 	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
+
+	// owner owns the tree's own goroutines: detached listings (lists),
+	// kernel checks and invalidations; closed by Close.
+	owner *lifetime.Owner
 }
 
 // counters are the tree's own figures (the pipeline counts the rest).
@@ -150,7 +155,9 @@ func New(cfg Config) (*FS, error) {
 		refreshing: make(chan struct{}, maxRefreshes),
 		listings:   lru.New[string, *listing](cfg.MaxListingEntries),
 		failed:     newFailedFiles(maxFailedFiles),
+		owner:      lifetime.New(),
 	}
+	f.lists.Owner = f.owner
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")
 	}
@@ -243,8 +250,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	f.startKernelChecks()
 	go func() {
 		srv.Wait() // the mount is gone: stop prefetching and checking
-		f.p.Close()
-		f.stopKernelChecks()
+		f.Close()
 	}()
 	return srv, nil
 }

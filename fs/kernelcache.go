@@ -247,7 +247,9 @@ func (f *FS) revalidateDir(ctx context.Context, prefix string) {
 		return
 	default:
 	}
-	go f.checkKernel(l) // returns at once if a checker is on it
+	if !f.owner.Go(func() { f.checkKernel(l) }) { // returns at once if a checker is on it
+		return // closed
+	}
 	f.await(ctx, l.checked)
 }
 
@@ -267,7 +269,7 @@ func (f *FS) await(ctx context.Context, done <-chan struct{}) {
 // that is done.
 func (f *FS) dropFiles(prefix string) <-chan struct{} {
 	done := make(chan struct{})
-	go func() {
+	if !f.owner.Go(func() {
 		defer close(done)
 		for _, d := range f.heldDirs(prefix) {
 			for name, ch := range d.Children() {
@@ -277,6 +279,8 @@ func (f *FS) dropFiles(prefix string) <-chan struct{} {
 				}
 			}
 		}
-	}()
+	}) {
+		close(done) // closed: nothing to drop
+	}
 	return done
 }

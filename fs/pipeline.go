@@ -117,11 +117,18 @@ func (f *FS) Warm(ctx context.Context, opts WarmOptions) (WarmResult, error) {
 	return f.p.Warm(ctx, opts)
 }
 
-// Close stops prefetch: walks and the extractions they started are
-// cancelled, and Close waits for them. Mount calls it once the mount is
-// gone; the extractor and the cache stay open (their owner closes them,
-// after Close). Safe to call more than once.
-func (f *FS) Close() error { return f.p.Close() }
+// Close stops every goroutine the tree started and waits for them: the
+// detached listings and reads (their contexts are cancelled), the kernel
+// checks, prefetch's walks and extractions (features.Pipeline.Close). An
+// extraction inside ONNX Runtime cannot be interrupted and is waited for;
+// nothing is written into the cache after Close returns. Mount calls it
+// once the mount is gone; the extractor and the cache stay open (their
+// owner closes them, after Close). Safe to call more than once.
+func (f *FS) Close() error {
+	f.owner.Close()
+	f.stopKernelChecks()
+	return f.p.Close()
+}
 
 // PrefetchStats returns prefetch's figures.
 func (f *FS) PrefetchStats() PrefetchStats { return f.p.PrefetchStats() }

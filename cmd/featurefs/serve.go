@@ -47,7 +47,7 @@ func serveFlags(o *mountopts.Options, so *mountopts.ServeOptions) *flag.FlagSet 
 	fl.BoolVar(&so.NoAuth, "no-auth", so.NoAuth, "accept requests without a token (trusted networks only)")
 	fl.StringVar(&so.TLSCert, "tls-cert", so.TLSCert, "PEM certificate `file`: serve HTTPS")
 	fl.StringVar(&so.TLSKey, "tls-key", so.TLSKey, "PEM key `file` of --tls-cert")
-	fl.IntVar(&so.MaxConcurrent, "max-concurrent", so.MaxConcurrent, "features computed at once, over all requests")
+	fl.IntVar(&so.MaxConcurrent, "max-concurrent", so.MaxConcurrent, "features computed at once, over all requests (a computation keeps its slot until it ends, even when its client went away)")
 	fl.IntVar(&so.MaxBatchItems, "max-batch-items", so.MaxBatchItems, "items per batch request")
 	fl.Var(sizeFlag{&so.MaxRequestBytes}, "max-request-bytes", "bound on a request body, e.g. 1MiB")
 	fl.DurationVar(&so.ItemTimeout, "item-timeout", so.ItemTimeout, "bound on the fetch and extraction of one feature")
@@ -164,6 +164,7 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 	if err != nil {
 		return failf(exitModel, "%w", err)
 	}
+	defer srv.Close() // after the HTTP server's shutdown, before the extractor and the cache close
 	ln, err := net.Listen("tcp", so.Listen)
 	if err != nil {
 		return failf(exitOther, "--listen %s: %w", so.Listen, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/inflight"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
 
@@ -86,7 +87,8 @@ const maxRecentErrors = 20
 // cache write, the handling of objects changed since they were listed,
 // prefetch, warm-up's walk and the figures behind the stats and metrics.
 // The FUSE tree (package fs) and the feature server (fs/remote) both read
-// through one. Create it with New; Close stops prefetch.
+// through one. Create it with New; Close stops prefetch and the detached
+// extractions and waits for them.
 type Pipeline struct {
 	// Constant after New.
 	cfg      Config
@@ -107,8 +109,12 @@ type Pipeline struct {
 	errMu  sync.Mutex
 	recent []ErrorRecord // GUARDED_BY(errMu)
 
-	pf *prefetcher // background extraction; stopped by Close
+	pf    *prefetcher     // background extraction; stopped by Close
+	owner *lifetime.Owner // owns the detached reads (features); closed by Close
 }
+
+// ErrClosed is matched by the error of a read of a closed pipeline.
+var ErrClosed = lifetime.ErrClosed
 
 // counters are the pipeline's own figures.
 type counters struct {
@@ -149,7 +155,9 @@ func New(cfg Config) (*Pipeline, error) {
 		bad:      lru.New[string, badEntry](cfg.MaxBadObjects),
 		logged:   lru.New[string, struct{}](4096),
 		versions: lru.New[string, objVersion](4096),
+		owner:    lifetime.New(),
 	}
+	p.features.Owner = p.owner
 	p.started = p.now()
 	p.cfg.Bucket = countingBucket{Bucket: cfg.Bucket, o: &p.obs, h: &p.health}
 	p.cfg.Extractor = observedExtractor{Extractor: cfg.Extractor, o: &p.obs, now: cfg.Now}
@@ -186,10 +194,15 @@ func (p *Pipeline) NewView(m *extractor.Model, l extractor.Layer) *View {
 	return &View{Model: m, Layer: l, Size: extractor.NPYSize(l.Shape, p.dtype)}
 }
 
-// Close stops prefetch: walks and the extractions they started are
-// cancelled, and Close waits for them. The extractor and the cache stay
-// open (their owner closes them, after Close). Safe to call more than once.
+// Close stops prefetch and the reads' detached extractions: walks and
+// extractions are cancelled, and Close waits for them to return, so that
+// none writes into the cache after Close. An extraction already inside ONNX
+// Runtime cannot be interrupted: Close waits for it to end (its result is
+// not stored). Reads after Close fail with ErrClosed. The extractor and the
+// cache stay open (their owner closes them, after Close). Safe to call more
+// than once.
 func (p *Pipeline) Close() error {
 	p.pf.close()
+	p.owner.Close()
 	return nil
 }

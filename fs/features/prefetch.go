@@ -254,7 +254,7 @@ func newPrefetcher(pipe *Pipeline, cfg PrefetchConfig) *prefetcher {
 	if cfg.Walkers <= 0 {
 		cfg.Walkers = defaultPrefetchWalkers
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(pipe.owner.Context())
 	p := &prefetcher{
 		pipe:   pipe,
 		cfg:    cfg,

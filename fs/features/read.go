@@ -162,7 +162,16 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		return nil, fmt.Errorf("model %s %s: %w: %d bytes, the layer's shape %v gives %d",
 			v.Model.Name, v.Layer.Name, errBadFeature, len(data), v.Layer.Shape, v.Size)
 	}
-	if err := p.cfg.Cache.Put(key, data); err != nil {
+	if p.owner.Context().Err() != nil {
+		// Closing: the cache's owner closes it once Close returns; a
+		// result that came after Close began is served, not stored.
+		return data, nil
+	}
+	switch err := p.cfg.Cache.Put(key, data); {
+	case errors.Is(err, cache.ErrClosed):
+		// The cache closed under an unowned caller (Warm without Close
+		// first): shutting down, not an error.
+	case err != nil:
 		p.stats.cacheErrors.Add(1)
 		p.log.Warn("featurefs: cache write failed", slog.String("key", obj.Key), slog.Any("err", err))
 	}

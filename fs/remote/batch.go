@@ -146,10 +146,15 @@ func (s *server) loop() {
 				return
 			}
 		}
-		go func() {
+		if !c.owner.Go(func() {
 			defer func() { <-s.slots }()
 			s.send(batch)
-		}()
+		}) {
+			<-s.slots
+			s.fail(batch, closed)
+			s.drain()
+			return
+		}
 	}
 }
 

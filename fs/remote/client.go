@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
 
@@ -72,6 +73,7 @@ type Client struct {
 	maxData  int64
 	stop     chan struct{}
 	stopOnce sync.Once
+	owner    *lifetime.Owner // the queues' loops and the batches in flight
 
 	stale *lru.LRU[string, any] // listing pages and stats, for when no server answers
 
@@ -134,6 +136,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		log:   cfg.Logger,
 		http:  &http.Client{Transport: tr},
 		stop:  make(chan struct{}),
+		owner: lifetime.New(),
 		stale: lru.New[string, any](cfg.StaleEntries),
 	}
 	for _, u := range urls {
@@ -182,7 +185,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	c.identity = "featurefs+" + strings.Join(urls, ",") + "|" + c.info.Source
 	for _, s := range c.servers {
-		go s.loop()
+		c.owner.Go(s.loop)
 	}
 	return c, nil
 }
@@ -250,9 +253,12 @@ func (c *Client) buildModels() error {
 	return nil
 }
 
-// Close stops the batching queues; calls waiting in them fail.
+// Close stops the batching queues and cancels the batches in flight, and
+// waits for both: calls waiting in them fail (ErrUnavailable), and no
+// goroutine of the client is left. Safe to call more than once.
 func (c *Client) Close() error {
 	c.stopOnce.Do(func() { close(c.stop) })
+	c.owner.Close()
 	c.http.CloseIdleConnections()
 	return nil
 }

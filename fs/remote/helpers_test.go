@@ -195,6 +195,7 @@ func startServerEx(t testing.TB, dir string, ex *fakeExtractor, tweak func(*Serv
 		close(ts.release)
 		ts.http.CloseClientConnections()
 		ts.http.Close()
+		s.Close()
 	})
 	return ts
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
 // ProtocolVersion is the version of the HTTP API; GET /v1/models reports it.
@@ -268,8 +269,8 @@ func StatusOf(err error) int {
 		return StatusBadImage
 	case errors.Is(err, context.DeadlineExceeded):
 		return StatusTimeout
-	case errors.Is(err, bucket.ErrUnreachable), errors.Is(err, ErrUnavailable):
-		return StatusUnavailable
+	case errors.Is(err, bucket.ErrUnreachable), errors.Is(err, ErrUnavailable), errors.Is(err, lifetime.ErrClosed):
+		return StatusUnavailable // a closing server too: the client fails over
 	}
 	return StatusInternal
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
 // ServerConfig is what NewServer needs. Bucket, Extractor and Cache are
@@ -39,7 +40,8 @@ type ServerConfig struct {
 	NoAuth bool
 
 	// MaxConcurrent bounds the features being computed at once over all
-	// requests (default 64).
+	// requests (default 64). A slot is held until the computation it
+	// started ends, even when the request that started it went away.
 	MaxConcurrent int
 	// MaxBatchItems bounds the items of one batch (default 1024).
 	MaxBatchItems int
@@ -67,6 +69,7 @@ type ServerConfig struct {
 }
 
 // Server answers the HTTP API of docs/SERVE.md. It is an http.Handler.
+// Close it after the HTTP server has shut down.
 type Server struct {
 	// Constant after NewServer.
 	cfg       ServerConfig
@@ -76,6 +79,7 @@ type Server struct {
 	models    []byte // the JSON of GET /v1/models
 	mux       *http.ServeMux
 	sem       chan struct{}
+	owner     *lifetime.Owner // the computations, which outlive requests
 
 	n serverCounters
 }
@@ -164,6 +168,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		sem:       make(chan struct{}, cfg.MaxConcurrent),
 		mux:       http.NewServeMux(),
+		owner:     lifetime.New(),
 	}
 	s.models, err = json.Marshal(s.modelsResponse())
 	if err != nil {
@@ -184,6 +189,17 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
 	}))
 	return s, nil
+}
+
+// Close cancels the computations still running (those whose requests went
+// away, or all of them when the HTTP server did not shut down first) and
+// waits for them; an extraction inside ONNX Runtime cannot be interrupted
+// and is waited for. It then closes the pipeline; the extractor and the
+// cache stay open (their owner closes them, after Close). Requests after
+// Close fail. Safe to call more than once.
+func (s *Server) Close() error {
+	s.owner.Close()
+	return s.pipe.Close()
 }
 
 // ServeHTTP answers one request.
@@ -338,6 +354,9 @@ func (s *Server) handleFeature(w http.ResponseWriter, r *http.Request) {
 }
 
 // feature computes one item under the concurrency bound and ItemTimeout.
+// The computation holds its slot until it ends: when ctx ends first,
+// feature returns ctx.Err() and the computation goes on (it fills the
+// cache) under the server's lifetime, still counted against MaxConcurrent.
 func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 	if it.Key == "" || it.Model == "" {
 		return nil, fmt.Errorf("item needs a model and a key: %w", errBadItem)
@@ -349,11 +368,45 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%s: waiting for a slot: %w", it.Key, ctx.Err())
 	}
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	// Detached from the request, bounded by ItemTimeout and Close.
+	cctx, ccancel := s.owner.Detach(ctx)
+	cctx, tcancel := context.WithTimeout(cctx, s.cfg.ItemTimeout)
 	s.n.inFlight.Add(1)
-	defer func() {
+	if !s.owner.Go(func() {
+		defer func() {
+			tcancel()
+			ccancel()
+			s.n.inFlight.Add(-1)
+			<-s.sem
+		}()
+		data, err := s.compute(cctx, it)
+		if err != nil && s.owner.Context().Err() != nil {
+			err = fmt.Errorf("%s: %w: the server is closing (%w)", it.Key, lifetime.ErrClosed, err)
+		}
+		done <- result{data, err}
+	}) {
+		tcancel()
+		ccancel()
 		s.n.inFlight.Add(-1)
 		<-s.sem
-	}()
+		return nil, fmt.Errorf("%s: %w: the server is closing", it.Key, lifetime.ErrClosed)
+	}
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// compute stats the item's object if no ETag is given and computes its
+// feature.
+func (s *Server) compute(ctx context.Context, it BatchItem) ([]byte, error) {
 	obj := bucket.Object{Key: it.Key, ETag: it.ETag}
 	if it.ETag == "" {
 		var err error

@@ -69,9 +69,9 @@ type SplitExtractor struct {
 	log      *slog.Logger
 	planners map[string]*extractor.Planner // by model; constant after Split
 	rawSem   chan struct{}
-	maxRaw   int64 // bytes of one raw image
-	stop     chan struct{}
-	stopOnce sync.Once
+	maxRaw   int64           // bytes of one raw image
+	ctx      context.Context // the probes'; under the client's root, cancelled by Close
+	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
 	received atomic.Int64 // feature and image bytes received
@@ -107,7 +107,8 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*extractor.Planner{},
-		rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, stop: make(chan struct{})}
+		rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize}
+	x.ctx, x.cancel = context.WithCancel(c.owner.Context())
 	if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
 		// Nothing to plan: no probe, no profile (a short --remote-timeout
 		// must not fail the mount on a profile it does not need).
@@ -191,9 +192,10 @@ func (c *Client) serverProfile(ctx context.Context, model string, total time.Dur
 	return &p, nil
 }
 
-// Close stops the periodic bandwidth probes.
+// Close stops the periodic bandwidth probes (a probe in flight is
+// cancelled) and waits for them. Closing the client stops them too.
 func (x *SplitExtractor) Close() error {
-	x.stopOnce.Do(func() { close(x.stop) })
+	x.cancel()
 	x.wg.Wait()
 	return nil
 }
@@ -238,20 +240,11 @@ func (x *SplitExtractor) reprobe(period time.Duration, n int64) {
 	defer tk.Stop()
 	for {
 		select {
-		case <-x.stop:
+		case <-x.ctx.Done():
 			return
 		case <-tk.C:
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-x.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		bw, err := x.probe(ctx, n)
-		cancel()
+		bw, err := x.probe(x.ctx, n)
 		if err != nil {
 			x.log.Debug("featurefs: bandwidth probe failed", slog.Any("err", err))
 			continue

@@ -72,18 +72,25 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 		err  error
 	}
 	done := make(chan result, 1)
-	go func() {
+	ctx, cancel := s.owner.Detach(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(r.Context(), cancel) // the measurement ends with the request
+	defer stop()
+	if !s.owner.Go(func() {
 		// One measurement at a time, under the compute bound.
 		select {
 		case s.sem <- struct{}{}:
-		case <-r.Context().Done():
-			done <- result{err: r.Context().Err()}
+		case <-ctx.Done():
+			done <- result{err: ctx.Err()}
 			return
 		}
-		prof, err := p.Profile(r.Context(), model, extractor.ProfileOptions{Dir: dir})
+		prof, err := p.Profile(ctx, model, extractor.ProfileOptions{Dir: dir})
 		<-s.sem
 		done <- result{prof, err}
-	}()
+	}) {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("profile of %s: the server is closing", model))
+		return
+	}
 	// The answer starts soon (a cached profile answers at once), then a
 	// heartbeat follows every Heartbeat.
 	hb := time.NewTicker(min(s.cfg.Heartbeat, 100*time.Millisecond))

@@ -205,13 +205,13 @@ func (c *Client) fetchModels(ctx context.Context, u string) (ModelsResponse, err
 // request when the server stays silent (no response, frame or heartbeat)
 // for Timeout. The error returned is for every item not answered: a
 // refused batch (the server's error), or a broken stream (ErrUnavailable
-// when the server went silent or away).
+// when the server went silent or away, or the client was closed).
 func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data []byte, err error)) error {
 	body, err := json.Marshal(BatchRequest{Items: items})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(c.owner.Context()) // Close cancels it
 	defer cancel()
 	var silent atomic.Bool
 	watchdog := time.AfterFunc(c.cfg.Timeout, func() {

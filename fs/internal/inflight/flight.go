@@ -6,6 +6,8 @@ package inflight
 import (
 	"context"
 	"sync"
+
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
 // Group shares one run of a function among concurrent callers with the
@@ -14,7 +16,14 @@ import (
 // the run still going), so each caller may stop waiting on its own context.
 // The number of runs is bounded by the number of waiting callers, which
 // go-fuse bounds, or by the admit function of Start.
+//
+// With an Owner, every run is one of its goroutines: its context is also
+// cancelled by the owner's Close, which waits for it, and a run is refused
+// once the owner is closed (its callers get lifetime.ErrClosed).
 type Group[V any] struct {
+	// Owner, if set before the first call, owns the runs.
+	Owner *lifetime.Owner
+
 	mu    sync.Mutex
 	calls map[string]*Call[V] // GUARDED_BY(mu)
 }
@@ -36,7 +45,9 @@ func (g *Group[V]) Do(ctx context.Context, key string, fn func(context.Context) 
 // Start joins the run in flight for key, or starts fn in its own goroutine
 // (under ctx without its cancellation). admit, if not nil, is asked (under
 // the group's lock) before a new run starts: when it says no, Start returns
-// nil and nothing runs. fn then owns whatever admit took.
+// nil and nothing runs. fn then owns whatever admit took. Once the Owner is
+// closed, Start returns a call that failed with lifetime.ErrClosed (admit is
+// not asked).
 func (g *Group[V]) Start(ctx context.Context, key string, admit func() bool, fn func(context.Context) (V, error)) *Call[V] {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -46,18 +57,33 @@ func (g *Group[V]) Start(ctx context.Context, key string, admit func() bool, fn 
 	if c, ok := g.calls[key]; ok {
 		return c
 	}
+	if g.Owner != nil && !g.Owner.Add() {
+		c := &Call[V]{done: make(chan struct{}), err: lifetime.ErrClosed}
+		close(c.done)
+		return c
+	}
 	if admit != nil && !admit() {
+		if g.Owner != nil {
+			g.Owner.Done()
+		}
 		return nil
 	}
 	c := &Call[V]{done: make(chan struct{})}
 	g.calls[key] = c
-	runCtx := context.WithoutCancel(ctx)
+	runCtx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if g.Owner != nil {
+		runCtx, cancel = g.Owner.Detach(ctx)
+	}
 	go func() {
 		defer func() {
+			cancel()
 			g.mu.Lock()
 			delete(g.calls, key)
 			g.mu.Unlock()
 			close(c.done)
+			if g.Owner != nil {
+				g.Owner.Done()
+			}
 		}()
 		c.val, c.err = fn(runCtx)
 	}()
