@@ -12,23 +12,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
-
-// DefaultProfileDir is where compute profiles are cached when no directory
-// is configured: ~/.cache/featurefs/profiles.
-func DefaultProfileDir() string {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = os.TempDir()
-	}
-	return filepath.Join(home, ".cache", "featurefs", "profiles")
-}
 
 // MaxProbeBytes bounds GET /v1/probe.
 const MaxProbeBytes = 64 << 20
@@ -65,7 +54,7 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 	}
 	dir := s.cfg.ProfileDir
 	if dir == "" {
-		dir = DefaultProfileDir()
+		dir = spec.DefaultProfileDir()
 	}
 	type result struct {
 		prof *extractor.Profile
