@@ -12,11 +12,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path"
 	"strconv"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // MaxProbeBytes bounds GET /v1/probe.
@@ -131,6 +133,10 @@ func (s *Server) handleObject(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key == "" {
 		writeError(w, StatusBadRequest, fmt.Errorf("object needs a key: %w", errBadItem))
+		return
+	}
+	if !spec.IsImage(path.Base(key), s.cfg.ImageExtensions) {
+		writeError(w, StatusOf(features.ErrNotImage), fmt.Errorf("object %s: %w", key, features.ErrNotImage))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ItemTimeout)
