@@ -7,26 +7,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
-// DType is the element type of the .npy files served.
-type DType string
+// DType is the element type of the .npy files served (spec.DType).
+type DType = spec.DType
 
 const (
 	// Float32 serves '<f4' arrays (the default).
-	Float32 DType = "float32"
+	Float32 = spec.Float32
 	// Float16 serves '<f2' arrays, half the bytes.
-	Float16 DType = "float16"
+	Float16 = spec.Float16
 )
-
-// Size returns the bytes per element.
-func (d DType) Size() int64 {
-	if d == Float16 {
-		return 2
-	}
-	return 4
-}
 
 // Priority orders extraction requests: a reader blocked now goes first.
 type Priority int
@@ -64,17 +57,8 @@ func (l Layer) Elements() int64 {
 	return n
 }
 
-// ModelSpec names a model file and how to feed it.
-type ModelSpec struct {
-	// Name is the model's directory name under features/.
-	Name string
-	// Path is the .onnx file.
-	Path string
-	// Preprocess overrides the default ImageNet preprocessing when non-nil.
-	Preprocess *Preprocess
-	// Aliases maps extra directory names to layer names, e.g. "pool": "layer18".
-	Aliases map[string]string
-}
+// ModelSpec names a model file and how to feed it (spec.ModelSpec).
+type ModelSpec = spec.ModelSpec
 
 // Request asks for one feature tensor.
 type Request struct {
@@ -136,51 +120,9 @@ func (e *ImageError) Error() string {
 // Unwrap lets errors.Is(err, ErrBadImage) match.
 func (e *ImageError) Unwrap() []error { return []error{ErrBadImage, e.Err} }
 
-// Preprocess describes how an image becomes the model's input tensor. The
-// default matches torchvision's Resize(256), CenterCrop(224), ToTensor(),
-// Normalize(ImageNet mean, std) on a PIL image converted to RGB.
-type Preprocess struct {
-	// Resize is the length the shorter side is resized to (antialiased
-	// bilinear, as PIL does it).
-	Resize int `yaml:"resize"`
-	// Crop is the side of the square center crop: the model's input size.
-	Crop int `yaml:"crop"`
-	// Mean and Std normalize each RGB channel after scaling to [0,1].
-	Mean [3]float32 `yaml:"mean"`
-	Std  [3]float32 `yaml:"std"`
-	// FastDecode decodes a JPEG whose shorter side is at least 2, 4 or 8
-	// times Resize at 1/2, 1/4 or 1/8 of its size (libjpeg's DCT-domain
-	// scaling, as Pillow's Image.draft) before the resize: much less
-	// decoding work on large photos, pixels no longer bit-exact with
-	// torchvision (fidelity in docs/bench/preprocess.md). Off: the exact
-	// path. Part of Key, so fast and exact features never share a cache.
-	FastDecode bool `yaml:"fast-decode" json:",omitempty"`
-}
+// Preprocess describes how an image becomes the model's input tensor
+// (spec.Preprocess; Apply runs it).
+type Preprocess = spec.Preprocess
 
 // DefaultPreprocess returns torchvision's ImageNet evaluation transform.
-func DefaultPreprocess() Preprocess {
-	return Preprocess{
-		Resize: 256,
-		Crop:   224,
-		Mean:   [3]float32{0.485, 0.456, 0.406},
-		Std:    [3]float32{0.229, 0.224, 0.225},
-	}
-}
-
-// Key is a canonical string of the settings, part of the cache key. The
-// exact path's key is what it was before FastDecode existed; with
-// FastDecode it names the DCT scales that may be used.
-func (p Preprocess) Key() string {
-	k := fmt.Sprintf("rgb/resize=%d/bilinear-aa/crop=%d/mean=%g,%g,%g/std=%g,%g,%g",
-		p.Resize, p.Crop, p.Mean[0], p.Mean[1], p.Mean[2], p.Std[0], p.Std[1], p.Std[2])
-	if p.FastDecode {
-		k += "/jpeg-dct-scale="
-		for i, d := range fastDecodeDenoms {
-			if i > 0 {
-				k += ","
-			}
-			k += "1/" + strconv.Itoa(d)
-		}
-	}
-	return k
-}
+func DefaultPreprocess() Preprocess { return spec.DefaultPreprocess() }

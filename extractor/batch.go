@@ -514,7 +514,7 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	}
 	buf := c.m.getBuf()
 	t1 := time.Now()
-	err = c.m.Preprocess.Apply(data, s.cfg.maxPixels, buf)
+	err = ApplyPreprocess(c.m.Preprocess, data, s.cfg.maxPixels, buf)
 	s.n.decodeNanos.Add(int64(time.Since(t1)))
 	if err != nil {
 		c.m.putBuf(buf)

@@ -31,15 +31,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // SplitRaw is the split "layer" that ships the encoded image: the mount
-// decodes and computes everything (the baseline without near-data compute).
-const SplitRaw = -1
+// decodes and computes everything (spec.SplitRaw).
+const SplitRaw = spec.SplitRaw
 
 // ErrNoProfile is matched by cost model errors for a missing or mismatched
 // profile.
@@ -123,12 +124,7 @@ type SplitCandidate struct {
 }
 
 // SplitName is "raw" for SplitRaw and "layerK" otherwise.
-func SplitName(split int) string {
-	if split == SplitRaw {
-		return "raw"
-	}
-	return "layer" + strconv.Itoa(split)
-}
+func SplitName(split int) string { return spec.SplitName(split) }
 
 // Candidates scores raw and every layer 0..freeze at bandwidth (bytes per
 // second).
@@ -220,40 +216,11 @@ func (c *CostModel) Choose(freeze int, bandwidth float64) (SplitCandidate, []Spl
 	return cands[best], cands, nil
 }
 
-// SplitPolicy is the --split setting: auto, none (the server computes up
-// to the freeze layer), raw (ship images) or a fixed layer.
-type SplitPolicy struct {
-	// Mode is "auto", "none" or "fixed".
-	Mode string
-	// Layer is the fixed split layer (SplitRaw for raw) when Mode is fixed.
-	Layer int
-}
+// SplitPolicy is the --split setting (spec.SplitPolicy).
+type SplitPolicy = spec.SplitPolicy
 
 // ParseSplitPolicy parses auto, none, raw, K or layerK.
-func ParseSplitPolicy(s string) (SplitPolicy, error) {
-	switch s {
-	case "auto", "none":
-		return SplitPolicy{Mode: s}, nil
-	case "raw":
-		return SplitPolicy{Mode: "fixed", Layer: SplitRaw}, nil
-	}
-	n, err := strconv.Atoi(strings.TrimPrefix(s, "layer"))
-	if err != nil || n < 0 {
-		return SplitPolicy{}, fmt.Errorf("split %q: want auto, none, raw or a layer number", s)
-	}
-	return SplitPolicy{Mode: "fixed", Layer: n}, nil
-}
-
-// String returns the policy as ParseSplitPolicy reads it.
-func (p SplitPolicy) String() string {
-	if p.Mode == "fixed" {
-		return SplitName(p.Layer)
-	}
-	if p.Mode == "" {
-		return "none"
-	}
-	return p.Mode
-}
+func ParseSplitPolicy(s string) (SplitPolicy, error) { return spec.ParseSplitPolicy(s) }
 
 // Planner keeps the split decision of each freeze layer up to date: it
 // re-plans when the measured bandwidth moves by more than a factor of 2 from

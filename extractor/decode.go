@@ -24,11 +24,13 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // DefaultMaxPixels is the largest image (width*height) decoded when no limit
-// is given: PIL's Image.MAX_IMAGE_PIXELS.
-const DefaultMaxPixels int64 = 89478485
+// is given: PIL's Image.MAX_IMAGE_PIXELS (spec.DefaultMaxPixels).
+const DefaultMaxPixels = spec.DefaultMaxPixels
 
 var (
 	pngMagic  = []byte("\x89PNG\r\n\x1a\n")

@@ -95,7 +95,7 @@ func TestBombRejectedFromHeader(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		err := p.Apply(data, 0, dst)
+		err := ApplyPreprocess(p, data, 0, dst)
 		runtime.ReadMemStats(&after)
 		if !errors.Is(err, ErrBadImage) || !strings.Contains(err.Error(), "900000000 pixels") {
 			t.Errorf("%s: err = %v, want ErrBadImage naming the pixel count", name, err)
@@ -135,7 +135,7 @@ func TestBadImages(t *testing.T) {
 	p := DefaultPreprocess()
 	dst := make([]float32, 3*224*224)
 	for name, data := range cases {
-		err := p.Apply(data, 0, dst)
+		err := ApplyPreprocess(p, data, 0, dst)
 		if !errors.Is(err, ErrBadImage) {
 			t.Errorf("%s: Apply err = %v, want ErrBadImage", name, err)
 			continue
@@ -151,7 +151,7 @@ func TestApplyConcurrent(t *testing.T) {
 	want := make([][]float32, len(inputs))
 	for i, in := range inputs {
 		want[i] = make([]float32, 3*224*224)
-		if err := p.Apply(in, 0, want[i]); err != nil {
+		if err := ApplyPreprocess(p, in, 0, want[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -163,7 +163,7 @@ func TestApplyConcurrent(t *testing.T) {
 			got := make([]float32, 3*224*224)
 			for r := 0; r < 6; r++ {
 				i := (g + r) % len(inputs)
-				if err := p.Apply(inputs[i], 0, got); err != nil {
+				if err := ApplyPreprocess(p, inputs[i], 0, got); err != nil {
 					t.Error(err)
 					return
 				}
@@ -186,7 +186,7 @@ func FuzzApply(f *testing.F) {
 	p := Preprocess{Resize: 16, Crop: 12, Std: [3]float32{1, 1, 1}}
 	dst := make([]float32, 3*12*12)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if err := p.Apply(data, 1<<20, dst); err != nil && !errors.Is(err, ErrBadImage) {
+		if err := ApplyPreprocess(p, data, 1<<20, dst); err != nil && !errors.Is(err, ErrBadImage) {
 			t.Fatalf("error does not match ErrBadImage: %v", err)
 		}
 	})

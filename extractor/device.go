@@ -21,6 +21,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	ort "github.com/yalue/onnxruntime_go"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // gpuInfo describes one GPU as NVML reports it.
@@ -113,17 +115,16 @@ func nvmlErr(l nvml.Interface, r nvml.Return) string {
 	return l.ErrorString(r)
 }
 
-// Precision is the arithmetic the GPU runs in (--precision).
-type Precision string
+// Precision is the arithmetic the GPU runs in (--precision; spec.Precision).
+type Precision = spec.Precision
 
 const (
 	// FP32 is full float32 (TF32 off): the CPU's results within rounding.
-	FP32 Precision = "fp32"
-	// TF32 lets cuDNN and cuBLAS use TF32 tensor cores (Ampere and later)
-	// for convolutions and matrix products: faster, 10-bit mantissas.
-	TF32 Precision = "tf32"
+	FP32 = spec.FP32
+	// TF32 lets cuDNN and cuBLAS use TF32 tensor cores.
+	TF32 = spec.TF32
 	// FP16 lets TensorRT build FP16 engines; only with TensorRT.
-	FP16 Precision = "fp16"
+	FP16 = spec.FP16
 )
 
 // cudaProbe reports whether ONNX Runtime can run on GPU index (with

@@ -33,7 +33,7 @@ func BenchmarkFastDecode(b *testing.B) {
 	}{{"exact", exact}, {"fast", fast}} {
 		b.Run(c.name, func(b *testing.B) {
 			loop(b, len(imgs), func(i int) {
-				if err := c.p.Apply(imgs[i], 0, dst); err != nil {
+				if err := ApplyPreprocess(c.p, imgs[i], 0, dst); err != nil {
 					b.Fatal(err)
 				}
 			})
@@ -41,7 +41,7 @@ func BenchmarkFastDecode(b *testing.B) {
 		b.Run("decode-"+c.name, func(b *testing.B) {
 			var buf, arena []byte
 			loop(b, len(imgs), func(i int) {
-				img, err := decodeRGBScaled(imgs[i], 0, buf, &arena, c.p.dctDenom, func(w, h, d int) image.Rectangle {
+				img, err := decodeRGBScaled(imgs[i], 0, buf, &arena, func(w, h int) int { return dctDenom(c.p, w, h) }, func(w, h, d int) image.Rectangle {
 					sw, sh := scaledSize(w, h, d)
 					return fullRegion(sw, sh)
 				})

@@ -20,6 +20,8 @@ import (
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/test/testenv"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // TestFastDecodeScale checks the scale FastDecode picks: the largest of
@@ -53,11 +55,11 @@ func TestFastDecodeScale(t *testing.T) {
 	} {
 		p := fast
 		p.Resize = c.resize
-		if got := p.dctDenom(c.w, c.h); got != c.want {
+		if got := dctDenom(p, c.w, c.h); got != c.want {
 			t.Errorf("resize %d, %dx%d: scale 1/%d, want 1/%d", c.resize, c.w, c.h, got, c.want)
 		}
 		p.FastDecode = false
-		if got := p.dctDenom(c.w, c.h); got != 1 {
+		if got := dctDenom(p, c.w, c.h); got != 1 {
 			t.Errorf("exact path, resize %d, %dx%d: scale 1/%d, want 1", c.resize, c.w, c.h, got)
 		}
 	}
@@ -67,7 +69,7 @@ func TestFastDecodeScale(t *testing.T) {
 		p := fast
 		p.Resize = resize
 		for short := 1; short <= 9*resize+9; short++ {
-			d := p.dctDenom(short, short+5)
+			d := dctDenom(p, short, short+5)
 			if d != 1 && d != 2 && d != 4 && d != 8 {
 				t.Fatalf("resize %d short %d: scale 1/%d", resize, short, d)
 			}
@@ -112,7 +114,7 @@ func runFastRef(t *testing.T, py string, p Preprocess, paths []string) string {
 	args := []string{filepath.Join(testenv.RepoRoot(t), refScript), "fastref",
 		"--resize", fmt.Sprint(p.Resize), "--crop", fmt.Sprint(p.Crop), "--out", out, "--denoms"}
 	var ds []string
-	for _, d := range fastDecodeDenoms {
+	for _, d := range spec.FastDecodeDenoms() {
 		ds = append(ds, strconv.Itoa(d))
 	}
 	args = append(args, strings.Join(ds, ","), "--mean")
@@ -143,7 +145,7 @@ func checkFastAgainstPIL(t *testing.T, p Preprocess, ref string, paths []string)
 			t.Fatal(err)
 		}
 		got := make([]float32, 3*p.Crop*p.Crop)
-		gotErr := p.Apply(data, 0, got)
+		gotErr := ApplyPreprocess(p, data, 0, got)
 		if pilErr, err := os.ReadFile(filepath.Join(ref, name+".err")); err == nil {
 			if !errors.Is(gotErr, ErrBadImage) {
 				t.Errorf("resize %d %s: PIL raises %s but Apply returns %v", p.Resize, name, strings.TrimSpace(string(pilErr)), gotErr)
@@ -166,14 +168,14 @@ func checkFastAgainstPIL(t *testing.T, p Preprocess, ref string, paths []string)
 		}
 		d := 1
 		if sniffFormat(data) == "jpeg" {
-			d = p.dctDenom(w, h)
+			d = dctDenom(p, w, h)
 		}
 		if d != wantScale {
 			t.Errorf("resize %d %s (%dx%d): scale 1/%d, PIL's draft 1/%d", p.Resize, name, w, h, d, wantScale)
 			continue
 		}
 		scales[d]++
-		pix, err := p.cropRGB(data, 0, new(preprocScratch))
+		pix, err := cropRGB(p, data, 0, new(preprocScratch))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +233,7 @@ func TestFastDecodeMatchesPILDraft(t *testing.T) {
 		}
 	}
 	// The set must exercise every scale and both verdicts.
-	for _, d := range append([]int{1, -1}, fastDecodeDenoms[:]...) {
+	for _, d := range append([]int{1, -1}, func() []int { d := spec.FastDecodeDenoms(); return d[:] }()...) {
 		if total[d] < 10 {
 			t.Errorf("only %d comparisons at scale key %d (all: %v)", total[d], d, total)
 		}
@@ -326,13 +328,13 @@ func TestFastDecodeFidelity(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, ref := readNPY(t, filepath.Join(refDir, strconv.Itoa(i)+".npy"))
-		r := fidelityRow{name: filepath.Base(path), w: w, h: h, scale: fast.dctDenom(w, h),
+		r := fidelityRow{name: filepath.Base(path), w: w, h: h, scale: dctDenom(fast, w, h),
 			fast: cosine(feature("fast", path), ref), exact: cosine(feature("exact", path), ref)}
-		fp, err := fast.cropRGB(data, 0, new(preprocScratch))
+		fp, err := cropRGB(fast, data, 0, new(preprocScratch))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ep, err := DefaultPreprocess().cropRGB(data, 0, new(preprocScratch))
+		ep, err := cropRGB(DefaultPreprocess(), data, 0, new(preprocScratch))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -350,7 +352,7 @@ func TestFastDecodeFidelity(t *testing.T) {
 		}
 	}
 	// Every scale must be measured, or the bar says nothing about it.
-	for _, d := range fastDecodeDenoms {
+	for _, d := range spec.FastDecodeDenoms() {
 		n := 0
 		for _, r := range rows {
 			if r.scale == d {

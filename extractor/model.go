@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/graph"
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // Model is one loaded model: its identity, its layers and how images are fed
@@ -43,17 +44,14 @@ type Model struct {
 	bufs       sync.Pool
 }
 
-var layerDir = regexp.MustCompile(`^layer(0|[1-9][0-9]*)$`)
-
 // Lookup resolves a directory name, "layer12" or an alias, to a layer.
 func (m *Model) Lookup(dir string) (Layer, bool) {
 	return m.lookup(dir, 0)
 }
 
 func (m *Model) lookup(dir string, depth int) (Layer, bool) {
-	if sm := layerDir.FindStringSubmatch(dir); sm != nil {
-		i, err := strconv.Atoi(sm[1])
-		if err != nil || i >= len(m.Layers) {
+	if i, ok := spec.LayerIndex(dir); ok {
+		if i >= len(m.Layers) {
 			return Layer{}, false
 		}
 		return m.Layers[i], true
@@ -156,49 +154,49 @@ func (m *Model) pruned(l Layer) ([]byte, error) {
 	return b, nil
 }
 
-// loadModel reads spec.Path and finds its layers and their per-sample shapes
+// loadModel reads ms.Path and finds its layers and their per-sample shapes
 // from ONNX Runtime's output info on one pruned model exposing every layer
 // tensor and node output. ONNX Runtime must be initialized.
-func loadModel(spec ModelSpec) (*Model, error) {
-	if spec.Name == "" {
-		return nil, fmt.Errorf("model %s: empty name", spec.Path)
+func loadModel(ms ModelSpec) (*Model, error) {
+	if ms.Name == "" {
+		return nil, fmt.Errorf("model %s: empty name", ms.Path)
 	}
-	data, err := os.ReadFile(spec.Path)
+	data, err := os.ReadFile(ms.Path)
 	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", spec.Name, err)
+		return nil, fmt.Errorf("model %s: %w", ms.Name, err)
 	}
 	sum := sha256.Sum256(data)
 	m := &Model{
-		Name:       spec.Name,
-		Path:       spec.Path,
+		Name:       ms.Name,
+		Path:       ms.Path,
 		Digest:     hex.EncodeToString(sum[:]),
 		Aliases:    map[string]string{},
 		Preprocess: DefaultPreprocess(),
 		weight:     int64(len(data)),
 	}
-	if spec.Preprocess != nil {
-		m.Preprocess = *spec.Preprocess
+	if ms.Preprocess != nil {
+		m.Preprocess = *ms.Preprocess
 	}
 	if err := m.Preprocess.Validate(); err != nil {
-		return nil, fmt.Errorf("model %s: preprocess: %w", spec.Name, err)
+		return nil, fmt.Errorf("model %s: preprocess: %w", ms.Name, err)
 	}
-	for k, v := range spec.Aliases {
+	for k, v := range ms.Aliases {
 		m.Aliases[k] = v
 	}
 	g, err := graph.Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("model %s (%s): %w", spec.Name, spec.Path, err)
+		return nil, fmt.Errorf("model %s (%s): %w", ms.Name, ms.Path, err)
 	}
 	m.g = g
 	if m.input, m.fixedBatch, err = checkInput(g, m.Preprocess); err != nil {
-		return nil, fmt.Errorf("model %s (%s): %w", spec.Name, spec.Path, err)
+		return nil, fmt.Errorf("model %s (%s): %w", ms.Name, ms.Path, err)
 	}
 	gl, err := g.Layers()
 	if err != nil {
-		return nil, fmt.Errorf("model %s: layers: %w", spec.Name, err)
+		return nil, fmt.Errorf("model %s: layers: %w", ms.Name, err)
 	}
 	if len(gl) == 0 {
-		return nil, fmt.Errorf("model %s: no layers found", spec.Name)
+		return nil, fmt.Errorf("model %s: no layers found", ms.Name)
 	}
 
 	// One pruned model exposing every layer tensor and node output.
@@ -219,28 +217,28 @@ func loadModel(spec ModelSpec) (*Model, error) {
 	}
 	all, err := g.Prune(outs...)
 	if err != nil {
-		return nil, fmt.Errorf("model %s: prune for shapes: %w", spec.Name, err)
+		return nil, fmt.Errorf("model %s: prune for shapes: %w", ms.Name, err)
 	}
 	ins, outInfo, err := ort.GetInputOutputInfoWithONNXData(all)
 	if err != nil {
-		return nil, fmt.Errorf("model %s: onnx runtime shape info: %w", spec.Name, err)
+		return nil, fmt.Errorf("model %s: onnx runtime shape info: %w", ms.Name, err)
 	}
 	shapes := map[string][]int64{}
 	for _, in := range ins {
 		if in.Name == m.input {
 			s, ok := perSample(in.Dimensions)
 			if !ok {
-				return nil, fmt.Errorf("model %s: input %s has shape %v; want [batch,C,H,W] with static C,H,W", spec.Name, in.Name, in.Dimensions)
+				return nil, fmt.Errorf("model %s: input %s has shape %v; want [batch,C,H,W] with static C,H,W", ms.Name, in.Name, in.Dimensions)
 			}
 			m.inShape = s
 			shapes[in.Name] = s
 		}
 	}
 	if m.inShape == nil {
-		return nil, fmt.Errorf("model %s: input %q not found by ONNX Runtime", spec.Name, m.input)
+		return nil, fmt.Errorf("model %s: input %q not found by ONNX Runtime", ms.Name, m.input)
 	}
 	if len(m.inShape) != 3 || m.inShape[0] != 3 || m.inShape[1] != int64(m.Preprocess.Crop) || m.inShape[2] != int64(m.Preprocess.Crop) {
-		return nil, fmt.Errorf("model %s: input %s is %s per sample but preprocessing makes 3x%dx%d", spec.Name, m.input, shapeString(m.inShape), m.Preprocess.Crop, m.Preprocess.Crop)
+		return nil, fmt.Errorf("model %s: input %s is %s per sample but preprocessing makes 3x%dx%d", ms.Name, m.input, shapeString(m.inShape), m.Preprocess.Crop, m.Preprocess.Crop)
 	}
 	for _, o := range outInfo {
 		if o.OrtValueType != ort.ONNXTypeTensor {
@@ -266,14 +264,14 @@ func loadModel(spec ModelSpec) (*Model, error) {
 	for i, l := range gl {
 		s, ok := shapes[l.Tensor]
 		if !ok {
-			return nil, fmt.Errorf("model %s: layer %d (%s): no static per-sample shape from ONNX Runtime", spec.Name, i, l.Tensor)
+			return nil, fmt.Errorf("model %s: layer %d (%s): no static per-sample shape from ONNX Runtime", ms.Name, i, l.Tensor)
 		}
 		if l.Index != i {
-			return nil, fmt.Errorf("model %s: layer %d has index %d", spec.Name, i, l.Index)
+			return nil, fmt.Errorf("model %s: layer %d has index %d", ms.Name, i, l.Index)
 		}
 		m.Layers = append(m.Layers, Layer{
 			Index:     i,
-			Name:      "layer" + strconv.Itoa(i),
+			Name:      spec.LayerName(i),
 			Tensor:    l.Tensor,
 			Shape:     s,
 			Bytes:     shapeElems(s) * 4,
@@ -287,7 +285,7 @@ func loadModel(spec ModelSpec) (*Model, error) {
 	}
 	for a, t := range m.Aliases {
 		if _, ok := m.Lookup(a); !ok {
-			return nil, fmt.Errorf("model %s: alias %q names %q, which is no layer", spec.Name, a, t)
+			return nil, fmt.Errorf("model %s: alias %q names %q, which is no layer", ms.Name, a, t)
 		}
 	}
 	return m, nil

@@ -17,6 +17,8 @@ import (
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // ErrORTLibrary is matched by errors caused by a missing or unloadable ONNX
@@ -24,24 +26,13 @@ import (
 var ErrORTLibrary = errors.New("onnx runtime library unavailable")
 
 // DefaultORTLib returns $FEATUREFS_ORT_LIB, else
-// ~/.cache/featurefs/lib/onnxruntime-1.29.0/libonnxruntime.so.1, where
-// scripts/install-deps.sh installs ONNX Runtime with its GPU providers
-// beside it (ONNX Runtime loads providers from the directory of the core
-// library, so each version has a directory of its own).
-func DefaultORTLib() string {
-	if p := os.Getenv("FEATUREFS_ORT_LIB"); p != "" {
-		return p
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = os.TempDir()
-	}
-	return filepath.Join(home, ".cache", "featurefs", ORTLibRel)
-}
+// ~/.cache/featurefs/lib/onnxruntime-1.29.0/libonnxruntime.so.1
+// (spec.DefaultORTLib).
+func DefaultORTLib() string { return spec.DefaultORTLib() }
 
 // ORTLibRel is where scripts/install-deps.sh puts the ONNX Runtime core
-// library, relative to its $FEATUREFS_DEPS (~/.cache/featurefs).
-const ORTLibRel = "lib/onnxruntime-" + ORTVersion + "/libonnxruntime.so.1"
+// library, relative to its $FEATUREFS_DEPS (spec.ORTLibRel).
+const ORTLibRel = spec.ORTLibRel
 
 // ortProcess is the process-wide ONNX Runtime environment. onnxruntime_go
 // keeps exactly one environment per process in its own package state, so
@@ -182,10 +173,7 @@ func tensorRTProviderOptions(index int, p Precision) map[string]string {
 	if p == FP16 {
 		fp16 = "1"
 	}
-	dir := filepath.Join(os.TempDir(), "featurefs-tensorrt")
-	if home, err := os.UserHomeDir(); err == nil {
-		dir = filepath.Join(home, ".cache", "featurefs", "tensorrt")
-	}
+	dir := spec.TensorRTCacheDir()
 	return map[string]string{
 		"device_id":               strconv.Itoa(index),
 		"trt_fp16_enable":         fp16,
@@ -446,9 +434,9 @@ type sessionKey struct {
 
 func (k sessionKey) String() string {
 	if k.from != "" {
-		return fmt.Sprintf("%s/%s..layer%d", k.model, k.from, k.layer)
+		return k.model + "/" + k.from + ".." + spec.LayerName(k.layer)
 	}
-	return fmt.Sprintf("%s/layer%d", k.model, k.layer)
+	return k.model + "/" + spec.LayerName(k.layer)
 }
 
 // pooled is one session in the pool.

@@ -60,11 +60,13 @@ import (
 	"os"
 	"path/filepath"
 	"unsafe"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // ORTVersion is the ONNX Runtime release featurefs is built and tested
-// with; scripts/install-deps.sh installs it.
-const ORTVersion = "1.29.0"
+// with; scripts/install-deps.sh installs it (spec.ORTVersion).
+const ORTVersion = spec.ORTVersion
 
 // ortAPILevel is the ONNX Runtime C API level the Go binding
 // (github.com/yalue/onnxruntime_go v1.30.0) asks for: ORT_API_VERSION in

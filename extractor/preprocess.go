@@ -5,47 +5,21 @@ package extractor
 // Resize(Resize) -> CenterCrop(Crop) -> ToTensor() -> Normalize(Mean, Std).
 
 import (
-	"errors"
 	"fmt"
 	"image"
-	"math"
 	"sync"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
-// maxPreprocessSide bounds Resize and Crop: anything larger is a
-// configuration mistake, not a model input.
-const maxPreprocessSide = 8192
-
-// ErrBadPreprocess is matched (errors.Is) by Validate's errors.
-var ErrBadPreprocess = errors.New("invalid preprocessing settings")
-
-// Validate reports settings torchvision would reject or that cannot be a
-// model input: sizes must be in 1..8192 and every Std nonzero and finite.
-// Crop may exceed Resize: the resized image is then zero-padded, as
-// torchvision's CenterCrop does.
-func (p Preprocess) Validate() error {
-	if p.Resize <= 0 || p.Resize > maxPreprocessSide {
-		return fmt.Errorf("%w: resize %d must be in 1..%d", ErrBadPreprocess, p.Resize, maxPreprocessSide)
-	}
-	if p.Crop <= 0 || p.Crop > maxPreprocessSide {
-		return fmt.Errorf("%w: crop %d must be in 1..%d", ErrBadPreprocess, p.Crop, maxPreprocessSide)
-	}
-	for c := 0; c < 3; c++ {
-		m, s := float64(p.Mean[c]), float64(p.Std[c])
-		if math.IsNaN(m) || math.IsInf(m, 0) {
-			return fmt.Errorf("%w: mean[%d] = %v is not finite", ErrBadPreprocess, c, m)
-		}
-		if s == 0 || math.IsNaN(s) || math.IsInf(s, 0) {
-			return fmt.Errorf("%w: std[%d] = %v must be finite and nonzero", ErrBadPreprocess, c, s)
-		}
-	}
-	return nil
-}
+// ErrBadPreprocess is matched (errors.Is) by Preprocess.Validate's errors
+// (spec.ErrBadPreprocess).
+var ErrBadPreprocess = spec.ErrBadPreprocess
 
 // resizedSize is torchvision 0.14's _compute_resized_output_size for an int
 // size: the shorter side becomes p.Resize, the longer
 // int(p.Resize * long / short).
-func (p Preprocess) resizedSize(w, h int) (tw, th int) {
+func resizedSize(p Preprocess, w, h int) (tw, th int) {
 	short, long := h, w
 	if w <= h {
 		short, long = w, h
@@ -89,22 +63,16 @@ type preprocScratch struct {
 // scratchPool recycles preprocessing buffers across calls (and goroutines).
 var scratchPool = sync.Pool{New: func() any { return new(preprocScratch) }}
 
-// fastDecodeDenoms are the JPEG DCT-domain scales (1/8, 1/4, 1/2) that
-// FastDecode may decode at, largest first. Their fidelity against
-// torchvision is measured in docs/bench/preprocess.md
-// (TestFastDecodeFidelity); changing them changes Key.
-var fastDecodeDenoms = [...]int{8, 4, 2}
-
 // dctDenom returns the scale 1/denom at which cropRGB decodes a w x h
-// JPEG: 1 unless FastDecode; with it, the largest of fastDecodeDenoms that
+// JPEG: 1 unless FastDecode; with it, the largest of spec.FastDecodeDenoms that
 // keeps the shorter side at least Resize pixels (short/denom >= Resize),
 // so that the antialiased resize that follows still only shrinks.
-func (p Preprocess) dctDenom(w, h int) int {
+func dctDenom(p Preprocess, w, h int) int {
 	if !p.FastDecode {
 		return 1
 	}
 	short := int64(min(w, h))
-	for _, d := range fastDecodeDenoms {
+	for _, d := range spec.FastDecodeDenoms() {
 		if short >= int64(d)*int64(p.Resize) {
 			return d
 		}
@@ -121,10 +89,10 @@ func (p Preprocess) dctDenom(w, h int) int {
 // decoded image's [0, w/denom) x [0, h/denom) (the original image's
 // extent) becomes the size torchvision's Resize gives the original image,
 // so the geometry is the exact path's; only the pixels differ.
-func (p Preprocess) cropRGB(data []byte, maxPixels int64, sc *preprocScratch) ([]byte, error) {
+func cropRGB(p Preprocess, data []byte, maxPixels int64, sc *preprocScratch) ([]byte, error) {
 	var tw, th, left, top, x0, x1, y0, y1 int
 	region := func(w, h, denom int) image.Rectangle {
-		tw, th = p.resizedSize(w, h)
+		tw, th = resizedSize(p, w, h)
 		if tw <= 0 || th <= 0 {
 			return image.Rectangle{}
 		}
@@ -137,7 +105,7 @@ func (p Preprocess) cropRGB(data []byte, maxPixels int64, sc *preprocScratch) ([
 	}
 	var denom func(w, h int) int
 	if p.FastDecode {
-		denom = p.dctDenom
+		denom = func(w, h int) int { return dctDenom(p, w, h) }
 	}
 	img, err := decodeRGBScaled(data, maxPixels, sc.rgb, &sc.jpegArena, denom, region)
 	sc.rgb = img.pix
@@ -162,13 +130,13 @@ func (p Preprocess) cropRGB(data []byte, maxPixels int64, sc *preprocScratch) ([
 	return out, nil
 }
 
-// Apply decodes a JPEG or PNG image and writes the model input tensor, CHW
+// ApplyPreprocess decodes a JPEG or PNG image and writes the model input tensor, CHW
 // float32 of length 3*Crop*Crop, into dst: torchvision's Resize(Resize)
 // (PIL bilinear, antialiased), CenterCrop(Crop), ToTensor(), Normalize(Mean,
 // Std) on Image.open(...).convert("RGB"). Images larger than maxPixels
 // (DefaultMaxPixels when <= 0) are rejected from their header before any
 // pixel is decoded. Errors caused by the input match ErrBadImage.
-func (p Preprocess) Apply(data []byte, maxPixels int64, dst []float32) error {
+func ApplyPreprocess(p Preprocess, data []byte, maxPixels int64, dst []float32) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -178,12 +146,12 @@ func (p Preprocess) Apply(data []byte, maxPixels int64, dst []float32) error {
 	}
 	sc := scratchPool.Get().(*preprocScratch)
 	defer scratchPool.Put(sc)
-	pix, err := p.cropRGB(data, maxPixels, sc)
+	pix, err := cropRGB(p, data, maxPixels, sc)
 	if err != nil {
 		return err
 	}
 	if !sc.lutOK || sc.lutFor != p {
-		p.normLUT(&sc.lut)
+		normLUT(p, &sc.lut)
 		sc.lutFor, sc.lutOK = p, true
 	}
 	lr, lg, lb := &sc.lut[0], &sc.lut[1], &sc.lut[2]
@@ -199,7 +167,7 @@ func (p Preprocess) Apply(data []byte, maxPixels int64, dst []float32) error {
 // normLUT fills lut: each 8-bit value mapped to (v/255 - mean) / std per
 // channel in float32 arithmetic, as ToTensor's div(255) and Normalize's
 // sub_/div_ do.
-func (p Preprocess) normLUT(lut *[3][256]float32) {
+func normLUT(p Preprocess, lut *[3][256]float32) {
 	for c := 0; c < 3; c++ {
 		m, s := p.Mean[c], p.Std[c]
 		for v := 0; v < 256; v++ {

@@ -74,7 +74,7 @@ func BenchmarkPreprocess(b *testing.B) {
 	dst := make([]float32, 3*224*224)
 	b.Run("apply", func(b *testing.B) {
 		loop(b, len(imgs), func(i int) {
-			if err := p.Apply(imgs[i], 0, dst); err != nil {
+			if err := ApplyPreprocess(p, imgs[i], 0, dst); err != nil {
 				b.Fatal(err)
 			}
 		})
@@ -108,7 +108,7 @@ func BenchmarkPreprocess(b *testing.B) {
 		sc := new(preprocScratch)
 		loop(b, len(decoded), func(i int) {
 			img := decoded[i]
-			tw, th := p.resizedSize(img.w, img.h)
+			tw, th := resizedSize(p, img.w, img.h)
 			sc.rs.plan(img.w, img.h, tw, th, cropOffset(tw, 224), cropOffset(th, 224), 224, 224)
 			sc.rs.run(img)
 		})

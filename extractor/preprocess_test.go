@@ -149,7 +149,7 @@ func TestPreprocessMatchesTorchvision(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := make([]float32, 3*p.Crop*p.Crop)
-			if err := p.Apply(data, 0, got); err != nil {
+			if err := ApplyPreprocess(p, data, 0, got); err != nil {
 				t.Errorf("setting %d %s: Apply: %v", si, name, err)
 				continue
 			}
@@ -163,7 +163,7 @@ func TestPreprocessMatchesTorchvision(t *testing.T) {
 			}
 			d := compareTensors(got, want)
 			sc := new(preprocScratch)
-			pix, err := p.cropRGB(data, 0, sc)
+			pix, err := cropRGB(p, data, 0, sc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +218,7 @@ func TestValidate(t *testing.T) {
 		if err := p.Validate(); !errors.Is(err, ErrBadPreprocess) {
 			t.Errorf("%+v: Validate = %v, want ErrBadPreprocess", p, err)
 		}
-		if err := p.Apply(nil, 0, make([]float32, 3)); err == nil {
+		if err := ApplyPreprocess(p, nil, 0, make([]float32, 3)); err == nil {
 			t.Errorf("%+v: Apply accepted invalid settings", p)
 		}
 	}
@@ -234,7 +234,7 @@ func TestApplyDstLength(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := DefaultPreprocess()
-	err := p.Apply(b.Bytes(), 0, make([]float32, 10))
+	err := ApplyPreprocess(p, b.Bytes(), 0, make([]float32, 10))
 	if err == nil || errors.Is(err, ErrBadImage) {
 		t.Fatalf("short dst: err = %v, want a non-ErrBadImage error", err)
 	}

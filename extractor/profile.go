@@ -179,7 +179,7 @@ func (s *Service) measureProfile(ctx context.Context, m *Model, opts ProfileOpti
 	var dec time.Duration
 	for i := range 3 {
 		t := time.Now()
-		if err := m.Preprocess.Apply(img, s.cfg.MaxPixels, one); err != nil {
+		if err := ApplyPreprocess(m.Preprocess, img, s.cfg.MaxPixels, one); err != nil {
 			return nil, fmt.Errorf("profile %s: preprocess: %w", m.Name, err)
 		}
 		if d := time.Since(t); i == 0 || d < dec {

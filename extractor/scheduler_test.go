@@ -92,7 +92,7 @@ func pngOf(t testing.TB, v uint8) []byte {
 func firstValue(t testing.TB, m *Model, img []byte) float32 {
 	t.Helper()
 	dst := make([]float32, m.inputElems())
-	if err := m.Preprocess.Apply(img, 0, dst); err != nil {
+	if err := ApplyPreprocess(m.Preprocess, img, 0, dst); err != nil {
 		t.Fatal(err)
 	}
 	return dst[0]

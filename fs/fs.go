@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/inflight"
@@ -132,7 +133,7 @@ func New(cfg Config) (*FS, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if len(cfg.ImageExtensions) == 0 {
-		cfg.ImageExtensions = []string{"jpg", "jpeg", "png"}
+		cfg.ImageExtensions = spec.DefaultImageExtensions()
 	}
 	if cfg.MaxListingEntries <= 0 {
 		cfg.MaxListingEntries = 1 << 20
@@ -163,7 +164,7 @@ func New(cfg Config) (*FS, error) {
 	}
 	seen := map[string]bool{}
 	for _, m := range f.models {
-		if !validName(m.Name) || m.Name == "layers" || seen[m.Name] {
+		if !validName(m.Name) || m.Name == spec.LayersFile || seen[m.Name] {
 			return nil, fmt.Errorf("fs.New: model name %q is not a usable directory name", m.Name)
 		}
 		seen[m.Name] = true

@@ -10,6 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // modelDir is features/<model>: one directory per layer (layer0..layerN),
@@ -37,7 +38,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 	sort.Strings(aliases)
 	for _, a := range aliases {
 		l, ok := m.Lookup(a)
-		if !ok || !validName(a) || a == "layers" || d.GetChild(a) != nil {
+		if !ok || !validName(a) || a == spec.LayersFile || spec.LayerLike(a) || d.GetChild(a) != nil {
 			d.fs.log.Warn("featurefs: alias ignored", slog.String("model", m.Name), slog.String("alias", a), slog.String("layer", m.Aliases[a]))
 			continue
 		}
@@ -50,7 +51,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 		}
 	}
 	lf := d.NewPersistentInode(ctx, &layersFile{fs: d.fs, data: table}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
-	d.AddChild("layers", lf, true)
+	d.AddChild(spec.LayersFile, lf, true)
 }
 
 func (d *modelDir) addLayer(ctx context.Context, dir string, l extractor.Layer) {

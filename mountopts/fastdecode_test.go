@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // --fast-decode: off by default, set by the config file's fast-decode key,
@@ -35,7 +35,7 @@ fast-decode: true
 			t.Errorf("model %s: preprocess %+v without FastDecode", s.Name, s.Preprocess)
 		}
 	}
-	if specs[0].Preprocess.Crop != 200 || specs[1].Preprocess.Crop != extractor.DefaultPreprocess().Crop {
+	if specs[0].Preprocess.Crop != 200 || specs[1].Preprocess.Crop != spec.DefaultPreprocess().Crop {
 		t.Errorf("the models' own preprocessing was lost: %+v, %+v", *specs[0].Preprocess, *specs[1].Preprocess)
 	}
 	if o.Models[0].Preprocess.FastDecode || o.Models[1].Preprocess != nil {
@@ -47,7 +47,7 @@ fast-decode: true
 			t.Errorf("model %s: FastDecode without the option", s.Name)
 		}
 	}
-	if k := o.ModelSpecs()[1].Preprocess.Key(); k != extractor.DefaultPreprocess().Key() {
+	if k := o.ModelSpecs()[1].Preprocess.Key(); k != spec.DefaultPreprocess().Key() {
 		t.Errorf("exact key %q, want the default's", k)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // fileModel is one entry of the config file's models: map.
@@ -100,18 +100,18 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	sort.Strings(names)
 	for _, name := range names {
 		m := f.Models[name]
-		spec := extractor.ModelSpec{Name: name, Path: m.Path, Aliases: m.Aliases}
+		ms := spec.ModelSpec{Name: name, Path: m.Path, Aliases: m.Aliases}
 		if m.PrefetchLimit != nil {
 			if o.ModelPrefetchLimits == nil {
 				o.ModelPrefetchLimits = map[string]int{}
 			}
 			o.ModelPrefetchLimits[name] = *m.PrefetchLimit
 		}
-		if spec.Path != "" && !filepath.IsAbs(spec.Path) {
-			spec.Path = filepath.Join(dir, spec.Path)
+		if ms.Path != "" && !filepath.IsAbs(ms.Path) {
+			ms.Path = filepath.Join(dir, ms.Path)
 		}
 		if pp := m.Preprocess; pp != nil {
-			p := extractor.DefaultPreprocess()
+			p := spec.DefaultPreprocess()
 			if pp.Resize != nil {
 				p.Resize = *pp.Resize
 			}
@@ -124,16 +124,16 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 			if pp.Std != nil {
 				p.Std = *pp.Std
 			}
-			spec.Preprocess = &p
+			ms.Preprocess = &p
 		}
 		replaced := false
 		for i := range o.Models {
 			if o.Models[i].Name == name {
-				o.Models[i], replaced = spec, true
+				o.Models[i], replaced = ms, true
 			}
 		}
 		if !replaced {
-			o.Models = append(o.Models, spec)
+			o.Models = append(o.Models, ms)
 		}
 	}
 	setStr := func(dst *string, src *string) {
@@ -157,7 +157,7 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	setStr(&o.ORTLib, f.ORTLib)
 	setStr(&o.CUDALibDir, f.CUDALibDir)
 	if f.Precision != nil {
-		o.Precision = extractor.Precision(*f.Precision)
+		o.Precision = spec.Precision(*f.Precision)
 	}
 	setStr(&o.Prefetch, f.Prefetch)
 	if f.PrefetchLimit != nil {
@@ -171,7 +171,7 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	setBool(&o.Foreground, f.Foreground)
 	setBool(&o.FastDecode, f.FastDecode)
 	if f.DType != nil {
-		o.DType = extractor.DType(*f.DType)
+		o.DType = spec.DType(*f.DType)
 	}
 	if f.BatchSize != nil {
 		o.BatchSize = *f.BatchSize

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 func writeConfig(t *testing.T, text string) string {
@@ -52,7 +52,7 @@ max-pixels: 1000
 	if r.Name != "resnet50" || r.Path != filepath.Join(filepath.Dir(p), "models/resnet50.onnx") || r.Aliases["pool"] != "layer18" {
 		t.Errorf("resnet50 = %+v", r)
 	}
-	want := extractor.DefaultPreprocess()
+	want := spec.DefaultPreprocess()
 	want.Crop, want.Mean = 200, [3]float32{0.5, 0.5, 0.5}
 	if r.Preprocess == nil || *r.Preprocess != want {
 		t.Errorf("preprocess = %+v, want %+v", r.Preprocess, want)
@@ -61,7 +61,7 @@ max-pixels: 1000
 		t.Errorf("vgg16 = %+v", o.Models[1])
 	}
 	if o.EndpointURL != "http://127.0.0.1:9000" || o.CacheSize != 20*GiB || o.MaxObjectSize != 64*MiB ||
-		o.MetadataTTL != 2*time.Minute || o.NegativeTTL != 30*time.Second || o.DType != extractor.Float16 ||
+		o.MetadataTTL != 2*time.Minute || o.NegativeTTL != 30*time.Second || o.DType != spec.Float16 ||
 		o.BatchSize != 16 || !o.AllowOther || !o.AllowNonempty || !o.AllowCPUFallback || strings.Join(o.ImageExtensions, ",") != "jpg,png" || o.MaxPixels != 1000 {
 		t.Errorf("options = %+v", o)
 	}

@@ -6,13 +6,12 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // Options is every setting of a featurefs mount. The flag of each field is
@@ -21,7 +20,7 @@ type Options struct {
 	// Models are the models served under features/<name>/. --model
 	// NAME=PATH.onnx (repeatable) adds one or replaces the path of one named
 	// in the config file, keeping its preprocessing and aliases.
-	Models []extractor.ModelSpec
+	Models []spec.ModelSpec
 
 	// ConfigFile is the YAML file the other settings were read from, if any
 	// (--config).
@@ -55,7 +54,7 @@ type Options struct {
 	// tf32 (cuDNN and cuBLAS on TF32 tensor cores, Ampere and later) or
 	// fp16 (TensorRT FP16 engines; only with --tensorrt). The CPU always
 	// computes in float32 (--precision).
-	Precision extractor.Precision
+	Precision spec.Precision
 	// CUDALibDir lists directories (colon-separated) searched first for
 	// the CUDA and cuDNN libraries the GPU needs, before
 	// $FEATUREFS_CUDA_LIB_DIR, the loader's paths, /usr/local/cuda* and the
@@ -68,7 +67,7 @@ type Options struct {
 	AllowCPUFallback bool
 	// DType is the element type of the served .npy files: float32 or float16
 	// (--dtype).
-	DType extractor.DType
+	DType spec.DType
 	// BatchSize is the most images run through a model at once; 0 picks one
 	// from the device (--batch-size).
 	BatchSize int
@@ -126,7 +125,7 @@ type Options struct {
 	// (--image-extensions jpg,jpeg,png).
 	ImageExtensions []string
 	// MaxPixels rejects images with more pixels than this before decoding
-	// them (--max-pixels; default extractor.DefaultMaxPixels, PIL's limit).
+	// them (--max-pixels; default spec.DefaultMaxPixels, PIL's limit).
 	MaxPixels int64
 	// MaxObjectSize rejects objects larger than this before fetching them
 	// (--max-object-size, e.g. 256MiB).
@@ -163,28 +162,19 @@ type Options struct {
 // Default returns the defaults of every option. Models is empty: a mount
 // needs at least one from a flag or the config file.
 func Default() Options {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = os.TempDir()
-	}
-	base := filepath.Join(home, ".cache", "featurefs")
-	ort := os.Getenv("FEATUREFS_ORT_LIB")
-	if ort == "" {
-		ort = filepath.Join(base, filepath.FromSlash(extractor.ORTLibRel))
-	}
 	return Options{
-		CacheDir:        filepath.Join(base, "cache"),
+		CacheDir:        spec.DefaultCacheDir(),
 		CacheSize:       10 * GiB,
 		Device:          "auto",
-		Precision:       extractor.FP32,
-		DType:           extractor.Float32,
+		Precision:       spec.FP32,
+		DType:           spec.Float32,
 		MetadataTTL:     60 * time.Second,
 		NegativeTTL:     5 * time.Minute,
 		ReadTimeout:     5 * time.Minute,
 		LogLevel:        "info",
-		ORTLib:          ort,
-		ImageExtensions: []string{"jpg", "jpeg", "png"},
-		MaxPixels:       extractor.DefaultMaxPixels,
+		ORTLib:          spec.DefaultORTLib(),
+		ImageExtensions: spec.DefaultImageExtensions(),
+		MaxPixels:       spec.DefaultMaxPixels,
 		MaxObjectSize:   256 * MiB,
 		Prefetch:        "tree",
 		Remote:          DefaultRemote(),
@@ -192,13 +182,7 @@ func Default() Options {
 }
 
 // DefaultLogFile is where a background mount logs when LogFile is empty.
-func DefaultLogFile() string {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = os.TempDir()
-	}
-	return filepath.Join(home, ".cache", "featurefs", "featurefs.log")
-}
+func DefaultLogFile() string { return spec.DefaultLogFile() }
 
 // ErrNoModel is matched by Validate's error when no model is configured.
 var ErrNoModel = errors.New("no model: pass --model NAME=PATH.onnx or a config file")
@@ -238,8 +222,8 @@ func ModelProblemsOnly(err error) bool {
 // validName is a model or alias directory name.
 var validName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.+-]*$`)
 
-// layerName is the directory name of a numbered layer.
-var layerName = regexp.MustCompile(`^layer[0-9]+$`)
+// isLayerName reports whether name is a layer directory name (layer18).
+func isLayerName(name string) bool { _, ok := spec.LayerIndex(name); return ok }
 
 // AddModel parses a --model value NAME=PATH.onnx. A model already named
 // NAME (from the config file) gets the new path and keeps its preprocessing
@@ -255,7 +239,7 @@ func (o *Options) AddModel(value string) error {
 			return nil
 		}
 	}
-	o.Models = append(o.Models, extractor.ModelSpec{Name: name, Path: path})
+	o.Models = append(o.Models, spec.ModelSpec{Name: name, Path: path})
 	return nil
 }
 
@@ -280,10 +264,10 @@ func (o *Options) SetImageExtensions(value string) error {
 // ModelSpecs returns the models as the extractor loads them: Models with
 // the options that apply to every model's preprocessing (FastDecode)
 // applied. A model without its own preprocessing gets the default's.
-func (o *Options) ModelSpecs() []extractor.ModelSpec {
-	specs := make([]extractor.ModelSpec, len(o.Models))
+func (o *Options) ModelSpecs() []spec.ModelSpec {
+	specs := make([]spec.ModelSpec, len(o.Models))
 	for i, m := range o.Models {
-		p := extractor.DefaultPreprocess()
+		p := spec.DefaultPreprocess()
 		if m.Preprocess != nil {
 			p = *m.Preprocess
 		}
@@ -295,7 +279,7 @@ func (o *Options) ModelSpecs() []extractor.ModelSpec {
 }
 
 // ModelArg renders a model as its --model flag value.
-func ModelArg(m extractor.ModelSpec) string { return m.Name + "=" + m.Path }
+func ModelArg(m spec.ModelSpec) string { return m.Name + "=" + m.Path }
 
 // Validate checks every option and returns all problems found, one per
 // line, each naming the flag and what to do about it.
@@ -312,7 +296,7 @@ func (o *Options) Validate() error {
 	for _, m := range o.Models {
 		arg := ModelArg(m)
 		switch {
-		case !validName.MatchString(m.Name) || m.Name == "layers":
+		case !validName.MatchString(m.Name) || m.Name == spec.LayersFile:
 			bad("--model %s: model name %q must be letters, digits, '_', '-', '.' or '+' and not start with '.' or '-'", arg, m.Name)
 		case seen[m.Name]:
 			bad("--model %s: model %q is given twice", arg, m.Name)
@@ -334,9 +318,9 @@ func (o *Options) Validate() error {
 		}
 		for alias, target := range m.Aliases {
 			switch {
-			case !validName.MatchString(alias) || alias == "layers" || layerName.MatchString(alias):
-				bad("model %q: alias %q: must be a plain name other than \"layers\" and layerN", m.Name, alias)
-			case !layerName.MatchString(target):
+			case !validName.MatchString(alias) || alias == spec.LayersFile || spec.LayerLike(alias):
+				bad("model %q: alias %q: must be a plain name other than %q and layerN", m.Name, alias, spec.LayersFile)
+			case !isLayerName(target):
 				bad("model %q: alias %s: %q is not a layer name such as layer18 (see `featurefs layers %s`)", m.Name, alias, target, m.Path)
 			}
 		}
@@ -362,17 +346,17 @@ func (o *Options) Validate() error {
 		bad("--allow-cpu-fallback: --device cpu asks for no GPU to fall back from; drop one of them")
 	}
 	switch o.Precision {
-	case extractor.FP32:
-	case extractor.TF32, extractor.FP16:
+	case spec.FP32:
+	case spec.TF32, spec.FP16:
 		if o.Device == "cpu" {
 			bad("--precision %s: the CPU computes in fp32; drop --precision or use --device auto, cuda or cuda:N", o.Precision)
-		} else if o.Precision == extractor.FP16 && !o.TensorRT {
+		} else if o.Precision == spec.FP16 && !o.TensorRT {
 			bad("--precision fp16 needs --tensorrt (the CUDA provider runs fp32 or tf32)")
 		}
 	default:
 		bad("--precision %q: want fp32, tf32 or fp16", o.Precision)
 	}
-	if o.DType != extractor.Float32 && o.DType != extractor.Float16 {
+	if o.DType != spec.Float32 && o.DType != spec.Float16 {
 		bad("--dtype %q: want float32 or float16", o.DType)
 	}
 	if o.BatchSize < 0 {
@@ -400,7 +384,7 @@ func (o *Options) Validate() error {
 	if o.ORTLib == "" {
 		bad("--ort-lib: must not be empty: name libonnxruntime.so (or set FEATUREFS_ORT_LIB)")
 	} else if _, err := os.Stat(o.ORTLib); err != nil {
-		badFile("--ort-lib %s: %v: install ONNX Runtime %s (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err), extractor.ORTVersion)
+		badFile("--ort-lib %s: %v: install ONNX Runtime %s (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err), spec.ORTVersion)
 	}
 	if len(o.ImageExtensions) == 0 {
 		bad("--image-extensions: must name at least one extension, e.g. jpg,jpeg,png")
@@ -450,7 +434,7 @@ func validDevice(d string) bool {
 }
 
 // checkPreprocess checks the settings a config file can override.
-func checkPreprocess(p extractor.Preprocess) error {
+func checkPreprocess(p spec.Preprocess) error {
 	switch {
 	case p.Crop <= 0:
 		return fmt.Errorf("crop %d: must be positive (the model's input size, e.g. 224)", p.Crop)

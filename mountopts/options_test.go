@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // validOptions returns defaults with one existing model file and an
@@ -37,7 +38,7 @@ func TestDefaultsValidateWithAModel(t *testing.T) {
 		t.Fatalf("Validate: %v", err)
 	}
 	d := Default()
-	if d.CacheSize != 10*GiB || d.MetadataTTL != 60*time.Second || d.DType != extractor.Float32 || d.AllowOther {
+	if d.CacheSize != 10*GiB || d.MetadataTTL != 60*time.Second || d.DType != spec.Float32 || d.AllowOther {
 		t.Errorf("unexpected defaults: %+v", d)
 	}
 	if !strings.HasSuffix(d.CacheDir, filepath.Join(".cache", "featurefs", "cache")) {
@@ -58,7 +59,7 @@ func TestValidateMessages(t *testing.T) {
 		{"duplicate model", func(o *Options) { o.Models = append(o.Models, o.Models[0]) }, "given twice"},
 		{"bad alias target", func(o *Options) { o.Models[0].Aliases = map[string]string{"pool": "avgpool"} }, "alias pool: \"avgpool\" is not a layer name"},
 		{"alias shadows a layer", func(o *Options) { o.Models[0].Aliases = map[string]string{"layer3": "layer4"} }, "alias \"layer3\""},
-		{"bad preprocess", func(o *Options) { p := extractor.DefaultPreprocess(); p.Crop = 300; o.Models[0].Preprocess = &p }, "resize 256: must be at least crop (300)"},
+		{"bad preprocess", func(o *Options) { p := spec.DefaultPreprocess(); p.Crop = 300; o.Models[0].Preprocess = &p }, "resize 256: must be at least crop (300)"},
 		{"device", func(o *Options) { o.Device = "gpu" }, "--device \"gpu\": want auto, cpu, cuda or cuda:N"},
 		{"dtype", func(o *Options) { o.DType = "int8" }, "--dtype \"int8\": want float32 or float16"},
 		{"cache size", func(o *Options) { o.CacheSize = 10 }, "--cache-size 10B: must be at least 1MiB"},
@@ -108,7 +109,7 @@ func TestAddModel(t *testing.T) {
 			t.Errorf("AddModel(%q) passed", bad)
 		}
 	}
-	o.Models = []extractor.ModelSpec{{Name: "r", Path: "/a.onnx", Aliases: map[string]string{"pool": "layer18"}}}
+	o.Models = []spec.ModelSpec{{Name: "r", Path: "/a.onnx", Aliases: map[string]string{"pool": "layer18"}}}
 	if err := o.AddModel("r=/b.onnx"); err != nil {
 		t.Fatal(err)
 	}

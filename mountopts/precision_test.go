@@ -5,19 +5,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // --precision: fp32 by default; tf32 and fp16 only where a GPU can be
 // asked for, fp16 only with TensorRT; anything else refused with a message
 // naming the flag. The config file takes precision and cuda-lib-dir.
 func TestPrecisionValidation(t *testing.T) {
-	if d := Default(); d.Precision != extractor.FP32 || d.CUDALibDir != "" {
+	if d := Default(); d.Precision != spec.FP32 || d.CUDALibDir != "" {
 		t.Errorf("defaults: precision %q, cuda-lib-dir %q", d.Precision, d.CUDALibDir)
 	}
 	for _, c := range []struct {
 		device    string
-		precision extractor.Precision
+		precision spec.Precision
 		tensorRT  bool
 		want      string // "" valid, else part of the message
 	}{
@@ -45,7 +45,7 @@ func TestPrecisionValidation(t *testing.T) {
 	if err := o.LoadFile(p); err != nil {
 		t.Fatal(err)
 	}
-	if o.Precision != extractor.TF32 || o.CUDALibDir != "/opt/cudnn/lib:/opt/cuda/lib64" {
+	if o.Precision != spec.TF32 || o.CUDALibDir != "/opt/cudnn/lib:/opt/cuda/lib64" {
 		t.Errorf("from the config file: precision %q, cuda-lib-dir %q", o.Precision, o.CUDALibDir)
 	}
 }
@@ -58,7 +58,7 @@ func TestDefaultORTLibIsVersioned(t *testing.T) {
 	if got := Default().ORTLib; !strings.HasSuffix(got, string(filepath.Separator)+want) {
 		t.Errorf("default --ort-lib %q, want ~/%s", got, want)
 	}
-	if got := extractor.DefaultORTLib(); got != Default().ORTLib {
-		t.Errorf("extractor.DefaultORTLib() %q differs from the mount default %q", got, Default().ORTLib)
+	if got := spec.DefaultORTLib(); got != Default().ORTLib {
+		t.Errorf("spec.DefaultORTLib() %q differs from the mount default %q", got, Default().ORTLib)
 	}
 }

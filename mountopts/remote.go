@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // RemoteOptions are the settings of a mount of feature servers
@@ -103,7 +103,7 @@ func (r *RemoteOptions) validate(errs *[]error) {
 		bad("--remote-max-inflight %d: must be positive", r.MaxInFlight)
 	}
 	if r.Split != "" {
-		if _, err := extractor.ParseSplitPolicy(r.Split); err != nil {
+		if _, err := spec.ParseSplitPolicy(r.Split); err != nil {
 			bad("--split: %v", err)
 		}
 	}

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -181,7 +182,7 @@ func TestSplitBench(t *testing.T) {
 	plan.URL = startServeIn(t, l, data, append(args, "--batch-size", strconv.Itoa(plan.BatchSize), "--log-level", "info")...)
 	plan.ServerNS, plan.ClientNS, plan.ServerDev, plan.ClientDev = l.Server, l.Client, l.serverDev, l.clientDev
 	plan.Out = filepath.Join(t.TempDir(), "results.json")
-	plan.ProfileDir = remote.DefaultProfileDir()
+	plan.ProfileDir = spec.DefaultProfileDir()
 	planFile := filepath.Join(t.TempDir(), "plan.json")
 	pb, _ := json.Marshal(plan)
 	if err := os.WriteFile(planFile, pb, 0o644); err != nil {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 const benchUsage = `Usage: featurefs bench --model M.onnx [flags] DIR
@@ -190,18 +191,16 @@ func runBench(args []string) int {
 	return exitOK
 }
 
-// readImages reads the images (jpg, jpeg, png) under dir, in path order.
+// readImages reads the images under dir (spec.DefaultImageExtensions), in
+// path order.
 func readImages(dir string, limit int) ([][]byte, error) {
 	var paths []string
 	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		switch strings.ToLower(filepath.Ext(p)) {
-		case ".jpg", ".jpeg", ".png":
-			if e.Type().IsRegular() {
-				paths = append(paths, p)
-			}
+		if spec.IsImage(filepath.Base(p), nil) && e.Type().IsRegular() {
+			paths = append(paths, p)
 		}
 		return nil
 	})
@@ -372,7 +371,7 @@ func (b *bencher) decode() benchResult {
 				defer wg.Done()
 				buf := make([]float32, b.m.InputElements())
 				for img := range next {
-					if err := b.m.Preprocess.Apply(img, extractor.DefaultMaxPixels, buf); err != nil {
+					if err := extractor.ApplyPreprocess(b.m.Preprocess, img, extractor.DefaultMaxPixels, buf); err != nil {
 						failed.Add(1)
 					}
 				}

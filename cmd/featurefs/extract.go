@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 const extractUsage = `Usage: featurefs extract --model M.onnx --layer K [flags] IMAGE... -o DIR
@@ -111,11 +112,11 @@ func runExtract(args []string) int {
 	layer, ok := m.Lookup(*layerArg)
 	if !ok {
 		if i, err := strconv.Atoi(*layerArg); err == nil {
-			layer, ok = m.Lookup("layer" + strconv.Itoa(i))
+			layer, ok = m.Lookup(spec.LayerName(i))
 		}
 	}
 	if !ok {
-		fmt.Fprintf(os.Stderr, "featurefs extract: model %s has no layer %q (it has layer0..layer%d; see featurefs layers)\n", *modelPath, *layerArg, len(m.Layers)-1)
+		fmt.Fprintf(os.Stderr, "featurefs extract: model %s has no layer %q (it has %s..%s; see featurefs layers)\n", *modelPath, *layerArg, spec.LayerName(0), spec.LayerName(len(m.Layers)-1))
 		return exitUsage
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/remote"
@@ -39,7 +40,7 @@ func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, lo
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("split execution: %w", err)
 	}
-	x, err := rc.Split(ctx, remote.SplitConfig{Policy: policy, Local: svc, ProfileDir: remote.DefaultProfileDir(), MaxObjectSize: o.MaxObjectSize, Logger: log})
+	x, err := rc.Split(ctx, remote.SplitConfig{Policy: policy, Local: svc, ProfileDir: spec.DefaultProfileDir(), ImageExtensions: o.ImageExtensions, MaxObjectSize: o.MaxObjectSize, Logger: log})
 	if err != nil {
 		svc.Close()
 		return nil, nil, nil, failf(exitModel, "--split: %w", err)

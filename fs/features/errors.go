@@ -2,6 +2,7 @@ package features
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -16,6 +17,11 @@ import (
 // the read that fetched it. The next listing, after MetadataTTL, shows the
 // new version.
 var ErrObjectChanged = errors.New("object changed since it was listed")
+
+// ErrNotImage is matched by Feature's error for an object whose name is
+// not an image's (Config.Images: its extension is not one of the image
+// extensions). It matches bucket.ErrNotFound: there is no such feature.
+var ErrNotImage = fmt.Errorf("not an image (its extension is not one of --image-extensions): %w", bucket.ErrNotFound)
 
 // errBadFeature is returned when the extractor's answer is not the size the
 // layer's shape promises.

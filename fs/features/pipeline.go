@@ -69,7 +69,8 @@ type Config struct {
 	MetadataTTL time.Duration
 	// Images reports whether an object's base name (its key's last
 	// component, a ValidName) is an image the tree shows: walks (prefetch,
-	// Warm) visit only those. nil: every valid name.
+	// Warm) visit only those, and Feature refuses others (ErrNotImage).
+	// nil: every valid name.
 	Images func(base string) bool
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
@@ -20,6 +21,9 @@ import (
 // extractor.ErrUnknownLayer. If ctx ends first, Feature returns ctx.Err() and
 // the run goes on (and fills the cache).
 func (p *Pipeline) Feature(ctx context.Context, model string, layer int, obj bucket.Object) ([]byte, error) {
+	if !p.cfg.Images(path.Base(obj.Key)) {
+		return nil, fmt.Errorf("feature %s: %w", obj.Key, ErrNotImage)
+	}
 	m, ok := p.cfg.Extractor.Model(model)
 	if !ok {
 		return nil, fmt.Errorf("feature %s: %w %q", obj.Key, extractor.ErrUnknownModel, model)

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
@@ -57,10 +58,11 @@ type ServerConfig struct {
 	// NegativeTTL and MaxObjectSize are passed to features.Config.
 	NegativeTTL   time.Duration
 	MaxObjectSize int64
-	// ImageExtensions is not used by the server, which computes the
-	// feature of whatever key it is asked for: the client's tree decides
-	// which objects it shows (it never was: the server's unmounted tree
-	// named no file).
+	// ImageExtensions are the extensions (lower case, no dot) of the
+	// objects the server computes features of and sends whole (split raw),
+	// in any case, as a mount shows them (nil: spec.DefaultImageExtensions).
+	// Another object's feature is 404, features.ErrNotImage; listings are
+	// the source's, whole.
 	ImageExtensions []string
 
 	// ProfileDir caches the compute profiles GET /v1/profile measures
@@ -157,6 +159,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		NegativeTTL:   cfg.NegativeTTL,
 		ReadTimeout:   cfg.ItemTimeout,
 		MaxObjectSize: cfg.MaxObjectSize,
+		Images:        func(base string) bool { return spec.IsImage(base, cfg.ImageExtensions) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("remote.NewServer: %w", err)

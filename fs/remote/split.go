@@ -16,12 +16,12 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -56,6 +56,10 @@ type SplitConfig struct {
 	// The client's silence timeout (ClientConfig.Timeout) still applies:
 	// the server sends heartbeats while it measures.
 	ProfileTimeout time.Duration
+	// ImageExtensions are the mount's image extensions (--image-extensions;
+	// nil: spec.DefaultImageExtensions): listed objects of these count
+	// towards the mean image size the plan assumes for split raw.
+	ImageExtensions []string
 	// Logger receives the plan decisions; nil discards.
 	Logger *slog.Logger
 }
@@ -70,6 +74,7 @@ type SplitExtractor struct {
 	planners map[string]*extractor.Planner // by model; constant after Split
 	rawSem   chan struct{}
 	maxRaw   int64           // bytes of one raw image
+	exts     []string        // image extensions (SplitConfig.ImageExtensions)
 	ctx      context.Context // the probes'; under the client's root, cancelled by Close
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -107,7 +112,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*extractor.Planner{},
-		rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize}
+		rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, exts: cfg.ImageExtensions}
 	x.ctx, x.cancel = context.WithCancel(c.owner.Context())
 	if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
 		// Nothing to plan: no probe, no profile (a short --remote-timeout
@@ -421,8 +426,7 @@ func (b *sizeBucket) List(ctx context.Context, prefix, token string) (bucket.Pag
 	if err == nil {
 		var imgs []bucket.Object
 		for _, o := range p.Objects {
-			switch strings.ToLower(path.Ext(o.Key)) {
-			case ".jpg", ".jpeg", ".png":
+			if spec.IsImage(path.Base(o.Key), b.x.exts) {
 				imgs = append(imgs, o)
 			}
 		}

@@ -12,23 +12,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
+	"path"
 	"strconv"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/fs/features"
 )
-
-// DefaultProfileDir is where compute profiles are cached when no directory
-// is configured: ~/.cache/featurefs/profiles.
-func DefaultProfileDir() string {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = os.TempDir()
-	}
-	return filepath.Join(home, ".cache", "featurefs", "profiles")
-}
 
 // MaxProbeBytes bounds GET /v1/probe.
 const MaxProbeBytes = 64 << 20
@@ -65,7 +56,7 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 	}
 	dir := s.cfg.ProfileDir
 	if dir == "" {
-		dir = DefaultProfileDir()
+		dir = spec.DefaultProfileDir()
 	}
 	type result struct {
 		prof *extractor.Profile
@@ -149,6 +140,10 @@ func (s *Server) handleObject(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if key == "" {
 		writeError(w, StatusBadRequest, fmt.Errorf("object needs a key: %w", errBadItem))
+		return
+	}
+	if !spec.IsImage(path.Base(key), s.cfg.ImageExtensions) {
+		writeError(w, StatusOf(features.ErrNotImage), fmt.Errorf("object %s: %w", key, features.ErrNotImage))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ItemTimeout)

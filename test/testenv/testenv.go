@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // Python is the interpreter that has Debian's torch, torchvision and onnx.
@@ -24,11 +26,7 @@ func DepsDir() string {
 	if d := os.Getenv("FEATUREFS_DEPS"); d != "" {
 		return d
 	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = os.TempDir()
-	}
-	return filepath.Join(home, ".cache", "featurefs")
+	return spec.Dir()
 }
 
 // RepoRoot returns the directory holding go.mod.
@@ -51,14 +49,13 @@ func RepoRoot(t testing.TB) string {
 }
 
 // ORTLib returns the path of libonnxruntime: $FEATUREFS_ORT_LIB, else the one
-// install-deps.sh fetched (extractor.ORTLibRel under DepsDir; spelled out
-// here because extractor's tests import this package). It fails the test
+// install-deps.sh fetched (spec.ORTLibRel under DepsDir). It fails the test
 // when the file is missing.
 func ORTLib(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("FEATUREFS_ORT_LIB")
 	if p == "" {
-		p = filepath.Join(DepsDir(), "lib", "onnxruntime-1.29.0", "libonnxruntime.so.1")
+		p = filepath.Join(DepsDir(), filepath.FromSlash(spec.ORTLibRel))
 	}
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("testenv: ONNX Runtime library missing (%v): run scripts/install-deps.sh or set FEATUREFS_ORT_LIB", err)
