@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 )
@@ -53,15 +54,10 @@ func (n naming) split(base string) (stem string, ok bool) {
 
 // parts is split that also returns the extension (without the dot).
 func (n naming) parts(base string) (stem, ext string, ok bool) {
-	i := strings.LastIndexByte(base, '.')
-	if i < 0 {
+	if len(n.exts) == 0 { // spec's nil means its defaults; here, no image
 		return "", "", false
 	}
-	ext = base[i+1:]
-	if slices.Contains(n.exts, asciiLower(ext)) {
-		return base[:i], ext, true
-	}
-	return "", "", false
+	return spec.SplitImage(base, n.exts)
 }
 
 // variants returns the keys of stem key S ("prefix/S") that can share its

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -48,30 +49,44 @@ func allDigits(s string) bool {
 	return true
 }
 
+// defaultImageExtensions is what DefaultImageExtensions returns copies of.
+var defaultImageExtensions = []string{"jpg", "jpeg", "png"}
+
 // DefaultImageExtensions returns the object extensions shown as .npy files
 // and computed when none are configured (--image-extensions): lower case,
 // without dots.
-func DefaultImageExtensions() []string { return []string{"jpg", "jpeg", "png"} }
+func DefaultImageExtensions() []string { return slices.Clone(defaultImageExtensions) }
 
 // IsImage reports whether base (a key's last component) ends in one of
 // exts (lower case, without dots; nil: DefaultImageExtensions), in any
 // ASCII case: "a.JPG" is an image, "a", "a.txt" and "jpg" are not, ".jpg"
 // is one (of empty stem).
 func IsImage(base string, exts []string) bool {
+	_, _, ok := SplitImage(base, exts)
+	return ok
+}
+
+// SplitImage is IsImage that also returns base's stem and extension (as
+// written, without the dot): "a.JPG" is "a" and "JPG". The mount's naming
+// rule and every other image check go through it.
+func SplitImage(base string, exts []string) (stem, ext string, ok bool) {
 	i := strings.LastIndexByte(base, '.')
 	if i < 0 {
-		return false
+		return "", "", false
 	}
 	if exts == nil {
-		exts = DefaultImageExtensions()
+		exts = defaultImageExtensions
 	}
-	ext := base[i+1:]
+	ext = base[i+1:]
+	if !isASCII(ext) {
+		return "", "", false
+	}
 	for _, e := range exts {
-		if strings.EqualFold(ext, e) && isASCII(ext) {
-			return true
+		if strings.EqualFold(ext, e) {
+			return base[:i], ext, true
 		}
 	}
-	return false
+	return "", "", false
 }
 
 func isASCII(s string) bool {
