@@ -136,7 +136,7 @@ type PrefetchStats struct {
 
 // budget bounds work in flight by count and bytes. Safe for concurrent use.
 type budget struct {
-	maxBytes func(cost int64) int64 // the byte bound for items of cost bytes
+	maxBytes func(n int, cost int64) int64 // the byte bound for n items of cost bytes
 	maxN     func() int
 
 	mu        sync.Mutex
@@ -148,8 +148,8 @@ type budget struct {
 	wake      chan struct{} // GUARDED_BY(mu): closed on release
 }
 
-func newBudget(maxN func() int, maxBytes func(cost int64) int64) *budget {
-	return &budget{maxN: maxN, maxBytes: maxBytes, lastMax: maxBytes(0), wake: make(chan struct{})}
+func newBudget(maxN func() int, maxBytes func(n int, cost int64) int64) *budget {
+	return &budget{maxN: maxN, maxBytes: maxBytes, lastMax: maxBytes(0, 0), wake: make(chan struct{})}
 }
 
 // acquire waits until one more item of cost bytes fits (an item alone
@@ -157,7 +157,7 @@ func newBudget(maxN func() int, maxBytes func(cost int64) int64) *budget {
 func (b *budget) acquire(ctx context.Context, cost int64) error {
 	for {
 		limit := b.maxN() // may ask the extractor: not under mu
-		maxBytes := b.maxBytes(cost)
+		maxBytes := b.maxBytes(limit, cost)
 		b.mu.Lock()
 		b.lastMax = maxBytes
 		if b.n == 0 || (b.n < limit && b.bytes+cost <= maxBytes) {
@@ -295,16 +295,17 @@ func (p *prefetcher) maxInFlight() int {
 	return min(max(4*p.batchSize, minPrefetchInFlight), maxPrefetchInFlight)
 }
 
-// maxBytes is the byte bound for extractions of cost bytes each:
-// MaxBytes when set, else enough for the in-flight bound of them, at
-// least defaultPrefetchBytes and at most maxAutoPrefetchBytes. A GPU
+// maxBytes is the byte bound for extractions of cost bytes each, n of
+// them allowed in flight (maxInFlight): MaxBytes when set, else enough for
+// n of them, at least defaultPrefetchBytes and at most
+// maxAutoPrefetchBytes. A GPU
 // batch of 256 layer12 extractions (about 1.5 MB each) needs 384 MB, so a
 // fixed 256 MiB would cap prefetch below one batch.
-func (p *prefetcher) maxBytes(cost int64) int64 {
+func (p *prefetcher) maxBytes(n int, cost int64) int64 {
 	if p.cfg.MaxBytes > 0 {
 		return p.cfg.MaxBytes
 	}
-	return min(max(int64(p.maxInFlight())*cost, defaultPrefetchBytes), maxAutoPrefetchBytes)
+	return min(max(int64(n)*cost, defaultPrefetchBytes), maxAutoPrefetchBytes)
 }
 
 // touch tells the prefetcher a reader is in directory prefix of view v; it

@@ -25,11 +25,11 @@ func TestPrefetchByteBoundFollowsBatches(t *testing.T) {
 		{"set", 1024, 64 << 20, layer12, 64 << 20},
 	} {
 		p := &prefetcher{cfg: PrefetchConfig{MaxInFlight: c.inFlight, MaxBytes: c.set}}
-		if got := p.maxBytes(c.cost); got != c.want {
+		if got := p.maxBytes(p.maxInFlight(), c.cost); got != c.want {
 			t.Errorf("%s: byte bound %d, want %d", c.name, got, c.want)
 		}
-		if c.name == "GPU layer12" && p.maxBytes(c.cost)/c.cost < 256 {
-			t.Errorf("%s: the bound holds %d extractions, less than a batch of 256", c.name, p.maxBytes(c.cost)/c.cost)
+		if got := p.maxBytes(p.maxInFlight(), c.cost); c.name == "GPU layer12" && got/c.cost < 256 {
+			t.Errorf("%s: the bound holds %d extractions, less than a batch of 256", c.name, got/c.cost)
 		}
 	}
 	b := newBudget(func() int { return 1024 }, (&prefetcher{cfg: PrefetchConfig{MaxInFlight: 1024}}).maxBytes)
