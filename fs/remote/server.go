@@ -380,23 +380,21 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 	cctx, ccancel := s.owner.Detach(ctx)
 	cctx, tcancel := context.WithTimeout(cctx, s.cfg.ItemTimeout)
 	s.n.inFlight.Add(1)
+	release := func() { // the slot and the contexts, once the computation ends
+		tcancel()
+		ccancel()
+		s.n.inFlight.Add(-1)
+		<-s.sem
+	}
 	if !s.owner.Go(func() {
-		defer func() {
-			tcancel()
-			ccancel()
-			s.n.inFlight.Add(-1)
-			<-s.sem
-		}()
+		defer release()
 		data, err := s.compute(cctx, it)
 		if err != nil && s.owner.Context().Err() != nil {
 			err = fmt.Errorf("%s: %w: the server is closing (%w)", it.Key, lifetime.ErrClosed, err)
 		}
 		done <- result{data, err}
 	}) {
-		tcancel()
-		ccancel()
-		s.n.inFlight.Add(-1)
-		<-s.sem
+		release()
 		return nil, fmt.Errorf("%s: %w: the server is closing", it.Key, lifetime.ErrClosed)
 	}
 	select {
