@@ -19,15 +19,7 @@ import (
 // (heartbeats dropped) and the response.
 func postBatch(t *testing.T, url, body string) (*http.Response, map[uint32]Frame) {
 	t.Helper()
-	req, err := http.NewRequest("POST", url+"/v1/batch", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := authorizedDo(t, "POST", url+"/v1/batch", strings.NewReader(body))
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return resp, nil

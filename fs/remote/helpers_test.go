@@ -245,6 +245,22 @@ func featureReq(key string, layer int, etag string) extractor.Request {
 
 func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
 
+// authorizedDo sends a request with the test token; the caller closes the
+// response's body.
+func authorizedDo(t testing.TB, method, url string, body io.Reader) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // newTLSTestServer serves h over TLS with httptest's certificate.
 func newTLSTestServer(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
