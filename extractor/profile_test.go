@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -36,7 +37,7 @@ func TestProfileMeasuredOnceAndCached(t *testing.T) {
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Layers) != len(m.Layers) || p.Digest != m.Digest || p.Device != "cpu" || p.Batch != 2 || p.Host != HostID() || p.Host == "" {
+	if len(p.Layers) != len(m.Layers) || p.Digest != m.Digest || p.Device != "cpu" || p.Batch != 2 || p.Host != split.HostID() || p.Host == "" {
 		t.Fatalf("profile %+v does not describe the model", p)
 	}
 	for i, l := range p.Layers {
@@ -78,7 +79,7 @@ func TestProfileMeasuredOnceAndCached(t *testing.T) {
 	if err != nil || p4.Created.Equal(p.Created) {
 		t.Fatalf("damaged cache: %v, created %v", err, p4.Created)
 	}
-	if _, err := LoadProfile(files[0]); err != nil {
+	if _, err := split.LoadProfile(files[0]); err != nil {
 		t.Errorf("rewritten cache: %v", err)
 	}
 	if _, err := svc.Profile(ctx, "nope", ProfileOptions{}); err == nil {

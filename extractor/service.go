@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/featurefs/featurefs/extractor/split"
 )
 
 // ErrUnknownModel is matched by Extract errors for a model name not loaded.
@@ -408,7 +410,7 @@ type Stats struct {
 	InferSeconds     float64        `json:"infer_seconds"`
 	// Split is the split execution plan of a remote mount (--split), nil
 	// otherwise.
-	Split *PlannerStats `json:"split,omitempty"`
+	Split *split.Stats `json:"split,omitempty"`
 }
 
 // Stats returns the current figures.

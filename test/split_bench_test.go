@@ -48,6 +48,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -222,7 +223,7 @@ func TestSplitBench(t *testing.T) {
 			t.Errorf("%s %s layer%d %d Mbit/s: %d samples at %.2f/s (predicted %.2f/s)", r.Model, r.Policy, r.Freeze, r.Mbit, r.Samples, r.PerSec, r.Predicted)
 		}
 		if math.Abs(r.PayloadBytes-r.WantPayload) > 1 {
-			t.Errorf("%s %s layer%d: %.0f payload bytes per sample, want %.0f (split %s)", r.Model, r.Policy, r.Freeze, r.PayloadBytes, r.WantPayload, extractor.SplitName(r.Split))
+			t.Errorf("%s %s layer%d: %.0f payload bytes per sample, want %.0f (split %s)", r.Model, r.Policy, r.Freeze, r.PayloadBytes, r.WantPayload, spec.SplitName(r.Split))
 		}
 		if r.WireBytes < r.PayloadBytes {
 			t.Errorf("%s %s layer%d: %.0f bytes per sample on the link, less than the %.0f payload", r.Model, r.Policy, r.Freeze, r.WireBytes, r.PayloadBytes)
@@ -313,8 +314,8 @@ func TestSplitBenchHelper(t *testing.T) {
 				t.Fatalf("no model %s", bm.Name)
 			}
 			for _, freeze := range bm.Freezes {
-				split := func(policy string) *remote.SplitExtractor {
-					p, err := extractor.ParseSplitPolicy(policy)
+				openSplit := func(policy string) *remote.SplitExtractor {
+					p, err := spec.ParseSplitPolicy(policy)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -324,7 +325,7 @@ func TestSplitBenchHelper(t *testing.T) {
 					}
 					return x
 				}
-				xa := split("auto")
+				xa := openSplit("auto")
 				chosen, cands, err := xa.Planner(m.Name).Candidates(freeze)
 				if err != nil {
 					t.Fatal(err)
@@ -336,7 +337,7 @@ func TestSplitBenchHelper(t *testing.T) {
 				// layer, or the auto choice, the best ranked and a spread of
 				// the others.
 				ranked := slices.Clone(cands)
-				q := func(k extractor.SplitCandidate) int {
+				q := func(k split.Candidate) int {
 					return int(math.Floor(math.Log(k.SecondsPerSample) / math.Log(1.01)))
 				}
 				sort.SliceStable(ranked, func(i, j int) bool {
@@ -349,7 +350,7 @@ func TestSplitBenchHelper(t *testing.T) {
 				for i, k := range ranked {
 					rank[k.Split] = i + 1
 				}
-				fixed := []int{extractor.SplitRaw, freeze}
+				fixed := []int{spec.SplitRaw, freeze}
 				extra := bm.Extra
 				if extra < 0 {
 					extra = freeze
@@ -375,7 +376,7 @@ func TestSplitBenchHelper(t *testing.T) {
 					add(s)
 				}
 				want := func(s int) float64 {
-					if s == extractor.SplitRaw {
+					if s == spec.SplitRaw {
 						return plan.RawBytes
 					}
 					return float64(extractor.NPYSize(m.Layers[s].Shape, c.Info().DType))
@@ -396,20 +397,20 @@ func TestSplitBenchHelper(t *testing.T) {
 						results[i] = r
 					}
 					fmt.Printf("splitbench: %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample\n",
-						m.Name, freeze, mbit, r.ProbedMbit, policy, extractor.SplitName(r.Split), r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes)
+						m.Name, freeze, mbit, r.ProbedMbit, policy, spec.SplitName(r.Split), r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes)
 				}
 				// Rounds run every configuration in turn again (fresh keys):
 				// a burst of other load on the machine hits one run of a
 				// configuration, not all of them.
 				for round := range plan.Rounds {
 					if round > 0 {
-						xa = split("auto")
+						xa = openSplit("auto")
 					}
 					run(xa, "auto")
 					xa.Close()
 					for _, s := range fixed {
-						x := split(extractor.SplitName(s))
-						run(x, extractor.SplitName(s))
+						x := openSplit(spec.SplitName(s))
+						run(x, spec.SplitName(s))
 						x.Close()
 					}
 				}
@@ -425,14 +426,14 @@ func TestSplitBenchHelper(t *testing.T) {
 // splitBenchTwoHosts returns the cost model's choice for freeze at bw and
 // its raw candidate, with both sides' profiles (the server's from GET
 // /v1/profile) but compute not shared: the prediction for two hosts.
-func splitBenchTwoHosts(t *testing.T, plan splitBenchPlan, svc *extractor.Service, model string, freeze int, bw float64) [2]extractor.SplitCandidate {
+func splitBenchTwoHosts(t *testing.T, plan splitBenchPlan, svc *extractor.Service, model string, freeze int, bw float64) [2]split.Candidate {
 	t.Helper()
 	resp, err := http.Get(plan.URL + "/v1/profile?model=" + model)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var sp extractor.Profile
+	var sp split.Profile
 	if err := json.NewDecoder(resp.Body).Decode(&sp); err != nil {
 		t.Fatalf("server profile of %s: %v", model, err)
 	}
@@ -440,7 +441,7 @@ func splitBenchTwoHosts(t *testing.T, plan splitBenchPlan, svc *extractor.Servic
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm, err := extractor.NewCostModel(&sp, lp)
+	cm, err := split.NewCostModel(&sp, lp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +450,7 @@ func splitBenchTwoHosts(t *testing.T, plan splitBenchPlan, svc *extractor.Servic
 	if err != nil {
 		t.Fatal(err)
 	}
-	return [2]extractor.SplitCandidate{best, cands[0]} // cands[0] is raw
+	return [2]split.Candidate{best, cands[0]} // cands[0] is raw
 }
 
 // splitBenchRun reads the images of key prefix c<cfg> as layer freeze
@@ -602,7 +603,7 @@ func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.D
 			case r.Policy == "auto":
 				auto = r
 			default:
-				if r.Split == extractor.SplitRaw {
+				if r.Split == spec.SplitRaw {
 					raw = r
 				}
 				if r.PerSec > best.PerSec {
@@ -630,8 +631,8 @@ func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.D
 			at50 = append(at50, vsRaw)
 		}
 		w("| %s | layer%d | %d Mbit/s | %s | %.2f; %.2f | %s, %.2f | %.2f; %.2f | %.2f | %.2fx | %.0f (%.0f) | %.0f (%.0f) | %s, %.2fx |\n", g.model, g.freeze, g.mbit,
-			extractor.SplitName(auto.Split), auto.PerSec, splitRate, extractor.SplitName(best.Split), best.PerSec, ratio, ratioSplit, raw.PerSec, vsRaw,
-			auto.PayloadBytes, auto.WireBytes, raw.PayloadBytes, raw.WireBytes, extractor.SplitName(auto.TwoHostSplit), auto.TwoHostAuto/auto.TwoHostRaw)
+			spec.SplitName(auto.Split), auto.PerSec, splitRate, spec.SplitName(best.Split), best.PerSec, ratio, ratioSplit, raw.PerSec, vsRaw,
+			auto.PayloadBytes, auto.WireBytes, raw.PayloadBytes, raw.WireBytes, spec.SplitName(auto.TwoHostSplit), auto.TwoHostAuto/auto.TwoHostRaw)
 	}
 	pct := func(n int) float64 { return 100 * float64(n) / float64(max(1, total)) }
 	// One line per target, in the form make bench's summary reads.
@@ -675,7 +676,7 @@ func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.D
 				pol = "none (" + r.Policy + ")"
 			}
 			w("| %s | layer%d | %d (%.0f) Mbit/s | %s | %s | %d | %.2f | %.2f | %.0f | %.0f |\n", r.Model, r.Freeze, r.Mbit, r.ProbedMbit, pol,
-				extractor.SplitName(r.Split), r.Rank, r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes)
+				spec.SplitName(r.Split), r.Rank, r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes)
 		}
 	}
 	return b.String()

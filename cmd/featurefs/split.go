@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
@@ -22,7 +21,7 @@ func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, lo
 	if mode == "" {
 		mode = "none"
 	}
-	policy, err := extractor.ParseSplitPolicy(mode)
+	policy, err := spec.ParseSplitPolicy(mode)
 	if err != nil {
 		return nil, nil, nil, failf(exitUsage, "--split: %w", err)
 	}

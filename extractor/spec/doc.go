@@ -6,8 +6,9 @@
 // reserved name "layers", the layer directory names (layer0..layerN) and
 // the paths under ~/.cache/featurefs.
 //
-// Package extractor (ONNX Runtime, NVML) re-exports these types as
-// aliases; mountopts and cmd/featurefs read them from here, so that parsing
-// options never links ONNX Runtime or NVML. Nothing here imports another
+// Package extractor (ONNX Runtime, NVML) re-exports most of these types
+// as aliases (not the split policy's: extractor/split and fs/remote use it
+// from here); mountopts and cmd/featurefs read them from here, so that
+// parsing options never links ONNX Runtime or NVML. Nothing here imports another
 // featurefs package.
 package spec

@@ -22,13 +22,14 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
 // SplitConfig configures split execution.
 type SplitConfig struct {
 	// Policy is --split: auto, none, raw or a fixed layer.
-	Policy extractor.SplitPolicy
+	Policy spec.SplitPolicy
 	// Local runs the mount's part; its models must have the servers'
 	// digests (models it lacks are served without split).
 	Local *extractor.Service
@@ -71,7 +72,7 @@ type SplitExtractor struct {
 	inner    *Extractor
 	local    *extractor.Service
 	log      *slog.Logger
-	planners map[string]*extractor.Planner // by model; constant after Split
+	planners map[string]*split.Planner // by model; constant after Split
 	rawSem   chan struct{}
 	maxRaw   int64           // bytes of one raw image
 	exts     []string        // image extensions (SplitConfig.ImageExtensions)
@@ -111,7 +112,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*extractor.Planner{},
+	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*split.Planner{},
 		rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, exts: cfg.ImageExtensions}
 	x.ctx, x.cancel = context.WithCancel(c.owner.Context())
 	if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
@@ -149,13 +150,13 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 		if err != nil {
 			return nil, fmt.Errorf("split: local profile of %s: %w", m.Name, err)
 		}
-		cm, err := extractor.NewCostModel(sp, lp)
+		cm, err := split.NewCostModel(sp, lp)
 		if err != nil {
 			return nil, fmt.Errorf("split: model %s: %w", m.Name, err)
 		}
 		cm.RawBytes = cfg.RawBytes
 		cm.ElemBytes = c.info.DType.Size()
-		p, err := extractor.NewPlanner(cm, cfg.Policy, bw)
+		p, err := split.NewPlanner(cm, cfg.Policy, bw)
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +174,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 // serverProfile gets GET /v1/profile?model=M from the first server, within
 // total; the server must not stay silent (no byte, no heartbeat) for the
 // client's Timeout.
-func (c *Client) serverProfile(ctx context.Context, model string, total time.Duration) (*extractor.Profile, error) {
+func (c *Client) serverProfile(ctx context.Context, model string, total time.Duration) (*split.Profile, error) {
 	u := c.servers[0].url
 	ctx, cancel := context.WithTimeout(ctx, total)
 	defer cancel()
@@ -190,7 +191,7 @@ func (c *Client) serverProfile(ctx context.Context, model string, total time.Dur
 	if json.Unmarshal(b, &e) == nil && e.Error != "" {
 		return nil, ErrorOf(e.Status, e.Error, u, model)
 	}
-	var p extractor.Profile
+	var p split.Profile
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("%s: profile of %s: %w", u, model, err)
 	}
@@ -206,7 +207,7 @@ func (x *SplitExtractor) Close() error {
 }
 
 // Planner returns the split planner of a model (nil: not split).
-func (x *SplitExtractor) Planner(model string) *extractor.Planner { return x.planners[model] }
+func (x *SplitExtractor) Planner(model string) *split.Planner { return x.planners[model] }
 
 // probe measures the bandwidth from the first server: n bytes of GET
 // /v1/probe over the time to read them, plus what other transfers received
@@ -332,7 +333,7 @@ func (x *SplitExtractor) Extract(ctx context.Context, req extractor.Request) ([]
 	case split == freeze:
 		data, err = x.inner.Extract(ctx, req)
 		wire = int64(len(data))
-	case split == extractor.SplitRaw:
+	case split == spec.SplitRaw:
 		var img []byte
 		img, err = x.object(ctx, req.Key, req.ETag)
 		if err == nil {
@@ -350,7 +351,7 @@ func (x *SplitExtractor) Extract(ctx context.Context, req extractor.Request) ([]
 		if err == nil {
 			data, err = x.local.ExtractFrom(ctx, req.Model, split, freeze, mid)
 			if errors.Is(err, extractor.ErrBadTensor) {
-				err = fmt.Errorf("%s: the server's %s: %w", req.Key, extractor.SplitName(split), err)
+				err = fmt.Errorf("%s: the server's %s: %w", req.Key, spec.SplitName(split), err)
 			}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -42,7 +42,7 @@ func TestSplitRawHonoursMaxObjectSize(t *testing.T) {
 	t.Cleanup(hs.Close)
 	c := dial(t, ClientConfig{URLs: []string{hs.URL}})
 	ctx := context.Background()
-	none := extractor.SplitPolicy{Mode: "none"}
+	none := spec.SplitPolicy{Mode: "none"}
 
 	x, err := c.Split(ctx, SplitConfig{Policy: none, MaxObjectSize: 1024})
 	if err != nil {

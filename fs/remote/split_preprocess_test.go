@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -53,7 +54,7 @@ func TestSplitRefusesOtherPreprocessing(t *testing.T) {
 	}
 	defer c.Close()
 	var logBuf bytes.Buffer
-	x, err := c.Split(ctx, SplitConfig{Policy: extractor.SplitPolicy{Mode: "raw"}, Local: local, ProfileDir: t.TempDir(),
+	x, err := c.Split(ctx, SplitConfig{Policy: spec.SplitPolicy{Mode: "raw"}, Local: local, ProfileDir: t.TempDir(),
 		ProbeBytes: 64 << 10, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
 	if err != nil {
 		t.Fatal(err)

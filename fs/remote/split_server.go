@@ -2,7 +2,7 @@ package remote
 
 // The server's endpoints for split execution (docs/SPLIT.md):
 //
-//	GET /v1/profile?model=M   the server's compute profile of M (JSON extractor.Profile)
+//	GET /v1/profile?model=M   the server's compute profile of M (JSON split.Profile)
 //	GET /v1/probe?bytes=N     N bytes of filler, to measure the bandwidth
 //	GET /v1/object?key=K      the object's bytes (split "raw": the mount extracts)
 
@@ -18,6 +18,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/fs/features"
 )
 
@@ -27,7 +28,7 @@ const MaxProbeBytes = 64 << 20
 // profiler is what the server's extractor offers for GET /v1/profile
 // (*extractor.Service implements it).
 type profiler interface {
-	Profile(ctx context.Context, model string, opts extractor.ProfileOptions) (*extractor.Profile, error)
+	Profile(ctx context.Context, model string, opts extractor.ProfileOptions) (*split.Profile, error)
 }
 
 // registerSplit adds the split endpoints to the server's mux.
@@ -59,7 +60,7 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 		dir = spec.DefaultProfileDir()
 	}
 	type result struct {
-		prof *extractor.Profile
+		prof *split.Profile
 		err  error
 	}
 	done := make(chan result, 1)

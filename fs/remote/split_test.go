@@ -20,6 +20,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -112,7 +113,7 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 		_, _, want[k], _ = extractor.DecodeNPY(npy)
 	}
 	for _, pol := range []string{"none", "raw", "layer3", "layer0", "auto"} {
-		policy, err := extractor.ParseSplitPolicy(pol)
+		policy, err := spec.ParseSplitPolicy(pol)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +133,7 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 		case "none":
 			wantSplit = freeze
 		case "raw":
-			wantSplit = extractor.SplitRaw
+			wantSplit = spec.SplitRaw
 		case "layer3":
 			wantSplit = 3
 		case "layer0":

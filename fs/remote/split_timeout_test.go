@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -30,10 +32,10 @@ import (
 type slowProfiler struct {
 	*extractor.Service
 	delay time.Duration
-	prof  *extractor.Profile
+	prof  *split.Profile
 }
 
-func (s *slowProfiler) Profile(ctx context.Context, model string, opts extractor.ProfileOptions) (*extractor.Profile, error) {
+func (s *slowProfiler) Profile(ctx context.Context, model string, opts extractor.ProfileOptions) (*split.Profile, error) {
 	select {
 	case <-time.After(s.delay):
 	case <-ctx.Done():
@@ -44,11 +46,11 @@ func (s *slowProfiler) Profile(ctx context.Context, model string, opts extractor
 
 // syntheticProfile is a valid CPU profile of m (1 ms per layer), so that
 // the test does not spend its time measuring one.
-func syntheticProfile(m *extractor.Model, threads, batch int) *extractor.Profile {
-	p := &extractor.Profile{Schema: 1, Model: m.Name, Digest: m.Digest, Device: "cpu", Host: extractor.HostID(), Threads: threads, Batch: batch,
+func syntheticProfile(m *extractor.Model, threads, batch int) *split.Profile {
+	p := &split.Profile{Schema: split.ProfileSchema, Model: m.Name, Digest: m.Digest, Device: "cpu", Host: split.HostID(), Threads: threads, Batch: batch,
 		Created: time.Now().UTC(), DecodeSeconds: 0.005, WeightBytes: 1 << 20}
 	for i, l := range m.Layers {
-		p.Layers = append(p.Layers, extractor.LayerProfile{Index: i, Tensor: l.Tensor, Bytes: l.Bytes, ActBytes: l.Bytes, Seconds: 0.001, CumSeconds: 0.001 * float64(i+1)})
+		p.Layers = append(p.Layers, split.LayerProfile{Index: i, Tensor: l.Tensor, Bytes: l.Bytes, ActBytes: l.Bytes, Seconds: 0.001, CumSeconds: 0.001 * float64(i+1)})
 	}
 	return p
 }
@@ -98,7 +100,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	m, _ := svc.Model("resnet18")
 	prof := syntheticProfile(m, cfg.IntraOpThreads, cfg.BatchSize)
 	localDir := t.TempDir()
-	if err := extractor.SaveProfile(filepath.Join(localDir, fmt.Sprintf("profile-%s-cpu-t%d-b%d.json", m.Digest[:16], cfg.IntraOpThreads, cfg.BatchSize)), prof); err != nil {
+	if err := split.SaveProfile(filepath.Join(localDir, fmt.Sprintf("profile-%s-cpu-t%d-b%d.json", m.Digest[:16], cfg.IntraOpThreads, cfg.BatchSize)), prof); err != nil {
 		t.Fatal(err)
 	}
 	serve := func(heartbeat time.Duration) (*httptest.Server, *pathCounter) {
@@ -122,7 +124,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	table := c.Info().Models[0].Table
 
 	// --split none with the models given: nothing measured, nothing asked.
-	x, err := c.Split(ctx, SplitConfig{Policy: extractor.SplitPolicy{Mode: "none"}, Local: svc, ProfileDir: t.TempDir()})
+	x, err := c.Split(ctx, SplitConfig{Policy: spec.SplitPolicy{Mode: "none"}, Local: svc, ProfileDir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("--split none with a %v timeout: %v", timeout, err)
 	}
@@ -137,7 +139,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	// --split auto: the server takes 4x the silence timeout to profile,
 	// sending heartbeats; the profile arrives.
 	start := time.Now()
-	x, err = c.Split(ctx, SplitConfig{Policy: extractor.SplitPolicy{Mode: "auto"}, Local: svc, ProfileDir: localDir, ProbeBytes: 64 << 10})
+	x, err = c.Split(ctx, SplitConfig{Policy: spec.SplitPolicy{Mode: "auto"}, Local: svc, ProfileDir: localDir, ProbeBytes: 64 << 10})
 	if err != nil {
 		t.Fatalf("--split auto with a %v timeout and a server profiling for %v: %v", timeout, delay, err)
 	}
@@ -159,7 +161,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	}
 	defer c2.Close()
 	start = time.Now()
-	_, err = c2.Split(ctx, SplitConfig{Policy: extractor.SplitPolicy{Mode: "auto"}, Local: svc, ProfileDir: localDir, ProbeBytes: 64 << 10})
+	_, err = c2.Split(ctx, SplitConfig{Policy: spec.SplitPolicy{Mode: "auto"}, Local: svc, ProfileDir: localDir, ProbeBytes: 64 << 10})
 	// The server answers its header after 100ms and then stays silent.
 	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > delay {
 		t.Errorf("--split auto with a silent server: %v after %v; want ErrUnavailable after about %v", err, took, timeout)

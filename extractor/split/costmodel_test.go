@@ -1,10 +1,11 @@
-package extractor
+package split
 
 import (
 	"errors"
 	"math"
 	"testing"
-	"time"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // synthProfile makes a profile of a 6-layer model whose per-layer output
@@ -12,7 +13,7 @@ import (
 func synthProfile(host, device string, speed float64) *Profile {
 	bytes := []int64{1 << 20, 512 << 10, 600 << 10, 64 << 10, 128 << 10, 4 << 10}
 	secs := []float64{0.002, 0.004, 0.008, 0.008, 0.004, 0.001}
-	p := &Profile{Schema: profileSchema, Model: "m", Digest: "d1", Device: device, Host: host, Batch: 4, DecodeSeconds: 0.003 / speed, WeightBytes: 50 << 20}
+	p := &Profile{Schema: ProfileSchema, Model: "m", Digest: "d1", Device: device, Host: host, Batch: 4, DecodeSeconds: 0.003 / speed, WeightBytes: 50 << 20}
 	cum := 0.0
 	act := int64(150 << 10)
 	for i := range bytes {
@@ -25,8 +26,8 @@ func synthProfile(host, device string, speed float64) *Profile {
 }
 
 // bruteBest is the reference: the feasible candidate of least time.
-func bruteBest(cands []SplitCandidate) SplitCandidate {
-	best := SplitCandidate{SecondsPerSample: math.Inf(1)}
+func bruteBest(cands []Candidate) Candidate {
+	best := Candidate{SecondsPerSample: math.Inf(1)}
 	for _, k := range cands {
 		if k.Feasible && k.SecondsPerSample < best.SecondsPerSample {
 			best = k
@@ -52,12 +53,12 @@ func TestCostModelChoosesFastestSplit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(cands) != freeze+2 || cands[0].Split != SplitRaw {
+			if len(cands) != freeze+2 || cands[0].Split != spec.SplitRaw {
 				t.Fatalf("freeze %d: candidates %v", freeze, cands)
 			}
 			ref := bruteBest(cands)
 			if best.SecondsPerSample > ref.SecondsPerSample*1.01 {
-				t.Errorf("bw %g freeze %d: chose %s (%g s), best is %s (%g s)", bw, freeze, SplitName(best.Split), best.SecondsPerSample, SplitName(ref.Split), ref.SecondsPerSample)
+				t.Errorf("bw %g freeze %d: chose %s (%g s), best is %s (%g s)", bw, freeze, spec.SplitName(best.Split), best.SecondsPerSample, spec.SplitName(ref.Split), ref.SecondsPerSample)
 			}
 			for _, k := range cands {
 				want := max(k.ServerSeconds, k.WireSeconds, k.ClientSeconds)
@@ -70,18 +71,18 @@ func TestCostModelChoosesFastestSplit(t *testing.T) {
 	// A slow link: the layer with the fewest bytes up to the freeze layer.
 	best, _, _ := cm.Choose(4, 1*mbit)
 	if best.Split != 3 {
-		t.Errorf("1 Mbit/s, freeze 4: chose %s, want layer3 (64 KB, the smallest)", SplitName(best.Split))
+		t.Errorf("1 Mbit/s, freeze 4: chose %s, want layer3 (64 KB, the smallest)", spec.SplitName(best.Split))
 	}
 	// A fast link and a fast server: the server computes everything.
 	best, _, _ = cm.Choose(4, 1e6*mbit)
 	if best.Split != 4 {
-		t.Errorf("unbounded link, GPU server: chose %s, want layer4", SplitName(best.Split))
+		t.Errorf("unbounded link, GPU server: chose %s, want layer4", spec.SplitName(best.Split))
 	}
 	// A fast link and a slow server: ship the images.
 	cm2, _ := NewCostModel(synthProfile("a", "cpu", 0.1), synthProfile("b", "cuda:0", 10))
 	best, _, _ = cm2.Choose(4, 1e6*mbit)
-	if best.Split != SplitRaw {
-		t.Errorf("unbounded link, slow server: chose %s, want raw", SplitName(best.Split))
+	if best.Split != spec.SplitRaw {
+		t.Errorf("unbounded link, slow server: chose %s, want raw", spec.SplitName(best.Split))
 	}
 }
 
@@ -99,14 +100,14 @@ func TestCostModelSharedCompute(t *testing.T) {
 	}
 	for _, k := range cands {
 		if want := max(k.ServerSeconds+k.ClientSeconds, k.WireSeconds); math.Abs(k.SecondsPerSample-want) > 1e-12 {
-			t.Errorf("%s: %g s, want compute summed: %g", SplitName(k.Split), k.SecondsPerSample, want)
+			t.Errorf("%s: %g s, want compute summed: %g", spec.SplitName(k.Split), k.SecondsPerSample, want)
 		}
 	}
 	// With compute summed and a fast link every split costs the same; the
 	// tie goes to the fewest bytes.
 	best, _, _ := cm.Choose(5, 1e12)
 	if best.Split != 5 {
-		t.Errorf("tie: chose %s, want layer5 (fewest bytes)", SplitName(best.Split))
+		t.Errorf("tie: chose %s, want layer5 (fewest bytes)", spec.SplitName(best.Split))
 	}
 }
 
@@ -122,11 +123,11 @@ func TestCostModelMemory(t *testing.T) {
 	}
 	for _, k := range cands {
 		if fits := k.Split <= 1; k.Feasible != fits {
-			t.Errorf("%s feasible=%v, want %v", SplitName(k.Split), k.Feasible, fits)
+			t.Errorf("%s feasible=%v, want %v", spec.SplitName(k.Split), k.Feasible, fits)
 		}
 	}
 	if !best.Feasible || best.Split > 1 {
-		t.Errorf("chose %s beyond the server's memory", SplitName(best.Split))
+		t.Errorf("chose %s beyond the server's memory", spec.SplitName(best.Split))
 	}
 	// Nothing fits: the least overflow is chosen, not an error.
 	cm.ServerMemory, cm.ClientMemory = 1, 1
@@ -159,103 +160,6 @@ func TestCostModelErrors(t *testing.T) {
 	for _, bw := range []float64{0, -1, math.NaN(), math.Inf(1)} {
 		if _, err := cm.Candidates(3, bw); err == nil {
 			t.Errorf("bandwidth %g accepted", bw)
-		}
-	}
-}
-
-func TestParseSplitPolicy(t *testing.T) {
-	for _, s := range []string{"auto", "none", "raw", "layer3", "0"} {
-		p, err := ParseSplitPolicy(s)
-		if err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-		q, err := ParseSplitPolicy(p.String())
-		if err != nil || q != p {
-			t.Errorf("%s: %+v does not round-trip (%+v, %v)", s, p, q, err)
-		}
-	}
-	for _, s := range []string{"", "fast", "-2", "layer", "layerx"} {
-		if _, err := ParseSplitPolicy(s); err == nil {
-			t.Errorf("%q accepted", s)
-		}
-	}
-}
-
-// xfer is how long n bytes take at rate bytes/s.
-func xfer(n int64, rate float64) time.Duration {
-	return time.Duration(float64(n) / rate * float64(time.Second))
-}
-
-func TestPlannerReplansOnBandwidthChange(t *testing.T) {
-	cm, err := NewCostModel(synthProfile("a", "cuda:0", 10), synthProfile("b", "cpu", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const mbit = 1e6 / 8
-	auto, _ := ParseSplitPolicy("auto")
-	p, err := NewPlanner(cm, auto, 1*mbit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := func(bw float64) int {
-		best, _, err := cm.Choose(4, bw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return best.Split
-	}
-	if got, want := p.Split(4), ref(1*mbit); got != want {
-		t.Fatalf("split %d, want %d", got, want)
-	}
-	if chosen, cands, err := p.Candidates(4); err != nil || chosen.Split != ref(1*mbit) || len(cands) != 6 || cands[0].Split != SplitRaw {
-		t.Errorf("Candidates(4): %+v, %d candidates, %v; want the chosen split %d of raw, 0..4", chosen, len(cands), err, ref(1*mbit))
-	}
-	// Small transfers and changes under 2x do not re-plan.
-	if p.ObserveTransfer(1000, time.Millisecond) {
-		t.Error("a 1 KB transfer re-planned")
-	}
-	if p.ObserveTransfer(1<<20, xfer(1<<20, 1.5*mbit)) {
-		t.Error("a 1.5x faster transfer re-planned")
-	}
-	// The link gets 10000x faster: the estimate crosses 2x and the plan
-	// follows the cost model at the new bandwidth.
-	replanned := false
-	for range 20 {
-		if p.ObserveTransfer(100<<20, xfer(100<<20, 1e4*mbit)) {
-			replanned = true
-		}
-	}
-	st := p.Stats()
-	if !replanned || st.Replans < 1 {
-		t.Fatalf("no re-plan after a 10000x faster link: %+v", st)
-	}
-	if got, want := p.Split(4), ref(st.PlannedBandwidthBps); got != want || got == ref(1*mbit) {
-		t.Errorf("after re-planning at %g B/s: split %d, want %d (and not the slow link's %d)", st.PlannedBandwidthBps, got, want, ref(1*mbit))
-	}
-
-	// Measured throughput and bytes per sample.
-	now := time.Unix(1000, 0)
-	p.now = func() time.Time { return now }
-	for range 10 {
-		p.ObserveSamples(4, 8, 8*1000)
-		now = now.Add(100 * time.Millisecond)
-	}
-	st = p.Stats()
-	if len(st.Plans) != 1 || st.Plans[0].Freeze != 4 {
-		t.Fatalf("plans %+v", st.Plans)
-	}
-	ps := st.Plans[0]
-	// 9 intervals of 100 ms delivered 9*8 samples: 80/s.
-	if math.Abs(ps.MeasuredPerSec-80) > 1e-6 || ps.MeasuredWireBytes != 1000 || ps.Samples != 80 || ps.PredictedPerSec <= 0 || ps.SplitLayer != SplitName(ps.Split) {
-		t.Errorf("plan stats %+v", ps)
-	}
-
-	// Fixed policies clamp to the freeze layer; none is the freeze layer.
-	for s, want := range map[string]int{"raw": SplitRaw, "layer2": 2, "layer5": 4, "none": 4} {
-		pol, _ := ParseSplitPolicy(s)
-		fp, _ := NewPlanner(cm, pol, 1*mbit)
-		if got := fp.Split(4); got != want {
-			t.Errorf("--split %s, freeze 4: %d, want %d", s, got, want)
 		}
 	}
 }

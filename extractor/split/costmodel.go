@@ -1,0 +1,213 @@
+package split
+
+// The split cost model (HAPI): which layer S <= F the storage side should
+// send so that the mount gets layer F fastest, from per-layer output bytes,
+// the compute profiles of both sides, the measured bandwidth between them and
+// the memory each side has.
+//
+// HAPI's choose_split_idx keeps the layers whose output is smaller than the
+// input and fits the bandwidth, then takes the first whose two-sided memory
+// beats running everything on the client. Here every S in raw, 0..F is
+// scored by its steady-state time per sample instead:
+//
+//	server(S) = decode + compute(input..S) on the server (0 for raw)
+//	wire(S)   = (bytes(S) + overhead) / bandwidth (the encoded image for raw)
+//	client(S) = compute(S..F) on the mount (decode + compute(input..F) for raw)
+//	time(S)   = max(server, wire, client)           stages on separate processors
+//	time(S)   = max(server + client, wire)          both sides share processors
+//
+// The stages are pipelined: the mount keeps several batch requests in flight
+// (parallel readers, DataLoader workers), the server computes the next batch
+// while the previous one is on the wire, and the mount's split lane finishes
+// one response while the next arrives, so the slowest stage bounds the
+// throughput. Compute on processors both sides share does not overlap (the
+// cores are busy either way), so there the two compute stages add up, while
+// the transfer still overlaps them. A candidate whose memory need (weights
+// plus batch activations, as in HAPI's get_mem_consumption) exceeds a side's
+// memory is infeasible. Among candidates within 1% of the best time the one
+// sending the fewest bytes wins.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/featurefs/featurefs/extractor/spec"
+)
+
+// ErrNoProfile is matched by cost model errors for a missing or mismatched
+// profile.
+var ErrNoProfile = errors.New("no usable compute profile")
+
+// ErrUnknownLayer is matched by Candidates and Choose errors for a freeze
+// layer the profiles do not have. It is not extractor.ErrUnknownLayer
+// (package split does not import extractor); it has the same message.
+var ErrUnknownLayer = errors.New("unknown layer")
+
+// CostModel scores split points for one model between a server and a mount.
+type CostModel struct {
+	// Server and Client are the two sides' compute profiles of the model.
+	Server, Client *Profile
+	// RawBytes is the mean encoded image size per sample (for spec.SplitRaw).
+	RawBytes float64
+	// ElemBytes is the bytes per element on the wire (4 float32, 2 float16).
+	ElemBytes int64
+	// OverheadBytes is the per-sample framing on the wire (.npy header,
+	// protocol); default 256.
+	OverheadBytes float64
+	// SharedCompute says both sides run on the same processors (see the
+	// file comment). NewCostModel sets it when both profiles are CPU ones of
+	// the same host.
+	SharedCompute bool
+	// ServerMemory and ClientMemory bound each side's memory for the model
+	// (bytes; 0 = not limited). NewCostModel takes a GPU profile's free
+	// memory.
+	ServerMemory, ClientMemory int64
+	// ServerBatch and ClientBatch are the batch sizes each side runs.
+	ServerBatch, ClientBatch int
+}
+
+// NewCostModel returns the cost model of two profiles of the same model with
+// defaults: float32 on the wire, 110 KB images (ImageNet's mean JPEG), shared
+// compute when both are CPU profiles of one host, GPU memory from the
+// profiles, batches of the profiles.
+func NewCostModel(server, client *Profile) (*CostModel, error) {
+	if server == nil || client == nil {
+		return nil, fmt.Errorf("%w: need both sides' profiles", ErrNoProfile)
+	}
+	if err := server.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: server: %w", ErrNoProfile, err)
+	}
+	if err := client.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: client: %w", ErrNoProfile, err)
+	}
+	if server.Digest != client.Digest || len(server.Layers) != len(client.Layers) {
+		return nil, fmt.Errorf("%w: server and client profiles are of different models (%.12s, %.12s)", ErrNoProfile, server.Digest, client.Digest)
+	}
+	return &CostModel{
+		Server:        server,
+		Client:        client,
+		RawBytes:      110 << 10,
+		ElemBytes:     4,
+		OverheadBytes: 256,
+		SharedCompute: server.Host != "" && server.Host == client.Host && !isGPU(server.Device) && !isGPU(client.Device),
+		ServerMemory:  server.FreeMemory,
+		ClientMemory:  client.FreeMemory,
+		ServerBatch:   max(1, server.Batch),
+		ClientBatch:   max(1, client.Batch),
+	}, nil
+}
+
+func isGPU(device string) bool { return strings.HasPrefix(device, "cuda") }
+
+// Candidate is one split point scored.
+type Candidate struct {
+	// Split is the layer the server sends (spec.SplitRaw: the image).
+	Split int `json:"split"`
+	// ServerSeconds, WireSeconds and ClientSeconds are the per-sample time of
+	// each stage; SecondsPerSample combines them (see CostModel).
+	ServerSeconds    float64 `json:"server_seconds"`
+	WireSeconds      float64 `json:"wire_seconds"`
+	ClientSeconds    float64 `json:"client_seconds"`
+	SecondsPerSample float64 `json:"seconds_per_sample"`
+	// Throughput is 1/SecondsPerSample: samples per second.
+	Throughput float64 `json:"throughput"`
+	// WireBytes is the bytes per sample on the wire.
+	WireBytes float64 `json:"wire_bytes"`
+	// ServerMemory and ClientMemory are the estimated memory needs.
+	ServerMemory int64 `json:"server_memory"`
+	ClientMemory int64 `json:"client_memory"`
+	// Feasible is false when a side lacks the memory.
+	Feasible bool `json:"feasible"`
+}
+
+// Candidates scores raw and every layer 0..freeze at bandwidth (bytes per
+// second).
+func (c *CostModel) Candidates(freeze int, bandwidth float64) ([]Candidate, error) {
+	if c.Server == nil || c.Client == nil {
+		return nil, fmt.Errorf("%w: cost model without profiles", ErrNoProfile)
+	}
+	if freeze < 0 || freeze >= len(c.Server.Layers) || freeze >= len(c.Client.Layers) {
+		return nil, fmt.Errorf("cost model: %w %d (the model has %d)", ErrUnknownLayer, freeze, len(c.Server.Layers))
+	}
+	if !(bandwidth > 0) || math.IsInf(bandwidth, 0) {
+		return nil, fmt.Errorf("cost model: bandwidth %g bytes/s: want a positive number", bandwidth)
+	}
+	elem := c.ElemBytes
+	if elem <= 0 {
+		elem = 4
+	}
+	sb, cb := int64(max(1, c.ServerBatch)), int64(max(1, c.ClientBatch))
+	cl := c.Client.Layers
+	out := make([]Candidate, 0, freeze+2)
+	for s := spec.SplitRaw; s <= freeze; s++ {
+		var k Candidate
+		k.Split = s
+		if s == spec.SplitRaw {
+			k.WireBytes = c.RawBytes + c.OverheadBytes
+			k.ClientSeconds = c.Client.DecodeSeconds + cl[freeze].CumSeconds
+			k.ClientMemory = c.Client.WeightBytes + cb*cl[freeze].ActBytes
+		} else {
+			sl := c.Server.Layers[s]
+			k.WireBytes = float64(sl.Bytes/4*elem) + c.OverheadBytes
+			k.ServerSeconds = c.Server.DecodeSeconds + sl.CumSeconds
+			k.ClientSeconds = cl[freeze].CumSeconds - cl[s].CumSeconds
+			k.ServerMemory = c.Server.WeightBytes + sb*sl.ActBytes
+			if s < freeze {
+				k.ClientMemory = c.Client.WeightBytes + cb*(cl[freeze].ActBytes-cl[s].ActBytes+cl[s].Bytes)
+			}
+		}
+		k.WireSeconds = k.WireBytes / bandwidth
+		if c.SharedCompute {
+			k.SecondsPerSample = max(k.ServerSeconds+k.ClientSeconds, k.WireSeconds)
+		} else {
+			k.SecondsPerSample = max(k.ServerSeconds, k.WireSeconds, k.ClientSeconds)
+		}
+		if k.SecondsPerSample > 0 {
+			k.Throughput = 1 / k.SecondsPerSample
+		}
+		k.Feasible = (c.ServerMemory <= 0 || k.ServerMemory <= c.ServerMemory) &&
+			(c.ClientMemory <= 0 || k.ClientMemory <= c.ClientMemory)
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// Choose returns the best candidate for freeze at bandwidth and all of them.
+// The best is the fastest feasible one, ties (within 1%) going to the fewest
+// bytes on the wire; when none is feasible it is the one needing the least
+// memory beyond what the sides have.
+func (c *CostModel) Choose(freeze int, bandwidth float64) (Candidate, []Candidate, error) {
+	cands, err := c.Candidates(freeze, bandwidth)
+	if err != nil {
+		return Candidate{}, nil, err
+	}
+	best := -1
+	minTime := math.Inf(1)
+	for _, k := range cands {
+		if k.Feasible {
+			minTime = min(minTime, k.SecondsPerSample)
+		}
+	}
+	for i, k := range cands {
+		if !k.Feasible || k.SecondsPerSample > minTime*1.01 {
+			continue
+		}
+		if best < 0 || k.WireBytes < cands[best].WireBytes {
+			best = i
+		}
+	}
+	if best < 0 {
+		over := func(k Candidate) int64 {
+			return max(0, k.ServerMemory-c.ServerMemory) + max(0, k.ClientMemory-c.ClientMemory)
+		}
+		best = 0
+		for i, k := range cands {
+			if over(k) < over(cands[best]) {
+				best = i
+			}
+		}
+	}
+	return cands[best], cands, nil
+}

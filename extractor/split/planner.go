@@ -1,0 +1,270 @@
+package split
+
+// The planner: the cost model's decision per freeze layer, kept up to date
+// as the measured bandwidth and the mean image size move, and the
+// throughput it reaches.
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/featurefs/featurefs/extractor/spec"
+)
+
+// Planner keeps the split decision of each freeze layer up to date: it
+// re-plans when the measured bandwidth moves by more than a factor of 2 from
+// the bandwidth of the last plan, and it measures the throughput reached.
+// It is safe for concurrent use.
+type Planner struct {
+	cm     *CostModel
+	policy spec.SplitPolicy
+
+	mu        sync.Mutex
+	bw        float64            // GUARDED_BY(mu): current estimate, bytes/s
+	plannedBW float64            // GUARDED_BY(mu): estimate the plans were made with
+	plans     map[int]*plan      // GUARDED_BY(mu): by freeze layer (bounded by the layer count)
+	replans   int                // GUARDED_BY(mu)
+	transfers int64              // GUARDED_BY(mu)
+	now       func() time.Time   // the clock
+	rates     map[int]*rateMeter // GUARDED_BY(mu): by freeze layer
+}
+
+type plan struct {
+	chosen Candidate
+	cands  []Candidate
+}
+
+// minTransferBytes is the smallest transfer that counts as a bandwidth
+// measurement: smaller ones measure latency, not bandwidth.
+const minTransferBytes = 64 << 10
+
+// NewPlanner returns a planner for cm under policy, starting from a
+// measured bandwidth (bytes per second).
+func NewPlanner(cm *CostModel, policy spec.SplitPolicy, bandwidth float64) (*Planner, error) {
+	if cm == nil {
+		return nil, fmt.Errorf("%w: planner without a cost model", ErrNoProfile)
+	}
+	if !(bandwidth > 0) {
+		return nil, fmt.Errorf("planner: bandwidth %g: want a positive number", bandwidth)
+	}
+	return &Planner{cm: cm, policy: policy, bw: bandwidth, plannedBW: bandwidth, plans: map[int]*plan{}, rates: map[int]*rateMeter{}, now: time.Now}, nil
+}
+
+// Split returns the layer the server should send for freeze layer freeze
+// (spec.SplitRaw: the image). Unknown layers get freeze itself.
+func (p *Planner) Split(freeze int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl, err := p.planLocked(freeze)
+	if err != nil {
+		return freeze
+	}
+	return pl.chosen.Split
+}
+
+// Candidates returns every candidate of freeze layer freeze as the current
+// plan scored them (at the bandwidth planned with), and the one in use.
+func (p *Planner) Candidates(freeze int) (chosen Candidate, all []Candidate, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl, err := p.planLocked(freeze)
+	if err != nil {
+		return Candidate{}, nil, err
+	}
+	return pl.chosen, append([]Candidate(nil), pl.cands...), nil
+}
+
+func (p *Planner) planLocked(freeze int) (*plan, error) {
+	if pl := p.plans[freeze]; pl != nil {
+		return pl, nil
+	}
+	best, cands, err := p.cm.Choose(freeze, p.plannedBW)
+	if err != nil {
+		return nil, err
+	}
+	want := best.Split
+	switch p.policy.Mode {
+	case "fixed":
+		want = min(p.policy.Layer, freeze)
+	case "auto":
+	default: // none
+		want = freeze
+	}
+	for _, k := range cands {
+		if k.Split == want {
+			best = k
+		}
+	}
+	pl := &plan{chosen: best, cands: cands}
+	p.plans[freeze] = pl
+	return pl, nil
+}
+
+// ObserveTransfer records a transfer of n bytes that took d on the wire and
+// reports whether the plans were redone: when the bandwidth estimate (a
+// moving average of transfers of 64 KiB or more) differs from the one
+// planned with by more than a factor of 2.
+func (p *Planner) ObserveTransfer(n int64, d time.Duration) bool {
+	if n < minTransferBytes || d <= 0 {
+		return false
+	}
+	rate := float64(n) / d.Seconds()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.transfers++
+	p.bw = 0.5*p.bw + 0.5*rate
+	if r := p.bw / p.plannedBW; r > 2 || r < 0.5 {
+		p.plannedBW = p.bw
+		p.replans++
+		clear(p.plans)
+		return true
+	}
+	return false
+}
+
+// SetRawBytes updates the mean image size of the raw candidate; the plans
+// are redone when it moved by more than 25%.
+func (p *Planner) SetRawBytes(v float64) {
+	if !(v > 0) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := v / p.cm.RawBytes; r > 1.25 || r < 0.8 {
+		p.cm.RawBytes = v
+		clear(p.plans)
+	}
+}
+
+// ObserveSamples records n samples of freeze layer freeze delivered (with
+// wire bytes on the wire) now, for the measured throughput.
+func (p *Planner) ObserveSamples(freeze, n int, wire int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.rates[freeze]
+	if r == nil {
+		if len(p.rates) >= len(p.cm.Server.Layers) {
+			return
+		}
+		r = &rateMeter{}
+		p.rates[freeze] = r
+	}
+	r.add(p.now(), n, wire)
+}
+
+// Stats are a planner's figures, for the mount's stats file.
+type Stats struct {
+	// Policy is the --split setting.
+	Policy string `json:"policy"`
+	// SharedCompute says the model adds both sides' compute (same processors).
+	SharedCompute bool `json:"shared_compute"`
+	// BandwidthBps is the current estimate and PlannedBandwidthBps the one the
+	// plans were made with (bytes per second).
+	BandwidthBps        float64 `json:"bandwidth_bytes_per_second"`
+	PlannedBandwidthBps float64 `json:"planned_bandwidth_bytes_per_second"`
+	// Replans counts re-planning after bandwidth changes; Transfers the
+	// transfers measured.
+	Replans   int   `json:"replans"`
+	Transfers int64 `json:"transfers"`
+	// Plans holds one entry per freeze layer in use.
+	Plans []PlanStats `json:"plans"`
+}
+
+// PlanStats is the decision for one freeze layer.
+type PlanStats struct {
+	// Freeze is the layer the mount serves; Split the layer the server sends
+	// and SplitLayer its name ("raw" for images).
+	Freeze     int    `json:"freeze"`
+	Split      int    `json:"split"`
+	SplitLayer string `json:"split_layer"`
+	// PredictedPerSec is the cost model's throughput of the split;
+	// MeasuredPerSec the recent delivered samples per second (0 until
+	// measured).
+	PredictedPerSec float64 `json:"predicted_samples_per_second"`
+	MeasuredPerSec  float64 `json:"measured_samples_per_second"`
+	// PredictedWireBytes is the model's bytes per sample; MeasuredWireBytes
+	// the bytes per sample seen.
+	PredictedWireBytes float64 `json:"predicted_wire_bytes_per_sample"`
+	MeasuredWireBytes  float64 `json:"measured_wire_bytes_per_sample"`
+	// Samples is the number delivered.
+	Samples int64 `json:"samples"`
+}
+
+// Stats returns the planner's figures.
+func (p *Planner) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := Stats{Policy: p.policy.String(), SharedCompute: p.cm.SharedCompute, BandwidthBps: p.bw, PlannedBandwidthBps: p.plannedBW, Replans: p.replans, Transfers: p.transfers}
+	seen := map[int]bool{}
+	add := func(f int) {
+		if seen[f] {
+			return
+		}
+		seen[f] = true
+		pl, err := p.planLocked(f)
+		if err != nil {
+			return
+		}
+		ps := PlanStats{Freeze: f, Split: pl.chosen.Split, SplitLayer: spec.SplitName(pl.chosen.Split), PredictedPerSec: pl.chosen.Throughput, PredictedWireBytes: pl.chosen.WireBytes}
+		if r := p.rates[f]; r != nil {
+			ps.MeasuredPerSec, ps.MeasuredWireBytes, ps.Samples = r.rate()
+		}
+		st.Plans = append(st.Plans, ps)
+	}
+	for f := range p.plans {
+		add(f)
+	}
+	for f := range p.rates {
+		add(f)
+	}
+	for i := 1; i < len(st.Plans); i++ {
+		for j := i; j > 0 && st.Plans[j].Freeze < st.Plans[j-1].Freeze; j-- {
+			st.Plans[j], st.Plans[j-1] = st.Plans[j-1], st.Plans[j]
+		}
+	}
+	return st
+}
+
+// rateMeter measures samples per second over the last rateWindow events.
+type rateMeter struct {
+	t       [rateWindow]time.Time
+	cum     [rateWindow]int64 // samples delivered up to and including event i
+	next    int
+	full    bool
+	samples int64
+	wire    int64
+}
+
+const rateWindow = 64
+
+func (r *rateMeter) add(t time.Time, n int, wire int64) {
+	r.samples += int64(n)
+	r.wire += wire
+	r.t[r.next], r.cum[r.next] = t, r.samples
+	r.next = (r.next + 1) % rateWindow
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+// rate returns samples/s between the oldest and newest events kept, the
+// bytes per sample overall, and the samples delivered.
+func (r *rateMeter) rate() (perSec, wirePerSample float64, samples int64) {
+	if r.samples > 0 {
+		wirePerSample = float64(r.wire) / float64(r.samples)
+	}
+	last := (r.next + rateWindow - 1) % rateWindow
+	first := 0
+	if r.full {
+		first = r.next
+	}
+	if last == first {
+		return 0, wirePerSample, r.samples
+	}
+	d := r.t[last].Sub(r.t[first]).Seconds()
+	if d <= 0 {
+		return 0, wirePerSample, r.samples
+	}
+	return float64(r.cum[last]-r.cum[first]) / d, wirePerSample, r.samples
+}
