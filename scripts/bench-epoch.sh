@@ -3,12 +3,17 @@
 # features, the way a user does it today with PyTorch alone (boto3 + torchvision
 # transforms + the frozen trunk in torch every epoch) vs featurefs (a
 # DatasetFolder over MOUNT/features/resnet50/layer12), with --prefetch tree and
-# --prefetch off (fresh cache each), all in one run against one local MinIO.
+# --prefetch off, all in one run against one local MinIO: BENCH_ROUNDS
+# interleaved rounds, each running the three in an order that rotates every
+# round (baseline, tree, off; then tree, off, baseline; then off, baseline,
+# tree), each featurefs run with a fresh mount and a fresh cache directory.
 # Prints one markdown section on stdout (make bench also stores it in
-# docs/bench/epoch.md).
+# docs/bench/epoch.md): medians over the rounds with min-max, verdicts from
+# the medians of per-round ratios; progress on stderr.
 #
 #   scripts/bench-epoch.sh     (after make build)
-# Env: BENCH_IMAGES (200), BENCH_CLASSES (4), BENCH_WORKERS (4), BENCH_THREADS (2).
+# Env: BENCH_IMAGES (200), BENCH_ROUNDS (3; fewer than 3 gives figures but no
+#      verdict), BENCH_CLASSES (4), BENCH_WORKERS (4), BENCH_THREADS (2).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_bin
@@ -18,6 +23,8 @@ MINIO_BIN=$DEPS/bin/minio
 "$BIN" mount -h 2>&1 | grep -q -- '-prefetch' || { echo "$BIN has no --prefetch flag: rebuild (make build)" >&2; exit 1; }
 
 IMAGES=${BENCH_IMAGES:-200}
+ROUNDS=${BENCH_ROUNDS:-3}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS=$ROUNDS: want a positive integer" >&2; exit 1; }
 CLASSES=${BENCH_CLASSES:-4}
 WORKERS=${BENCH_WORKERS:-4}
 THREADS=${BENCH_THREADS:-2}
@@ -66,18 +73,33 @@ MODEL=$(model_path resnet50)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 COMMON=(--endpoint "$ENDPOINT" --bucket "$BUCKET" --workers "$WORKERS" --threads "$THREADS")
-for mode in tree off; do
-  echo "bench-epoch: featurefs --prefetch $mode..." >&2
+# run_kind KIND OUT: one run of baseline, tree or off; its JSON in OUT.
+run_kind() {
+  local kind=$1 out=$2 tag
+  if [ "$kind" = baseline ]; then
+    "$PY" "$REPO/scripts/bench_epoch.py" baseline "${COMMON[@]}" >"$out"
+    return
+  fi
+  tag=$(basename "$out" .json)
   "$PY" "$REPO/scripts/bench_epoch.py" featurefs "${COMMON[@]}" --bin "$BIN" --model "$MODEL" --mnt "$MNT" \
-    --cache-dir "$WORK/cache-$mode" --log "$WORK/featurefs-$mode.log" --prefetch "$mode" --device cpu \
-    >"$WORK/$mode.json"
-  rm -rf "$WORK/cache-$mode"
+    --cache-dir "$WORK/cache-$tag" --log "$WORK/featurefs-$tag.log" --prefetch "$kind" --device cpu >"$out"
+  rm -rf "$WORK/cache-$tag"
+}
+KINDS=(baseline tree off)
+ROUND_ARGS=()
+for ((r = 0; r < ROUNDS; r++)); do
+  k=$((r % ${#KINDS[@]}))
+  order=("${KINDS[@]:k}" "${KINDS[@]:0:k}")
+  spec=()
+  for kind in "${order[@]}"; do
+    echo "bench-epoch: round $((r + 1))/$ROUNDS: $kind..." >&2
+    run_kind "$kind" "$WORK/r$((r + 1))-$kind.json"
+    spec+=("$kind=$WORK/r$((r + 1))-$kind.json")
+  done
+  ROUND_ARGS+=(--round "${spec[@]}")
 done
-echo "bench-epoch: PyTorch alone (baseline)..." >&2
-"$PY" "$REPO/scripts/bench_epoch.py" baseline "${COMMON[@]}" >"$WORK/baseline.json"
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-"$PY" "$REPO/scripts/bench_epoch.py" report --baseline "$WORK/baseline.json" --tree "$WORK/tree.json" \
-  --off "$WORK/off.json" --classes "$CLASSES" --cpus "$(nproc)" --command "make bench" \
-  --image-desc "JPEG, sides 160-640 px" \
-  --env "scripts/bench-epoch.sh, BENCH_IMAGES=$IMAGES, $(nproc) CPUs, load average $LOAD_BEFORE before, $LOAD_AFTER after$(command -v nvidia-smi >/dev/null && echo ", $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")"
+"$PY" "$REPO/scripts/bench_epoch.py" report "${ROUND_ARGS[@]}" --classes "$CLASSES" --cpus "$(nproc)" \
+  --command "make bench" --image-desc "JPEG, sides 160-640 px" \
+  --env "scripts/bench-epoch.sh, BENCH_IMAGES=$IMAGES, BENCH_ROUNDS=$ROUNDS, $(nproc) CPUs (nproc), load average $LOAD_BEFORE before, $LOAD_AFTER after$(command -v nvidia-smi >/dev/null && echo ", $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")"

@@ -5,7 +5,7 @@
     /usr/bin/python3 scripts/bench_epoch.py baseline --endpoint URL --bucket B [--epochs 3]
     /usr/bin/python3 scripts/bench_epoch.py featurefs --bin BIN --model PATH --endpoint URL
         --bucket B --mnt DIR --cache-dir DIR --log FILE --prefetch tree|off [--epochs 3]
-    /usr/bin/python3 scripts/bench_epoch.py report --baseline J --tree J --off J [...]
+    /usr/bin/python3 scripts/bench_epoch.py report --round KIND=J KIND=J KIND=J [--round ...] [...]
 
 The baseline is what a user writes today with PyTorch alone: an
 ImageFolder-like Dataset whose __getitem__ GETs the JPEG from the bucket with
@@ -21,13 +21,21 @@ extensions=(".npy",)) feeding the same head on the same pooled features.
 
 Both: DataLoader(batch_size=32, shuffle=True, num_workers=4), torch threads 2,
 the same seed for the head and the shuffle order, 3 epochs. Each subcommand
-prints JSON on stdout; report prints one markdown section.
+prints JSON on stdout, with the 1-minute load average at its start and end;
+report prints one markdown section.
+
+report takes one --round per interleaved round: KIND=JSON for baseline, tree
+and off, in the order they ran. Each figure is the median over the rounds with
+its min-max; each ratio is computed within a round (baseline and featurefs of
+the same round), and its verdict comes from the median of those per-round
+ratios.
 """
 import argparse
 import io
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -157,6 +165,7 @@ def loader(ds, args):
 
 
 def cmd_baseline(args):
+    load0 = loadavg()
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     trunk = trunk_layer12(build("resnet50", 0))
@@ -164,7 +173,8 @@ def cmd_baseline(args):
     dl = loader(ds, args)
     setup = time.perf_counter() - t0
     epochs = train(dl, len(ds.classes), args.epochs, trunk)
-    json.dump({"setup_seconds": setup, "epochs": epochs, "samples": len(ds), "classes": ds.classes}, sys.stdout)
+    json.dump({"setup_seconds": setup, "epochs": epochs, "samples": len(ds), "classes": ds.classes,
+               "load_start": load0, "load_end": loadavg()}, sys.stdout)
 
 
 def read_stats(mnt):
@@ -185,6 +195,7 @@ def unmount(mnt, pid):
 
 
 def cmd_featurefs(args):
+    load0 = loadavg()
     torch.set_num_threads(args.threads)
     env = dict(os.environ)
     cmd = [args.bin, "mount", "--model", f"resnet50={args.model}", "--endpoint-url", args.endpoint,
@@ -214,15 +225,40 @@ def cmd_featurefs(args):
     finally:
         unmount(args.mnt, pid)
     json.dump({"mount_seconds": mount_s, "setup_seconds": setup, "epochs": epochs, "samples": len(ds),
-               "classes": ds.classes, "prefetch": args.prefetch, "stats": stats}, sys.stdout)
+               "classes": ds.classes, "prefetch": args.prefetch, "stats": stats,
+               "load_start": load0, "load_end": loadavg()}, sys.stdout)
+
+
+KINDS = ("baseline", "tree", "off")
+TARGETS = {"epoch1": 1.6, "total": 4.5, "prefetch": 2}  # issue 11; prefetch unchanged
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def span(xs, unit=""):
+    return f"{min(xs):.2f}-{max(xs):.2f}{unit}"
 
 
 def cmd_report(args):
-    def load(p):
-        with open(p) as f:
-            return json.load(f)
-
-    base, tree, off = load(args.baseline), load(args.tree), load(args.off)
+    rounds, orders = [], []
+    for spec in args.round:
+        r = {}
+        for kv in spec:
+            kind, path = kv.split("=", 1)
+            with open(path) as f:
+                r[kind] = json.load(f)
+        if sorted(r) != sorted(KINDS):
+            sys.exit(f"report: --round {' '.join(spec)}: want one each of {', '.join(KINDS)}")
+        rounds.append(r)
+        orders.append([kv.split("=", 1)[0] for kv in spec])
+    nr = len(rounds)
+    n = rounds[0]["baseline"]["samples"]
+    for i, r in enumerate(rounds):
+        for kind in KINDS:
+            if r[kind]["samples"] != n:
+                sys.exit(f"report: round {i + 1} {kind} read {r[kind]['samples']} samples, round 1 baseline {n}")
 
     def e1(r):  # epoch 1 from a standing start: setup (model / mount, listing) + first pass
         return r["setup_seconds"] + r["epochs"][0]["seconds"]
@@ -230,30 +266,64 @@ def cmd_report(args):
     def total(r):
         return r["setup_seconds"] + sum(e["seconds"] for e in r["epochs"])
 
-    def fmt(v):
-        return f"{v:.2f}"
+    def per(kind, f):  # f over the rounds' runs of one kind, in round order
+        return [f(r[kind]) for r in rounds]
 
-    def verdict(ratio, target):
-        return f"**{ratio:.2f}x** (target >= {target}x: {'met' if ratio >= target else 'MISSED'})"
+    def ratio(num, den, f):  # within each round, then over the rounds
+        return [f(r[num]) / f(r[den]) for r in rounds]
 
-    n = base["samples"]
+    def cell(xs, unit=""):
+        return f"{med(xs):.2f}{unit} ({span(xs)})"
+
+    def verdict(rs, target):
+        v = ("met" if med(rs) >= target else "MISSED") if nr >= 3 else f"no verdict from {nr} round{'s' * (nr > 1)}, fewer than 3"
+        return f"**{med(rs):.2f}x** (target >= {target}x: {v})"
+
+    def ratio_row(name, rs, target, alone=None):
+        return (f"| {name} | {verdict(rs, target)} | {span(rs, 'x')} | {', '.join(f'{x:.2f}' for x in rs)} | "
+                + (f"{med(alone):.2f}x ({span(alone, 'x')})" if alone else "") + " |")
+
+    def pass1(r):
+        return r["epochs"][0]["seconds"]
+
+    n_ep = len(rounds[0]["baseline"]["epochs"])
     rows = []
-    for name, r in (("PyTorch alone: boto3 + torchvision + ResNet-50 to layer12 every epoch (baseline)", base),
-                    ("featurefs, `--prefetch tree`", tree), ("featurefs, `--prefetch off`", off)):
-        ep = r["epochs"]
-        rows.append(f"| {name} | {fmt(r['setup_seconds'])} | " + " | ".join(fmt(e["seconds"]) for e in ep)
-                    + f" | {fmt(e1(r))} | {fmt(total(r))} | {ep[-1]['loss']:.4f} | "
-                    + ", ".join(f"{e.get('load', 0):.1f}" for e in ep) + " |")
-    st_tree, st_off = tree["stats"], off["stats"]
-    r1 = e1(base) / e1(tree)
-    rt = total(base) / total(tree)
-    rp = e1(off) / e1(tree)
-    r1_pass = base["epochs"][0]["seconds"] / tree["epochs"][0]["seconds"]
-    rp_pass = off["epochs"][0]["seconds"] / tree["epochs"][0]["seconds"]
-    pf = st_tree.get("prefetch", {})
+    for kind, name in (("baseline", "PyTorch alone: boto3 + torchvision + ResNet-50 to layer12 every epoch (baseline)"),
+                       ("tree", "featurefs, `--prefetch tree`"), ("off", "featurefs, `--prefetch off`")):
+        figs = ([per(kind, lambda r: r["setup_seconds"])]
+                + [per(kind, lambda r, i=i: r["epochs"][i]["seconds"]) for i in range(n_ep)]
+                + [per(kind, e1), per(kind, total)])
+        loss = per(kind, lambda r: r["epochs"][-1]["loss"])
+        load = ", ".join(f"{r[kind]['load_start']:.1f}/{r[kind]['load_end']:.1f}" for r in rounds)
+        rows.append(f"| {name} | " + " | ".join(cell(x) for x in figs) + f" | {med(loss):.4f} | {load} |")
+    epoch_cols = " | ".join(["epoch 1 pass s"] + [f"epoch {i + 1} s" for i in range(1, n_ep)])
 
-    def mbs(r, i):
-        return r["epochs"][i].get("mean_batch_size") or 0
+    r1 = ratio("baseline", "tree", e1)
+    rt = ratio("baseline", "tree", total)
+    rp = ratio("off", "tree", e1)
+    t1, tt, tp = TARGETS["epoch1"], TARGETS["total"], TARGETS["prefetch"]
+    rotation = "; ".join(f"round {i + 1}: {', '.join(o)}" for i, o in enumerate(orders[:3]))
+    if nr > 3:
+        rotation += "; and so on"
+    mount_s = {k: per(k, lambda r: r["mount_seconds"]) for k in ("tree", "off")}
+
+    def st(r):
+        return r["stats"]
+
+    def mbs(r):
+        return r["epochs"][0].get("mean_batch_size") or 0
+
+    stat_rows = []
+    for i, r in enumerate(rounds):
+        t, o = st(r["tree"]), st(r["off"])
+        stat_rows.append(
+            f"| {i + 1} | {', '.join(orders[i])} | {mbs(r['tree']):.2f} ({r['tree']['epochs'][0].get('batches')}) / "
+            f"{mbs(r['off']):.2f} ({r['off']['epochs'][0].get('batches')}) | "
+            f"{t.get('cache_hit_ratio', 0):.2f} / {o.get('cache_hit_ratio', 0):.2f} | "
+            f"{t['extraction']['completed']} ({t.get('prefetch', {}).get('extracted', 'n/a')}) / "
+            f"{o['extraction']['completed']} | {t['store']['bytes_fetched']:,} / {o['store']['bytes_fetched']:,} | "
+            f"{t['extractor']['infer_seconds']:.1f} / {o['extractor']['infer_seconds']:.1f} |")
+    devices = sorted({st(r[k])["device"] for r in rounds for k in ("tree", "off")})
 
     print(f"""## Epochs: transfer learning on layer12, PyTorch alone vs featurefs
 
@@ -261,56 +331,62 @@ Command: `{args.command}` ({args.env}).
 {n} generated JPEGs ({args.classes} classes, {args.image_desc}) in a local MinIO bucket; ResNet-50 (torchvision, random seeded
 weights, the same in both) frozen up to layer12 (layer3[3], 1024x14x14), global average pool, linear head (BatchNorm1d without
 parameters + Linear) trained with SGD (lr 0.01, momentum 0.9), batch 32, `DataLoader(num_workers=4, shuffle=True)`, torch threads 2, ONNX Runtime
-intra-op threads = {args.cpus} (the CPU count), same seed for the head and the shuffle order, 3 epochs each, one run.
+intra-op threads = {args.cpus} (the CPU count), same seed for the head and the shuffle order, {n_ep} epochs each.
 Baseline: an ImageFolder-like Dataset that GETs each JPEG with boto3 and applies the torchvision transforms in the
 workers, the trunk run in torch on every batch of every epoch. featurefs: `featurefs mount s3://BUCKET --endpoint-url ...`
-(fresh cache per run), `DatasetFolder(MOUNT/features/resnet50/layer12/train, loader=np.load, extensions=(".npy",))`.
+(a fresh mount with a fresh cache directory per run), `DatasetFolder(MOUNT/features/resnet50/layer12/train, loader=np.load, extensions=(".npy",))`.
+{nr} interleaved rounds in this one run, each running the three, the order rotating every round ({rotation}).
+Figures: the median over the rounds with (min-max). Ratios: computed within each round (baseline and featurefs of the
+same round), then their median with min-max; verdicts come from those medians, "featurefs" being the `--prefetch tree`
+mount (the default).
 Setup = model build + bucket listing (baseline) or mount + directory scan (featurefs; `featurefs mount` itself took
-{tree['mount_seconds']:.2f}s (tree) and {off['mount_seconds']:.2f}s (off)); epoch 1 = setup + first pass.
+{cell(mount_s['tree'], 's')} (tree) and {cell(mount_s['off'], 's')} (off)); epoch 1 = setup + first pass.
 
-| run | setup s | epoch 1 pass s | epoch 2 s | epoch 3 s | epoch 1 incl. setup s | total s | final loss | load average after each epoch |
-|---|---:|---:|---:|---:|---:|---:|---:|---|
+| run | setup s | {epoch_cols} | epoch 1 incl. setup s | total s | final loss | load average (1 min) at start/end, by round |
+|---|---:|{'---:|' * n_ep}---:|---:|---:|---|
 {chr(10).join(rows)}
 
-| target | measured |
-|---|---|
-| featurefs epoch 1 vs baseline epoch 1 (incl. setup) | {verdict(r1, 1.5)} (first pass alone: {r1_pass:.2f}x) |
-| total of 3 epochs, baseline / featurefs | {verdict(rt, 5)} |
-| epoch 1, `--prefetch off` / `--prefetch tree` (incl. setup) | {verdict(rp, 2)} (first pass alone: {rp_pass:.2f}x) |
+| target | median of per-round ratios | min-max | by round | first pass alone, median (min-max) |
+|---|---|---:|---|---|
+{ratio_row("featurefs epoch 1 vs baseline epoch 1 (incl. setup)", r1, t1, ratio("baseline", "tree", pass1))}
+{ratio_row(f"total of {n_ep} epochs, baseline / featurefs", rt, tt)}
+{ratio_row("epoch 1, `--prefetch off` / `--prefetch tree` (incl. setup)", rp, tp, ratio("off", "tree", pass1))}
 
-Mean batch size (stats file, `extraction.mean_batch_size`, after epoch 1): `--prefetch tree` **{mbs(tree, 0):.2f}**
-({tree['epochs'][0].get('batches')} batches), `--prefetch off` **{mbs(off, 0):.2f}** ({off['epochs'][0].get('batches')} batches).
-Cache hit ratio after 3 epochs: tree {st_tree.get('cache_hit_ratio', 0):.2f}, off {st_off.get('cache_hit_ratio', 0):.2f}
-(epochs 2-3 are served by the kernel's page cache, which the ratio does not see).
-Extractions: tree {st_tree['extraction']['completed']} (prefetch extracted {pf.get('extracted', 'n/a')}),
-off {st_off['extraction']['completed']}; bytes fetched from the store: tree {st_tree['store']['bytes_fetched']:,},
-off {st_off['store']['bytes_fetched']:,}; inference seconds (summed): tree {st_tree['extractor']['infer_seconds']:.1f},
-off {st_off['extractor']['infer_seconds']:.1f}; device {st_tree['device']}.
+featurefs's own figures, by round (stats file; mean batch size = `extraction.mean_batch_size` after epoch 1, with the
+batch count; the rest after {n_ep} epochs; extractions for tree with what prefetch extracted in brackets); device
+{", ".join(devices)}. The cache hit ratio does not see epochs 2-3, which the kernel's page cache serves.
+
+| round | order | mean batch size tree / off | cache hit ratio tree / off | extractions tree / off | bytes fetched from the store tree / off | inference s (summed) tree / off |
+|---|---|---|---|---|---|---|
+{chr(10).join(stat_rows)}
 """)
-    # Why a target misses, from the figures of this run.
+    # Why a target misses, from the medians of this run's rounds (none
+    # without a verdict).
     notes = []
-    ms = lambda r: r["stats"]["extractor"]["infer_seconds"] / max(r["stats"]["extraction"]["completed"], 1)
-    busy = lambda r: r["stats"]["extractor"]["infer_seconds"] / max(r["epochs"][0]["seconds"], 1e-9)
-    if rp < 2:
+    infer = lambda r: st(r)["extractor"]["infer_seconds"]
+    ms = lambda r: 1000 * infer(r) / max(st(r)["extraction"]["completed"], 1)
+    busy = lambda r: infer(r) / max(pass1(r), 1e-9)
+    m = lambda kind, f: med(per(kind, f))
+    if med(rp) < tp:
         notes.append(
-            f"- Prefetch: {rp:.2f}x, short of 2x. Here the model runs on {args.cpus} shared CPU cores: inference took "
-            f"{st_off['extractor']['infer_seconds']:.1f}s of the {off['epochs'][0]['seconds']:.1f}s first pass with "
-            f"`--prefetch off` ({100 * busy(off):.0f}%) and {st_tree['extractor']['infer_seconds']:.1f}s of "
-            f"{tree['epochs'][0]['seconds']:.1f}s with `tree` ({100 * busy(tree):.0f}%). Extraction is compute-bound, "
+            f"- Prefetch: {med(rp):.2f}x, short of {tp}x. Here the model runs on {args.cpus} shared CPU cores: inference "
+            f"took {m('off', infer):.1f}s of the {m('off', pass1):.1f}s first pass with `--prefetch off` "
+            f"({100 * m('off', busy):.0f}%) and {m('tree', infer):.1f}s of {m('tree', pass1):.1f}s with `tree` "
+            f"({100 * m('tree', busy):.0f}%) (medians over the rounds). Extraction is compute-bound, "
             "and the four DataLoader workers already keep it busy without prefetch (the extractor overlaps fetch and "
             "decode with inference either way), so prefetch can only win the time before the first reads arrive "
             "(DataLoader start-up) and the CPU the reads' own round trips cost. Batching does not help on the CPU "
-            f"either: inference per image was {1000 * ms(tree):.0f} ms at mean batch {mbs(tree, 0):.2f} (tree) vs "
-            f"{1000 * ms(off):.0f} ms at mean batch {mbs(off, 0):.2f} (off). Prefetch pays where the model has "
+            f"either: inference per image was {m('tree', ms):.0f} ms at mean batch {m('tree', mbs):.2f} (tree) vs "
+            f"{m('off', ms):.0f} ms at mean batch {m('off', mbs):.2f} (off). Prefetch pays where the model has "
             "headroom: a GPU, where a full queue becomes large batches, or a remote store with per-request latency.")
-    if r1 < 1.5:
-        notes.append(f"- Epoch 1: {r1:.2f}x, short of 1.5x.")
-    if rt < 5:
+    if med(r1) < t1:
+        notes.append(f"- Epoch 1: {med(r1):.2f}x, short of {t1}x.")
+    if med(rt) < tt:
         notes.append(
-            f"- Total: {rt:.2f}x, short of 5x. featurefs's total is dominated by its epoch 1 "
-            f"({e1(tree):.1f}s of {total(tree):.1f}s, mount included); the ratio tends to 3x the epoch-1 ratio "
-            "as the image count grows, and epochs 2-3 here also carry the noise of a shared machine.")
-    if notes:
+            f"- Total: {med(rt):.2f}x, short of {tt}x. featurefs's total is dominated by its epoch 1 "
+            f"(median {m('tree', e1):.1f}s of {m('tree', total):.1f}s, mount included); the ratio tends to {n_ep}x the "
+            "epoch-1 ratio as the image count grows, and epochs 2-3 here also carry the noise of a shared machine.")
+    if notes and nr >= 3:
         print("\n".join(notes))
     if args.notes and os.path.exists(args.notes):
         with open(args.notes) as f:
@@ -341,8 +417,8 @@ def main():
     ff.add_argument("--prefetch", required=True)
     ff.add_argument("--device", default="auto")
     rp = sub.add_parser("report")
-    for k in ("baseline", "tree", "off"):
-        rp.add_argument("--" + k, required=True)
+    rp.add_argument("--round", action="append", nargs="+", required=True, metavar="KIND=JSON",
+                    help="one interleaved round: baseline=, tree= and off= JSON files, in the order they ran")
     rp.add_argument("--command", default="make bench")
     rp.add_argument("--env", default="")
     rp.add_argument("--classes", type=int, default=4)
