@@ -133,18 +133,11 @@ row() {
   local r="| $1 | $2 | $3 | [$4](bench/$4.md) |"
   case $3 in "no target"*) others+=("$r") ;; *) targets+=("$r") ;; esac
 }
-# runs COLUMN FILE: the values of COLUMN in the section's table of earlier runs.
-runs() {
-  awk -F'|' -v col="$1" '
-    /^\| run \|/ && /ratio/ { c = 0; for (i = 1; i <= NF; i++) { h = $i; gsub(/^ +| +$/, "", h); if (h == col) c = i }; next }
-    c && /^\| *[0-9]/ { v = $c; gsub(/[ x]/, "", v); print v; next }
-    !/^\|/ { c = 0 }' "$2"
-}
 summary() {
   echo "## Summary: targets"
   echo
-  echo "Each target with the figure of the latest run of its section (the section says where it ran and how loaded the"
-  echo "machine was); verdicts are computed from those figures."
+  echo "Each target with the figure of the latest run of its section: the median of that run's interleaved rounds (the"
+  echo "section says where it ran, how many rounds and how loaded the machine was); verdicts are computed from those figures."
   echo
   local f area n why=() targets=() others=()
   for f in "$@"; do
@@ -168,15 +161,7 @@ summary() {
       done < <(sed -nE 's/.*\*\*([0-9.]+)x local\*\* \(target <= ([0-9.]+)x\).*/\1 \2/p' "$f") ;;
     epoch)
       while IFS='|' read -r name r t; do
-        case $name in *prefetch*) col="prefetch ratio" ;; *total*) col="total ratio" ;; *) col="epoch 1 ratio (incl. setup)" ;; esac
-        mapfile -t vs < <(runs "$col" "$f")
-        fig="${r}x"; v="$(verdict "$r" "$t") (latest run)"
-        if [ ${#vs[@]} -ge 2 ]; then
-          met=0; for x in "${vs[@]}"; do ge "$x" "$t" && met=$((met + 1)); done
-          lo=$(printf '%s\n' "${vs[@]}" | sort -g | head -1); hi=$(printf '%s\n' "${vs[@]}" | sort -g | tail -1)
-          fig="$fig (runs in the section: ${lo}x-${hi}x)"; v="$v; met in $met of ${#vs[@]} runs"
-        fi
-        row "transfer learning: $name" "$fig" ">= ${t}x: $v" "$area"; n=$((n + 1))
+        row "transfer learning: $name" "${r}x" ">= ${t}x: $(verdict "$r" "$t") (median of the section's per-round ratios)" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| ([^|]+) \| \*\*([0-9.]+)x\*\* \(target >= ([0-9.]+)x: (met|MISSED)\).*/\1|\2|\3/p' "$f") ;;
     split)
       while IFS='|' read -r within pct t v; do
