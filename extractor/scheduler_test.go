@@ -29,8 +29,8 @@ type fakeRunner struct {
 	poison  float32
 }
 
-func (f *fakeRunner) run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error {
-	ie, oe := m.inputElems(), int(l.Elements())
+func (f *fakeRunner) run(ctx context.Context, g segment, n int, in, out []float32) error {
+	ie, oe := g.inputElems(), int(g.l.Elements())
 	firsts := make([]float32, n)
 	for i := range n {
 		firsts[i] = in[i*ie]
@@ -105,7 +105,7 @@ func newTestScheduler(t *testing.T, r runner, bs int, workers int, mutate ...fun
 		maxWait: 20 * time.Millisecond,
 		dtype:   Float32,
 		log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		batchSize: func(context.Context, *Model, Layer) int {
+		batchSize: func(context.Context, segment) int {
 			return bs
 		},
 	}
@@ -520,7 +520,7 @@ func TestPoisonedBatchIsRetriedItemByItem(t *testing.T) {
 func TestCloseFailsQueuedRequests(t *testing.T) {
 	f := &fakeRunner{}
 	cfg := schedConfig{workers: 1, maxWait: time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		batchSize: func(context.Context, *Model, Layer) int { return 1 }}
+		batchSize: func(context.Context, segment) int { return 1 }}
 	s := newScheduler(cfg, f)
 	m := testModel()
 	release, blocked := blockFirst(t, s, f, m)
@@ -555,7 +555,7 @@ type costRunner struct {
 	seen                      map[int]bool
 }
 
-func (c costRunner) run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error {
+func (c costRunner) run(ctx context.Context, g segment, n int, in, out []float32) error {
 	d := c.overhead + time.Duration(n)*c.perItem
 	if !c.seen[n] {
 		c.seen[n] = true
