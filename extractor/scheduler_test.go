@@ -19,11 +19,13 @@ import (
 )
 
 // fakeRunner copies each input's first element into every element of its
-// output, records the batches it runs, can be gated, and fails any run that
-// contains a poisoned input.
+// output, records the batches it runs and their lanes, can be gated, and
+// fails any run that contains a poisoned input or buffers not sized for the
+// segment's input and output.
 type fakeRunner struct {
 	mu      sync.Mutex
-	batches [][]float32 // first input element of each item, per run
+	batches [][]float32  // first input element of each item, per run
+	keys    []sessionKey // the segment of each run
 	gate    chan struct{}
 	started chan int // receives n when a run starts (if non-nil)
 	poison  float32
@@ -31,12 +33,16 @@ type fakeRunner struct {
 
 func (f *fakeRunner) run(ctx context.Context, g segment, n int, in, out []float32) error {
 	ie, oe := g.inputElems(), int(g.l.Elements())
+	if len(in) != n*ie || len(out) != n*oe {
+		return fmt.Errorf("%d inputs of %s in %d and %d floats", n, g.key(), len(in), len(out))
+	}
 	firsts := make([]float32, n)
 	for i := range n {
 		firsts[i] = in[i*ie]
 	}
 	f.mu.Lock()
 	f.batches = append(f.batches, firsts)
+	f.keys = append(f.keys, g.key())
 	gate, started := f.gate, f.started
 	f.mu.Unlock()
 	if started != nil {
