@@ -67,8 +67,8 @@ type Config struct {
 	DType DType
 	// Logger receives the service's logs (default slog.Default()).
 	Logger *slog.Logger
-	// MaxPending bounds the distinct requests in flight; Extract waits for
-	// room beyond it. Default 4096.
+	// MaxPending bounds the distinct requests in flight, Extract's and
+	// ExtractFrom's together; each waits for room beyond it. Default 4096.
 	MaxPending int
 	// NVMLLib is the NVML library to load. Default: libnvidia-ml.so.1 where
 	// the CUDA libraries are searched for (CUDALibDir), else from the
