@@ -9,7 +9,10 @@ package extractor
 // an image, and the lane's batches run on the Service's pooled sessions of
 // that sub-model. Split calls share the scheduler's bounds (MaxPending
 // calls, decode tokens, sessions), priorities, retries and Close with image
-// calls; this file has no lock, goroutine or queue of its own.
+// calls; this file has no goroutine or queue of its own.
+//
+// Lock order: no lock here; a split call is the scheduler's, under
+// scheduler.mu (batch.go's order).
 
 import (
 	"context"
