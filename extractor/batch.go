@@ -2,9 +2,10 @@ package extractor
 
 // The scheduler: requests become calls (identical in-flight requests share
 // one call), calls are fetched and preprocessed by a bounded pool of workers
-// (foreground first), decoded inputs wait in one lane per (model, layer), and
-// inference loops take batches of up to the lane's batch size, waiting at
-// most MaxWait for a batch to fill while more of its inputs are on the way.
+// (foreground first), decoded inputs wait in one lane per segment (model,
+// layer, and the layer split execution starts from), and inference loops
+// take batches of up to the lane's batch size, waiting at most MaxWait for
+// a batch to fill while more of its inputs are on the way.
 // The CPU has one inference loop (ONNX Runtime's threads use every core);
 // a GPU has several (schedConfig.inflight), so that one batch uploads while
 // another computes and a third downloads and is encoded: ONNX Runtime runs
@@ -12,12 +13,20 @@ package extractor
 // owns its batch buffers (pinned host memory on a GPU), reused across
 // batches.
 //
-// Bounds: at most maxCalls calls exist at once (Extract waits for a slot);
-// at most `tokens` decoded inputs exist at once (a worker waits for a token
-// before fetching); the session pool bounds sessions.
+// A call's input is an image (Request.Fetch, then preprocessing) or, in
+// split execution (split.go), the .npy tensor of an earlier layer, which a
+// worker decodes like an image; such a call is never shared and waits in
+// the lane of its (model, from, to). Both kinds share every bound below.
+//
+// Bounds: at most maxCalls calls exist at once (Extract and ExtractFrom
+// wait for a slot); at most `tokens` decoded inputs exist at once (a worker
+// waits for a token before fetching or decoding a tensor); the session pool
+// bounds sessions; lanes are at most layers (images) plus layers^2 (split)
+// per model.
 //
 // Lock order: scheduler.mu, then nothing (sessionPool.mu is never taken under
-// it; no fetch, decode or inference runs under it).
+// it; no fetch, decode or inference runs under it). Split execution has no
+// lock of its own.
 
 import (
 	"context"
@@ -30,12 +39,38 @@ import (
 	"time"
 )
 
-// ErrClosed is returned by Extract after Close.
+// ErrClosed is returned by Extract and ExtractFrom after Close.
 var ErrClosed = errors.New("extractor: service closed")
 
-// runner computes layer l of model m for n inputs (packed in in) into out.
+// runner computes segment g for n inputs (packed in in, g.inputElems()
+// each) into out (g.l.Elements() each).
 type runner interface {
-	run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error
+	run(ctx context.Context, g segment, n int, in, out []float32) error
+}
+
+// segment is what one lane computes: layer l of model m, from the model's
+// input (an image), or, in split execution, from the output of layer from.
+type segment struct {
+	m    *Model
+	l    Layer
+	from *Layer // nil: from the model's input
+}
+
+// key names the segment's session (and lane).
+func (g segment) key() sessionKey {
+	k := sessionKey{model: g.m.Name, layer: g.l.Index}
+	if g.from != nil {
+		k.from = g.from.Tensor
+	}
+	return k
+}
+
+// inputElems is the number of input elements per sample.
+func (g segment) inputElems() int {
+	if g.from != nil {
+		return int(g.from.Elements())
+	}
+	return g.m.inputElems()
 }
 
 type stage int
@@ -48,19 +83,28 @@ const (
 	stageDone
 )
 
-// callKey identifies identical requests.
+// callKey identifies identical requests. A tensor call has a key of its
+// own (tensor, a serial number): it is never shared.
 type callKey struct {
-	model string
-	layer int
-	id    string
+	model  string
+	layer  int
+	id     string
+	tensor uint64
+}
+
+// tensorInput is a split call's input: the data bytes of a .npy file whose
+// header and size were checked against the lane's from layer.
+type tensorInput struct {
+	dt   DType
+	data []byte
 }
 
 // call is one computation shared by every identical in-flight request.
 type call struct {
 	key    callKey
 	req    Request
-	m      *Model
-	l      Layer
+	ln     *lane
+	tensor *tensorInput    // nil: the input is req's image
 	ctx    context.Context // cancelled when every waiter gave up, or on Close
 	cancel context.CancelFunc
 	done   chan struct{} // closed when out/err are set
@@ -74,11 +118,12 @@ type call struct {
 	since   time.Time // GUARDED_BY(scheduler.mu); when it entered its lane
 }
 
-// lane holds the decoded inputs of one (model, layer).
+// lane holds the decoded inputs of one segment. Lanes are never removed.
 type lane struct {
 	key      sessionKey
-	m        *Model
-	l        Layer
+	g        segment
+	ie       int        // input elements per sample
+	bufs     *floatPool // where its calls' inputs come from and go back to
 	q        [2][]*call // GUARDED_BY(scheduler.mu); by priority
 	pending  int        // GUARDED_BY(scheduler.mu); calls of this lane not yet decoded
 	bs       int        // GUARDED_BY(scheduler.mu); batch size, 0 until chosen
@@ -98,7 +143,7 @@ type schedConfig struct {
 	log       *slog.Logger
 	// batchSize chooses the batch size of a lane; called once per lane from
 	// an inference loop (it may run measurements through the runner).
-	batchSize func(ctx context.Context, m *Model, l Layer) int
+	batchSize func(ctx context.Context, g segment) int
 	// inflight is the number of inference loops, hence of batches run at
 	// once (default 1).
 	inflight int
@@ -112,6 +157,7 @@ type counters struct {
 	requests, shared, completed, failed, badImages, cancelled atomic.Int64
 	batches, batchedItems, retries                            atomic.Int64
 	decodeNanos, inferNanos, fetchNanos                       atomic.Int64
+	splitBatches, splitItems                                  atomic.Int64 // of split lanes only
 }
 
 type scheduler struct {
@@ -124,6 +170,7 @@ type scheduler struct {
 	stop   context.CancelCauseFunc
 	wg     sync.WaitGroup
 	n      counters
+	serial atomic.Uint64 // the last tensor call's callKey.tensor
 
 	mu       sync.Mutex
 	cond     *sync.Cond           // workers wait on it for the fetch queue
@@ -155,6 +202,25 @@ func (h *hostBuf) release() {
 		h.free()
 	}
 	h.b, h.free = nil, nil
+}
+
+// floatPool recycles one sample's input buffers of one size; its zero
+// value is ready for use.
+type floatPool struct{ p sync.Pool }
+
+// get returns a buffer of n elements.
+func (f *floatPool) get(n int) []float32 {
+	if b, ok := f.p.Get().(*[]float32); ok && len(*b) == n {
+		return *b
+	}
+	return make([]float32, n)
+}
+
+// put takes b back when it has n elements; another size is left to the GC.
+func (f *floatPool) put(b []float32, n int) {
+	if len(b) == n {
+		f.p.Put(&b)
+	}
 }
 
 func newScheduler(cfg schedConfig, r runner) *scheduler {
@@ -245,14 +311,27 @@ func (s *scheduler) kick() {
 
 // extract runs req for layer l of m, sharing identical in-flight requests.
 func (s *scheduler) extract(ctx context.Context, m *Model, l Layer, req Request) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	id := req.ID
 	if id == "" {
 		id = req.Key
 	}
-	k := callKey{model: m.Name, layer: l.Index, id: id}
+	return s.submit(ctx, callKey{model: m.Name, layer: l.Index, id: id}, segment{m: m, l: l}, req, nil)
+}
+
+// extractFrom runs one tensor of layer g.from (its header and size checked
+// by the caller) through g, in the lane of g, as a call of its own. It is
+// foreground work: a reader waits for it.
+func (s *scheduler) extractFrom(ctx context.Context, g segment, t *tensorInput) ([]byte, error) {
+	k := callKey{model: g.m.Name, layer: g.l.Index, tensor: s.serial.Add(1)}
+	return s.submit(ctx, k, g, Request{Model: g.m.Name, Layer: g.l.Index, Priority: Foreground}, t)
+}
+
+// submit waits for the call of k (a new one computing g from req's image,
+// or from t when not nil) and returns its result.
+func (s *scheduler) submit(ctx context.Context, k callKey, g segment, req Request, t *tensorInput) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	s.n.requests.Add(1)
 
 	s.mu.Lock()
@@ -280,7 +359,7 @@ func (s *scheduler) extract(ctx context.Context, m *Model, l Layer, req Request)
 		if c = s.inflight[k]; c != nil {
 			<-s.slots
 		} else {
-			c = s.newCallLocked(k, m, l, req)
+			c = s.newCallLocked(k, g, req, t)
 		}
 	}
 	c.waiters++
@@ -310,25 +389,30 @@ func (s *scheduler) extract(ctx context.Context, m *Model, l Layer, req Request)
 }
 
 // newCallLocked creates a call, registers it and queues it for a worker.
-func (s *scheduler) newCallLocked(k callKey, m *Model, l Layer, req Request) *call {
+func (s *scheduler) newCallLocked(k callKey, g segment, req Request, t *tensorInput) *call {
 	ctx, cancel := context.WithCancel(s.ctx)
-	c := &call{key: k, req: req, m: m, l: l, ctx: ctx, cancel: cancel, done: make(chan struct{}), prio: req.Priority, stage: stageFetchQ}
+	c := &call{key: k, req: req, ln: s.laneLocked(g), tensor: t, ctx: ctx, cancel: cancel, done: make(chan struct{}), prio: req.Priority, stage: stageFetchQ}
 	if c.prio != Foreground {
 		c.prio = Background
 	}
 	s.inflight[k] = c
-	ln := s.laneLocked(m, l)
-	ln.pending++
+	c.ln.pending++
 	s.fetchQ[c.prio] = append(s.fetchQ[c.prio], c)
 	s.cond.Signal()
 	return c
 }
 
-func (s *scheduler) laneLocked(m *Model, l Layer) *lane {
-	k := sessionKey{model: m.Name, layer: l.Index}
+// laneLocked returns the lane of g, made on first use: an image lane takes
+// its inputs from the model's pool, a split lane (another size) from its
+// own.
+func (s *scheduler) laneLocked(g segment) *lane {
+	k := g.key()
 	ln := s.lanes[k]
 	if ln == nil {
-		ln = &lane{key: k, m: m, l: l}
+		ln = &lane{key: k, g: g, ie: g.inputElems(), bufs: &g.m.bufs}
+		if g.from != nil {
+			ln.bufs = &floatPool{}
+		}
 		s.lanes[k] = ln
 	}
 	return ln
@@ -351,7 +435,7 @@ func (s *scheduler) promoteLocked(c *call) {
 			s.fetchQ[Foreground] = append(s.fetchQ[Foreground], c)
 		}
 	case stageLane:
-		ln := s.laneLocked(c.m, c.l)
+		ln := c.ln
 		if ln.q[Background], ok = removeCall(ln.q[Background], c); ok {
 			ln.q[Foreground] = append(ln.q[Foreground], c)
 			s.kick()
@@ -374,7 +458,7 @@ func (s *scheduler) abandonLocked(c *call) {
 			s.finishLocked(c, nil, context.Canceled)
 		}
 	case stageLane:
-		ln := s.laneLocked(c.m, c.l)
+		ln := c.ln
 		if ln.q[c.prio], ok = removeCall(ln.q[c.prio], c); ok {
 			s.dropInputLocked(c)
 			s.finishLocked(c, nil, context.Canceled)
@@ -386,7 +470,7 @@ func (s *scheduler) abandonLocked(c *call) {
 // dropInputLocked frees a queued call's decoded input and its token.
 func (s *scheduler) dropInputLocked(c *call) {
 	if c.input != nil {
-		c.m.putBuf(c.input)
+		c.ln.bufs.put(c.input, c.ln.ie)
 		c.input = nil
 		<-s.tokens
 	}
@@ -398,10 +482,8 @@ func (s *scheduler) finishLocked(c *call, out []byte, err error) {
 		return
 	}
 	if c.stage == stageFetchQ || c.stage == stageDecoding {
-		if ln := s.lanes[sessionKey{model: c.m.Name, layer: c.l.Index}]; ln != nil {
-			ln.pending--
-			s.kick()
-		}
+		c.ln.pending--
+		s.kick()
 	}
 	c.stage = stageDone
 	c.out, c.err = out, err
@@ -468,14 +550,14 @@ func (s *scheduler) decode(c *call) {
 		return
 	}
 	s.mu.Lock()
+	ln := c.ln
 	if c.ctx.Err() != nil || c.stage == stageDone {
-		c.m.putBuf(input)
+		ln.bufs.put(input, ln.ie)
 		<-s.tokens
 		s.finishLocked(c, nil, ctxErr(c.ctx))
 		s.mu.Unlock()
 		return
 	}
-	ln := s.laneLocked(c.m, c.l)
 	ln.pending--
 	c.stage = stageLane
 	c.input = input
@@ -495,8 +577,20 @@ func ctxErr(ctx context.Context) error {
 	return context.Canceled
 }
 
-// prepare fetches c's object and preprocesses it into a new input buffer.
+// prepare fetches c's object and preprocesses it, or decodes c's tensor,
+// into a new input buffer.
 func (s *scheduler) prepare(c *call) ([]float32, error) {
+	ln := c.ln
+	if t := c.tensor; t != nil {
+		if int64(len(t.data)) != int64(ln.ie)*t.dt.Size() {
+			return nil, c.runError(fmt.Errorf("%w: %d data bytes, want %d of %s", ErrBadTensor, len(t.data), ln.ie, t.dt))
+		}
+		buf := ln.bufs.get(ln.ie)
+		t0 := time.Now()
+		decodeNPYData(t.data, t.dt, buf)
+		s.n.decodeNanos.Add(int64(time.Since(t0)))
+		return buf, nil
+	}
 	if c.req.Fetch == nil {
 		return nil, fmt.Errorf("extract %s: request has no Fetch function", c.req.Key)
 	}
@@ -512,12 +606,12 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	if len(data) == 0 {
 		return nil, &ImageError{Key: c.req.Key, Reason: "empty object"}
 	}
-	buf := c.m.getBuf()
+	buf := ln.bufs.get(ln.ie)
 	t1 := time.Now()
-	err = ApplyPreprocess(c.m.Preprocess, data, s.cfg.maxPixels, buf)
+	err = ApplyPreprocess(ln.g.m.Preprocess, data, s.cfg.maxPixels, buf)
 	s.n.decodeNanos.Add(int64(time.Since(t1)))
 	if err != nil {
-		c.m.putBuf(buf)
+		ln.bufs.put(buf, ln.ie)
 		if errors.Is(err, ErrBadImage) {
 			return nil, &ImageError{Key: c.req.Key, Reason: "cannot use as image", Err: err}
 		}
@@ -589,7 +683,7 @@ func (s *scheduler) nextBatch() (*lane, []*call, int) {
 		if ln.bs == 0 {
 			ln.choosing = true
 			s.mu.Unlock()
-			bs := s.cfg.batchSize(s.ctx, ln.m, ln.l)
+			bs := s.cfg.batchSize(s.ctx, ln.g)
 			if bs < 1 {
 				bs = 1
 			}
@@ -656,9 +750,9 @@ func (s *scheduler) nextBatch() (*lane, []*call, int) {
 // the lane's batch size bs); when the batch run fails, each item is
 // retried alone so that one poisoned input fails only its own request.
 func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf) {
-	m, l := ln.m, ln.l
+	l := ln.g.l
 	n := len(batch)
-	ie, oe := m.inputElems(), int(l.Elements())
+	ie, oe := ln.ie, int(l.Elements())
 	in := inb.get(s.cfg.alloc, n*ie, bs*ie)
 	out := outb.get(s.cfg.alloc, n*oe, bs*oe)
 	// A running call's input is this loop's alone: it is packed without
@@ -676,10 +770,14 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 	s.mu.Unlock()
 
 	t0 := time.Now()
-	err := s.run.run(s.ctx, m, l, n, in, out)
+	err := s.run.run(s.ctx, ln.g, n, in, out)
 	s.n.inferNanos.Add(int64(time.Since(t0)))
 	s.n.batches.Add(1)
 	s.n.batchedItems.Add(int64(n))
+	if ln.g.from != nil {
+		s.n.splitBatches.Add(1)
+		s.n.splitItems.Add(int64(n))
+	}
 	if err == nil {
 		// Encoding copies every output out of the loop's buffer: in
 		// parallel when large (a GPU batch of layer12 is 200 MB), so the
@@ -699,7 +797,11 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 		return
 	}
 	if n > 1 {
-		s.cfg.log.Warn("batch failed; retrying its items one by one", "model", m.Name, "layer", l.Name, "batch", n, "err", err)
+		attrs := []any{"model", ln.g.m.Name, "layer", l.Name}
+		if ln.g.from != nil {
+			attrs = append(attrs, "from", ln.g.from.Name)
+		}
+		s.cfg.log.Warn("batch failed; retrying its items one by one", append(attrs, "batch", n, "err", err)...)
 		for i, c := range batch {
 			if c.ctx.Err() != nil {
 				s.finish(c, nil, ctxErr(c.ctx))
@@ -707,10 +809,10 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 			}
 			s.n.retries.Add(1)
 			t := time.Now()
-			err := s.run.run(s.ctx, m, l, 1, in[i*ie:(i+1)*ie], out[:oe])
+			err := s.run.run(s.ctx, ln.g, 1, in[i*ie:(i+1)*ie], out[:oe])
 			s.n.inferNanos.Add(int64(time.Since(t)))
 			if err != nil {
-				s.finish(c, nil, fmt.Errorf("extract %s (%s %s): %w", c.req.Key, m.Name, l.Name, err))
+				s.finish(c, nil, c.runError(err))
 				continue
 			}
 			s.finish(c, EncodeNPY(l.Shape, out[:oe], s.cfg.dtype), nil)
@@ -718,8 +820,18 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 		s.doneRunning(n)
 		return
 	}
-	s.finish(batch[0], nil, fmt.Errorf("extract %s (%s %s): %w", batch[0].req.Key, m.Name, l.Name, err))
+	s.finish(batch[0], nil, batch[0].runError(err))
 	s.doneRunning(n)
+}
+
+// runError names c in an error of its computation: the object key and the
+// layer, or, for a tensor, the model and the split segment.
+func (c *call) runError(err error) error {
+	g := c.ln.g
+	if g.from != nil {
+		return fmt.Errorf("extract %s %s..%s: %w", g.m.Name, g.from.Name, g.l.Name, err)
+	}
+	return fmt.Errorf("extract %s (%s %s): %w", c.req.Key, g.m.Name, g.l.Name, err)
 }
 
 // chunkBytes is the least work, in bytes copied, worth a goroutine of
@@ -776,13 +888,14 @@ func (s *scheduler) queueFigures() (fetchFG, fetchBG, decoded, running, inflight
 // beat the best smaller one by 10% to be chosen: it costs latency and memory.
 // now is the clock (time.Now; tests pass a fake one).
 func measureBatchSize(ctx context.Context, r runner, m *Model, l Layer, maxBatch int, budget time.Duration, now func() time.Time) (best int, perImage map[int]time.Duration, err error) {
+	g := segment{m: m, l: l}
 	ie, oe := m.inputElems(), int(l.Elements())
 	in := make([]float32, maxBatch*ie)
 	out := make([]float32, maxBatch*oe)
 	perImage = map[int]time.Duration{}
 	start := now()
 	// Warm-up: the first run pays for lazy allocations.
-	if err := r.run(ctx, m, l, 1, in[:ie], out[:oe]); err != nil {
+	if err := r.run(ctx, g, 1, in[:ie], out[:oe]); err != nil {
 		return 1, nil, err
 	}
 	best = 1
@@ -797,7 +910,7 @@ func measureBatchSize(ctx context.Context, r runner, m *Model, l Layer, maxBatch
 				return best, perImage, err
 			}
 			t := now()
-			if err := r.run(ctx, m, l, b, in[:b*ie], out[:b*oe]); err != nil {
+			if err := r.run(ctx, g, b, in[:b*ie], out[:b*oe]); err != nil {
 				return best, perImage, err
 			}
 			if d := now().Sub(t) / time.Duration(b); per == 0 || d < per {

@@ -112,7 +112,7 @@ func TestLayer12MatchesTorchvision(t *testing.T) {
 	for i := range min(3, len(images)) {
 		_, in := readNPY(t, filepath.Join(refDir, strconv.Itoa(i)+".input.npy"))
 		_, ref := readNPY(t, filepath.Join(refDir, strconv.Itoa(i)+".npy"))
-		if err := (ortRunner{pool: svc.pool}).run(ctx, m, l, 1, in, out); err != nil {
+		if err := (ortRunner{pool: svc.pool}).run(ctx, segment{m: m, l: l}, 1, in, out); err != nil {
 			t.Fatal(err)
 		}
 		if c := cosine(out, ref); c < 0.99999 {

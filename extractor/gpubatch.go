@@ -61,17 +61,18 @@ func pow2Floor(n int64) int {
 // second run; an error when free memory did not drop (the arena already
 // had room: nothing learned) or a run failed.
 func gpuSampleMemory(ctx context.Context, r runner, m *Model, l Layer, probe int, free func() (uint64, error)) (perSample int64, left uint64, err error) {
+	g := segment{m: m, l: l}
 	ie, oe := m.inputElems(), int(l.Elements())
 	in := make([]float32, probe*ie)
 	out := make([]float32, probe*oe)
-	if err := r.run(ctx, m, l, 1, in[:ie], out[:oe]); err != nil {
+	if err := r.run(ctx, g, 1, in[:ie], out[:oe]); err != nil {
 		return 0, 0, err
 	}
 	f1, err := free()
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := r.run(ctx, m, l, probe, in, out); err != nil {
+	if err := r.run(ctx, g, probe, in, out); err != nil {
 		return 0, 0, err
 	}
 	f2, err := free()

@@ -21,10 +21,10 @@ type fakeGPU struct {
 	runs      []int
 }
 
-func (g *fakeGPU) run(_ context.Context, m *Model, l Layer, n int, in, out []float32) error {
+func (g *fakeGPU) run(_ context.Context, sg segment, n int, in, out []float32) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(in) != n*m.inputElems() || len(out) != n*int(l.Elements()) {
+	if len(in) != n*sg.inputElems() || len(out) != n*int(sg.l.Elements()) {
 		return errors.New("buffers do not match n")
 	}
 	g.arena = max(g.arena, g.base+uint64(n)*g.per)
@@ -93,7 +93,7 @@ func TestGPUBatchFallsBackToEstimate(t *testing.T) {
 		t.Errorf("log %q", lines)
 	}
 	// A failing run: the estimate too, and the log says why.
-	bad := func(context.Context, *Model, Layer, int, []float32, []float32) error {
+	bad := func(context.Context, segment, int, []float32, []float32) error {
 		return errors.New("cuda error 2")
 	}
 	h = &recordHandler{}
@@ -107,10 +107,10 @@ func TestGPUBatchFallsBackToEstimate(t *testing.T) {
 }
 
 // runnerFunc adapts a function to runner.
-type runnerFunc func(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error
+type runnerFunc func(ctx context.Context, g segment, n int, in, out []float32) error
 
-func (f runnerFunc) run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error {
-	return f(ctx, m, l, n, in, out)
+func (f runnerFunc) run(ctx context.Context, g segment, n int, in, out []float32) error {
+	return f(ctx, g, n, in, out)
 }
 
 func TestGPUBatchSizeFollowsFreeMemory(t *testing.T) {

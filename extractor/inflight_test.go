@@ -25,7 +25,7 @@ type concurrentRunner struct {
 	bufs     map[*float32]bool
 }
 
-func (c *concurrentRunner) run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error {
+func (c *concurrentRunner) run(ctx context.Context, g segment, n int, in, out []float32) error {
 	c.mu2.Lock()
 	c.bufs[&in[:1][0]] = true
 	c.mu2.Unlock()
@@ -45,7 +45,7 @@ func (c *concurrentRunner) run(ctx context.Context, m *Model, l Layer, n int, in
 	for c.top.Load() < int32(c.hold) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	return c.fakeRunner.run(ctx, m, l, n, in, out)
+	return c.fakeRunner.run(ctx, g, n, in, out)
 }
 
 func TestSchedulerRunsBatchesInFlight(t *testing.T) {
@@ -56,7 +56,7 @@ func TestSchedulerRunsBatchesInFlight(t *testing.T) {
 	s := newTestScheduler(t, r, 2, 4, func(c *schedConfig) {
 		c.inflight = 3
 		c.maxWait = time.Millisecond
-		c.batchSize = func(context.Context, *Model, Layer) int {
+		c.batchSize = func(context.Context, segment) int {
 			chosen.Add(1)
 			time.Sleep(20 * time.Millisecond) // loops arriving meanwhile must wait, not choose again
 			return 2

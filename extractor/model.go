@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 
 	"github.com/featurefs/featurefs/extractor/graph"
@@ -41,7 +40,8 @@ type Model struct {
 	fixedBatch int     // the graph's fixed batch dimension; 0 when symbolic
 	weight     int64   // bytes of the ONNX file
 	actBytes   []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
-	bufs       sync.Pool
+
+	bufs floatPool // one sample's input buffers, shared by the model's image lanes
 }
 
 // Lookup resolves a directory name, "layer12" or an alias, to a layer.
@@ -128,20 +128,6 @@ func (m *Model) inputElems() int {
 		n *= int(d)
 	}
 	return n
-}
-
-// getBuf returns an input buffer of one sample.
-func (m *Model) getBuf() []float32 {
-	if b, ok := m.bufs.Get().(*[]float32); ok {
-		return *b
-	}
-	return make([]float32, m.inputElems())
-}
-
-func (m *Model) putBuf(b []float32) {
-	if len(b) == m.inputElems() {
-		m.bufs.Put(&b)
-	}
 }
 
 // pruned returns the model pruned at layer l. The bytes are not kept: only

@@ -202,6 +202,19 @@ const npyMaxElements = 1 << 30
 // values widened to float32. Any other content is an error matching
 // ErrBadNPY.
 func DecodeNPY(b []byte) (shape []int64, dt DType, data []float32, err error) {
+	shape, dt, body, err := parseNPY(b)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	data = make([]float32, int64(len(body))/dt.Size())
+	decodeNPYData(body, dt, data)
+	return shape, dt, data, nil
+}
+
+// parseNPY checks what DecodeNPY checks and returns the shape, the dtype
+// and the data bytes (exactly the shape's elements of dt), without
+// decoding them.
+func parseNPY(b []byte) (shape []int64, dt DType, body []byte, err error) {
 	if len(b) < 10 || string(b[:6]) != npyMagic {
 		return nil, "", nil, fmt.Errorf("%w: missing magic", ErrBadNPY)
 	}
@@ -258,22 +271,26 @@ func DecodeNPY(b []byte) (shape []int64, dt DType, data []float32, err error) {
 		}
 		n *= s
 	}
-	body := b[off+hlen:]
+	body = b[off+hlen:]
 	if int64(len(body)) != n*dt.Size() {
 		return nil, "", nil, fmt.Errorf("%w: data is %d bytes, shape %v of %s needs %d",
 			ErrBadNPY, len(body), d.shape, dt, n*dt.Size())
 	}
-	data = make([]float32, n)
+	return d.shape, dt, body, nil
+}
+
+// decodeNPYData widens body, len(data) elements of dt as parseNPY returns
+// them, into data.
+func decodeNPYData(body []byte, dt DType, data []float32) {
 	if dt == Float16 {
 		for i := range data {
 			data[i] = Float16ToFloat32(binary.LittleEndian.Uint16(body[2*i:]))
 		}
-	} else {
-		for i := range data {
-			data[i] = math.Float32frombits(binary.LittleEndian.Uint32(body[4*i:]))
-		}
+		return
 	}
-	return d.shape, dt, data, nil
+	for i := range data {
+		data[i] = math.Float32frombits(binary.LittleEndian.Uint32(body[4*i:]))
+	}
 }
 
 // npyDict is the parsed header dictionary.

@@ -153,7 +153,7 @@ func (s *Service) measureProfile(ctx context.Context, m *Model, opts ProfileOpti
 		out := make([]float32, b*int(l.Elements()))
 		run := func() error {
 			if k == 0 {
-				return ortRunner{pool: s.pool}.run(ctx, m, l, b, in, out)
+				return ortRunner{pool: s.pool}.run(ctx, segment{m: m, l: l}, b, in, out)
 			}
 			return s.runSegment(ctx, m, m.Layers[k-1], l, b, in, out)
 		}

@@ -19,24 +19,30 @@ import (
 )
 
 // fakeRunner copies each input's first element into every element of its
-// output, records the batches it runs, can be gated, and fails any run that
-// contains a poisoned input.
+// output, records the batches it runs and their lanes, can be gated, and
+// fails any run that contains a poisoned input or buffers not sized for the
+// segment's input and output.
 type fakeRunner struct {
 	mu      sync.Mutex
-	batches [][]float32 // first input element of each item, per run
+	batches [][]float32  // first input element of each item, per run
+	keys    []sessionKey // the segment of each run
 	gate    chan struct{}
 	started chan int // receives n when a run starts (if non-nil)
 	poison  float32
 }
 
-func (f *fakeRunner) run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error {
-	ie, oe := m.inputElems(), int(l.Elements())
+func (f *fakeRunner) run(ctx context.Context, g segment, n int, in, out []float32) error {
+	ie, oe := g.inputElems(), int(g.l.Elements())
+	if len(in) != n*ie || len(out) != n*oe {
+		return fmt.Errorf("%d inputs of %s in %d and %d floats", n, g.key(), len(in), len(out))
+	}
 	firsts := make([]float32, n)
 	for i := range n {
 		firsts[i] = in[i*ie]
 	}
 	f.mu.Lock()
 	f.batches = append(f.batches, firsts)
+	f.keys = append(f.keys, g.key())
 	gate, started := f.gate, f.started
 	f.mu.Unlock()
 	if started != nil {
@@ -105,7 +111,7 @@ func newTestScheduler(t *testing.T, r runner, bs int, workers int, mutate ...fun
 		maxWait: 20 * time.Millisecond,
 		dtype:   Float32,
 		log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		batchSize: func(context.Context, *Model, Layer) int {
+		batchSize: func(context.Context, segment) int {
 			return bs
 		},
 	}
@@ -520,7 +526,7 @@ func TestPoisonedBatchIsRetriedItemByItem(t *testing.T) {
 func TestCloseFailsQueuedRequests(t *testing.T) {
 	f := &fakeRunner{}
 	cfg := schedConfig{workers: 1, maxWait: time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		batchSize: func(context.Context, *Model, Layer) int { return 1 }}
+		batchSize: func(context.Context, segment) int { return 1 }}
 	s := newScheduler(cfg, f)
 	m := testModel()
 	release, blocked := blockFirst(t, s, f, m)
@@ -555,7 +561,7 @@ type costRunner struct {
 	seen                      map[int]bool
 }
 
-func (c costRunner) run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error {
+func (c costRunner) run(ctx context.Context, g segment, n int, in, out []float32) error {
 	d := c.overhead + time.Duration(n)*c.perItem
 	if !c.seen[n] {
 		c.seen[n] = true

@@ -67,8 +67,8 @@ type Config struct {
 	DType DType
 	// Logger receives the service's logs (default slog.Default()).
 	Logger *slog.Logger
-	// MaxPending bounds the distinct requests in flight; Extract waits for
-	// room beyond it. Default 4096.
+	// MaxPending bounds the distinct requests in flight, Extract's and
+	// ExtractFrom's together; each waits for room beyond it. Default 4096.
 	MaxPending int
 	// NVMLLib is the NVML library to load. Default: libnvidia-ml.so.1 where
 	// the CUDA libraries are searched for (CUDALibDir), else from the
@@ -163,7 +163,6 @@ type Service struct {
 	pool   *sessionPool
 	sched  *scheduler
 	once   sync.Once
-	split  splitState   // split execution (split.go)
 	prof   profileState // compute profiles (profile.go)
 }
 
@@ -271,15 +270,20 @@ func (s *Service) logFixedBatch(m *Model) {
 	s.log.Info("model input has a fixed batch size; every run feeds exactly that many images, padding a short batch", attrs...)
 }
 
-// chooseBatch picks the batch size of (m, l); see Config.BatchSize. A model
+// chooseBatch picks the batch size of a lane; see Config.BatchSize. A model
 // whose graph fixes the batch size runs batches of exactly that size,
-// whatever was asked: nothing is measured.
-func (s *Service) chooseBatch(ctx context.Context, m *Model, l Layer) int {
+// whatever was asked: nothing is measured. Nor is a split lane's
+// (defaultSplitBatch).
+func (s *Service) chooseBatch(ctx context.Context, g segment) int {
+	m, l := g.m, g.l
 	if m.fixedBatch > 0 {
 		return m.fixedBatch
 	}
 	if s.cfg.BatchSize > 0 {
 		return s.cfg.BatchSize
+	}
+	if g.from != nil {
+		return defaultSplitBatch
 	}
 	if s.dev.gpu {
 		return chooseGPUBatch(ctx, ortRunner{pool: s.pool}, m, l, s.dev.free, s.cfg.InFlight, nvmlFree(s.cfg.NVMLLib, s.dev.index), s.log)
@@ -308,8 +312,8 @@ func chooseCPUBatch(ctx context.Context, r runner, m *Model, l Layer, log *slog.
 // ortRunner runs batches on pooled ONNX Runtime sessions.
 type ortRunner struct{ pool *sessionPool }
 
-func (r ortRunner) run(ctx context.Context, m *Model, l Layer, n int, in, out []float32) error {
-	e, err := r.pool.acquire(ctx, sessionKey{model: m.Name, layer: l.Index})
+func (r ortRunner) run(ctx context.Context, g segment, n int, in, out []float32) error {
+	e, err := r.pool.acquire(ctx, g.key())
 	if err != nil {
 		return err
 	}
@@ -335,7 +339,7 @@ func (s *Service) RunBatch(ctx context.Context, model string, layer, n int, in, 
 	if n < 1 || len(in) < n*ie || len(out) < n*oe {
 		return fmt.Errorf("run batch: %d inputs need %d input and %d output floats, got %d and %d", n, n*ie, n*oe, len(in), len(out))
 	}
-	return ortRunner{pool: s.pool}.run(ctx, m, l, n, in[:n*ie], out[:n*oe])
+	return ortRunner{pool: s.pool}.run(ctx, segment{m: m, l: l}, n, in[:n*ie], out[:n*oe])
 }
 
 // HostBuffer returns n float32s of the memory batches are packed in on the
@@ -446,12 +450,12 @@ func statsOf(sc *scheduler) Stats {
 	}
 }
 
-// Close stops the service: queued requests fail with ErrClosed, the batch
-// being run completes, and the sessions are closed. The ONNX Runtime
+// Close stops the service: queued requests (Extract's and ExtractFrom's)
+// fail with ErrClosed, the batches being run complete, and the sessions are
+// closed. The ONNX Runtime
 // environment stays for other Services in the process.
 func (s *Service) Close() error {
 	s.once.Do(func() {
-		s.split.close()
 		s.sched.close()
 		s.pool.close()
 	})
