@@ -14,7 +14,7 @@ package extractor
 // batches.
 //
 // A call's input is an image (Request.Fetch, then preprocessing) or, in
-// split execution (split.go), the .npy tensor of an earlier layer, which a
+// split execution (splitexec.go), the .npy tensor of an earlier layer, which a
 // worker decodes like an image; such a call is never shared and waits in
 // the lane of its (model, from, to). Both kinds share every bound below.
 //

@@ -6,7 +6,7 @@
 // them into batches by priority, and runs ONNX Runtime sessions pruned at the
 // requested layer (graph/ finds the layers and prunes the model). The result
 // is returned as the bytes of a .npy file (npy.go). Split execution
-// (split.go) feeds an earlier layer's .npy tensor, instead of an image,
+// (splitexec.go) feeds an earlier layer's .npy tensor, instead of an image,
 // through the same scheduler. Nothing here knows about FUSE, S3 or the
 // cache.
 //

@@ -425,7 +425,7 @@ func (o *ortSession) close() error {
 
 // sessionKey names one pruned model: a model and a layer index, computed
 // from the model's input, or from the intermediate tensor from when it is
-// set (split execution, split.go).
+// set (split execution, splitexec.go).
 type sessionKey struct {
 	model string
 	layer int
