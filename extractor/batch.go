@@ -150,7 +150,17 @@ type schedConfig struct {
 	// alloc returns a buffer of n float32s for a loop's batch and the
 	// function that frees it (nil: nothing to free). Default: make.
 	alloc func(n int) ([]float32, func())
+	// idle is called once the inference loops have found no work for
+	// idleAfter (default defaultIdleAfter) since the last batch ran (nil:
+	// nothing is called): the service hands the C heap's free pages back
+	// then (memtrim.go).
+	idle      func()
+	idleAfter time.Duration
 }
+
+// defaultIdleAfter is how long the inference loops wait without work,
+// after a batch, before they call schedConfig.idle.
+const defaultIdleAfter = time.Second
 
 // counters are the scheduler's figures (atomics: read by Stats).
 type counters struct {
@@ -170,7 +180,10 @@ type scheduler struct {
 	stop   context.CancelCauseFunc
 	wg     sync.WaitGroup
 	n      counters
-	serial atomic.Uint64 // the last tensor call's callKey.tensor
+	// ranSinceIdle is set by every batch run and cleared when idle is
+	// called.
+	ranSinceIdle atomic.Bool
+	serial       atomic.Uint64 // the last tensor call's callKey.tensor
 
 	mu       sync.Mutex
 	cond     *sync.Cond           // workers wait on it for the fetch queue
@@ -241,6 +254,9 @@ func newScheduler(cfg schedConfig, r runner) *scheduler {
 	}
 	if cfg.inflight < 1 {
 		cfg.inflight = 1
+	}
+	if cfg.idleAfter <= 0 {
+		cfg.idleAfter = defaultIdleAfter
 	}
 	if cfg.alloc == nil {
 		cfg.alloc = func(n int) ([]float32, func()) { return make([]float32, n), nil }
@@ -674,10 +690,7 @@ func (s *scheduler) nextBatch() (*lane, []*call, int) {
 		ln := s.pickLaneLocked()
 		if ln == nil {
 			s.mu.Unlock()
-			select {
-			case <-s.wake:
-			case <-s.ctx.Done():
-			}
+			s.waitIdle()
 			continue
 		}
 		if ln.bs == 0 {
@@ -774,6 +787,7 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 	s.n.inferNanos.Add(int64(time.Since(t0)))
 	s.n.batches.Add(1)
 	s.n.batchedItems.Add(int64(n))
+	s.ranSinceIdle.Store(true)
 	if ln.g.from != nil {
 		s.n.splitBatches.Add(1)
 		s.n.splitItems.Add(int64(n))
@@ -860,6 +874,30 @@ func inChunks(n, bytes int, f func(lo, hi int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// waitIdle blocks an inference loop that found no batch until it is
+// woken or the scheduler closes; when a batch ran since the last idle
+// call, it calls schedConfig.idle after cfg.idleAfter without work (once,
+// whichever loop gets there first).
+func (s *scheduler) waitIdle() {
+	if s.cfg.idle == nil || !s.ranSinceIdle.Load() {
+		select {
+		case <-s.wake:
+		case <-s.ctx.Done():
+		}
+		return
+	}
+	t := time.NewTimer(s.cfg.idleAfter)
+	defer t.Stop()
+	select {
+	case <-s.wake:
+	case <-s.ctx.Done():
+	case <-t.C:
+		if s.ranSinceIdle.Swap(false) {
+			s.cfg.idle()
+		}
+	}
 }
 
 func (s *scheduler) doneRunning(n int) {

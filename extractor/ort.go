@@ -120,10 +120,11 @@ func newSessionOptions(c sessionConfig) (*ort.SessionOptions, error) {
 	if err := o.SetInterOpNumThreads(1); err != nil {
 		return fail(fmt.Errorf("inter-op threads: %w", err))
 	}
-	// Without the CPU arena, activation buffers go back to the OS after each
-	// run: with it, a mount kept the peak of its largest batch (over 1 GiB
-	// for ResNet-50 at batch 16) resident for good. Large buffers come from
-	// mmap either way, so runs are no slower.
+	// Without the CPU arena: with it, a mount kept the peak of its largest
+	// batch (over 1 GiB for ResNet-50 at batch 16, which the batch-size
+	// measurement runs) resident for good. Activation buffers come from
+	// the C heap instead, reused from run to run and handed back once the
+	// scheduler is idle (memtrim.go).
 	if !c.gpu {
 		if err := o.SetCpuMemArena(false); err != nil {
 			return fail(fmt.Errorf("cpu memory arena: %w", err))

@@ -596,3 +596,40 @@ func TestMeasuredBatchSizeFollowsThroughput(t *testing.T) {
 		t.Errorf("measurement spent %v on sizes %v with a 200ms budget", spent, per)
 	}
 }
+
+// The idle hook (the C heap's trim) is called once the loops have had no
+// work for idleAfter after batches ran: not before any batch, not while
+// work keeps coming, and not again until another batch has run.
+func TestIdleCalledOnceAfterBatches(t *testing.T) {
+	m := testModel()
+	var idles atomic.Int64
+	s := newTestScheduler(t, &fakeRunner{}, 1, 1, func(c *schedConfig) {
+		c.idle = func() { idles.Add(1) }
+		c.idleAfter = 30 * time.Millisecond
+	})
+	time.Sleep(100 * time.Millisecond)
+	if n := idles.Load(); n != 0 {
+		t.Fatalf("idle called %d times before any batch ran", n)
+	}
+	extract := func(key string) {
+		t.Helper()
+		if _, err := s.extract(context.Background(), m, m.Layers[0], req(key, pngOf(t, 7), Foreground, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Work arriving more often than idleAfter: no idle call in between.
+	for i := range 5 {
+		extract(fmt.Sprintf("busy%d", i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := idles.Load(); n != 0 {
+		t.Fatalf("idle called %d times while work kept coming", n)
+	}
+	waitFor(t, "the idle call after the batches", func() bool { return idles.Load() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	if n := idles.Load(); n != 1 {
+		t.Fatalf("idle called %d times without a new batch, want 1", n)
+	}
+	extract("again")
+	waitFor(t, "the idle call after the next batch", func() bool { return idles.Load() == 2 })
+}

@@ -250,6 +250,7 @@ func (s *Service) schedConfig() schedConfig {
 		alloc: hostAllocator(s.dev.gpu, s.dev.index, func(err error) {
 			s.log.Warn("pinned host memory unavailable; GPU batches use ordinary memory", "err", err)
 		}),
+		idle: trimCHeap,
 	}
 }
 
