@@ -177,6 +177,13 @@ def main():
                   f"decode + preprocess ({d_ms:.1f} ms) and bare inference ({o_ms:.1f} ms) take {d_ms + o_ms:.1f} ms "
                   f"alone ({f_ms / (d_ms + o_ms):.2f}x), with the cores {busy:.0%} busy: the gap is the extractor's own work per image, "
                   "not inference waiting for decoded inputs.")
+    for layer in layers:
+        ro, rp = summary[layer]
+        if rp < 2:
+            ceil = med(rate("ort", layer)) / med(rate("torch", layer))
+            print(f"- {layer} short of 2x PyTorch eager: bare ONNX Runtime itself, the ceiling of the extractor, runs "
+                  f"{ceil:.2f}x PyTorch eager on this CPU (same threads), and the extractor reaches {ro:.2f}x of it; "
+                  f"2x PyTorch needs {2 / ceil:.2f}x of bare ONNX Runtime" + (", above the ceiling." if ceil < 2 else "."))
     return 0
 
 
