@@ -2,7 +2,6 @@ package fs
 
 import (
 	"container/list"
-	"encoding/json"
 	"sort"
 	"sync"
 	"time"
@@ -100,10 +99,4 @@ func (ff *failedFiles) snapshot() Failures {
 func (f *FS) Failures() Failures { return f.failed.snapshot() }
 
 // failuresJSON renders Failures, indented, with a final newline.
-func (f *FS) failuresJSON() []byte {
-	b, err := json.MarshalIndent(f.Failures(), "", "  ")
-	if err != nil {
-		b = []byte(`{"error": "` + err.Error() + `"}`)
-	}
-	return append(b, '\n')
-}
+func (f *FS) failuresJSON() []byte { return indentJSON(f.Failures()) }

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -27,10 +28,15 @@ func (f *FS) Stats() Stats {
 }
 
 // statsJSON renders Stats, indented, with a final newline.
-func (f *FS) statsJSON() []byte {
-	b, err := json.MarshalIndent(f.Stats(), "", "  ")
+func (f *FS) statsJSON() []byte { return indentJSON(f.Stats()) }
+
+// indentJSON renders v indented with a final newline, or an object naming
+// the error when v cannot be rendered: the content of the files under
+// .featurefs (stats, failures).
+func indentJSON(v any) []byte {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		b = []byte(`{"error": "` + err.Error() + `"}`)
+		b = []byte(`{"error": ` + strconv.Quote(err.Error()) + `}`)
 	}
 	return append(b, '\n')
 }
