@@ -33,7 +33,7 @@ func TestBadObjectIsEIOOnlyForItAndNotRetriedWithinTTL(t *testing.T) {
 	if _, err := os.ReadFile(e.path("features", "tiny", "layer2", "d", "bad.npy")); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("layer2 bad.npy: %v, want EIO", err)
 	}
-	if n := e.x.callsFor("d/bad.jpg"); n != 1 {
+	if n := e.x.CallsFor("d/bad.jpg"); n != 1 {
 		t.Errorf("bad object extracted %d times within the negative TTL, want 1", n)
 	}
 	if _, err := os.ReadFile(e.path("features", "tiny", "layer1", "d", "huge.npy")); !errors.Is(err, syscall.EIO) {
@@ -60,7 +60,7 @@ func TestBadObjectIsEIOOnlyForItAndNotRetriedWithinTTL(t *testing.T) {
 	if _, err := os.ReadFile(bad); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("after TTL: %v, want EIO", err)
 	}
-	if n := e.x.callsFor("d/bad.jpg"); n != 2 {
+	if n := e.x.CallsFor("d/bad.jpg"); n != 2 {
 		t.Errorf("after the negative TTL: %d extractions, want 2", n)
 	}
 	if c := strings.Count(e.logs.String(), "key=d/bad.jpg"); c != 1 {

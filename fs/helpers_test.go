@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -128,15 +127,8 @@ func (b *fakeBucket) Get(ctx context.Context, key string, maxBytes int64) ([]byt
 }
 
 // fakeExtractor "extracts" a feature by hashing the object's bytes into the
-// layer's shape. Objects starting with "BAD" are bad images.
-type fakeExtractor struct {
-	models []*extractor.Model
-	dtype  extractor.DType
-
-	mu    sync.Mutex
-	calls map[string]int // object key -> Extract calls
-	total atomic.Int64
-}
+// layer's shape (expectedNPY). Objects starting with "BAD" are bad images.
+type fakeExtractor = fakes.Extractor
 
 // testModel returns a model with three small layers and an alias.
 func testModel() *extractor.Model {
@@ -153,48 +145,12 @@ func testModel() *extractor.Model {
 	}
 }
 
-func newFakeExtractor() *fakeExtractor {
-	return &fakeExtractor{models: []*extractor.Model{testModel()}, dtype: extractor.Float32, calls: map[string]int{}}
-}
-
-func (e *fakeExtractor) Models() []*extractor.Model { return e.models }
-func (e *fakeExtractor) Model(name string) (*extractor.Model, bool) {
-	for _, m := range e.models {
-		if m.Name == name {
-			return m, true
-		}
+// newFakeExtractor returns a fake of models (default: testModel).
+func newFakeExtractor(models ...*extractor.Model) *fakeExtractor {
+	if len(models) == 0 {
+		models = []*extractor.Model{testModel()}
 	}
-	return nil, false
-}
-func (e *fakeExtractor) DType() extractor.DType { return e.dtype }
-func (e *fakeExtractor) Device() string         { return "fake" }
-func (e *fakeExtractor) Stats() extractor.Stats {
-	return extractor.Stats{Device: "fake", Requests: e.total.Load()}
-}
-
-func (e *fakeExtractor) callsFor(key string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.calls[key]
-}
-
-func (e *fakeExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
-	e.total.Add(1)
-	e.mu.Lock()
-	e.calls[req.Key]++
-	e.mu.Unlock()
-	m, ok := e.Model(req.Model)
-	if !ok || req.Layer < 0 || req.Layer >= len(m.Layers) {
-		return nil, fmt.Errorf("no model %s layer %d", req.Model, req.Layer)
-	}
-	data, err := req.Fetch(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if bytes.HasPrefix(data, []byte("BAD")) {
-		return nil, &extractor.ImageError{Key: req.Key, Reason: "not an image"}
-	}
-	return expectedNPY(m.Layers[req.Layer], data, e.dtype), nil
+	return fakes.NewExtractor(expectedNPY, models...)
 }
 
 // expectedNPY is the fake extractor's answer for an object's bytes.

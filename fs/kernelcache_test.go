@@ -60,13 +60,13 @@ func TestOverwrittenFileReadsNewVersionOnceRelisted(t *testing.T) {
 	b := newFakeBucket(1000)
 	b.put("d/1.jpg", []byte("old"))
 	e := testMount(t, b)
-	l := e.x.models[0].Layers[0]
+	l := e.x.Models()[0].Layers[0]
 	p := e.path("features", "tiny", "layer0", "d", "1.npy")
 	old, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(old, expectedNPY(l, []byte("old"), e.x.dtype)) {
+	if !bytes.Equal(old, expectedNPY(l, []byte("old"), e.x.DType())) {
 		t.Fatal("wrong content before the overwrite")
 	}
 	var st0 syscall.Stat_t
@@ -82,15 +82,15 @@ func TestOverwrittenFileReadsNewVersionOnceRelisted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, expectedNPY(l, []byte("new"), e.x.dtype)) {
+	if !bytes.Equal(got, expectedNPY(l, []byte("new"), e.x.DType())) {
 		t.Errorf("read after the overwrite and a new listing: the old version's bytes (kernel page cache kept)")
 	}
 	waitFor(t, 10*time.Second, "the name stands for the new version's inode", func() bool {
 		var st syscall.Stat_t
 		return syscall.Stat(p, &st) == nil && st.Ino != st0.Ino
 	})
-	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, expectedNPY(l, []byte("new"), e.x.dtype)) {
-		t.Errorf("read through the new inode: %v, new bytes: %v", err, bytes.Equal(got, expectedNPY(l, []byte("new"), e.x.dtype)))
+	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, expectedNPY(l, []byte("new"), e.x.DType())) {
+		t.Errorf("read through the new inode: %v, new bytes: %v", err, bytes.Equal(got, expectedNPY(l, []byte("new"), e.x.DType())))
 	}
 }
 

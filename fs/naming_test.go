@@ -148,7 +148,7 @@ func TestNamingThroughTheMount(t *testing.T) {
 			t.Errorf("lookup %s (for %s) by Stat: %v", name, key, err)
 			continue
 		}
-		if string(data) != string(expectedNPY(e2.x.models[0].Layers[2], []byte(key), e2.x.dtype)) {
+		if string(data) != string(expectedNPY(e2.x.Models()[0].Layers[2], []byte(key), e2.x.DType())) {
 			t.Errorf("%s: wrong content", name)
 		}
 	}
@@ -242,7 +242,7 @@ func TestIssueKeysNamedOnce(t *testing.T) {
 		e := testMount(t, b)
 		want := map[string]string{}
 		for _, k := range issueKeys() {
-			want[string(expectedNPY(e.x.models[0].Layers[2], []byte("content of "+k), e.x.dtype))] = k
+			want[string(expectedNPY(e.x.Models()[0].Layers[2], []byte("content of "+k), e.x.DType()))] = k
 		}
 		got := walkFeatures(t, e, "features/tiny/layer2", want)
 		for _, k := range issueKeys() {

@@ -59,10 +59,7 @@ type bcall struct {
 }
 
 func newBatchExtractor(t *testing.T, batch int, delay time.Duration, models ...*extractor.Model) *batchExtractor {
-	fx := newFakeExtractor()
-	if len(models) > 0 {
-		fx.models = models
-	}
+	fx := newFakeExtractor(models...)
 	x := &batchExtractor{fakeExtractor: fx, batch: batch, delay: delay,
 		calls: map[string]*bcall{}, ranIn: map[string]int{}, prioOf: map[string][]extractor.Priority{}, askedAt: map[string]int{}, done: make(chan struct{})}
 	x.cond = sync.NewCond(&x.mu)
@@ -87,7 +84,7 @@ func (x *batchExtractor) close() {
 func (x *batchExtractor) Stats() extractor.Stats {
 	st := x.fakeExtractor.Stats()
 	st.BatchSizes = map[string]int{}
-	for _, m := range x.models {
+	for _, m := range x.Models() {
 		st.BatchSizes[m.Name+"/layer0"] = x.batch
 	}
 	return st
@@ -195,9 +192,9 @@ func (x *batchExtractor) compute(req extractor.Request) ([]byte, error) {
 	}
 	l := m.Layers[req.Layer]
 	if l.Elements() > 1024 {
-		return append(extractor.NPYHeader(l.Shape, x.dtype), make([]byte, l.Elements()*x.dtype.Size())...), nil
+		return append(extractor.NPYHeader(l.Shape, x.DType()), make([]byte, l.Elements()*x.DType().Size())...), nil
 	}
-	return expectedNPY(l, data, x.dtype), nil
+	return expectedNPY(l, data, x.DType()), nil
 }
 
 func (x *batchExtractor) batchesRun() int {
@@ -327,11 +324,11 @@ func TestPrefetchTree(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the walk", func() bool { return e.fs.PrefetchStats().WalksDone >= 1 })
 	for _, k := range prefetchImages {
-		if n := e.x.callsFor(k); n != 1 {
+		if n := e.x.CallsFor(k); n != 1 {
 			t.Errorf("%s: %d extractions, want 1", k, n)
 		}
 	}
-	if n := e.x.callsFor("a/notes.txt"); n != 0 {
+	if n := e.x.CallsFor("a/notes.txt"); n != 0 {
 		t.Errorf("a non-image was extracted %d times", n)
 	}
 	st := e.fs.PrefetchStats()
@@ -349,7 +346,7 @@ func TestPrefetchTree(t *testing.T) {
 	if st := e.fs.PrefetchStats(); st.Walks != 2 {
 		t.Errorf("%d walks after touching layer1, its alias and layer0; want 2", st.Walks)
 	}
-	before := e.x.total.Load()
+	before := e.x.Calls.Load()
 	for _, k := range []string{"a/1.npy", "a/b/3.npy", "c/d/e/5.npy"} {
 		if _, err := os.ReadFile(e.path("features", "tiny", "layer1", k)); err != nil {
 			t.Errorf("read %s: %v", k, err)
@@ -358,7 +355,7 @@ func TestPrefetchTree(t *testing.T) {
 	if _, err := os.ReadFile(e.path("features", "tiny", "layer1", "c", "broken.npy")); !errors.Is(err, syscall.EIO) {
 		t.Errorf("read of the bad image: %v, want EIO", err)
 	}
-	if n := e.x.total.Load() - before; n != 0 {
+	if n := e.x.Calls.Load() - before; n != 0 {
 		t.Errorf("reads after prefetch extracted %d times, want 0 (cache hits and the negative cache)", n)
 	}
 }
@@ -381,7 +378,7 @@ func TestPrefetchDir(t *testing.T) {
 	}
 	got := map[string]int{}
 	for _, k := range append(prefetchImages, "c/broken.jpg") {
-		got[k] = e.x.callsFor(k)
+		got[k] = e.x.CallsFor(k)
 	}
 	want := map[string]int{"a/1.jpg": 1, "a/2.png": 1}
 	for k, n := range got {
@@ -412,14 +409,14 @@ func TestPrefetchOffIsOnDemand(t *testing.T) {
 	}
 	walk(e.path("features", "tiny", "layer0"))
 	time.Sleep(100 * time.Millisecond)
-	if n := e.x.total.Load(); n != 0 {
+	if n := e.x.Calls.Load(); n != 0 {
 		t.Fatalf("listing with prefetch off extracted %d times", n)
 	}
 	if _, err := os.ReadFile(e.path("features", "tiny", "layer0", "a", "1.npy")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := e.x.total.Load(); n != 1 {
+	if n := e.x.Calls.Load(); n != 1 {
 		t.Errorf("one read with prefetch off: %d extractions, want 1", n)
 	}
 	if st := e.fs.PrefetchStats(); st.Mode != PrefetchOff || st.Walks != 0 {
@@ -454,7 +451,7 @@ func TestPrefetchSkipsCachedAndStopsAtLimit(t *testing.T) {
 		t.Errorf("prefetch stats %+v: want 5 cached, 7 extracted, 1 walk stopped by the limit", st)
 	}
 	for i := range 5 {
-		if n := e2.x.callsFor(fmt.Sprintf("s/%02d.jpg", i)); n != 0 {
+		if n := e2.x.CallsFor(fmt.Sprintf("s/%02d.jpg", i)); n != 0 {
 			t.Errorf("cached s/%02d.jpg extracted again", i)
 		}
 	}
@@ -488,7 +485,7 @@ func TestPrefetchQueueJump(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read %s: %v", key, err)
 		}
-		if want := expectedNPY(x.models[0].Layers[0], []byte(fmt.Sprint("img", i)), x.dtype); string(data) != string(want) {
+		if want := expectedNPY(x.Models()[0].Layers[0], []byte(fmt.Sprint("img", i)), x.DType()); string(data) != string(want) {
 			t.Errorf("%s: wrong content", key)
 		}
 		ran, asked, ok := x.batchOf(key)
@@ -728,23 +725,23 @@ func TestWarm(t *testing.T) {
 		t.Errorf("failures %v", failed)
 	}
 	for _, k := range want {
-		if n := x.callsFor(k); n != 1 {
+		if n := x.CallsFor(k); n != 1 {
 			t.Errorf("%s extracted %d times", k, n)
 		}
 	}
-	if n := x.callsFor("other/o.jpg"); n != 0 {
+	if n := x.CallsFor("other/o.jpg"); n != 0 {
 		t.Errorf("an object outside the prefix was extracted")
 	}
 
 	// Resumed: the cache has everything; the bad ones fail from the
 	// negative cache without being fetched.
-	before := x.total.Load()
+	before := x.Calls.Load()
 	res2, err := f.Warm(context.Background(), WarmOptions{Model: "tiny", Layer: "layer1", Prefix: "w/"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res2.Cached != 15 || res2.Extracted != 0 || res2.Failed != 2 || len(res2.Failures) != 2 || x.total.Load() != before {
-		t.Errorf("second warm: %+v, %d new extractions", res2, x.total.Load()-before)
+	if res2.Cached != 15 || res2.Extracted != 0 || res2.Failed != 2 || len(res2.Failures) != 2 || x.Calls.Load() != before {
+		t.Errorf("second warm: %+v, %d new extractions", res2, x.Calls.Load()-before)
 	}
 
 	if _, err := f.Warm(context.Background(), WarmOptions{Model: "nope", Layer: "layer1"}); !errors.Is(err, extractor.ErrUnknownModel) {

@@ -18,14 +18,14 @@ func TestSizeEqualsBytesRead(t *testing.T) {
 	b := newFakeBucket(1000)
 	b.put("x/1.jpg", []byte("one"))
 	e := testMount(t, b)
-	for _, l := range e.x.models[0].Layers {
+	for _, l := range e.x.Models()[0].Layers {
 		p := e.path("features", "tiny", l.Name, "x", "1.npy")
-		before := e.x.total.Load()
+		before := e.x.Calls.Load()
 		st, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.x.total.Load() != before {
+		if e.x.Calls.Load() != before {
 			t.Fatalf("stat of %s extracted", l.Name)
 		}
 		data, err := os.ReadFile(p)
@@ -35,7 +35,7 @@ func TestSizeEqualsBytesRead(t *testing.T) {
 		if st.Size() != int64(len(data)) {
 			t.Errorf("%s: stat size %d, read %d bytes", l.Name, st.Size(), len(data))
 		}
-		if !bytes.Equal(data, expectedNPY(l, []byte("one"), e.x.dtype)) {
+		if !bytes.Equal(data, expectedNPY(l, []byte("one"), e.x.DType())) {
 			t.Errorf("%s: content differs from the extractor's", l.Name)
 		}
 		if st.Mode().Perm() != 0o444 {
@@ -75,7 +75,7 @@ func TestReadsUseCacheAndShareExtraction(t *testing.T) {
 						return
 					}
 				}
-				if !bytes.Equal(got, expectedNPY(e.x.models[0].Layers[0], []byte(fmt.Sprint("img", i)), e.x.dtype)) {
+				if !bytes.Equal(got, expectedNPY(e.x.Models()[0].Layers[0], []byte(fmt.Sprint("img", i)), e.x.DType())) {
 					t.Errorf("reader %d file %d: wrong content", r, i)
 				}
 			})
@@ -83,17 +83,17 @@ func TestReadsUseCacheAndShareExtraction(t *testing.T) {
 	}
 	wg.Wait()
 	for i := range 8 {
-		if n := e.x.callsFor(fmt.Sprintf("d/%d.jpg", i)); n != 1 {
+		if n := e.x.CallsFor(fmt.Sprintf("d/%d.jpg", i)); n != 1 {
 			t.Errorf("object %d extracted %d times, want 1", i, n)
 		}
 	}
 	// A new tree over the same cache reads without extracting.
-	x2 := e.x.total.Load()
+	x2 := e.x.Calls.Load()
 	e2 := testMount(t, b, func(c *Config) { c.Cache = e.c })
 	if _, err := os.ReadFile(e2.path("features", "tiny", "layer0", "d", "3.npy")); err != nil {
 		t.Fatal(err)
 	}
-	if e2.x.total.Load() != 0 || e.x.total.Load() != x2 {
+	if e2.x.Calls.Load() != 0 || e.x.Calls.Load() != x2 {
 		t.Errorf("a cached feature was extracted again")
 	}
 }

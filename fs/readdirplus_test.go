@@ -20,8 +20,8 @@ func TestReaddirPlusAnswersFromTheEntry(t *testing.T) {
 	}
 	b.put("d/sub/x.jpg", []byte("x"))
 	e := testMount(t, b)
-	l := e.x.models[0].Layers[2]
-	want := extractor.NPYSize(l.Shape, e.x.dtype)
+	l := e.x.Models()[0].Layers[2]
+	want := extractor.NPYSize(l.Shape, e.x.DType())
 	dir := e.path("features", "tiny", l.Name, "d")
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ func TestTreeShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(table) != e.x.models[0].Table() {
+	if string(table) != e.x.Models()[0].Table() {
 		t.Errorf("layers file = %q, want the model's Table()", table)
 	}
 
@@ -52,7 +52,7 @@ func TestTreeShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(a) != string(l) || string(a) != string(expectedNPY(e.x.models[0].Layers[1], []byte("dog1"), extractor.Float32)) {
+	if string(a) != string(l) || string(a) != string(expectedNPY(e.x.Models()[0].Layers[1], []byte("dog1"), extractor.Float32)) {
 		t.Error("pool/ and layer1/ differ or are not the extractor's answer")
 	}
 
@@ -80,7 +80,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Error("New without a bucket passed")
 	}
 	x := newFakeExtractor()
-	x.models[0].Name = "layers"
+	x.Models()[0].Name = "layers"
 	if _, err := New(Config{Bucket: newFakeBucket(10), Extractor: x, Cache: newFakeCache()}); err == nil {
 		t.Error("a model named layers passed")
 	}

@@ -1,24 +1,20 @@
 package features
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
 
 // fakeExtractor "extracts" a feature by copying the object's first bytes
-// into the layer's shape, through req.Fetch. Objects starting with "BAD"
-// are bad images.
-type fakeExtractor struct {
-	models []*extractor.Model
-	calls  atomic.Int64
-}
+// into the layer's shape (expectedNPY), through req.Fetch. Objects starting
+// with "BAD" are bad images.
+type fakeExtractor = fakes.Extractor
 
 // testModel returns a model with two small layers.
 func testModel() *extractor.Model {
@@ -34,32 +30,7 @@ func testModel() *extractor.Model {
 }
 
 func newFakeExtractor() *fakeExtractor {
-	return &fakeExtractor{models: []*extractor.Model{testModel()}}
-}
-
-func (e *fakeExtractor) Models() []*extractor.Model { return e.models }
-func (e *fakeExtractor) Model(name string) (*extractor.Model, bool) {
-	for _, m := range e.models {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return nil, false
-}
-func (e *fakeExtractor) DType() extractor.DType { return extractor.Float32 }
-func (e *fakeExtractor) Device() string         { return "fake" }
-func (e *fakeExtractor) Stats() extractor.Stats { return extractor.Stats{Requests: e.calls.Load()} }
-
-func (e *fakeExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
-	e.calls.Add(1)
-	data, err := req.Fetch(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if bytes.HasPrefix(data, []byte("BAD")) {
-		return nil, &extractor.ImageError{Key: req.Key, Reason: "not an image"}
-	}
-	return expectedNPY(e.models[0].Layers[req.Layer], data), nil
+	return fakes.NewExtractor(func(l extractor.Layer, data []byte, _ extractor.DType) []byte { return expectedNPY(l, data) }, testModel())
 }
 
 // expectedNPY is the fake extractor's answer for an object's bytes.

@@ -10,38 +10,13 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 	"github.com/featurefs/featurefs/fs/internal/leakcheck"
 )
 
-// gatedExtractor blocks each Extract until gate is closed; with honorCtx
-// it also returns when its context ends, else it ignores it (like an ONNX
-// Runtime run, which cannot be interrupted). entered gets one value per
-// Extract started.
-type gatedExtractor struct {
-	*fakeExtractor
-	gate     chan struct{}
-	entered  chan struct{}
-	honorCtx bool
-	ctxErr   atomic.Value // the error of the context of the last Extract that saw it end
-}
-
-func (e *gatedExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
-	e.entered <- struct{}{}
-	if e.honorCtx {
-		select {
-		case <-e.gate:
-		case <-ctx.Done():
-			e.ctxErr.Store(ctx.Err())
-			return nil, ctx.Err()
-		}
-	} else {
-		<-e.gate
-	}
-	return e.fakeExtractor.Extract(context.Background(), req)
-}
+// gatedExtractor blocks each Extract until its gate is closed (fakes.Gated).
+type gatedExtractor = fakes.Gated
 
 // closingCache fails the test on a Put after close (a write into a closed
 // cache).
@@ -69,7 +44,7 @@ func detachedRead(t *testing.T, p *Pipeline, x *gatedExtractor) {
 		_, err := p.Feature(ctx, "tiny", 0, bucket.Object{Key: "a.jpg"})
 		errc <- err
 	}()
-	<-x.entered
+	<-x.Entered
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the cancelled reader got %v, want context.Canceled", err)
@@ -83,7 +58,7 @@ func detachedRead(t *testing.T, p *Pipeline, x *gatedExtractor) {
 func TestCloseWaitsForDetachedExtraction(t *testing.T) {
 	defer leakcheck.Check(t)()
 	b, _ := localBucket(t, map[string]string{"a.jpg": "abcd"})
-	x := &gatedExtractor{fakeExtractor: newFakeExtractor(), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	x := &gatedExtractor{Extractor: newFakeExtractor(), Gate: make(chan struct{}), Entered: make(chan string, 1)}
 	c := &closingCache{Cache: fakes.NewCache(), t: t}
 	var logs bytes.Buffer
 	p, err := New(Config{Bucket: b, Extractor: x, Cache: c, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
@@ -102,12 +77,12 @@ func TestCloseWaitsForDetachedExtraction(t *testing.T) {
 		t.Error("Close returned while a detached extraction was running")
 	case <-time.After(200 * time.Millisecond):
 	}
-	close(x.gate) // the run ends
+	close(x.Gate) // the run ends
 	<-closed
 	c.closed.Store(true) // the cache's owner closes it after Close
 	// On the old code the run's Put comes now, into the closed cache.
 	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) && x.calls.Load() == 0 {
+	for time.Now().Before(deadline) && x.Calls.Load() == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -125,8 +100,8 @@ func TestCloseWaitsForDetachedExtraction(t *testing.T) {
 // TestCloseCancelsDetachedExtraction: Close cancels the context of a read's
 // detached extraction and leaves no goroutine behind.
 func TestCloseCancelsDetachedExtraction(t *testing.T) {
-	x := &gatedExtractor{fakeExtractor: newFakeExtractor(), gate: make(chan struct{}), entered: make(chan struct{}, 1), honorCtx: true}
-	defer close(x.gate) // a leaked run (the old code) ends after the check
+	x := &gatedExtractor{Extractor: newFakeExtractor(), Gate: make(chan struct{}), Entered: make(chan string, 1), HonorCtx: true}
+	defer close(x.Gate) // a leaked run (the old code) ends after the check
 	defer leakcheck.Check(t)()
 	b, _ := localBucket(t, map[string]string{"a.jpg": "abcd"})
 	p, err := New(Config{Bucket: b, Extractor: x, Cache: fakes.NewCache()})
@@ -135,7 +110,7 @@ func TestCloseCancelsDetachedExtraction(t *testing.T) {
 	}
 	detachedRead(t, p, x)
 	p.Close()
-	if err, _ := x.ctxErr.Load().(error); !errors.Is(err, context.Canceled) {
+	if err, _ := x.CtxErr.Load().(error); !errors.Is(err, context.Canceled) {
 		t.Errorf("the detached extraction's context ended with %v by Close's return, want context.Canceled", err)
 	}
 }

@@ -38,7 +38,7 @@ func TestFeatureCachesAndRemembersBadObjects(t *testing.T) {
 			t.Fatalf("call %d: %v, %v; want the layer's feature", i, got, err)
 		}
 	}
-	if n := x.calls.Load(); n != 1 {
+	if n := x.Calls.Load(); n != 1 {
 		t.Errorf("%d extractions for two calls, want 1 (the second from the cache)", n)
 	}
 
@@ -51,14 +51,14 @@ func TestFeatureCachesAndRemembersBadObjects(t *testing.T) {
 			t.Fatalf("bad object, call %d: %v, want a bad image", i, err)
 		}
 	}
-	if n := x.calls.Load(); n != 2 {
+	if n := x.Calls.Load(); n != 2 {
 		t.Errorf("%d extractions after two reads of a bad object, want 2 (one for it)", n)
 	}
 	clock.Advance(2 * time.Minute)
 	if _, err := p.Feature(ctx, "tiny", 0, bad); !errors.Is(err, extractor.ErrBadImage) {
 		t.Fatalf("bad object after NegativeTTL: %v", err)
 	}
-	if n := x.calls.Load(); n != 3 {
+	if n := x.Calls.Load(); n != 3 {
 		t.Errorf("%d extractions after NegativeTTL, want 3 (retried)", n)
 	}
 

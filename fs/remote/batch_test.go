@@ -138,7 +138,7 @@ func TestBatchLimits(t *testing.T) {
 		c.MaxBatchItems = 40
 		c.MaxConcurrent = 3
 	})
-	ts.Ex.delay = 5 * time.Millisecond
+	ts.Ex.Delay = 5 * time.Millisecond
 	var items []string
 	for i := range 40 {
 		items = append(items, fmt.Sprintf(`{"model":"tiny","layer":0,"key":"k/%02d.jpg"}`, i))
@@ -147,7 +147,7 @@ func TestBatchLimits(t *testing.T) {
 	if resp.StatusCode != 200 || len(frames) != 40 {
 		t.Fatalf("40 items: status %d, %d frames", resp.StatusCode, len(frames))
 	}
-	if m := ts.Ex.maxRunning.Load(); m > 3 || m < 2 {
+	if m := ts.Ex.MaxRunning.Load(); m > 3 || m < 2 {
 		t.Errorf("at most %d extractions ran at once, want 2..3 (MaxConcurrent 3)", m)
 	}
 	resp, _ = postBatch(t, ts.URL, `{"items":[`+strings.Join(append(items, items[0]), ",")+`]}`)
@@ -174,7 +174,7 @@ func TestConcurrentExtractsAreBatched(t *testing.T) {
 		objs[fmt.Sprintf("d/%02d.jpg", i)] = fmt.Sprintf("bytes of %d", i)
 	}
 	ts := startServer(t, objs, nil)
-	ts.Ex.delay = 2 * time.Millisecond
+	ts.Ex.Delay = 2 * time.Millisecond
 	c := dial(t, ClientConfig{URLs: []string{ts.URL}, MaxInFlight: 1, MaxBatch: 16, MaxWait: 5 * time.Millisecond})
 	before := c.Stats().HTTPRequests
 	var wg sync.WaitGroup
@@ -216,7 +216,7 @@ func TestForegroundBeforeBackground(t *testing.T) {
 		objs[fmt.Sprintf("bg%d.jpg", i)] = "bg"
 	}
 	ts := startServer(t, objs, nil)
-	ts.Ex.delay = 20 * time.Millisecond
+	ts.Ex.Delay = 20 * time.Millisecond
 	c := dial(t, ClientConfig{URLs: []string{ts.URL}, MaxBatch: 1, MaxInFlight: 1})
 	var mu sync.Mutex
 	var order []string

@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -31,21 +30,16 @@ const testToken = "s3cr3t-t0ken-for-tests"
 var fakeShape = []int64{2, 4}
 
 // fakeExtractor is an fs.Extractor whose feature of an object is a fixed
-// function of its bytes, fetched through req.Fetch: objects starting with
-// "BAD" are bad images. It counts calls, tracks concurrency, and can be
-// slowed down.
-type fakeExtractor struct {
-	models []*extractor.Model
-	shape  []int64
-	delay  time.Duration
-
-	calls, running, maxRunning atomic.Int64
-}
+// function of its bytes (expectedFeature), fetched through req.Fetch:
+// objects starting with "BAD" are bad images. It counts calls, tracks
+// concurrency, and can be slowed down.
+type fakeExtractor = fakes.Extractor
 
 func newFakeExtractor() *fakeExtractor { return newFakeExtractorShape(fakeShape) }
 
 // newFakeExtractorShape returns a fake whose layers have shape; features
-// of shapes other than fakeShape are zeros past expectedFeature's values.
+// of shapes other than fakeShape hold the object's size and the layer
+// index, then zeros.
 func newFakeExtractorShape(shape []int64) *fakeExtractor {
 	m := &extractor.Model{Name: "tiny", Digest: "d1g35t", Preprocess: extractor.DefaultPreprocess(),
 		Aliases: map[string]string{"pool": "layer1"}}
@@ -53,52 +47,16 @@ func newFakeExtractorShape(shape []int64) *fakeExtractor {
 		m.Layers = append(m.Layers, extractor.Layer{Index: i, Name: "layer" + string(rune('0'+i)), Tensor: "t" + string(rune('0'+i)),
 			Shape: shape, Bytes: 4 * extractor.Layer{Shape: shape}.Elements()})
 	}
-	return &fakeExtractor{models: []*extractor.Model{m}, shape: shape}
-}
-
-func (f *fakeExtractor) Models() []*extractor.Model { return f.models }
-func (f *fakeExtractor) Model(name string) (*extractor.Model, bool) {
-	for _, m := range f.models {
-		if m.Name == name {
-			return m, true
+	x := fakes.NewExtractor(func(l extractor.Layer, b []byte, _ extractor.DType) []byte {
+		if !slices.Equal(l.Shape, fakeShape) {
+			data := make([]float32, l.Elements())
+			copy(data, []float32{float32(len(b)), float32(l.Index)})
+			return extractor.EncodeNPY(l.Shape, data, extractor.Float32)
 		}
-	}
-	return nil, false
-}
-func (f *fakeExtractor) DType() extractor.DType { return extractor.Float32 }
-func (f *fakeExtractor) Stats() extractor.Stats { return extractor.Stats{Requests: f.calls.Load()} }
-func (f *fakeExtractor) Device() string         { return "fake" }
-
-func (f *fakeExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
-	f.calls.Add(1)
-	n := f.running.Add(1)
-	defer f.running.Add(-1)
-	for {
-		m := f.maxRunning.Load()
-		if n <= m || f.maxRunning.CompareAndSwap(m, n) {
-			break
-		}
-	}
-	if f.delay > 0 {
-		select {
-		case <-time.After(f.delay):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	b, err := req.Fetch(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if bytes.HasPrefix(b, []byte("BAD")) {
-		return nil, &extractor.ImageError{Key: req.Key, Reason: "not an image", Err: errors.New("fake decoder")}
-	}
-	if !slices.Equal(f.shape, fakeShape) {
-		data := make([]float32, extractor.Layer{Shape: f.shape}.Elements())
-		copy(data, []float32{float32(len(b)), float32(req.Layer)})
-		return extractor.EncodeNPY(f.shape, data, extractor.Float32), nil
-	}
-	return expectedFeature(b, req.Layer), nil
+		return expectedFeature(b, l.Index)
+	}, m)
+	x.BadErr = errors.New("fake decoder")
+	return x
 }
 
 // expectedFeature is the fake model's feature of content at a layer.

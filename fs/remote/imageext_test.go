@@ -55,7 +55,7 @@ func TestServerImageExtensions(t *testing.T) {
 					t.Errorf("object %s: %d %q, want 200 and its bytes", key, st, body)
 				}
 			}
-			before := ts.Ex.calls.Load()
+			before := ts.Ex.Calls.Load()
 			for _, key := range c.no {
 				q := "?model=tiny&layer=0&key=" + url.QueryEscape(key)
 				st, body := get(t, ts.URL, "/v1/feature"+q)
@@ -66,7 +66,7 @@ func TestServerImageExtensions(t *testing.T) {
 					t.Errorf("object %s: %d %q, want 404 saying it is not an image", key, st, body)
 				}
 			}
-			if n := ts.Ex.calls.Load() - before; n != 0 {
+			if n := ts.Ex.Calls.Load() - before; n != 0 {
 				t.Errorf("%d extractions of objects that are not images", n)
 			}
 

@@ -6,39 +6,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/internal/fakes"
 	"github.com/featurefs/featurefs/fs/internal/leakcheck"
 )
 
-// gatedExtractor's Extract reports its key on entered, then waits for gate
-// (ignoring its context, like an ONNX Runtime run) or, with honorCtx, for
-// gate or its context's end.
-type gatedExtractor struct {
-	*fakeExtractor
-	entered  chan string
-	gate     chan struct{}
-	honorCtx bool
-}
-
-func (g *gatedExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
-	g.entered <- req.Key
-	if g.honorCtx {
-		select {
-		case <-g.gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	} else {
-		<-g.gate
-	}
-	return g.fakeExtractor.Extract(context.Background(), req)
-}
+// gatedExtractor reports each Extract's key on Entered, then waits for its
+// gate (fakes.Gated).
+type gatedExtractor = fakes.Gated
 
 // newGatedServer is a Server (no HTTP) over a.jpg and b.jpg computing with
 // a gated extractor.
 func newGatedServer(t *testing.T, honorCtx bool, maxConcurrent int) (*Server, *gatedExtractor) {
 	t.Helper()
-	g := &gatedExtractor{fakeExtractor: newFakeExtractor(), entered: make(chan string, 4), gate: make(chan struct{}), honorCtx: honorCtx}
+	g := &gatedExtractor{Extractor: newFakeExtractor(), Entered: make(chan string, 4), Gate: make(chan struct{}), HonorCtx: honorCtx}
 	ts := startServer(t, map[string]string{"a.jpg": "aaaa", "b.jpg": "bbbb"}, func(c *ServerConfig) {
 		c.Extractor = g
 		c.MaxConcurrent = maxConcurrent
@@ -61,7 +41,7 @@ func TestServerSlotHeldUntilComputationEnds(t *testing.T) {
 		_, err := s.feature(ctx, BatchItem{Model: "tiny", Layer: 0, Key: "a.jpg", ETag: "x"})
 		first <- err
 	}()
-	if k := <-g.entered; k != "a.jpg" {
+	if k := <-g.Entered; k != "a.jpg" {
 		t.Fatalf("entered %s", k)
 	}
 	cancel() // the client goes away
@@ -78,11 +58,11 @@ func TestServerSlotHeldUntilComputationEnds(t *testing.T) {
 		second <- err
 	}()
 	select {
-	case k := <-g.entered:
+	case k := <-g.Entered:
 		t.Errorf("%s started while the first computation held the only slot", k)
 	case <-time.After(200 * time.Millisecond):
 	}
-	close(g.gate) // the first computation ends, freeing the slot
+	close(g.Gate) // the first computation ends, freeing the slot
 	if err := <-second; err != nil {
 		t.Errorf("the second request: %v", err)
 	}
@@ -104,7 +84,7 @@ func TestServerCloseCancelsComputations(t *testing.T) {
 		_, err := s.feature(ctx, BatchItem{Model: "tiny", Layer: 0, Key: "a.jpg", ETag: "x"})
 		gone <- err
 	}()
-	<-g.entered
+	<-g.Entered
 	cancel()
 	<-gone
 	waiting := make(chan error, 1)
@@ -112,7 +92,7 @@ func TestServerCloseCancelsComputations(t *testing.T) {
 		_, err := s.feature(context.Background(), BatchItem{Model: "tiny", Layer: 0, Key: "b.jpg", ETag: "x"})
 		waiting <- err
 	}()
-	<-g.entered
+	<-g.Entered
 	s.Close()
 	if err := <-waiting; StatusOf(err) != StatusUnavailable {
 		t.Errorf("the waiting request: %v (status %d), want unavailable", err, StatusOf(err))

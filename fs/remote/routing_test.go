@@ -74,7 +74,7 @@ func TestClientRoutesEachKeyToItsServer(t *testing.T) {
 		if got := s.Stats().Items; got != want[u] {
 			t.Errorf("%s answered %d items, %d are routed to it", u, got, want[u])
 		}
-		if got := s.Ex.calls.Load(); got != want[u] {
+		if got := s.Ex.Calls.Load(); got != want[u] {
 			t.Errorf("%s extracted %d features, %d are routed to it", u, got, want[u])
 		}
 	}

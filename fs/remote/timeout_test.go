@@ -67,7 +67,7 @@ func TestSilentServerFailsWithinTimeoutAndCacheStillServes(t *testing.T) {
 // while it computes: the timeout measures silence, not work.
 func TestHeartbeatsKeepASlowBatchAlive(t *testing.T) {
 	ts := startServer(t, map[string]string{"s.jpg": "slow"}, func(c *ServerConfig) { c.Heartbeat = 40 * time.Millisecond })
-	ts.Ex.delay = 600 * time.Millisecond
+	ts.Ex.Delay = 600 * time.Millisecond
 	c := dial(t, ClientConfig{URLs: []string{ts.URL}, Timeout: 200 * time.Millisecond})
 	got, err := c.Extractor().Extract(context.Background(), featureReq("s.jpg", 0, ""))
 	if err != nil || !bytes.Equal(got, expectedFeature([]byte("slow"), 0)) {

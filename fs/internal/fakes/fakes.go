@@ -1,6 +1,6 @@
 // Package fakes holds the in-memory test doubles that the tests of fs,
-// fs/features and fs/remote share: a feature store and a clock. Only tests
-// import it.
+// fs/features and fs/remote share: a feature store, a clock and an
+// extractor (extractor.go), each defined once. Only tests import it.
 package fakes
 
 import (
