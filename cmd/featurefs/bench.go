@@ -82,11 +82,7 @@ func runBench(args []string) int {
 	model := fl.String("model", "", "model .onnx file")
 	layers := fl.String("layers", "layer12,layer18", "comma-separated layers")
 	modes := fl.String("modes", "extract,decode,ort", "comma-separated: extract, decode, ort")
-	device := fl.String("device", def.Device, "auto, cpu, cuda or cuda:N")
-	precision := fl.String("precision", string(extractor.FP32), "GPU arithmetic: fp32, tf32 or fp16 (with --tensorrt)")
-	tensorRT := fl.Bool("tensorrt", false, "use ONNX Runtime's TensorRT provider on a GPU")
-	ortLib := fl.String("ort-lib", def.ORTLib, "libonnxruntime shared library (or $FEATUREFS_ORT_LIB)")
-	cudaLibDir := fl.String("cuda-lib-dir", "", "`directories` searched first for the CUDA libraries")
+	rt := bindRuntimeFlags(fl, def)
 	batch := fl.Int("batch-size", 0, "batch size (0: chosen as a mount chooses it)")
 	seconds := fl.Duration("ort-time", 5*time.Second, "how long the ort mode runs")
 	limit := fl.Int("images", 0, "use at most this many images (0: all)")
@@ -119,9 +115,13 @@ func runBench(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs bench: %v\n", err)
 		return exitUsage
 	}
+	if err := rt.check(); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs bench: %v\n", err)
+		return exitUsage
+	}
 	cfg := def
-	cfg.ORTLib, cfg.Device, cfg.TensorRT, cfg.BatchSize = *ortLib, *device, *tensorRT, *batch
-	cfg.Precision, cfg.CUDALibDir = extractor.Precision(*precision), *cudaLibDir
+	rt.apply(&cfg)
+	cfg.BatchSize = *batch
 	if *workers > 0 {
 		cfg.Workers = *workers
 	}

@@ -49,14 +49,10 @@ func runExtract(args []string) int {
 	fl.StringVar(out, "out", "", "output directory (same as -o)")
 	relTo := fl.String("relative-to", "", "mirror the images' paths relative to this `directory` under -o (default: their common parent)")
 	dtype := fl.String("dtype", string(def.DType), "float32 or float16")
-	device := fl.String("device", def.Device, "auto, cpu, cuda or cuda:N")
-	ortLib := fl.String("ort-lib", def.ORTLib, "libonnxruntime shared library (or $FEATUREFS_ORT_LIB)")
+	rt := bindRuntimeFlags(fl, def)
 	batch := fl.Int("batch-size", 0, "inputs per run (0: chosen automatically)")
-	tensorRT := fl.Bool("tensorrt", false, "use ONNX Runtime's TensorRT provider on a GPU")
 	allowCPU := fl.Bool("allow-cpu-fallback", false, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
 	fastDecode := fl.Bool("fast-decode", false, "decode JPEGs at least 2, 4 or 8 times larger than the resize needs at 1/2, 1/4 or 1/8 (libjpeg DCT scaling): faster on large photos, not bit-exact with torchvision")
-	precision := fl.String("precision", string(extractor.FP32), "GPU arithmetic: fp32, tf32 (TF32 tensor cores) or fp16 (with --tensorrt)")
-	cudaLibDir := fl.String("cuda-lib-dir", "", "`directories` (colon-separated) searched first for the CUDA and cuDNN libraries (or FEATUREFS_CUDA_LIB_DIR)")
 	logLevel := fl.String("log-level", "warn", "debug, info, warn or error")
 	pos, err := parseInterspersed(fl, args)
 	if err != nil {
@@ -74,12 +70,8 @@ func runExtract(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs extract: --log-level %q: %v\n", *logLevel, err)
 		return exitUsage
 	}
-	switch p := extractor.Precision(*precision); {
-	case p != extractor.FP32 && p != extractor.TF32 && p != extractor.FP16:
-		fmt.Fprintf(os.Stderr, "featurefs extract: --precision %q: want fp32, tf32 or fp16\n", *precision)
-		return exitUsage
-	case p == extractor.FP16 && !*tensorRT:
-		fmt.Fprintln(os.Stderr, "featurefs extract: --precision fp16 needs --tensorrt (the CUDA provider runs fp32 or tf32)")
+	if err := rt.check(); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
 		return exitUsage
 	}
 	names, err := outputPaths(pos, *relTo)
@@ -88,9 +80,9 @@ func runExtract(args []string) int {
 		return exitUsage
 	}
 	cfg := def
-	cfg.ORTLib, cfg.Device, cfg.TensorRT, cfg.AllowCPUFallback, cfg.BatchSize = *ortLib, *device, *tensorRT, *allowCPU, *batch
+	rt.apply(&cfg)
+	cfg.AllowCPUFallback, cfg.BatchSize = *allowCPU, *batch
 	cfg.DType = extractor.DType(*dtype)
-	cfg.Precision, cfg.CUDALibDir = extractor.Precision(*precision), *cudaLibDir
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	name := strings.TrimSuffix(filepath.Base(*modelPath), filepath.Ext(*modelPath))
 	pre := extractor.DefaultPreprocess()
