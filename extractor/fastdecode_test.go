@@ -8,8 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,26 +108,11 @@ func TestFastDecodeCacheKey(t *testing.T) {
 // output directory.
 func runFastRef(t *testing.T, py string, p Preprocess, paths []string) string {
 	t.Helper()
-	out := t.TempDir()
-	args := []string{filepath.Join(testenv.RepoRoot(t), refScript), "fastref",
-		"--resize", fmt.Sprint(p.Resize), "--crop", fmt.Sprint(p.Crop), "--out", out, "--denoms"}
 	var ds []string
 	for _, d := range spec.FastDecodeDenoms() {
 		ds = append(ds, strconv.Itoa(d))
 	}
-	args = append(args, strings.Join(ds, ","), "--mean")
-	for _, m := range p.Mean {
-		args = append(args, fmt.Sprint(m))
-	}
-	args = append(args, "--std")
-	for _, s := range p.Std {
-		args = append(args, fmt.Sprint(s))
-	}
-	args = append(args, paths...)
-	if o, err := exec.Command(py, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s fastref: %v\n%s", refScript, err, o)
-	}
-	return out
+	return runRefScript(t, py, "fastref", p, []string{"--denoms", strings.Join(ds, ",")}, paths)
 }
 
 // checkFastAgainstPIL compares FastDecode's output for each path with
@@ -289,16 +272,7 @@ func TestFastDecodeFidelity(t *testing.T) {
 	fast.FastDecode = true
 	checkFastAgainstPIL(t, fast, runFastRef(t, py, fast, images), images)
 
-	cfg := DefaultConfig()
-	cfg.ORTLib = testenv.ORTLib(t)
-	cfg.Device = "cpu"
-	cfg.BatchSize = 4
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := New(cfg, []ModelSpec{{Name: "fast", Path: modelPath, Preprocess: &fast}, {Name: "exact", Path: modelPath}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc := newCPUService(t, nil, ModelSpec{Name: "fast", Path: modelPath, Preprocess: &fast}, ModelSpec{Name: "exact", Path: modelPath})
 	m, _ := svc.Model("fast")
 	l, ok := m.Lookup("layer12")
 	if !ok {

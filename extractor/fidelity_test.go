@@ -7,8 +7,6 @@ package extractor
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -90,16 +88,7 @@ func TestLayer12MatchesTorchvision(t *testing.T) {
 		t.Fatalf("ref_features.py: %v\n%s", err, out)
 	}
 
-	cfg := DefaultConfig()
-	cfg.ORTLib = testenv.ORTLib(t)
-	cfg.Device = "cpu"
-	cfg.BatchSize = 4
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := New(cfg, []ModelSpec{{Name: "resnet50", Path: modelPath}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc := newCPUService(t, nil, ModelSpec{Name: "resnet50", Path: modelPath})
 	m, _ := svc.Model("resnet50")
 	l, ok := m.Lookup("layer12")
 	if !ok {

@@ -68,9 +68,19 @@ func writePNG(t *testing.T, path string, img image.Image) {
 // runRef runs the reference transform on paths and returns the output dir.
 func runRef(t *testing.T, py string, p Preprocess, paths []string) string {
 	t.Helper()
+	return runRefScript(t, py, "ref", p, nil, paths)
+}
+
+// runRefScript runs scripts/ref_preprocess.py's subcommand sub with p's
+// sizes, mean and std and the extra arguments over paths, and returns its
+// output directory.
+func runRefScript(t *testing.T, py, sub string, p Preprocess, extra, paths []string) string {
+	t.Helper()
 	out := t.TempDir()
-	args := []string{filepath.Join(testenv.RepoRoot(t), refScript), "ref",
-		"--resize", fmt.Sprint(p.Resize), "--crop", fmt.Sprint(p.Crop), "--out", out, "--mean"}
+	args := []string{filepath.Join(testenv.RepoRoot(t), refScript), sub,
+		"--resize", fmt.Sprint(p.Resize), "--crop", fmt.Sprint(p.Crop), "--out", out}
+	args = append(args, extra...)
+	args = append(args, "--mean")
 	for _, m := range p.Mean {
 		args = append(args, fmt.Sprint(m))
 	}
@@ -80,7 +90,7 @@ func runRef(t *testing.T, py string, p Preprocess, paths []string) string {
 	}
 	args = append(args, paths...)
 	if o, err := exec.Command(py, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s ref: %v\n%s", refScript, err, o)
+		t.Fatalf("%s %s: %v\n%s", refScript, sub, err, o)
 	}
 	return out
 }

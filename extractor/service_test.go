@@ -38,6 +38,13 @@ func jpegOf(t testing.TB, w, h, seed int) []byte {
 
 func newResNetService(t *testing.T, mutate func(*Config)) *Service {
 	t.Helper()
+	return newCPUService(t, mutate, ModelSpec{Name: "resnet50", Path: testenv.Model(t, "resnet50"), Aliases: map[string]string{"pool": "layer18"}})
+}
+
+// newCPUService is a Service of specs on the CPU, batch 4, without logs,
+// with mutate applied to its config; it is closed when the test ends.
+func newCPUService(t *testing.T, mutate func(*Config), specs ...ModelSpec) *Service {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ORTLib = testenv.ORTLib(t)
 	cfg.Device = "cpu"
@@ -46,7 +53,7 @@ func newResNetService(t *testing.T, mutate func(*Config)) *Service {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	svc, err := New(cfg, []ModelSpec{{Name: "resnet50", Path: testenv.Model(t, "resnet50"), Aliases: map[string]string{"pool": "layer18"}}})
+	svc, err := New(cfg, specs)
 	if err != nil {
 		t.Fatal(err)
 	}
