@@ -29,8 +29,9 @@ func init() {
 
 // releaseMemory hands freed memory back to the operating system: Go's heap
 // (model bytes, pruned copies) and the C heap ONNX Runtime allocated for
-// sessions that were destroyed. Loading a model builds and drops a session
-// with every tensor as an output; without this, a mount kept ~450 MiB of
+// sessions that were destroyed. Loading a model whose shapes the graph's
+// own inference cannot give builds and drops a session with every tensor as
+// an output (model.go, ortShapes); without this, a mount kept ~450 MiB of
 // that garbage resident for its whole life.
 func releaseMemory() {
 	debug.FreeOSMemory()

@@ -185,54 +185,21 @@ func loadModel(ms ModelSpec) (*Model, error) {
 		return nil, fmt.Errorf("model %s: no layers found", ms.Name)
 	}
 
-	// One pruned model exposing every layer tensor and node output.
-	var outs []string
-	seen := map[string]bool{}
-	for _, l := range gl {
-		if !seen[l.Tensor] {
-			seen[l.Tensor] = true
-			outs = append(outs, l.Tensor)
-		}
-	}
 	nodeOuts := g.NodeOutputs()
-	for _, t := range nodeOuts {
-		if !seen[t] {
-			seen[t] = true
-			outs = append(outs, t)
+	var shapes map[string][]int64
+	ok := false
+	if m.fixedBatch == 0 {
+		// The graph's inference strips a batch axis only where one varies.
+		shapes, ok = goShapes(g, m.input, gl, nodeOuts)
+	}
+	if !ok {
+		if shapes, err = ortShapes(g, m.input, gl, nodeOuts); err != nil {
+			return nil, fmt.Errorf("model %s: %w", ms.Name, err)
 		}
 	}
-	all, err := g.Prune(outs...)
-	if err != nil {
-		return nil, fmt.Errorf("model %s: prune for shapes: %w", ms.Name, err)
-	}
-	ins, outInfo, err := ort.GetInputOutputInfoWithONNXData(all)
-	if err != nil {
-		return nil, fmt.Errorf("model %s: onnx runtime shape info: %w", ms.Name, err)
-	}
-	shapes := map[string][]int64{}
-	for _, in := range ins {
-		if in.Name == m.input {
-			s, ok := perSample(in.Dimensions)
-			if !ok {
-				return nil, fmt.Errorf("model %s: input %s has shape %v; want [batch,C,H,W] with static C,H,W", ms.Name, in.Name, in.Dimensions)
-			}
-			m.inShape = s
-			shapes[in.Name] = s
-		}
-	}
-	if m.inShape == nil {
-		return nil, fmt.Errorf("model %s: input %q not found by ONNX Runtime", ms.Name, m.input)
-	}
+	m.inShape = shapes[m.input]
 	if len(m.inShape) != 3 || m.inShape[0] != 3 || m.inShape[1] != int64(m.Preprocess.Crop) || m.inShape[2] != int64(m.Preprocess.Crop) {
 		return nil, fmt.Errorf("model %s: input %s is %s per sample but preprocessing makes 3x%dx%d", ms.Name, m.input, shapeString(m.inShape), m.Preprocess.Crop, m.Preprocess.Crop)
-	}
-	for _, o := range outInfo {
-		if o.OrtValueType != ort.ONNXTypeTensor {
-			continue
-		}
-		if s, ok := perSample(o.Dimensions); ok {
-			shapes[o.Name] = s
-		}
 	}
 	flops := g.CumulativeFLOPs(shapes)
 
@@ -275,6 +242,83 @@ func loadModel(ms ModelSpec) (*Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// goShapes returns the per-sample shapes of the input, the layers and the
+// node outputs from the graph's own shape inference, and whether it found
+// them all: then loading a model builds no ONNX Runtime session (the
+// session exposing every tensor, and the pruned copy of the model it
+// needs, were most of a ResNet-50 mount's start-up).
+func goShapes(g *graph.Model, input string, gl []graph.Layer, nodeOuts []string) (map[string][]int64, bool) {
+	shapes, err := g.Shapes()
+	if err != nil {
+		return nil, false
+	}
+	if _, ok := shapes[input]; !ok {
+		return nil, false
+	}
+	for _, l := range gl {
+		if _, ok := shapes[l.Tensor]; !ok {
+			return nil, false
+		}
+	}
+	for _, t := range nodeOuts {
+		if _, ok := shapes[t]; !ok {
+			return nil, false
+		}
+	}
+	return shapes, true
+}
+
+// ortShapes returns the per-sample shapes ONNX Runtime reports for the
+// input and every layer tensor and node output, from a session of the
+// model pruned to expose them all: the fallback where the graph's shape
+// inference does not cover an operator.
+func ortShapes(g *graph.Model, input string, gl []graph.Layer, nodeOuts []string) (map[string][]int64, error) {
+	var outs []string
+	seen := map[string]bool{}
+	for _, l := range gl {
+		if !seen[l.Tensor] {
+			seen[l.Tensor] = true
+			outs = append(outs, l.Tensor)
+		}
+	}
+	for _, t := range nodeOuts {
+		if !seen[t] {
+			seen[t] = true
+			outs = append(outs, t)
+		}
+	}
+	all, err := g.Prune(outs...)
+	if err != nil {
+		return nil, fmt.Errorf("prune for shapes: %w", err)
+	}
+	ins, outInfo, err := ort.GetInputOutputInfoWithONNXData(all)
+	if err != nil {
+		return nil, fmt.Errorf("onnx runtime shape info: %w", err)
+	}
+	shapes := map[string][]int64{}
+	for _, in := range ins {
+		if in.Name == input {
+			s, ok := perSample(in.Dimensions)
+			if !ok {
+				return nil, fmt.Errorf("input %s has shape %v; want [batch,C,H,W] with static C,H,W", in.Name, in.Dimensions)
+			}
+			shapes[in.Name] = s
+		}
+	}
+	if shapes[input] == nil {
+		return nil, fmt.Errorf("input %q not found by ONNX Runtime", input)
+	}
+	for _, o := range outInfo {
+		if o.OrtValueType != ort.ONNXTypeTensor {
+			continue
+		}
+		if s, ok := perSample(o.Dimensions); ok {
+			shapes[o.Name] = s
+		}
+	}
+	return shapes, nil
 }
 
 // checkInput returns the one input the preprocessing feeds and the batch
