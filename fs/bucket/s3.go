@@ -318,6 +318,12 @@ func (b *s3Bucket) Stat(ctx context.Context, key string) (Object, error) {
 // Get reads an object of at most maxBytes (<= 0: the bucket's
 // MaxObjectBytes), waiting for one of the bucket's GET slots first.
 func (b *s3Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, Object, error) {
+	return b.get(ctx, key, maxBytes, nil)
+}
+
+// get is Get that also stores the user metadata in *meta when meta is not
+// nil.
+func (b *s3Bucket) get(ctx context.Context, key string, maxBytes int64, meta *map[string]string) ([]byte, Object, error) {
 	if key == "" {
 		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), ErrNotFound)
 	}
@@ -335,6 +341,9 @@ func (b *s3Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte,
 	defer out.Body.Close()
 	lim := limit(maxBytes, b.maxBytes)
 	obj := Object{Key: key, ETag: etag(out.ETag), ModTime: aws.ToTime(out.LastModified)}
+	if meta != nil {
+		*meta = out.Metadata
+	}
 	var data []byte
 	if out.ContentLength != nil && *out.ContentLength >= 0 {
 		n := *out.ContentLength
