@@ -16,6 +16,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
@@ -70,6 +71,14 @@ type Config struct {
 	// Prefetch is background extraction of what readers are about to read
 	// (off unless set; see PrefetchConfig).
 	Prefetch PrefetchConfig
+
+	// FeatureStore, if set, is asked on a cache miss before computing and
+	// given every computed feature (features.Config.FeatureStore); the
+	// caller owns it and closes it after the tree.
+	FeatureStore *featurestore.Store
+	// StoreOnly serves only what FeatureStore has (features.ErrNotExtracted,
+	// EIO, for the rest).
+	StoreOnly bool
 }
 
 // statParallel bounds the Stat calls of all lookups together.
@@ -182,6 +191,9 @@ func New(cfg Config) (*FS, error) {
 		Images:        func(base string) bool { _, img := f.naming.split(base); return img },
 		Now:           cfg.Now,
 		Prefetch:      cfg.Prefetch,
+		FeatureStore:  cfg.FeatureStore,
+		StoreOnly:     cfg.StoreOnly,
+		SplitImage:    f.naming.parts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fs.New: %w", err)

@@ -97,6 +97,31 @@ func newCollector(stats func() Stats) *collector {
 			}},
 		{d("store_fetched_bytes_total", "Bytes fetched from the object store."), prometheus.CounterValue,
 			func(s *Stats) []sample { return one(float64(s.Store.BytesFetched)) }},
+		{d("feature_store_requests_total", "Feature store outcomes, by kind (hit, miss, mismatch, get_error, skipped, put, put_error, dropped); none without --feature-store.", "kind"), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				f := s.FeatureStore
+				if f == nil {
+					return nil
+				}
+				return []sample{{float64(f.Hits), []string{"hit"}}, {float64(f.Misses), []string{"miss"}},
+					{float64(f.Mismatches), []string{"mismatch"}}, {float64(f.GetErrors), []string{"get_error"}},
+					{float64(f.Skipped), []string{"skipped"}}, {float64(f.Puts), []string{"put"}},
+					{float64(f.PutErrors), []string{"put_error"}}, {float64(f.Dropped), []string{"dropped"}}}
+			}},
+		{d("feature_store_bytes_total", "Bytes read from (op=get) and written to (op=put) the feature store.", "op"), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				if f := s.FeatureStore; f != nil {
+					return []sample{{float64(f.HitBytes), []string{"get"}}, {float64(f.PutBytes), []string{"put"}}}
+				}
+				return nil
+			}},
+		{d("feature_store_queued", "Feature store writes waiting."), prometheus.GaugeValue,
+			func(s *Stats) []sample {
+				if f := s.FeatureStore; f != nil {
+					return one(float64(f.Queued))
+				}
+				return nil
+			}},
 		{d("served_bytes_total", "Bytes returned by reads of feature files."), prometheus.CounterValue,
 			func(s *Stats) []sample { return one(float64(s.BytesServed)) }},
 		{d("reads_total", "Reads of feature files that returned data."), prometheus.CounterValue,

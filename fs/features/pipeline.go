@@ -10,7 +10,9 @@ import (
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
@@ -78,6 +80,18 @@ type Config struct {
 	// Prefetch is background extraction of what readers are about to read
 	// (off unless set; see PrefetchConfig).
 	Prefetch PrefetchConfig
+
+	// FeatureStore, if set, is the shared tier between the cache and the
+	// extractor: asked on a cache miss, and given every computed feature
+	// (in the background; its writes never delay a read).
+	FeatureStore *featurestore.Store
+	// StoreOnly serves only what FeatureStore has: a feature it lacks is
+	// ErrNotExtracted, never computed.
+	StoreOnly bool
+	// SplitImage splits an image's base name into stem and extension
+	// (spec.SplitImage with the configured extensions, the default); the
+	// feature store's names use it.
+	SplitImage func(base string) (stem, ext string, ok bool)
 }
 
 // maxRecentErrors is how many errors the stats file shows.
@@ -98,6 +112,9 @@ type Pipeline struct {
 	dtype    extractor.DType
 	started  time.Time
 	health   StoreHealth
+	// rawBucket is the configured bucket, unwrapped: the feature store's
+	// names list through it (bucket.KeyLister).
+	rawBucket bucket.Bucket
 
 	bad      *lru.LRU[string, badEntry]   // object version -> why it is bad
 	logged   *lru.LRU[string, struct{}]   // key+error already logged
@@ -148,6 +165,12 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.SplitImage == nil {
+		cfg.SplitImage = func(base string) (string, string, bool) { return spec.SplitImage(base, nil) }
+	}
+	if cfg.StoreOnly && cfg.FeatureStore == nil {
+		return nil, errors.New("features.New: StoreOnly needs a FeatureStore")
+	}
 	p := &Pipeline{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -159,6 +182,10 @@ func New(cfg Config) (*Pipeline, error) {
 		owner:    lifetime.New(),
 	}
 	p.features.Owner = p.owner
+	p.rawBucket = cfg.Bucket
+	if cfg.FeatureStore != nil {
+		p.registerManifests()
+	}
 	p.started = p.now()
 	p.cfg.Bucket = countingBucket{Bucket: cfg.Bucket, o: &p.obs, h: &p.health}
 	p.cfg.Extractor = observedExtractor{Extractor: cfg.Extractor, o: &p.obs, now: cfg.Now}

@@ -412,7 +412,9 @@ func (p *prefetcher) run(job walkJob) {
 				p.n.cancelled.Add(1)
 			default:
 				p.n.failed.Add(1)
-				if !BadObject(err) { // bad objects are logged where recorded
+				// Bad objects are logged where recorded; a feature a
+				// store-only mount lacks, when a reader asks for it.
+				if !BadObject(err) && !errors.Is(err, ErrNotExtracted) {
 					p.pipe.LogOnce(obj.Key, "prefetch failed", err)
 				}
 			}

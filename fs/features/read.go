@@ -137,8 +137,16 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
 		defer cancel()
 	}
+	data, ref, ok, err := p.fromFeatureStore(ctx, v, obj, key)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		p.putCache(obj, key, data)
+		return data, nil
+	}
 	p.stats.extractions.Add(1)
-	data, err := p.cfg.Extractor.Extract(ctx, extractor.Request{
+	data, err = p.cfg.Extractor.Extract(ctx, extractor.Request{
 		Model:    v.Model.Name,
 		Layer:    v.Layer.Index,
 		Key:      obj.Key,
@@ -166,10 +174,17 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		return nil, fmt.Errorf("model %s %s: %w: %d bytes, the layer's shape %v gives %d",
 			v.Model.Name, v.Layer.Name, errBadFeature, len(data), v.Layer.Shape, v.Size)
 	}
+	p.putCache(obj, key, data)
+	p.toFeatureStore(ctx, ref, data)
+	return data, nil
+}
+
+// putCache stores a feature in the local cache.
+func (p *Pipeline) putCache(obj bucket.Object, key cache.Key, data []byte) {
 	if p.owner.Context().Err() != nil {
 		// Closing: the cache's owner closes it once Close returns; a
 		// result that came after Close began is served, not stored.
-		return data, nil
+		return
 	}
 	switch err := p.cfg.Cache.Put(key, data); {
 	case errors.Is(err, cache.ErrClosed):
@@ -179,5 +194,4 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		p.stats.cacheErrors.Add(1)
 		p.log.Warn("featurefs: cache write failed", slog.String("key", obj.Key), slog.Any("err", err))
 	}
-	return data, nil
 }

@@ -3,6 +3,7 @@ package features
 import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/featurestore"
 )
 
 // Stats is the content of .featurefs/stats.
@@ -42,6 +43,19 @@ type Stats struct {
 	BytesServed int64 `json:"bytes_served"`
 	// Errors counts the errors answered to readers, by kind.
 	Errors ErrorCounts `json:"errors"`
+	// FeatureStore is the feature store's figures (--feature-store); absent
+	// without one.
+	FeatureStore *FeatureStoreStats `json:"feature_store,omitempty"`
+}
+
+// FeatureStoreStats are the feature store's figures as this process sees
+// them.
+type FeatureStoreStats struct {
+	// Store names the feature store.
+	Store string `json:"store"`
+	// StoreOnly is true when features are never computed here.
+	StoreOnly bool `json:"store_only"`
+	featurestore.Stats
 }
 
 // ExtractionStats summarizes the extractions since mount.
@@ -226,5 +240,8 @@ func (p *Pipeline) Stats() Stats {
 		Store: o.errStore.Load(), Other: o.errOther.Load(),
 	}
 	st.Prefetch = p.pf.stats()
+	if fst := p.cfg.FeatureStore; fst != nil {
+		st.FeatureStore = &FeatureStoreStats{Store: fst.Identity(), StoreOnly: p.cfg.StoreOnly, Stats: fst.Stats()}
+	}
 	return st
 }

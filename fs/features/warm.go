@@ -81,6 +81,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 	if opts.MaxFailures <= 0 {
 		opts.MaxFailures = 1000
 	}
+	ctx = withStoreWait(ctx) // every feature warm computes reaches the feature store
 	prefix := strings.TrimPrefix(opts.Prefix, "/")
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
@@ -97,7 +98,8 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 			return nil
 		}
 		key := p.cacheKey(v, obj)
-		if p.cached(key) {
+		fst := p.cfg.FeatureStore
+		if fst == nil && p.cached(key) {
 			w.update(func(r *WarmResult) { r.Cached++ })
 			return nil
 		}
@@ -107,6 +109,10 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 		}
 		wg.Go(func() {
 			defer b.release(cost)
+			if fst != nil && p.storeCached(ctx, v, obj, key) {
+				w.update(func(r *WarmResult) { r.Cached++ })
+				return
+			}
 			_, err := p.extractStore(ctx, v, obj, key, extractor.Background)
 			if err != nil {
 				w.fail(obj.Key, ErrReason(obj.Key, err), BadObject(err))

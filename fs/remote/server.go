@@ -19,6 +19,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
@@ -68,6 +69,10 @@ type ServerConfig struct {
 	// ProfileDir caches the compute profiles GET /v1/profile measures
 	// (split execution); empty: kept in memory only.
 	ProfileDir string
+
+	// FeatureStore, if set, is asked before computing and given every
+	// computed feature (features.Config.FeatureStore); the caller owns it.
+	FeatureStore *featurestore.Store
 }
 
 // Server answers the HTTP API of docs/SERVE.md. It is an http.Handler.
@@ -160,6 +165,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		ReadTimeout:   cfg.ItemTimeout,
 		MaxObjectSize: cfg.MaxObjectSize,
 		Images:        func(base string) bool { return spec.IsImage(base, cfg.ImageExtensions) },
+		SplitImage:    func(base string) (string, string, bool) { return spec.SplitImage(base, cfg.ImageExtensions) },
+		FeatureStore:  cfg.FeatureStore,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("remote.NewServer: %w", err)

@@ -1,0 +1,138 @@
+package features
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/featurestore"
+	"github.com/featurefs/featurefs/fs/internal/fakes"
+)
+
+// openFeatureStore opens a directory feature store.
+func openFeatureStore(t *testing.T, dir string) *featurestore.Store {
+	t.Helper()
+	bs, err := bucket.OpenStore(context.Background(), dir, bucket.S3Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fst, err := featurestore.New(featurestore.Config{Store: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fst.Close)
+	return fst
+}
+
+// Two pipelines with caches of their own share one feature store: the
+// first computes and writes (named by the naming rule: a.jpg and a.png
+// keep their extensions), the second reads everything from the store and
+// extracts nothing; a store-only pipeline refuses what the store lacks.
+func TestFeatureStoreBetweenPipelines(t *testing.T) {
+	objs := map[string]string{"d/a.jpg": "abcd", "d/a.png": "efgh", "d/b.jpg": "ijkl"}
+	b, _ := localBucket(t, objs)
+	storeDir := filepath.Join(t.TempDir(), "fst")
+	ctx := context.Background()
+	run := func(fst *featurestore.Store, only bool) (*Pipeline, *fakeExtractor) {
+		x := newFakeExtractor()
+		p, err := New(Config{Bucket: b, Extractor: x, Cache: fakes.NewCache(), FeatureStore: fst, StoreOnly: only})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p, x
+	}
+	fst1 := openFeatureStore(t, storeDir)
+	p1, x1 := run(fst1, false)
+	want := map[string][]byte{}
+	for k := range objs {
+		obj, err := b.Stat(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := p1.Feature(ctx, "tiny", 1, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k] = got
+	}
+	if err := fst1.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := x1.Calls.Load(); n != 3 {
+		t.Fatalf("first pipeline: %d extractions, want 3", n)
+	}
+	for _, name := range []string{"a.jpg.npy", "a.png.npy", "b.npy"} {
+		if _, err := os.Stat(filepath.Join(storeDir, "tiny-d1g35t", "layer1", "d", name)); err != nil {
+			t.Errorf("store layout: %v", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(storeDir, "tiny-d1g35t", featurestore.ManifestName)); err != nil {
+		t.Errorf("manifest: %v", err)
+	}
+
+	p2, x2 := run(openFeatureStore(t, storeDir), false)
+	for k := range objs {
+		obj, _ := b.Stat(ctx, k)
+		got, err := p2.Feature(ctx, "tiny", 1, obj)
+		if err != nil || !bytes.Equal(got, want[k]) {
+			t.Fatalf("second pipeline %s: %v", k, err)
+		}
+	}
+	if n := x2.Calls.Load(); n != 0 {
+		t.Errorf("second pipeline: %d extractions, want 0", n)
+	}
+	if st := p2.Stats().FeatureStore; st == nil || st.Hits != 3 {
+		t.Errorf("second pipeline's feature store stats: %+v", st)
+	}
+
+	p3, x3 := run(openFeatureStore(t, storeDir), true)
+	obj, _ := b.Stat(ctx, "d/b.jpg")
+	if _, err := p3.Feature(ctx, "tiny", 0, obj); !errors.Is(err, ErrNotExtracted) {
+		t.Errorf("store-only, layer not in the store: %v, want ErrNotExtracted", err)
+	}
+	if got, err := p3.Feature(ctx, "tiny", 1, obj); err != nil || !bytes.Equal(got, want["d/b.jpg"]) {
+		t.Errorf("store-only, in the store: %v", err)
+	}
+	if n := x3.Calls.Load(); n != 0 {
+		t.Errorf("store-only: %d extractions", n)
+	}
+	if _, err := New(Config{Bucket: b, Extractor: newFakeExtractor(), Cache: fakes.NewCache(), StoreOnly: true}); err == nil {
+		t.Error("StoreOnly without a FeatureStore accepted")
+	}
+}
+
+// A changed model (another digest) neither reads the old model's features
+// nor overwrites them: it computes and writes under a directory of its own.
+func TestFeatureStoreChangedModel(t *testing.T) {
+	b, _ := localBucket(t, map[string]string{"a.jpg": "abcd"})
+	storeDir := filepath.Join(t.TempDir(), "fst")
+	ctx := context.Background()
+	obj, _ := b.Stat(ctx, "a.jpg")
+	for i, digest := range []string{"aaaaaaaaaaaa11", "bbbbbbbbbbbb22"} {
+		m := testModel()
+		m.Digest = digest
+		x := fakes.NewExtractor(func(l extractor.Layer, data []byte, _ extractor.DType) []byte { return expectedNPY(l, data) }, m)
+		fst := openFeatureStore(t, storeDir)
+		p, err := New(Config{Bucket: b, Extractor: x, Cache: fakes.NewCache(), FeatureStore: fst})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Feature(ctx, "tiny", 1, obj); err != nil {
+			t.Fatal(err)
+		}
+		fst.Flush(ctx)
+		p.Close()
+		if n := x.Calls.Load(); n != 1 {
+			t.Errorf("model %d: %d extractions, want 1 (nothing of another model's reused)", i, n)
+		}
+		if _, err := os.Stat(filepath.Join(storeDir, "tiny-"+digest[:12], "layer1", "a.npy")); err != nil {
+			t.Errorf("model %d: %v", i, err)
+		}
+	}
+}
