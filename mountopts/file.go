@@ -37,36 +37,40 @@ type filePreprocess struct {
 // fileOptions is the config file. A nil field was not given and leaves the
 // option as it was.
 type fileOptions struct {
-	Models          map[string]fileModel `yaml:"models"`
-	EndpointURL     *string              `yaml:"endpoint-url"`
-	Region          *string              `yaml:"region"`
-	Profile         *string              `yaml:"profile"`
-	CacheDir        *string              `yaml:"cache-dir"`
-	CacheSize       *string              `yaml:"cache-size"`
-	Device          *string              `yaml:"device"`
-	TensorRT        *bool                `yaml:"tensorrt"`
-	CPUFallback     *bool                `yaml:"allow-cpu-fallback"`
-	Precision       *string              `yaml:"precision"`
-	CUDALibDir      *string              `yaml:"cuda-lib-dir"`
-	DType           *string              `yaml:"dtype"`
-	BatchSize       *int                 `yaml:"batch-size"`
-	MetadataTTL     *string              `yaml:"metadata-ttl"`
-	NegativeTTL     *string              `yaml:"negative-ttl"`
-	ReadTimeout     *string              `yaml:"read-timeout"`
-	AllowOther      *bool                `yaml:"allow-other"`
-	AllowNonempty   *bool                `yaml:"allow-nonempty"`
-	Foreground      *bool                `yaml:"foreground"`
-	LogLevel        *string              `yaml:"log-level"`
-	LogFile         *string              `yaml:"log-file"`
-	MetricsAddr     *string              `yaml:"metrics-addr"`
-	ORTLib          *string              `yaml:"ort-lib"`
-	ImageExtensions []string             `yaml:"image-extensions"`
-	MaxPixels       *int64               `yaml:"max-pixels"`
-	MaxObjectSize   *string              `yaml:"max-object-size"`
-	FastDecode      *bool                `yaml:"fast-decode"`
-	Prefetch        *string              `yaml:"prefetch"`
-	PrefetchLimit   *int                 `yaml:"prefetch-limit"`
-	ShowEmptyDirs   *bool                `yaml:"show-empty-dirs"`
+	Models           map[string]fileModel `yaml:"models"`
+	EndpointURL      *string              `yaml:"endpoint-url"`
+	Region           *string              `yaml:"region"`
+	Profile          *string              `yaml:"profile"`
+	CacheDir         *string              `yaml:"cache-dir"`
+	FeatureStore     *string              `yaml:"feature-store"`
+	FSEndpointURL    *string              `yaml:"feature-store-endpoint-url"`
+	FSProfile        *string              `yaml:"feature-store-profile"`
+	FeatureStoreOnly *bool                `yaml:"feature-store-only"`
+	CacheSize        *string              `yaml:"cache-size"`
+	Device           *string              `yaml:"device"`
+	TensorRT         *bool                `yaml:"tensorrt"`
+	CPUFallback      *bool                `yaml:"allow-cpu-fallback"`
+	Precision        *string              `yaml:"precision"`
+	CUDALibDir       *string              `yaml:"cuda-lib-dir"`
+	DType            *string              `yaml:"dtype"`
+	BatchSize        *int                 `yaml:"batch-size"`
+	MetadataTTL      *string              `yaml:"metadata-ttl"`
+	NegativeTTL      *string              `yaml:"negative-ttl"`
+	ReadTimeout      *string              `yaml:"read-timeout"`
+	AllowOther       *bool                `yaml:"allow-other"`
+	AllowNonempty    *bool                `yaml:"allow-nonempty"`
+	Foreground       *bool                `yaml:"foreground"`
+	LogLevel         *string              `yaml:"log-level"`
+	LogFile          *string              `yaml:"log-file"`
+	MetricsAddr      *string              `yaml:"metrics-addr"`
+	ORTLib           *string              `yaml:"ort-lib"`
+	ImageExtensions  []string             `yaml:"image-extensions"`
+	MaxPixels        *int64               `yaml:"max-pixels"`
+	MaxObjectSize    *string              `yaml:"max-object-size"`
+	FastDecode       *bool                `yaml:"fast-decode"`
+	Prefetch         *string              `yaml:"prefetch"`
+	PrefetchLimit    *int                 `yaml:"prefetch-limit"`
+	ShowEmptyDirs    *bool                `yaml:"show-empty-dirs"`
 }
 
 // LoadFile applies the YAML config file at path on top of o and records it
@@ -147,6 +151,10 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 		}
 	}
 	setStr(&o.EndpointURL, f.EndpointURL)
+	setStr(&o.FeatureStore, f.FeatureStore)
+	setStr(&o.FeatureStoreEndpointURL, f.FSEndpointURL)
+	setStr(&o.FeatureStoreProfile, f.FSProfile)
+	setBool(&o.FeatureStoreOnly, f.FeatureStoreOnly)
 	setStr(&o.Region, f.Region)
 	setStr(&o.Profile, f.Profile)
 	setStr(&o.CacheDir, f.CacheDir)

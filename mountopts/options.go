@@ -36,6 +36,21 @@ type Options struct {
 	// (--profile). Empty: the standard AWS credential chain.
 	Profile string
 
+	// FeatureStore is where features are shared by every host that names
+	// it: s3://BUCKET[/PREFIX] or a directory (--feature-store). A read
+	// asks it after the local cache and before computing; computed
+	// features are written to it in the background. Empty: none.
+	FeatureStore string
+	// FeatureStoreEndpointURL and FeatureStoreProfile are the feature
+	// store's endpoint and credential profile (--feature-store-endpoint-url,
+	// --feature-store-profile). Empty: the source's (EndpointURL, Profile).
+	FeatureStoreEndpointURL string
+	FeatureStoreProfile     string
+	// FeatureStoreOnly serves only what the feature store has: a missing
+	// feature is EIO, never computed (--feature-store-only; needs
+	// FeatureStore).
+	FeatureStoreOnly bool
+
 	// CacheDir is the directory of the feature cache (--cache-dir). Only one
 	// process may use it at a time.
 	CacheDir string
@@ -331,6 +346,20 @@ func (o *Options) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("--endpoint-url %q: want http://HOST:PORT or https://HOST", o.EndpointURL)
 		}
+	}
+	if o.FeatureStoreEndpointURL != "" {
+		u, err := url.Parse(o.FeatureStoreEndpointURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("--feature-store-endpoint-url %q: want http://HOST:PORT or https://HOST", o.FeatureStoreEndpointURL)
+		}
+	}
+	switch {
+	case o.FeatureStoreOnly && o.FeatureStore == "":
+		bad("--feature-store-only: needs --feature-store s3://BUCKET[/PREFIX] or a directory")
+	case o.FeatureStore != "" && o.Remote.Enabled():
+		bad("--feature-store with --remote: the feature server reads and fills the feature store (featurefs serve --feature-store)")
+	case strings.Contains(o.FeatureStore, "://") && !strings.HasPrefix(o.FeatureStore, "s3://") && !strings.HasPrefix(o.FeatureStore, "file://"):
+		bad("--feature-store %q: want s3://BUCKET[/PREFIX] or a directory", o.FeatureStore)
 	}
 	if o.CacheDir == "" {
 		bad("--cache-dir: must not be empty")

@@ -11,6 +11,7 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -111,4 +112,48 @@ func warnIfEmpty(ctx context.Context, b bucket.Bucket, source string, log *slog.
 	}
 	log.Warn("featurefs: the source holds no object; the feature tree is empty", slog.String("source", source))
 	warn(fmt.Sprintf("source %s holds no object (%s); the feature tree is empty", source, what))
+}
+
+// openFeatureStore opens the feature store the options name (nil, nil for
+// none): the source's endpoint and profile unless the --feature-store-*
+// flags say otherwise, one retry per request (the store's own backoff
+// handles an outage). Close it with closeFeatureStore.
+func openFeatureStore(ctx context.Context, o mountopts.Options, log *slog.Logger) (*featurestore.Store, error) {
+	if o.FeatureStore == "" {
+		return nil, nil
+	}
+	opts := bucket.S3Options{Endpoint: o.FeatureStoreEndpointURL, Region: o.Region, Profile: o.FeatureStoreProfile, MaxRetries: 1}
+	if opts.Endpoint == "" {
+		opts.Endpoint = o.EndpointURL
+	}
+	if opts.Profile == "" {
+		opts.Profile = o.Profile
+	}
+	bs, err := bucket.OpenStore(ctx, o.FeatureStore, opts)
+	if err != nil {
+		return nil, failf(exitSource, "--feature-store %s: %w", o.FeatureStore, err)
+	}
+	fst, err := featurestore.New(featurestore.Config{Store: bs, Logger: log})
+	if err != nil {
+		return nil, failf(exitSource, "--feature-store %s: %w", o.FeatureStore, err)
+	}
+	log.Info("featurefs: feature store", slog.String("store", fst.Identity()), slog.Bool("store_only", o.FeatureStoreOnly))
+	return fst, nil
+}
+
+// closeFeatureStore gives the queued writes up to wait to finish, then
+// stops the store's writers, logging what was dropped.
+func closeFeatureStore(fst *featurestore.Store, wait time.Duration, log *slog.Logger) {
+	if fst == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	flushErr := fst.Flush(ctx)
+	fst.Close()
+	st := fst.Stats()
+	if flushErr != nil || st.Dropped > 0 || st.PutErrors > 0 {
+		log.Warn("featurefs: feature store writes not made", slog.Int64("dropped", st.Dropped),
+			slog.Int64("failed", st.PutErrors), slog.Int64("written", st.Puts))
+	}
 }

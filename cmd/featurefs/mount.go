@@ -110,6 +110,7 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl.StringVar(&o.Prefetch, "prefetch", o.Prefetch, "what the first read of a feature file starts extracting in the background: off, dir (its directory) or tree (its layer directory)")
 	fl.BoolVar(&o.ShowEmptyDirs, "show-empty-dirs", o.ShowEmptyDirs, "show directories that hold no image and no subdirectory (folder markers, only other files)")
 	fl.IntVar(&o.PrefetchLimit, "prefetch-limit", o.PrefetchLimit, "most objects one prefetch walk of a layer extracts (0: no limit)")
+	fl.BoolVar(&o.FeatureStoreOnly, "feature-store-only", o.FeatureStoreOnly, "serve only features the feature store has (a missing one is EIO, never computed)")
 	remoteFlags(fl, &o.Remote)
 	return fl
 }
@@ -123,6 +124,9 @@ func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
 	fl.StringVar(&o.Region, "region", o.Region, "S3 region")
 	fl.StringVar(&o.Profile, "profile", o.Profile, "AWS profile for credentials (default: the standard credential chain)")
 	fl.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "feature cache `directory`")
+	fl.StringVar(&o.FeatureStore, "feature-store", o.FeatureStore, "share features through s3://BUCKET[/PREFIX] or a directory: read after the cache, written after computing (docs/FEATURE-STORE.md)")
+	fl.StringVar(&o.FeatureStoreEndpointURL, "feature-store-endpoint-url", o.FeatureStoreEndpointURL, "the feature store's S3 endpoint `URL` (default: --endpoint-url)")
+	fl.StringVar(&o.FeatureStoreProfile, "feature-store-profile", o.FeatureStoreProfile, "AWS profile for the feature store's credentials (default: --profile)")
 	fl.Var(sizeFlag{&o.CacheSize}, "cache-size", "feature cache bound, e.g. 10GiB, 512MiB")
 	fl.StringVar(&o.Device, "device", o.Device, "auto, cpu, cuda or cuda:N")
 	fl.BoolVar(&o.TensorRT, "tensorrt", o.TensorRT, "run models with TensorRT on CUDA (without TensorRT's libraries: CUDA, with a warning)")
@@ -457,6 +461,12 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		}
 	}()
 
+	fst, err := openFeatureStore(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer closeFeatureStore(fst, 10*time.Second, log) // after the tree (deferred below) has closed
+
 	if ex == nil {
 		svc, err := newExtractor(o, o.DType, log, rep.warn)
 		if err != nil {
@@ -484,6 +494,8 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		Prefetch: featurefs.PrefetchConfig{
 			Mode: featurefs.PrefetchMode(o.Prefetch), Limit: o.PrefetchLimit, ModelLimits: o.ModelPrefetchLimits,
 		},
+		FeatureStore: fst,
+		StoreOnly:    o.FeatureStoreOnly,
 	})
 	if err != nil {
 		return failf(exitModel, "%w", err)

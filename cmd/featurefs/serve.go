@@ -139,6 +139,11 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 			err = errors.Join(err, cerr)
 		}
 	}()
+	fst, err := openFeatureStore(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer closeFeatureStore(fst, 10*time.Second, log) // after the server (deferred below) has closed
 	svc, err := newExtractor(o, o.DType, log, warn)
 	if err != nil {
 		return err
@@ -160,6 +165,7 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 		NegativeTTL:     o.NegativeTTL,
 		MaxObjectSize:   o.MaxObjectSize,
 		ImageExtensions: o.ImageExtensions,
+		FeatureStore:    fst,
 	})
 	if err != nil {
 		return failf(exitModel, "%w", err)

@@ -68,6 +68,7 @@ var knownStatsKeys = map[string]bool{
 	"source": true, "device": true, "dtype": true, "cache": true, "extractor": true, "fs": true,
 	"recent_errors": true, "uptime_seconds": true, "extraction": true, "queue": true,
 	"cache_hit_ratio": true, "store": true, "bytes_served": true, "errors": true,
+	"feature_store": true,
 }
 
 // printStats renders the stats file's JSON as aligned sections.
@@ -118,6 +119,19 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	row("gets", "%d (%d failed)", st.Gets, st.GetErrors)
 	row("list calls", "%d (%d failed)", st.ListCalls, st.ListErrors)
 	row("stat calls", "%d (%d failed)", st.StatCalls, st.StatErrors)
+
+	if f := s.FeatureStore; f != nil {
+		section("feature store")
+		only := ""
+		if f.StoreOnly {
+			only = " (store only: nothing computed here)"
+		}
+		row("store", "%s%s", f.Store, only)
+		row("reads", "%d hits (%s), %d misses, %d mismatches, %d failed, %d skipped while failing",
+			f.Hits, humanBytes(f.HitBytes), f.Misses, f.Mismatches, f.GetErrors, f.Skipped)
+		row("writes", "%d (%s), %d failed, %d dropped, %d queued (%s)",
+			f.Puts, humanBytes(f.PutBytes), f.PutErrors, f.Dropped, f.Queued, humanBytes(f.QueuedBytes))
+	}
 
 	section("served")
 	row("bytes served", "%s", humanBytes(s.BytesServed))

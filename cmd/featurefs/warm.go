@@ -205,6 +205,13 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 		return warmOutcome{}, err
 	}
 	defer store.Close()
+	fst, err := openFeatureStore(ctx, o, log)
+	if err != nil {
+		return warmOutcome{}, err
+	}
+	// Warm fills the store: its queued writes are waited for (Ctrl-C ends
+	// the wait).
+	defer closeFeatureStore(fst, time.Hour, log)
 	svc, err := newExtractor(o, o.DType, log, warn)
 	if err != nil {
 		return warmOutcome{}, err
@@ -214,6 +221,7 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 		Bucket: b, Extractor: svc, Cache: store, Logger: log,
 		MetadataTTL: o.MetadataTTL, NegativeTTL: o.NegativeTTL, ReadTimeout: o.ReadTimeout,
 		ImageExtensions: o.ImageExtensions, MaxObjectSize: o.MaxObjectSize,
+		FeatureStore: fst, StoreOnly: o.FeatureStoreOnly,
 	})
 	if err != nil {
 		return warmOutcome{}, failf(exitModel, "%w", err)
