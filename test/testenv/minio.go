@@ -40,6 +40,9 @@ type MinIO struct {
 	SecretKey string
 	// DataDir is the server's data directory.
 	DataDir string
+	// Drives are the drive directories of an erasure-coded server
+	// (StartMinIODrives), inside DataDir; nil for a single-directory one.
+	Drives []string
 
 	bin, addr, consoleAddr, logPath string
 	client                          *s3.Client
@@ -54,11 +57,31 @@ type MinIO struct {
 // checks and call-home are off. t.Cleanup stops it.
 func StartMinIO(t testing.TB) *MinIO {
 	t.Helper()
+	return startMinIO(t, 0)
+}
+
+// StartMinIODrives is StartMinIO in erasure-coded mode: one server over
+// drives drive directories (DataDir/d1 ... d<drives>), so that objects
+// survive the loss of a drive.
+func StartMinIODrives(t testing.TB, drives int) *MinIO {
+	t.Helper()
+	return startMinIO(t, drives)
+}
+
+func startMinIO(t testing.TB, drives int) *MinIO {
+	t.Helper()
 	m := &MinIO{
 		bin:       MinIOBin(t),
 		AccessKey: "fft" + randHex(t, 8),
 		SecretKey: randHex(t, 20),
 		DataDir:   t.TempDir(),
+	}
+	for i := range drives {
+		d := filepath.Join(m.DataDir, fmt.Sprintf("d%d", i+1))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		m.Drives = append(m.Drives, d)
 	}
 	m.logPath = filepath.Join(t.TempDir(), "minio.log")
 	t.Cleanup(func() { m.stop() })
@@ -197,8 +220,12 @@ func (m *MinIO) start() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(m.bin, "server", "--quiet", "--anonymous",
-		"--address", m.addr, "--console-address", m.consoleAddr, m.DataDir)
+	dirs := m.Drives
+	if len(dirs) == 0 {
+		dirs = []string{m.DataDir}
+	}
+	cmd := exec.Command(m.bin, append([]string{"server", "--quiet", "--anonymous",
+		"--address", m.addr, "--console-address", m.consoleAddr}, dirs...)...)
 	cmd.Env = append(os.Environ(),
 		"MINIO_ROOT_USER="+m.AccessKey,
 		"MINIO_ROOT_PASSWORD="+m.SecretKey,

@@ -1,0 +1,332 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/featurefs/featurefs/test/testenv"
+)
+
+// readLayer reads every feature file of names under a mount's layer and
+// returns the bytes by object key.
+func readLayer(t *testing.T, m *mounted, names map[string]string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	for key, name := range names {
+		b, err := os.ReadFile(filepath.Join(m.Layer(testLayer), filepath.FromSlash(name)))
+		if err != nil {
+			t.Fatalf("read %s: %v", name, err)
+		}
+		out[key] = b
+	}
+	return out
+}
+
+// waitStoreField polls the stats until the feature store's field reaches
+// want.
+func waitStoreField(t *testing.T, m *mounted, field string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := statsField(t, mountStats(t, m), "feature_store."+field)
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("feature_store.%s = %d after 1m, want %d: %v", field, got, want, mountStats(t, m)["feature_store"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// storeObject reads one object of the feature store bucket with its user
+// metadata.
+func storeObject(t *testing.T, srv *testenv.MinIO, bucketName, key string) ([]byte, map[string]string) {
+	t.Helper()
+	out, err := srv.Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucketName), Key: aws.String(key)})
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, out.Metadata
+}
+
+// TestFeatureStoreSharedByTwoMounts: mount A (its own cache) computes a
+// layer and fills the feature store; mount B, with a cold cache of its own,
+// reads the whole layer with zero extractions and byte-identical files. The
+// store's layout is the documented one, with _model.json and the
+// metadata; a feature object with a flipped byte or foreign metadata is
+// detected and computed again; an overwritten source object is recomputed,
+// never served stale; --feature-store-only serves what the store has and
+// fails the rest with EIO.
+func TestFeatureStoreSharedByTwoMounts(t *testing.T) {
+	d := genDataset(t, "--classes", "2", "--train", "3", "--val", "1")
+	srv, env := minioBucket(t, "data", "", d.Dir)
+	srv.CreateBucket(t, "features")
+	names := featureNames(d.keys(t))
+	store := []string{"--endpoint-url", srv.Endpoint, "--feature-store", "s3://features/shared", "--metadata-ttl", "1s"}
+
+	a := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: append([]string{"--prefetch", "off"}, store...)})
+	fromA := readLayer(t, a, names)
+	waitStoreField(t, a, "puts", int64(len(names)))
+	if n := extractionCount(t, mountStats(t, a)); n != int64(len(names)) {
+		t.Errorf("mount A: %d extractions for %d files", n, len(names))
+	}
+
+	// The layout: PREFIX/<model>-<digest12>/_model.json and
+	// PREFIX/<model>-<digest12>/<layer>/<name>, each with its metadata.
+	onnx, err := os.ReadFile(testenv.Model(t, modelName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(onnx)
+	digest := hex.EncodeToString(sum[:])
+	modelDir := "shared/" + modelName + "-" + digest[:12]
+	mf, _ := storeObject(t, srv, "features", modelDir+"/_model.json")
+	var manifest struct {
+		Digest string `json:"digest"`
+		DType  string `json:"dtype"`
+		Layers []struct {
+			Name  string  `json:"name"`
+			Shape []int64 `json:"shape"`
+		} `json:"layers"`
+	}
+	if err := json.Unmarshal(mf, &manifest); err != nil || manifest.Digest != digest || manifest.DType != "float32" || len(manifest.Layers) < 13 {
+		t.Fatalf("_model.json: %v %s", err, mf)
+	}
+	var anyKey string
+	for key, name := range names {
+		b, meta := storeObject(t, srv, "features", modelDir+"/"+testLayer+"/"+name)
+		if !bytes.Equal(b, fromA[key]) {
+			t.Errorf("store object of %s differs from mount A's file", key)
+		}
+		h := sha256.Sum256(b)
+		if meta["featurefs-sha256"] != hex.EncodeToString(h[:]) || meta["featurefs-etag"] == "" || len(meta["featurefs-key"]) != 64 {
+			t.Errorf("store object of %s: metadata %v", key, meta)
+		}
+		anyKey = key
+	}
+
+	// Mount B, cold cache: every file from the store, none computed.
+	b := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: append([]string{"--prefetch", "off"}, store...)})
+	fromB := readLayer(t, b, names)
+	for key := range names {
+		if !bytes.Equal(fromA[key], fromB[key]) {
+			t.Errorf("mount B's %s differs from mount A's", names[key])
+		}
+	}
+	sb := mountStats(t, b)
+	if n := extractionCount(t, sb); n != 0 {
+		t.Errorf("mount B: %d extractions, want 0 (all from the feature store)", n)
+	}
+	if h := statsField(t, sb, "feature_store.hits"); h != int64(len(names)) {
+		t.Errorf("mount B: %d feature store hits, want %d", h, len(names))
+	}
+
+	// A damaged feature object (one byte flipped, metadata kept) and one
+	// whose metadata names another cache key are computed again by a mount
+	// with a cold cache, and the answer is still right.
+	damaged, meta := storeObject(t, srv, "features", modelDir+"/"+testLayer+"/"+names[anyKey])
+	damaged[len(damaged)-1] ^= 0x40
+	putWithMeta(t, srv, "features", modelDir+"/"+testLayer+"/"+names[anyKey], damaged, meta)
+	var other string
+	for key := range names {
+		if key != anyKey {
+			other = key
+			break
+		}
+	}
+	ob, ometa := storeObject(t, srv, "features", modelDir+"/"+testLayer+"/"+names[other])
+	ometa["featurefs-key"] = strings.Repeat("0", 64)
+	putWithMeta(t, srv, "features", modelDir+"/"+testLayer+"/"+names[other], ob, ometa)
+	c := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: append([]string{"--prefetch", "off"}, store...)})
+	fromC := readLayer(t, c, map[string]string{anyKey: names[anyKey], other: names[other]})
+	if !bytes.Equal(fromC[anyKey], fromA[anyKey]) || !bytes.Equal(fromC[other], fromA[other]) {
+		t.Error("mount C served a damaged or foreign feature object")
+	}
+	sc := mountStats(t, c)
+	if n, mm := extractionCount(t, sc), statsField(t, sc, "feature_store.mismatches"); n != 2 || mm != 2 {
+		t.Errorf("mount C: %d extractions and %d mismatches, want 2 and 2", n, mm)
+	}
+	waitStoreField(t, c, "puts", 2) // and the store is repaired
+	if fixed, _ := storeObject(t, srv, "features", modelDir+"/"+testLayer+"/"+names[anyKey]); !bytes.Equal(fixed, fromA[anyKey]) {
+		t.Error("the damaged feature object was not rewritten")
+	}
+
+	// An overwritten source object: mount B (whose cache and the store hold
+	// the old version's feature) serves the new version's feature.
+	imgs := d.images("train/")
+	target, donor := imgs[0], imgs[1]
+	newBytes, err := os.ReadFile(filepath.Join(d.Dir, filepath.FromSlash(donor.Key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Put(t, "data", target.Key, newBytes)
+	time.Sleep(2 * time.Second) // the 1s metadata TTL
+	after, err := os.ReadFile(filepath.Join(b.Layer(testLayer), filepath.FromSlash(names[target.Key])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(after, fromA[target.Key]) {
+		t.Fatalf("%s: the old version's feature was served after the object was overwritten", names[target.Key])
+	}
+	if !bytes.Equal(after, fromA[donor.Key]) {
+		t.Errorf("%s: not the feature of the new bytes", names[target.Key])
+	}
+
+	// Store only: a mount that never computes serves the store's features
+	// and fails one that is not there (the overwritten object's new
+	// version, not yet written by B if B's write is still queued, is
+	// replaced by a fresh object) with EIO.
+	srv.Put(t, "data", "train/new-one.jpg", newBytes)
+	so := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: append([]string{"--prefetch", "off", "--feature-store-only"}, store...)})
+	if got, err := os.ReadFile(filepath.Join(so.Layer(testLayer), filepath.FromSlash(names[other]))); err != nil || !bytes.Equal(got, fromA[other]) {
+		t.Errorf("store-only mount: %s: %v", names[other], err)
+	}
+	_, err = os.ReadFile(filepath.Join(so.Layer(testLayer), "train", "new-one.npy"))
+	if !errors.Is(err, syscall.EIO) {
+		t.Errorf("store-only mount, a feature the store lacks: %v, want EIO", err)
+	}
+	if n := extractionCount(t, mountStats(t, so)); n != 0 {
+		t.Errorf("store-only mount: %d extractions, want 0", n)
+	}
+	if log, _ := os.ReadFile(so.Log); !strings.Contains(string(log), "not extracted yet") {
+		t.Errorf("store-only mount: the log does not say the feature is not extracted yet:\n%s", tail(so.Log, 3000))
+	}
+}
+
+// putWithMeta writes an object with user metadata.
+func putWithMeta(t *testing.T, srv *testenv.MinIO, bucketName, key string, data []byte, meta map[string]string) {
+	t.Helper()
+	_, err := srv.Client().PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String(bucketName), Key: aws.String(key), Body: bytes.NewReader(data), Metadata: meta,
+	})
+	if err != nil {
+		t.Fatalf("put %s: %v", key, err)
+	}
+}
+
+// TestFeatureStoreDown: the feature store is a MinIO of its own, stopped
+// mid-epoch. Reads go on by computing, none hangs (each within the read
+// timeout); a store-only mount fails with EIO within --read-timeout; once
+// the store is back, writes resume.
+func TestFeatureStoreDown(t *testing.T) {
+	d := genDataset(t, "--classes", "2", "--train", "3", "--val", "1")
+	srv, env := minioBucket(t, "data", "", d.Dir)
+	fst := testenv.StartMinIO(t)
+	fst.CreateBucket(t, "features")
+	names := featureNames(d.keys(t))
+	args := []string{"--prefetch", "off", "--endpoint-url", srv.Endpoint, "--feature-store", "s3://features",
+		"--feature-store-endpoint-url", fst.Endpoint, "--read-timeout", "20s", "--metadata-ttl", "1s"}
+	m := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: args})
+
+	keys := make([]string, 0, len(names))
+	for k := range names {
+		keys = append(keys, k)
+	}
+	first := keys[:len(keys)/2]
+	for _, k := range first {
+		if _, err := os.ReadFile(filepath.Join(m.Layer(testLayer), filepath.FromSlash(names[k]))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStoreField(t, m, "puts", int64(len(first)))
+
+	fst.Stop(t)
+	for _, k := range keys[len(keys)/2:] {
+		start := time.Now()
+		if _, err := os.ReadFile(filepath.Join(m.Layer(testLayer), filepath.FromSlash(names[k]))); err != nil {
+			t.Fatalf("read with the feature store down: %v", err)
+		}
+		if el := time.Since(start); el > 20*time.Second {
+			t.Errorf("read with the feature store down took %v", el)
+		}
+	}
+	s := mountStats(t, m)
+	if e, sk := statsField(t, s, "feature_store.get_errors"), statsField(t, s, "feature_store.skipped"); e+sk == 0 {
+		t.Errorf("store down: no failed or skipped feature store reads counted: %v", s["feature_store"])
+	}
+	if !strings.Contains(tail(m.Log, 20000), "feature store failing") {
+		t.Errorf("store down: not logged:\n%s", tail(m.Log, 3000))
+	}
+
+	so := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: append(args, "--feature-store-only", "--read-timeout", "5s")})
+	start := time.Now()
+	_, err := os.ReadFile(filepath.Join(so.Layer(testLayer), filepath.FromSlash(names[first[0]])))
+	if !errors.Is(err, syscall.EIO) {
+		t.Errorf("store-only with the store down: %v, want EIO", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("store-only with the store down: EIO after %v (read timeout 5s)", el)
+	}
+
+	// Back up: after the backoff, a computed feature is written again.
+	fst.Start(t)
+	time.Sleep(6 * time.Second) // featurestore.DefaultBackoff
+	before := statsField(t, mountStats(t, m), "feature_store.puts")
+	srv.Put(t, "data", "train/late.jpg", mustRead(t, filepath.Join(d.Dir, filepath.FromSlash(first[0]))))
+	time.Sleep(2 * time.Second) // the 1s metadata TTL
+	if _, err := os.ReadFile(filepath.Join(m.Layer(testLayer), "train", "late.npy")); err != nil {
+		t.Fatal(err)
+	}
+	waitStoreField(t, m, "puts", before+1)
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestFeatureStoreErasureCoded: the feature store is one MinIO server over
+// 4 drive directories (erasure-coded). Mount A fills it; one drive
+// directory is deleted; mount B, with a cold cache, still reads every
+// feature from the store, byte-identical, with zero extractions.
+func TestFeatureStoreErasureCoded(t *testing.T) {
+	d := genDataset(t, "--classes", "2", "--train", "2", "--val", "1")
+	srv, env := minioBucket(t, "data", "", d.Dir)
+	ec := testenv.StartMinIODrives(t, 4)
+	ec.CreateBucket(t, "features")
+	names := featureNames(d.keys(t))
+	args := []string{"--prefetch", "off", "--endpoint-url", srv.Endpoint, "--feature-store", "s3://features/ec",
+		"--feature-store-endpoint-url", ec.Endpoint}
+	a := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: args})
+	fromA := readLayer(t, a, names)
+	waitStoreField(t, a, "puts", int64(len(names)))
+
+	if err := os.RemoveAll(ec.Drives[1]); err != nil {
+		t.Fatal(err)
+	}
+	b := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: args})
+	fromB := readLayer(t, b, names)
+	for key := range names {
+		if !bytes.Equal(fromA[key], fromB[key]) {
+			t.Errorf("%s differs after a drive was lost", names[key])
+		}
+	}
+	s := mountStats(t, b)
+	if n, h := extractionCount(t, s), statsField(t, s, "feature_store.hits"); n != 0 || h != int64(len(names)) {
+		t.Errorf("after a drive was lost: %d extractions and %d store hits, want 0 and %d", n, h, len(names))
+	}
+}
