@@ -35,6 +35,7 @@ import io
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -200,7 +201,7 @@ def cmd_featurefs(args):
     env = dict(os.environ)
     cmd = [args.bin, "mount", "--model", f"resnet50={args.model}", "--endpoint-url", args.endpoint,
            "--cache-dir", args.cache_dir, "--log-file", args.log, "--device", args.device,
-           "--prefetch", args.prefetch, f"s3://{args.bucket}", args.mnt]
+           "--prefetch", args.prefetch, *shlex.split(args.extra), f"s3://{args.bucket}", args.mnt]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
@@ -416,6 +417,7 @@ def main():
     ff.add_argument("--log", required=True)
     ff.add_argument("--prefetch", required=True)
     ff.add_argument("--device", default="auto")
+    ff.add_argument("--extra", default="", help="more mount flags, shell-quoted (scripts/bench-featurestore.sh)")
     rp = sub.add_parser("report")
     rp.add_argument("--round", action="append", nargs="+", required=True, metavar="KIND=JSON",
                     help="one interleaved round: baseline=, tree= and off= JSON files, in the order they ran")

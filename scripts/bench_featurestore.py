@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""Report of scripts/bench-featurestore.sh: one markdown section on stdout.
+
+    bench_featurestore.py --fill FILL.json --round KIND=JSON KIND=JSON [--round ...] --env TEXT
+
+Each JSON is scripts/bench_epoch.py featurefs's output for one epoch. KIND is
+compute (a second host computing its features) or store (reading them from
+the feature store with --feature-store-only). Figures: medians over the
+rounds with min-max; the ratio compute/store is computed within each round,
+its verdict from the median of those.
+"""
+import argparse
+import json
+import statistics
+
+TARGET = 5.0
+
+
+def e1(r):
+    return r["setup_seconds"] + r["epochs"][0]["seconds"]
+
+
+def fmt(vals, f="{:.2f}"):
+    return f"{f.format(statistics.median(vals))} ({f.format(min(vals))}-{f.format(max(vals))})"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fill", required=True)
+    ap.add_argument("--round", action="append", nargs="+", required=True)
+    ap.add_argument("--env", default="")
+    a = ap.parse_args()
+    rounds = []
+    for spec in a.round:
+        rnd = {}
+        for kv in spec:
+            k, p = kv.split("=", 1)
+            with open(p) as f:
+                rnd[k] = json.load(f)
+        rnd["order"] = [kv.split("=", 1)[0] for kv in spec]
+        rounds.append(rnd)
+    with open(a.fill) as f:
+        fill = json.load(f)
+    n = fill["samples"]
+    ratios = [e1(r["compute"]) / e1(r["store"]) for r in rounds]
+    med = statistics.median(ratios)
+    verdict = ("met" if med >= TARGET else "MISSED") if len(rounds) >= 3 else "no verdict: fewer than 3 rounds"
+
+    def per_sample(kind, get):
+        return [get(r[kind]["stats"]) / r[kind]["samples"] for r in rounds]
+
+    src = lambda s: s["store"]["bytes_fetched"]
+    fsb = lambda s: (s.get("feature_store") or {}).get("hit_bytes", 0)
+    ext = lambda r: r["stats"]["fs"]["extractions"]
+    print("## Feature store: a second host's epoch 1, from the store vs computing\n")
+    print(f"Command: `make bench` ({a.env}).")
+    print(f"{n} generated JPEGs (sides 160-640 px) in a local MinIO bucket; ResNet-50 (random seeded weights) layer12 "
+          "(802,944-byte .npy files); each run a fresh `featurefs mount` with a fresh cache directory, "
+          "`DatasetFolder(MOUNT/features/resnet50/layer12/train, loader=np.load)`, `DataLoader(num_workers=4, batch 32)`, "
+          "one epoch training the linear head of scripts/bench-epoch.sh. A first host filled the feature store "
+          f"(`--feature-store s3://features/bench`, same MinIO) once, in {e1(fill):.1f}s, writing "
+          f"{(fill['stats'].get('feature_store') or {}).get('puts', 0)} features. Then {len(rounds)} interleaved rounds, "
+          "the order alternating: compute = a second host with no feature store (extracts every feature on this CPU), "
+          "store = a second host with `--feature-store ... --feature-store-only` (extracts nothing).\n")
+    print("| run | epoch 1 incl. mount s | mount s | extractions | source bytes / sample | feature store bytes / sample |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for kind, label in (("compute", "second host, computing"), ("store", "second host, from the feature store")):
+        print(f"| {label} | {fmt([e1(r[kind]) for r in rounds])} | {fmt([r[kind]['mount_seconds'] for r in rounds])} | "
+              f"{statistics.median([ext(r[kind]) for r in rounds]):.0f} | "
+              f"{statistics.median(per_sample(kind, src)):,.0f} | {statistics.median(per_sample(kind, fsb)):,.0f} |")
+    print()
+    print("| target | median of per-round ratios | min-max | by round |")
+    print("|---|---|---:|---|")
+    print(f"| second host's epoch 1, computing / from the feature store | **{med:.2f}x** (target >= {TARGET:g}x: {verdict}) | "
+          f"{min(ratios):.2f}-{max(ratios):.2f}x | {', '.join(f'{x:.2f}' for x in ratios)} |")
+    print()
+    loads = ", ".join(f"{r[k]['load_start']:.1f}/{r[k]['load_end']:.1f}" for r in rounds for k in r["order"])
+    print(f"Load average (1 min) at start/end of each run, in order: {loads}.")
+
+
+if __name__ == "__main__":
+    main()
