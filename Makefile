@@ -163,6 +163,10 @@ summary() {
       while IFS='|' read -r name r t; do
         row "transfer learning: $name" "${r}x" ">= ${t}x: $(verdict "$r" "$t") (median of the section's per-round ratios)" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| ([^|]+) \| \*\*([0-9.]+)x\*\* \(target >= ([0-9.]+)x: (met|MISSED)\).*/\1|\2|\3/p' "$f") ;;
+    featurestore)
+      while IFS='|' read -r name r t; do
+        row "feature store: $name" "${r}x" ">= ${t}x: $(verdict "$r" "$t") (median of the section's per-round ratios)" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| ([^|]+) \| \*\*([0-9.]+)x\*\* \(target >= ([0-9.]+)x: (met|MISSED)\).*/\1|\2|\3/p' "$f") ;;
     split)
       while IFS='|' read -r within pct t v; do
         [ "$v" = met ] || v=MISSED

@@ -45,24 +45,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$MNT" "$WORK/minio"
 
-# MinIO on 127.0.0.1 only, with what keeps it local (as test/testenv/minio.go).
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-CPORT=$(free_port)
-export AWS_ACCESS_KEY_ID=bench$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
-export AWS_SECRET_ACCESS_KEY=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
-export AWS_REGION=us-east-1 AWS_CONFIG_FILE=/nonexistent AWS_SHARED_CREDENTIALS_FILE=/nonexistent
-MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off MINIO_UPDATE=off \
-  MINIO_CALLHOME_ENABLE=off MINIO_CI_CD=1 MINIO_SCANNER_SPEED=slowest \
-  "$MINIO_BIN" server --quiet --anonymous --address "127.0.0.1:$PORT" --console-address "127.0.0.1:$CPORT" \
-  "$WORK/minio" >"$WORK/minio.log" 2>&1 &
-MINIO_PID=$!
-ENDPOINT=http://127.0.0.1:$PORT
-for ((i = 0; i < 600; i++)); do
-  curl -sf "$ENDPOINT/minio/health/ready" >/dev/null 2>&1 && break
-  kill -0 "$MINIO_PID" 2>/dev/null || { echo "minio exited" >&2; exit 1; }
-  sleep 0.1
-done
+start_minio "$WORK/minio" "$WORK/minio.log"
 
 PER_CLASS=$(( (IMAGES + CLASSES - 1) / CLASSES ))
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes "$CLASSES" --train "$PER_CLASS" --val 0 \

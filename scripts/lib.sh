@@ -76,6 +76,31 @@ unmount() {
   return 0
 }
 
+# start_minio DIR LOG: MinIO on 127.0.0.1 only, with what keeps it local (as
+# test/testenv/minio.go), serving DIR; exports fresh root credentials as
+# AWS_* for the clients, sets MINIO_PID and ENDPOINT, and waits until ready.
+start_minio() {
+  local dir=$1 log=$2 port cport i
+  port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cport=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  export AWS_ACCESS_KEY_ID=bench$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
+  export AWS_SECRET_ACCESS_KEY=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
+  export AWS_REGION=us-east-1 AWS_CONFIG_FILE=/nonexistent AWS_SHARED_CREDENTIALS_FILE=/nonexistent
+  MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY MINIO_BROWSER=off MINIO_UPDATE=off \
+    MINIO_CALLHOME_ENABLE=off MINIO_CI_CD=1 MINIO_SCANNER_SPEED=slowest \
+    "$DEPS/bin/minio" server --quiet --anonymous --address "127.0.0.1:$port" --console-address "127.0.0.1:$cport" \
+    "$dir" >"$log" 2>&1 &
+  MINIO_PID=$!
+  ENDPOINT=http://127.0.0.1:$port
+  for ((i = 0; i < 600; i++)); do
+    curl -sf "$ENDPOINT/minio/health/ready" >/dev/null 2>&1 && return 0
+    kill -0 "$MINIO_PID" 2>/dev/null || { echo "minio exited" >&2; return 1; }
+    sleep 0.1
+  done
+  echo "minio not ready after 60s" >&2
+  return 1
+}
+
 # need_bin: fail unless the featurefs binary and the dependencies are there.
 need_bin() {
   [ -x "$BIN" ] || { echo "no $BIN: run 'make build' (or make demo)" >&2; exit 1; }
