@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -119,7 +120,7 @@ func TestFeatureStoreSharedByTwoMounts(t *testing.T) {
 			t.Errorf("store object of %s differs from mount A's file", key)
 		}
 		h := sha256.Sum256(b)
-		if meta["featurefs-sha256"] != hex.EncodeToString(h[:]) || meta["featurefs-etag"] == "" || len(meta["featurefs-key"]) != 64 {
+		if meta["featurefs-sha256"] != hex.EncodeToString(h[:]) || meta["featurefs-etag"] == "" || len(meta["featurefs-key"]) != 32 {
 			t.Errorf("store object of %s: metadata %v", key, meta)
 		}
 		anyKey = key
@@ -155,7 +156,7 @@ func TestFeatureStoreSharedByTwoMounts(t *testing.T) {
 		}
 	}
 	ob, ometa := storeObject(t, srv, "features", modelDir+"/"+testLayer+"/"+names[other])
-	ometa["featurefs-key"] = strings.Repeat("0", 64)
+	ometa["featurefs-key"] = strings.Repeat("0", 32)
 	putWithMeta(t, srv, "features", modelDir+"/"+testLayer+"/"+names[other], ob, ometa)
 	c := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: append([]string{"--prefetch", "off"}, store...)})
 	fromC := readLayer(t, c, map[string]string{anyKey: names[anyKey], other: names[other]})
@@ -233,9 +234,10 @@ func TestFeatureStoreDown(t *testing.T) {
 	srv, env := minioBucket(t, "data", "", d.Dir)
 	fst := testenv.StartMinIO(t)
 	fst.CreateBucket(t, "features")
+	env = profileEnv(t, env, "fst", fst)
 	names := featureNames(d.keys(t))
 	args := []string{"--prefetch", "off", "--endpoint-url", srv.Endpoint, "--feature-store", "s3://features",
-		"--feature-store-endpoint-url", fst.Endpoint, "--read-timeout", "20s", "--metadata-ttl", "1s"}
+		"--feature-store-endpoint-url", fst.Endpoint, "--feature-store-profile", "fst", "--read-timeout", "20s", "--metadata-ttl", "1s"}
 	m := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: args})
 
 	keys := make([]string, 0, len(names))
@@ -308,9 +310,10 @@ func TestFeatureStoreErasureCoded(t *testing.T) {
 	srv, env := minioBucket(t, "data", "", d.Dir)
 	ec := testenv.StartMinIODrives(t, 4)
 	ec.CreateBucket(t, "features")
+	env = profileEnv(t, env, "ec", ec)
 	names := featureNames(d.keys(t))
 	args := []string{"--prefetch", "off", "--endpoint-url", srv.Endpoint, "--feature-store", "s3://features/ec",
-		"--feature-store-endpoint-url", ec.Endpoint}
+		"--feature-store-endpoint-url", ec.Endpoint, "--feature-store-profile", "ec"}
 	a := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: args})
 	fromA := readLayer(t, a, names)
 	waitStoreField(t, a, "puts", int64(len(names)))
@@ -329,4 +332,18 @@ func TestFeatureStoreErasureCoded(t *testing.T) {
 	if n, h := extractionCount(t, s), statsField(t, s, "feature_store.hits"); n != 0 || h != int64(len(names)) {
 		t.Errorf("after a drive was lost: %d extractions and %d store hits, want 0 and %d", n, h, len(names))
 	}
+}
+
+// profileEnv returns env with a shared-credentials file holding profile
+// name with m's root credentials: a feature store on a MinIO of its own,
+// reached with --feature-store-profile (the source's credentials stay in
+// the environment).
+func profileEnv(t *testing.T, env []string, name string, m *testenv.MinIO) []string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "credentials")
+	text := fmt.Sprintf("[%s]\naws_access_key_id = %s\naws_secret_access_key = %s\n", name, m.AccessKey, m.SecretKey)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return append(env, "AWS_SHARED_CREDENTIALS_FILE="+p)
 }

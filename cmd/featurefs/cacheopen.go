@@ -130,6 +130,14 @@ func openFeatureStore(ctx context.Context, o mountopts.Options, log *slog.Logger
 		opts.Profile = o.Profile
 	}
 	bs, err := bucket.OpenStore(ctx, o.FeatureStore, opts)
+	if errors.Is(err, bucket.ErrUnreachable) {
+		// Down now, not misconfigured: reads compute (or, store-only, fail)
+		// until it answers, as during any outage.
+		log.Warn("featurefs: feature store unreachable; going on without it until it answers",
+			slog.String("store", o.FeatureStore), slog.Any("err", err))
+		opts.NoProbe = true
+		bs, err = bucket.OpenStore(ctx, o.FeatureStore, opts)
+	}
 	if err != nil {
 		return nil, failf(exitSource, "--feature-store %s: %w", o.FeatureStore, err)
 	}

@@ -76,6 +76,9 @@ type S3Options struct {
 	// Credentials, when non-nil, replaces the default credential chain
 	// (tests use static credentials this way).
 	Credentials aws.CredentialsProvider
+	// NoProbe skips the listing Open makes to check the bucket: a feature
+	// store that is down when a mount starts is used once it answers.
+	NoProbe bool
 }
 
 // DefaultS3Options returns the default options: AWS S3, region from the AWS

@@ -124,6 +124,9 @@ func openS3(ctx context.Context, name, prefix string, opts S3Options) (*s3Bucket
 		o.DisableLogOutputChecksumValidationSkipped = true
 	})
 
+	if opts.NoProbe {
+		return b, nil
+	}
 	// Probe: a one-key listing under the prefix (needs only s3:ListBucket
 	// on that prefix, unlike HeadBucket).
 	_, err = b.client.ListObjectsV2(probeCtx, &s3.ListObjectsV2Input{
