@@ -12,6 +12,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/leakcheck"
 )
 
 func openDir(t *testing.T) (bucket.Store, string) {
@@ -267,5 +268,20 @@ func TestPutWaitWaitsForRoom(t *testing.T) {
 	defer cancel()
 	if s.PutWait(ctx, ref("f.npy"), []byte("x")) {
 		t.Fatal("PutWait queued with the queue full and its context ended")
+	}
+}
+
+// Close leaves no writer behind, even with a PUT blocked in flight and
+// writes queued.
+func TestCloseLeavesNoGoroutine(t *testing.T) {
+	defer leakcheck.Check(t)()
+	f := &slowStore{release: make(chan struct{})}
+	s, _ := New(Config{Store: f, MaxPuts: 3})
+	for i := range 6 {
+		s.Put(ref(string(rune('a'+i))+".npy"), []byte("x"))
+	}
+	s.Close()
+	if st := s.Stats(); st.Queued != 0 || st.Puts != 0 {
+		t.Fatalf("after Close: %+v", st)
 	}
 }
