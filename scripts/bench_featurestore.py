@@ -62,13 +62,23 @@ def main():
           f"{(fill['stats'].get('feature_store') or {}).get('puts', 0)} features. Then {len(rounds)} interleaved rounds, "
           "the order alternating: compute = a second host with no feature store (extracts every feature on this CPU), "
           "store = a second host with `--feature-store ... --feature-store-only` (extracts nothing).\n")
-    print("| run | epoch 1 incl. mount s | mount s | extractions | source bytes / sample | feature store bytes / sample |")
-    print("|---|---:|---:|---:|---:|---:|")
+    hits = lambda r: (r["stats"].get("feature_store") or {}).get("hits", 0)
+    print("| run | epoch 1 incl. mount s | mount s | extractions | feature store hits | source bytes / sample | feature store bytes / sample |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for kind, label in (("compute", "second host, computing"), ("store", "second host, from the feature store")):
         print(f"| {label} | {fmt([e1(r[kind]) for r in rounds])} | {fmt([r[kind]['mount_seconds'] for r in rounds])} | "
-              f"{statistics.median([ext(r[kind]) for r in rounds]):.0f} | "
+              f"{statistics.median([ext(r[kind]) for r in rounds]):.0f} | {statistics.median([hits(r[kind]) for r in rounds]):.0f} | "
               f"{statistics.median(per_sample(kind, src)):,.0f} | {statistics.median(per_sample(kind, fsb)):,.0f} |")
     print()
+    st = [r["store"]["stats"].get("feature_store") or {} for r in rounds]
+    per_hit = [s["hit_bytes"] / s["hits"] for s in st if s.get("hits")]
+    if per_hit:
+        print(f"Each feature read from the store is {statistics.median(per_hit):,.0f} bytes (the .npy file; its metadata "
+              "travels in the response headers). Extractions and hits above the sample count are a read and "
+              "prefetch (`--prefetch tree`, the default) asking for the same feature at once: their extraction "
+              "requests merge in the extractor (one model run) but are counted twice, and both read the store, so "
+              f"the bytes per training sample are above one feature's. The compute host fetched the JPEGs ({statistics.median(per_sample('compute', src)):,.0f} "
+              "bytes per sample), the store host no image at all.\n")
     print("| target | median of per-round ratios | min-max | by round |")
     print("|---|---|---:|---|")
     print(f"| second host's epoch 1, computing / from the feature store | **{med:.2f}x** (target >= {TARGET:g}x: {verdict}) | "

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -346,4 +347,56 @@ func profileEnv(t *testing.T, env []string, name string, m *testenv.MinIO) []str
 		t.Fatal(err)
 	}
 	return append(env, "AWS_SHARED_CREDENTIALS_FILE="+p)
+}
+
+// TestFeatureStoreWarmThenStoreOnly is the storage-side flow of
+// docs/FEATURE-STORE.md: `featurefs warm --source ... --feature-store`
+// fills the store (exit 0, every image done); a store-only mount with a
+// cold cache then reads the whole layer from it with zero extractions. A
+// second warm on another host whose local cache holds nothing finds every
+// feature in the store and writes nothing more.
+func TestFeatureStoreWarmThenStoreOnly(t *testing.T) {
+	d := genDataset(t, "--classes", "2", "--train", "3", "--val", "1")
+	srv, env := minioBucket(t, "data", "", d.Dir)
+	srv.CreateBucket(t, "features")
+	names := featureNames(d.keys(t))
+	warm := func(cacheDir string) string {
+		cmd := exec.Command(featurefsBin(t), "warm", "--source", "s3://data", "--endpoint-url", srv.Endpoint,
+			"--model", modelName+"="+testenv.Model(t, modelName), "--layer", testLayer, "--cache-dir", cacheDir,
+			"--device", "cpu", "--feature-store", "s3://features/w")
+		cmd.Env = append(append(os.Environ(), "FEATUREFS_ORT_LIB="+testenv.ORTLib(t)), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("featurefs warm --feature-store: %v\n%s", err, out)
+		}
+		if want := fmt.Sprintf("%d of %d done", len(names), len(names)); !strings.Contains(string(out), want) {
+			t.Errorf("warm: want %q in:\n%s", want, out)
+		}
+		return string(out)
+	}
+	if out, want := warm(filepath.Join(t.TempDir(), "cache1")), fmt.Sprintf("0 features found there, %d written (0 failed, 0 dropped)", len(names)); !strings.Contains(out, want) {
+		t.Errorf("first warm: want %q in:\n%s", want, out)
+	}
+
+	m := testMount(t, mountConfig{Source: "s3://data", Env: env, Args: []string{"--endpoint-url", srv.Endpoint,
+		"--feature-store", "s3://features/w", "--feature-store-only"}})
+	got := readLayer(t, m, names)
+	if n := extractionCount(t, mountStats(t, m)); n != 0 {
+		t.Errorf("store-only mount after warm: %d extractions, want 0", n)
+	}
+	onnx, _ := os.ReadFile(testenv.Model(t, modelName))
+	sum := sha256.Sum256(onnx)
+	dir := "w/" + modelName + "-" + hex.EncodeToString(sum[:])[:12] + "/" + testLayer + "/"
+	for key, name := range names {
+		b, _ := storeObject(t, srv, "features", dir+name)
+		if !bytes.Equal(b, got[key]) {
+			t.Errorf("%s: the mount's file differs from the store's object", name)
+		}
+	}
+
+	// Another host, cold cache: everything is in the store already.
+	out := warm(filepath.Join(t.TempDir(), "cache2"))
+	if want := fmt.Sprintf("%d features found there, 0 written", len(names)); !strings.Contains(out, want) {
+		t.Errorf("second warm: want %q in:\n%s", want, out)
+	}
 }

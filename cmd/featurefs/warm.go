@@ -153,11 +153,15 @@ type warmOutcome struct {
 	total, done, failed int64
 	failures            []warmFailure
 	elapsed             time.Duration
+	store               string // the feature store's line, if there is one
 }
 
 // print writes the summary and the failures.
 func (r warmOutcome) print(w io.Writer) {
 	fmt.Fprintf(w, "featurefs warm: %d of %d done in %v, %d failed\n", r.done-r.failed, r.total, r.elapsed.Round(time.Millisecond), r.failed)
+	if r.store != "" {
+		fmt.Fprintf(w, "featurefs warm: %s\n", r.store)
+	}
 	if r.failed == 0 {
 		return
 	}
@@ -210,8 +214,13 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 		return warmOutcome{}, err
 	}
 	// Warm fills the store: its queued writes are waited for (Ctrl-C ends
-	// the wait).
-	defer closeFeatureStore(fst, time.Hour, log)
+	// the wait), below once the walk is over, here if it never starts.
+	storeClosed := false
+	defer func() {
+		if !storeClosed {
+			closeFeatureStore(fst, time.Hour, log)
+		}
+	}()
 	svc, err := newExtractor(o, o.DType, log, warn)
 	if err != nil {
 		return warmOutcome{}, err
@@ -232,6 +241,14 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 		Progress: func(p featurefs.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
 	})
 	out := warmOutcome{total: res.Total, done: res.Done, failed: res.Failed, elapsed: time.Since(start)}
+	if fst != nil {
+		tree.Close() // nothing more is queued for the store: wait for what is
+		closeFeatureStore(fst, time.Hour, log)
+		storeClosed = true
+		st := fst.Stats()
+		out.store = fmt.Sprintf("feature store %s: %d features found there, %d written (%d failed, %d dropped)",
+			fst.Identity(), st.Hits, st.Puts, st.PutErrors, st.Dropped)
+	}
 	for _, f := range res.Failures {
 		out.failures = append(out.failures, warmFailure{key: f.Key, reason: f.Reason})
 	}
