@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -267,6 +268,11 @@ func TestFeatureStoreDown(t *testing.T) {
 	if e, sk := statsField(t, s, "feature_store.get_errors"), statsField(t, s, "feature_store.skipped"); e+sk == 0 {
 		t.Errorf("store down: no failed or skipped feature store reads counted: %v", s["feature_store"])
 	}
+	// Nothing piles up for a store that is down: its writes are dropped
+	// (counted), not queued.
+	if q, dr := statsField(t, s, "feature_store.queued_bytes"), statsField(t, s, "feature_store.dropped"); q != 0 || dr == 0 {
+		t.Errorf("store down: %d bytes queued and %d writes dropped, want 0 queued and some dropped", q, dr)
+	}
 	if !strings.Contains(tail(m.Log, 20000), "feature store failing") {
 		t.Errorf("store down: not logged:\n%s", tail(m.Log, 3000))
 	}
@@ -398,5 +404,61 @@ func TestFeatureStoreWarmThenStoreOnly(t *testing.T) {
 	out := warm(filepath.Join(t.TempDir(), "cache2"))
 	if want := fmt.Sprintf("%d features found there, 0 written", len(names)); !strings.Contains(out, want) {
 		t.Errorf("second warm: want %q in:\n%s", want, out)
+	}
+}
+
+// serveStats returns GET /v1/stats of a featurefs serve.
+func serveStats(t *testing.T, s *served) map[string]any {
+	t.Helper()
+	req, err := http.NewRequest("GET", s.URL+"/v1/stats", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/stats: %d, %v", resp.StatusCode, err)
+	}
+	return v
+}
+
+// TestFeatureStoreSharedByServers: two feature servers (featurefs serve)
+// with caches of their own share one feature store. Server A computes what
+// a remote mount reads and fills the store; server B, cold, serves a second
+// remote mount the same bytes with zero extractions.
+func TestFeatureStoreSharedByServers(t *testing.T) {
+	d := genDataset(t, "--classes", "2", "--train", "2", "--val", "1")
+	srv, env := minioBucket(t, "data", "", d.Dir)
+	srv.CreateBucket(t, "features")
+	names := featureNames(d.keys(t))
+	store := []string{"--endpoint-url", srv.Endpoint, "--feature-store", "s3://features/servers"}
+
+	a := startServe(t, "s3://data", env, store...)
+	ma := testMount(t, mountConfig{Args: a.remoteArgs("--prefetch", "off"), NoModel: true})
+	fromA := readLayer(t, ma, names)
+	deadline := time.Now().Add(time.Minute)
+	for statsField(t, serveStats(t, a), "fs.feature_store.puts") < int64(len(names)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("server A wrote %d of %d features to the store in 1m", statsField(t, serveStats(t, a), "fs.feature_store.puts"), len(names))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	b := startServe(t, "s3://data", env, store...)
+	mb := testMount(t, mountConfig{Args: b.remoteArgs("--prefetch", "off"), NoModel: true})
+	fromB := readLayer(t, mb, names)
+	for key := range names {
+		if !bytes.Equal(fromA[key], fromB[key]) {
+			t.Errorf("%s: server B's feature differs from server A's", names[key])
+		}
+	}
+	sb := serveStats(t, b)
+	if n, h := statsField(t, sb, "fs.fs.extractions"), statsField(t, sb, "fs.feature_store.hits"); n != 0 || h != int64(len(names)) {
+		t.Errorf("server B: %d extractions and %d store hits, want 0 and %d", n, h, len(names))
 	}
 }
