@@ -16,44 +16,8 @@
 #      verdict), BENCH_CLASSES (4), BENCH_WORKERS (4), BENCH_THREADS (2).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
-need_bin
-"$PY" -c 'import boto3' 2>/dev/null || { echo "$PY lacks boto3: run scripts/install-deps.sh" >&2; exit 1; }
-MINIO_BIN=$DEPS/bin/minio
-[ -x "$MINIO_BIN" ] || { echo "no $MINIO_BIN: run scripts/install-deps.sh" >&2; exit 1; }
-"$BIN" mount -h 2>&1 | grep -q -- '-prefetch' || { echo "$BIN has no --prefetch flag: rebuild (make build)" >&2; exit 1; }
-
-IMAGES=${BENCH_IMAGES:-200}
-ROUNDS=${BENCH_ROUNDS:-3}
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS=$ROUNDS: want a positive integer" >&2; exit 1; }
-CLASSES=${BENCH_CLASSES:-4}
-WORKERS=${BENCH_WORKERS:-4}
-THREADS=${BENCH_THREADS:-2}
 BUCKET=epochs
-WORK=$(mktemp -d /tmp/featurefs-bench-epoch.XXXXXX)
-MNT=$WORK/mnt
-MINIO_PID=
-cleanup() {
-  local rc=$?
-  unmount "$MNT" || true
-  if [ -n "$MINIO_PID" ]; then kill "$MINIO_PID" 2>/dev/null || true; wait "$MINIO_PID" 2>/dev/null || true; fi
-  if [ $rc -ne 0 ]; then
-    for f in "$WORK"/featurefs-*.log "$WORK/minio.log"; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
-  fi
-  rm -rf "$WORK"
-  exit $rc
-}
-trap cleanup EXIT
-mkdir -p "$MNT" "$WORK/minio"
-
-start_minio "$WORK/minio" "$WORK/minio.log"
-
-PER_CLASS=$(( (IMAGES + CLASSES - 1) / CLASSES ))
-"$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes "$CLASSES" --train "$PER_CLASS" --val 0 \
-  --formats jpg --min-side 160 --max-side 640 2>/dev/null
-rm -f "$WORK/images/manifest.json"
-"$PY" "$REPO/scripts/bench_epoch.py" upload --endpoint "$ENDPOINT" --bucket "$BUCKET" --dir "$WORK/images" >/dev/null
-MODEL=$(model_path resnet50)
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+epoch_setup "$BUCKET" epoch prefetch
 
 COMMON=(--endpoint "$ENDPOINT" --bucket "$BUCKET" --workers "$WORKERS" --threads "$THREADS")
 # run_kind KIND OUT: one run of baseline, tree or off; its JSON in OUT.

@@ -15,47 +15,12 @@
 #      BENCH_THREADS (2).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
-need_bin
-"$PY" -c 'import boto3' 2>/dev/null || { echo "$PY lacks boto3: run scripts/install-deps.sh" >&2; exit 1; }
-MINIO_BIN=$DEPS/bin/minio
-[ -x "$MINIO_BIN" ] || { echo "no $MINIO_BIN: run scripts/install-deps.sh" >&2; exit 1; }
-"$BIN" mount -h 2>&1 | grep -q -- '-feature-store' || { echo "$BIN has no --feature-store flag: rebuild (make build)" >&2; exit 1; }
-
-IMAGES=${BENCH_IMAGES:-200}
-ROUNDS=${BENCH_ROUNDS:-3}
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS=$ROUNDS: want a positive integer" >&2; exit 1; }
-CLASSES=${BENCH_CLASSES:-4}
-WORKERS=${BENCH_WORKERS:-4}
-THREADS=${BENCH_THREADS:-2}
 BUCKET=images
-WORK=$(mktemp -d /tmp/featurefs-bench-fstore.XXXXXX)
-MNT=$WORK/mnt
-MINIO_PID=
-cleanup() {
-  local rc=$?
-  unmount "$MNT" || true
-  if [ -n "$MINIO_PID" ]; then kill "$MINIO_PID" 2>/dev/null || true; wait "$MINIO_PID" 2>/dev/null || true; fi
-  if [ $rc -ne 0 ]; then
-    for f in "$WORK"/featurefs-*.log "$WORK/minio.log"; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
-  fi
-  rm -rf "$WORK"
-  exit $rc
-}
-trap cleanup EXIT
-mkdir -p "$MNT" "$WORK/minio"
-
-start_minio "$WORK/minio" "$WORK/minio.log"
-
-PER_CLASS=$(( (IMAGES + CLASSES - 1) / CLASSES ))
-"$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes "$CLASSES" --train "$PER_CLASS" --val 0 \
-  --formats jpg --min-side 160 --max-side 640 2>/dev/null
-rm -f "$WORK/images/manifest.json"
-"$PY" "$REPO/scripts/bench_epoch.py" upload --endpoint "$ENDPOINT" --bucket "$BUCKET" --dir "$WORK/images" >/dev/null
+epoch_setup "$BUCKET" fstore feature-store
 "$PY" - "$ENDPOINT" <<'PYEOF'
 import sys, boto3
 boto3.client("s3", endpoint_url=sys.argv[1]).create_bucket(Bucket="features")
 PYEOF
-MODEL=$(model_path resnet50)
 STORE=(--feature-store s3://features/bench)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 COMMON=(--endpoint "$ENDPOINT" --bucket "$BUCKET" --workers "$WORKERS" --threads "$THREADS" --epochs 1

@@ -101,6 +101,51 @@ start_minio() {
   return 1
 }
 
+# epoch_setup BUCKET TAG FLAG: the setup scripts/bench-epoch.sh and
+# bench-featurestore.sh share: checks (the binary must have --FLAG), the
+# BENCH_* settings (IMAGES, ROUNDS, CLASSES, WORKERS, THREADS), a work
+# directory WORK with a mount point MNT removed on exit (with the logs'
+# tails on failure), MinIO (start_minio), BENCH_IMAGES generated JPEGs
+# uploaded to BUCKET under train/, MODEL and LOAD_BEFORE.
+epoch_setup() {
+  local bucket=$1 tag=$2 flag=$3 per_class
+  need_bin
+  "$PY" -c 'import boto3' 2>/dev/null || { echo "$PY lacks boto3: run scripts/install-deps.sh" >&2; exit 1; }
+  [ -x "$DEPS/bin/minio" ] || { echo "no $DEPS/bin/minio: run scripts/install-deps.sh" >&2; exit 1; }
+  "$BIN" mount -h 2>&1 | grep -q -- "-$flag" || { echo "$BIN has no --$flag flag: rebuild (make build)" >&2; exit 1; }
+  IMAGES=${BENCH_IMAGES:-200}
+  ROUNDS=${BENCH_ROUNDS:-3}
+  [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS=$ROUNDS: want a positive integer" >&2; exit 1; }
+  CLASSES=${BENCH_CLASSES:-4}
+  WORKERS=${BENCH_WORKERS:-4}
+  THREADS=${BENCH_THREADS:-2}
+  WORK=$(mktemp -d "/tmp/featurefs-bench-$tag.XXXXXX")
+  MNT=$WORK/mnt
+  MINIO_PID=
+  trap epoch_cleanup EXIT
+  mkdir -p "$MNT" "$WORK/minio"
+  start_minio "$WORK/minio" "$WORK/minio.log"
+  per_class=$(( (IMAGES + CLASSES - 1) / CLASSES ))
+  "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes "$CLASSES" --train "$per_class" --val 0 \
+    --formats jpg --min-side 160 --max-side 640 2>/dev/null
+  rm -f "$WORK/images/manifest.json"
+  "$PY" "$REPO/scripts/bench_epoch.py" upload --endpoint "$ENDPOINT" --bucket "$bucket" --dir "$WORK/images" >/dev/null
+  MODEL=$(model_path resnet50)
+  LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+}
+
+# epoch_cleanup: epoch_setup's exit trap.
+epoch_cleanup() {
+  local rc=$?
+  unmount "$MNT" || true
+  if [ -n "$MINIO_PID" ]; then kill "$MINIO_PID" 2>/dev/null || true; wait "$MINIO_PID" 2>/dev/null || true; fi
+  if [ $rc -ne 0 ]; then
+    for f in "$WORK"/featurefs-*.log "$WORK/minio.log"; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
+  fi
+  rm -rf "$WORK"
+  exit $rc
+}
+
 # need_bin: fail unless the featurefs binary and the dependencies are there.
 need_bin() {
   [ -x "$BIN" ] || { echo "no $BIN: run 'make build' (or make demo)" >&2; exit 1; }
