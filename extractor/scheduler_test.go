@@ -633,3 +633,28 @@ func TestIdleCalledOnceAfterBatches(t *testing.T) {
 	extract("again")
 	waitFor(t, "the idle call after the next batch", func() bool { return idles.Load() == 2 })
 }
+
+// On the CPU a measured pick below cpuPipelineBatch gives way to it when
+// batch 4's bare runs are no more than 10% slower per image: the per-run cost
+// the measurement cannot see favours it. A pick at or above it, a clearly
+// slower batch 4 or one not measured keep the pick.
+func TestPreferPipelineBatch(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	cases := []struct {
+		best int
+		per  map[int]time.Duration
+		want int
+	}{
+		{1, map[int]time.Duration{1: ms(20), 2: ms(19.5), 4: ms(20.5)}, 4},
+		{1, map[int]time.Duration{1: ms(20), 2: ms(20), 4: ms(21.9)}, 4},
+		{1, map[int]time.Duration{1: ms(20), 2: ms(21), 4: ms(23)}, 1},
+		{1, map[int]time.Duration{1: ms(20), 2: ms(20)}, 1},
+		{2, map[int]time.Duration{1: ms(20), 2: ms(17), 4: ms(18)}, 4},
+		{8, map[int]time.Duration{1: ms(20), 4: ms(15), 8: ms(12)}, 8},
+	}
+	for _, c := range cases {
+		if got := preferPipelineBatch(c.best, c.per); got != c.want {
+			t.Errorf("preferPipelineBatch(%d, %v) = %d, want %d", c.best, c.per, got, c.want)
+		}
+	}
+}
