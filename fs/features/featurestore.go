@@ -116,7 +116,7 @@ func (p *Pipeline) fromFeatureStore(ctx context.Context, v *View, obj bucket.Obj
 // for warm-up (withStoreWait), whose writes must all reach the store.
 func (p *Pipeline) toFeatureStore(ctx context.Context, ref featurestore.Ref, data []byte) {
 	fst := p.cfg.FeatureStore
-	if fst == nil || ref.Name == "" {
+	if fst == nil {
 		return
 	}
 	if ctx.Value(storeWaitKey{}) != nil {
