@@ -22,90 +22,203 @@ func dbKey(prefix byte, i id) []byte {
 	return k
 }
 
-// Value framing: a 16-byte header, then the bytes.
+// Value framing: a 16-byte header, then (flags 1) a table of one CRC-32C
+// per chunk of the bytes, then the bytes.
 //
 //	magic   [4]byte "FFC1"
-//	crc     uint32  CRC-32C over the id and the bytes
+//	crc     uint32  flags 1: CRC-32C over the id, length, flags and table;
+//	                flags 0: CRC-32C over the id and the bytes
 //	length  uint32  number of bytes
-//	flags   uint32  reserved, zero
+//	flags   uint32  1 (chunked); 0 (whole, written before per-chunk CRCs)
+//	table   [ceil(length/chunkSize)]uint32: chunk k's CRC-32C over the
+//	        id, k (uint32) and the chunk's bytes (flags 1 only)
+//
+// Chunks let a read of part of a value (the kernel asking again for a few
+// pages of a file whose page cache lost them) verify and copy that part
+// alone: ReadAt. Values written with flags 0 are still read, verified whole.
 const headerLen = 16
 
 var magic = [4]byte{'F', 'F', 'C', '1'}
 
+const (
+	flagsWhole   = 0
+	flagsChunked = 1
+	// chunkSize is the unit of a chunked value's checksums.
+	chunkSize = 64 << 10
+)
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// errChecksum is returned by decodeValue for a value that fails its checksum
-// or framing.
+// errChecksum is returned for a value that fails its checksum or framing.
 var errChecksum = errors.New("cache: value checksum mismatch")
 
+// checksum is a flags-0 value's CRC.
 func checksum(i id, data []byte) uint32 {
 	c := crc32.Update(0, castagnoli, i[:])
 	return crc32.Update(c, castagnoli, data)
 }
 
-// encodeValue frames data for storage.
+// chunkCRC is chunk k's CRC in a flags-1 value, given seed = CRC-32C of the id.
+func chunkCRC(seed uint32, k int, chunk []byte) uint32 {
+	var kb [4]byte
+	binary.LittleEndian.PutUint32(kb[:], uint32(k))
+	return crc32.Update(crc32.Update(seed, castagnoli, kb[:]), castagnoli, chunk)
+}
+
+func numChunks(n int) int { return (n + chunkSize - 1) / chunkSize }
+
+// encodeValue frames data for storage (flags 1).
 func encodeValue(i id, data []byte) []byte {
-	rec := make([]byte, headerLen+len(data))
+	nc := numChunks(len(data))
+	rec := make([]byte, headerLen+4*nc+len(data))
 	copy(rec, magic[:])
-	binary.LittleEndian.PutUint32(rec[4:], checksum(i, data))
 	binary.LittleEndian.PutUint32(rec[8:], uint32(len(data)))
-	copy(rec[headerLen:], data)
+	binary.LittleEndian.PutUint32(rec[12:], flagsChunked)
+	seed := crc32.Update(0, castagnoli, i[:])
+	table := rec[headerLen : headerLen+4*nc]
+	for k := range nc {
+		chunk := data[k*chunkSize : min((k+1)*chunkSize, len(data))]
+		binary.LittleEndian.PutUint32(table[4*k:], chunkCRC(seed, k, chunk))
+	}
+	binary.LittleEndian.PutUint32(rec[4:], crc32.Update(seed, castagnoli, rec[8:headerLen+4*nc]))
+	copy(rec[headerLen+4*nc:], data)
 	return rec
+}
+
+// frame is a parsed value whose header (and, chunked, table) checked out.
+type frame struct {
+	seed  uint32 // CRC-32C of the id
+	crc   uint32 // flags 0: the bytes' CRC
+	table []byte // flags 1: the chunk CRCs
+	data  []byte // the bytes, aliasing the record, not yet verified
+}
+
+// parseFrame checks a framed value's header, length and (chunked) table.
+func parseFrame(i id, rec []byte) (frame, error) {
+	if len(rec) < headerLen || [4]byte(rec[:4]) != magic {
+		return frame{}, fmt.Errorf("%w: bad header", errChecksum)
+	}
+	n := int64(binary.LittleEndian.Uint32(rec[8:]))
+	f := frame{seed: crc32.Update(0, castagnoli, i[:]), crc: binary.LittleEndian.Uint32(rec[4:])}
+	tableLen := int64(0)
+	flags := binary.LittleEndian.Uint32(rec[12:])
+	switch flags {
+	case flagsWhole:
+	case flagsChunked:
+		tableLen = 4 * int64(numChunks(int(n)))
+	default:
+		return frame{}, fmt.Errorf("%w: unknown flags %#x", errChecksum, flags)
+	}
+	if headerLen+tableLen+n != int64(len(rec)) {
+		return frame{}, fmt.Errorf("%w: length %d, have %d bytes", errChecksum, n, int64(len(rec))-headerLen-tableLen)
+	}
+	if flags == flagsChunked {
+		f.table = rec[headerLen : headerLen+tableLen]
+		if got := crc32.Update(f.seed, castagnoli, rec[8:headerLen+tableLen]); got != f.crc {
+			return frame{}, fmt.Errorf("%w: header crc %08x, want %08x", errChecksum, got, f.crc)
+		}
+	}
+	f.data = rec[headerLen+tableLen:]
+	return f, nil
+}
+
+func (f frame) chunked() bool { return f.table != nil }
+
+// verifyChunk checks chunk k of a chunked frame, given its bytes.
+func (f frame) verifyChunk(k int, chunk []byte) error {
+	want := binary.LittleEndian.Uint32(f.table[4*k:])
+	if got := chunkCRC(f.seed, k, chunk); got != want {
+		return fmt.Errorf("%w: chunk %d crc %08x, want %08x", errChecksum, k, got, want)
+	}
+	return nil
 }
 
 // decodeValue verifies a framed value and returns its bytes, which alias rec.
 func decodeValue(i id, rec []byte) ([]byte, error) {
-	n, want, err := parseHeader(rec)
+	f, err := parseFrame(i, rec)
 	if err != nil {
 		return nil, err
 	}
-	data := rec[headerLen : headerLen+n]
-	if got := checksum(i, data); want != got {
-		return nil, fmt.Errorf("%w: crc %08x, want %08x", errChecksum, got, want)
+	if !f.chunked() {
+		if got := crc32.Update(f.seed, castagnoli, f.data); got != f.crc {
+			return nil, fmt.Errorf("%w: crc %08x, want %08x", errChecksum, got, f.crc)
+		}
+		return f.data, nil
 	}
-	return data, nil
-}
-
-// parseHeader checks a framed value's header against its length and
-// returns the data length and the expected checksum.
-func parseHeader(rec []byte) (n int, crc uint32, err error) {
-	if len(rec) < headerLen || [4]byte(rec[:4]) != magic {
-		return 0, 0, fmt.Errorf("%w: bad header", errChecksum)
+	for k := range numChunks(len(f.data)) {
+		if err := f.verifyChunk(k, f.data[k*chunkSize:min((k+1)*chunkSize, len(f.data))]); err != nil {
+			return nil, err
+		}
 	}
-	if flags := binary.LittleEndian.Uint32(rec[12:]); flags != 0 {
-		return 0, 0, fmt.Errorf("%w: unknown flags %#x", errChecksum, flags)
-	}
-	l := binary.LittleEndian.Uint32(rec[8:])
-	if int64(l) != int64(len(rec)-headerLen) {
-		return 0, 0, fmt.Errorf("%w: length %d, have %d bytes", errChecksum, l, len(rec)-headerLen)
-	}
-	return int(l), binary.LittleEndian.Uint32(rec[4:]), nil
+	return f.data, nil
 }
 
 // copyChunk is how much copyVerified copies before checksumming it, so the
-// checksum reads from the CPU cache rather than memory.
-const copyChunk = 64 << 10
+// checksum reads from the CPU cache rather than memory. It is chunkSize, so
+// a chunked value's chunks are verified as they are copied.
+const copyChunk = chunkSize
 
 // copyVerified copies a framed value's bytes out of rec (Badger's mapping
 // of the value log) into a new buffer of exactly their size and verifies
-// the checksum of the copy, chunk by chunk as it is made.
+// the checksums of the copy, chunk by chunk as it is made.
 func copyVerified(i id, rec []byte) ([]byte, error) {
-	n, want, err := parseHeader(rec)
+	f, err := parseFrame(i, rec)
 	if err != nil {
 		return nil, err
 	}
-	src := rec[headerLen:]
+	n := len(f.data)
 	data := make([]byte, n)
-	c := crc32.Update(0, castagnoli, i[:])
-	for off := 0; off < n; off += copyChunk {
+	c := f.seed
+	for off, k := 0, 0; off < n; off, k = off+copyChunk, k+1 {
 		end := min(off+copyChunk, n)
-		copy(data[off:end], src[off:end])
-		c = crc32.Update(c, castagnoli, data[off:end])
+		copy(data[off:end], f.data[off:end])
+		if f.chunked() {
+			if err := f.verifyChunk(k, data[off:end]); err != nil {
+				return nil, err
+			}
+		} else {
+			c = crc32.Update(c, castagnoli, data[off:end])
+		}
 	}
-	if c != want {
-		return nil, fmt.Errorf("%w: crc %08x, want %08x", errChecksum, c, want)
+	if !f.chunked() && c != f.crc {
+		return nil, fmt.Errorf("%w: crc %08x, want %08x", errChecksum, c, f.crc)
 	}
 	return data, nil
+}
+
+// readAtVerified copies the bytes of a framed value from off into dst and
+// returns how many it copied (fewer than len(dst) only at the end of the
+// value) and the value's size. A chunked value verifies only the chunks
+// the range touches; a flags-0 one is verified whole first.
+func readAtVerified(i id, rec []byte, dst []byte, off int64) (int, int, error) {
+	f, err := parseFrame(i, rec)
+	if err != nil {
+		return 0, 0, err
+	}
+	size := len(f.data)
+	if off < 0 {
+		return 0, size, fmt.Errorf("cache: read at negative offset %d", off)
+	}
+	if off >= int64(size) {
+		return 0, size, nil
+	}
+	end := min(int(off)+len(dst), size)
+	if !f.chunked() {
+		if got := crc32.Update(f.seed, castagnoli, f.data); got != f.crc {
+			return 0, size, fmt.Errorf("%w: crc %08x, want %08x", errChecksum, got, f.crc)
+		}
+		return copy(dst, f.data[off:end]), size, nil
+	}
+	n := 0
+	for k := int(off) / chunkSize; k*chunkSize < end; k++ {
+		cs, ce := k*chunkSize, min((k+1)*chunkSize, size)
+		// A damaged chunk returns an error, never its bytes.
+		if err := f.verifyChunk(k, f.data[cs:ce]); err != nil {
+			return 0, size, err
+		}
+		n += copy(dst[n:], f.data[max(cs, int(off)):min(ce, end)])
+	}
+	return n, size, nil
 }
 
 // metaRecord is the small record kept next to each value: its size and an

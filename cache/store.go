@@ -398,17 +398,51 @@ func (s *Store) kickCleaner() {
 // failed its checksum (which is then deleted), returns nil, false, nil. The
 // returned slice belongs to the caller.
 func (s *Store) Get(k Key) ([]byte, bool, error) {
+	var data []byte
+	ok, err := s.read(k, func(rec []byte) (err error) {
+		data, err = copyVerified(k.id(), rec)
+		return err
+	})
+	if !ok {
+		return nil, false, err
+	}
+	return data, true, nil
+}
+
+// ReadAt copies the bytes of the value stored under k from off into dst,
+// verifying only the part it reads where the value allows (values written
+// before per-chunk checksums are verified whole), and returns how many it
+// copied (fewer than len(dst) only at the value's end) and the value's
+// size. A miss, or a damaged value (then deleted), returns false and a nil
+// error, as Get does.
+func (s *Store) ReadAt(k Key, dst []byte, off int64) (n int, size int64, ok bool, err error) {
+	ok, err = s.read(k, func(rec []byte) error {
+		c, sz, err := readAtVerified(k.id(), rec, dst, off)
+		n, size = c, int64(sz)
+		return err
+	})
+	if !ok {
+		return 0, 0, false, err
+	}
+	return n, size, true, nil
+}
+
+// read runs fn on the stored record of k (Badger's mapping of the value
+// log; fn must not keep it), pinning the entry against eviction meanwhile,
+// and keeps the hit, miss and recency accounting. fn's error matching
+// errChecksum drops the entry and is a miss.
+func (s *Store) read(k Key, fn func(rec []byte) error) (bool, error) {
 	i := k.id()
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
-		return nil, false, ErrClosed
+		return false, ErrClosed
 	}
 	s.mu.Lock()
 	if _, ok := s.idx.lookup(i); !ok {
 		s.mu.Unlock()
 		s.misses.Add(1)
-		return nil, false, nil
+		return false, nil
 	}
 	s.pins[i]++
 	s.mu.Unlock()
@@ -416,7 +450,7 @@ func (s *Store) Get(k Key) ([]byte, bool, error) {
 		s.testAfterPin(i)
 	}
 
-	data, found, err := s.readValue(i)
+	found, err := s.readValue(i, fn)
 
 	s.mu.Lock()
 	if s.pins[i]--; s.pins[i] <= 0 {
@@ -436,42 +470,38 @@ func (s *Store) Get(k Key) ([]byte, bool, error) {
 	switch {
 	case err == nil && found:
 		s.hits.Add(1)
-		return data, true, nil
+		return true, nil
 	case err == nil:
 		// Indexed but not stored: the index was stale (a concurrent
 		// Delete, or an earlier failed write). Forget it.
 		s.dropIfBad(k, i, nil)
 		s.misses.Add(1)
-		return nil, false, nil
+		return false, nil
 	case errors.Is(err, errChecksum):
 		s.dropIfBad(k, i, err)
 		s.misses.Add(1)
-		return nil, false, nil
+		return false, nil
 	}
-	return nil, false, fmt.Errorf("cache: get %s: %w", i, err)
+	return false, fmt.Errorf("cache: get %s: %w", i, err)
 }
 
-// readValue reads and verifies the value for i. A missing value is
-// nil, false, nil; a damaged one an error matching errChecksum.
-func (s *Store) readValue(i id) ([]byte, bool, error) {
-	var data []byte
+// readValue runs fn on the stored record for i. A missing value is
+// false, nil; a damaged one an error matching errChecksum.
+func (s *Store) readValue(i id, fn func(rec []byte) error) (bool, error) {
 	err := s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(dbKey(prefixValue, i))
 		if err != nil {
 			return err
 		}
-		return item.Value(func(v []byte) error {
-			data, err = copyVerified(i, v)
-			return err
-		})
+		return item.Value(fn)
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, false, nil
+		return false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
-	return data, true, nil
+	return true, nil
 }
 
 // dropIfBad deletes the entry for i if, under its stripe lock, its value is
@@ -481,7 +511,10 @@ func (s *Store) dropIfBad(k Key, i id, cause error) {
 	st := s.stripe(i)
 	st.Lock()
 	defer st.Unlock()
-	_, found, err := s.readValue(i)
+	found, err := s.readValue(i, func(rec []byte) error {
+		_, err := decodeValue(i, rec)
+		return err
+	})
 	switch {
 	case err == nil && found:
 		return // replaced by a good value meanwhile
