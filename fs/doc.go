@@ -63,14 +63,18 @@
 // only from a complete listing or from Stat answering not-found, never from a
 // partial listing. The kernel keeps directories' entries and attributes,
 // and names found missing, for MetadataTTL too. Feature files are immutable
-// for a given object version: they open with FOPEN_KEEP_CACHE, their size
-// follows from the layer's shape (stat never computes) and their inode
+// for a given object version: files are never opened (their OPEN answers
+// ENOSYS, and the kernel sends no OPEN, RELEASE or FLUSH after that: see
+// noOpen), the kernel keeps their pages across opens, their size follows
+// from the layer's shape (stat never computes) and their inode
 // number is a hash of the path and the object's ETag, so an overwritten
 // object is a new file. The kernel keeps their entries and attributes for a
 // day and is told to drop those a listing read again shows deleted or
 // changed (kernelcache.go): a path walk through a directory after
-// MetadataTTL sees the change, and a second epoch asks featurefs nothing
-// but OPEN per file. Extended attributes answer ENOSYS, so the kernel stops
+// MetadataTTL sees the change, the pages of a changed file are dropped when
+// the listing is read, and a second epoch asks featurefs nothing but the
+// pages the kernel no longer holds, which a read copies from the cache's
+// part of the feature (cache.Store.ReadAt). Extended attributes answer ENOSYS, so the kernel stops
 // asking for them (ls -l asked two per file). An object
 // that fails because of its content (not an image, corrupt, too large) is
 // logged once with its key and reason and answers EIO without being fetched

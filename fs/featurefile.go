@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -15,11 +16,13 @@ import (
 )
 
 // featureFile is one .npy file: the feature of one object version at one
-// layer. Its size follows from the layer's shape; its content is computed
-// on the first read of an open handle.
+// layer. Its size follows from the layer's shape. Its content is read from
+// the cache a part at a time, or computed whole by the read that finds the
+// cache without it (noOpen: a read comes without an open handle).
 type featureFile struct {
 	gofs.Inode
 	readOnly
+	noOpen
 	fs     *FS
 	view   *layerView
 	prefix string        // the directory's bucket prefix
@@ -28,7 +31,6 @@ type featureFile struct {
 }
 
 var _ = (gofs.NodeGetattrer)((*featureFile)(nil))
-var _ = (gofs.NodeOpener)((*featureFile)(nil))
 var _ = (gofs.NodeReader)((*featureFile)(nil))
 
 // Getattr reports the size the layer's shape gives; it never computes.
@@ -42,117 +44,179 @@ func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 	return 0
 }
 
-// Open hands out a handle; the content is immutable, so the kernel keeps
-// its page cache across opens, and a close needs no FLUSH round trip (numpy
-// closes each file twice: the FLUSHes doubled the cost of a cached np.load).
-// The handle reads the newest version the mount knows of the object (the
+// Read returns part of the feature; the kernel asks only for what its
+// page cache lacks (the file's first read, pages it dropped).
+//
+// It serves the newest version of the object the mount knows of (the
 // kernel may hold this node past a relisting, until it drops the entry:
-// see kernelcache.go); a name that the fresh listing of its directory no
-// longer has is gone (ENOENT). When that version is not the node's own, the
-// kernel's page cache of the node may hold the old version's bytes: the
-// open does not keep it. Open never asks the store.
-func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if openForWrite(flags) {
-		return nil, 0, syscall.EROFS
-	}
-	ff.fs.stats.opens.Add(1)
+// see kernelcache.go), and a name that the fresh listing of its directory
+// no longer has is gone (ENOENT). When that version is not the node's own,
+// the kernel is told to drop the node's pages once this read is answered,
+// so that the file never mixes two versions' bytes.
+//
+// A read the cache can answer copies just the part it asks for
+// (features.Pipeline.ReadCachedAt). Otherwise it computes the whole
+// feature (from the cache, the feature store or the model: concurrent
+// reads of a file share one computation), which FS.recent keeps for the
+// file's next reads. A failure that took slowFailure or longer is kept
+// there for the kernel's retry of the request (failedReads), which then
+// fails at once instead of waiting out a second --read-timeout; a new
+// read(2) tries again. The first read of a
+// feature's content tells prefetch which layer directory a reader is in
+// (metadata alone never does: ls, find, du and stat compute nothing).
+func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	obj, ok := ff.fs.currentVersion(ff.prefix, ff.name, ff.obj)
 	if !ok {
-		return nil, 0, ff.fs.errno(fmt.Errorf("%s%s: no longer listed: %w", ff.prefix, ff.name, bucket.ErrNotFound), ff.obj.Key)
+		return nil, ff.fs.errno(fmt.Errorf("%s%s: no longer listed: %w", ff.prefix, ff.name, bucket.ErrNotFound), ff.obj.Key)
 	}
 	if obj.Key != ff.obj.Key || obj.ETag != ff.obj.ETag {
-		return &featureHandle{obj: obj}, fuse.FOPEN_NOFLUSH, 0
+		ff.fs.dropPagesLater(&ff.Inode, &ff.fs.stats.contentDrops)
 	}
-	return &featureHandle{obj: obj}, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
-}
-
-// featureHandle holds the whole feature once read, for the later reads of
-// the same open file.
-type featureHandle struct {
-	obj bucket.Object // the object version it reads; constant
-
-	mu sync.Mutex
-	// run is the computation of the feature, once a read has started it. A
-	// failed one is kept: later reads of the same handle (the kernel retries
-	// a failed readahead with a plain read) fail at once instead of waiting
-	// out a second --read-timeout; a new open tries again. An interrupted
-	// one is dropped, and the next read starts again.
-	run *handleRun // GUARDED_BY(mu)
-}
-
-// handleRun is one computation of a handle's feature. data and errno are
-// set before done is closed.
-type handleRun struct {
-	done  chan struct{}
-	data  []byte
-	errno syscall.Errno
-}
-
-// Read returns part of the feature, computing it on the first read of the
-// handle; concurrent reads of the handle wait for that computation, each
-// interruptible on its own. Once computed, the first read of a feature's
-// content tells prefetch which layer directory a reader is in (metadata
-// alone never does: ls, find, du and stat compute nothing).
-func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	h, ok := fh.(*featureHandle)
-	if !ok {
-		h = &featureHandle{obj: ff.obj}
+	if n, ok := ff.fs.p.ReadCachedAt(ff.view.View, obj, dest, off); ok {
+		ff.fs.p.Touch(ff.view.View, ff.prefix)
+		ff.fs.failed.clear(ff.prefix + ff.name)
+		ff.fs.stats.reads.Add(1)
+		ff.fs.stats.readBytes.Add(int64(n))
+		return fuse.ReadResultData(dest[:n]), 0
 	}
-	data, errno := ff.content(ctx, h)
+	data, errno := ff.content(ctx, obj, off, len(dest))
 	if errno != 0 {
 		return nil, errno
 	}
-	ff.fs.stats.reads.Add(1)
-	if off >= int64(len(data)) {
-		return fuse.ReadResultData(nil), 0
+	if nv, _, ok := ff.fs.p.NewerVersion(obj.Key); ok && nv.ETag != ff.obj.ETag {
+		// The read found the object changed and served its new version.
+		ff.fs.dropPagesLater(&ff.Inode, &ff.fs.stats.contentDrops)
 	}
-	end := min(off+int64(len(dest)), int64(len(data)))
-	ff.fs.stats.readBytes.Add(end - off)
-	return fuse.ReadResultData(data[off:end]), 0
+	ff.fs.stats.reads.Add(1)
+	out := sliceAt(data, dest, off)
+	ff.fs.stats.readBytes.Add(int64(len(out)))
+	return fuse.ReadResultData(out), 0
 }
 
-// content returns the handle's feature: the computation's result if one
-// has finished, else it starts one or waits for the one running.
-func (ff *featureFile) content(ctx context.Context, h *featureHandle) ([]byte, syscall.Errno) {
-	for {
-		h.mu.Lock()
-		r, owner := h.run, false
-		if r == nil {
-			r, owner = &handleRun{done: make(chan struct{})}, true
-			h.run = r
-		}
-		h.mu.Unlock()
-		if owner {
-			data, err := ff.fs.p.Read(ctx, ff.view.View, h.obj)
-			ff.fs.p.Touch(ff.view.View, ff.prefix)
-			file := ff.prefix + ff.name
-			if err != nil {
-				r.errno = ff.fs.errno(err, h.obj.Key)
-				if r.errno != syscall.EINTR {
-					ff.fs.failed.add(file, h.obj.Key, features.ErrReason(h.obj.Key, err), ff.fs.now())
-				}
-			} else {
-				ff.fs.failed.clear(file)
-			}
-			r.data = data
-			if r.errno == syscall.EINTR {
-				h.mu.Lock()
-				h.run = nil
-				h.mu.Unlock()
-			}
-			close(r.done)
-			return r.data, r.errno
-		}
-		select {
-		case <-r.done:
-			if r.errno == syscall.EINTR {
-				continue // its reader was interrupted, not this one: start again
-			}
-			return r.data, r.errno
-		case <-ctx.Done():
-			return nil, syscall.EINTR
+// failMemo is how long a slow failure of a file's computation answers the
+// kernel's retry of the request that failed (see Read); slowFailure is what
+// slow means (a failure that comes quicker costs little to try again).
+const (
+	failMemo    = time.Second
+	slowFailure = 100 * time.Millisecond
+)
+
+// recentKey names one object version's feature at one layer directory.
+type recentKey struct {
+	view      *layerView
+	key, etag string
+}
+
+// recentFeature is a computed feature, or the slow failures of its
+// computation.
+type recentFeature struct {
+	data []byte
+	fail *failedReads
+}
+
+// failedReads are the requests of a file whose computation failed slowly,
+// each kept for one retry. When a readahead request fails, the kernel reads
+// the first page the reader needs again with a plain read, once, in the
+// same read(2): that request, which lies within a failed one, takes the
+// failed one's error at once. A later read(2) finds no request left to
+// answer it and computes again (when the kernel left pages unfilled after
+// a failure, that read starts with a plain read of one page, so a failure
+// cannot be told apart from the retry by its size, only by being one
+// request's only retry).
+type failedReads struct {
+	mu     sync.Mutex
+	errno  syscall.Errno // GUARDED_BY(mu)
+	at     time.Time     // GUARDED_BY(mu): the last failure
+	ranges [][2]int64    // GUARDED_BY(mu): failed requests not yet retried
+}
+
+// add records a failed request of size bytes at off.
+func (fr *failedReads) add(off int64, size int, errno syscall.Errno, now time.Time) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if now.Sub(fr.at) >= failMemo {
+		fr.ranges = fr.ranges[:0]
+	}
+	fr.errno, fr.at = errno, now
+	if len(fr.ranges) < 64 { // a file's readahead is a few requests
+		fr.ranges = append(fr.ranges, [2]int64{off, off + int64(max(size, 1))})
+	}
+}
+
+// retry returns the error of a failed request within failMemo that holds
+// off, and forgets that request.
+func (fr *failedReads) retry(off int64) (syscall.Errno, bool) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if time.Since(fr.at) >= failMemo {
+		return 0, false
+	}
+	for i, r := range fr.ranges {
+		if off >= r[0] && off < r[1] {
+			fr.ranges = append(fr.ranges[:i], fr.ranges[i+1:]...)
+			return fr.errno, true
 		}
 	}
+	return 0, false
+}
+
+// content returns the feature of obj at the file's layer for a request of
+// size bytes at off: a recent result (a slow failure only for the kernel's
+// retry of a request that failed), else a computation of its own or one in
+// flight for the same feature.
+func (ff *featureFile) content(ctx context.Context, obj bucket.Object, off int64, size int) ([]byte, syscall.Errno) {
+	k := recentKey{ff.view, obj.Key, obj.ETag}
+	if r, ok := ff.fs.recent.Get(k); ok {
+		if r.fail == nil {
+			return r.data, 0
+		}
+		if errno, ok := r.fail.retry(off); ok {
+			return nil, errno
+		}
+	}
+	t0 := time.Now()
+	data, err := ff.fs.p.Read(ctx, ff.view.View, obj)
+	ff.fs.p.Touch(ff.view.View, ff.prefix)
+	file := ff.prefix + ff.name
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Interrupted: not this file's failure, and the computation goes
+		// on for the reader's retry.
+		return nil, syscall.EINTR
+	case err != nil:
+		errno := ff.fs.errno(err, obj.Key)
+		if errno == syscall.EINTR {
+			return nil, errno
+		}
+		ff.fs.failed.add(file, obj.Key, features.ErrReason(obj.Key, err), ff.fs.now())
+		if now := time.Now(); now.Sub(t0) >= slowFailure {
+			ff.fs.failMu.Lock()
+			r, ok := ff.fs.recent.Get(k)
+			if !ok || r.fail == nil {
+				r = recentFeature{fail: &failedReads{}}
+				ff.fs.recent.Put(k, r, 1)
+			}
+			r.fail.add(off, size, errno, now)
+			ff.fs.failMu.Unlock()
+		}
+		return nil, errno
+	}
+	ff.fs.failed.clear(file)
+	ff.fs.recent.Put(k, recentFeature{data: data}, len(data))
+	return data, 0
+}
+
+// dropPagesLater tells the kernel, in its own goroutine, to drop the pages
+// it holds of a file (FUSE_NOTIFY_INVAL_INODE), and counts it in count
+// (if not nil) when the kernel held the file. Never synchronously from a
+// request on that file: the kernel waits for the pages the request is
+// filling.
+func (f *FS) dropPagesLater(n *gofs.Inode, count *atomic.Int64) {
+	f.owner.Go(func() {
+		if errno := n.NotifyContent(0, 0); errno == 0 && count != nil {
+			count.Add(1)
+		}
+	})
 }
 
 // currentVersion returns the version of the object named name under prefix

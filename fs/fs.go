@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -118,6 +119,11 @@ type FS struct {
 
 	stats  counters
 	failed *failedFiles // feature files whose last read failed
+	// recent holds the features reads computed (and failures, for
+	// failMemo), for the same file's next reads: they usually find the
+	// feature in the cache, but not when it could not be stored there.
+	recent *lru.LRU[recentKey, recentFeature]
+	failMu sync.Mutex // orders the slow failures put in recent
 
 	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
 
@@ -126,11 +132,14 @@ type FS struct {
 	owner *lifetime.Owner
 }
 
+// recentBytes bounds FS.recent.
+const recentBytes = 32 << 20
+
 // counters are the tree's own figures (the pipeline counts the rest).
 type counters struct {
 	lookups, statLookups, listPages, stats atomic.Int64
 	reads, readBytes, opens                atomic.Int64
-	ioErrors, invalidations                atomic.Int64
+	ioErrors, invalidations, contentDrops  atomic.Int64
 }
 
 // New checks cfg, fills its defaults and returns the tree.
@@ -165,6 +174,7 @@ func New(cfg Config) (*FS, error) {
 		refreshing: make(chan struct{}, maxRefreshes),
 		listings:   lru.New[string, *listing](cfg.MaxListingEntries),
 		failed:     newFailedFiles(maxFailedFiles),
+		recent:     lru.New[recentKey, recentFeature](recentBytes),
 		owner:      lifetime.New(),
 	}
 	f.lists.Owner = f.owner

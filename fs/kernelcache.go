@@ -33,11 +33,17 @@ import (
 //     to be checked. A path walk through a directory therefore sees
 //     deletions and overwrites as soon as it did when file entries expired
 //     after MetadataTTL;
-//   - Open still answers from the listing (featureFile.Open): a name the
-//     fresh listing lacks is ENOENT even before the kernel has dropped its
-//     entry, and a node opened as a version older than the one the mount
-//     knows of does not keep the kernel's page cache (it may hold the old
-//     version's bytes).
+//   - the pages of a file are the one thing the kernel serves without
+//     asking (files are never opened: noOpen). When a complete listing is
+//     read from the store, before anything uses it, the kernel is told to
+//     drop the pages of every feature file it holds in that directory
+//     whose object the listing shows changed or gone (dropChangedPages:
+//     FUSE_NOTIFY_INVAL_INODE needs no directory lock, so it runs in the
+//     request that read the listing). The reads that then come answer
+//     from the listing (featureFile.Read): a name the fresh listing lacks
+//     is ENOENT even before the kernel has dropped its entry, and a node
+//     older than the version the mount knows of serves the new version's
+//     bytes, all of them.
 //
 // Notifications are never sent while handling a request on the directory
 // whose entries they drop (the kernel holds that directory's lock during
@@ -135,10 +141,12 @@ func (f *FS) stopKernelChecks() {
 	k.wg.Wait()
 }
 
-// listed queues a listing just read completely from the store for
-// checkKernel. Without a mount, or with the queue full, it does nothing: a
-// lookup of the directory checks it.
+// listed drops the pages of the files a listing just read completely from
+// the store shows changed (dropChangedPages), then queues it for
+// checkKernel. Without a mount, or with the queue full, it does not queue
+// it: a lookup of the directory checks it.
 func (f *FS) listed(l *listing) {
+	f.dropChangedPages(l)
 	k := &f.kernel
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -210,6 +218,28 @@ func (f *FS) checkKernel(l *listing) {
 			}
 		}
 	})
+}
+
+// dropChangedPages tells the kernel to drop the pages of every feature file
+// it holds in l's directory, in every layer and alias directory, that is
+// not the one l gives that name (same object key and ETag). The kernel
+// waits for the pages a read of such a file is filling, so a read in
+// flight of one of them delays it.
+func (f *FS) dropChangedPages(l *listing) {
+	for _, d := range f.heldDirs(l.prefix) {
+		for name, ch := range d.Children() {
+			ff, ok := ch.Operations().(*featureFile)
+			if !ok {
+				continue
+			}
+			if e, found, _ := l.find(name); found && !e.dir && e.obj.Key == ff.obj.Key && e.obj.ETag == ff.obj.ETag {
+				continue
+			}
+			if ch.NotifyContent(0, 0) == 0 {
+				f.stats.contentDrops.Add(1)
+			}
+		}
+	}
 }
 
 // revalidateDir is called by a lookup that found prefix's directory (the

@@ -13,12 +13,12 @@ import (
 type layersFile struct {
 	gofs.Inode
 	readOnly
+	noOpen
 	fs   *FS
 	data []byte
 }
 
 var _ = (gofs.NodeGetattrer)((*layersFile)(nil))
-var _ = (gofs.NodeOpener)((*layersFile)(nil))
 var _ = (gofs.NodeReader)((*layersFile)(nil))
 
 // Getattr reports the table's size.
@@ -27,15 +27,8 @@ func (lf *layersFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse
 	return 0
 }
 
-// Open refuses writes; the table never changes, so the kernel may cache it.
-func (lf *layersFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if openForWrite(flags) {
-		return nil, 0, syscall.EROFS
-	}
-	return nil, fuse.FOPEN_KEEP_CACHE, 0
-}
-
-// Read returns part of the table.
+// Read returns part of the table. It never changes, so the kernel keeps its
+// pages (noOpen).
 func (lf *layersFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	return fuse.ReadResultData(sliceAt(lf.data, dest, off)), 0
 }

@@ -50,7 +50,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 			table = []byte(text)
 		}
 	}
-	lf := d.NewPersistentInode(ctx, &layersFile{fs: d.fs, data: table}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
+	lf := d.NewPersistentInode(ctx, &layersFile{fs: d.fs, noOpen: noOpen{d.fs}, data: table}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
 	d.AddChild(spec.LayersFile, lf, true)
 }
 

@@ -71,7 +71,7 @@ func (d *prefixDir) child(ctx context.Context, e dirEntry, out *fuse.EntryOut) *
 	if e.dir {
 		return d.NewInode(ctx, &prefixDir{fs: d.fs, view: d.view, prefix: e.sub}, id)
 	}
-	return d.NewInode(ctx, &featureFile{fs: d.fs, view: d.view, prefix: d.prefix, name: e.name, obj: e.obj}, id)
+	return d.NewInode(ctx, &featureFile{fs: d.fs, noOpen: noOpen{d.fs}, view: d.view, prefix: d.prefix, name: e.name, obj: e.obj}, id)
 }
 
 // entryIno is the inode number readdir reports for an entry.

@@ -94,11 +94,40 @@ func (readOnly) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn u
 	return 0, syscall.EROFS
 }
 
-// writeFlags are the open flags that would change a file.
-const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall.O_APPEND | syscall.O_CREAT
+// noOpen makes a file node's opens and closes cost no round trip to the
+// daemon. Every file of the tree embeds it: its Open answers ENOSYS, and
+// from the first such answer the kernel stops sending OPEN for any file of
+// the mount (FUSE's no_open: a file's reads come without a handle, its
+// close sends no RELEASE, and the kernel keeps its page cache across
+// opens, as FOPEN_KEEP_CACHE did); its Flush answers ENOSYS, and the
+// kernel stops sending FLUSH on close. The mount is read-only, so the
+// kernel refuses an open for writing before it would ask. An open and
+// close of a page-cached feature file cost about what they cost on a local
+// disk (docs/bench/mount.md). What the OPEN did is done elsewhere: which
+// object version a read serves (featureFile.Read), and dropping the
+// kernel's pages of a file whose object changed (FS.dropChangedPages).
+//
+// The OPEN requests that do come are counted (FS.stats.opens): one per
+// mount, or a few that raced the first answer.
+type noOpen struct{ tree *FS }
 
-// openForWrite reports whether open flags ask to change the file.
-func openForWrite(flags uint32) bool { return flags&writeFlags != 0 }
+var (
+	_ = (gofs.NodeOpener)((*noOpen)(nil))
+	_ = (gofs.NodeFlusher)((*noOpen)(nil))
+)
+
+// Open answers ENOSYS: see noOpen.
+func (n noOpen) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if n.tree != nil {
+		n.tree.stats.opens.Add(1)
+	}
+	return nil, 0, syscall.ENOSYS
+}
+
+// Flush answers ENOSYS: see noOpen.
+func (noOpen) Flush(ctx context.Context, f gofs.FileHandle) syscall.Errno {
+	return syscall.ENOSYS
+}
 
 // dirAttr fills the attributes of a directory.
 func (f *FS) dirAttr(out *fuse.Attr) {

@@ -84,8 +84,13 @@ func TestNodesRefuseChangesThemselves(t *testing.T) {
 	if _, errno := ro.Write(ctx, nil, []byte("x"), 0); errno != syscall.EROFS {
 		t.Errorf("write: %v", errno)
 	}
+	// Files are never opened (noOpen): an open for writing, which the
+	// read-only mount refuses first, would still find Write refusing.
 	ff := &featureFile{}
-	if _, _, errno := ff.Open(ctx, syscall.O_RDWR); errno != syscall.EROFS {
-		t.Errorf("open O_RDWR: %v", errno)
+	if _, _, errno := ff.Open(ctx, syscall.O_RDWR); errno != syscall.ENOSYS {
+		t.Errorf("open O_RDWR: %v, want ENOSYS (noOpen)", errno)
+	}
+	if errno := ff.Flush(ctx, nil); errno != syscall.ENOSYS {
+		t.Errorf("flush: %v, want ENOSYS (noOpen)", errno)
 	}
 }

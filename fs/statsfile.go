@@ -21,7 +21,7 @@ func (f *FS) Stats() Stats {
 	t := &st.FS
 	t.Lookups, t.StatLookups, t.ListPages = c.lookups.Load(), c.statLookups.Load(), c.listPages.Load()
 	t.StatCalls, t.Opens, t.Reads, t.ReadBytes = c.stats.Load(), c.opens.Load(), c.reads.Load(), c.readBytes.Load()
-	t.KernelInvalidations, t.IOErrors = c.invalidations.Load(), c.ioErrors.Load()
+	t.KernelInvalidations, t.KernelPageDrops, t.IOErrors = c.invalidations.Load(), c.contentDrops.Load(), c.ioErrors.Load()
 	t.ListingsCached, t.ListingEntries = nl, ne
 	st.BytesServed = st.FS.ReadBytes
 	return st
@@ -41,34 +41,41 @@ func indentJSON(v any) []byte {
 	return append(b, '\n')
 }
 
-// statsFile is .featurefs/stats. Each open reads a snapshot, served with
-// direct I/O so that every open sees fresh figures. So that the size stat
-// reports is the size a read then returns (cat, cp and readers that trust
-// st_size must not truncate), the file is the snapshot's JSON followed by
-// spaces and a newline up to the file's size: a high-water mark that only
-// grows, with headroom (statsSize). Figures that change between a stat and
-// an open change the content, not its length; when the JSON outgrows the
-// size, the size grows and every handle's content with it (whitespace after
-// a JSON value is still valid JSON). The kernel never caches the
-// attributes (statsAttrTimeout).
+// statsFile is .featurefs/stats. Each read the kernel sends takes a
+// snapshot. The kernel keeps the file's pages (noOpen), but every stat and
+// every read(2) asks for its attributes again (statsAttrTimeout, with
+// FUSE_AUTO_INVAL_DATA), and each answer gives a new mtime (mtime), so the
+// kernel drops its pages and reads fresh figures; and each read, once
+// answered, tells the kernel to drop the pages it filled (the kernel keeps
+// attributes for one of its clock ticks, 1-10 ms, and a second read within
+// it would find them). So that the
+// size stat reports is the size a read then returns (cat, cp and readers
+// that trust st_size must not truncate), the file is the snapshot's JSON
+// followed by spaces and a newline up to the file's size: a high-water mark
+// that only grows, with headroom (statsSize). Figures that change between a
+// stat and a read change the content, not its length; when the JSON
+// outgrows the size, the size grows (whitespace after a JSON value is
+// still valid JSON). The file is a few kilobytes, read in one request.
 //
 // .featurefs/failures (FailuresFile) is served the same way, with its own
 // content (render).
 type statsFile struct {
 	gofs.Inode
 	readOnly
+	noOpen
 	fs     *FS
 	render func() []byte // the content, ending in a newline
 	size   atomic.Int64  // the file's size; never shrinks
+	last   atomic.Int64  // the last mtime reported, in Unix nanoseconds
 }
 
 var _ = (gofs.NodeGetattrer)((*statsFile)(nil))
-var _ = (gofs.NodeOpener)((*statsFile)(nil))
 var _ = (gofs.NodeReader)((*statsFile)(nil))
 
 // statsAttrTimeout is how long the kernel may keep the stats file's
 // attributes: a nanosecond, so that every stat asks (go-fuse replaces a
-// zero timeout with the mount's --metadata-ttl).
+// zero timeout with the mount's --metadata-ttl). The kernel rounds it up
+// to one of its clock ticks.
 const statsAttrTimeout = time.Nanosecond
 
 // statsSize returns the padded size for JSON of n bytes: n plus a quarter
@@ -79,9 +86,6 @@ func statsSize(n int) int64 {
 	const kib = 1024
 	return int64((n+max(n/4, kib)+kib-1)/kib) * kib
 }
-
-// statsHandle is one open's snapshot: the JSON without its final newline.
-type statsHandle struct{ json []byte }
 
 // snapshot renders the stats and grows the file's size when the JSON
 // outgrew it. It returns the JSON without its final newline and the size.
@@ -96,42 +100,41 @@ func (sf *statsFile) snapshot() ([]byte, int64) {
 	return b[:len(b)-1], sf.size.Load()
 }
 
+// mtime returns the mount's clock, or a nanosecond after the last mtime
+// reported if that is not later: every answer differs from the one
+// before, which tells the kernel to drop the pages it holds.
+func (sf *statsFile) mtime() time.Time {
+	now := sf.fs.now().UnixNano()
+	for {
+		last := sf.last.Load()
+		t := max(now, last+1)
+		if sf.last.CompareAndSwap(last, t) {
+			return time.Unix(0, t)
+		}
+	}
+}
+
 // Getattr reports the file's size, grown first if the figures now need
-// more. It is the same for every handle (go-fuse may pass any open handle
-// to a path's stat).
+// more.
 func (sf *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	_, size := sf.snapshot()
-	fileAttr(&out.Attr, size, sf.fs.now())
+	fileAttr(&out.Attr, size, sf.mtime())
 	out.SetTimeout(statsAttrTimeout)
 	return 0
 }
 
-// Open takes a snapshot.
-func (sf *statsFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	if openForWrite(flags) {
-		return nil, 0, syscall.EROFS
-	}
-	b, _ := sf.snapshot()
-	return &statsHandle{json: b}, fuse.FOPEN_DIRECT_IO, 0
-}
-
-// Read returns part of the open's snapshot padded to the file's size: the
-// JSON, spaces, and a newline as the last byte.
+// Read returns part of a new snapshot padded to the file's size: the JSON,
+// spaces, and a newline as the last byte.
 func (sf *statsFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	h, ok := fh.(*statsHandle)
-	if !ok {
-		b, _ := sf.snapshot()
-		h = &statsHandle{json: b}
-	}
-	size := sf.size.Load()
+	json, size := sf.snapshot()
 	if off < 0 || off >= size {
 		return fuse.ReadResultData(nil), 0
 	}
 	n := min(int64(len(dest)), size-off)
 	out := dest[:n]
 	c := 0
-	if off < int64(len(h.json)) {
-		c = copy(out, h.json[off:])
+	if off < int64(len(json)) {
+		c = copy(out, json[off:])
 	}
 	for i := c; i < len(out); i++ {
 		out[i] = ' '
@@ -139,5 +142,6 @@ func (sf *statsFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, 
 	if off+n == size {
 		out[n-1] = '\n'
 	}
+	sf.fs.dropPagesLater(&sf.Inode, nil)
 	return fuse.ReadResultData(out), 0
 }

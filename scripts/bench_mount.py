@@ -16,7 +16,7 @@ median epoch times with min-max, and each source's median per-round ratio to
 dataset on disk is after its first epoch. --local-written is the same copy
 with the pages `cp` wrote (large folios on ext4; reads of a FUSE file get
 4 KiB ones), --baseline another featurefs build. With --stats (the mount's
-.featurefs/stats of the source NAME), the lookups and opens its epochs cost
+.featurefs/stats of the source NAME), the lookups, opens and reads its epochs cost
 are shown.
 Prints one markdown section on stdout.
 """
@@ -65,7 +65,7 @@ def loadavg():
 def tree_stats(path):
     with open(path) as f:
         fs = json.load(f)["fs"]
-    return fs["lookups"], fs["opens"]
+    return fs["lookups"], fs["opens"], fs["reads"], fs.get("cache_partial_reads", 0)
 
 
 def main() -> int:
@@ -186,10 +186,14 @@ def main() -> int:
           + ". Building the DatasetFolder (directory scan): "
           + ", ".join(f"{name} {scan[name]:.3f} s" for name, _ in sources) + ".")
     if stats:
-        print("FUSE lookups and opens per epoch of " + str(n_samples) + " files (the stats file's `fs.lookups`, "
-              "`fs.opens` over the rounds): " + "; ".join(
+        print("FUSE requests per epoch of " + str(n_samples) + " files (the stats file's `fs.lookups`, "
+              "`fs.opens`, `fs.reads` and `fs.cache_partial_reads` over the rounds; a read is a request for "
+              "pages the kernel's page cache no longer held): " + "; ".join(
                   f"{name} {(st1[name][0] - st0[name][0]) / args.repeats:.1f} lookups, "
-                  f"{(st1[name][1] - st0[name][1]) / args.repeats:.1f} opens" for name in stats) + ".")
+                  f"{(st1[name][1] - st0[name][1]) / args.repeats:.1f} opens, "
+                  f"{(st1[name][2] - st0[name][2]) / args.repeats:.1f} reads "
+                  f"({(st1[name][3] - st0[name][3]) / args.repeats:.1f} from part of a cached feature)"
+                  for name in stats) + ".")
     return 0
 
 

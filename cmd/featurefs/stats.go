@@ -135,7 +135,7 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 
 	section("served")
 	row("bytes served", "%s", humanBytes(s.BytesServed))
-	row("reads", "%d (%d opens)", s.FS.Reads, s.FS.Opens)
+	row("reads", "%d (%d answered from part of a cached feature)", s.FS.Reads, s.FS.CachePartialReads)
 
 	section("errors")
 	by := s.Errors.ByKind()

@@ -75,6 +75,8 @@ func newCollector(stats func() Stats) *collector {
 			func(s *Stats) []sample { return one(float64(s.FS.CacheHits)) }},
 		{d("cache_misses_total", "Feature lookups the cache did not answer."), prometheus.CounterValue,
 			func(s *Stats) []sample { return one(float64(s.FS.CacheMisses)) }},
+		{d("cache_partial_reads_total", "Feature file reads answered from the part of a cached feature they asked for."), prometheus.CounterValue,
+			func(s *Stats) []sample { return one(float64(s.FS.CachePartialReads)) }},
 		{d("cache_hit_ratio", "cache_hits / (cache_hits + cache_misses) since mount."), prometheus.GaugeValue,
 			func(s *Stats) []sample { return one(s.CacheHitRatio) }},
 		{d("cache_bytes", "Bytes held by the feature cache."), prometheus.GaugeValue,

@@ -137,6 +137,7 @@ var ErrClosed = lifetime.ErrClosed
 // counters are the pipeline's own figures.
 type counters struct {
 	cacheHits, cacheMisses, extractions atomic.Int64
+	cachePartialReads                   atomic.Int64
 	badObjects, badHits, cacheErrors    atomic.Int64
 }
 

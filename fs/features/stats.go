@@ -148,16 +148,23 @@ type TreeStats struct {
 	ListPages int64 `json:"list_pages"`
 	// StatCalls counts bucket Stat calls.
 	StatCalls int64 `json:"stat_calls"`
-	// Opens counts opens of feature files.
+	// Opens counts the OPEN requests of files the kernel sent: it stops
+	// sending them after the first answer (files are never opened:
+	// package fs, noOpen), so a mount counts one, or a few that raced it.
 	Opens int64 `json:"opens"`
 	// Reads counts reads of feature files that returned data.
 	Reads int64 `json:"reads"`
 	// ReadBytes counts the bytes those reads returned.
 	ReadBytes int64 `json:"read_bytes"`
-	// CacheHits counts features served from the cache.
+	// CacheHits counts features served from the cache: read whole, or a
+	// file's read at offset 0 answered from part of a cached feature.
 	CacheHits int64 `json:"cache_hits"`
 	// CacheMisses counts features not in the cache.
 	CacheMisses int64 `json:"cache_misses"`
+	// CachePartialReads counts reads of feature files answered from the
+	// part of a cached feature they asked for (a file's first read after
+	// a restart, pages the kernel dropped), without reading it whole.
+	CachePartialReads int64 `json:"cache_partial_reads"`
 	// Extractions counts extraction requests made.
 	Extractions int64 `json:"extractions"`
 	// BadObjects counts distinct bad object versions found.
@@ -168,6 +175,10 @@ type TreeStats struct {
 	// to drop: a new listing showed their object deleted or changed, or
 	// their directory could not be listed whole to check them.
 	KernelInvalidations int64 `json:"kernel_invalidations"`
+	// KernelPageDrops counts feature files whose pages the kernel was told
+	// to drop (FUSE_NOTIFY_INVAL_INODE): their object changed since the
+	// kernel looked them up.
+	KernelPageDrops int64 `json:"kernel_page_drops"`
 	// IOErrors counts reads and lookups answered EIO.
 	IOErrors int64 `json:"io_errors"`
 	// CacheErrors counts failed or inconsistent cache reads and writes.
@@ -209,7 +220,8 @@ func (p *Pipeline) Stats() Stats {
 		Extractor: xs,
 		FS: TreeStats{
 			CacheHits: c.cacheHits.Load(), CacheMisses: c.cacheMisses.Load(), Extractions: c.extractions.Load(),
-			BadObjects: c.badObjects.Load(), BadObjectHits: c.badHits.Load(),
+			CachePartialReads: c.cachePartialReads.Load(),
+			BadObjects:        c.badObjects.Load(), BadObjectHits: c.badHits.Load(),
 			CacheErrors: c.cacheErrors.Load(), BadObjectsKnown: nb,
 		},
 		RecentErrors: recent,

@@ -17,8 +17,9 @@ type Cache struct {
 	mu sync.Mutex
 	m  map[string][]byte // GUARDED_BY(mu)
 
-	// Hits counts Gets that found the key; Puts counts Puts.
-	Hits, Puts atomic.Int64
+	// Hits counts Gets that found the key; Puts counts Puts; PartReads
+	// counts ReadAts that found it.
+	Hits, Puts, PartReads atomic.Int64
 }
 
 // NewCache returns an empty store.
@@ -33,6 +34,22 @@ func (c *Cache) Get(k cache.Key) ([]byte, bool, error) {
 		c.Hits.Add(1)
 	}
 	return v, ok, nil
+}
+
+// ReadAt copies part of a stored feature from off into dst, as
+// cache.Store.ReadAt does; a miss is (0, 0, false, nil).
+func (c *Cache) ReadAt(k cache.Key, dst []byte, off int64) (int, int64, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[string(k.ID())]
+	if !ok {
+		return 0, 0, false, nil
+	}
+	c.PartReads.Add(1)
+	if off >= int64(len(v)) {
+		return 0, int64(len(v)), true, nil
+	}
+	return copy(dst, v[off:]), int64(len(v)), true, nil
 }
 
 // Put stores a feature.
