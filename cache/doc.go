@@ -12,9 +12,14 @@
 //
 // Entries live in an embedded Badger (v4) database in Options.Dir. Values go to
 // Badger's value log (a low ValueThreshold, no compression, one version per
-// key); every value is framed with a CRC-32C over the key ID and the bytes,
-// verified on every read. A mismatch is reported as a miss, the entry is
-// deleted, counted in Stats.ChecksumFailures and logged once.
+// key); every value is framed with a CRC-32C per 64 KiB chunk (over the key
+// ID, the chunk's index and its bytes) and one over the header and that
+// table, verified on every read: Get verifies every chunk, ReadAt only the
+// chunks it copies (a file's pages read again after the kernel dropped
+// them). Values written before the chunks, with one CRC over the key ID and
+// the bytes, are still read and verified whole. A mismatch is reported as a
+// miss, the entry is deleted, counted in Stats.ChecksumFailures and logged
+// once.
 //
 // Next to each value the store keeps a small metadata record (size and an
 // access sequence number) written in the same transaction, so a restart knows
