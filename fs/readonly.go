@@ -143,6 +143,6 @@ func fileAttr(out *fuse.Attr, size int64, mtime time.Time) {
 	out.Nlink = 1
 	out.Size = uint64(size)
 	out.Blocks = (uint64(size) + 511) / 512
-	out.Blksize = 1 << 17
+	out.Blksize = 4096
 	out.SetTimes(&mtime, &mtime, &mtime)
 }

@@ -57,6 +57,30 @@ def file_bytes(ds):
     return sum(os.path.getsize(p) for p, _ in ds.samples)
 
 
+def per_file_costs(paths):
+    """Microseconds per file, one thread, page-cached: os.open+os.close,
+    isatty (the ioctl Python's open() makes), open().read() and np.load."""
+    def each(fn):
+        t0 = time.perf_counter()
+        for p in paths:
+            fn(p)
+        return (time.perf_counter() - t0) / len(paths) * 1e6
+
+    def oc(p):
+        os.close(os.open(p, os.O_RDONLY))
+
+    def tty(p):
+        fd = os.open(p, os.O_RDONLY)
+        os.isatty(fd)
+        os.close(fd)
+
+    def rd(p):
+        with open(p, "rb") as f:
+            f.read()
+
+    return {"open+close": each(oc), "isatty": each(tty) - each(oc), "open().read()": each(rd), "np.load": each(np.load)}
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -126,6 +150,15 @@ def main() -> int:
                 return 1
             runs[name].append(dt)
     st1 = {name: tree_stats(path) for name, path in stats.items()}
+    # Per-file costs, one thread, 3 interleaved rounds over 64 files.
+    costs = {name: [] for name, _ in sources}
+    for i in range(3):
+        k = i % len(sources)
+        for name, _ in sources[k:] + sources[:k]:
+            paths = [p for p, _ in loaders[name][0].samples[:64]]
+            for p in paths:
+                np.load(p)  # in the page cache
+            costs[name].append(per_file_costs(paths))
     load1 = loadavg()
     med = {k: statistics.median(v) for k, v in runs.items()}
 
@@ -194,6 +227,15 @@ def main() -> int:
                   f"{(st1[name][2] - st0[name][2]) / args.repeats:.1f} reads "
                   f"({(st1[name][3] - st0[name][3]) / args.repeats:.1f} from part of a cached feature)"
                   for name in stats) + ".")
+    print()
+    print("Per file, one thread, every page cached (64 files, median of 3 interleaved rounds, microseconds): "
+          "`isatty` is the ioctl Python's `open()` makes, a FUSE_IOCTL round trip on a FUSE file.")
+    print()
+    kinds = list(costs["local"][0])
+    print("| source | " + " | ".join(kinds) + " |")
+    print("|---|" + "---:|" * len(kinds))
+    for name, _ in sources:
+        print(f"| {name} | " + " | ".join(f"{statistics.median(c[k] for c in costs[name]):.1f}" for k in kinds) + " |")
     return 0
 
 
