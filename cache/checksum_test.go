@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/featurefs/featurefs/cache/codec"
 )
 
 // corruptOnDisk flips the byte at off within the first occurrence of
@@ -283,6 +285,9 @@ func FuzzDecodeValue(f *testing.F) {
 	f.Add(encodeValue(i, []byte("hello")))
 	f.Add(encodeValue(i, testValue(1, chunkSize+3)))
 	f.Add(encodeWhole(i, []byte("hello")))
+	if rec, err := encodeCompressed(i, make([]byte, 3000), 4, codec.S2); err == nil {
+		f.Add(rec)
+	}
 	f.Add([]byte("FFC1"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		data, err := decodeValue(i, b)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/featurefs/featurefs/cache/codec"
 )
 
 // Badger key prefixes.
@@ -29,13 +31,20 @@ func dbKey(prefix byte, i id) []byte {
 //	crc     uint32  flags 1: CRC-32C over the id, length, flags and table;
 //	                flags 0: CRC-32C over the id and the bytes
 //	length  uint32  number of bytes
-//	flags   uint32  1 (chunked); 0 (whole, written before per-chunk CRCs)
+//	flags   uint32  1 (chunked); 2 (compressed); 0 (whole, written before
+//	                per-chunk CRCs)
 //	table   [ceil(length/chunkSize)]uint32: chunk k's CRC-32C over the
 //	        id, k (uint32) and the chunk's bytes (flags 1 only)
 //
+// Flags 2: the header is followed by a cache/codec blob of the bytes
+// (chunks of 64 KiB, each compressed and with the CRC-32C of its raw
+// bytes); crc is the CRC-32C over the id, length, flags and the blob's own
+// header CRC (which covers its chunk table).
+//
 // Chunks let a read of part of a value (the kernel asking again for a few
-// pages of a file whose page cache lost them) verify and copy that part
-// alone: ReadAt. Values written with flags 0 are still read, verified whole.
+// pages of a file whose page cache lost them) verify and copy, or
+// decompress, that part alone: ReadAt. Values written with flags 0 are still
+// read, verified whole.
 const headerLen = 16
 
 var magic = [4]byte{'F', 'F', 'C', '1'}
@@ -43,6 +52,7 @@ var magic = [4]byte{'F', 'F', 'C', '1'}
 const (
 	flagsWhole   = 0
 	flagsChunked = 1
+	flagsCodec   = 2
 	// chunkSize is the unit of a chunked value's checksums.
 	chunkSize = 64 << 10
 )
@@ -67,6 +77,27 @@ func chunkCRC(seed uint32, k int, chunk []byte) uint32 {
 
 func numChunks(n int) int { return (n + chunkSize - 1) / chunkSize }
 
+// encodeCompressed frames data for storage compressed with m (flags 2),
+// elemSize being the size of its elements (the codec's shuffle).
+func encodeCompressed(i id, data []byte, elemSize int, m codec.Method) ([]byte, error) {
+	rec := make([]byte, headerLen, headerLen+len(data)/2)
+	copy(rec, magic[:])
+	binary.LittleEndian.PutUint32(rec[8:], uint32(len(data)))
+	binary.LittleEndian.PutUint32(rec[12:], flagsCodec)
+	rec, err := codec.Encode(rec, data, elemSize, m)
+	if err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint32(rec[4:], codecHeaderCRC(crc32.Update(0, castagnoli, i[:]), rec))
+	return rec, nil
+}
+
+// codecHeaderCRC is a flags-2 record's crc, given seed = CRC-32C of the id.
+func codecHeaderCRC(seed uint32, rec []byte) uint32 {
+	c := crc32.Update(seed, castagnoli, rec[8:headerLen])
+	return crc32.Update(c, castagnoli, rec[headerLen+12:headerLen+16]) // the blob's header CRC
+}
+
 // encodeValue frames data for storage (flags 1).
 func encodeValue(i id, data []byte) []byte {
 	nc := numChunks(len(data))
@@ -90,7 +121,9 @@ type frame struct {
 	seed  uint32 // CRC-32C of the id
 	crc   uint32 // flags 0: the bytes' CRC
 	table []byte // flags 1: the chunk CRCs
-	data  []byte // the bytes, aliasing the record, not yet verified
+	data  []byte // flags 0 and 1: the bytes, aliasing the record, not yet verified
+	blob  []byte // flags 2: the codec blob, aliasing the record
+	n     int    // the bytes' length
 }
 
 // parseFrame checks a framed value's header, length and (chunked) table.
@@ -106,6 +139,12 @@ func parseFrame(i id, rec []byte) (frame, error) {
 	case flagsWhole:
 	case flagsChunked:
 		tableLen = 4 * int64(numChunks(int(n)))
+	case flagsCodec:
+		if len(rec) < headerLen+16 || codecHeaderCRC(f.seed, rec) != f.crc {
+			return frame{}, fmt.Errorf("%w: compressed value's header", errChecksum)
+		}
+		f.blob, f.n = rec[headerLen:], int(n)
+		return f, nil
 	default:
 		return frame{}, fmt.Errorf("%w: unknown flags %#x", errChecksum, flags)
 	}
@@ -119,10 +158,32 @@ func parseFrame(i id, rec []byte) (frame, error) {
 		}
 	}
 	f.data = rec[headerLen+tableLen:]
+	f.n = len(f.data)
 	return f, nil
 }
 
+// decodeBlob returns a flags-2 frame's bytes, checking their length.
+func (f frame) decodeBlob() ([]byte, error) {
+	data, err := codec.Decode(make([]byte, 0, f.n), f.blob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errChecksum, err)
+	}
+	if len(data) != f.n {
+		return nil, fmt.Errorf("%w: %d bytes decoded, header says %d", errChecksum, len(data), f.n)
+	}
+	return data, nil
+}
+
 func (f frame) chunked() bool { return f.table != nil }
+
+// storedLen is what a record costs against the budget: its bytes, or its
+// compressed blob.
+func storedLen(rec []byte, rawLen int) int {
+	if len(rec) >= headerLen && binary.LittleEndian.Uint32(rec[12:]) == flagsCodec {
+		return len(rec) - headerLen
+	}
+	return rawLen
+}
 
 // verifyChunk checks chunk k of a chunked frame, given its bytes.
 func (f frame) verifyChunk(k int, chunk []byte) error {
@@ -138,6 +199,9 @@ func decodeValue(i id, rec []byte) ([]byte, error) {
 	f, err := parseFrame(i, rec)
 	if err != nil {
 		return nil, err
+	}
+	if f.blob != nil {
+		return f.decodeBlob()
 	}
 	if !f.chunked() {
 		if got := crc32.Update(f.seed, castagnoli, f.data); got != f.crc {
@@ -165,6 +229,9 @@ func copyVerified(i id, rec []byte) ([]byte, error) {
 	f, err := parseFrame(i, rec)
 	if err != nil {
 		return nil, err
+	}
+	if f.blob != nil {
+		return f.decodeBlob()
 	}
 	n := len(f.data)
 	data := make([]byte, n)
@@ -194,6 +261,19 @@ func readAtVerified(i id, rec []byte, dst []byte, off int64) (int, int, error) {
 	f, err := parseFrame(i, rec)
 	if err != nil {
 		return 0, 0, err
+	}
+	if f.blob != nil {
+		n, size, err := codec.ReadAt(f.blob, dst, off)
+		if err != nil {
+			if errors.Is(err, codec.ErrCorrupt) {
+				err = fmt.Errorf("%w: %v", errChecksum, err)
+			}
+			return 0, size, err
+		}
+		if size != f.n {
+			return 0, size, fmt.Errorf("%w: %d bytes in the blob, header says %d", errChecksum, size, f.n)
+		}
+		return n, size, nil
 	}
 	size := len(f.data)
 	if off < 0 {

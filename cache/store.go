@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
 	"github.com/dgraph-io/badger/v4/options"
+	"github.com/featurefs/featurefs/cache/codec"
 )
 
 // Lock order (outermost first): gate, a key stripe, writeGate, mu.
@@ -52,6 +54,12 @@ type Options struct {
 	// loses nothing either way, and a power loss can only lose the most
 	// recent Puts, never serve a torn one.
 	SyncWrites bool
+	// Compression compresses the values Put with cache/codec (S2 or zstd),
+	// each chunk shuffled by the element size Key.DType names; zero stores
+	// them as they are. Either way every value is read: a store holds
+	// values of both kinds. The budget counts a compressed value's
+	// compressed bytes.
+	Compression codec.Method
 	// Inspect opens the store for tools such as featurefs cache stats and
 	// clear: nothing is evicted and no background work runs, and when
 	// MaxBytes is zero the budget reported is the one the store was last
@@ -73,8 +81,22 @@ type Stats struct {
 	ChecksumFailures int64 `json:"checksum_failures"`
 	// Entries is the number of stored entries.
 	Entries int64 `json:"entries"`
-	// Bytes is the sum of the stored values' lengths.
+	// Bytes is the sum of the stored values' lengths (compressed lengths
+	// for compressed values).
 	Bytes int64 `json:"bytes"`
+	// Compression names the codec method values are Put with ("" for
+	// none).
+	Compression string `json:"compression,omitempty"`
+	// PutRawBytes and PutStoredBytes are the bytes Put since the store was
+	// opened, before and after compression; CompressionRatio is their
+	// ratio (0 before any Put).
+	PutRawBytes      int64   `json:"put_raw_bytes"`
+	PutStoredBytes   int64   `json:"put_stored_bytes"`
+	CompressionRatio float64 `json:"compression_ratio"`
+	// CompressSeconds is the time Puts spent compressing; DecompressSeconds
+	// the time reads spent checking and decompressing compressed values.
+	CompressSeconds   float64 `json:"compress_seconds"`
+	DecompressSeconds float64 `json:"decompress_seconds"`
 	// MaxBytes is the byte budget.
 	MaxBytes int64 `json:"max_bytes"`
 	// DiskBytes is the space the cache directory occupies on disk.
@@ -142,6 +164,7 @@ type Store struct {
 	maxBytes     int64
 	maxValue     int64
 	reclaimAfter int64
+	compression  codec.Method
 	inspect      bool
 	log          *slog.Logger
 	db           *badger.DB
@@ -173,6 +196,7 @@ type Store struct {
 	lastReclaim         time.Time    // GUARDED_BY(mu)
 
 	hits, misses, puts, evictions, checksumFailures, gcRewrites atomic.Int64
+	putRaw, putStored, compressNanos, decompressNanos           atomic.Int64
 
 	// testAfterPin, when set by a test, runs in Get after the entry is
 	// pinned and before its value is read.
@@ -236,6 +260,7 @@ func Open(opts Options) (*Store, error) {
 		maxBytes:     opts.MaxBytes,
 		inspect:      opts.Inspect,
 		maxValue:     min(opts.MaxBytes, vlogSize-(1<<20)),
+		compression:  opts.Compression,
 		reclaimAfter: reclaimThreshold(opts.MaxBytes),
 		log:          log,
 		db:           db,
@@ -450,7 +475,15 @@ func (s *Store) read(k Key, fn func(rec []byte) error) (bool, error) {
 		s.testAfterPin(i)
 	}
 
-	found, err := s.readValue(i, fn)
+	found, err := s.readValue(i, func(rec []byte) error {
+		if len(rec) < headerLen || binary.LittleEndian.Uint32(rec[12:]) != flagsCodec {
+			return fn(rec)
+		}
+		t0 := time.Now()
+		err := fn(rec)
+		s.decompressNanos.Add(int64(time.Since(t0)))
+		return err
+	})
 
 	s.mu.Lock()
 	if s.pins[i]--; s.pins[i] <= 0 {
@@ -567,7 +600,8 @@ func (s *Store) Put(k Key, v []byte) error {
 		return fmt.Errorf("%w: %d bytes for %s (limit %d bytes, cache budget %d bytes)", ErrTooLarge, len(v), k.Object, s.maxValue, s.maxBytes)
 	}
 	i := k.id()
-	rec := encodeValue(i, v)
+	rec := s.encode(i, k, v)
+	stored := storedLen(rec, len(v))
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
@@ -577,7 +611,7 @@ func (s *Store) Put(k Key, v []byte) error {
 	st.Lock()
 	s.mu.Lock()
 	s.seq++
-	meta := metaRecord{size: uint32(len(v)), seq: s.seq}
+	meta := metaRecord{size: uint32(stored), seq: s.seq}
 	s.mu.Unlock()
 	err := s.commit(func(txn *badger.Txn) error {
 		if err := txn.Set(dbKey(prefixValue, i), rec); err != nil {
@@ -600,8 +634,37 @@ func (s *Store) Put(k Key, v []byte) error {
 	s.mu.Unlock()
 	st.Unlock()
 	s.puts.Add(1)
+	s.putRaw.Add(int64(len(v)))
+	s.putStored.Add(int64(stored))
 	s.deleteVictims(victims)
 	return nil
+}
+
+// encode frames v for storage: compressed (Options.Compression) when it
+// shrinks, else chunked.
+func (s *Store) encode(i id, k Key, v []byte) []byte {
+	if s.compression != 0 {
+		t0 := time.Now()
+		rec, err := encodeCompressed(i, v, elemSize(k.DType), s.compression)
+		s.compressNanos.Add(int64(time.Since(t0)))
+		if err == nil && len(rec)-headerLen < len(v) {
+			return rec
+		}
+	}
+	return encodeValue(i, v)
+}
+
+// elemSize is the size of an element of dtype, for the codec's shuffle.
+func elemSize(dtype string) int {
+	switch dtype {
+	case "float16", "bfloat16", "int16", "uint16":
+		return 2
+	case "float32", "int32", "uint32":
+		return 4
+	case "float64", "int64", "uint64":
+		return 8
+	}
+	return 1
 }
 
 type victim struct {
@@ -718,13 +781,23 @@ func (s *Store) Clear() error {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	st := Stats{
-		Hits:             s.hits.Load(),
-		Misses:           s.misses.Load(),
-		Puts:             s.puts.Load(),
-		Evictions:        s.evictions.Load(),
-		ChecksumFailures: s.checksumFailures.Load(),
-		MaxBytes:         s.maxBytes,
-		GCRewrites:       s.gcRewrites.Load(),
+		Hits:              s.hits.Load(),
+		Misses:            s.misses.Load(),
+		Puts:              s.puts.Load(),
+		Evictions:         s.evictions.Load(),
+		ChecksumFailures:  s.checksumFailures.Load(),
+		MaxBytes:          s.maxBytes,
+		GCRewrites:        s.gcRewrites.Load(),
+		PutRawBytes:       s.putRaw.Load(),
+		PutStoredBytes:    s.putStored.Load(),
+		CompressSeconds:   time.Duration(s.compressNanos.Load()).Seconds(),
+		DecompressSeconds: time.Duration(s.decompressNanos.Load()).Seconds(),
+	}
+	if s.compression != 0 {
+		st.Compression = s.compression.String()
+	}
+	if st.PutStoredBytes > 0 {
+		st.CompressionRatio = float64(st.PutRawBytes) / float64(st.PutStoredBytes)
 	}
 	s.mu.Lock()
 	st.Entries = int64(s.idx.count)
