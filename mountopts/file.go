@@ -47,6 +47,7 @@ type fileOptions struct {
 	FSProfile        *string              `yaml:"feature-store-profile"`
 	FeatureStoreOnly *bool                `yaml:"feature-store-only"`
 	CacheSize        *string              `yaml:"cache-size"`
+	CacheCompression *string              `yaml:"cache-compression"`
 	Device           *string              `yaml:"device"`
 	TensorRT         *bool                `yaml:"tensorrt"`
 	CPUFallback      *bool                `yaml:"allow-cpu-fallback"`
@@ -158,6 +159,7 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	setStr(&o.Region, f.Region)
 	setStr(&o.Profile, f.Profile)
 	setStr(&o.CacheDir, f.CacheDir)
+	setStr(&o.CacheCompression, f.CacheCompression)
 	setStr(&o.Device, f.Device)
 	setStr(&o.LogLevel, f.LogLevel)
 	setStr(&o.LogFile, f.LogFile)

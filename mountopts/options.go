@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor/spec"
 )
 
@@ -57,6 +58,9 @@ type Options struct {
 	// CacheSize bounds the cache in bytes; least recently used features are
 	// evicted beyond it (--cache-size, e.g. 10GiB).
 	CacheSize int64
+	// CacheCompression is how features are compressed in the cache
+	// (--cache-compression): s2 (the default), zstd-fastest, zstd, or off.
+	CacheCompression string
 
 	// Device selects where models run: auto (a GPU when there is one),
 	// cpu, cuda or cuda:N (--device).
@@ -178,21 +182,22 @@ type Options struct {
 // needs at least one from a flag or the config file.
 func Default() Options {
 	return Options{
-		CacheDir:        spec.DefaultCacheDir(),
-		CacheSize:       10 * GiB,
-		Device:          "auto",
-		Precision:       spec.FP32,
-		DType:           spec.Float32,
-		MetadataTTL:     60 * time.Second,
-		NegativeTTL:     5 * time.Minute,
-		ReadTimeout:     5 * time.Minute,
-		LogLevel:        "info",
-		ORTLib:          spec.DefaultORTLib(),
-		ImageExtensions: spec.DefaultImageExtensions(),
-		MaxPixels:       spec.DefaultMaxPixels,
-		MaxObjectSize:   256 * MiB,
-		Prefetch:        "tree",
-		Remote:          DefaultRemote(),
+		CacheDir:         spec.DefaultCacheDir(),
+		CacheSize:        10 * GiB,
+		CacheCompression: "s2",
+		Device:           "auto",
+		Precision:        spec.FP32,
+		DType:            spec.Float32,
+		MetadataTTL:      60 * time.Second,
+		NegativeTTL:      5 * time.Minute,
+		ReadTimeout:      5 * time.Minute,
+		LogLevel:         "info",
+		ORTLib:           spec.DefaultORTLib(),
+		ImageExtensions:  spec.DefaultImageExtensions(),
+		MaxPixels:        spec.DefaultMaxPixels,
+		MaxObjectSize:    256 * MiB,
+		Prefetch:         "tree",
+		Remote:           DefaultRemote(),
 	}
 }
 
@@ -363,6 +368,11 @@ func (o *Options) Validate() error {
 	}
 	if o.CacheDir == "" {
 		bad("--cache-dir: must not be empty")
+	}
+	if o.CacheCompression != "off" {
+		if _, err := codec.ParseMethod(o.CacheCompression); err != nil {
+			bad("--cache-compression %q: s2, zstd-fastest, zstd or off", o.CacheCompression)
+		}
 	}
 	if o.CacheSize < MiB {
 		bad("--cache-size %s: must be at least 1MiB, e.g. 10GiB", FormatSize(o.CacheSize))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/featurestore"
@@ -45,7 +46,7 @@ func openSource(ctx context.Context, source string, o mountopts.Options) (bucket
 func openCache(o mountopts.Options, log *slog.Logger) (*cache.Store, error) {
 	deadline := time.Now().Add(lockWait)
 	for {
-		store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log})
+		store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log, Compression: cacheCompression(o)})
 		switch {
 		case err == nil:
 			return store, nil
@@ -164,4 +165,14 @@ func closeFeatureStore(fst *featurestore.Store, wait time.Duration, log *slog.Lo
 		log.Warn("featurefs: feature store writes not made", slog.Int64("dropped", st.Dropped),
 			slog.Int64("failed", st.PutErrors), slog.Int64("written", st.Puts))
 	}
+}
+
+// cacheCompression is the cache codec --cache-compression names (0: off);
+// mountopts.Validate checked the name.
+func cacheCompression(o mountopts.Options) codec.Method {
+	m, err := codec.ParseMethod(o.CacheCompression)
+	if err != nil {
+		return 0
+	}
+	return m
 }

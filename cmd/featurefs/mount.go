@@ -128,6 +128,7 @@ func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
 	fl.StringVar(&o.FeatureStoreEndpointURL, "feature-store-endpoint-url", o.FeatureStoreEndpointURL, "the feature store's S3 endpoint `URL` (default: --endpoint-url)")
 	fl.StringVar(&o.FeatureStoreProfile, "feature-store-profile", o.FeatureStoreProfile, "AWS profile for the feature store's credentials (default: --profile)")
 	fl.Var(sizeFlag{&o.CacheSize}, "cache-size", "feature cache bound, e.g. 10GiB, 512MiB")
+	fl.StringVar(&o.CacheCompression, "cache-compression", o.CacheCompression, "how features are compressed in the cache: s2, zstd-fastest, zstd or off")
 	fl.StringVar(&o.Device, "device", o.Device, "auto, cpu, cuda or cuda:N")
 	fl.BoolVar(&o.TensorRT, "tensorrt", o.TensorRT, "run models with TensorRT on CUDA (without TensorRT's libraries: CUDA, with a warning)")
 	fl.BoolVar(&o.AllowCPUFallback, "allow-cpu-fallback", o.AllowCPUFallback, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")

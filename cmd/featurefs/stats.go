@@ -111,6 +111,10 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	row("hit ratio", "%.1f%% (%d hits, %d misses)", 100*s.CacheHitRatio, s.FS.CacheHits, s.FS.CacheMisses)
 	row("stored", "%s in %d features (bound %s)", humanBytes(c.Bytes), c.Entries, humanBytes(c.MaxBytes))
 	row("writes", "%d (%d evictions)", c.Puts, c.Evictions)
+	if c.Compression != "" {
+		row("compression", "%s, %.2fx on what was written (%s raw, %s stored); %.1fs compressing, %.1fs decompressing",
+			c.Compression, c.CompressionRatio, humanBytes(c.PutRawBytes), humanBytes(c.PutStoredBytes), c.CompressSeconds, c.DecompressSeconds)
+	}
 	row("on disk", "%s (%s evicted, reclaimed after %s)", humanBytes(c.DiskBytes), humanBytes(c.EvictedSinceReclaimBytes), humanBytes(c.ReclaimAfterBytes))
 
 	st := s.Store

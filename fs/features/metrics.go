@@ -83,6 +83,12 @@ func newCollector(stats func() Stats) *collector {
 			func(s *Stats) []sample { return one(float64(s.Cache.Bytes)) }},
 		{d("cache_max_bytes", "The feature cache's bound in bytes."), prometheus.GaugeValue,
 			func(s *Stats) []sample { return one(float64(s.Cache.MaxBytes)) }},
+		{d("cache_compression_ratio", "Bytes written to the feature cache before compression over after, since mount (0 before any)."), prometheus.GaugeValue,
+			func(s *Stats) []sample { return one(s.Cache.CompressionRatio) }},
+		{d("cache_codec_seconds_total", "Time the feature cache spent compressing (op=compress) and checking and decompressing (op=decompress).", "op"), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				return []sample{{s.Cache.CompressSeconds, []string{"compress"}}, {s.Cache.DecompressSeconds, []string{"decompress"}}}
+			}},
 		{d("cache_entries", "Features held by the feature cache."), prometheus.GaugeValue,
 			func(s *Stats) []sample { return one(float64(s.Cache.Entries)) }},
 		{d("cache_evictions_total", "Features evicted from the feature cache."), prometheus.CounterValue,
