@@ -142,6 +142,24 @@ func numChunks(n int) int { return (n + ChunkSize - 1) / ChunkSize }
 // an element is copied as it is.
 func shuffle(dst, src []byte, es int) {
 	n := len(src) / es
+	switch es {
+	case 4:
+		d0, d1, d2, d3, s := dst[:n], dst[n:2*n], dst[2*n:3*n], dst[3*n:4*n], src[:4*n]
+		for i := range d0 {
+			e := s[4*i : 4*i+4 : 4*i+4]
+			d0[i], d1[i], d2[i], d3[i] = e[0], e[1], e[2], e[3]
+		}
+		copy(dst[4*n:], src[4*n:])
+		return
+	case 2:
+		d0, d1, s := dst[:n], dst[n:2*n], src[:2*n]
+		for i := range d0 {
+			e := s[2*i : 2*i+2 : 2*i+2]
+			d0[i], d1[i] = e[0], e[1]
+		}
+		copy(dst[2*n:], src[2*n:])
+		return
+	}
 	for b := range es {
 		d := dst[b*n : (b+1)*n]
 		for i := range d {
@@ -154,6 +172,24 @@ func shuffle(dst, src []byte, es int) {
 // unshuffle reverses shuffle.
 func unshuffle(dst, src []byte, es int) {
 	n := len(dst) / es
+	switch es {
+	case 4:
+		s0, s1, s2, s3, d := src[:n], src[n:2*n], src[2*n:3*n], src[3*n:4*n], dst[:4*n]
+		for i := range s0 {
+			e := d[4*i : 4*i+4 : 4*i+4]
+			e[0], e[1], e[2], e[3] = s0[i], s1[i], s2[i], s3[i]
+		}
+		copy(dst[4*n:], src[4*n:])
+		return
+	case 2:
+		s0, s1, d := src[:n], src[n:2*n], dst[:2*n]
+		for i := range s0 {
+			e := d[2*i : 2*i+2 : 2*i+2]
+			e[0], e[1] = s0[i], s1[i]
+		}
+		copy(dst[2*n:], src[2*n:])
+		return
+	}
 	for b := range es {
 		s := src[b*n : (b+1)*n]
 		for i, v := range s {

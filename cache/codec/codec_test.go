@@ -111,6 +111,40 @@ func TestShuffle(t *testing.T) {
 	if !bytes.Equal(back, src) {
 		t.Fatalf("unshuffle = %v, want %v", back, src)
 	}
+	shuffle(dst, src, 2)
+	if want := []byte{0, 2, 10, 12, 20, 22, 1, 3, 11, 13, 21, 23, 99}; !bytes.Equal(dst, want) {
+		t.Fatalf("shuffle by 2 = %v, want %v", dst, want)
+	}
+	// Every element size, every tail length.
+	for _, es := range []int{1, 2, 3, 4, 8} {
+		for n := range 20 {
+			src := relu(8, 0.3, uint64(n))[:n+100]
+			d, b := make([]byte, len(src)), make([]byte, len(src))
+			shuffle(d, src, es)
+			unshuffle(b, d, es)
+			if !bytes.Equal(b, src) {
+				t.Fatalf("element size %d, %d bytes: unshuffle(shuffle(x)) != x", es, len(src))
+			}
+		}
+	}
+}
+
+func BenchmarkShuffle4(b *testing.B) {
+	src := relu(ChunkSize/4-32, 0.3, 1)[:ChunkSize]
+	dst := make([]byte, len(src))
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		shuffle(dst, src, 4)
+	}
+}
+
+func BenchmarkUnshuffle4(b *testing.B) {
+	src := relu(ChunkSize/4-32, 0.3, 1)[:ChunkSize]
+	dst := make([]byte, len(src))
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		unshuffle(dst, src, 4)
+	}
 }
 
 func TestReadAt(t *testing.T) {
