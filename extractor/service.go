@@ -447,6 +447,17 @@ type Stats struct {
 	// Split is the split execution plan of a remote mount (--split), nil
 	// otherwise.
 	Split *split.Stats `json:"split,omitempty"`
+	// Wire is what a remote mount's feature servers sent, nil otherwise.
+	Wire *WireStats `json:"wire,omitempty"`
+}
+
+// WireStats are the feature bytes a remote mount received: Bytes on the
+// wire, RawBytes the .npy bytes they were (more where servers compressed
+// them), DecompressSeconds the time spent decompressing.
+type WireStats struct {
+	Bytes             int64   `json:"bytes"`
+	RawBytes          int64   `json:"raw_bytes"`
+	DecompressSeconds float64 `json:"decompress_seconds"`
 }
 
 // Stats returns the current figures.

@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/featurefs/featurefs/cache/codec"
 )
 
 // ServeOptions are the settings of `featurefs serve` beyond the Options it
@@ -36,6 +38,10 @@ type ServeOptions struct {
 	// Heartbeat is how often a batch stream with nothing to send sends a
 	// heartbeat (--heartbeat).
 	Heartbeat time.Duration
+	// WireCompression is how features are compressed for clients that
+	// accept it (--wire-compression): s2 (the default), zstd-fastest, zstd
+	// or off.
+	WireCompression string
 }
 
 // DefaultServe returns the defaults of the serve settings.
@@ -47,6 +53,7 @@ func DefaultServe() ServeOptions {
 		MaxRequestBytes: MiB,
 		ItemTimeout:     5 * time.Minute,
 		Heartbeat:       2 * time.Second,
+		WireCompression: "s2",
 	}
 }
 
@@ -88,6 +95,11 @@ func (s *ServeOptions) Validate() error {
 	}
 	if s.ItemTimeout <= 0 {
 		bad("--item-timeout %v: must be positive", s.ItemTimeout)
+	}
+	if s.WireCompression != "off" {
+		if _, err := codec.ParseMethod(s.WireCompression); err != nil {
+			bad("--wire-compression %q: s2, zstd-fastest, zstd or off", s.WireCompression)
+		}
 	}
 	if s.Heartbeat <= 0 {
 		bad("--heartbeat %v: must be positive", s.Heartbeat)

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/mountopts"
 )
@@ -52,6 +53,7 @@ func serveFlags(o *mountopts.Options, so *mountopts.ServeOptions) *flag.FlagSet 
 	fl.Var(sizeFlag{&so.MaxRequestBytes}, "max-request-bytes", "bound on a request body, e.g. 1MiB")
 	fl.DurationVar(&so.ItemTimeout, "item-timeout", so.ItemTimeout, "bound on the fetch and extraction of one feature")
 	fl.DurationVar(&so.Heartbeat, "heartbeat", so.Heartbeat, "heartbeat interval of a batch stream with nothing to send")
+	fl.StringVar(&so.WireCompression, "wire-compression", so.WireCompression, "how features are compressed for mounts that accept it: s2, zstd-fastest, zstd or off")
 	return fl
 }
 
@@ -166,6 +168,7 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 		MaxObjectSize:   o.MaxObjectSize,
 		ImageExtensions: o.ImageExtensions,
 		FeatureStore:    fst,
+		WireCompression: wireCompression(so.WireCompression),
 	})
 	if err != nil {
 		return failf(exitModel, "%w", err)
@@ -218,4 +221,14 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 		hs.Close()
 	}
 	return nil
+}
+
+// wireCompression is the codec --wire-compression names (0: off);
+// mountopts.ServeOptions.Validate checked the name.
+func wireCompression(name string) codec.Method {
+	m, err := codec.ParseMethod(name)
+	if err != nil {
+		return 0
+	}
+	return m
 }

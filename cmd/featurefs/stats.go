@@ -97,6 +97,14 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	row("mean batch size", "%.2f (%d images in %d batches)", x.MeanBatchSize, x.BatchedItems, x.Batches)
 	row("time", "fetch %.1fs, decode %.1fs, inference %.1fs (summed over workers)",
 		s.Extractor.FetchSeconds, s.Extractor.DecodeSeconds, s.Extractor.InferSeconds)
+	if w := s.Extractor.Wire; w != nil {
+		ratio := 0.0
+		if w.Bytes > 0 {
+			ratio = float64(w.RawBytes) / float64(w.Bytes)
+		}
+		row("from servers", "%s on the wire for %s of features (%.2fx); %.1fs decompressing",
+			humanBytes(w.Bytes), humanBytes(w.RawBytes), ratio, w.DecompressSeconds)
+	}
 
 	q := s.Queue
 	section("queue")

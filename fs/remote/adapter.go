@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
@@ -142,6 +143,8 @@ func (e *Extractor) Stats() extractor.Stats {
 		Device: e.Device(), Requests: n.requests.Load(), Completed: n.completed.Load(), Failed: n.failed.Load(),
 		BadImages: n.badImages.Load(), Batches: n.batches.Load(), BatchedItems: n.batchedItems.Load(),
 		InFlight: int(n.inFlight.Load()),
+		Wire: &extractor.WireStats{Bytes: n.wireBytes.Load(), RawBytes: n.rawBytes.Load(),
+			DecompressSeconds: time.Duration(n.decompressNanos.Load()).Seconds()},
 	}
 }
 

@@ -86,6 +86,7 @@ type clientCounters struct {
 	batches, batchedItems, httpRequests    atomic.Int64
 	staleAnswers, unavailable              atomic.Int64
 	inFlight                               atomic.Int64
+	wireBytes, rawBytes, decompressNanos   atomic.Int64
 }
 
 // Dial checks the servers (GET /v1/models on each; they must agree on the
@@ -281,11 +282,18 @@ type ClientStats struct {
 	StaleAnswers int64 `json:"stale_answers"`
 	// Unavailable counts requests a server did not answer.
 	Unavailable int64 `json:"unavailable"`
+	// WireBytes counts the feature bytes batch answers carried, RawBytes
+	// the .npy bytes they were (more where the server compressed them:
+	// EncodingFFZ1), DecompressSeconds the time spent decompressing.
+	WireBytes         int64   `json:"wire_bytes"`
+	RawBytes          int64   `json:"raw_bytes"`
+	DecompressSeconds float64 `json:"decompress_seconds"`
 }
 
 // Stats returns the transport figures.
 func (c *Client) Stats() ClientStats {
 	n := &c.n
 	return ClientStats{HTTPRequests: n.httpRequests.Load(), Batches: n.batches.Load(), BatchedItems: n.batchedItems.Load(),
-		StaleAnswers: n.staleAnswers.Load(), Unavailable: n.unavailable.Load()}
+		StaleAnswers: n.staleAnswers.Load(), Unavailable: n.unavailable.Load(),
+		WireBytes: n.wireBytes.Load(), RawBytes: n.rawBytes.Load(), DecompressSeconds: time.Duration(n.decompressNanos.Load()).Seconds()}
 }

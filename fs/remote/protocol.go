@@ -37,8 +37,8 @@ const batchMagic = "FFB1"
 // client can tell a busy server from a dead one.
 const HeartbeatIndex = ^uint32(0)
 
-// frameHeaderLen is the fixed part of a frame: index, status, reserved,
-// msg_len, data_len.
+// frameHeaderLen is the fixed part of a frame: index, status, flags
+// (reserved, zero, before EncodingFFZ1), msg_len, data_len.
 const frameHeaderLen = 4 + 2 + 2 + 4 + 8
 
 // maxMessageLen bounds an item's error message on the wire.
@@ -122,7 +122,20 @@ type BatchItem struct {
 // BatchRequest is the body of POST /v1/batch.
 type BatchRequest struct {
 	Items []BatchItem `json:"items"`
+	// Encodings are the encodings of feature data, besides the plain .npy
+	// bytes, the client reads (EncodingFFZ1). A server that knows none of
+	// them, or one that predates the field (it ignores it), sends plain
+	// bytes; a client that names none gets plain bytes.
+	Encodings []string `json:"encodings,omitempty"`
 }
+
+// EncodingFFZ1 is a cache/codec blob of the .npy bytes: a frame of an OK
+// item carrying one has FrameCompressed set.
+const EncodingFFZ1 = "ffz1"
+
+// FrameCompressed, in a frame's flags, marks data that is a cache/codec
+// blob of the .npy bytes. Only sent to clients that asked for EncodingFFZ1.
+const FrameCompressed = 1
 
 // ErrorResponse is the JSON body of a failed request.
 type ErrorResponse struct {
@@ -135,6 +148,7 @@ type ErrorResponse struct {
 type Frame struct {
 	Index   uint32
 	Status  uint16
+	Flags   uint16 // FrameCompressed
 	Message string
 	Data    []byte
 }
@@ -178,6 +192,7 @@ func WriteFrame(w io.Writer, f Frame) error {
 	var h [frameHeaderLen]byte
 	binary.LittleEndian.PutUint32(h[0:], f.Index)
 	binary.LittleEndian.PutUint16(h[4:], f.Status)
+	binary.LittleEndian.PutUint16(h[6:], f.Flags)
 	binary.LittleEndian.PutUint32(h[8:], uint32(len(msg)))
 	binary.LittleEndian.PutUint64(h[12:], uint64(len(f.Data)))
 	if _, err := w.Write(h[:]); err != nil {
@@ -198,7 +213,7 @@ func ReadFrame(r io.Reader, maxData int64) (Frame, error) {
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return Frame{}, err
 	}
-	f := Frame{Index: binary.LittleEndian.Uint32(h[0:]), Status: binary.LittleEndian.Uint16(h[4:])}
+	f := Frame{Index: binary.LittleEndian.Uint32(h[0:]), Status: binary.LittleEndian.Uint16(h[4:]), Flags: binary.LittleEndian.Uint16(h[6:])}
 	msgLen := binary.LittleEndian.Uint32(h[8:])
 	dataLen := binary.LittleEndian.Uint64(h[12:])
 	if msgLen > maxMessageLen {

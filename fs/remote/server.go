@@ -10,12 +10,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/featurefs/featurefs/cache/codec"
+	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
@@ -73,6 +76,11 @@ type ServerConfig struct {
 	// FeatureStore, if set, is asked before computing and given every
 	// computed feature (features.Config.FeatureStore); the caller owns it.
 	FeatureStore *featurestore.Store
+
+	// WireCompression compresses the features of batch answers for
+	// clients that read EncodingFFZ1 (cache/codec; a feature that does not
+	// shrink goes as it is); zero sends them plain.
+	WireCompression codec.Method
 }
 
 // Server answers the HTTP API of docs/SERVE.md. It is an http.Handler.
@@ -95,7 +103,7 @@ type Server struct {
 type serverCounters struct {
 	requests, unauthorized, batches, items, itemsFailed, shared atomic.Int64
 	features, lists, stats, bytesOut, heartbeats                atomic.Int64
-	inFlight                                                    atomic.Int64
+	inFlight, rawBytesOut, compressNanos                        atomic.Int64
 }
 
 // ServerStats are the server's own figures (GET /v1/stats "server").
@@ -119,8 +127,12 @@ type ServerStats struct {
 	Lists int64 `json:"lists"`
 	// Stats counts GET /v1/stat requests.
 	Stats int64 `json:"stats"`
-	// BytesOut counts feature bytes sent.
-	BytesOut int64 `json:"bytes_out"`
+	// BytesOut counts feature bytes sent; RawBytesOut what they were
+	// before compression (EncodingFFZ1), and CompressSeconds the time
+	// spent compressing them.
+	BytesOut        int64   `json:"bytes_out"`
+	RawBytesOut     int64   `json:"raw_bytes_out"`
+	CompressSeconds float64 `json:"compress_seconds"`
 	// Heartbeats counts heartbeat frames sent.
 	Heartbeats int64 `json:"heartbeats"`
 	// InFlight is the number of features being computed now.
@@ -226,6 +238,7 @@ func (s *Server) Stats() ServerStats {
 		Items: n.items.Load(), ItemsFailed: n.itemsFailed.Load(), Shared: n.shared.Load(),
 		Features: n.features.Load(), Lists: n.lists.Load(), Stats: n.stats.Load(),
 		BytesOut: n.bytesOut.Load(), Heartbeats: n.heartbeats.Load(), InFlight: n.inFlight.Load(),
+		RawBytesOut: n.rawBytesOut.Load(), CompressSeconds: time.Duration(n.compressNanos.Load()).Seconds(),
 	}
 }
 
@@ -358,6 +371,7 @@ func (s *Server) handleFeature(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.n.bytesOut.Add(int64(len(data)))
+	s.n.rawBytesOut.Add(int64(len(data)))
 	w.Header().Set("Content-Type", NPYContentType)
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 	w.Write(data)
@@ -427,9 +441,11 @@ func (s *Server) compute(ctx context.Context, it BatchItem) ([]byte, error) {
 
 // itemResult is one computed unique item of a batch.
 type itemResult struct {
-	idx  []int // the request positions it answers
-	data []byte
-	err  error
+	idx   []int // the request positions it answers
+	data  []byte
+	flags uint16 // of the frames: FrameCompressed when data is a blob
+	raw   int    // the feature's plain length
+	err   error
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
@@ -450,6 +466,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.n.batches.Add(1)
+	compress := s.cfg.WireCompression != 0 && slices.Contains(req.Encodings, EncodingFFZ1)
 
 	// One computation per distinct item.
 	type job struct {
@@ -481,7 +498,11 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			defer wg.Done()
 			for j := range queue {
 				data, err := s.feature(ctx, j.it)
-				results <- itemResult{idx: j.idx, data: data, err: err}
+				res := itemResult{idx: j.idx, data: data, raw: len(data), err: err}
+				if compress && err == nil {
+					res.data, res.flags = s.compress(data)
+				}
+				results <- res
 			}
 		}()
 	}
@@ -557,9 +578,25 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		slog.Int("distinct", len(jobs)), slog.Int("failed", failed), slog.Duration("took", time.Since(start)))
 }
 
+// compress returns the cache/codec blob of a feature and FrameCompressed,
+// or the feature and 0 where the blob would not be smaller.
+func (s *Server) compress(data []byte) ([]byte, uint16) {
+	t0 := time.Now()
+	es := 4
+	if s.cfg.Extractor.DType() == extractor.Float16 {
+		es = 2
+	}
+	blob, err := codec.Encode(nil, data, es, s.cfg.WireCompression)
+	s.n.compressNanos.Add(int64(time.Since(t0)))
+	if err != nil || len(blob) >= len(data) {
+		return data, 0
+	}
+	return blob, FrameCompressed
+}
+
 // writeResult writes the frames of one computed item.
 func (s *Server) writeResult(w *bufio.Writer, res itemResult, failed *int) error {
-	f := Frame{Status: StatusOK, Data: res.data}
+	f := Frame{Status: StatusOK, Data: res.data, Flags: res.flags}
 	if res.err != nil {
 		f = Frame{Status: uint16(StatusOf(res.err)), Message: res.err.Error()}
 		*failed += len(res.idx)
@@ -569,6 +606,7 @@ func (s *Server) writeResult(w *bufio.Writer, res itemResult, failed *int) error
 		f.Index = uint32(i)
 		s.n.items.Add(1)
 		s.n.bytesOut.Add(int64(len(f.Data)))
+		s.n.rawBytesOut.Add(int64(res.raw))
 		if err := WriteFrame(w, f); err != nil {
 			return err
 		}

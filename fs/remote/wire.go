@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/featurefs/featurefs/cache/codec"
 )
 
 // TokenEnv is the environment variable a token is read from when no token
@@ -207,7 +209,7 @@ func (c *Client) fetchModels(ctx context.Context, u string) (ModelsResponse, err
 // refused batch (the server's error), or a broken stream (ErrUnavailable
 // when the server went silent or away, or the client was closed).
 func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data []byte, err error)) error {
-	body, err := json.Marshal(BatchRequest{Items: items})
+	body, err := json.Marshal(BatchRequest{Items: items, Encodings: []string{EncodingFFZ1}})
 	if err != nil {
 		return err
 	}
@@ -268,12 +270,41 @@ func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data 
 		done[f.Index] = true
 		left--
 		if f.Status == StatusOK {
-			answer(int(f.Index), f.Data, nil)
+			data, err := c.frameData(f)
+			if err != nil {
+				err = fmt.Errorf("%s: item %q: %w", u, items[f.Index].Key, err)
+			}
+			answer(int(f.Index), data, err)
 		} else {
 			answer(int(f.Index), nil, ErrorOf(int(f.Status), f.Message, u, items[f.Index].Key))
 		}
 	}
 	return nil
+}
+
+// frameData returns the .npy bytes of an OK frame: its data, or the data
+// decompressed (FrameCompressed), at most the client's maxData bytes.
+func (c *Client) frameData(f Frame) ([]byte, error) {
+	c.n.wireBytes.Add(int64(len(f.Data)))
+	if f.Flags&FrameCompressed == 0 {
+		c.n.rawBytes.Add(int64(len(f.Data)))
+		return f.Data, nil
+	}
+	n, err := codec.RawLen(f.Data)
+	if err != nil {
+		return nil, fmt.Errorf("compressed feature: %w", err)
+	}
+	if int64(n) > c.maxData {
+		return nil, fmt.Errorf("compressed feature of %d bytes (at most %d)", n, c.maxData)
+	}
+	t0 := time.Now()
+	data, err := codec.Decode(make([]byte, 0, n), f.Data)
+	c.n.decompressNanos.Add(int64(time.Since(t0)))
+	if err != nil {
+		return nil, fmt.Errorf("compressed feature: %w", err)
+	}
+	c.n.rawBytes.Add(int64(len(data)))
+	return data, nil
 }
 
 // openWatched starts an authenticated GET of u+path whose body is read
