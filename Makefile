@@ -176,6 +176,14 @@ summary() {
         [ "$v" = met ] || v=MISSED
         row "split at 50 Mbit/s: \`--split auto\` vs raw images" "$rs" ">= ${t}x: $v" "$area"; n=$((n + 1))
       done < <(sed -nE 's/.*At 50 Mbit\/s, auto [^=]*= ([^(]*[^ (]) \(target ([0-9.]+)x: ([A-Za-z ]+)\).*/\1|\2|\3/p' "$f") ;;
+    codec)
+      while read -r r t; do
+        row "ResNet-50 layer12 float32 features in the cache, raw vs stored (\`--cache-compression s2\`)" "${r}x" ">= ${t}x: $(verdict "$r" "$t")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^- ResNet-50 layer12 float32 in the cache \(s2\): \*\*([0-9.]+)x\*\* smaller \(target >= ([0-9.]+)x\)\./\1 \2/p' "$f") ;;
+    wire)
+      while read -r r t; do
+        row "remote layer12 features at 50 Mbit/s, \`--wire-compression s2\` vs off" "${r}x" ">= ${t}x: $(verdict "$r" "$t")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| 50 Mbit\/s \|.*\| \*\*([0-9.]+)x\*\* \(target >= ([0-9.]+)x: .*/\1 \2/p' "$f") ;;
     bucket)
       while read -r r; do
         row "bucket layer overhead: \`bucket.Get\` vs the AWS SDK's GetObject, 1 caller" "$r" "no target (~1.0 expected)" "$area"; n=$((n + 1))

@@ -153,13 +153,20 @@ func (e *Extractor) Stats() extractor.Stats {
 // *extractor.ImageError; a missing object matches bucket.ErrNotFound; a
 // server that does not answer within the timeout matches ErrUnavailable.
 func (e *Extractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+	data, _, err := e.ExtractWire(ctx, req)
+	return data, err
+}
+
+// ExtractWire is Extract, also returning the bytes the feature took on the
+// wire (fewer than its length where the server compressed it).
+func (e *Extractor) ExtractWire(ctx context.Context, req extractor.Request) ([]byte, int, error) {
 	c := e.c
 	m, ok := c.byName[req.Model]
 	if !ok {
-		return nil, fmt.Errorf("extract %s: %w %q", req.Key, extractor.ErrUnknownModel, req.Model)
+		return nil, 0, fmt.Errorf("extract %s: %w %q", req.Key, extractor.ErrUnknownModel, req.Model)
 	}
 	if req.Layer < 0 || req.Layer >= len(m.Layers) {
-		return nil, fmt.Errorf("extract %s: %w %d of model %s (it has %d)", req.Key, extractor.ErrUnknownLayer, req.Layer, m.Name, len(m.Layers))
+		return nil, 0, fmt.Errorf("extract %s: %w %d of model %s (it has %d)", req.Key, extractor.ErrUnknownLayer, req.Layer, m.Name, len(m.Layers))
 	}
 	return c.extract(ctx, req)
 }

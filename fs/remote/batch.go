@@ -29,6 +29,7 @@ type call struct {
 	ctx  context.Context
 	done chan struct{}
 	data []byte
+	wire int // the bytes data took on the wire (less when compressed)
 	err  error
 }
 
@@ -41,7 +42,7 @@ func newServer(c *Client, u string) *server {
 // extract queues req on the server its key is routed to, in the
 // foreground or background queue by its priority, and waits for the answer,
 // counting the request in the client's figures.
-func (c *Client) extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (c *Client) extract(ctx context.Context, req extractor.Request) ([]byte, int, error) {
 	c.n.requests.Add(1)
 	c.n.inFlight.Add(1)
 	defer c.n.inFlight.Add(-1)
@@ -55,15 +56,15 @@ func (c *Client) extract(ctx context.Context, req extractor.Request) ([]byte, er
 	case queue <- cl:
 	case <-ctx.Done():
 		c.n.failed.Add(1)
-		return nil, ctx.Err()
+		return nil, 0, ctx.Err()
 	case <-c.stop:
-		return nil, fmt.Errorf("extract %s: %w: client closed", req.Key, ErrUnavailable)
+		return nil, 0, fmt.Errorf("extract %s: %w: client closed", req.Key, ErrUnavailable)
 	}
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
 		c.n.failed.Add(1)
-		return nil, ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 	switch {
 	case cl.err == nil:
@@ -74,7 +75,7 @@ func (c *Client) extract(ctx context.Context, req extractor.Request) ([]byte, er
 	default:
 		c.n.failed.Add(1)
 	}
-	return cl.data, cl.err
+	return cl.data, cl.wire, cl.err
 }
 
 // loop gathers queued calls into batches: a batch waits up to MaxWait to
@@ -213,10 +214,10 @@ func (s *server) send(batch []*call) {
 		items[i] = cl.item
 	}
 	answered := make([]bool, len(batch))
-	err := s.c.postBatch(s.url, items, func(i int, data []byte, err error) {
+	err := s.c.postBatch(s.url, items, func(i int, data []byte, wire int, err error) {
 		cl := batch[i]
 		answered[i] = true
-		cl.data, cl.err = data, err
+		cl.data, cl.wire, cl.err = data, wire, err
 		close(cl.done)
 	})
 	if err != nil {

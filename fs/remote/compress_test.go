@@ -99,7 +99,7 @@ func TestDamagedCompressedFrameFailsItsItem(t *testing.T) {
 	var errs []error
 	var datas [][]byte
 	if err := c.postBatch(srv.URL, []BatchItem{{Model: "tiny", Layer: 1, Key: "a/x.jpg"}, {Model: "tiny", Layer: 1, Key: "a/y.jpg"}},
-		func(i int, data []byte, err error) {
+		func(i int, data []byte, wire int, err error) {
 			errs = append(errs, err)
 			datas = append(datas, data)
 		}); err != nil {

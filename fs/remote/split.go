@@ -331,8 +331,9 @@ func (x *SplitExtractor) Extract(ctx context.Context, req extractor.Request) ([]
 	var err error
 	switch {
 	case split == freeze:
-		data, err = x.inner.Extract(ctx, req)
-		wire = int64(len(data))
+		var n int
+		data, n, err = x.inner.ExtractWire(ctx, req)
+		wire = int64(n)
 	case split == spec.SplitRaw:
 		var img []byte
 		img, err = x.object(ctx, req.Key, req.ETag)
@@ -346,8 +347,9 @@ func (x *SplitExtractor) Extract(ctx context.Context, req extractor.Request) ([]
 		sreq := req
 		sreq.Layer = split
 		var mid []byte
-		mid, err = x.inner.Extract(ctx, sreq)
-		wire = int64(len(mid))
+		var n int
+		mid, n, err = x.inner.ExtractWire(ctx, sreq)
+		wire = int64(n)
 		if err == nil {
 			data, err = x.local.ExtractFrom(ctx, req.Model, split, freeze, mid)
 			if errors.Is(err, extractor.ErrBadTensor) {

@@ -202,13 +202,14 @@ func (c *Client) fetchModels(ctx context.Context, u string) (ModelsResponse, err
 }
 
 // postBatch makes one POST /v1/batch of items to server u and calls answer
-// with each item's index and result as its frame comes (completion order;
+// with each item's index, result and the bytes it took on the wire as its
+// frame comes (completion order;
 // a per-item error keeps its kind through ErrorOf). A watchdog cancels the
 // request when the server stays silent (no response, frame or heartbeat)
 // for Timeout. The error returned is for every item not answered: a
 // refused batch (the server's error), or a broken stream (ErrUnavailable
 // when the server went silent or away, or the client was closed).
-func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data []byte, err error)) error {
+func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data []byte, wire int, err error)) error {
 	body, err := json.Marshal(BatchRequest{Items: items, Encodings: []string{EncodingFFZ1}})
 	if err != nil {
 		return err
@@ -274,9 +275,9 @@ func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data 
 			if err != nil {
 				err = fmt.Errorf("%s: item %q: %w", u, items[f.Index].Key, err)
 			}
-			answer(int(f.Index), data, err)
+			answer(int(f.Index), data, len(f.Data), err)
 		} else {
-			answer(int(f.Index), nil, ErrorOf(int(f.Status), f.Message, u, items[f.Index].Key))
+			answer(int(f.Index), nil, 0, ErrorOf(int(f.Status), f.Message, u, items[f.Index].Key))
 		}
 	}
 	return nil

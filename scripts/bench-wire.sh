@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Benchmark (make bench): compression on the wire between `featurefs serve`
+# and `featurefs mount --remote`. Drives TestWireCompressionBench in
+# test/wire_bench_test.go with FEATUREFS_WIRE_BENCH=full: ResNet-50 layer12
+# features over two netns links shaped alike (tc tbf; 50 and 200 Mbit/s),
+# one server with --wire-compression off and one with s2, side by side in
+# interleaved rounds. Prints one markdown section on stdout (make bench
+# stores it in docs/bench/wire.md). Needs root (ip netns, tc).
+#
+#   scripts/bench-wire.sh     (after make build; a few minutes on 2 CPUs)
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+need_bin
+[ "$(id -u)" = 0 ] || { echo "bench-wire needs root (ip netns, tc)" >&2; exit 1; }
+command -v tc >/dev/null || { echo "no tc: install iproute2" >&2; exit 1; }
+OUT=$(mktemp /tmp/featurefs-bench-wire.XXXXXX.md)
+LOG=$(mktemp /tmp/featurefs-bench-wire.XXXXXX.log)
+trap 'rm -f "$OUT" "$LOG"' EXIT
+cd "$REPO"
+echo "bench-wire: running TestWireCompressionBench (FEATUREFS_WIRE_BENCH=full)..." >&2
+if ! FEATUREFS_BIN=$BIN FEATUREFS_WIRE_BENCH=full FEATUREFS_WIRE_BENCH_OUT=$OUT \
+  go test -v -count=1 -timeout 30m -run '^TestWireCompressionBench$' ./test >"$LOG" 2>&1; then
+  tail -n 60 "$LOG" >&2
+  exit 1
+fi
+[ -s "$OUT" ] || { tail -n 60 "$LOG" >&2; exit 1; }
+cat "$OUT"
