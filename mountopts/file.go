@@ -48,6 +48,7 @@ type fileOptions struct {
 	FeatureStoreOnly *bool                `yaml:"feature-store-only"`
 	CacheSize        *string              `yaml:"cache-size"`
 	CacheCompression *string              `yaml:"cache-compression"`
+	FSCompression    *string              `yaml:"feature-store-compression"`
 	Device           *string              `yaml:"device"`
 	TensorRT         *bool                `yaml:"tensorrt"`
 	CPUFallback      *bool                `yaml:"allow-cpu-fallback"`
@@ -160,6 +161,7 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 	setStr(&o.Profile, f.Profile)
 	setStr(&o.CacheDir, f.CacheDir)
 	setStr(&o.CacheCompression, f.CacheCompression)
+	setStr(&o.FeatureStoreCompression, f.FSCompression)
 	setStr(&o.Device, f.Device)
 	setStr(&o.LogLevel, f.LogLevel)
 	setStr(&o.LogFile, f.LogFile)

@@ -61,6 +61,11 @@ type Options struct {
 	// CacheCompression is how features are compressed in the cache
 	// (--cache-compression): s2 (the default), zstd-fastest, zstd, or off.
 	CacheCompression string
+	// FeatureStoreCompression is how features are written to the feature
+	// store (--feature-store-compression): s2 (the default), zstd-fastest,
+	// zstd, or off (plain .npy objects that any tool can read). Either
+	// kind is read.
+	FeatureStoreCompression string
 
 	// Device selects where models run: auto (a GPU when there is one),
 	// cpu, cuda or cuda:N (--device).
@@ -182,22 +187,23 @@ type Options struct {
 // needs at least one from a flag or the config file.
 func Default() Options {
 	return Options{
-		CacheDir:         spec.DefaultCacheDir(),
-		CacheSize:        10 * GiB,
-		CacheCompression: "s2",
-		Device:           "auto",
-		Precision:        spec.FP32,
-		DType:            spec.Float32,
-		MetadataTTL:      60 * time.Second,
-		NegativeTTL:      5 * time.Minute,
-		ReadTimeout:      5 * time.Minute,
-		LogLevel:         "info",
-		ORTLib:           spec.DefaultORTLib(),
-		ImageExtensions:  spec.DefaultImageExtensions(),
-		MaxPixels:        spec.DefaultMaxPixels,
-		MaxObjectSize:    256 * MiB,
-		Prefetch:         "tree",
-		Remote:           DefaultRemote(),
+		CacheDir:                spec.DefaultCacheDir(),
+		CacheSize:               10 * GiB,
+		CacheCompression:        "s2",
+		FeatureStoreCompression: "s2",
+		Device:                  "auto",
+		Precision:               spec.FP32,
+		DType:                   spec.Float32,
+		MetadataTTL:             60 * time.Second,
+		NegativeTTL:             5 * time.Minute,
+		ReadTimeout:             5 * time.Minute,
+		LogLevel:                "info",
+		ORTLib:                  spec.DefaultORTLib(),
+		ImageExtensions:         spec.DefaultImageExtensions(),
+		MaxPixels:               spec.DefaultMaxPixels,
+		MaxObjectSize:           256 * MiB,
+		Prefetch:                "tree",
+		Remote:                  DefaultRemote(),
 	}
 }
 
@@ -369,9 +375,11 @@ func (o *Options) Validate() error {
 	if o.CacheDir == "" {
 		bad("--cache-dir: must not be empty")
 	}
-	if o.CacheCompression != "off" {
-		if _, err := codec.ParseMethod(o.CacheCompression); err != nil {
-			bad("--cache-compression %q: s2, zstd-fastest, zstd or off", o.CacheCompression)
+	for _, c := range []struct{ flag, v string }{{"cache-compression", o.CacheCompression}, {"feature-store-compression", o.FeatureStoreCompression}} {
+		if c.v != "off" {
+			if _, err := codec.ParseMethod(c.v); err != nil {
+				bad("--%s %q: s2, zstd-fastest, zstd or off", c.flag, c.v)
+			}
 		}
 	}
 	if o.CacheSize < MiB {

@@ -21,6 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/featurefs/featurefs/cache/codec"
+	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -72,6 +74,21 @@ func storeObject(t *testing.T, srv *testenv.MinIO, bucketName, key string) ([]by
 	return b, out.Metadata
 }
 
+// storeFeature is storeObject of a feature: its .npy bytes, decoded where
+// the object is a compressed blob (featurefs-encoding ffz1).
+func storeFeature(t *testing.T, srv *testenv.MinIO, bucketName, key string) ([]byte, map[string]string) {
+	t.Helper()
+	b, meta := storeObject(t, srv, bucketName, key)
+	if meta[featurestore.MetaEncoding] == featurestore.EncodingFFZ1 {
+		raw, err := codec.Decode(nil, b)
+		if err != nil {
+			t.Fatalf("%s: a damaged blob: %v", key, err)
+		}
+		return raw, meta
+	}
+	return b, meta
+}
+
 // TestFeatureStoreSharedByTwoMounts: mount A (its own cache) computes a
 // layer and fills the feature store; mount B, with a cold cache of its own,
 // reads the whole layer with zero extractions and byte-identical files. The
@@ -117,7 +134,10 @@ func TestFeatureStoreSharedByTwoMounts(t *testing.T) {
 	}
 	var anyKey string
 	for key, name := range names {
-		b, meta := storeObject(t, srv, "features", modelDir+"/"+testLayer+"/"+name)
+		b, meta := storeFeature(t, srv, "features", modelDir+"/"+testLayer+"/"+name)
+		if meta["featurefs-encoding"] != "ffz1" || meta["featurefs-schema"] != "2" {
+			t.Errorf("store object of %s: metadata %v; want it compressed (the default)", key, meta)
+		}
 		if !bytes.Equal(b, fromA[key]) {
 			t.Errorf("store object of %s differs from mount A's file", key)
 		}
@@ -170,7 +190,7 @@ func TestFeatureStoreSharedByTwoMounts(t *testing.T) {
 		t.Errorf("mount C: %d extractions and %d mismatches, want 2 and 2", n, mm)
 	}
 	waitStoreField(t, c, "puts", 2) // and the store is repaired
-	if fixed, _ := storeObject(t, srv, "features", modelDir+"/"+testLayer+"/"+names[anyKey]); !bytes.Equal(fixed, fromA[anyKey]) {
+	if fixed, _ := storeFeature(t, srv, "features", modelDir+"/"+testLayer+"/"+names[anyKey]); !bytes.Equal(fixed, fromA[anyKey]) {
 		t.Error("the damaged feature object was not rewritten")
 	}
 
@@ -400,7 +420,7 @@ func TestFeatureStoreWarmThenStoreOnly(t *testing.T) {
 	sum := sha256.Sum256(onnx)
 	dir := "w/" + modelName + "-" + hex.EncodeToString(sum[:])[:12] + "/" + testLayer + "/"
 	for key, name := range names {
-		b, _ := storeObject(t, srv, "features", dir+name)
+		b, _ := storeFeature(t, srv, "features", dir+name)
 		if !bytes.Equal(b, got[key]) {
 			t.Errorf("%s: the mount's file differs from the store's object", name)
 		}

@@ -142,7 +142,12 @@ func openFeatureStore(ctx context.Context, o mountopts.Options, log *slog.Logger
 	if err != nil {
 		return nil, failf(exitSource, "--feature-store %s: %w", o.FeatureStore, err)
 	}
-	fst, err := featurestore.New(featurestore.Config{Store: bs, Logger: log})
+	es := 4
+	if o.DType == "float16" {
+		es = 2
+	}
+	fsc, _ := codec.ParseMethod(o.FeatureStoreCompression) // checked by Validate; "off" is 0
+	fst, err := featurestore.New(featurestore.Config{Store: bs, Logger: log, Compression: fsc, ElemSize: es})
 	if err != nil {
 		return nil, failf(exitSource, "--feature-store %s: %w", o.FeatureStore, err)
 	}

@@ -11,7 +11,9 @@
 //
 // Each feature object is the exact .npy file a mount serves, with user
 // metadata: the source object's ETag (featurefs-etag), the full cache-key
-// digest (featurefs-key) and the SHA-256 of the bytes (featurefs-sha256).
+// digest (featurefs-key) and the SHA-256 of the .npy bytes
+// (featurefs-sha256); with Config.Compression the object is a cache/codec
+// blob of them (featurefs-encoding: ffz1, schema 2).
 // A read checks all three and the size: any mismatch is a miss, so a
 // changed image, model or preprocessing never serves a stale or foreign
 // feature. _model.json holds the model's full digest, its layer table, its
@@ -40,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -49,11 +52,23 @@ const (
 	MetaKey    = "featurefs-key"
 	MetaSHA256 = "featurefs-sha256"
 	MetaSchema = "featurefs-schema"
+	// MetaEncoding is "ffz1" for an object that is a cache/codec blob of
+	// the .npy bytes (Config.Compression), absent for the .npy bytes.
+	MetaEncoding = "featurefs-encoding"
 )
 
-// SchemaVersion is the version of the layout and metadata; a feature object
-// of another version is a miss.
-const SchemaVersion = "1"
+// SchemaVersion is the version of the layout and metadata written; objects
+// of SchemaPlain (the .npy bytes, written before compression) are read
+// too, any other version is a miss. Version 2 adds MetaEncoding; the
+// checksum and size are those of the .npy bytes either way. A featurefs
+// that predates it finds version 2 objects a mismatch, computes the
+// feature and writes it again as version 1.
+const (
+	SchemaVersion = "2"
+	SchemaPlain   = "1"
+	// EncodingFFZ1 names a cache/codec blob in MetaEncoding.
+	EncodingFFZ1 = "ffz1"
+)
 
 // ManifestName is the name of a model directory's description.
 const ManifestName = "_model.json"
@@ -86,6 +101,10 @@ type Config struct {
 	Backoff time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Compression stores features as cache/codec blobs (where smaller),
+	// shuffled by ElemSize (default 4); zero stores the .npy bytes.
+	Compression codec.Method
+	ElemSize    int
 }
 
 // Ref names one feature.
@@ -184,6 +203,9 @@ func New(cfg Config) (*Store, error) {
 	if cfg.MaxPuts <= 0 {
 		cfg.MaxPuts = DefaultMaxPuts
 	}
+	if cfg.ElemSize <= 0 {
+		cfg.ElemSize = 4
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
@@ -252,6 +274,14 @@ func (s *Store) Get(ctx context.Context, r Ref, size int64) (data []byte, ok boo
 		return nil, false, err
 	}
 	s.healthy()
+	if meta[MetaEncoding] == EncodingFFZ1 && meta[MetaSchema] == SchemaVersion {
+		raw, err := codec.Decode(make([]byte, 0, size), data)
+		if err != nil {
+			s.mismatches.Add(1)
+			return nil, false, fmt.Errorf("feature store: %s: %v; computing it again", r.Key(), err)
+		}
+		data = raw
+	}
 	if why := check(r, data, meta, size); why != "" {
 		s.mismatches.Add(1)
 		return nil, false, fmt.Errorf("feature store: %s: %s; computing it again", r.Key(), why)
@@ -266,8 +296,10 @@ func check(r Ref, data []byte, meta map[string]string, size int64) string {
 	switch {
 	case int64(len(data)) != size:
 		return fmt.Sprintf("%d bytes, the layer's shape gives %d", len(data), size)
-	case meta[MetaSchema] != SchemaVersion:
-		return fmt.Sprintf("schema %q, want %q", meta[MetaSchema], SchemaVersion)
+	case meta[MetaSchema] != SchemaVersion && meta[MetaSchema] != SchemaPlain:
+		return fmt.Sprintf("schema %q, want %q or %q", meta[MetaSchema], SchemaVersion, SchemaPlain)
+	case meta[MetaSchema] == SchemaVersion && meta[MetaEncoding] != "" && meta[MetaEncoding] != EncodingFFZ1:
+		return fmt.Sprintf("encoding %q", meta[MetaEncoding])
 	case meta[MetaETag] != r.ETag:
 		return fmt.Sprintf("computed from source version %q, the source is at %q", meta[MetaETag], r.ETag)
 	case meta[MetaKey] != r.Digest:
@@ -398,14 +430,21 @@ func (s *Store) write(it item) {
 		MetaKey:    it.ref.Digest,
 		MetaSHA256: checksum(it.data),
 	}
-	if err := s.put(it.ref.Key(), it.data, meta); err != nil {
+	body := it.data
+	if s.cfg.Compression != 0 {
+		if blob, err := codec.Encode(nil, it.data, s.cfg.ElemSize, s.cfg.Compression); err == nil && len(blob) < len(it.data) {
+			body = blob
+			meta[MetaEncoding] = EncodingFFZ1
+		}
+	}
+	if err := s.put(it.ref.Key(), body, meta); err != nil {
 		s.putErrors.Add(1)
 		s.fail("write", it.ref.Key(), err)
 		return
 	}
 	s.healthy()
 	s.puts.Add(1)
-	s.putBytes.Add(int64(len(it.data)))
+	s.putBytes.Add(int64(len(body)))
 }
 
 func (s *Store) put(key string, data []byte, meta map[string]string) error {

@@ -1,6 +1,7 @@
 package featurestore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/leakcheck"
@@ -283,5 +285,65 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	s.Close()
 	if st := s.Stats(); st.Queued != 0 || st.Puts != 0 {
 		t.Fatalf("after Close: %+v", st)
+	}
+}
+
+// TestCompressedObjects: with Compression, a feature is stored as a
+// cache/codec blob (schema 2, encoding ffz1) smaller than it, and read back
+// as the .npy bytes; a plain object of schema 1 (written before
+// compression) still reads; a damaged blob is a mismatch.
+func TestCompressedObjects(t *testing.T) {
+	bs, dir := openDir(t)
+	s, err := New(Config{Store: bs, Compression: codec.S2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	data := append([]byte("\x93NUMPY header..."), make([]byte, 100_000)...) // zeros: compresses
+	data[len(data)-1] = 7
+	r := ref("train/cat/z.npy")
+	if !s.Put(r, data) {
+		t.Fatal("put dropped")
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "tiny-abababababab", "layer1", "train", "cat", "z.npy")
+	obj, err := os.ReadFile(path)
+	if err != nil || !codec.IsBlob(obj) || len(obj) >= len(data)/10 {
+		t.Fatalf("stored object: %d bytes (a blob: %v), %v; want a blob far smaller than %d", len(obj), codec.IsBlob(obj), err, len(data))
+	}
+	_, _, meta, err := bs.GetMeta(context.Background(), r.Key(), 1<<20)
+	if err != nil || meta[MetaEncoding] != EncodingFFZ1 || meta[MetaSchema] != SchemaVersion || meta[MetaSHA256] != checksum(data) {
+		t.Fatalf("metadata %v, %v", meta, err)
+	}
+	back, ok, err := s.Get(context.Background(), r, int64(len(data)))
+	if !ok || err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("get of a compressed object: ok %v, %v", ok, err)
+	}
+	if st := s.Stats(); st.PutBytes != int64(len(obj)) {
+		t.Errorf("put bytes %d, the object has %d", st.PutBytes, len(obj))
+	}
+
+	// A plain object of schema 1.
+	old := ref("train/cat/old.npy")
+	if err := bs.Put(context.Background(), old.Key(), data, map[string]string{MetaSchema: SchemaPlain, MetaETag: old.ETag,
+		MetaKey: old.Digest, MetaSHA256: checksum(data)}); err != nil {
+		t.Fatal(err)
+	}
+	if back, ok, err := s.Get(context.Background(), old, int64(len(data))); !ok || err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("get of a schema 1 object: ok %v, %v", ok, err)
+	}
+
+	// A damaged blob.
+	obj[len(obj)-2] ^= 0x55
+	if err := bs.Put(context.Background(), r.Key(), obj, meta); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Get(context.Background(), r, int64(len(data))); ok || err == nil {
+		t.Fatalf("get of a damaged blob: ok %v, %v; want a mismatch", ok, err)
+	}
+	if s.Stats().Mismatches != 1 {
+		t.Errorf("mismatches %d, want 1", s.Stats().Mismatches)
 	}
 }
