@@ -8,17 +8,20 @@ package extractor
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
 	"image/color"
 	"image/jpeg"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor/split"
 )
 
@@ -173,10 +176,26 @@ func (s *Service) measureProfile(ctx context.Context, m *Model, opts ProfileOpti
 		}
 		sec := best.Seconds() / float64(b)
 		cum += sec
-		p.Layers = append(p.Layers, split.LayerProfile{Index: k, Tensor: l.Tensor, Bytes: l.Bytes, ActBytes: m.actBytes[k], Seconds: sec, CumSeconds: cum})
+		p.Layers = append(p.Layers, split.LayerProfile{Index: k, Tensor: l.Tensor, Bytes: l.Bytes, ActBytes: m.actBytes[k], Seconds: sec, CumSeconds: cum,
+			WireRatio: wireRatio(out[:l.Elements()])})
 		in = out
 	}
 	return p, nil
+}
+
+// wireRatio is how much smaller one sample's output gets as a cache/codec
+// S2 blob of its float32 bytes (what a server sends with
+// --wire-compression s2), or 1.
+func wireRatio(sample []float32) float64 {
+	raw := make([]byte, 4*len(sample))
+	for i, v := range sample {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+	}
+	blob, err := codec.Encode(nil, raw, 4, codec.S2)
+	if err != nil || len(blob) >= len(raw) {
+		return 1
+	}
+	return float64(len(raw)) / float64(len(blob))
 }
 
 // syntheticJPEG encodes a w x h image with smooth gradients and texture, so

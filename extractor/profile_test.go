@@ -41,9 +41,18 @@ func TestProfileMeasuredOnceAndCached(t *testing.T) {
 		t.Fatalf("profile %+v does not describe the model", p)
 	}
 	for i, l := range p.Layers {
-		if l.Tensor != m.Layers[i].Tensor || l.Bytes != m.Layers[i].Bytes || l.Seconds <= 0 {
+		if l.Tensor != m.Layers[i].Tensor || l.Bytes != m.Layers[i].Bytes || l.Seconds <= 0 || l.WireRatio < 1 {
 			t.Errorf("layer %d: %+v", i, l)
 		}
+	}
+	// ReLU outputs compress: some layer of the model measures a ratio
+	// over 1.2 (the cost model divides its bytes by it).
+	best := 0.0
+	for _, l := range p.Layers {
+		best = max(best, l.WireRatio)
+	}
+	if best < 1.2 {
+		t.Errorf("no layer compresses by 1.2x or more (best %.2f)", best)
 	}
 	if p.DecodeSeconds <= 0 {
 		t.Errorf("decode time %g", p.DecodeSeconds)

@@ -66,6 +66,10 @@ type CostModel struct {
 	ServerMemory, ClientMemory int64
 	// ServerBatch and ClientBatch are the batch sizes each side runs.
 	ServerBatch, ClientBatch int
+	// Compressed says tensors go compressed on the wire (the server
+	// compresses and the client accepts it): a layer's bytes are divided by
+	// its measured LayerProfile.WireRatio.
+	Compressed bool
 }
 
 // NewCostModel returns the cost model of two profiles of the same model with
@@ -150,7 +154,11 @@ func (c *CostModel) Candidates(freeze int, bandwidth float64) ([]Candidate, erro
 			k.ClientMemory = c.Client.WeightBytes + cb*cl[freeze].ActBytes
 		} else {
 			sl := c.Server.Layers[s]
-			k.WireBytes = float64(sl.Bytes/4*elem) + c.OverheadBytes
+			k.WireBytes = float64(sl.Bytes / 4 * elem)
+			if c.Compressed && sl.WireRatio > 1 {
+				k.WireBytes /= sl.WireRatio
+			}
+			k.WireBytes += c.OverheadBytes
 			k.ServerSeconds = c.Server.DecodeSeconds + sl.CumSeconds
 			k.ClientSeconds = cl[freeze].CumSeconds - cl[s].CumSeconds
 			k.ServerMemory = c.Server.WeightBytes + sb*sl.ActBytes

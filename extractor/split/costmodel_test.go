@@ -163,3 +163,52 @@ func TestCostModelErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCostModelPricesCompressedBytes: with Compressed, a layer's bytes on
+// the wire are divided by its measured WireRatio, so a layer that
+// compresses well can win at a low bandwidth where it lost before; without
+// Compressed, or with no ratio measured, nothing changes.
+func TestCostModelPricesCompressedBytes(t *testing.T) {
+	server := synthProfile("a", "cuda:0", 10)
+	client := synthProfile("b", "cpu", 1)
+	const mbit = 1e6 / 8
+	cm, err := NewCostModel(server, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.RawBytes = 200 << 10
+	plain, _, err := cm.Choose(4, 20*mbit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Layer 2 (600 KiB) compresses 20x: cheaper on the wire than any other.
+	server.Layers[2].WireRatio = 20
+	before, _ := cm.Candidates(4, 20*mbit)
+	if before[2+1].WireBytes != float64(600<<10)+cm.OverheadBytes {
+		t.Fatalf("without Compressed, layer 2 costs %.0f bytes, want its plain size", before[2+1].WireBytes)
+	}
+	cm.Compressed = true
+	cands, err := cm.Candidates(4, 20*mbit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l2 Candidate
+	for _, k := range cands {
+		if k.Split == 2 {
+			l2 = k
+		}
+	}
+	if want := float64(600<<10)/20 + cm.OverheadBytes; math.Abs(l2.WireBytes-want) > 1 {
+		t.Fatalf("compressed layer 2 costs %.0f bytes, want %.0f", l2.WireBytes, want)
+	}
+	best, _, err := cm.Choose(4, 20*mbit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if best.SecondsPerSample > plain.SecondsPerSample {
+		t.Fatalf("pricing compression made the best split slower: %.4f s vs %.4f s", best.SecondsPerSample, plain.SecondsPerSample)
+	}
+	if plain.Split == 2 || best.Split != 2 {
+		t.Errorf("best split %d plain, %d compressed; want layer 2 to win once it compresses 20x", plain.Split, best.Split)
+	}
+}

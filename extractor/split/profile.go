@@ -63,6 +63,10 @@ type LayerProfile struct {
 	// input.
 	Seconds    float64 `json:"seconds"`
 	CumSeconds float64 `json:"cum_seconds"`
+	// WireRatio is how much smaller the layer's output gets compressed for
+	// the wire (cache/codec, S2, as float32) on the profiling image; 0 when
+	// not measured (a profile written before it), which counts as 1.
+	WireRatio float64 `json:"wire_ratio,omitempty"`
 }
 
 // LoadProfile reads a profile saved by SaveProfile.

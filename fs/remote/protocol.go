@@ -87,12 +87,15 @@ type Limits struct {
 
 // ModelsResponse is the body of GET /v1/models.
 type ModelsResponse struct {
-	Protocol int             `json:"protocol"`
-	Source   string          `json:"source"`
-	DType    extractor.DType `json:"dtype"`
-	Device   string          `json:"device"`
-	Limits   Limits          `json:"limits"`
-	Models   []ModelInfo     `json:"models"`
+	Protocol int `json:"protocol"`
+	// Encodings are those the server sends batch answers in, besides plain
+	// bytes, to a client that asks (EncodingFFZ1 with --wire-compression).
+	Encodings []string        `json:"encodings,omitempty"`
+	Source    string          `json:"source"`
+	DType     extractor.DType `json:"dtype"`
+	Device    string          `json:"device"`
+	Limits    Limits          `json:"limits"`
+	Models    []ModelInfo     `json:"models"`
 }
 
 // ObjectInfo is one object in GET /v1/list and GET /v1/stat.

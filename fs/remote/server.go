@@ -254,6 +254,9 @@ func (s *Server) modelsResponse() ModelsResponse {
 			MaxConcurrent:   s.cfg.MaxConcurrent,
 		},
 	}
+	if s.cfg.WireCompression != 0 {
+		resp.Encodings = []string{EncodingFFZ1}
+	}
 	for _, m := range s.cfg.Extractor.Models() {
 		mi := ModelInfo{
 			Name: m.Name, Digest: m.Digest, Preprocess: m.Preprocess, PreprocessKey: m.Preprocess.Key(),

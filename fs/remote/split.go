@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,6 +157,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 		}
 		cm.RawBytes = cfg.RawBytes
 		cm.ElemBytes = c.info.DType.Size()
+		cm.Compressed = slices.Contains(c.info.Encodings, EncodingFFZ1)
 		p, err := split.NewPlanner(cm, cfg.Policy, bw)
 		if err != nil {
 			return nil, err
