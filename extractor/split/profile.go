@@ -17,7 +17,7 @@ import (
 
 // ProfileSchema is bumped when Profile's meaning changes; older files are
 // measured again.
-const ProfileSchema = 1
+const ProfileSchema = 2 // 2: LayerProfile.WireRatio
 
 // Profile is the measured compute cost of one model on one device.
 type Profile struct {
