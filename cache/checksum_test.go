@@ -235,14 +235,23 @@ func TestReadAtVerifiesTheChunksItReads(t *testing.T) {
 	}
 }
 
-func TestStoreReadAt(t *testing.T) {
-	dir := t.TempDir()
-	var logs syncBuffer
-	s, err := Open(Options{Dir: dir, MaxBytes: 64 << 20, Logger: textLogger(&logs)})
+// openLogged opens a 64 MiB store in a new directory with opts (Dir,
+// MaxBytes and Logger set here), its log kept; it is closed when the test
+// ends.
+func openLogged(t *testing.T, opts Options) (*Store, string, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	opts.Dir, opts.MaxBytes, opts.Logger = t.TempDir(), 64<<20, textLogger(logs)
+	s, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s, opts.Dir, logs
+}
+
+func TestStoreReadAt(t *testing.T) {
+	s, dir, logs := openLogged(t, Options{})
 	const size = 3*chunkSize + 500
 	for i := range 4 {
 		if err := s.Put(testKey(i), testValue(i, size)); err != nil {

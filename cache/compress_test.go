@@ -97,13 +97,7 @@ func TestCompressedValues(t *testing.T) {
 }
 
 func TestDamagedCompressedValueIsAMiss(t *testing.T) {
-	dir := t.TempDir()
-	var logs syncBuffer
-	s, err := Open(Options{Dir: dir, MaxBytes: 64 << 20, Logger: textLogger(&logs), Compression: codec.S2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, dir, _ := openLogged(t, Options{Compression: codec.S2})
 	const size = 3 * chunkSize
 	for i := range 3 {
 		if err := s.Put(testKey(i), reluValue(i, size)); err != nil {

@@ -203,29 +203,19 @@ func holdsFiles(d *gofs.Inode) bool {
 func (f *FS) checkKernel(l *listing) {
 	l.checkOnce.Do(func() {
 		defer close(l.checked)
-		for _, d := range f.heldDirs(l.prefix) {
-			for name, ch := range d.Children() {
-				ff, ok := ch.Operations().(*featureFile)
-				if !ok {
-					continue
-				}
-				if e, found, _ := l.find(name); found && !e.dir && e.obj.Key == ff.obj.Key && e.obj.ETag == ff.obj.ETag {
-					continue
-				}
-				// ENOENT: the kernel no longer had it; nothing to drop.
-				d.NotifyEntry(name)
-				f.stats.invalidations.Add(1)
-			}
-		}
+		f.eachStaleFile(l, func(d *gofs.Inode, name string, _ *gofs.Inode) {
+			// ENOENT: the kernel no longer had it; nothing to drop.
+			d.NotifyEntry(name)
+			f.stats.invalidations.Add(1)
+		})
 	})
 }
 
-// dropChangedPages tells the kernel to drop the pages of every feature file
-// it holds in l's directory, in every layer and alias directory, that is
-// not the one l gives that name (same object key and ETag). The kernel
-// waits for the pages a read of such a file is filling, so a read in
-// flight of one of them delays it.
-func (f *FS) dropChangedPages(l *listing) {
+// eachStaleFile calls fn with every feature file the kernel holds in l's
+// directory, in every layer and alias directory, that is not the one l
+// gives that name (same object key and ETag): its directory, name and
+// inode.
+func (f *FS) eachStaleFile(l *listing, fn func(dir *gofs.Inode, name string, file *gofs.Inode)) {
 	for _, d := range f.heldDirs(l.prefix) {
 		for name, ch := range d.Children() {
 			ff, ok := ch.Operations().(*featureFile)
@@ -235,11 +225,22 @@ func (f *FS) dropChangedPages(l *listing) {
 			if e, found, _ := l.find(name); found && !e.dir && e.obj.Key == ff.obj.Key && e.obj.ETag == ff.obj.ETag {
 				continue
 			}
-			if ch.NotifyContent(0, 0) == 0 {
-				f.stats.contentDrops.Add(1)
-			}
+			fn(d, name, ch)
 		}
 	}
+}
+
+// dropChangedPages tells the kernel to drop the pages of every feature file
+// it holds in l's directory, in every layer and alias directory, that is
+// not the one l gives that name (same object key and ETag). The kernel
+// waits for the pages a read of such a file is filling, so a read in
+// flight of one of them delays it.
+func (f *FS) dropChangedPages(l *listing) {
+	f.eachStaleFile(l, func(_ *gofs.Inode, _ string, file *gofs.Inode) {
+		if file.NotifyContent(0, 0) == 0 {
+			f.stats.contentDrops.Add(1)
+		}
+	})
 }
 
 // revalidateDir is called by a lookup that found prefix's directory (the
