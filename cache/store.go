@@ -16,6 +16,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/featurefs/featurefs/cache/codec"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // Lock order (outermost first): gate, a key stripe, writeGate, mu.
@@ -645,26 +646,13 @@ func (s *Store) Put(k Key, v []byte) error {
 func (s *Store) encode(i id, k Key, v []byte) []byte {
 	if s.compression != 0 {
 		t0 := time.Now()
-		rec, err := encodeCompressed(i, v, elemSize(k.DType), s.compression)
+		rec, err := encodeCompressed(i, v, int(spec.DType(k.DType).Size()), s.compression)
 		s.compressNanos.Add(int64(time.Since(t0)))
 		if err == nil && len(rec)-headerLen < len(v) {
 			return rec
 		}
 	}
 	return encodeValue(i, v)
-}
-
-// elemSize is the size of an element of dtype, for the codec's shuffle.
-func elemSize(dtype string) int {
-	switch dtype {
-	case "float16", "bfloat16", "int16", "uint16":
-		return 2
-	case "float32", "int32", "uint32":
-		return 4
-	case "float64", "int64", "uint64":
-		return 8
-	}
-	return 1
 }
 
 type victim struct {

@@ -46,7 +46,7 @@ func openSource(ctx context.Context, source string, o mountopts.Options) (bucket
 func openCache(o mountopts.Options, log *slog.Logger) (*cache.Store, error) {
 	deadline := time.Now().Add(lockWait)
 	for {
-		store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log, Compression: cacheCompression(o)})
+		store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log, Compression: codecMethod(o.CacheCompression)})
 		switch {
 		case err == nil:
 			return store, nil
@@ -142,12 +142,8 @@ func openFeatureStore(ctx context.Context, o mountopts.Options, log *slog.Logger
 	if err != nil {
 		return nil, failf(exitSource, "--feature-store %s: %w", o.FeatureStore, err)
 	}
-	es := 4
-	if o.DType == "float16" {
-		es = 2
-	}
-	fsc, _ := codec.ParseMethod(o.FeatureStoreCompression) // checked by Validate; "off" is 0
-	fst, err := featurestore.New(featurestore.Config{Store: bs, Logger: log, Compression: fsc, ElemSize: es})
+	fst, err := featurestore.New(featurestore.Config{Store: bs, Logger: log,
+		Compression: codecMethod(o.FeatureStoreCompression), ElemSize: int(o.DType.Size())})
 	if err != nil {
 		return nil, failf(exitSource, "--feature-store %s: %w", o.FeatureStore, err)
 	}
@@ -172,10 +168,10 @@ func closeFeatureStore(fst *featurestore.Store, wait time.Duration, log *slog.Lo
 	}
 }
 
-// cacheCompression is the cache codec --cache-compression names (0: off);
-// mountopts.Validate checked the name.
-func cacheCompression(o mountopts.Options) codec.Method {
-	m, err := codec.ParseMethod(o.CacheCompression)
+// codecMethod is the codec a --cache-compression, --feature-store-compression
+// or --wire-compression value names (0: off); mountopts validated the name.
+func codecMethod(name string) codec.Method {
+	m, err := codec.ParseMethod(name)
 	if err != nil {
 		return 0
 	}

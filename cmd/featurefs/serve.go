@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/mountopts"
 )
@@ -168,7 +167,7 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 		MaxObjectSize:   o.MaxObjectSize,
 		ImageExtensions: o.ImageExtensions,
 		FeatureStore:    fst,
-		WireCompression: wireCompression(so.WireCompression),
+		WireCompression: codecMethod(so.WireCompression),
 	})
 	if err != nil {
 		return failf(exitModel, "%w", err)
@@ -221,14 +220,4 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 		hs.Close()
 	}
 	return nil
-}
-
-// wireCompression is the codec --wire-compression names (0: off);
-// mountopts.ServeOptions.Validate checked the name.
-func wireCompression(name string) codec.Method {
-	m, err := codec.ParseMethod(name)
-	if err != nil {
-		return 0
-	}
-	return m
 }

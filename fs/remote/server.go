@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache/codec"
-	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
@@ -585,11 +584,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 // or the feature and 0 where the blob would not be smaller.
 func (s *Server) compress(data []byte) ([]byte, uint16) {
 	t0 := time.Now()
-	es := 4
-	if s.cfg.Extractor.DType() == extractor.Float16 {
-		es = 2
-	}
-	blob, err := codec.Encode(nil, data, es, s.cfg.WireCompression)
+	blob, err := codec.Encode(nil, data, int(s.cfg.Extractor.DType().Size()), s.cfg.WireCompression)
 	s.n.compressNanos.Add(int64(time.Since(t0)))
 	if err != nil || len(blob) >= len(data) {
 		return data, 0
