@@ -77,8 +77,9 @@ type fileOptions struct {
 
 // LoadFile applies the YAML config file at path on top of o and records it
 // in ConfigFile. Unknown keys are an error (a misspelt option must not be
-// ignored silently). Relative model paths are taken relative to the file's
-// directory. Models in the file replace models of the same name in o.
+// ignored silently) that names the key and lists the valid ones. Relative
+// model paths are taken relative to the file's directory. Models in the
+// file replace models of the same name in o.
 func (o *Options) LoadFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -88,7 +89,7 @@ func (o *Options) LoadFile(path string) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("--config %s: %w", path, err)
+		return fmt.Errorf("--config %s: %w", path, explainFileError(err))
 	}
 	if err := o.apply(&f, filepath.Dir(path)); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)

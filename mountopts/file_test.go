@@ -1,11 +1,14 @@
 package mountopts
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/featurefs/featurefs/extractor/spec"
 )
@@ -98,7 +101,7 @@ device: cpu
 
 func TestLoadFileErrors(t *testing.T) {
 	for _, c := range []struct{ text, want string }{
-		{"cache-sise: 1GiB\n", "field cache-sise not found"},
+		{"cache-sise: 1GiB\n", `unknown key "cache-sise" (did you mean "cache-size"?)`},
 		{"cache-size: lots\n", "cache-size: size \"lots\""},
 		{"metadata-ttl: 60\n", "metadata-ttl: "},
 		{"models: [a, b]\n", "cannot unmarshal"},
@@ -128,5 +131,47 @@ func TestLoadFilePlainByteCount(t *testing.T) {
 	}
 	if o.CacheSize != GiB {
 		t.Fatalf("CacheSize = %d", o.CacheSize)
+	}
+}
+
+// TestConfigTypoNamesKeyAndValidKeys: a misspelt key in the config file is
+// named, with the keys valid where it stands and the likely one, never a
+// Go type (it used to say "field cache_dir not found in type
+// mountopts.fileOptions").
+func TestConfigTypoNamesKeyAndValidKeys(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(p, []byte("cache_dir: /x\nmodels:\n  r50: {pth: m.onnx, preprocess: {rsize: 3}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := Default()
+	err := o.LoadFile(p)
+	if err == nil {
+		t.Fatal("a config file with unknown keys loaded")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		`line 1: unknown key "cache_dir" (did you mean "cache-dir"?); valid keys: allow-cpu-fallback, allow-nonempty, allow-other,`,
+		"cache-dir, cache-size,", "show-empty-dirs, tensorrt",
+		`line 3: unknown key "pth" in a model (models: NAME:) (did you mean "path"?); valid keys: aliases, path, prefetch-limit, preprocess`,
+		`line 3: unknown key "rsize" in a model's preprocess: (did you mean "resize"?); valid keys: crop, mean, resize, std`,
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "mountopts.") || strings.Contains(msg, "struct {") {
+		t.Errorf("error names a Go type:\n%s", msg)
+	}
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		t.Errorf("error does not unwrap to yaml's: %T", err)
+	}
+	// A key far from every valid one gets the list without a guess.
+	if err := os.WriteFile(p, []byte("wibble: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.LoadFile(p); err == nil || strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), `unknown key "wibble"; valid keys: `) {
+		t.Errorf("wibble: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache/codec"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // ServeOptions are the settings of `featurefs serve` beyond the Options it
@@ -43,6 +44,12 @@ type ServeOptions struct {
 	// or off.
 	WireCompression string
 }
+
+// DefaultServeCacheDir is serve's default CacheDir,
+// ~/.cache/featurefs/serve-cache: a mount's default cache directory is
+// another (~/.cache/featurefs/cache), so that `featurefs serve` and
+// `featurefs mount --remote` on one host run with their defaults.
+func DefaultServeCacheDir() string { return spec.DefaultServeCacheDir() }
 
 // DefaultServe returns the defaults of the serve settings.
 func DefaultServe() ServeOptions {
