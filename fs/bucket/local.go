@@ -23,7 +23,9 @@ import (
 // Keys are '/'-separated paths relative to the root. A key that is empty,
 // absolute, or has an empty, "." or ".." element is refused with ErrNotFound;
 // symbolic links are followed only while they stay inside the root (os.Root
-// enforces it), so a link pointing outside is ErrNotFound too. Only regular
+// enforces it), so a link pointing outside is ErrNotFound too; a link to
+// the listed directory or one above it (a loop, such as up -> ..) is left
+// out of listings, so that each object has finitely many keys. Only regular
 // files are objects and only directories are prefixes; other entries
 // (sockets, FIFOs, devices, dangling links) are left out of listings.
 //
@@ -237,6 +239,7 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 	var page Page
 	end := min(i+b.pageSize, len(names))
 	dirfd := int(f.Fd())
+	realDir := "" // the listed directory's real path, once a symlinked directory needs it
 	for _, name := range names[i:end] {
 		if err := ctx.Err(); err != nil {
 			return Page{}, fmt.Errorf("bucket: list %s: %w", b.url(prefix), err)
@@ -257,6 +260,8 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 				continue // dangling or escaping link: not an entry
 			}
 			switch {
+			case fi.IsDir() && b.loops(rel, key, &realDir):
+				continue // a link to the directory itself or one above it
 			case fi.IsDir():
 				mode = unix.S_IFDIR
 			case fi.Mode().IsRegular():
@@ -275,6 +280,27 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 		page.Next = names[end-1]
 	}
 	return page, nil
+}
+
+// loops reports whether key, a symbolic link in directory rel that resolves
+// to a directory inside the root, resolves to rel itself or to a directory
+// above it (e.g. links/up -> ..): listing it would show the same objects
+// again under ever longer keys, and prefetch would compute each of them
+// once per key, so such a link is left out. *realDir caches rel's real
+// path for the page. A path that cannot be resolved is not a loop.
+func (b *localBucket) loops(rel, key string, realDir *string) bool {
+	if *realDir == "" {
+		d, err := filepath.EvalSymlinks(filepath.Join(b.dir, filepath.FromSlash(rel)))
+		if err != nil {
+			return false
+		}
+		*realDir = d
+	}
+	target, err := filepath.EvalSymlinks(filepath.Join(b.dir, filepath.FromSlash(key)))
+	if err != nil {
+		return false
+	}
+	return target == *realDir || strings.HasPrefix(*realDir, strings.TrimSuffix(target, "/")+"/")
 }
 
 // sortedNames returns the sorted entry names of directory rel, open as f,

@@ -183,3 +183,53 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestLocalSymlinkLoopsListedOnce: a symbolic link to the listed directory
+// or one above it (links/up -> .., d/self -> ., d/e/top -> ../..) is left
+// out of listings, so a walk of the whole tree ends and finds each object
+// under one key, but for a link to another directory (in-dir -> d), which
+// is kept (issue 24: prefetch made 719 extractions for about 30 images
+// through links/up -> ..).
+func TestLocalSymlinkLoopsListedOnce(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s := localStore{dir: root}
+	for _, k := range []string{"a.jpg", "d/b.jpg", "d/e/c.jpg", "links/x.jpg"} {
+		s.put(t, k, []byte(k))
+	}
+	must(t, os.Symlink("..", filepath.Join(root, "links", "up")))
+	must(t, os.Symlink(".", filepath.Join(root, "d", "self")))
+	must(t, os.Symlink("../..", filepath.Join(root, "d", "e", "top")))
+	must(t, os.Symlink("d", filepath.Join(root, "in-dir")))
+	b := s.open(t, "", bucket.S3Options{})
+
+	var keys []string
+	var walk func(prefix string, depth int)
+	walk = func(prefix string, depth int) {
+		if depth > 8 {
+			t.Fatalf("listing %s: deeper than 8 levels: a loop is listed", prefix)
+		}
+		token := ""
+		for {
+			page, err := b.List(ctx, prefix, token)
+			if err != nil {
+				t.Fatalf("List(%q): %v", prefix, err)
+			}
+			for _, o := range page.Objects {
+				keys = append(keys, o.Key)
+			}
+			for _, p := range page.Prefixes {
+				walk(p, depth+1)
+			}
+			if token = page.Next; token == "" {
+				return
+			}
+		}
+	}
+	walk("", 0)
+	slices.Sort(keys)
+	want := []string{"a.jpg", "d/b.jpg", "d/e/c.jpg", "in-dir/b.jpg", "in-dir/e/c.jpg", "links/x.jpg"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("objects listed:\n  %q\nwant:\n  %q", keys, want)
+	}
+}
