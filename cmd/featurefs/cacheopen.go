@@ -78,7 +78,7 @@ func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger, 
 		Logger:           log,
 	}, o.ModelSpecs())
 	if errors.Is(err, extractor.ErrNoDevice) {
-		return nil, failf(exitModel, "--%v (--device auto or cpu, or --allow-cpu-fallback, runs on the CPU)", err)
+		return nil, failf(exitModel, "--%v %s", err, noDeviceHint(o.Device, o.TensorRT))
 	}
 	if err != nil {
 		return nil, failf(exitModel, "loading models: %w", err)
@@ -87,6 +87,20 @@ func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger, 
 		warn("--" + why + " (--allow-cpu-fallback)")
 	}
 	return svc, nil
+}
+
+// noDeviceHint says, in parentheses, what runs on the CPU instead of the
+// GPU that --device and --tensorrt asked for and that cannot be had. With
+// --tensorrt, --device auto is what asked for the GPU already: only
+// leaving out --tensorrt (or --allow-cpu-fallback) runs on the CPU.
+func noDeviceHint(device string, tensorRT bool) string {
+	switch {
+	case tensorRT && (device == "" || device == "auto"):
+		return "(without --tensorrt, or with --allow-cpu-fallback, it runs on the CPU)"
+	case tensorRT:
+		return "(--device auto or cpu without --tensorrt, or --allow-cpu-fallback, runs on the CPU)"
+	}
+	return "(--device auto or cpu, or --allow-cpu-fallback, runs on the CPU)"
 }
 
 // emptyCheckTimeout bounds the listing warnIfEmpty makes.
@@ -118,8 +132,10 @@ func warnIfEmpty(ctx context.Context, b bucket.Bucket, source string, log *slog.
 // openFeatureStore opens the feature store the options name (nil, nil for
 // none): the source's endpoint and profile unless the --feature-store-*
 // flags say otherwise, one retry per request (the store's own backoff
-// handles an outage). Close it with closeFeatureStore.
-func openFeatureStore(ctx context.Context, o mountopts.Options, log *slog.Logger) (*featurestore.Store, error) {
+// handles an outage). A store that does not answer now is not an error:
+// it is logged and the user told (warn: one line on the terminal), and it
+// is used once it answers. Close it with closeFeatureStore.
+func openFeatureStore(ctx context.Context, o mountopts.Options, log *slog.Logger, warn func(string)) (*featurestore.Store, error) {
 	if o.FeatureStore == "" {
 		return nil, nil
 	}
@@ -136,6 +152,11 @@ func openFeatureStore(ctx context.Context, o mountopts.Options, log *slog.Logger
 		// until it answers, as during any outage.
 		log.Warn("featurefs: feature store unreachable; going on without it until it answers",
 			slog.String("store", o.FeatureStore), slog.Any("err", err))
+		then := "reads compute what the cache lacks"
+		if o.FeatureStoreOnly {
+			then = "reads of what the cache lacks fail (--feature-store-only)"
+		}
+		warn(fmt.Sprintf("--feature-store %s does not answer (%v); going on without it: %s until it answers", o.FeatureStore, err, then))
 		opts.NoProbe = true
 		bs, err = bucket.OpenStore(ctx, o.FeatureStore, opts)
 	}

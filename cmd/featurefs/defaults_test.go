@@ -30,9 +30,17 @@ func TestDefaultsAgree(t *testing.T) {
 		t.Fatalf("spec.DefaultCacheDir() = %s, not under $HOME/.cache/featurefs", spec.DefaultCacheDir())
 	}
 
-	o, so := mountopts.Default(), mountopts.DefaultServe()
-	for name, fl := range map[string]*flag.FlagSet{"mount": mountFlags(&o), "serve": serveFlags(&o, &so)} {
+	o, sv := mountopts.Default(), defaultServeArgs()
+	for name, fl := range map[string]*flag.FlagSet{"mount": mountFlags(&o), "serve": serveFlags(&sv.o, &sv.so)} {
 		for flagName, def := range want {
+			if name == "serve" && flagName == "cache-dir" {
+				// Not a mount's, so that serve and mount --remote both
+				// start with their defaults on one host (issue 24).
+				def = spec.DefaultServeCacheDir()
+				if def == spec.DefaultCacheDir() {
+					t.Errorf("serve's default cache directory is mount's, %s", def)
+				}
+			}
 			f := fl.Lookup(flagName)
 			if f == nil {
 				t.Errorf("featurefs %s has no --%s", name, flagName)

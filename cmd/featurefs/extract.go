@@ -89,7 +89,7 @@ func runExtract(args []string) int {
 	pre.FastDecode = *fastDecode
 	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: name, Path: *modelPath, Preprocess: &pre}})
 	if errors.Is(err, extractor.ErrNoDevice) {
-		fmt.Fprintf(os.Stderr, "featurefs extract: --%v (--device auto or cpu, or --allow-cpu-fallback, runs on the CPU)\n", err)
+		fmt.Fprintf(os.Stderr, "featurefs extract: --%v %s\n", err, noDeviceHint(cfg.Device, cfg.TensorRT))
 		return exitModel
 	}
 	if err != nil {

@@ -14,11 +14,15 @@ const usage = `featurefs: an object bucket as a read-only filesystem of DNN feat
 
 Usage:
   featurefs mount [flags] SOURCE MOUNTPOINT   SOURCE = s3://BUCKET[/PREFIX] | DIR
+  featurefs mount --remote URL[,URL...] [flags] MOUNTPOINT
+                                              mount feature servers (featurefs serve; docs/SERVE.md)
   featurefs layers MODEL.onnx                 print a model's layer table
   featurefs extract --model M.onnx --layer K IMAGE... -o DIR
   featurefs cache stats|clear --cache-dir DIR
   featurefs stats [--json] MOUNTPOINT         live figures of a mount
-  featurefs warm PATH                          extract everything under a feature directory, with progress
+  featurefs warm PATH                         extract everything under a feature directory, with progress
+  featurefs warm --source SOURCE --model NAME=M.onnx --layer LAYER [PREFIX]
+                                              the same without a mount: into --cache-dir (and --feature-store)
   featurefs serve [flags] SOURCE              near-data feature server (docs/SERVE.md)
   featurefs doctor [--json]                   ONNX Runtime, GPUs, CUDA libraries: what --device auto runs on
   featurefs bench --model M.onnx [flags] DIR  extraction throughput on the images in DIR (JSON)

@@ -463,7 +463,7 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		}
 	}()
 
-	fst, err := openFeatureStore(ctx, o, log)
+	fst, err := openFeatureStore(ctx, o, log, rep.warn)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"log/slog"
@@ -27,6 +28,13 @@ func remoteFlags(fl *flag.FlagSet, r *mountopts.RemoteOptions) {
 // remoteSource is the SOURCE shown for a remote mount (/proc/mounts).
 func remoteSource(r mountopts.RemoteOptions) string {
 	return "featurefs+" + strings.Join(r.URLs, ",")
+}
+
+// unknownAuthority reports whether err is a TLS handshake that failed
+// because the server's certificate chains to no trusted CA.
+func unknownAuthority(err error) bool {
+	var ua x509.UnknownAuthorityError
+	return errors.As(err, &ua)
 }
 
 // dialRemote connects to the feature servers of a --remote mount.
@@ -55,6 +63,12 @@ func dialRemote(ctx context.Context, r mountopts.RemoteOptions, log *slog.Logger
 			strings.Join(r.URLs, ","), remote.TokenEnv)
 	case errors.Is(err, remote.ErrUnauthorized):
 		return nil, failf(exitSource, "--remote: %w (check --remote-token-file or %s)", err, remote.TokenEnv)
+	case err != nil && unknownAuthority(err) && r.CAFile == "":
+		return nil, failf(exitSource, "--remote: %s (the server's certificate is signed by a CA this host does not trust: pass --remote-ca FILE, the PEM certificate of that CA)",
+			strings.TrimPrefix(err.Error(), "remote: "))
+	case err != nil && unknownAuthority(err):
+		return nil, failf(exitSource, "--remote: %s (the server's certificate is not signed by a CA in --remote-ca %s or the system's)",
+			strings.TrimPrefix(err.Error(), "remote: "), r.CAFile)
 	case err != nil:
 		return nil, failf(exitSource, "--remote: %s", strings.TrimPrefix(err.Error(), "remote: "))
 	}

@@ -62,10 +62,19 @@ type serveArgs struct {
 	so mountopts.ServeOptions
 }
 
+// defaultServeArgs returns serve's defaults: mount's, but for the cache
+// directory (not a mount's: a server and a --remote mount of it may run on
+// one host), and the server's own.
+func defaultServeArgs() serveArgs {
+	o := mountopts.Default()
+	o.CacheDir = mountopts.DefaultServeCacheDir()
+	return serveArgs{o, mountopts.DefaultServe()}
+}
+
 // parseServe builds serve's options (parseWithConfig).
 func parseServe(args []string) (mountopts.Options, mountopts.ServeOptions, []string, error) {
 	v, pos, err := parseWithConfig(args,
-		func() serveArgs { return serveArgs{mountopts.Default(), mountopts.DefaultServe()} },
+		defaultServeArgs,
 		func(v *serveArgs) *mountopts.Options { return &v.o },
 		func(v *serveArgs) *flag.FlagSet { return serveFlags(&v.o, &v.so) })
 	return v.o, v.so, pos, err
@@ -140,7 +149,7 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 			err = errors.Join(err, cerr)
 		}
 	}()
-	fst, err := openFeatureStore(ctx, o, log)
+	fst, err := openFeatureStore(ctx, o, log, warn)
 	if err != nil {
 		return err
 	}

@@ -38,8 +38,12 @@ mount extracts it in full batches and caches it.
 Without a mount, --source (s3://BUCKET[/PREFIX] or a directory) with
 --model and --layer opens the bucket, the models and the cache (--cache-dir;
 not in use by a mount) directly, and extracts everything under PREFIX
-(default: the whole source). Every mount flag applies (--endpoint-url,
---device, --batch-size, --cache-size, --config, ...).
+(default: the whole source). The mount flags of the source, the models,
+the cache and the feature store apply (--endpoint-url, --device,
+--batch-size, --cache-size, --config, ...); those of a mount alone
+(--remote and --remote-*, --split, --allow-other, --allow-nonempty,
+--foreground, --metrics-addr, --prefetch, --prefetch-limit,
+--show-empty-dirs) are refused (exit 2): warm through such a mount's PATH.
 
 Exit codes: 0 everything extracted, 1 some objects failed (or another
 error), 2 bad usage (nothing is walked, no summary is printed); without a
@@ -47,6 +51,43 @@ mount also 4 model/ONNX Runtime/asked-for GPU, 5 source, 6 cache directory.
 
 Flags:
 `
+
+// mountOnlyFlags are the flags warm binds with every mount flag but that
+// only a mount uses: given to warm they are refused (rejectMountOnly), not
+// ignored, and warm -h leaves them out.
+var mountOnlyFlags = map[string]bool{
+	"remote": true, "remote-token-file": true, "remote-ca": true, "remote-timeout": true,
+	"remote-max-batch": true, "remote-batch-wait": true, "remote-max-inflight": true, "split": true,
+	"allow-other": true, "allow-nonempty": true, "foreground": true, "metrics-addr": true,
+	"prefetch": true, "prefetch-limit": true, "show-empty-dirs": true,
+}
+
+// rejectMountOnly returns an error naming the mount-only flags among args
+// (mountOnlyFlags), or nil. The config file may hold them: it is shared
+// with mount.
+func rejectMountOnly(args []string) error {
+	o := mountopts.Default()
+	var w warmArgs
+	fl := warmFlags(&o, &w)
+	if _, err := parseInterspersed(fl, args); err != nil {
+		return nil // parseWarm reports it
+	}
+	var bad []string
+	fl.Visit(func(f *flag.Flag) {
+		if mountOnlyFlags[f.Name] {
+			bad = append(bad, "--"+f.Name)
+		}
+	})
+	if len(bad) == 0 {
+		return nil
+	}
+	what := "a flag of featurefs mount only"
+	if len(bad) > 1 {
+		what = "flags of featurefs mount only"
+	}
+	return fmt.Errorf("%s: %s, which warm does not use (to warm a --remote mount, or one mounted with such flags, give warm a PATH inside it: featurefs warm MOUNT/features/MODEL/LAYER)",
+		strings.Join(bad, ", "), what)
+}
 
 // warmArgs are warm's own flags.
 type warmArgs struct {
@@ -89,13 +130,22 @@ func runWarm(args []string) int {
 	o, w, pos, err := parseWarm(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(os.Stderr, warmUsage)
-		fl := warmFlags(&o, &w)
-		fl.SetOutput(os.Stderr)
-		fl.PrintDefaults()
+		help := flag.NewFlagSet("warm", flag.ContinueOnError)
+		warmFlags(&o, &w).VisitAll(func(f *flag.Flag) {
+			if !mountOnlyFlags[f.Name] {
+				help.Var(f.Value, f.Name, f.Usage)
+			}
+		})
+		help.SetOutput(os.Stderr)
+		help.PrintDefaults()
 		return exitOK
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs warm: %v\nRun 'featurefs warm -h' for the flags.\n", err)
+		return exitUsage
+	}
+	if err := rejectMountOnly(args); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs warm: %v\n", err)
 		return exitUsage
 	}
 	if w.jobs < 1 {
@@ -209,7 +259,7 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 		return warmOutcome{}, err
 	}
 	defer store.Close()
-	fst, err := openFeatureStore(ctx, o, log)
+	fst, err := openFeatureStore(ctx, o, log, warn)
 	if err != nil {
 		return warmOutcome{}, err
 	}

@@ -41,6 +41,12 @@ func DefaultORTLib() string {
 // ~/.cache/featurefs/cache.
 func DefaultCacheDir() string { return filepath.Join(Dir(), "cache") }
 
+// DefaultServeCacheDir is the default --cache-dir of featurefs serve:
+// ~/.cache/featurefs/serve-cache, not the mount's, so that a server and a
+// --remote mount of it on one host (each locks its cache) both start with
+// their defaults.
+func DefaultServeCacheDir() string { return filepath.Join(Dir(), "serve-cache") }
+
 // DefaultLogFile is where a background mount logs when no --log-file is
 // given: ~/.cache/featurefs/featurefs.log.
 func DefaultLogFile() string { return filepath.Join(Dir(), "featurefs.log") }
