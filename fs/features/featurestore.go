@@ -20,6 +20,21 @@ import (
 // computed.
 var ErrNotExtracted = errors.New("feature not extracted yet: not in the feature store (--feature-store-only computes nothing)")
 
+// unusableError is a read's error under StoreOnly when the feature store
+// has an object for the feature that cannot be served (damaged, or from
+// another version): it matches ErrNotExtracted, as nothing is computed,
+// but says that the store has the object.
+type unusableError struct {
+	key string
+	err error // matches featurestore.ErrUnusable
+}
+
+func (e *unusableError) Error() string {
+	return e.key + ": not served: the feature store's object is unusable and --feature-store-only computes nothing (" + e.err.Error() + ")"
+}
+func (e *unusableError) Unwrap() error        { return e.err }
+func (e *unusableError) Is(target error) bool { return target == ErrNotExtracted }
+
 // manifest is a model directory's _model.json in the feature store.
 type manifest struct {
 	Schema     string               `json:"schema_version"`
@@ -94,7 +109,17 @@ func (p *Pipeline) fromFeatureStore(ctx context.Context, v *View, obj bucket.Obj
 	ref = p.storeRef(ctx, v, obj, key)
 	data, ok, err = fst.Get(ctx, ref, v.Size)
 	if err != nil && ctx.Err() == nil && p.FirstLog("featurestore\x00"+ref.Key()+"\x00"+err.Error()) {
-		p.log.Warn("featurefs: feature store read", slog.String("key", obj.Key), slog.String("store_key", ref.Key()), slog.Any("err", err))
+		// Say what follows, which depends on the mode: only a mount that
+		// may compute computes it again.
+		what, then := "feature store read failed", "computing the feature here"
+		if errors.Is(err, featurestore.ErrUnusable) {
+			what, then = "feature store object unusable", "computing it again"
+		}
+		if p.cfg.StoreOnly {
+			then = "the read fails (--feature-store-only computes nothing)"
+		}
+		msg := "featurefs: " + what + "; " + then
+		p.log.Warn(msg, slog.String("key", obj.Key), slog.String("store_key", ref.Key()), slog.Any("err", err))
 	}
 	if ok {
 		return data, ref, true, nil
@@ -102,6 +127,9 @@ func (p *Pipeline) fromFeatureStore(ctx context.Context, v *View, obj bucket.Obj
 	if p.cfg.StoreOnly {
 		if ctx.Err() != nil {
 			return nil, ref, false, ctx.Err()
+		}
+		if errors.Is(err, featurestore.ErrUnusable) {
+			return nil, ref, false, &unusableError{key: obj.Key, err: err}
 		}
 		if err != nil {
 			return nil, ref, false, fmt.Errorf("%s: %w (%v)", obj.Key, ErrNotExtracted, err)

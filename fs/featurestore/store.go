@@ -244,10 +244,17 @@ func (s *Store) SetManifest(modelDir string, manifest []byte) {
 	}
 }
 
+// ErrUnusable is matched by Get's error when the store has an object for
+// the feature but it cannot be served: damaged, or computed from another
+// object version, model, preprocessing or dtype. What happens next is the
+// caller's to say (compute it again, or under --feature-store-only fail).
+var ErrUnusable = errors.New("feature object unusable")
+
 // Get returns the feature named by r if the store has it with matching
-// metadata, checksum and size. A miss, a mismatch and a store error all
-// return ok false; the error is for the caller's logs (the store's own
-// figures count it), and while the store is failing Get returns at once.
+// metadata, checksum and size. A miss, a mismatch (ErrUnusable) and a store
+// error all return ok false; the error is for the caller's logs (the
+// store's own figures count it), and while the store is failing Get
+// returns at once.
 func (s *Store) Get(ctx context.Context, r Ref, size int64) (data []byte, ok bool, err error) {
 	if s.down() {
 		s.skipped.Add(1)
@@ -264,7 +271,7 @@ func (s *Store) Get(ctx context.Context, r Ref, size int64) (data []byte, ok boo
 	case errors.Is(err, bucket.ErrTooLarge):
 		s.healthy()
 		s.mismatches.Add(1)
-		return nil, false, fmt.Errorf("feature store: %s: larger than the layer's %d bytes", r.Key(), size)
+		return nil, false, fmt.Errorf("feature store: %s: %w: larger than the layer's %d bytes", r.Key(), ErrUnusable, size)
 	case err != nil:
 		if ctx.Err() != nil && ctx.Err() != context.DeadlineExceeded {
 			return nil, false, err // the reader went away: not the store's fault
@@ -278,13 +285,13 @@ func (s *Store) Get(ctx context.Context, r Ref, size int64) (data []byte, ok boo
 		raw, err := codec.Decode(make([]byte, 0, size), data)
 		if err != nil {
 			s.mismatches.Add(1)
-			return nil, false, fmt.Errorf("feature store: %s: %v; computing it again", r.Key(), err)
+			return nil, false, fmt.Errorf("feature store: %s: %w: %v", r.Key(), ErrUnusable, err)
 		}
 		data = raw
 	}
 	if why := check(r, data, meta, size); why != "" {
 		s.mismatches.Add(1)
-		return nil, false, fmt.Errorf("feature store: %s: %s; computing it again", r.Key(), why)
+		return nil, false, fmt.Errorf("feature store: %s: %w: %s", r.Key(), ErrUnusable, why)
 	}
 	s.hits.Add(1)
 	s.hitBytes.Add(int64(len(data)))
