@@ -21,6 +21,12 @@ type Object struct {
 	ETag string
 	// ModTime is the object's last modification time.
 	ModTime time.Time
+	// Identity, when not empty, is the key of the object this key reaches
+	// under another name: a local source's key through a symbolic link
+	// (a linked file, or a file in a linked directory) has the key of its
+	// real path, so that its feature is computed and cached once however
+	// many keys reach it. Empty: the object is Key.
+	Identity string
 }
 
 // Page is one page of a one-level listing.

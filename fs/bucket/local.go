@@ -159,7 +159,27 @@ func (b *localBucket) Stat(ctx context.Context, key string) (Object, error) {
 	if !fi.Mode().IsRegular() {
 		return Object{}, fmt.Errorf("bucket: stat %s: not a regular file: %w", b.url(key), ErrNotFound)
 	}
-	return objectFromInfo(key, fi), nil
+	o := objectFromInfo(key, fi)
+	o.Identity = b.realKey(key)
+	return o, nil
+}
+
+// realKey returns the key of key's real path (symbolic links resolved)
+// when it differs from key, and "" when it does not or cannot be resolved
+// inside the root (Object.Identity).
+func (b *localBucket) realKey(key string) string {
+	real, err := filepath.EvalSymlinks(filepath.Join(b.dir, filepath.FromSlash(key)))
+	if err != nil {
+		return ""
+	}
+	rel, err := filepath.Rel(b.dir, real)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return ""
+	}
+	if rel = filepath.ToSlash(rel); rel != key {
+		return rel
+	}
+	return ""
 }
 
 // Get reads the regular file key, at most maxBytes (<= 0: the bucket's
@@ -240,6 +260,14 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 	end := min(i+b.pageSize, len(names))
 	dirfd := int(f.Fd())
 	realDir := "" // the listed directory's real path, once a symlinked directory needs it
+	// A directory reached through a symbolic link holds objects whose
+	// identity is under its real path.
+	realPrefix := ""
+	if rel != "." {
+		if r := b.realKey(rel); r != "" {
+			realPrefix = r + "/"
+		}
+	}
 	for _, name := range names[i:end] {
 		if err := ctx.Err(); err != nil {
 			return Page{}, fmt.Errorf("bucket: list %s: %w", b.url(prefix), err)
@@ -265,7 +293,9 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 			case fi.IsDir():
 				mode = unix.S_IFDIR
 			case fi.Mode().IsRegular():
-				page.Objects = append(page.Objects, objectFromInfo(key, fi))
+				o := objectFromInfo(key, fi)
+				o.Identity = b.realKey(key)
+				page.Objects = append(page.Objects, o)
 				continue
 			}
 		}
@@ -273,7 +303,11 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 		case unix.S_IFDIR:
 			page.Prefixes = append(page.Prefixes, key+"/")
 		case unix.S_IFREG:
-			page.Objects = append(page.Objects, objectFromStat(key, &st))
+			o := objectFromStat(key, &st)
+			if realPrefix != "" {
+				o.Identity = realPrefix + name
+			}
+			page.Objects = append(page.Objects, o)
 		}
 	}
 	if end < len(names) {

@@ -187,9 +187,10 @@ func must(t *testing.T, err error) {
 // TestLocalSymlinkLoopsListedOnce: a symbolic link to the listed directory
 // or one above it (links/up -> .., d/self -> ., d/e/top -> ../..) is left
 // out of listings, so a walk of the whole tree ends and finds each object
-// under one key, but for a link to another directory (in-dir -> d), which
-// is kept (issue 24: prefetch made 719 extractions for about 30 images
-// through links/up -> ..).
+// under one key, but for links to another directory (in-dir -> d) or file
+// (d/b-link.jpg -> b.jpg), which are kept and carry the key of what they
+// reach as their Identity (issue 24: prefetch made 719 extractions for
+// about 30 images through links/up -> ..).
 func TestLocalSymlinkLoopsListedOnce(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -203,7 +204,9 @@ func TestLocalSymlinkLoopsListedOnce(t *testing.T) {
 	must(t, os.Symlink("d", filepath.Join(root, "in-dir")))
 	b := s.open(t, "", bucket.S3Options{})
 
+	must(t, os.Symlink("b.jpg", filepath.Join(root, "d", "b-link.jpg")))
 	var keys []string
+	ids := map[string]string{}
 	var walk func(prefix string, depth int)
 	walk = func(prefix string, depth int) {
 		if depth > 8 {
@@ -217,6 +220,7 @@ func TestLocalSymlinkLoopsListedOnce(t *testing.T) {
 			}
 			for _, o := range page.Objects {
 				keys = append(keys, o.Key)
+				ids[o.Key] = o.Identity
 			}
 			for _, p := range page.Prefixes {
 				walk(p, depth+1)
@@ -228,8 +232,20 @@ func TestLocalSymlinkLoopsListedOnce(t *testing.T) {
 	}
 	walk("", 0)
 	slices.Sort(keys)
-	want := []string{"a.jpg", "d/b.jpg", "d/e/c.jpg", "in-dir/b.jpg", "in-dir/e/c.jpg", "links/x.jpg"}
+	want := []string{"a.jpg", "d/b-link.jpg", "d/b.jpg", "d/e/c.jpg", "in-dir/b-link.jpg", "in-dir/b.jpg", "in-dir/e/c.jpg", "links/x.jpg"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("objects listed:\n  %q\nwant:\n  %q", keys, want)
+	}
+	// Keys through a link carry the key of the object they reach
+	// (Identity), in listings and from Stat; the others none.
+	wantIDs := map[string]string{"d/b-link.jpg": "d/b.jpg", "in-dir/b-link.jpg": "d/b.jpg", "in-dir/b.jpg": "d/b.jpg", "in-dir/e/c.jpg": "d/e/c.jpg"}
+	for _, k := range want {
+		if ids[k] != wantIDs[k] {
+			t.Errorf("listed %s: Identity %q, want %q", k, ids[k], wantIDs[k])
+		}
+		o, err := b.Stat(ctx, k)
+		if err != nil || o.Identity != wantIDs[k] {
+			t.Errorf("Stat(%s): Identity %q, %v; want %q", k, o.Identity, err, wantIDs[k])
+		}
 	}
 }

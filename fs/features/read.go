@@ -113,13 +113,24 @@ func (p *Pipeline) NewerVersion(key string) (bucket.Object, time.Time, bool) {
 func (p *Pipeline) cacheKey(v *View, obj bucket.Object) cache.Key {
 	return cache.Key{
 		Source:      p.identity,
-		Object:      obj.Key,
+		Object:      objectID(obj),
 		ETag:        obj.ETag,
 		ModelDigest: v.Model.Digest,
 		Layer:       v.Layer.Tensor,
 		Preprocess:  v.Model.Preprocess.Key(),
 		DType:       string(p.dtype),
 	}
+}
+
+// objectID is what identifies obj's content in cache keys and extraction
+// requests: the key of the object it aliases (bucket.Object.Identity), so
+// that every key reaching one object shares one computation and one cache
+// entry, else its key.
+func objectID(obj bucket.Object) string {
+	if obj.Identity != "" {
+		return obj.Identity
+	}
+	return obj.Key
 }
 
 // feature returns the .npy bytes of an object's feature: a known bad object
@@ -181,7 +192,7 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		Layer:    v.Layer.Index,
 		Key:      obj.Key,
 		ETag:     obj.ETag,
-		ID:       p.identity + "\x00" + obj.Key + "\x00" + obj.ETag,
+		ID:       p.identity + "\x00" + objectID(obj) + "\x00" + obj.ETag,
 		Priority: prio,
 		Fetch: func(ctx context.Context) ([]byte, error) {
 			b, o, err := p.cfg.Bucket.Get(ctx, obj.Key, p.cfg.MaxObjectSize)
