@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,7 +172,8 @@ func TestWarmRefusesMountOnlyFlags(t *testing.T) {
 // TestUnreachableFeatureStoreWarnsOnTheTerminal: a feature store that does
 // not answer when a mount starts is a warning, not an exit, and the user
 // hears it on the terminal of the mounting command (it used to be in the
-// log only), daemonizing or not; the same for serve and warm --source.
+// log only), daemonizing or not, under --feature-store-only saying that
+// reads fail; the same for serve and warm --source.
 func TestUnreachableFeatureStoreWarnsOnTheTerminal(t *testing.T) {
 	work := t.TempDir()
 	src := filepath.Join(work, "src")
@@ -243,6 +245,32 @@ func TestUnreachableFeatureStoreWarnsOnTheTerminal(t *testing.T) {
 			t.Fatalf("mount --foreground --feature-store-only: not mounted after 3m")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// serve: the warning comes before the listening line.
+	sv := exec.Command(featurefsBin(t), append([]string{"serve", "--no-auth", "--listen", "127.0.0.1:0", "--model", modelName + "=" + testenv.Model(t, modelName),
+		"--cache-dir", filepath.Join(work, "c4"), "--device", "cpu", "--log-file", filepath.Join(work, "serve.log")}, append(store, src)...)...)
+	sv.Env = cliEnv(t, env...)
+	svErr, err := sv.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var before []string
+	ssc := bufio.NewScanner(svErr)
+	for ssc.Scan() && !strings.HasPrefix(ssc.Text(), "featurefs serve: listening on ") {
+		before = append(before, ssc.Text())
+	}
+	sv.Process.Signal(syscall.SIGTERM)
+	go func() {
+		for ssc.Scan() {
+		}
+	}()
+	sv.Wait()
+	if n := len(linesWith(strings.Join(before, "\n"), "featurefs serve: "+want)); n != 1 {
+		t.Errorf("serve: %d warning lines about the feature store on stderr before it listens, want 1:\n%s", n, strings.Join(before, "\n"))
 	}
 
 	// warm --source.
