@@ -352,6 +352,9 @@ func (c *Client) frameLimit(it BatchItem, flags uint16) uint64 {
 func (c *Client) frameData(f Frame, it BatchItem) ([]byte, error) {
 	c.n.wireBytes.Add(int64(len(f.Data)))
 	want := c.npySize(it)
+	if want <= 0 {
+		return nil, fmt.Errorf("%w: a feature of model %q layer %d, which the servers do not list", ErrBadAnswer, it.Model, it.Layer)
+	}
 	data := f.Data
 	if f.Flags&FrameCompressed != 0 {
 		n, err := codec.RawLen(f.Data)
