@@ -137,6 +137,11 @@ func dec() *zstd.Decoder {
 
 func numChunks(n int) int { return (n + ChunkSize - 1) / ChunkSize }
 
+// MaxLen is the most bytes the blob of rawLen raw bytes takes (every
+// chunk stored raw): a reader that knows the raw length it expects bounds
+// a blob's length with it before reading it.
+func MaxLen(rawLen int) int { return headerLen + entryLen*numChunks(rawLen) + rawLen }
+
 // shuffle writes src's bytes to dst grouped by their position in an element
 // of size es: byte 0 of every element, then byte 1, ... A tail shorter than
 // an element is copied as it is.

@@ -220,6 +220,9 @@ func FuzzRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(b) > MaxLen(len(raw)) {
+			t.Fatalf("blob of %d raw bytes takes %d, MaxLen says at most %d", len(raw), len(b), MaxLen(len(raw)))
+		}
 		got, err := Decode(nil, b)
 		if err != nil || !bytes.Equal(got, raw) {
 			t.Fatalf("round trip of %d bytes, element size %d: %v", len(raw), es%9, err)

@@ -120,12 +120,8 @@ func (e *Extractor) Model(name string) (*extractor.Model, bool) {
 // LayerTable returns the server's layers table of a model (the text of
 // features/<model>/layers), which fs shows instead of Model.Table.
 func (e *Extractor) LayerTable(model string) (string, bool) {
-	for _, mi := range e.c.info.Models {
-		if mi.Name == model {
-			return mi.Table, true
-		}
-	}
-	return "", false
+	t, ok := e.c.tables[model]
+	return t, ok
 }
 
 // DType is the servers' element type.

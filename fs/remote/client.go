@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -70,7 +71,8 @@ type Client struct {
 	models   []*extractor.Model
 	byName   map[string]*extractor.Model
 	identity string
-	maxData  int64
+	npySizes map[string][]int64 // by model: each layer's .npy size (checkModel)
+	tables   map[string]string  // by model: the servers' layers table
 	stop     chan struct{}
 	stopOnce sync.Once
 	owner    *lifetime.Owner // the queues' loops and the batches in flight
@@ -228,28 +230,48 @@ func agree(a, b ModelsResponse) string {
 	return ""
 }
 
-// buildModels turns the servers' model list into extractor.Models.
+// buildModels turns the servers' model list into extractor.Models. A
+// model past the client's caps (checkModel: names, layer counts, shapes,
+// sizes) is refused with one log line and the others are served; an
+// answer with more than maxModels models, an unknown dtype or no usable
+// model is an error.
 func (c *Client) buildModels() error {
+	if err := checkDType(c.info.DType); err != nil {
+		return err
+	}
+	if len(c.info.Models) > maxModels {
+		return fmt.Errorf("remote: the servers list %d models (at most %d)", len(c.info.Models), maxModels)
+	}
 	c.byName = map[string]*extractor.Model{}
+	c.npySizes = map[string][]int64{}
+	c.tables = map[string]string{}
 	for _, mi := range c.info.Models {
+		sizes, err := checkModel(mi, c.info.DType)
+		if err == nil && c.byName[mi.Name] != nil {
+			err = fmt.Errorf("%w: listed twice", errBadModel)
+		}
 		m := &extractor.Model{Name: mi.Name, Path: c.servers[0].url + "/v1/models#" + mi.Name, Digest: mi.Digest, Aliases: mi.Aliases, Preprocess: mi.Preprocess}
-		if m.Preprocess.Key() != mi.PreprocessKey {
-			return fmt.Errorf("remote: model %s: preprocessing %q does not round-trip (%q)", mi.Name, mi.PreprocessKey, m.Preprocess.Key())
+		if err == nil && m.Preprocess.Key() != mi.PreprocessKey {
+			err = fmt.Errorf("preprocessing %q does not round-trip (%q)", mi.PreprocessKey, m.Preprocess.Key())
+		}
+		if err != nil {
+			c.log.Warn("featurefs: feature server's model refused; the others are served",
+				slog.String("model", fmt.Sprintf("%.64q", mi.Name)), slog.String("server", c.servers[0].url), slog.Any("err", err))
+			continue
 		}
 		for i, l := range mi.Layers {
-			if l.Index != i {
-				return fmt.Errorf("remote: model %s: layer %d listed as %d", mi.Name, i, l.Index)
-			}
-			m.Layers = append(m.Layers, extractor.Layer{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: l.Shape, Bytes: l.Bytes, CumGFLOPs: l.CumGFLOPs})
-			if n := extractor.NPYSize(l.Shape, c.info.DType); n > c.maxData {
-				c.maxData = n
-			}
+			elems := (sizes[i] - int64(len(extractor.NPYHeader(l.Shape, c.info.DType)))) / c.info.DType.Size()
+			// Bytes is the layer's float32 activation, computed here, not
+			// taken from the server.
+			m.Layers = append(m.Layers, extractor.Layer{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: slices.Clone(l.Shape), Bytes: elems * 4, CumGFLOPs: l.CumGFLOPs})
 		}
 		c.models = append(c.models, m)
 		c.byName[m.Name] = m
+		c.npySizes[m.Name] = sizes
+		c.tables[m.Name] = mi.Table
 	}
 	if len(c.models) == 0 {
-		return errors.New("remote: the servers serve no model")
+		return errors.New("remote: the servers serve no usable model")
 	}
 	return nil
 }

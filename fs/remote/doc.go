@@ -39,5 +39,8 @@
 //
 // Every /v1/ request carries a bearer token (compared in constant time,
 // never logged); TLS is optional. Request bodies, batch sizes and concurrent
-// work are bounded on the server; frame sizes on the client.
+// work are bounded on the server. The client trusts no number a server
+// sends (limits.go): models past its caps are refused one by one, and a
+// frame's length is checked against its item's .npy size before anything
+// is allocated for it (readBatch).
 package remote

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -208,30 +209,82 @@ func WriteFrame(w io.Writer, f Frame) error {
 	return err
 }
 
+// frameHeader is the fixed part of a frame, as received.
+type frameHeader struct {
+	Index   uint32
+	Status  uint16
+	Flags   uint16
+	MsgLen  uint32
+	DataLen uint64
+}
+
+// frameChunk is the most a frame reader allocates before the bytes it
+// allocates for arrive: a length read from the wire buys at most this much
+// memory until the data comes (readBounded).
+const frameChunk = 1 << 20
+
+// readFrameHeader reads a frame's fixed part; a message longer than
+// maxMessageLen is an error matching ErrBadAnswer.
+func readFrameHeader(r io.Reader) (frameHeader, error) {
+	var b [frameHeaderLen]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return frameHeader{}, err
+	}
+	h := frameHeader{Index: binary.LittleEndian.Uint32(b[0:]), Status: binary.LittleEndian.Uint16(b[4:]), Flags: binary.LittleEndian.Uint16(b[6:]),
+		MsgLen: binary.LittleEndian.Uint32(b[8:]), DataLen: binary.LittleEndian.Uint64(b[12:])}
+	if h.MsgLen > maxMessageLen {
+		return frameHeader{}, fmt.Errorf("%w: batch frame: message of %d bytes (at most %d)", ErrBadAnswer, h.MsgLen, maxMessageLen)
+	}
+	return h, nil
+}
+
+// readBounded reads exactly n bytes, growing its buffer as they arrive:
+// it starts at frameChunk at most and at most doubles, so that it never
+// holds more than twice what was received (and frameChunk) whatever n
+// says. n must already be checked against the caller's cap.
+func readBounded(r io.Reader, n uint64) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	buf := make([]byte, 0, min(n, frameChunk))
+	for uint64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(n, 2*uint64(cap(buf))))-len(buf))
+		}
+		m, err := io.ReadFull(r, buf[len(buf):min(uint64(cap(buf)), n)])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			return nil, noEOF(err)
+		}
+	}
+	return buf, nil
+}
+
 // ReadFrame reads one frame; data longer than maxData is an error (a
 // corrupt or hostile stream must not make the client allocate without
-// bound).
+// bound), and the data within it is allocated as it arrives (readBounded).
 func ReadFrame(r io.Reader, maxData int64) (Frame, error) {
-	var h [frameHeaderLen]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
+	h, err := readFrameHeader(r)
+	if err != nil {
 		return Frame{}, err
 	}
-	f := Frame{Index: binary.LittleEndian.Uint32(h[0:]), Status: binary.LittleEndian.Uint16(h[4:]), Flags: binary.LittleEndian.Uint16(h[6:])}
-	msgLen := binary.LittleEndian.Uint32(h[8:])
-	dataLen := binary.LittleEndian.Uint64(h[12:])
-	if msgLen > maxMessageLen {
-		return Frame{}, fmt.Errorf("batch frame: message of %d bytes (at most %d)", msgLen, maxMessageLen)
+	if maxData < 0 || h.DataLen > uint64(maxData) {
+		return Frame{}, fmt.Errorf("batch frame: %d data bytes (at most %d)", h.DataLen, maxData)
 	}
-	if dataLen > uint64(maxData) {
-		return Frame{}, fmt.Errorf("batch frame: %d data bytes (at most %d)", dataLen, maxData)
+	return readFrameBody(r, h)
+}
+
+// readFrameBody reads the message and data of a frame whose lengths the
+// caller checked.
+func readFrameBody(r io.Reader, h frameHeader) (Frame, error) {
+	f := Frame{Index: h.Index, Status: h.Status, Flags: h.Flags}
+	msg, err := readBounded(r, uint64(h.MsgLen))
+	if err != nil {
+		return Frame{}, fmt.Errorf("batch frame: %w", err)
 	}
-	buf := make([]byte, int(msgLen)+int(dataLen))
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return Frame{}, fmt.Errorf("batch frame: %w", noEOF(err))
-	}
-	f.Message = string(buf[:msgLen])
-	if dataLen > 0 {
-		f.Data = buf[msgLen:]
+	f.Message = string(msg)
+	if f.Data, err = readBounded(r, h.DataLen); err != nil {
+		return Frame{}, fmt.Errorf("batch frame: %w", err)
 	}
 	return f, nil
 }

@@ -304,10 +304,12 @@ func (x *SplitExtractor) Stats() extractor.Stats {
 }
 
 // ObserveListing records the sizes of listed objects: the mean image size
-// of the raw candidate.
+// of the raw candidate. A size past MaxObjectSize (an image split raw
+// could not fetch; or a server's number that would overflow the sum) is
+// not counted.
 func (x *SplitExtractor) ObserveListing(objs []bucket.Object) {
 	for _, o := range objs {
-		if o.Size > 0 {
+		if o.Size > 0 && o.Size <= x.maxRaw {
 			x.rawSum.Add(o.Size)
 			x.rawN.Add(1)
 		}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache/codec"
+	"github.com/featurefs/featurefs/extractor"
 )
 
 // TokenEnv is the environment variable a token is read from when no token
@@ -69,7 +70,8 @@ func TLSConfig(caFile string) (*tls.Config, error) {
 }
 
 // get does an authenticated GET of path on server u and decodes the JSON
-// answer into v, failing after Timeout.
+// answer into v, failing after Timeout; at most maxModelsBody bytes of it
+// for /v1/models, maxJSONBody for the others.
 func (c *Client) get(ctx context.Context, u, path string, q url.Values, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -94,7 +96,11 @@ func (c *Client) get(ctx context.Context, u, path string, q url.Values, v any) e
 	if ct := mediaType(resp); ct != "application/json" {
 		return &foreignAnswerError{server: u, status: resp.StatusCode, contentType: ct}
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(v); err != nil {
+	limit := int64(maxJSONBody)
+	if path == "/v1/models" {
+		limit = maxModelsBody
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, limit)).Decode(v); err != nil {
 		return c.unavailable(u, fmt.Errorf("reading %s: %w", path, err))
 	}
 	return nil
@@ -208,7 +214,9 @@ func (c *Client) fetchModels(ctx context.Context, u string) (ModelsResponse, err
 // request when the server stays silent (no response, frame or heartbeat)
 // for Timeout. The error returned is for every item not answered: a
 // refused batch (the server's error), or a broken stream (ErrUnavailable
-// when the server went silent or away, or the client was closed).
+// when the server went silent or away, or the client was closed;
+// ErrBadAnswer when its frames break the protocol or the client's caps:
+// readBatch).
 func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data []byte, wire int, err error)) error {
 	body, err := json.Marshal(BatchRequest{Items: items, Encodings: []string{EncodingFFZ1}})
 	if err != nil {
@@ -253,56 +261,121 @@ func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data 
 		return broken(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
 	if n != len(items) {
-		return broken(fmt.Errorf("batch stream announces %d items, %d were asked for", n, len(items)))
+		return broken(fmt.Errorf("%w: batch stream announces %d items, %d were asked for", ErrBadAnswer, n, len(items)))
 	}
+	return c.readBatch(resp.Body, u, items, answer, func() { watchdog.Reset(c.cfg.Timeout) }, broken)
+}
+
+// ErrBadAnswer is matched by the errors of a server's answer that breaks
+// the protocol or the client's caps (limits.go): a frame longer than its
+// item's feature can be, data of the wrong length or header, a frame for
+// no item. Readers of the items get EIO.
+var ErrBadAnswer = errors.New("malformed answer from the feature server")
+
+// readBatch reads the frames of a batch stream after its header, calling
+// answer for each item's frame and alive after each frame (heartbeats
+// too). A frame's lengths are checked before anything is allocated for it
+// (frameLimit: its item's .npy size, known from the model's shape); an OK
+// frame whose data is then not its item's feature fails that item only
+// (ErrBadAnswer); a frame past its limit, or for no item, ends the stream
+// with an error (through broken) for the items not yet answered.
+func (c *Client) readBatch(r io.Reader, u string, items []BatchItem, answer func(i int, data []byte, wire int, err error), alive func(), broken func(error) error) error {
 	done := make([]bool, len(items))
 	for left := len(items); left > 0; {
-		f, err := ReadFrame(resp.Body, c.maxData+(1<<16))
+		h, err := readFrameHeader(r)
+		if err != nil {
+			if errors.Is(err, ErrBadAnswer) {
+				return broken(err)
+			}
+			return broken(fmt.Errorf("%w: %w", ErrUnavailable, noEOF(err)))
+		}
+		var limit uint64
+		switch {
+		case h.Index == HeartbeatIndex:
+		case int64(h.Index) >= int64(len(items)) || done[h.Index]:
+			return broken(fmt.Errorf("%w: batch stream: unexpected frame for item %d", ErrBadAnswer, h.Index))
+		case h.Status == StatusOK:
+			limit = c.frameLimit(items[h.Index], h.Flags)
+		}
+		if h.DataLen > limit {
+			return broken(fmt.Errorf("%w: batch stream: frame of item %d (status %d) declares %d data bytes, at most %d",
+				ErrBadAnswer, int64(h.Index), h.Status, h.DataLen, limit))
+		}
+		f, err := readFrameBody(r, h)
 		if err != nil {
 			return broken(fmt.Errorf("%w: %w", ErrUnavailable, noEOF(err)))
 		}
-		watchdog.Reset(c.cfg.Timeout)
+		alive()
 		if f.Index == HeartbeatIndex {
 			continue
 		}
-		if int(f.Index) >= len(items) || done[f.Index] {
-			return broken(fmt.Errorf("batch stream: unexpected frame for item %d", f.Index))
-		}
 		done[f.Index] = true
 		left--
+		it := items[f.Index]
 		if f.Status == StatusOK {
-			data, err := c.frameData(f)
+			data, err := c.frameData(f, it)
 			if err != nil {
-				err = fmt.Errorf("%s: item %q: %w", u, items[f.Index].Key, err)
+				err = fmt.Errorf("%s: item %q: %w", u, it.Key, err)
 			}
 			answer(int(f.Index), data, len(f.Data), err)
 		} else {
-			answer(int(f.Index), nil, 0, ErrorOf(int(f.Status), f.Message, u, items[f.Index].Key))
+			answer(int(f.Index), nil, 0, ErrorOf(int(f.Status), f.Message, u, it.Key))
 		}
 	}
 	return nil
 }
 
-// frameData returns the .npy bytes of an OK frame: its data, or the data
-// decompressed (FrameCompressed), at most the client's maxData bytes.
-func (c *Client) frameData(f Frame) ([]byte, error) {
+// npySize is the .npy size of an item's feature (0: an item of no model
+// or layer the client knows; Extract sends none).
+func (c *Client) npySize(it BatchItem) int64 {
+	sizes := c.npySizes[it.Model]
+	if it.Layer < 0 || it.Layer >= len(sizes) {
+		return 0
+	}
+	return sizes[it.Layer]
+}
+
+// frameLimit is the most data an OK frame of item it may carry: its .npy
+// size, or the largest blob of that many bytes when compressed.
+func (c *Client) frameLimit(it BatchItem, flags uint16) uint64 {
+	n := c.npySize(it)
+	if flags&FrameCompressed != 0 && n > 0 {
+		return uint64(codec.MaxLen(int(n)))
+	}
+	return uint64(n)
+}
+
+// frameData returns the .npy bytes of an OK frame of item it: its data, or
+// the data decompressed (FrameCompressed), which must be exactly the
+// item's .npy file (its size and header from the model's shape), else an
+// error matching ErrBadAnswer.
+func (c *Client) frameData(f Frame, it BatchItem) ([]byte, error) {
 	c.n.wireBytes.Add(int64(len(f.Data)))
-	if f.Flags&FrameCompressed == 0 {
-		c.n.rawBytes.Add(int64(len(f.Data)))
-		return f.Data, nil
+	want := c.npySize(it)
+	if want <= 0 {
+		return nil, fmt.Errorf("%w: a feature of model %q layer %d, which the servers do not list", ErrBadAnswer, it.Model, it.Layer)
 	}
-	n, err := codec.RawLen(f.Data)
-	if err != nil {
-		return nil, fmt.Errorf("compressed feature: %w", err)
+	data := f.Data
+	if f.Flags&FrameCompressed != 0 {
+		n, err := codec.RawLen(f.Data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: compressed feature: %w", ErrBadAnswer, err)
+		}
+		if int64(n) != want {
+			return nil, fmt.Errorf("%w: compressed feature of %d bytes, its layer's shape gives %d", ErrBadAnswer, n, want)
+		}
+		t0 := time.Now()
+		data, err = codec.Decode(make([]byte, 0, n), f.Data)
+		c.n.decompressNanos.Add(int64(time.Since(t0)))
+		if err != nil {
+			return nil, fmt.Errorf("%w: compressed feature: %w", ErrBadAnswer, err)
+		}
 	}
-	if int64(n) > c.maxData {
-		return nil, fmt.Errorf("compressed feature of %d bytes (at most %d)", n, c.maxData)
+	if int64(len(data)) != want {
+		return nil, fmt.Errorf("%w: feature of %d bytes, its layer's shape gives %d", ErrBadAnswer, len(data), want)
 	}
-	t0 := time.Now()
-	data, err := codec.Decode(make([]byte, 0, n), f.Data)
-	c.n.decompressNanos.Add(int64(time.Since(t0)))
-	if err != nil {
-		return nil, fmt.Errorf("compressed feature: %w", err)
+	if m := c.byName[it.Model]; !bytes.HasPrefix(data, extractor.NPYHeader(m.Layers[it.Layer].Shape, c.info.DType)) {
+		return nil, fmt.Errorf("%w: feature's .npy header is not its layer's", ErrBadAnswer)
 	}
 	c.n.rawBytes.Add(int64(len(data)))
 	return data, nil
