@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // featurefs extract mirrors the inputs' directories under -o, relative to
@@ -169,5 +173,47 @@ func TestCollectInputs(t *testing.T) {
 	long := strings.Repeat("x", maxListLine+1)
 	if _, err := collectInputs(nil, "-", false, strings.NewReader(long), exts); err == nil || !strings.Contains(err.Error(), "at most") {
 		t.Errorf("an entry past %d bytes: %v, want an error naming the bound", maxListLine, err)
+	}
+}
+
+// extractAll writes each image's features, counts every image once, and
+// lists the failures by image, sorted, with the reasons; the others are
+// still written.
+func TestExtractAllListsFailures(t *testing.T) {
+	out := t.TempDir()
+	var images, names []string
+	for i := range 200 {
+		images = append(images, fmt.Sprintf("in/%03d.jpg", i))
+		names = append(names, fmt.Sprintf("d%d/%03d.npy", i%3, i))
+	}
+	pf, err := os.Create(filepath.Join(t.TempDir(), "progress"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	prog := newProgressFor(pf, time.Hour, "extract")
+	res := extractAll(context.Background(), images, names, out, prog, func(_ context.Context, img string) ([]byte, error) {
+		if strings.HasSuffix(img, "7.jpg") {
+			return nil, errors.New("bad image: test")
+		}
+		return []byte(img), nil
+	})
+	prog.finish(true)
+	if res.total != 200 || res.done != 200 || res.failed != 20 || len(res.failures) != 20 {
+		t.Fatalf("total %d done %d failed %d listed %d, want 200 200 20 20", res.total, res.done, res.failed, len(res.failures))
+	}
+	for i, f := range res.failures {
+		if want := fmt.Sprintf("in/%03d.jpg", 10*i+7); f.key != want || f.reason != "bad image: test" {
+			t.Errorf("failure %d: %s: %s, want %s: bad image: test", i, f.key, f.reason, want)
+		}
+	}
+	for i, n := range names {
+		b, err := os.ReadFile(filepath.Join(out, n))
+		if failed := i%10 == 7; failed != (err != nil) || (!failed && string(b) != images[i]) {
+			t.Errorf("%s: %q, %v", n, b, err)
+		}
+	}
+	if b, _ := os.ReadFile(pf.Name()); !strings.Contains(string(b), "extract: 200/200 ") {
+		t.Errorf("progress: %q, want a line with 200/200", b)
 	}
 }
