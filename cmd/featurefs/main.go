@@ -15,7 +15,7 @@ const usage = `featurefs: an object bucket as a read-only filesystem of DNN feat
 Usage:
   featurefs mount [flags] SOURCE MOUNTPOINT   SOURCE = s3://BUCKET[/PREFIX] | DIR
   featurefs layers MODEL.onnx                 print a model's layer table
-  featurefs extract --model M.onnx --layer K IMAGE... -o DIR
+  featurefs extract --model M.onnx --layer K IMAGE|DIR... -o DIR   (or --files-from FILE|-)
   featurefs cache stats|clear --cache-dir DIR
   featurefs stats [--json] MOUNTPOINT         live figures of a mount
   featurefs warm PATH                          extract everything under a feature directory, with progress
