@@ -73,11 +73,51 @@ func initORT(lib string) error {
 	if !info.APIOK {
 		return errORTTooOld(info)
 	}
+	if err := disableORTTelemetry(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrORTLibrary, lib, err)
+	}
 	ort.SetSharedLibraryPath(lib)
 	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrORTLibrary, lib, err)
 	}
+	// Events that a session or a run would log go nowhere either.
+	if err := ort.DisableTelemetry(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrORTLibrary, lib, err)
+	}
 	ortProc.lib = lib
+	return nil
+}
+
+// ortTelemetryEnv is the variable ONNX Runtime's Linux build reads (with
+// getenv) when it creates its environment: any value but "0" turns its
+// telemetry off.
+const ortTelemetryEnv = "ORT_DISABLE_TELEMETRY"
+
+// disableORTTelemetry sets ORT_DISABLE_TELEMETRY=1 in this process's
+// environment (the C one too: the Go runtime forwards Setenv to setenv in
+// a cgo binary), whatever it was, before the environment is created.
+//
+// ONNX Runtime 1.29's Linux build starts Microsoft's 1DS telemetry in
+// CreateOrtEnv unless that variable is set. It collects system
+// information first: /etc/os-release, /etc/machine-id (else it runs
+// "echo $(blkid; hostname)" through a shell), a session file in the
+// temporary directory, and the process's name, read from
+// /proc/self/cmdline and matched against the std::regex
+// "(.*)[ ]*.*[\n]*". libstdc++'s regex matcher recurses once per input
+// character, about 250 bytes of stack each: a command line over about
+// 33 KB overflows the thread's 8 MiB stack (a smaller one with a smaller
+// `ulimit -s`, whatever thread it runs on) and the process dies with
+// SIGSEGV in CreateOrtEnv, ~100,000 frames deep. `featurefs extract` with
+// 1000 absolute paths did (issue 24). Featurefs also has no business
+// sending a user's machine identity anywhere. The stack CreateOrtEnv
+// needs without telemetry does not depend on the command line.
+func disableORTTelemetry() error {
+	if os.Getenv(ortTelemetryEnv) == "1" {
+		return nil
+	}
+	if err := os.Setenv(ortTelemetryEnv, "1"); err != nil {
+		return fmt.Errorf("turning off onnx runtime telemetry (%s=1): %w", ortTelemetryEnv, err)
+	}
 	return nil
 }
 

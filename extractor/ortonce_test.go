@@ -36,3 +36,19 @@ func TestSecondORTLibraryRefused(t *testing.T) {
 		t.Errorf("a second library: %v, want ErrORTLibrary naming %s and %s", err, other, ortProc.lib)
 	}
 }
+
+// ONNX Runtime's telemetry is turned off before its environment is made,
+// whatever ORT_DISABLE_TELEMETRY said: with it on, a command line over
+// about 33 KB crashed the environment's creation (ort.go,
+// disableORTTelemetry; test/extract_inputs_test.go runs the binary).
+func TestORTTelemetryTurnedOff(t *testing.T) {
+	for _, v := range []string{"0", "", "1"} {
+		t.Setenv(ortTelemetryEnv, v)
+		if err := disableORTTelemetry(); err != nil {
+			t.Fatal(err)
+		}
+		if got := os.Getenv(ortTelemetryEnv); got != "1" {
+			t.Errorf("%s=%q before: %q after, want 1", ortTelemetryEnv, v, got)
+		}
+	}
+}

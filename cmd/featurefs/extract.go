@@ -1,22 +1,33 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	iofs "io/fs"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/mountopts"
 )
 
-const extractUsage = `Usage: featurefs extract --model M.onnx --layer K [flags] IMAGE... -o DIR
+const extractUsage = `Usage: featurefs extract --model M.onnx --layer K [flags] IMAGE|DIR... -o DIR
+       featurefs extract --model M.onnx --layer K [flags] --files-from FILE|- -o DIR
 
 Writes the output of layer K (an index, "layerK" or an alias) for each image
 as a .npy file under DIR, mirroring the images' directories relative to
@@ -24,36 +35,68 @@ their common parent directory (or to --relative-to DIR), so that
 
   featurefs extract ... train/cat/img0.jpg train/dog/img0.jpg -o out
 
-writes out/cat/img0.npy and out/dog/img0.npy. The extension becomes .npy;
-when two images in one directory differ only by extension, both keep it
-(a.jpg.npy, a.png.npy). Inputs that would still write the same file (the
-same image given twice; a.jpg.jpg next to a.jpg and a.png) are refused
-before anything is extracted.
+writes out/cat/img0.npy and out/dog/img0.npy. A directory stands for every
+image under it (recursively, by --image-extensions; symbolic links to
+directories are not followed), laid out relative to the directory itself:
+
+  featurefs extract ... train -o out
+
+writes out/cat/img0.npy, out/dog/img0.npy, ... --files-from names one
+image or directory per line (NUL-separated with --null; "-" reads stdin),
+so a dataset of any size needs no arguments:
+
+  find /data/train -name '*.jpg' | featurefs extract ... --files-from - --relative-to /data -o out
+
+The extension becomes .npy; when two images in one directory differ only
+by extension, both keep it (a.jpg.npy, a.png.npy). Inputs that would still
+write the same file (the same image given twice; a.jpg.jpg next to a.jpg
+and a.png) are refused before anything is extracted. The list of inputs is
+held in memory: a million paths of 46 bytes took 320 MB.
+
+Progress (done/total, rate, ETA) goes to stderr: a bar redrawn in place on
+a terminal, a plain line every --progress-interval otherwise; then a
+summary and the images that failed, with the reasons (the first 1000).
 
 Exit codes: 0 every image written; 1 some image was bad or could not be
-written (one error line each; the others are still written); 2 bad usage
-(flags, colliding output names, an image outside --relative-to); 4 the
-model, ONNX Runtime or the asked-for GPU.
+written (listed at the end; the others are still written), or a directory
+could not be listed, or an interrupt; 2 bad usage (flags, no image found,
+colliding output names, an image outside --relative-to); 4 the model, ONNX
+Runtime or the asked-for GPU.
 
 Flags:
 `
+
+// extractArgs are extract's own flags.
+type extractArgs struct {
+	model, layer, out, relTo, dtype, logLevel string
+	filesFrom, imageExts                      string
+	null                                      bool
+	batch                                     int
+	allowCPU, fastDecode                      bool
+	interval                                  time.Duration
+}
 
 // runExtract implements "featurefs extract".
 func runExtract(args []string) int {
 	fl := flag.NewFlagSet("featurefs extract", flag.ContinueOnError)
 	fl.Usage = func() { fmt.Fprint(fl.Output(), extractUsage); fl.PrintDefaults() }
 	def := extractor.DefaultConfig()
-	modelPath := fl.String("model", "", "model .onnx file")
-	layerArg := fl.String("layer", "", "layer: index, layerK or alias")
-	out := fl.String("o", "", "output directory")
-	fl.StringVar(out, "out", "", "output directory (same as -o)")
-	relTo := fl.String("relative-to", "", "mirror the images' paths relative to this `directory` under -o (default: their common parent)")
-	dtype := fl.String("dtype", string(def.DType), "float32 or float16")
+	var a extractArgs
+	fl.StringVar(&a.model, "model", "", "model .onnx file")
+	fl.StringVar(&a.layer, "layer", "", "layer: index, layerK or alias")
+	fl.StringVar(&a.out, "o", "", "output directory")
+	fl.StringVar(&a.out, "out", "", "output directory (same as -o)")
+	fl.StringVar(&a.relTo, "relative-to", "", "mirror the images' paths relative to this `directory` under -o (default: their common parent; a directory argument counts as its own parent)")
+	fl.StringVar(&a.filesFrom, "files-from", "", "read images and directories from this `file`, one per line (\"-\": stdin), besides the arguments")
+	fl.BoolVar(&a.null, "null", false, "--files-from entries end with NUL bytes (find -print0), not newlines")
+	fl.StringVar(&a.imageExts, "image-extensions", strings.Join(spec.DefaultImageExtensions(), ","), "the files a directory argument stands for, by extension, comma-separated")
+	fl.StringVar(&a.dtype, "dtype", string(def.DType), "float32 or float16")
 	rt := bindRuntimeFlags(fl, def)
-	batch := fl.Int("batch-size", 0, "inputs per run (0: chosen automatically)")
-	allowCPU := fl.Bool("allow-cpu-fallback", false, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
-	fastDecode := fl.Bool("fast-decode", false, "decode JPEGs at least 2, 4 or 8 times larger than the resize needs at 1/2, 1/4 or 1/8 (libjpeg DCT scaling): faster on large photos, not bit-exact with torchvision")
-	logLevel := fl.String("log-level", "warn", "debug, info, warn or error")
+	fl.IntVar(&a.batch, "batch-size", 0, "inputs per run (0: chosen automatically)")
+	fl.BoolVar(&a.allowCPU, "allow-cpu-fallback", false, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
+	fl.BoolVar(&a.fastDecode, "fast-decode", false, "decode JPEGs at least 2, 4 or 8 times larger than the resize needs at 1/2, 1/4 or 1/8 (libjpeg DCT scaling): faster on large photos, not bit-exact with torchvision")
+	fl.DurationVar(&a.interval, "progress-interval", 5*time.Second, "how often a progress line is printed when stderr is not a terminal")
+	fl.StringVar(&a.logLevel, "log-level", "warn", "debug, info, warn or error")
 	pos, err := parseInterspersed(fl, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -61,33 +104,54 @@ func runExtract(args []string) int {
 		}
 		return exitUsage
 	}
-	if *modelPath == "" || *layerArg == "" || *out == "" || len(pos) == 0 {
+	if a.model == "" || a.layer == "" || a.out == "" || (len(pos) == 0 && a.filesFrom == "") {
 		fmt.Fprint(os.Stderr, extractUsage)
 		return exitUsage
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs extract: --log-level %q: %v\n", *logLevel, err)
+	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs extract: --log-level %q: %v\n", a.logLevel, err)
 		return exitUsage
 	}
 	if err := rt.check(); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
 		return exitUsage
 	}
-	names, err := outputPaths(pos, *relTo)
+	if a.interval <= 0 {
+		fmt.Fprintf(os.Stderr, "featurefs extract: --progress-interval %v: must be positive\n", a.interval)
+		return exitUsage
+	}
+	var eo mountopts.Options
+	if err := eo.SetImageExtensions(a.imageExts); err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
+		return exitUsage
+	}
+	in, err := collectInputs(pos, a.filesFrom, a.null, os.Stdin, eo.ImageExtensions)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
+		return exitCode(err)
+	}
+	for _, d := range in.empty {
+		fmt.Fprintf(os.Stderr, "featurefs extract: warning: %s holds no image (%s)\n", d, strings.Join(eo.ImageExtensions, ", "))
+	}
+	if len(in.images) == 0 {
+		fmt.Fprintf(os.Stderr, "featurefs extract: no image to extract (a directory stands for its files ending in %s)\n", strings.Join(eo.ImageExtensions, ", "))
+		return exitUsage
+	}
+	names, err := outputPathsUnder(in.images, in.dirs, a.relTo)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs extract: "))
 		return exitUsage
 	}
 	cfg := def
 	rt.apply(&cfg)
-	cfg.AllowCPUFallback, cfg.BatchSize = *allowCPU, *batch
-	cfg.DType = extractor.DType(*dtype)
+	cfg.AllowCPUFallback, cfg.BatchSize = a.allowCPU, a.batch
+	cfg.DType = extractor.DType(a.dtype)
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	name := strings.TrimSuffix(filepath.Base(*modelPath), filepath.Ext(*modelPath))
+	name := strings.TrimSuffix(filepath.Base(a.model), filepath.Ext(a.model))
 	pre := extractor.DefaultPreprocess()
-	pre.FastDecode = *fastDecode
-	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: name, Path: *modelPath, Preprocess: &pre}})
+	pre.FastDecode = a.fastDecode
+	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: name, Path: a.model, Preprocess: &pre}})
 	if errors.Is(err, extractor.ErrNoDevice) {
 		fmt.Fprintf(os.Stderr, "featurefs extract: --%v %s\n", err, noDeviceHint(cfg.Device, cfg.TensorRT))
 		return exitModel
@@ -101,61 +165,194 @@ func runExtract(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs extract: warning: --%s (--allow-cpu-fallback)\n", why)
 	}
 	m, _ := svc.Model(name)
-	layer, ok := m.Lookup(*layerArg)
+	layer, ok := m.Lookup(a.layer)
 	if !ok {
-		if i, err := strconv.Atoi(*layerArg); err == nil {
+		if i, err := strconv.Atoi(a.layer); err == nil {
 			layer, ok = m.Lookup(spec.LayerName(i))
 		}
 	}
 	if !ok {
-		fmt.Fprintf(os.Stderr, "featurefs extract: model %s has no layer %q (it has %s..%s; see featurefs layers)\n", *modelPath, *layerArg, spec.LayerName(0), spec.LayerName(len(m.Layers)-1))
+		fmt.Fprintf(os.Stderr, "featurefs extract: model %s has no layer %q (it has %s..%s; see featurefs layers)\n", a.model, a.layer, spec.LayerName(0), spec.LayerName(len(m.Layers)-1))
 		return exitUsage
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(a.out, 0o755); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
 		return exitOther
 	}
 
-	ctx := context.Background()
-	sem := make(chan struct{}, 64) // bounded fan-out; the service batches
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	failed := 0
-	fail := func(img string, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		failed++
-		fmt.Fprintf(os.Stderr, "featurefs extract: %s: %v\n", img, err)
-	}
-	for i, img := range pos {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			b, err := svc.Extract(ctx, extractor.Request{
-				Model: name, Layer: layer.Index, Key: img, Priority: extractor.Foreground,
-				Fetch: func(context.Context) ([]byte, error) { return os.ReadFile(img) },
-			})
-			if err != nil {
-				fail(img, err) // the message is the reason; the line names the image
-				return
-			}
-			dst := filepath.Join(*out, names[i])
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				fail(img, err)
-				return
-			}
-			if err := writeFileAtomic(dst, b); err != nil {
-				fail(img, err)
-			}
-		}()
-	}
-	wg.Wait()
-	if failed > 0 {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	prog := newProgressFor(os.Stderr, a.interval, "extract")
+	res := extractAll(ctx, in.images, names, a.out, prog, func(ctx context.Context, img string) ([]byte, error) {
+		return svc.Extract(ctx, extractor.Request{
+			Model: name, Layer: layer.Index, Key: img, Priority: extractor.Foreground,
+			Fetch: func(context.Context) ([]byte, error) { return os.ReadFile(img) },
+		})
+	})
+	prog.finish(true)
+	res.printAs(os.Stderr, "extract")
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintf(os.Stderr, "featurefs extract: interrupted after %d of %d; the .npy files written are complete\n", res.done, res.total)
+		return exitOther
+	case res.failed > 0:
 		return exitOther
 	}
 	return exitOK
+}
+
+// extractAll extracts images[i] to out/names[i], extractFanOut at a time
+// (the service batches them), until ctx ends, showing progress. It returns
+// the counts and the first maxListedFailures failures, by image.
+func extractAll(ctx context.Context, images, names []string, out string, prog *progress, extract func(context.Context, string) ([]byte, error)) warmOutcome {
+	start := time.Now()
+	total := int64(len(images))
+	var done, failed atomic.Int64
+	var mu sync.Mutex
+	var failures []warmFailure
+	update := func() { prog.set(done.Load(), total, failed.Load(), false) }
+	fail := func(img string, err error) {
+		failed.Add(1)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failures) < maxListedFailures {
+			failures = append(failures, warmFailure{key: img, reason: err.Error()}) // the reason; the key names the image
+		}
+	}
+	update()
+	sem := make(chan struct{}, extractFanOut)
+	var wg sync.WaitGroup
+loop:
+	for i, img := range images {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break loop
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			b, err := extract(ctx, img)
+			if err == nil {
+				dst := filepath.Join(out, names[i])
+				if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+					err = writeFileAtomic(dst, b)
+				}
+			}
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return // interrupted: neither done nor failed
+			case err != nil:
+				fail(img, err)
+			}
+			done.Add(1)
+			update()
+		})
+	}
+	wg.Wait()
+	update()
+	sort.Slice(failures, func(i, j int) bool { return failures[i].key < failures[j].key })
+	return warmOutcome{total: total, done: done.Load(), failed: failed.Load(), failures: failures, elapsed: time.Since(start)}
+}
+
+// extractFanOut bounds the images extract has in flight: read, queued in
+// the service (which batches them) or being written.
+const extractFanOut = 64
+
+// extractInputs are the images extract was given.
+type extractInputs struct {
+	images []string // files named and files found under directories, in order
+	dirs   []string // the directory arguments: each counts as a parent of its images
+	empty  []string // directory arguments that hold no image
+}
+
+// maxListLine bounds one --files-from entry (PATH_MAX is 4096 on Linux).
+const maxListLine = 64 << 10
+
+// collectInputs expands the arguments and the --files-from list (from
+// stdin when it is "-"; NUL-separated when null) into images: a directory
+// stands for the files under it whose extension is one of exts (lower
+// case, without dots), in lexical order, without following symbolic links
+// to directories; anything else (a file, a name that does not exist) is an
+// image, whose failure to read is reported with the others. Relative paths
+// are taken from the working directory. A directory that cannot be listed
+// fails it, as does a list that cannot be read.
+func collectInputs(args []string, filesFrom string, null bool, stdin io.Reader, exts []string) (extractInputs, error) {
+	var in extractInputs
+	add := func(p string) error {
+		st, err := os.Stat(p)
+		if err != nil || !st.IsDir() {
+			in.images = append(in.images, p)
+			return nil
+		}
+		in.dirs = append(in.dirs, p)
+		n := len(in.images)
+		err = filepath.WalkDir(p, func(q string, d iofs.DirEntry, err error) error {
+			if err != nil {
+				return fmt.Errorf("listing %s: %w", q, err)
+			}
+			if !d.IsDir() && spec.IsImage(d.Name(), exts) {
+				in.images = append(in.images, q)
+			}
+			return nil
+		})
+		if err != nil {
+			return failf(exitOther, "%w", err)
+		}
+		if len(in.images) == n {
+			in.empty = append(in.empty, p)
+		}
+		return nil
+	}
+	for _, p := range args {
+		if err := add(p); err != nil {
+			return in, err
+		}
+	}
+	if filesFrom == "" {
+		return in, nil
+	}
+	var r io.Reader = stdin
+	what := "stdin"
+	if filesFrom != "-" {
+		f, err := os.Open(filesFrom)
+		if err != nil {
+			return in, failf(exitUsage, "--files-from: %w", err)
+		}
+		defer f.Close()
+		r, what = f, filesFrom
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxListLine)
+	if null {
+		sc.Split(splitNUL)
+	}
+	for sc.Scan() {
+		p := sc.Text()
+		if !null {
+			p = strings.TrimSuffix(p, "\r")
+		}
+		if p == "" {
+			continue
+		}
+		if err := add(p); err != nil {
+			return in, err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return in, failf(exitOther, "--files-from %s: %w (an entry is at most %d bytes)", what, err, maxListLine)
+	}
+	return in, nil
+}
+
+// splitNUL is a bufio.SplitFunc for NUL-terminated entries.
+func splitNUL(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
 }
 
 // outputPaths maps each input image to its .npy path under the output
@@ -165,27 +362,42 @@ func runExtract(args []string) int {
 // naming every problem, when an input is outside relTo or two inputs would
 // write the same file.
 func outputPaths(inputs []string, relTo string) ([]string, error) {
+	return outputPathsUnder(inputs, nil, relTo)
+}
+
+// outputPathsUnder is outputPaths where each of dirs (the directory
+// arguments) also counts as a parent directory of the inputs, so that
+// the images under a directory argument are laid out relative to it.
+func outputPathsUnder(inputs, dirs []string, relTo string) ([]string, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	absOf := func(p string) string {
+		if filepath.IsAbs(p) {
+			return filepath.Clean(p)
+		}
+		return filepath.Join(cwd, p)
+	}
 	abs := make([]string, len(inputs))
 	for i, p := range inputs {
-		a, err := filepath.Abs(p)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
-		abs[i] = a
+		abs[i] = absOf(p)
 	}
 	base := ""
 	if relTo != "" {
-		a, err := filepath.Abs(relTo)
-		if err != nil {
-			return nil, fmt.Errorf("--relative-to %s: %w", relTo, err)
-		}
-		base = a
+		base = absOf(relTo)
 	} else {
 		base = filepath.Dir(abs[0])
-		for _, a := range abs[1:] {
+		widen := func(a string) {
 			for !within(base, a) {
 				base = filepath.Dir(base)
 			}
+		}
+		for _, a := range abs[1:] {
+			widen(filepath.Dir(a))
+		}
+		for _, d := range dirs {
+			widen(absOf(d))
 		}
 	}
 	var errs []error

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // featurefs extract mirrors the inputs' directories under -o, relative to
@@ -70,5 +75,145 @@ func TestOutputPathsRefuseCollisions(t *testing.T) {
 				t.Errorf("%s: %q lacks %q", c.name, err, w)
 			}
 		}
+	}
+}
+
+// A directory argument stands for its images (recursively, by extension,
+// in lexical order) and counts as their parent; --files-from entries are
+// lines (a CR before the newline and empty lines ignored) or NUL-ended,
+// files and directories alike, from a file or a reader (stdin).
+func TestCollectInputs(t *testing.T) {
+	root := t.TempDir()
+	for _, rel := range []string{"d/b.jpg", "d/a.PNG", "d/sub/c.jpeg", "d/notes.txt", "e/x.jpg", "empty/.keep"} {
+		p := filepath.Join(root, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exts := []string{"jpg", "jpeg", "png"}
+	rel := func(ps []string) string {
+		var out []string
+		for _, p := range ps {
+			r, err := filepath.Rel(root, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, filepath.ToSlash(r))
+		}
+		return strings.Join(out, " ")
+	}
+	p := func(r string) string { return filepath.Join(root, filepath.FromSlash(r)) }
+
+	in, err := collectInputs([]string{p("d"), p("e/x.jpg"), p("missing.jpg"), p("empty")}, "", false, nil, exts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rel(in.images), "d/a.PNG d/b.jpg d/sub/c.jpeg e/x.jpg missing.jpg"; got != want {
+		t.Errorf("images %q, want %q", got, want)
+	}
+	if got := rel(in.dirs); got != "d empty" {
+		t.Errorf("dirs %q, want d empty", got)
+	}
+	if got := rel(in.empty); got != "empty" {
+		t.Errorf("empty %q, want empty", got)
+	}
+	names, err := outputPathsUnder(in.images, in.dirs, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := filepath.ToSlash(strings.Join(names, " ")), "d/a.npy d/b.npy d/sub/c.npy e/x.npy missing.npy"; got != want {
+		t.Errorf("outputs %q, want %q", got, want)
+	}
+	// One directory: its images relative to it.
+	in, err = collectInputs([]string{p("d")}, "", false, nil, exts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err = outputPathsUnder(in.images, in.dirs, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := filepath.ToSlash(strings.Join(names, " ")), "a.npy b.npy sub/c.npy"; got != want {
+		t.Errorf("one directory: outputs %q, want %q", got, want)
+	}
+
+	list := p("e/x.jpg") + "\r\n\n" + p("d/sub") + "\n" + p("d/b.jpg")
+	in, err = collectInputs(nil, "-", false, strings.NewReader(list), exts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rel(in.images), "e/x.jpg d/sub/c.jpeg d/b.jpg"; got != want {
+		t.Errorf("--files-from -: %q, want %q", got, want)
+	}
+	with := p("e/with\nnewline.jpg")
+	in, err = collectInputs(nil, "-", true, strings.NewReader(p("e/x.jpg")+"\x00"+with+"\x00\x00"+p("d/b.jpg")), exts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rel(in.images), "e/x.jpg e/with\nnewline.jpg d/b.jpg"; got != want {
+		t.Errorf("--files-from - --null: %q, want %q", got, want)
+	}
+	listFile := p("list")
+	if err := os.WriteFile(listFile, []byte(p("d")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in, err = collectInputs([]string{p("e/x.jpg")}, listFile, false, nil, exts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rel(in.images), "e/x.jpg d/a.PNG d/b.jpg d/sub/c.jpeg"; got != want {
+		t.Errorf("an argument and --files-from FILE: %q, want %q", got, want)
+	}
+	if _, err := collectInputs(nil, p("nolist"), false, nil, exts); err == nil || exitCode(err) != exitUsage {
+		t.Errorf("a missing --files-from file: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+	long := strings.Repeat("x", maxListLine+1)
+	if _, err := collectInputs(nil, "-", false, strings.NewReader(long), exts); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("an entry past %d bytes: %v, want an error naming the bound", maxListLine, err)
+	}
+}
+
+// extractAll writes each image's features, counts every image once, and
+// lists the failures by image, sorted, with the reasons; the others are
+// still written.
+func TestExtractAllListsFailures(t *testing.T) {
+	out := t.TempDir()
+	var images, names []string
+	for i := range 200 {
+		images = append(images, fmt.Sprintf("in/%03d.jpg", i))
+		names = append(names, fmt.Sprintf("d%d/%03d.npy", i%3, i))
+	}
+	pf, err := os.Create(filepath.Join(t.TempDir(), "progress"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	prog := newProgressFor(pf, time.Hour, "extract")
+	res := extractAll(context.Background(), images, names, out, prog, func(_ context.Context, img string) ([]byte, error) {
+		if strings.HasSuffix(img, "7.jpg") {
+			return nil, errors.New("bad image: test")
+		}
+		return []byte(img), nil
+	})
+	prog.finish(true)
+	if res.total != 200 || res.done != 200 || res.failed != 20 || len(res.failures) != 20 {
+		t.Fatalf("total %d done %d failed %d listed %d, want 200 200 20 20", res.total, res.done, res.failed, len(res.failures))
+	}
+	for i, f := range res.failures {
+		if want := fmt.Sprintf("in/%03d.jpg", 10*i+7); f.key != want || f.reason != "bad image: test" {
+			t.Errorf("failure %d: %s: %s, want %s: bad image: test", i, f.key, f.reason, want)
+		}
+	}
+	for i, n := range names {
+		b, err := os.ReadFile(filepath.Join(out, n))
+		if failed := i%10 == 7; failed != (err != nil) || (!failed && string(b) != images[i]) {
+			t.Errorf("%s: %q, %v", n, b, err)
+		}
+	}
+	if b, _ := os.ReadFile(pf.Name()); !strings.Contains(string(b), "extract: 200/200 ") {
+		t.Errorf("progress: %q, want a line with 200/200", b)
 	}
 }

@@ -17,7 +17,7 @@ Usage:
   featurefs mount --remote URL[,URL...] [flags] MOUNTPOINT
                                               mount feature servers (featurefs serve; docs/SERVE.md)
   featurefs layers MODEL.onnx                 print a model's layer table
-  featurefs extract --model M.onnx --layer K IMAGE... -o DIR
+  featurefs extract --model M.onnx --layer K IMAGE|DIR... -o DIR   (or --files-from FILE|-)
   featurefs cache stats|clear --cache-dir DIR
   featurefs stats [--json] MOUNTPOINT         live figures of a mount
   featurefs warm PATH                         extract everything under a feature directory, with progress

@@ -207,10 +207,14 @@ type warmOutcome struct {
 }
 
 // print writes the summary and the failures.
-func (r warmOutcome) print(w io.Writer) {
-	fmt.Fprintf(w, "featurefs warm: %d of %d done in %v, %d failed\n", r.done-r.failed, r.total, r.elapsed.Round(time.Millisecond), r.failed)
+func (r warmOutcome) print(w io.Writer) { r.printAs(w, "warm") }
+
+// printAs writes the summary and the failures as command cmd (warm,
+// extract).
+func (r warmOutcome) printAs(w io.Writer, cmd string) {
+	fmt.Fprintf(w, "featurefs %s: %d of %d done in %v, %d failed\n", cmd, r.done-r.failed, r.total, r.elapsed.Round(time.Millisecond), r.failed)
 	if r.store != "" {
-		fmt.Fprintf(w, "featurefs warm: %s\n", r.store)
+		fmt.Fprintf(w, "featurefs %s: %s\n", cmd, r.store)
 	}
 	if r.failed == 0 {
 		return
@@ -483,6 +487,7 @@ func failedFiles(root string) map[string]featurefs.FailedFile {
 // terminal, a plain line every interval otherwise.
 type progress struct {
 	w        io.Writer
+	label    string // the command a plain line names
 	tty      bool
 	interval time.Duration
 	start    time.Time
@@ -509,7 +514,12 @@ type progressSample struct {
 const progressRateWindow = 10 * time.Second
 
 func newProgress(w *os.File, interval time.Duration) *progress {
-	p := &progress{w: w, interval: interval, start: time.Now(), listing: true, stop: make(chan struct{})}
+	return newProgressFor(w, interval, "warm")
+}
+
+// newProgressFor is newProgress for command label (warm, extract).
+func newProgressFor(w *os.File, interval time.Duration, label string) *progress {
+	p := &progress{w: w, label: label, interval: interval, start: time.Now(), listing: true, stop: make(chan struct{})}
 	if st, err := w.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 		p.tty = true
 	}
@@ -607,5 +617,5 @@ func (p *progress) draw(final bool) {
 		}
 		return
 	}
-	fmt.Fprintf(p.w, "%s warm: %s\n", now.Format("15:04:05"), l)
+	fmt.Fprintf(p.w, "%s %s: %s\n", now.Format("15:04:05"), p.label, l)
 }
