@@ -192,6 +192,10 @@ summary() {
       while read -r r; do
         row "preprocessing, Go vs PIL + torchvision (one thread each)" "${r}x" "no target" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| \*\*ratio Go \/ PIL\+torchvision\*\* \| \*\*([0-9.]+)\*\* \|$/\1/p' "$f") ;;
+    batch)
+      while IFS='|' read -r name r; do
+        row "near-data batching: features/s batched vs one request per feature ($name)" "${r}x" "no target" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| ([^|(]*[^ (]) \([^|]*\) \| [^|]* \| [^|]* \| \*\*([0-9.]+)x\*\* \|.*/\1|\2/p' "$f") ;;
     gpu)
       while IFS='|' read -r layer r s; do
         row "GPU extraction, featurefs vs PyTorch on the same GPU (ResNet-50 $layer)" "${r}x" ">= 1.5x: $(verdict "$r" 1.5)" "$area"; n=$((n + 1))

@@ -31,7 +31,7 @@ const (
 	Background
 )
 
-// Layer is one block boundary of a model (see DESIGN.md, Layers).
+// Layer is one block boundary of a model (docs/LAYERS.md, "The rule").
 type Layer struct {
 	// Index is the layer's number, counted from 0 in topological order.
 	Index int

@@ -32,6 +32,17 @@ echo "bench-featurestore: filling the feature store..." >&2
 "$PY" "$REPO/scripts/bench_epoch.py" featurefs "${COMMON[@]}" --cache-dir "$WORK/cache-fill" \
   --log "$WORK/featurefs-fill.log" --extra "${STORE[*]}" >"$WORK/fill.json"
 rm -rf "$WORK/cache-fill"
+# What the store holds: its feature objects' count and bytes (compressed
+# unless --feature-store-compression off).
+"$PY" - "$ENDPOINT" >"$WORK/objects.json" <<'PYEOF'
+import json, sys, boto3
+n = size = 0
+for page in boto3.client("s3", endpoint_url=sys.argv[1]).get_paginator("list_objects_v2").paginate(Bucket="features", Prefix="bench/"):
+    for o in page.get("Contents", []):
+        if o["Key"].endswith(".npy"):
+            n, size = n + 1, size + o["Size"]
+print(json.dumps({"objects": n, "bytes": size}))
+PYEOF
 
 # run_kind KIND OUT: a second host's epoch 1, computing (compute) or from the
 # feature store (store, --feature-store-only: it computes nothing).
@@ -57,5 +68,5 @@ for ((r = 0; r < ROUNDS; r++)); do
   ROUND_ARGS+=(--round "${spec[@]}")
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
-"$PY" "$REPO/scripts/bench_featurestore.py" --fill "$WORK/fill.json" "${ROUND_ARGS[@]}" \
+"$PY" "$REPO/scripts/bench_featurestore.py" --fill "$WORK/fill.json" --objects "$WORK/objects.json" "${ROUND_ARGS[@]}" \
   --env "scripts/bench-featurestore.sh, BENCH_IMAGES=$IMAGES, BENCH_ROUNDS=$ROUNDS, $(nproc) CPUs (nproc), load average $LOAD_BEFORE before, $LOAD_AFTER after"

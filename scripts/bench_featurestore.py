@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """Report of scripts/bench-featurestore.sh: one markdown section on stdout.
 
-    bench_featurestore.py --fill FILL.json --round KIND=JSON KIND=JSON [--round ...] --env TEXT
+    bench_featurestore.py --fill FILL.json [--objects OBJECTS.json] --round KIND=JSON KIND=JSON [--round ...] --env TEXT
 
 Each JSON is scripts/bench_epoch.py featurefs's output for one epoch. KIND is
 compute (a second host computing its features) or store (reading them from
 the feature store with --feature-store-only). Figures: medians over the
 rounds with min-max; the ratio compute/store is computed within each round,
-its verdict from the median of those.
+its verdict from the median of those. OBJECTS.json is {"objects": N,
+"bytes": B}: the feature objects in the store after the fill.
 """
 import argparse
 import json
@@ -28,6 +29,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fill", required=True)
     ap.add_argument("--round", action="append", nargs="+", required=True)
+    ap.add_argument("--objects")
     ap.add_argument("--env", default="")
     a = ap.parse_args()
     rounds = []
@@ -58,12 +60,12 @@ def main():
           "(802,944-byte .npy files); each run a fresh `featurefs mount` with a fresh cache directory, "
           "`DatasetFolder(MOUNT/features/resnet50/layer12/train, loader=np.load)`, `DataLoader(num_workers=4, batch 32)`, "
           "one epoch training the linear head of scripts/bench-epoch.sh. A first host filled the feature store "
-          f"(`--feature-store s3://features/bench`, same MinIO) once, in {e1(fill):.1f}s, writing "
+          f"(`--feature-store s3://features/bench`, same MinIO, `--feature-store-compression s2`, the default) once, in {e1(fill):.1f}s, writing "
           f"{(fill['stats'].get('feature_store') or {}).get('puts', 0)} features. Then {len(rounds)} interleaved rounds, "
           "the order alternating: compute = a second host with no feature store (extracts every feature on this CPU), "
           "store = a second host with `--feature-store ... --feature-store-only` (extracts nothing).\n")
     hits = lambda r: (r["stats"].get("feature_store") or {}).get("hits", 0)
-    print("| run | epoch 1 incl. mount s | mount s | extractions | feature store hits | source bytes / sample | feature store bytes / sample |")
+    print("| run | epoch 1 incl. mount s | mount s | extractions | feature store hits | source bytes / sample | feature store bytes / sample, decompressed |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for kind, label in (("compute", "second host, computing"), ("store", "second host, from the feature store")):
         print(f"| {label} | {fmt([e1(r[kind]) for r in rounds])} | {fmt([r[kind]['mount_seconds'] for r in rounds])} | "
@@ -73,8 +75,17 @@ def main():
     st = [r["store"]["stats"].get("feature_store") or {} for r in rounds]
     per_hit = [s["hit_bytes"] / s["hits"] for s in st if s.get("hits")]
     if per_hit:
-        print(f"Each feature read from the store is {statistics.median(per_hit):,.0f} bytes (the .npy file; its metadata "
-              "travels in the response headers). Extractions and hits above the sample count are a read and "
+        stored = ""
+        if a.objects:
+            with open(a.objects) as f:
+                o = json.load(f)
+            if o["objects"]:
+                mean = o["bytes"] / o["objects"]
+                stored = (f" The store holds {o['objects']} feature objects of {mean:,.0f} bytes on average (compressed): "
+                          f"{statistics.median(per_hit) / mean:.2f}x fewer than the .npy files, so a hit moves that many "
+                          "fewer bytes than the column above, which counts them decompressed.")
+        print(f"Each feature read from the store is {statistics.median(per_hit):,.0f} bytes once decompressed (the .npy file; its metadata "
+              f"travels in the response headers).{stored} Extractions and hits above the sample count are a read and "
               "prefetch (`--prefetch tree`, the default) asking for the same feature at once: their extraction "
               "requests merge in the extractor (one model run) but are counted twice, and both read the store, so "
               f"the bytes per training sample are above one feature's. The compute host fetched the JPEGs ({statistics.median(per_sample('compute', src)):,.0f} "

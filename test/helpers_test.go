@@ -32,7 +32,7 @@ const modelName = "resnet50"
 // testLayer is the layer the tests read: ResNet-50's layer3.3 (1024x14x14).
 const testLayer = "layer12"
 
-// testLayerShape is testLayer's per-sample shape (DESIGN.md, Layers).
+// testLayerShape is testLayer's per-sample shape (docs/LAYERS.md, resnet50).
 var testLayerShape = []int64{1024, 14, 14}
 
 // imageExts are the default image extensions of a mount.
@@ -176,9 +176,10 @@ func genDataset(t testing.TB, args ...string) *dataset {
 }
 
 // featureNames maps every image key among keys to its path under a layer
-// directory, following DESIGN.md: the extension becomes .npy, unless another
-// image in the same directory differs only by extension, in which case .npy
-// is appended to the whole name. Non-image keys are left out.
+// directory, following README's naming rule ("Paths"): the extension
+// becomes .npy, unless another image in the same directory differs only by
+// extension, in which case .npy is appended to the whole name. Non-image
+// keys are left out.
 func featureNames(keys []string) map[string]string {
 	stems := map[string]int{}
 	isImage := func(k string) (string, bool) {

@@ -110,7 +110,7 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl.StringVar(&o.Prefetch, "prefetch", o.Prefetch, "what the first read of a feature file starts extracting in the background: off, dir (its directory) or tree (its layer directory)")
 	fl.BoolVar(&o.ShowEmptyDirs, "show-empty-dirs", o.ShowEmptyDirs, "show directories that hold no image and no subdirectory (folder markers, only other files)")
 	fl.IntVar(&o.PrefetchLimit, "prefetch-limit", o.PrefetchLimit, "most objects one prefetch walk of a layer extracts (0: no limit)")
-	fl.BoolVar(&o.FeatureStoreOnly, "feature-store-only", o.FeatureStoreOnly, "serve only features the feature store has (a missing one is EIO, never computed)")
+	fl.BoolVar(&o.FeatureStoreOnly, "feature-store-only", o.FeatureStoreOnly, "serve only the features the feature store has (one it lacks is EIO, never computed)")
 	remoteFlags(fl, &o.Remote)
 	return fl
 }
@@ -118,7 +118,7 @@ func mountFlags(o *mountopts.Options) *flag.FlagSet {
 // sourceFlags binds the flags mount and serve share: models, the source,
 // the cache, the extractor and logging.
 func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
-	fl.Var(funcFlag{set: o.AddModel}, "model", "`NAME=PATH.onnx` of a model to serve (repeatable)")
+	fl.Var(funcFlag{set: o.AddModel}, "model", "`NAME=PATH.onnx`: a model served under features/NAME/ (repeatable)")
 	fl.StringVar(&o.ConfigFile, "config", o.ConfigFile, "YAML config `file` (models with preprocessing and aliases, and any option)")
 	fl.StringVar(&o.EndpointURL, "endpoint-url", o.EndpointURL, "S3 endpoint `URL` for MinIO, Ceph RGW, ... (default AWS)")
 	fl.StringVar(&o.Region, "region", o.Region, "S3 region")
@@ -141,8 +141,8 @@ func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
 	fl.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	fl.StringVar(&o.ORTLib, "ort-lib", o.ORTLib, "path of libonnxruntime.so (or FEATUREFS_ORT_LIB)")
 	fl.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "reject images with more pixels")
-	fl.Var(sizeFlag{&o.MaxObjectSize}, "max-object-size", "reject larger objects, e.g. 256MiB")
-	fl.BoolVar(&o.FastDecode, "fast-decode", o.FastDecode, "decode JPEGs at least 2, 4 or 8 times larger than the resize needs at 1/2, 1/4 or 1/8 (libjpeg DCT scaling): faster on large photos, features close to but not bit-exact with torchvision's")
+	fl.Var(sizeFlag{&o.MaxObjectSize}, "max-object-size", "reject larger objects (before fetching)")
+	fl.BoolVar(&o.FastDecode, "fast-decode", o.FastDecode, "decode a JPEG whose shorter side is at least 8, 4 or 2 times the resize size at 1/8, 1/4 or 1/2 of its size (libjpeg DCT scaling): faster on large photos, features close to torchvision's but not bit-exact")
 }
 
 // parseInterspersed parses flags anywhere among the positional arguments.

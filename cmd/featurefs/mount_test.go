@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,33 +62,5 @@ func TestServeAndWarmParseLikeMount(t *testing.T) {
 	if o.CacheSize != 20*mountopts.GiB || o.Device != "auto" || o.LogLevel != "warn" || w.jobs != 3 || w.interval != 5*time.Second ||
 		strings.Join(pos, " ") != "dir" {
 		t.Errorf("warm: options %+v, warm options %+v, positional %q", o, w, pos)
-	}
-}
-
-// README.md's "Mount flags" table lists every flag of `featurefs mount -h`,
-// in its order, and nothing else.
-func TestReadmeMountFlagsTable(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, table, ok := strings.Cut(string(b), "\n## Mount flags\n")
-	if !ok {
-		t.Fatal("README.md has no Mount flags section")
-	}
-	table, _, _ = strings.Cut(table, "\n## ")
-	var inReadme []string
-	for _, line := range strings.Split(table, "\n") {
-		if name, ok := strings.CutPrefix(line, "| `--"); ok {
-			name, _, _ = strings.Cut(name, "`")
-			name, _, _ = strings.Cut(name, " ")
-			inReadme = append(inReadme, name)
-		}
-	}
-	o := mountopts.Default()
-	var inHelp []string
-	mountFlags(&o).VisitAll(func(f *flag.Flag) { inHelp = append(inHelp, f.Name) })
-	if strings.Join(inReadme, " ") != strings.Join(inHelp, " ") {
-		t.Errorf("README.md's Mount flags table:\n  %s\nfeaturefs mount -h:\n  %s", strings.Join(inReadme, " "), strings.Join(inHelp, " "))
 	}
 }

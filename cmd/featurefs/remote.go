@@ -16,7 +16,7 @@ import (
 func remoteFlags(fl *flag.FlagSet, r *mountopts.RemoteOptions) {
 	fl.Var(funcFlag{show: func() string { return strings.Join(r.URLs, ",") }, set: r.SetURLs},
 		"remote", "mount feature servers (featurefs serve) instead of a SOURCE: `URL[,URL...]`")
-	fl.StringVar(&r.TokenFile, "remote-token-file", r.TokenFile, "`file` holding the servers' bearer token (default $FEATUREFS_TOKEN)")
+	fl.StringVar(&r.TokenFile, "remote-token-file", r.TokenFile, "`file` holding the servers' bearer token (without it: the token itself from $FEATUREFS_TOKEN)")
 	fl.StringVar(&r.CAFile, "remote-ca", r.CAFile, "PEM `file` of CA certificates to trust for https:// servers")
 	fl.DurationVar(&r.Timeout, "remote-timeout", r.Timeout, "a server silent this long fails the reads waiting on it (EIO)")
 	fl.IntVar(&r.MaxBatch, "remote-max-batch", r.MaxBatch, "most features per request to a server")

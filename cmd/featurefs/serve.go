@@ -24,8 +24,9 @@ const serveUsage = `Usage: featurefs serve [flags] SOURCE       SOURCE = s3://BU
 
 Serves SOURCE's features over HTTP next to the store (near-data mode), for
 'featurefs mount --remote URL MOUNTPOINT' on training hosts. The API and the
-flags are described in docs/SERVE.md. Clients must send the bearer token of
---token-file (or $FEATUREFS_TOKEN) unless --no-auth. Stops on SIGTERM/SIGINT.
+flags are described in docs/SERVE.md. Clients must send the bearer token in
+--token-file (or, without it, the token in $FEATUREFS_TOKEN) unless --no-auth.
+Stops on SIGTERM/SIGINT.
 Exit codes as featurefs mount: 2 bad options, 4 model/ONNX Runtime/asked-for
 GPU, 5 source, 6 cache directory, 1 other (e.g. the address is in use).
 
@@ -43,7 +44,7 @@ func serveFlags(o *mountopts.Options, so *mountopts.ServeOptions) *flag.FlagSet 
 		"image-extensions", "object extensions served as features, comma-separated")
 
 	fl.StringVar(&so.Listen, "listen", so.Listen, "`HOST:PORT` to listen on")
-	fl.StringVar(&so.TokenFile, "token-file", so.TokenFile, "`file` holding the bearer token clients must send (default $FEATUREFS_TOKEN)")
+	fl.StringVar(&so.TokenFile, "token-file", so.TokenFile, "`file` holding the bearer token clients must send (without it: the token itself from $FEATUREFS_TOKEN)")
 	fl.BoolVar(&so.NoAuth, "no-auth", so.NoAuth, "accept requests without a token (trusted networks only)")
 	fl.StringVar(&so.TLSCert, "tls-cert", so.TLSCert, "PEM certificate `file`: serve HTTPS")
 	fl.StringVar(&so.TLSKey, "tls-key", so.TLSKey, "PEM key `file` of --tls-cert")

@@ -1,6 +1,7 @@
 // Package featurestore keeps computed features in an object store (or a
-// directory) that every mount and server can read: DESIGN.md's third
-// topology, NDPipe's "extract once, ship features". It is FUSE-free and
+// directory) that every mount and server can read: the tier of features
+// that many storage hosts and training hosts share (docs/FEATURE-STORE.md),
+// NDPipe's "extract once, ship features". It is FUSE-free and
 // knows nothing of models beyond the names it is given; the read path
 // (fs/features) asks it after its local cache and before computing.
 //
@@ -540,7 +541,8 @@ func (s *Store) Stats() Stats {
 // extension replaced by .npy, unless another image object of the same
 // stem exists (siblings: the keys that start with the key's stem and a
 // dot) or the extension is in mixed case, where .npy is appended to the
-// whole name (DESIGN.md's naming rule). split is the image-extension rule
+// whole name (the mount's naming rule: README, "Paths"; fs/doc.go, "Names").
+// split is the image-extension rule
 // (spec.SplitImage with the configured extensions).
 func Name(key string, siblings []string, split func(base string) (stem, ext string, ok bool)) string {
 	dir, base := "", key
