@@ -106,6 +106,10 @@ func cacheStats(w io.Writer, s *cache.Store, asJSON bool) int {
 		fmt.Fprintf(w, "average entry    %s\n", mountopts.FormatSize(st.Bytes/st.Entries))
 	}
 	fmt.Fprintf(w, "on disk          %s (%s more than stored)\n", mountopts.FormatSize(st.DiskBytes), mountopts.FormatSize(st.DiskOverheadBytes))
+	fmt.Fprintf(w, "free on its fs   %s (the cache keeps %s of it free for its index)\n", mountopts.FormatSize(st.DiskFreeBytes), mountopts.FormatSize(st.DiskReserveBytes))
+	if st.ReadOnly {
+		fmt.Fprintf(w, "                 the filesystem is full: opened read-only; free space or run featurefs cache clear\n")
+	}
 	fmt.Fprintf(w, "disk overhead    evicted values not reclaimed yet, and up to %s of dead values in the value log's\n", mountopts.FormatSize(st.ValueLogFileBytes))
 	fmt.Fprintf(w, "                 active file; a mount reclaims after %s of evictions, or %s after one (docs/RELIABILITY.md)\n",
 		mountopts.FormatSize(st.ReclaimAfterBytes), time.Duration(st.ReclaimIntervalSeconds*float64(time.Second)))
