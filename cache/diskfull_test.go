@@ -315,3 +315,39 @@ func TestPrivateFiles(t *testing.T) {
 		t.Errorf("%d warnings for a 0755 cache directory, want 1:\n%s", n, log2.String())
 	}
 }
+
+// TestClearDirOnCrashedFullCache: a cache left by kill -9 (write-ahead logs
+// to replay) on a filesystem with 0 bytes free cannot be opened, even
+// read-only, and says so (ErrDiskFull, naming featurefs cache clear);
+// ClearDir empties it without opening it, and it opens again.
+func TestClearDirOnCrashedFullCache(t *testing.T) {
+	fsDir := mountTmpfs(t, 32<<20)
+	dir := filepath.Join(fsDir, "cache")
+	cmd, out, _ := startHelper(t, "writer", dir, "0")
+	for n := 0; n < 60 && out.Scan(); n++ {
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	mems, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
+	if len(mems) == 0 {
+		t.Fatal("the killed writer left no write-ahead log")
+	}
+	fillUp(t, fsDir)
+	_, err := Open(Options{Dir: dir, Logger: quietLogger(), Inspect: true})
+	if !errors.Is(err, ErrDiskFull) || !strings.Contains(err.Error(), "cache clear") {
+		t.Fatalf("Open of a crashed cache at 0 bytes free: %v, want ErrDiskFull naming cache clear", err)
+	}
+	if err := ClearDir(dir); err != nil {
+		t.Fatalf("ClearDir: %v", err)
+	}
+	s, err := Open(Options{Dir: dir, Logger: quietLogger(), Inspect: true})
+	if err != nil {
+		t.Fatalf("Open after ClearDir: %v", err)
+	}
+	defer s.Close()
+	if st := s.Stats(); st.Entries != 0 || st.ReadOnly {
+		t.Errorf("after ClearDir: %d entries, read-only %v", st.Entries, st.ReadOnly)
+	}
+}

@@ -42,6 +42,9 @@ const (
 	// free for its flush.
 	smallMemTableSize = 2 << 20
 	smallDiskFree     = 1 << 30
+	// newCacheNeed is the free space creating a cache needs: header pages
+	// and Badger's discard statistics (1 MiB, sparse).
+	newCacheNeed = 2 << 20
 )
 
 // Errors for writes refused for the cache's filesystem; match them with
@@ -199,7 +202,7 @@ func (s *Store) admit(need, cushion int64) (release func(), err error) {
 // admitWrite is admit; report false neither counts nor logs a refusal (for
 // background work that simply waits).
 func (s *Store) admitWrite(need, cushion int64, report bool) (release func(), err error) {
-	if s.readOnly {
+	if s.readOnly.Load() {
 		if report {
 			s.diskFull(-1)
 		}
@@ -273,4 +276,21 @@ func (s *Store) checkDir() {
 func (s *Store) updateReserve() {
 	tables, _ := badgerFiles(s.dir)
 	s.reserve.Store(s.memTable + tables + reserveSlack)
+}
+
+// ClearDir deletes every cached feature in dir without opening the store:
+// Badger's files go, the directory and its lock file stay. It is for a
+// cache that cannot be opened even read-only on a full filesystem (one left
+// by a crash holds write-ahead logs Badger must rewrite to open). It fails
+// with ErrLocked while another process has the directory open.
+func ClearDir(dir string) error {
+	lk, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer lk.release()
+	if err := removeBadgerFiles(dir); err != nil {
+		return fmt.Errorf("cache: clear %s: %w", dir, err)
+	}
+	return nil
 }

@@ -32,7 +32,7 @@ func (s *Store) loop() {
 }
 
 func (s *Store) maintain() {
-	if s.checkDir(); s.gone.Load() || s.readOnly {
+	if s.checkDir(); s.gone.Load() || s.readOnly.Load() {
 		return
 	}
 	s.updateReserve()

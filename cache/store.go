@@ -4,7 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -196,8 +199,8 @@ type Store struct {
 	// exclusively by Clear and Close (Badger's DropAll must not overlap
 	// reads).
 	gate     sync.RWMutex
-	closed   bool // GUARDED_BY(gate)
-	readOnly bool // GUARDED_BY(gate); Badger opened read-only, the filesystem being full
+	closed   bool        // GUARDED_BY(gate)
+	readOnly atomic.Bool // Badger opened read-only, the filesystem being full (Clear may reopen it)
 
 	// diskMu guards the space admitted to writes in flight (a leaf lock).
 	diskMu   sync.Mutex
@@ -286,7 +289,24 @@ func Open(opts Options) (*Store, error) {
 	}
 	tables, wals := badgerFiles(opts.Dir)
 	openNeed := memTable + tables + wals + reserveSlack
+	if _, err := os.Stat(filepath.Join(opts.Dir, "MANIFEST")); errors.Is(err, fs.ErrNotExist) {
+		// A new cache: Badger writes headers and 1 MiB of discard
+		// statistics at most, and there is nothing to open read-only.
+		if openNeed = newCacheNeed; ferr == nil && free < openNeed {
+			lk.release()
+			return nil, fmt.Errorf("%w: %s has %d bytes free, less than the %d bytes creating a cache needs",
+				ErrDiskFull, opts.Dir, free, openNeed)
+		}
+	}
 	readOnly := ferr == nil && free < openNeed
+	if readOnly && wals > 0 {
+		// Write-ahead logs left by a crash: even a read-only open replays
+		// them, reading past their end into holes, which on tmpfs
+		// allocates pages and so faults on a full filesystem.
+		lk.release()
+		return nil, fmt.Errorf("%w: %s has %d bytes free, less than the %d bytes opening the cache needs (it holds write-ahead logs from a crash); free space on its filesystem or run featurefs cache clear",
+			ErrDiskFull, opts.Dir, free, openNeed)
+	}
 	vlogSize := vlogFileSize(opts.MaxBytes)
 	gone := new(atomic.Bool)
 	bo := badger.DefaultOptions(opts.Dir).
@@ -329,7 +349,6 @@ func Open(opts Options) (*Store, error) {
 		bopts:        bo,
 		db:           db,
 		lock:         lk,
-		readOnly:     readOnly,
 		idx:          newIndex(),
 		pins:         make(map[id]int32),
 		lastFlush:    time.Now(),
@@ -339,6 +358,7 @@ func Open(opts Options) (*Store, error) {
 		done:         make(chan struct{}),
 	}
 	s.gone = gone
+	s.readOnly.Store(readOnly)
 	if err := privatizeFiles(opts.Dir); err != nil {
 		log.Warn("cache: make the cache files private", "dir", opts.Dir, "err", err)
 	}
@@ -431,7 +451,7 @@ func (s *Store) loadIndex() error {
 		s.seq = max(s.seq, r.seq)
 	}
 	for _, k := range bad {
-		if s.readOnly {
+		if s.readOnly.Load() {
 			s.log.Warn("cache: skipping unreadable metadata record (read-only)", "key", fmt.Sprintf("%x", k))
 			continue
 		}
@@ -480,7 +500,7 @@ func (s *Store) syncBudget(given bool) error {
 			})
 		})
 	}
-	if s.readOnly {
+	if s.readOnly.Load() {
 		return nil
 	}
 	return s.recordBudget()
@@ -772,7 +792,7 @@ type victim struct {
 // than keep) from the index until the store is within budget, and returns
 // them for deletion from Badger.
 func (s *Store) pickVictimsLocked(keep *id) []victim {
-	if s.inspect || s.readOnly || s.gone.Load() {
+	if s.inspect || s.readOnly.Load() || s.gone.Load() {
 		return nil
 	}
 	var vs []victim
@@ -866,7 +886,7 @@ func (s *Store) Clear() error {
 	if s.gone.Load() {
 		return fmt.Errorf("%w: %s", ErrDirRemoved, s.dir)
 	}
-	if s.readOnly {
+	if s.readOnly.Load() {
 		return s.clearFilesLocked()
 	}
 	if err := s.db.DropAll(); err != nil {
@@ -908,7 +928,8 @@ func (s *Store) clearFilesLocked() error {
 	if err != nil {
 		return fmt.Errorf("cache: clear %s: reopen: %w", s.dir, err)
 	}
-	s.db, s.closed, s.readOnly = db, false, false
+	s.db, s.closed = db, false
+	s.readOnly.Store(false)
 	if err := privatizeFiles(s.dir); err != nil {
 		s.log.Warn("cache: make the cache files private", "dir", s.dir, "err", err)
 	}
@@ -957,9 +978,7 @@ func (s *Store) Stats() Stats {
 	st.DiskReserveBytes = s.reserve.Load()
 	st.DiskFullRefusals = s.diskFullRefusals.Load()
 	st.DirRemoved = s.gone.Load()
-	s.gate.RLock()
-	st.ReadOnly = s.readOnly
-	s.gate.RUnlock()
+	st.ReadOnly = s.readOnly.Load()
 	return st
 }
 
@@ -993,9 +1012,11 @@ func (s *Store) Close() error {
 			err = s.lock.release()
 			return
 		}
-		s.flushAccess()
+		if !s.readOnly.Load() {
+			s.flushAccess()
+		}
 		s.closed = true
-		if !s.readOnly {
+		if !s.readOnly.Load() {
 			need := s.reserve.Load() - reserveSlack + writeSlack
 			if free, ferr := freeBytes(s.dir); ferr == nil && free < need {
 				s.log.Warn("cache: too little free space to close the cache cleanly; its write-ahead log keeps the latest writes",

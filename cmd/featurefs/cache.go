@@ -61,6 +61,15 @@ func runCache(args []string) int {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := cache.Open(cache.Options{Dir: *dir, Logger: logger, Inspect: true})
+	if sub == "clear" && errors.Is(err, cache.ErrDiskFull) {
+		// Too full to open even read-only: delete the files unopened.
+		if err := cache.ClearDir(*dir); err != nil {
+			fmt.Fprintf(os.Stderr, "featurefs cache clear: %v\n", err)
+			return 1
+		}
+		fmt.Printf("cleared %s (unopened: its filesystem is full)\n", *dir)
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs cache %s: %v\n", sub, err)
 		return 1
