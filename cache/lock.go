@@ -24,7 +24,7 @@ type dirLock struct {
 // holder's pid.
 func lockDir(dir string) (*dirLock, error) {
 	path := filepath.Join(dir, lockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fileMode)
 	if err != nil {
 		return nil, fmt.Errorf("cache: open lock file: %w", err)
 	}

@@ -32,6 +32,13 @@ func (s *Store) loop() {
 }
 
 func (s *Store) maintain() {
+	if s.checkDir(); s.gone.Load() || s.readOnly.Load() {
+		return
+	}
+	s.updateReserve()
+	if err := privatizeFiles(s.dir); err != nil {
+		s.log.Debug("cache: make the cache files private", "dir", s.dir, "err", err)
+	}
 	s.mu.Lock()
 	victims := s.pickVictimsLocked(nil)
 	flushDue := s.idx.dirty > 0 && (s.idx.dirty >= accessFlushDirty || time.Since(s.lastFlush) >= accessFlushInterval)
@@ -110,6 +117,10 @@ func (s *Store) flushAccess() {
 				}
 				return nil
 			})
+			if errors.Is(err, ErrDiskFull) || errors.Is(err, ErrDirRemoved) {
+				s.log.Debug("cache: persist access order", "dir", s.dir, "err", err)
+				break
+			}
 			if err != nil {
 				s.log.Warn("cache: persist access order", "dir", s.dir, "err", err)
 				break
@@ -144,24 +155,45 @@ func (s *Store) reclaim() error {
 	// value-log bytes are dead only in compactions. DropPrefix of a
 	// sentinel key flushes the memtables and compacts level 0 into the
 	// next level, which merges deletions with the values they delete.
+	// The flush writes a table and the compaction rewrites level 0: the
+	// reserve covers them, admit checks it is there.
+	release, err := s.admitWrite(smallWrite, 0, false)
+	if errors.Is(err, ErrDiskFull) {
+		s.log.Debug("cache: reclaim postponed: filesystem full", "dir", s.dir)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cache: flush %s: %w", s.dir, err)
+	}
 	s.writeGate.Lock()
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err = s.db.Update(func(txn *badger.Txn) error {
 		return txn.Set([]byte{prefixSentinel}, []byte{1})
 	})
 	if err == nil {
 		err = s.db.DropPrefix([]byte{prefixSentinel})
 	}
 	s.writeGate.Unlock()
+	release()
 	if err != nil {
 		return fmt.Errorf("cache: flush %s: %w", s.dir, err)
 	}
 	for range 10000 {
+		// A rewrite copies the live half (at most) of a value-log file.
+		release, err := s.admitWrite(s.vlogSize/2+writeSlack, s.memTable, false)
+		if errors.Is(err, ErrDiskFull) {
+			s.log.Debug("cache: value-log GC postponed: filesystem full", "dir", s.dir)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 		// Writers wait while a file is rewritten: Badger's GC reads the
 		// memtable's max version without the lock its writers hold, a data
 		// race with concurrent writes.
 		s.writeGate.Lock()
-		err := s.db.RunValueLogGC(gcDiscardRatio)
+		err = s.db.RunValueLogGC(gcDiscardRatio)
 		s.writeGate.Unlock()
+		release()
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
 			return nil
 		}

@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,7 +21,8 @@ import (
 	"github.com/featurefs/featurefs/extractor/spec"
 )
 
-// Lock order (outermost first): gate, a key stripe, writeGate, mu.
+// Lock order (outermost first): gate, a key stripe, writeGate or diskMu
+// (never both: diskMu is held only around a stat and a statfs), mu.
 // mu is never held across a Badger call.
 
 // DefaultMaxBytes is the byte budget used when Options.MaxBytes is zero.
@@ -123,6 +126,23 @@ type Stats struct {
 	EvictedSinceReclaimBytes int64 `json:"evicted_since_reclaim_bytes"`
 	// GCRewrites counts value-log files rewritten by GC.
 	GCRewrites int64 `json:"gc_rewrites"`
+	// DiskFreeBytes is the free space of the cache's filesystem (what an
+	// unprivileged user may still write there).
+	DiskFreeBytes int64 `json:"disk_free_bytes"`
+	// DiskReserveBytes is the free space the store keeps for Badger's own
+	// files (a memtable flush, a compaction of its index, 4 MiB): a Put
+	// that would leave less is refused with ErrDiskFull.
+	DiskReserveBytes int64 `json:"disk_reserve_bytes"`
+	// DiskFullRefusals counts writes refused for want of space
+	// (ErrDiskFull).
+	DiskFullRefusals int64 `json:"disk_full_refusals"`
+	// ReadOnly is set when the store was opened on a filesystem too full
+	// to open it for writing: it serves what it holds and stores nothing.
+	ReadOnly bool `json:"read_only,omitempty"`
+	// DirRemoved is set once the cache directory was found removed (or
+	// replaced) while the store had it open: it serves what it holds and
+	// stores nothing.
+	DirRemoved bool `json:"dir_removed,omitempty"`
 }
 
 // Tuning constants.
@@ -162,20 +182,34 @@ func reclaimThreshold(budget int64) int64 {
 type Store struct {
 	// Constant after Open.
 	dir          string
+	ident        dirIdentity
 	maxBytes     int64
 	maxValue     int64
 	reclaimAfter int64
+	memTable     int64
+	vlogSize     int64
 	compression  codec.Method
 	inspect      bool
 	log          *slog.Logger
-	db           *badger.DB
+	bopts        badger.Options
 	lock         *dirLock
+	db           *badger.DB // GUARDED_BY(gate) once open: Clear may reopen it
 
 	// gate is held shared by every operation for its whole duration and
 	// exclusively by Clear and Close (Badger's DropAll must not overlap
 	// reads).
-	gate   sync.RWMutex
-	closed bool // GUARDED_BY(gate)
+	gate     sync.RWMutex
+	closed   bool        // GUARDED_BY(gate)
+	readOnly atomic.Bool // Badger opened read-only, the filesystem being full (Clear may reopen it)
+
+	// diskMu guards the space admitted to writes in flight (a leaf lock).
+	diskMu   sync.Mutex
+	inflight int64 // GUARDED_BY(diskMu)
+	// reserve is the free space kept for Badger's own files (memtable
+	// flush, compaction), updated by the cleaner.
+	reserve    atomic.Int64
+	gone       *atomic.Bool // the directory was removed while open (shared with badgerLogger)
+	fullWarned atomic.Bool
 
 	// stripes serialize writers of the same key (Put, Delete, eviction,
 	// access-order flushes), so an eviction never deletes a value that was
@@ -197,6 +231,7 @@ type Store struct {
 	lastReclaim         time.Time    // GUARDED_BY(mu)
 
 	hits, misses, puts, evictions, checksumFailures, gcRewrites atomic.Int64
+	diskFullRefusals                                            atomic.Int64
 	putRaw, putStored, compressNanos, decompressNanos           atomic.Int64
 
 	// testAfterPin, when set by a test, runs in Get after the entry is
@@ -226,44 +261,92 @@ func Open(opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	open, err := makeDir(opts.Dir)
+	if err != nil {
 		return nil, fmt.Errorf("cache: create %s: %w", opts.Dir, err)
+	}
+	if open {
+		log.Warn("cache: the cache directory is open to other users (features derive from the images): chmod 700 it",
+			"dir", opts.Dir)
 	}
 	lk, err := lockDir(opts.Dir)
 	if err != nil {
 		return nil, err
 	}
+	ident, err := identify(opts.Dir)
+	if err != nil {
+		lk.release()
+		return nil, fmt.Errorf("cache: %s: %w", opts.Dir, err)
+	}
+	// Opening for writing makes Badger write: a new value-log file and
+	// write-ahead log (a header page each), the tables of write-ahead logs
+	// left by a crash, a compaction. With less free than that, open
+	// read-only: what is cached is served, nothing is stored.
+	free, ferr := freeBytes(opts.Dir)
+	memTable := int64(memTableSize)
+	if ferr == nil && free < smallDiskFree {
+		memTable = smallMemTableSize
+	}
+	tables, wals := badgerFiles(opts.Dir)
+	openNeed := memTable + tables + wals + reserveSlack
+	if _, err := os.Stat(filepath.Join(opts.Dir, "MANIFEST")); errors.Is(err, fs.ErrNotExist) {
+		// A new cache: Badger writes headers and 1 MiB of discard
+		// statistics at most, and there is nothing to open read-only.
+		if openNeed = newCacheNeed; ferr == nil && free < openNeed {
+			lk.release()
+			return nil, fmt.Errorf("%w: %s has %d bytes free, less than the %d bytes creating a cache needs",
+				ErrDiskFull, opts.Dir, free, openNeed)
+		}
+	}
+	readOnly := ferr == nil && free < openNeed
+	if readOnly && wals > 0 {
+		// Write-ahead logs left by a crash: even a read-only open replays
+		// them, reading past their end into holes, which on tmpfs
+		// allocates pages and so faults on a full filesystem.
+		lk.release()
+		return nil, fmt.Errorf("%w: %s has %d bytes free, less than the %d bytes opening the cache needs (it holds write-ahead logs from a crash); free space on its filesystem or run featurefs cache clear",
+			ErrDiskFull, opts.Dir, free, openNeed)
+	}
 	vlogSize := vlogFileSize(opts.MaxBytes)
+	gone := new(atomic.Bool)
 	bo := badger.DefaultOptions(opts.Dir).
-		WithLogger(badgerLogger{log}).
+		WithLogger(badgerLogger{log: log, gone: gone}).
 		WithSyncWrites(opts.SyncWrites).
 		WithNumVersionsToKeep(1).
 		WithValueThreshold(valueThreshold).
 		WithCompression(options.None).
 		WithBlockCacheSize(8 << 20).
 		WithIndexCacheSize(32 << 20).
-		WithMemTableSize(memTableSize).
+		WithMemTableSize(memTable).
 		WithValueLogFileSize(vlogSize).
 		WithNumCompactors(2).
 		WithNumGoroutines(2).
 		WithMetricsEnabled(false).
 		WithDetectConflicts(false)
-	db, err := badger.Open(bo)
+	db, err := badger.Open(bo.WithReadOnly(readOnly))
 	if err != nil {
 		lk.release()
 		if strings.Contains(err.Error(), "Another process is using this Badger database") {
 			return nil, fmt.Errorf("%w: cache directory %s is in use by another process: %w", ErrLocked, opts.Dir, err)
 		}
+		if readOnly {
+			return nil, fmt.Errorf("%w: %s has %d bytes free, less than the %d bytes opening the cache for writing needs, and it cannot be opened read-only (%w); free space on its filesystem or run featurefs cache clear",
+				ErrDiskFull, opts.Dir, free, openNeed, err)
+		}
 		return nil, fmt.Errorf("cache: open %s: %w", opts.Dir, err)
 	}
 	s := &Store{
 		dir:          opts.Dir,
+		ident:        ident,
 		maxBytes:     opts.MaxBytes,
 		inspect:      opts.Inspect,
 		maxValue:     min(opts.MaxBytes, vlogSize-(1<<20)),
+		memTable:     memTable,
+		vlogSize:     vlogSize,
 		compression:  opts.Compression,
 		reclaimAfter: reclaimThreshold(opts.MaxBytes),
 		log:          log,
+		bopts:        bo,
 		db:           db,
 		lock:         lk,
 		idx:          newIndex(),
@@ -274,6 +357,12 @@ func Open(opts Options) (*Store, error) {
 		quit:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
+	s.gone = gone
+	s.readOnly.Store(readOnly)
+	if err := privatizeFiles(opts.Dir); err != nil {
+		log.Warn("cache: make the cache files private", "dir", opts.Dir, "err", err)
+	}
+	s.updateReserve()
 	if err := s.loadIndex(); err != nil {
 		db.Close()
 		lk.release()
@@ -283,6 +372,20 @@ func Open(opts Options) (*Store, error) {
 		db.Close()
 		lk.release()
 		return nil, err
+	}
+	switch {
+	case readOnly:
+		s.fullWarned.Store(true)
+		log.Warn("cache: cache filesystem full: serving the cached features read-only, caching no new ones until space is freed",
+			"dir", opts.Dir, "free_bytes", free, "needed_bytes", openNeed, "entries", s.idx.count)
+	case ferr == nil && !opts.Inspect:
+		// What Puts may still use before they are refused.
+		room := max(free-s.reserve.Load()-s.memTable, 0)
+		if s.maxBytes > s.bytes+room {
+			log.Warn("cache: the cache budget is larger than the free space of the cache's filesystem: the cache holds at most the effective bound, then new features are served but not cached",
+				"dir", opts.Dir, "budget_bytes", s.maxBytes, "free_bytes", free, "stored_bytes", s.bytes,
+				"effective_bound_bytes", s.bytes+room)
+		}
 	}
 	if s.inspect {
 		close(s.done)
@@ -348,6 +451,10 @@ func (s *Store) loadIndex() error {
 		s.seq = max(s.seq, r.seq)
 	}
 	for _, k := range bad {
+		if s.readOnly.Load() {
+			s.log.Warn("cache: skipping unreadable metadata record (read-only)", "key", fmt.Sprintf("%x", k))
+			continue
+		}
 		s.log.Warn("cache: dropping unreadable metadata record", "key", fmt.Sprintf("%x", k))
 		var i id
 		copy(i[:], k[1:])
@@ -393,6 +500,9 @@ func (s *Store) syncBudget(given bool) error {
 			})
 		})
 	}
+	if s.readOnly.Load() {
+		return nil
+	}
 	return s.recordBudget()
 }
 
@@ -406,8 +516,19 @@ func (s *Store) recordBudget() error {
 
 func (s *Store) stripe(i id) *sync.Mutex { return &s.stripes[i[IDLen-1]%numStripes] }
 
-// commit runs fn in a Badger write transaction.
+// commit runs fn in a Badger write transaction that writes no value (a
+// delete, metadata), if the filesystem has room for it (admit).
 func (s *Store) commit(fn func(txn *badger.Txn) error) error {
+	release, err := s.admit(smallWrite, 0)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return s.update(fn)
+}
+
+// update runs fn in a Badger write transaction.
+func (s *Store) update(fn func(txn *badger.Txn) error) error {
 	s.writeGate.RLock()
 	defer s.writeGate.RUnlock()
 	return s.db.Update(fn)
@@ -608,13 +729,20 @@ func (s *Store) Put(k Key, v []byte) error {
 	if s.closed {
 		return ErrClosed
 	}
+	// Room for the record, and for a memtable more than other writes get,
+	// so that deletes and access-order records still fit once Puts stop.
+	release, err := s.admit(int64(len(rec))+writeSlack, s.memTable)
+	if err != nil {
+		return fmt.Errorf("cache: put %s: %w", k.Object, err)
+	}
+	defer release()
 	st := s.stripe(i)
 	st.Lock()
 	s.mu.Lock()
 	s.seq++
 	meta := metaRecord{size: uint32(stored), seq: s.seq}
 	s.mu.Unlock()
-	err := s.commit(func(txn *badger.Txn) error {
+	err = s.update(func(txn *badger.Txn) error {
 		if err := txn.Set(dbKey(prefixValue, i), rec); err != nil {
 			return err
 		}
@@ -664,7 +792,7 @@ type victim struct {
 // than keep) from the index until the store is within budget, and returns
 // them for deletion from Badger.
 func (s *Store) pickVictimsLocked(keep *id) []victim {
-	if s.inspect {
+	if s.inspect || s.readOnly.Load() || s.gone.Load() {
 		return nil
 	}
 	var vs []victim
@@ -745,12 +873,21 @@ func (s *Store) Delete(k Key) error {
 	return nil
 }
 
-// Clear deletes every entry. It waits for operations in progress.
+// Clear deletes every entry. It waits for operations in progress. On a
+// store opened read-only (its filesystem full) it closes Badger, deletes
+// Badger's files and opens the directory again for writing if the space
+// freed allows; if not, the store is closed.
 func (s *Store) Clear() error {
 	s.gate.Lock()
 	defer s.gate.Unlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if s.gone.Load() {
+		return fmt.Errorf("%w: %s", ErrDirRemoved, s.dir)
+	}
+	if s.readOnly.Load() {
+		return s.clearFilesLocked()
 	}
 	if err := s.db.DropAll(); err != nil {
 		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
@@ -758,12 +895,46 @@ func (s *Store) Clear() error {
 	if err := s.recordBudget(); err != nil {
 		return err
 	}
+	s.resetLocked()
+	return nil
+}
+
+func (s *Store) resetLocked() {
 	s.mu.Lock()
 	s.idx = newIndex()
 	s.bytes = 0
 	s.evictedSinceReclaim = 0
+	s.pins = make(map[id]int32)
 	s.mu.Unlock()
-	return nil
+}
+
+// clearFilesLocked clears a read-only store by deleting Badger's files.
+func (s *Store) clearFilesLocked() error {
+	if err := s.db.Close(); err != nil {
+		s.log.Warn("cache: close read-only store", "dir", s.dir, "err", err)
+	}
+	s.db = nil
+	s.closed = true // until it is open again
+	s.resetLocked()
+	if err := removeBadgerFiles(s.dir); err != nil {
+		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
+	}
+	free, err := freeBytes(s.dir)
+	if err != nil || free < s.memTable+reserveSlack {
+		s.log.Warn("cache: cleared; the filesystem is still too full to open the cache for writing", "dir", s.dir, "free_bytes", free)
+		return nil
+	}
+	db, err := badger.Open(s.bopts)
+	if err != nil {
+		return fmt.Errorf("cache: clear %s: reopen: %w", s.dir, err)
+	}
+	s.db, s.closed = db, false
+	s.readOnly.Store(false)
+	if err := privatizeFiles(s.dir); err != nil {
+		s.log.Warn("cache: make the cache files private", "dir", s.dir, "err", err)
+	}
+	s.updateReserve()
+	return s.recordBudget()
 }
 
 // Stats returns the store's counters.
@@ -801,6 +972,13 @@ func (s *Store) Stats() Stats {
 		st.DiskBytes = du
 		st.DiskOverheadBytes = max(du-st.Bytes, 0)
 	}
+	if free, err := freeBytes(s.dir); err == nil {
+		st.DiskFreeBytes = free
+	}
+	st.DiskReserveBytes = s.reserve.Load()
+	st.DiskFullRefusals = s.diskFullRefusals.Load()
+	st.DirRemoved = s.gone.Load()
+	st.ReadOnly = s.readOnly.Load()
 	return st
 }
 
@@ -809,6 +987,12 @@ func (s *Store) Dir() string { return s.dir }
 
 // Close persists the access order, closes the database and releases the
 // directory lock. Further calls return ErrClosed; a second Close returns nil.
+//
+// Badger's Close flushes its memtable into a table file. In a directory
+// removed while open it would retry that forever, and on a filesystem without
+// room for the table it would fault; then Close leaves Badger as it is (its
+// write-ahead log, if it still exists, keeps the latest writes for the next
+// open) and only releases the lock: the process is expected to exit.
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
@@ -816,9 +1000,35 @@ func (s *Store) Close() error {
 		<-s.done
 		s.gate.Lock()
 		defer s.gate.Unlock()
-		s.flushAccess()
+		if s.db == nil { // a read-only store cleared on a full filesystem
+			s.closed = true
+			err = s.lock.release()
+			return
+		}
+		s.checkDir()
+		if s.gone.Load() {
+			s.closed = true
+			s.log.Debug("cache: closing a store whose directory was removed: Badger left open", "dir", s.dir)
+			err = s.lock.release()
+			return
+		}
+		if !s.readOnly.Load() {
+			s.flushAccess()
+		}
 		s.closed = true
+		if !s.readOnly.Load() {
+			need := s.reserve.Load() - reserveSlack + writeSlack
+			if free, ferr := freeBytes(s.dir); ferr == nil && free < need {
+				s.log.Warn("cache: too little free space to close the cache cleanly; its write-ahead log keeps the latest writes",
+					"dir", s.dir, "free_bytes", free, "needed_bytes", need)
+				err = s.lock.release()
+				return
+			}
+		}
 		err = s.db.Close()
+		if perr := privatizeFiles(s.dir); perr != nil {
+			s.log.Warn("cache: make the cache files private", "dir", s.dir, "err", perr)
+		}
 		if lerr := s.lock.release(); err == nil {
 			err = lerr
 		}
@@ -831,12 +1041,29 @@ func (s *Store) Close() error {
 
 // badgerLogger sends Badger's messages to slog, one level lower than Badger
 // rates them (its Info is chatty).
-type badgerLogger struct{ log *slog.Logger }
+// Once the cache directory is gone its messages are Debug: the store has
+// said so once.
+type badgerLogger struct {
+	log  *slog.Logger
+	gone *atomic.Bool
+}
 
 func (l badgerLogger) msg(format string, args []any) string {
 	return "badger: " + strings.TrimSpace(fmt.Sprintf(format, args...))
 }
-func (l badgerLogger) Errorf(f string, a ...any)   { l.log.Error(l.msg(f, a)) }
-func (l badgerLogger) Warningf(f string, a ...any) { l.log.Warn(l.msg(f, a)) }
-func (l badgerLogger) Infof(f string, a ...any)    { l.log.Debug(l.msg(f, a)) }
-func (l badgerLogger) Debugf(string, ...any)       {}
+func (l badgerLogger) Errorf(f string, a ...any) {
+	if l.gone.Load() {
+		l.log.Debug(l.msg(f, a))
+		return
+	}
+	l.log.Error(l.msg(f, a))
+}
+func (l badgerLogger) Warningf(f string, a ...any) {
+	if l.gone.Load() {
+		l.log.Debug(l.msg(f, a))
+		return
+	}
+	l.log.Warn(l.msg(f, a))
+}
+func (l badgerLogger) Infof(f string, a ...any) { l.log.Debug(l.msg(f, a)) }
+func (l badgerLogger) Debugf(string, ...any)    {}

@@ -234,7 +234,7 @@ func appendGPUProviders(o *ort.SessionOptions, c sessionConfig) error {
 		}
 		defer t.Destroy()
 		opts := tensorRTProviderOptions(c.gpuIndex, c.precision)
-		if err := os.MkdirAll(opts["trt_engine_cache_path"], 0o755); err != nil {
+		if err := os.MkdirAll(opts["trt_engine_cache_path"], 0o700); err != nil {
 			return fmt.Errorf("tensorrt engine cache: %w", err)
 		}
 		if err := t.Update(opts); err != nil {

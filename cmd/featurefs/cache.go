@@ -61,6 +61,15 @@ func runCache(args []string) int {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := cache.Open(cache.Options{Dir: *dir, Logger: logger, Inspect: true})
+	if sub == "clear" && errors.Is(err, cache.ErrDiskFull) {
+		// Too full to open even read-only: delete the files unopened.
+		if err := cache.ClearDir(*dir); err != nil {
+			fmt.Fprintf(os.Stderr, "featurefs cache clear: %v\n", err)
+			return 1
+		}
+		fmt.Printf("cleared %s (unopened: its filesystem is full)\n", *dir)
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs cache %s: %v\n", sub, err)
 		return 1
@@ -106,6 +115,10 @@ func cacheStats(w io.Writer, s *cache.Store, asJSON bool) int {
 		fmt.Fprintf(w, "average entry    %s\n", mountopts.FormatSize(st.Bytes/st.Entries))
 	}
 	fmt.Fprintf(w, "on disk          %s (%s more than stored)\n", mountopts.FormatSize(st.DiskBytes), mountopts.FormatSize(st.DiskOverheadBytes))
+	fmt.Fprintf(w, "free on its fs   %s (the cache keeps %s of it free for its index)\n", mountopts.FormatSize(st.DiskFreeBytes), mountopts.FormatSize(st.DiskReserveBytes))
+	if st.ReadOnly {
+		fmt.Fprintf(w, "                 the filesystem is full: opened read-only; free space or run featurefs cache clear\n")
+	}
 	fmt.Fprintf(w, "disk overhead    evicted values not reclaimed yet, and up to %s of dead values in the value log's\n", mountopts.FormatSize(st.ValueLogFileBytes))
 	fmt.Fprintf(w, "                 active file; a mount reclaims after %s of evictions, or %s after one (docs/RELIABILITY.md)\n",
 		mountopts.FormatSize(st.ReclaimAfterBytes), time.Duration(st.ReclaimIntervalSeconds*float64(time.Second)))

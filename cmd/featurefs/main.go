@@ -44,18 +44,22 @@ func run(args []string) int {
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "mount":
+		privateUmask()
 		return runMount(rest)
 	case "layers":
 		return runLayers(rest)
 	case "extract":
 		return runExtract(rest)
 	case "cache":
+		privateUmask()
 		return runCache(rest)
 	case "warm":
+		privateUmask()
 		return runWarm(rest)
 	case "stats":
 		return runStats(rest)
 	case "serve":
+		privateUmask()
 		return runServe(rest)
 	case "doctor":
 		return runDoctor(rest)

@@ -328,11 +328,11 @@ func daemonize(args []string, o mountopts.Options, mnt string) int {
 	if logPath == "" {
 		logPath = mountopts.DefaultLogFile()
 	}
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs mount: --log-file %s: %v\n", logPath, err)
 		return exitUsage // as in the foreground (newLogger)
 	}
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs mount: --log-file %s: %v\n", logPath, err)
 		return exitUsage
@@ -403,10 +403,10 @@ func newLogger(o mountopts.Options) (*slog.Logger, io.Closer, error) {
 	var w io.Writer = os.Stderr
 	var c io.Closer = io.NopCloser(nil)
 	if o.LogFile != "" {
-		if err := os.MkdirAll(filepath.Dir(o.LogFile), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(o.LogFile), 0o700); err != nil {
 			return nil, nil, failf(exitUsage, "--log-file %s: %w", o.LogFile, err)
 		}
-		f, err := os.OpenFile(o.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(o.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			return nil, nil, failf(exitUsage, "--log-file %s: %w", o.LogFile, err)
 		}

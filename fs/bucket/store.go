@@ -42,7 +42,7 @@ func OpenStore(ctx context.Context, dest string, opts S3Options) (Store, error) 
 		if !ok {
 			dir = dest
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("bucket: store %s: %w", dest, err)
 		}
 	}
@@ -100,7 +100,7 @@ func (b *localBucket) Put(ctx context.Context, key string, data []byte, meta map
 		return fmt.Errorf("bucket: put %s: %w", b.url(key), err)
 	}
 	if dir := path.Dir(key); dir != "." {
-		if err := b.root.MkdirAll(dir, 0o755); err != nil {
+		if err := b.root.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("bucket: put %s: %w", b.url(key), err)
 		}
 	}

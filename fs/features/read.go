@@ -231,6 +231,10 @@ func (p *Pipeline) putCache(obj bucket.Object, key cache.Key, data []byte) {
 	case errors.Is(err, cache.ErrClosed):
 		// The cache closed under an unowned caller (Warm without Close
 		// first): shutting down, not an error.
+	case errors.Is(err, cache.ErrDiskFull), errors.Is(err, cache.ErrDirRemoved):
+		// The feature is served all the same; the store said so once.
+		p.stats.cacheErrors.Add(1)
+		p.log.Debug("featurefs: feature not cached", slog.String("key", obj.Key), slog.Any("err", err))
 	case err != nil:
 		p.stats.cacheErrors.Add(1)
 		p.log.Warn("featurefs: cache write failed", slog.String("key", obj.Key), slog.Any("err", err))
