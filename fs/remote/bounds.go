@@ -105,6 +105,9 @@ func (s *Server) public(key string, err error) error {
 		msg = strings.ReplaceAll(msg, root+"/", "")
 		msg = strings.ReplaceAll(msg, root, "<source>")
 	}
+	if key != "" && StatusOf(err) != StatusBadImage && !strings.Contains(msg, key) {
+		msg = key + ": " + msg
+	}
 	return errors.New(msg)
 }
 

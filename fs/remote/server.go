@@ -673,34 +673,43 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush()
 	}
+	answered := 0
+	gone := func(err error) {
+		s.log.Info("featurefs serve: batch client gone or not reading: its work is cancelled", slog.String("remote", r.RemoteAddr),
+			slog.Int("items", len(req.Items)), slog.Int("answered", answered), slog.Any("err", err))
+	}
 	if err := writeStreamHeader(bw, len(req.Items)); err != nil {
+		gone(err)
 		return
 	}
 	if err := flush(); err != nil {
+		gone(err)
 		return
 	}
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
 	failed := 0
-	for done := 0; done < len(jobs); {
+	write := func(res itemResult) error {
+		err := s.writeResult(bw, req.Items, res, &failed)
+		release(res.held)
+		if err == nil {
+			answered++
+		}
+		return err
+	}
+	for answered < len(jobs) {
 		select {
 		case res := <-results:
-			done++
-			err := s.writeResult(bw, req.Items, res, &failed)
-			release(res.held)
-			if err != nil {
-				s.log.Info("featurefs serve: batch client gone or not reading: its work is cancelled", slog.String("remote", r.RemoteAddr),
-					slog.Int("items", len(req.Items)), slog.Int("answered", done-1), slog.Any("err", err))
+			if err := write(res); err != nil {
+				gone(err)
 				return
 			}
 			// Write whatever else is ready before flushing.
-			for more := true; more && done < len(jobs); {
+			for more := true; more && answered < len(jobs); {
 				select {
 				case res := <-results:
-					done++
-					err := s.writeResult(bw, req.Items, res, &failed)
-					release(res.held)
-					if err != nil {
+					if err := write(res); err != nil {
+						gone(err)
 						return
 					}
 				default:
@@ -708,17 +717,18 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			if err := flush(); err != nil {
-				s.log.Info("featurefs serve: batch client gone or not reading: its work is cancelled", slog.String("remote", r.RemoteAddr),
-					slog.Int("items", len(req.Items)), slog.Int("answered", done), slog.Any("err", err))
+				gone(err)
 				return
 			}
 			hb.Reset(s.cfg.Heartbeat)
 		case <-hb.C:
 			s.n.heartbeats.Add(1)
-			if err := WriteFrame(bw, Frame{Index: HeartbeatIndex}); err != nil {
-				return
+			err := WriteFrame(bw, Frame{Index: HeartbeatIndex})
+			if err == nil {
+				err = flush()
 			}
-			if err := flush(); err != nil {
+			if err != nil {
+				gone(err)
 				return
 			}
 		}
