@@ -95,7 +95,9 @@ func freeAddr(t *testing.T) string {
 // long it took and the body of a 200 answer.
 func timedDo(client *http.Client, method, u, token string, body []byte) (time.Duration, []byte, error) {
 	start := time.Now()
-	req, err := http.NewRequest(method, u, bytes.NewReader(body))
+	ctx, cancel := context.WithTimeout(context.Background(), client.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
