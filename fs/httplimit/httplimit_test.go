@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -243,5 +245,54 @@ func TestPeerOf(t *testing.T) {
 		if got := peerOf(a); got != want {
 			t.Errorf("peerOf(%s) = %s, want %s", addr, got, want)
 		}
+	}
+}
+
+// TestAdmitOverTLS: a request over TLS is found by Admit (ConnContext
+// looks under the TLS connection): an authorized request in progress keeps
+// its connection through a flood.
+func TestAdmitOverTLS(t *testing.T) {
+	release := make(chan struct{})
+	admitted := make(chan struct{})
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := Wrap(nl, Config{MaxConns: 16, MaxConnsPerPeer: 4})
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer Admit(r)()
+		close(admitted)
+		<-release
+		io.WriteString(w, "ok")
+	}))
+	ts.Listener.Close()
+	ts.Listener = ln
+	ts.Config.ConnContext = ln.ConnContext
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the flood's handshakes
+	ts.StartTLS()
+	defer ts.Close()
+	held := make(chan error, 1)
+	go func() {
+		resp, err := ts.Client().Get(ts.URL)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		held <- err
+	}()
+	<-admitted
+	for range 50 {
+		c, err := net.Dial("tcp", nl.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Errorf("authorized TLS request during a flood: %v (its connection was closed)", err)
+	}
+	if st := ln.Stats(); st.Evicted == 0 {
+		t.Errorf("stats %+v: the flood evicted nothing", st)
 	}
 }
