@@ -38,8 +38,10 @@ func TestRemoteOptions(t *testing.T) {
 		t.Errorf("default serve options: %v", err)
 	}
 	s.Listen, s.TLSCert, s.NoAuth, s.TokenFile = "nohost", "cert.pem", true, "/nonexistent"
+	s.MaxConns, s.MaxConnsPerPeer, s.WriteTimeout, s.MaxBufferedBytesPerRequest = -1, 0, 0, 2*s.MaxBufferedBytes
 	err = s.Validate()
-	for _, want := range []string{"--listen", "--tls-cert and --tls-key", "--no-auth and --token-file", "--token-file /nonexistent"} {
+	for _, want := range []string{"--listen", "--tls-cert and --tls-key", "--no-auth and --token-file", "--token-file /nonexistent",
+		"--max-conns -1", "--max-conns-per-peer 0", "--write-timeout 0s", "--max-buffered-bytes-per-request 512MiB"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("serve Validate: %v, want a line about %s", err, want)
 		}

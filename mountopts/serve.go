@@ -43,6 +43,23 @@ type ServeOptions struct {
 	// accept it (--wire-compression): s2 (the default), zstd-fastest, zstd
 	// or off.
 	WireCompression string
+	// MaxConns bounds the connections held at once (--max-conns; 0: 4096,
+	// and never more than the descriptor limit less a reserve:
+	// httplimit.ConnBudget).
+	MaxConns int
+	// MaxConnsPerPeer bounds the connections of one client address
+	// (--max-conns-per-peer; an IPv6 /64 counts as one).
+	MaxConnsPerPeer int
+	// WriteTimeout bounds how long a client may take to accept each
+	// 256 KiB of an answer (--write-timeout); past it the connection is
+	// closed and its work cancelled.
+	WriteTimeout time.Duration
+	// MaxBufferedBytes bounds the bytes of answers computed and not yet
+	// written, over all requests (--max-buffered-bytes).
+	MaxBufferedBytes int64
+	// MaxBufferedBytesPerRequest bounds them per request
+	// (--max-buffered-bytes-per-request).
+	MaxBufferedBytesPerRequest int64
 }
 
 // DefaultServeCacheDir is serve's default CacheDir,
@@ -61,6 +78,11 @@ func DefaultServe() ServeOptions {
 		ItemTimeout:     5 * time.Minute,
 		Heartbeat:       2 * time.Second,
 		WireCompression: "s2",
+		MaxConnsPerPeer: 128,
+		WriteTimeout:    30 * time.Second,
+
+		MaxBufferedBytes:           256 * MiB,
+		MaxBufferedBytesPerRequest: 64 * MiB,
 	}
 }
 
@@ -110,6 +132,22 @@ func (s *ServeOptions) Validate() error {
 	}
 	if s.Heartbeat <= 0 {
 		bad("--heartbeat %v: must be positive", s.Heartbeat)
+	}
+	if s.MaxConns < 0 {
+		bad("--max-conns %d: must be positive (0: from the descriptor limit)", s.MaxConns)
+	}
+	if s.MaxConnsPerPeer <= 0 {
+		bad("--max-conns-per-peer %d: must be positive", s.MaxConnsPerPeer)
+	}
+	if s.WriteTimeout <= 0 {
+		bad("--write-timeout %v: must be positive", s.WriteTimeout)
+	}
+	if s.MaxBufferedBytes < MiB {
+		bad("--max-buffered-bytes %s: must be at least 1MiB", FormatSize(s.MaxBufferedBytes))
+	}
+	if s.MaxBufferedBytesPerRequest < MiB || s.MaxBufferedBytesPerRequest > s.MaxBufferedBytes {
+		bad("--max-buffered-bytes-per-request %s: must be at least 1MiB and at most --max-buffered-bytes (%s)",
+			FormatSize(s.MaxBufferedBytesPerRequest), FormatSize(s.MaxBufferedBytes))
 	}
 	return errors.Join(errs...)
 }

@@ -218,6 +218,9 @@ type mountConfig struct {
 	Args []string
 	// NoModel leaves out --model (a --remote mount takes the servers').
 	NoModel bool
+	// NoFile, if not 0, is the mount process's descriptor limit
+	// (RLIMIT_NOFILE, soft and hard).
+	NoFile int
 }
 
 // mounted is a running `featurefs mount --foreground`.
@@ -264,7 +267,7 @@ func testMount(t testing.TB, cfg mountConfig) *mounted {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.cmd = exec.Command(bin, args...)
+	m.cmd = commandNoFile(cfg.NoFile, bin, args...)
 	m.cmd.Env = append(append(os.Environ(), "FEATUREFS_ORT_LIB="+ort), cfg.Env...)
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	if err := m.cmd.Start(); err != nil {
@@ -295,6 +298,16 @@ func testMount(t testing.TB, cfg mountConfig) *mounted {
 	}
 	m.ready = true
 	return m
+}
+
+// commandNoFile is exec.Command(bin, args...) run with its descriptor
+// limit (soft and hard) set to nofile by the shell's ulimit, which then
+// execs bin (same process id); 0: inherited.
+func commandNoFile(nofile int, bin string, args ...string) *exec.Cmd {
+	if nofile <= 0 {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), bin}, args...)...)
 }
 
 // PID is the mount process's id.

@@ -42,6 +42,13 @@ func (s *served) PID() int { return s.cmd.Process.Pid }
 // ends. It returns once the server listens.
 func startServe(t *testing.T, source string, env []string, args ...string) *served {
 	t.Helper()
+	return startServeNoFile(t, 0, source, env, args...)
+}
+
+// startServeNoFile is startServe with the process's descriptor limit
+// (RLIMIT_NOFILE, soft and hard) set to nofile (0: inherited).
+func startServeNoFile(t *testing.T, nofile int, source string, env []string, args ...string) *served {
+	t.Helper()
 	bin := featurefsBin(t)
 	model := testenv.Model(t, modelName)
 	ort := testenv.ORTLib(t)
@@ -54,7 +61,7 @@ func startServe(t *testing.T, source string, env []string, args ...string) *serv
 		"--model", modelName + "=" + model, "--cache-dir", filepath.Join(work, "cache"), "--ort-lib", ort,
 		"--device", "cpu", "--log-level", "debug"}, args...)
 	full = append(full, source)
-	s.cmd = exec.Command(bin, full...)
+	s.cmd = commandNoFile(nofile, bin, full...)
 	s.cmd.Env = append(append(os.Environ(), "FEATUREFS_ORT_LIB="+ort), env...)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {

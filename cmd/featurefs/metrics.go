@@ -11,6 +11,15 @@ import (
 	"time"
 
 	featurefs "github.com/featurefs/featurefs/fs"
+	"github.com/featurefs/featurefs/fs/httplimit"
+)
+
+// The metrics listener's bounds (docs/RELIABILITY.md).
+const (
+	metricsMaxConns        = 64
+	metricsMaxConnsPerPeer = 16
+	metricsTimeout         = 10 * time.Second // headers, a body, each 256 KiB of an answer
+	metricsIdleTimeout     = time.Minute
 )
 
 // startMetrics listens on addr (--metrics-addr) and serves, until stop is
@@ -18,10 +27,13 @@ import (
 // JSON at /stats. It listens before returning, so a bad or taken address
 // fails the mount before anything is mounted.
 func startMetrics(addr string, tree *featurefs.FS, log *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+	nl, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, failf(exitUsage, "--metrics-addr %s: %w", addr, err)
 	}
+	// Small bounds: a scraper needs one connection, and this port must
+	// never take the descriptors the filesystem needs.
+	ln := httplimit.Wrap(nl, httplimit.Config{MaxConns: metricsMaxConns, MaxConnsPerPeer: metricsMaxConnsPerPeer, Name: "metrics", Logger: log})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", featurefs.MetricsHandler(tree))
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +51,11 @@ func startMetrics(addr string, tree *featurefs.FS, log *slog.Logger) (stop func(
 		}
 		fmt.Fprint(w, "featurefs: /metrics (Prometheus), /stats (JSON, as MOUNT/.featurefs/stats)\n")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := ln.Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer httplimit.Admit(r)() // every request is served: none is kept before another
+		mux.ServeHTTP(w, r)
+	}), httplimit.Timeouts{Header: metricsTimeout, Body: metricsTimeout, Write: metricsTimeout, Idle: metricsIdleTimeout},
+		slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("featurefs: metrics server stopped", slog.String("addr", addr), slog.Any("err", err))

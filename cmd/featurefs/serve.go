@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/featurefs/featurefs/fs/httplimit"
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/mountopts"
 )
@@ -32,6 +33,13 @@ GPU, 5 source, 6 cache directory, 1 other (e.g. the address is in use).
 
 Flags:
 `
+
+// The time bounds of serve's requests (docs/SERVE.md, Bounds).
+const (
+	serveHeaderTimeout = 10 * time.Second // a request's headers (and a TLS handshake)
+	serveBodyTimeout   = 30 * time.Second // a request's body, from its headers
+	serveIdleTimeout   = 2 * time.Minute  // a kept-alive connection between requests
+)
 
 // serveFlags binds the serve flags: the source, model and cache options
 // shared with mount, and the server's own.
@@ -54,6 +62,11 @@ func serveFlags(o *mountopts.Options, so *mountopts.ServeOptions) *flag.FlagSet 
 	fl.DurationVar(&so.ItemTimeout, "item-timeout", so.ItemTimeout, "bound on the fetch and extraction of one feature")
 	fl.DurationVar(&so.Heartbeat, "heartbeat", so.Heartbeat, "heartbeat interval of a batch stream with nothing to send")
 	fl.StringVar(&so.WireCompression, "wire-compression", so.WireCompression, "how features are compressed for mounts that accept it: s2, zstd-fastest, zstd or off")
+	fl.IntVar(&so.MaxConns, "max-conns", so.MaxConns, "connections held at once (0: 4096, at most the descriptor limit less max(512, a quarter of it))")
+	fl.IntVar(&so.MaxConnsPerPeer, "max-conns-per-peer", so.MaxConnsPerPeer, "connections held at once from one client address (an IPv6 /64 is one)")
+	fl.DurationVar(&so.WriteTimeout, "write-timeout", so.WriteTimeout, "a client that takes longer than this to accept 256 KiB of an answer is disconnected and its work cancelled")
+	fl.Var(sizeFlag{&so.MaxBufferedBytes}, "max-buffered-bytes", "bound on the bytes of answers computed and not yet written, over all requests")
+	fl.Var(sizeFlag{&so.MaxBufferedBytesPerRequest}, "max-buffered-bytes-per-request", "bound on the bytes of one request's answers computed and not yet written")
 	return fl
 }
 
@@ -178,26 +191,37 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 		ImageExtensions: o.ImageExtensions,
 		FeatureStore:    fst,
 		WireCompression: codecMethod(so.WireCompression),
+
+		MaxBufferedBytes:           so.MaxBufferedBytes,
+		MaxBufferedBytesPerRequest: so.MaxBufferedBytesPerRequest,
+		WriteTimeout:               so.WriteTimeout,
+		BodyTimeout:                serveBodyTimeout,
 	})
 	if err != nil {
 		return failf(exitModel, "%w", err)
 	}
 	defer srv.Close() // after the HTTP server's shutdown, before the extractor and the cache close
-	ln, err := net.Listen("tcp", so.Listen)
+	nl, err := net.Listen("tcp", so.Listen)
 	if err != nil {
 		return failf(exitOther, "--listen %s: %w", so.Listen, err)
 	}
+	maxConns, nofile := httplimit.ConnBudget(cmp.Or(so.MaxConns, httplimit.DefaultMaxConns))
+	if so.MaxConns > maxConns {
+		warn(fmt.Sprintf("--max-conns %d is more than the descriptor limit (%d) allows with a reserve for the cache and the store: holding at most %d", so.MaxConns, nofile, maxConns))
+	}
+	ln := httplimit.Wrap(nl, httplimit.Config{MaxConns: maxConns, MaxConnsPerPeer: so.MaxConnsPerPeer, Name: "serve", Logger: log})
+	limits := ln.Stats()
+	log.Info("featurefs serve: connection bounds", slog.Int("max_conns", limits.MaxConns), slog.Int("max_conns_per_peer", limits.MaxConnsPerPeer),
+		slog.Uint64("descriptor_limit", nofile), slog.Duration("header_timeout", serveHeaderTimeout), slog.Duration("body_timeout", serveBodyTimeout),
+		slog.Duration("write_timeout", so.WriteTimeout), slog.Int64("max_buffered_bytes", so.MaxBufferedBytes),
+		slog.Int64("max_buffered_bytes_per_request", so.MaxBufferedBytesPerRequest))
 	scheme := "http"
 	if so.TLSCert != "" {
 		scheme = "https"
 	}
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	// The server applies the body and write bounds itself (remote.Server).
+	hs := ln.Server(srv, httplimit.Timeouts{Header: serveHeaderTimeout, Body: serveBodyTimeout, Write: so.WriteTimeout, Idle: serveIdleTimeout},
+		slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	errc := make(chan error, 1)
 	go func() {
 		if scheme == "https" {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
@@ -330,7 +331,8 @@ func StatusOf(err error) int {
 		return StatusOK
 	case errors.Is(err, errBadItem), errors.Is(err, extractor.ErrUnknownModel), errors.Is(err, extractor.ErrUnknownLayer):
 		return StatusBadRequest
-	case errors.Is(err, bucket.ErrNotFound):
+	case errors.Is(err, bucket.ErrNotFound), errors.Is(err, syscall.ENAMETOOLONG):
+		// A name too long for the source's file system names no object.
 		return StatusNotFound
 	case errors.Is(err, ErrChanged):
 		return StatusChanged

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/featurestore"
+	"github.com/featurefs/featurefs/fs/httplimit"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
@@ -80,7 +82,36 @@ type ServerConfig struct {
 	// clients that read EncodingFFZ1 (cache/codec; a feature that does not
 	// shrink goes as it is); zero sends them plain.
 	WireCompression codec.Method
+
+	// MaxBufferedBytes bounds the bytes of features computed for answers
+	// and not yet written to their clients, over all requests (default
+	// DefaultMaxBufferedBytes). A batch item or GET /v1/feature reserves
+	// its feature's size before it is computed (an item larger than the
+	// bound reserves the whole bound).
+	MaxBufferedBytes int64
+	// MaxBufferedBytesPerRequest bounds them per request (default
+	// DefaultMaxBufferedBytesPerRequest, at most MaxBufferedBytes).
+	MaxBufferedBytesPerRequest int64
+	// WriteTimeout bounds how long a client may take to accept each
+	// httplimit.WriteChunk (256 KiB) of an answer; past it the connection
+	// is closed and the request's work cancelled (default 30s).
+	WriteTimeout time.Duration
+	// BodyTimeout bounds the arrival of a request body (default 30s).
+	BodyTimeout time.Duration
 }
+
+const (
+	// DefaultMaxBufferedBytes is ServerConfig.MaxBufferedBytes's default.
+	DefaultMaxBufferedBytes = 256 << 20
+	// DefaultMaxBufferedBytesPerRequest is
+	// ServerConfig.MaxBufferedBytesPerRequest's default.
+	DefaultMaxBufferedBytesPerRequest = 64 << 20
+	// MaxKeyBytes bounds an object key in a request (S3's bound); a longer
+	// one is 400.
+	MaxKeyBytes = 1024
+	// npyHeaderBytes is more than a .npy header of any layer takes.
+	npyHeaderBytes = 512
+)
 
 // Server answers the HTTP API of docs/SERVE.md. It is an http.Handler.
 // Close it after the HTTP server has shut down.
@@ -92,6 +123,9 @@ type Server struct {
 	tokenHash [sha256.Size]byte
 	models    []byte // the JSON of GET /v1/models
 	mux       *http.ServeMux
+	handler   http.Handler        // mux under the body and write deadlines
+	buffered  *byteBudget         // answer bytes computed and not yet written
+	allow     map[string][]string // path -> the methods it answers
 	sem       chan struct{}
 	owner     *lifetime.Owner // the computations, which outlive requests
 
@@ -136,6 +170,9 @@ type ServerStats struct {
 	Heartbeats int64 `json:"heartbeats"`
 	// InFlight is the number of features being computed now.
 	InFlight int64 `json:"in_flight"`
+	// BufferedBytes is the bytes of answers computed (or reserved for a
+	// computation) and not yet written (at most MaxBufferedBytes).
+	BufferedBytes int64 `json:"buffered_bytes"`
 }
 
 // NewServer checks cfg, fills its defaults and returns the server.
@@ -167,6 +204,19 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 2 * time.Second
 	}
+	if cfg.MaxBufferedBytes <= 0 {
+		cfg.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if cfg.MaxBufferedBytesPerRequest <= 0 {
+		cfg.MaxBufferedBytesPerRequest = DefaultMaxBufferedBytesPerRequest
+	}
+	cfg.MaxBufferedBytesPerRequest = min(cfg.MaxBufferedBytesPerRequest, cfg.MaxBufferedBytes)
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 30 * time.Second
+	}
 	pipe, err := features.New(features.Config{
 		Bucket:        cfg.Bucket,
 		Extractor:     cfg.Extractor,
@@ -189,6 +239,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		sem:       make(chan struct{}, cfg.MaxConcurrent),
 		mux:       http.NewServeMux(),
+		allow:     map[string][]string{},
+		buffered:  newByteBudget(cfg.MaxBufferedBytes),
 		owner:     lifetime.New(),
 	}
 	s.models, err = json.Marshal(s.modelsResponse())
@@ -199,17 +251,35 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
 	})
-	s.mux.HandleFunc("GET /v1/models", s.auth(s.handleModels))
-	s.mux.HandleFunc("GET /v1/list", s.auth(s.handleList))
-	s.mux.HandleFunc("GET /v1/stat", s.auth(s.handleStat))
-	s.mux.HandleFunc("GET /v1/feature", s.auth(s.handleFeature))
-	s.mux.HandleFunc("POST /v1/batch", s.auth(s.handleBatch))
-	s.mux.HandleFunc("GET /v1/stats", s.auth(s.handleStats))
+	s.handle("GET", "/v1/models", s.handleModels)
+	s.handle("GET", "/v1/list", s.handleList)
+	s.handle("GET", "/v1/stat", s.handleStat)
+	s.handle("GET", "/v1/feature", s.handleFeature)
+	s.handle("POST", "/v1/batch", s.handleBatch)
+	s.handle("GET", "/v1/stats", s.handleStats)
 	s.registerSplit() // split_server.go
 	s.mux.HandleFunc("/v1/", s.auth(func(w http.ResponseWriter, r *http.Request) {
+		if methods := s.allow[r.URL.Path]; len(methods) > 0 {
+			allow := strings.Join(methods, ", ")
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, allow))
+			return
+		}
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
 	}))
+	s.handler = httplimit.Handler(s.mux, httplimit.Timeouts{Body: cfg.BodyTimeout, Write: cfg.WriteTimeout})
 	return s, nil
+}
+
+// handle registers an authenticated endpoint and the method it allows
+// (GET allows HEAD too); another method on its path is answered 405 with
+// an Allow header.
+func (s *Server) handle(method, path string, h http.HandlerFunc) {
+	s.mux.HandleFunc(method+" "+path, s.auth(h))
+	s.allow[path] = append(s.allow[path], method)
+	if method == http.MethodGet {
+		s.allow[path] = append(s.allow[path], http.MethodHead)
+	}
 }
 
 // Close cancels the computations still running (those whose requests went
@@ -224,7 +294,7 @@ func (s *Server) Close() error {
 }
 
 // ServeHTTP answers one request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // Pipeline returns the read path the server computes features with.
 func (s *Server) Pipeline() *features.Pipeline { return s.pipe }
@@ -238,6 +308,7 @@ func (s *Server) Stats() ServerStats {
 		Features: n.features.Load(), Lists: n.lists.Load(), Stats: n.stats.Load(),
 		BytesOut: n.bytesOut.Load(), Heartbeats: n.heartbeats.Load(), InFlight: n.inFlight.Load(),
 		RawBytesOut: n.rawBytesOut.Load(), CompressSeconds: time.Duration(n.compressNanos.Load()).Seconds(),
+		BufferedBytes: s.buffered.inUse(),
 	}
 }
 
@@ -275,19 +346,35 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.n.requests.Add(1)
 		if !s.cfg.NoAuth {
-			given, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			gh := sha256.Sum256([]byte(strings.TrimSpace(given)))
+			given, ok := bearerToken(r.Header.Get("Authorization"))
+			gh := sha256.Sum256([]byte(given))
 			if !ok || subtle.ConstantTimeCompare(gh[:], s.tokenHash[:]) != 1 {
 				s.n.unauthorized.Add(1)
 				s.log.Info("featurefs serve: unauthorized request", slog.String("remote", r.RemoteAddr),
 					slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Bool("token_given", ok))
 				w.Header().Set("WWW-Authenticate", `Bearer realm="featurefs"`)
+				// Not kept alive: an unauthenticated connection costs
+				// nothing past its answer.
+				w.Header().Set("Connection", "close")
 				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
 				return
 			}
 		}
+		// The connection now serves an authorized request: the listener
+		// (fs/httplimit) keeps it when making room for new ones.
+		defer httplimit.Admit(r)()
 		h(w, r)
 	}
+}
+
+// bearerToken returns the token of an Authorization header of the Bearer
+// scheme, whose name is case-insensitive (RFC 7235 section 2.1).
+func bearerToken(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 // writeError answers a whole request with a JSON error.
@@ -328,7 +415,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	p, err := s.cfg.Bucket.List(ctx, prefix, q.Get("continuation"))
 	if err != nil {
 		s.log.Warn("featurefs serve: list failed", slog.String("key", prefix), slog.Any("err", err))
-		writeError(w, StatusOf(err), err)
+		writeError(w, StatusOf(err), s.public(prefix, err))
 		return
 	}
 	resp := ListResponse{Prefixes: p.Prefixes, Objects: make([]ObjectInfo, 0, len(p.Objects)), Next: p.Next}
@@ -344,15 +431,16 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
 	s.n.stats.Add(1)
 	key := r.URL.Query().Get("key")
-	if key == "" {
-		writeError(w, StatusBadRequest, errors.New("no key"))
+	if err := checkKey(key); err != nil {
+		writeError(w, StatusBadRequest, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ItemTimeout)
 	defer cancel()
 	o, err := s.cfg.Bucket.Stat(ctx, key)
 	if err != nil {
-		writeError(w, StatusOf(err), err)
+		s.logItemError("stat", key, err)
+		writeError(w, StatusOf(err), s.public(key, err))
 		return
 	}
 	writeJSON(w, objectInfo(o))
@@ -367,9 +455,16 @@ func (s *Server) handleFeature(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	it := BatchItem{Model: q.Get("model"), Layer: layer, Key: q.Get("key"), ETag: q.Get("etag")}
+	held, err := s.buffered.acquire(r.Context(), s.itemBytes(it))
+	if err != nil {
+		writeError(w, StatusOf(err), s.public(it.Key, err))
+		return
+	}
+	defer s.buffered.release(held)
 	data, err := s.feature(r.Context(), it)
 	if err != nil {
-		writeError(w, StatusOf(err), err)
+		s.logItemError("feature", it.Key, err)
+		writeError(w, StatusOf(err), s.public(it.Key, err))
 		return
 	}
 	s.n.bytesOut.Add(int64(len(data)))
@@ -384,8 +479,11 @@ func (s *Server) handleFeature(w http.ResponseWriter, r *http.Request) {
 // feature returns ctx.Err() and the computation goes on (it fills the
 // cache) under the server's lifetime, still counted against MaxConcurrent.
 func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
-	if it.Key == "" || it.Model == "" {
+	if it.Model == "" {
 		return nil, fmt.Errorf("item needs a model and a key: %w", errBadItem)
+	}
+	if err := checkKey(it.Key); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ItemTimeout)
 	defer cancel()
@@ -448,13 +546,20 @@ type itemResult struct {
 	flags uint16 // of the frames: FrameCompressed when data is a blob
 	raw   int    // the feature's plain length
 	err   error
+	held  int64 // bytes reserved in the request's and the server's budgets
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes)
 	var req BatchRequest
-	if err := json.NewDecoder(body).Decode(&req); err != nil {
+	err := json.NewDecoder(body).Decode(&req)
+	if err == nil {
+		// To the body's end: its read deadline is lifted there, and the
+		// server then notices a client going away.
+		_, err = io.Copy(io.Discard, body)
+	}
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes (--max-request-bytes)", s.cfg.MaxRequestBytes))
@@ -493,14 +598,38 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	results := make(chan itemResult, len(jobs))
 	queue := make(chan *job)
+	// An item reserves its feature's bytes before it is computed and
+	// gives them back once written: a client that reads slowly (or not at
+	// all) holds at most MaxBufferedBytesPerRequest.
+	mine := newByteBudget(s.cfg.MaxBufferedBytesPerRequest)
+	reserve := func(n int64) (int64, error) {
+		n, err := mine.acquire(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := s.buffered.acquire(ctx, n); err != nil {
+			mine.release(n)
+			return 0, err
+		}
+		return n, nil
+	}
+	release := func(n int64) {
+		s.buffered.release(n)
+		mine.release(n)
+	}
 	var wg sync.WaitGroup
 	for range min(len(jobs), s.cfg.MaxConcurrent) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := range queue {
+				held, err := reserve(s.itemBytes(j.it))
+				if err != nil {
+					results <- itemResult{idx: j.idx, err: err}
+					continue
+				}
 				data, err := s.feature(ctx, j.it)
-				res := itemResult{idx: j.idx, data: data, raw: len(data), err: err}
+				res := itemResult{idx: j.idx, data: data, raw: len(data), err: err, held: held}
 				if compress && err == nil {
 					res.data, res.flags = s.compress(data)
 				}
@@ -519,8 +648,19 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	defer wg.Wait()
-	defer cancel()
+	defer func() {
+		cancel()
+		wg.Wait()
+		// What was computed and never written.
+		for {
+			select {
+			case res := <-results:
+				release(res.held)
+			default:
+				return
+			}
+		}
+	}()
 
 	w.Header().Set("Content-Type", BatchContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -533,29 +673,43 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush()
 	}
+	answered := 0
+	gone := func(err error) {
+		s.log.Info("featurefs serve: batch client gone or not reading: its work is cancelled", slog.String("remote", r.RemoteAddr),
+			slog.Int("items", len(req.Items)), slog.Int("answered", answered), slog.Any("err", err))
+	}
 	if err := writeStreamHeader(bw, len(req.Items)); err != nil {
+		gone(err)
 		return
 	}
 	if err := flush(); err != nil {
+		gone(err)
 		return
 	}
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
 	failed := 0
-	for done := 0; done < len(jobs); {
+	write := func(res itemResult) error {
+		err := s.writeResult(bw, req.Items, res, &failed)
+		release(res.held)
+		if err == nil {
+			answered++
+		}
+		return err
+	}
+	for answered < len(jobs) {
 		select {
 		case res := <-results:
-			done++
-			if err := s.writeResult(bw, res, &failed); err != nil {
-				s.log.Debug("featurefs serve: batch client gone", slog.String("remote", r.RemoteAddr), slog.Any("err", err))
+			if err := write(res); err != nil {
+				gone(err)
 				return
 			}
 			// Write whatever else is ready before flushing.
-			for more := true; more && done < len(jobs); {
+			for more := true; more && answered < len(jobs); {
 				select {
 				case res := <-results:
-					done++
-					if err := s.writeResult(bw, res, &failed); err != nil {
+					if err := write(res); err != nil {
+						gone(err)
 						return
 					}
 				default:
@@ -563,15 +717,18 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			if err := flush(); err != nil {
+				gone(err)
 				return
 			}
 			hb.Reset(s.cfg.Heartbeat)
 		case <-hb.C:
 			s.n.heartbeats.Add(1)
-			if err := WriteFrame(bw, Frame{Index: HeartbeatIndex}); err != nil {
-				return
+			err := WriteFrame(bw, Frame{Index: HeartbeatIndex})
+			if err == nil {
+				err = flush()
 			}
-			if err := flush(); err != nil {
+			if err != nil {
+				gone(err)
 				return
 			}
 		}
@@ -593,10 +750,15 @@ func (s *Server) compress(data []byte) ([]byte, uint16) {
 }
 
 // writeResult writes the frames of one computed item.
-func (s *Server) writeResult(w *bufio.Writer, res itemResult, failed *int) error {
+func (s *Server) writeResult(w *bufio.Writer, items []BatchItem, res itemResult, failed *int) error {
 	f := Frame{Status: StatusOK, Data: res.data, Flags: res.flags}
 	if res.err != nil {
-		f = Frame{Status: uint16(StatusOf(res.err)), Message: res.err.Error()}
+		key := ""
+		if len(res.idx) > 0 && res.idx[0] < len(items) {
+			key = items[res.idx[0]].Key
+		}
+		s.logItemError("batch", key, res.err)
+		f = Frame{Status: uint16(StatusOf(res.err)), Message: s.public(key, res.err).Error()}
 		*failed += len(res.idx)
 		s.n.itemsFailed.Add(int64(len(res.idx)))
 	}

@@ -11,9 +11,11 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
@@ -33,9 +35,9 @@ type profiler interface {
 
 // registerSplit adds the split endpoints to the server's mux.
 func (s *Server) registerSplit() {
-	s.mux.HandleFunc("GET /v1/profile", s.auth(s.handleProfile))
-	s.mux.HandleFunc("GET /v1/probe", s.auth(s.handleProbe))
-	s.mux.HandleFunc("GET /v1/object", s.auth(s.handleObject))
+	s.handle("GET", "/v1/profile", s.handleProfile)
+	s.handle("GET", "/v1/probe", s.handleProbe)
+	s.handle("GET", "/v1/object", s.handleObject)
 }
 
 // handleProfile answers the server's compute profile of a model. Measuring
@@ -92,13 +94,16 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case res := <-done:
+			if res.err != nil {
+				s.log.Warn("featurefs serve: profile failed", slog.String("model", model), slog.Any("err", res.err))
+			}
 			switch {
 			case res.err == nil:
 				writeJSON(w, res.prof)
 			case !started:
-				writeError(w, http.StatusInternalServerError, res.err)
+				writeError(w, http.StatusInternalServerError, s.public(model, res.err))
 			default:
-				json.NewEncoder(w).Encode(ErrorResponse{Error: res.err.Error(), Status: http.StatusInternalServerError})
+				json.NewEncoder(w).Encode(ErrorResponse{Error: s.public(model, res.err).Error(), Status: http.StatusInternalServerError})
 			}
 			return
 		case <-hb.C:
@@ -117,6 +122,13 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// probeFiller is the random bytes GET /v1/probe sends, made once.
+var probeFiller = sync.OnceValue(func() []byte {
+	b := make([]byte, 256<<10)
+	rand.Read(b)
+	return b
+})
+
 func (s *Server) handleProbe(w http.ResponseWriter, r *http.Request) {
 	n, err := strconv.ParseInt(r.URL.Query().Get("bytes"), 10, 64)
 	if err != nil || n < 0 || n > MaxProbeBytes {
@@ -125,9 +137,9 @@ func (s *Server) handleProbe(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-	// Random bytes: nothing on the path can compress them.
-	buf := make([]byte, min(n, 256<<10))
-	rand.Read(buf)
+	// Random bytes (nothing on the path can compress them), one buffer
+	// for every request.
+	buf := probeFiller()
 	for n > 0 {
 		k := min(n, int64(len(buf)))
 		if _, err := w.Write(buf[:k]); err != nil {
@@ -139,8 +151,8 @@ func (s *Server) handleProbe(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleObject(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
-	if key == "" {
-		writeError(w, StatusBadRequest, fmt.Errorf("object needs a key: %w", errBadItem))
+	if err := checkKey(key); err != nil {
+		writeError(w, StatusBadRequest, err)
 		return
 	}
 	if !spec.IsImage(path.Base(key), s.cfg.ImageExtensions) {
@@ -151,9 +163,17 @@ func (s *Server) handleObject(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	data, obj, err := s.cfg.Bucket.Get(ctx, key, s.cfg.MaxObjectSize)
 	if err != nil {
-		writeError(w, StatusOf(err), err)
+		s.logItemError("object", key, err)
+		writeError(w, StatusOf(err), s.public(key, err))
 		return
 	}
+	// Counted once read (its size is known only then).
+	held, err := s.buffered.acquire(r.Context(), int64(len(data)))
+	if err != nil {
+		writeError(w, StatusOf(err), s.public(key, err))
+		return
+	}
+	defer s.buffered.release(held)
 	if etag := r.URL.Query().Get("etag"); etag != "" && obj.ETag != "" && etag != obj.ETag {
 		writeError(w, StatusChanged, fmt.Errorf("%s: %w", key, ErrChanged))
 		return
