@@ -142,6 +142,7 @@ func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
 	fl.StringVar(&o.ORTLib, "ort-lib", o.ORTLib, "path of libonnxruntime.so (or FEATUREFS_ORT_LIB)")
 	fl.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "reject images with more pixels")
 	fl.Var(sizeFlag{&o.MaxObjectSize}, "max-object-size", "reject larger objects, e.g. 256MiB")
+	fl.Var(sizeFlag{&o.DecodeMemory}, "decode-memory", "bound on the memory of images being decoded at once, e.g. 1GiB")
 	fl.BoolVar(&o.FastDecode, "fast-decode", o.FastDecode, "decode JPEGs at least 2, 4 or 8 times larger than the resize needs at 1/2, 1/4 or 1/8 (libjpeg DCT scaling): faster on large photos, features close to but not bit-exact with torchvision's")
 }
 
