@@ -139,8 +139,11 @@ type schedConfig struct {
 	maxCalls  int
 	tokens    int
 	maxPixels int64
-	dtype     DType
-	log       *slog.Logger
+	// decode bounds the memory of the images being decoded at once (nil:
+	// unbounded).
+	decode *decodeBudget
+	dtype  DType
+	log    *slog.Logger
 	// batchSize chooses the batch size of a lane; called once per lane from
 	// an inference loop (it may run measurements through the runner).
 	batchSize func(ctx context.Context, g segment) int
@@ -624,12 +627,15 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	}
 	buf := ln.bufs.get(ln.ie)
 	t1 := time.Now()
-	err = ApplyPreprocess(ln.g.m.Preprocess, data, s.cfg.maxPixels, buf)
+	err = applyPreprocess(c.ctx, ln.g.m.Preprocess, data, s.cfg.maxPixels, buf, s.cfg.decode)
 	s.n.decodeNanos.Add(int64(time.Since(t1)))
 	if err != nil {
 		ln.bufs.put(buf, ln.ie)
 		if errors.Is(err, ErrBadImage) {
 			return nil, &ImageError{Key: c.req.Key, Reason: "cannot use as image", Err: err}
+		}
+		if c.ctx.Err() != nil {
+			return nil, ctxErr(c.ctx)
 		}
 		return nil, fmt.Errorf("preprocess %s: %w", c.req.Key, err)
 	}

@@ -5,6 +5,7 @@ package extractor
 // Resize(Resize) -> CenterCrop(Crop) -> ToTensor() -> Normalize(Mean, Std).
 
 import (
+	"context"
 	"fmt"
 	"image"
 	"sync"
@@ -137,6 +138,13 @@ func cropRGB(p Preprocess, data []byte, maxPixels int64, sc *preprocScratch) ([]
 // (DefaultMaxPixels when <= 0) are rejected from their header before any
 // pixel is decoded. Errors caused by the input match ErrBadImage.
 func ApplyPreprocess(p Preprocess, data []byte, maxPixels int64, dst []float32) error {
+	return applyPreprocess(context.Background(), p, data, maxPixels, dst, nil)
+}
+
+// applyPreprocess is ApplyPreprocess with the decode's memory taken from
+// budget (nil: none) while the image is decoded and resized: it waits
+// there, or until ctx ends, for room for decodeCost bytes.
+func applyPreprocess(ctx context.Context, p Preprocess, data []byte, maxPixels int64, dst []float32, budget *decodeBudget) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -144,9 +152,30 @@ func ApplyPreprocess(p Preprocess, data []byte, maxPixels int64, dst []float32) 
 	if len(dst) != 3*plane {
 		return fmt.Errorf("extractor: preprocess: dst holds %d floats, need 3*%d*%d = %d", len(dst), p.Crop, p.Crop, 3*plane)
 	}
+	var held, cost int64
+	if budget != nil {
+		w, h, format, err := CheckImage(data, maxPixels)
+		if err != nil {
+			return err
+		}
+		denom := 1
+		if format == "jpeg" {
+			denom = dctDenom(p, w, h)
+		}
+		cost = decodeCost(data, format, w, h, denom)
+		if held, err = budget.acquire(ctx, cost); err != nil {
+			return fmt.Errorf("extractor: waiting for decode memory (%d bytes): %w", cost, err)
+		}
+	}
 	sc := scratchPool.Get().(*preprocScratch)
 	defer scratchPool.Put(sc)
 	pix, err := cropRGB(p, data, maxPixels, sc)
+	if cap(sc.rgb) > maxKeptRGB {
+		sc.rgb = nil // a large image's pixels go back with its budget
+	}
+	if budget != nil {
+		budget.release(held, cost)
+	}
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,11 @@ type Config struct {
 	IntraOpThreads int
 	// MaxPixels rejects images with more pixels (width*height) than this.
 	MaxPixels int64
+	// DecodeMemory bounds the bytes that the images being decoded at once
+	// hold, estimated from each image's header (decodemem.go): a decode
+	// waits for room; one image larger than the whole budget is decoded
+	// alone. Default DefaultDecodeMemory (1 GiB).
+	DecodeMemory int64
 	// DType is the element type of the .npy files returned.
 	DType DType
 	// Logger receives the service's logs (default slog.Default()).
@@ -89,6 +94,7 @@ func DefaultConfig() Config {
 		MaxSessions:    4,
 		IntraOpThreads: cores,
 		MaxPixels:      DefaultMaxPixels,
+		DecodeMemory:   DefaultDecodeMemory,
 		DType:          Float32,
 		MaxPending:     4096,
 	}
@@ -117,6 +123,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPixels <= 0 {
 		c.MaxPixels = d.MaxPixels
+	}
+	if c.DecodeMemory <= 0 {
+		c.DecodeMemory = d.DecodeMemory
 	}
 	if c.DType == "" {
 		c.DType = d.DType
@@ -243,6 +252,7 @@ func (s *Service) schedConfig() schedConfig {
 		maxCalls:  s.cfg.MaxPending,
 		tokens:    s.cfg.Workers + 2*largest,
 		maxPixels: s.cfg.MaxPixels,
+		decode:    newDecodeBudget(s.cfg.DecodeMemory),
 		dtype:     s.cfg.DType,
 		log:       s.log,
 		batchSize: s.chooseBatch,

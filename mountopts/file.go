@@ -69,6 +69,7 @@ type fileOptions struct {
 	ImageExtensions  []string             `yaml:"image-extensions"`
 	MaxPixels        *int64               `yaml:"max-pixels"`
 	MaxObjectSize    *string              `yaml:"max-object-size"`
+	DecodeMemory     *string              `yaml:"decode-memory"`
 	FastDecode       *bool                `yaml:"fast-decode"`
 	Prefetch         *string              `yaml:"prefetch"`
 	PrefetchLimit    *int                 `yaml:"prefetch-limit"`
@@ -196,7 +197,8 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 		key string
 		src *string
 		dst *int64
-	}{{"cache-size", f.CacheSize, &o.CacheSize}, {"max-object-size", f.MaxObjectSize, &o.MaxObjectSize}} {
+	}{{"cache-size", f.CacheSize, &o.CacheSize}, {"max-object-size", f.MaxObjectSize, &o.MaxObjectSize},
+		{"decode-memory", f.DecodeMemory, &o.DecodeMemory}} {
 		if s.src == nil {
 			continue
 		}

@@ -154,6 +154,11 @@ type Options struct {
 	// MaxObjectSize rejects objects larger than this before fetching them
 	// (--max-object-size, e.g. 256MiB).
 	MaxObjectSize int64
+	// DecodeMemory bounds the bytes that the images being decoded at once
+	// hold, estimated from each image's header; a decode waits for room,
+	// and an image costing more than the whole budget is decoded alone
+	// (--decode-memory, default 1GiB).
+	DecodeMemory int64
 	// FastDecode decodes large JPEGs at 1/2, 1/4 or 1/8 of their size
 	// (libjpeg's DCT-domain scaling) when their shorter side is at least
 	// that many times the model's resize size, so the resize still only
@@ -202,6 +207,7 @@ func Default() Options {
 		ImageExtensions:         spec.DefaultImageExtensions(),
 		MaxPixels:               spec.DefaultMaxPixels,
 		MaxObjectSize:           256 * MiB,
+		DecodeMemory:            GiB,
 		Prefetch:                "tree",
 		Remote:                  DefaultRemote(),
 	}
@@ -446,6 +452,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxObjectSize <= 0 {
 		bad("--max-object-size %s: must be positive, e.g. 256MiB", FormatSize(o.MaxObjectSize))
+	}
+	if o.DecodeMemory < 16*MiB {
+		bad("--decode-memory %s: must be at least 16MiB, e.g. 1GiB", FormatSize(o.DecodeMemory))
 	}
 	if o.FastDecode && o.Remote.Enabled() && (o.Remote.Split == "" || o.Remote.Split == "none") {
 		bad("--fast-decode: with --remote the servers decode the images: give it to featurefs serve instead (a mount with --split auto, raw or K decodes too and takes it, matching the servers')")

@@ -74,6 +74,7 @@ func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger, 
 		AllowCPUFallback: o.AllowCPUFallback,
 		BatchSize:        o.BatchSize,
 		MaxPixels:        o.MaxPixels,
+		DecodeMemory:     o.DecodeMemory,
 		DType:            dtype,
 		Logger:           log,
 	}, o.ModelSpecs())

@@ -142,6 +142,7 @@ func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
 	fl.StringVar(&o.ORTLib, "ort-lib", o.ORTLib, "path of libonnxruntime.so (or FEATUREFS_ORT_LIB)")
 	fl.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "reject images with more pixels")
 	fl.Var(sizeFlag{&o.MaxObjectSize}, "max-object-size", "reject larger objects (before fetching)")
+	fl.Var(sizeFlag{&o.DecodeMemory}, "decode-memory", "bound on the memory of the images being decoded at once, estimated from their headers")
 	fl.BoolVar(&o.FastDecode, "fast-decode", o.FastDecode, "decode a JPEG whose shorter side is at least 8, 4 or 2 times the resize size at 1/8, 1/4 or 1/2 of its size (libjpeg DCT scaling): faster on large photos, features close to torchvision's but not bit-exact")
 }
 
