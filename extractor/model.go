@@ -101,6 +101,24 @@ func (m *Model) Table() string {
 	return b.String()
 }
 
+// LayersTable loads the model at path under name as `featurefs layers`
+// does (a CPU service of one worker; cfg gives the ONNX Runtime library and
+// the logger) and returns its Table. docs/LAYERS.md is generated from it.
+func LayersTable(name, path string, cfg Config) (string, error) {
+	cfg.Device = "cpu"
+	cfg.Workers = 1
+	svc, err := New(cfg, []ModelSpec{{Name: name, Path: path}})
+	if err != nil {
+		return "", err
+	}
+	defer svc.Close()
+	m, ok := svc.Model(name)
+	if !ok {
+		return "", fmt.Errorf("model %s: not loaded", name)
+	}
+	return m.Table(), nil
+}
+
 func sortStrings(s []string) {
 	for i := 1; i < len(s); i++ {
 		for j := i; j > 0 && s[j] < s[j-1]; j-- {
@@ -140,9 +158,12 @@ func (m *Model) pruned(l Layer) ([]byte, error) {
 	return b, nil
 }
 
-// loadModel reads ms.Path and finds its layers and their per-sample shapes
-// from ONNX Runtime's output info on one pruned model exposing every layer
-// tensor and node output. ONNX Runtime must be initialized.
+// loadModel reads ms.Path and finds its layers, their per-sample shapes and
+// cumulative FLOPs: from the graph's own shape inference, and from ONNX
+// Runtime's output info on one pruned model exposing the tensors inference
+// leaves unknown (goShapes), if any. This is the one path that gives the
+// figures of `featurefs layers`, the layers file of a mount and
+// docs/LAYERS.md (TestLayerDocs). ONNX Runtime must be initialized.
 func loadModel(ms ModelSpec) (*Model, error) {
 	if ms.Name == "" {
 		return nil, fmt.Errorf("model %s: empty name", ms.Path)
@@ -186,15 +207,14 @@ func loadModel(ms ModelSpec) (*Model, error) {
 	}
 
 	nodeOuts := g.NodeOutputs()
-	var shapes map[string][]int64
-	ok := false
-	if m.fixedBatch == 0 {
-		// The graph's inference strips a batch axis only where one varies.
-		shapes, ok = goShapes(g, m.input, gl, nodeOuts)
-	}
-	if !ok {
-		if shapes, err = ortShapes(g, m.input, gl, nodeOuts); err != nil {
+	shapes, missing := goShapes(g, m.input, gl, nodeOuts, m.fixedBatch)
+	if len(missing) > 0 {
+		ortS, err := ortShapes(g, m.input, missing)
+		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", ms.Name, err)
+		}
+		for t, s := range ortS {
+			shapes[t] = s
 		}
 	}
 	m.inShape = shapes[m.input]
@@ -205,13 +225,18 @@ func loadModel(ms ModelSpec) (*Model, error) {
 
 	// Per-sample activation bytes up to each layer: the sum of every node
 	// output before it in topological order (an upper bound).
+	elems := g.SampleElems()
 	pos := map[string]int{}
 	for i, t := range nodeOuts {
 		pos[t] = i
 	}
 	prefix := make([]int64, len(nodeOuts)+1)
 	for i, t := range nodeOuts {
-		prefix[i+1] = prefix[i] + shapeElems(shapes[t])*4
+		n, ok := elems[t]
+		if !ok {
+			n = shapeElems(shapes[t])
+		}
+		prefix[i+1] = prefix[i] + n*4
 	}
 
 	for i, l := range gl {
@@ -244,50 +269,62 @@ func loadModel(ms ModelSpec) (*Model, error) {
 	return m, nil
 }
 
-// goShapes returns the per-sample shapes of the input, the layers and the
-// node outputs from the graph's own shape inference, and whether it found
-// them all: then loading a model builds no ONNX Runtime session (the
-// session exposing every tensor, and the pruned copy of the model it
-// needs, were most of a ResNet-50 mount's start-up).
-func goShapes(g *graph.Model, input string, gl []graph.Layer, nodeOuts []string) (map[string][]int64, bool) {
-	shapes, err := g.Shapes()
-	if err != nil {
-		return nil, false
+// goShapes returns the per-sample shapes the graph's own shape inference
+// gives, and the tensors it leaves to ONNX Runtime: the input and layer
+// tensors without a per-sample shape, and the node outputs whose elements
+// per sample it does not know (FLOPs and activation bytes need only
+// those, whatever axis holds the batch). Where the graph fixes the batch,
+// inference cannot tell the batch axis: every layer is left to ONNX
+// Runtime. For the models the tests export nothing is left, so loading
+// builds no ONNX Runtime session (the session exposing every tensor, and
+// the pruned copy of the model it needs, were most of a ResNet-50 mount's
+// start-up).
+func goShapes(g *graph.Model, input string, gl []graph.Layer, nodeOuts []string, fixedBatch int) (map[string][]int64, []string) {
+	shapes := map[string][]int64{}
+	if fixedBatch == 0 {
+		if s, err := g.Shapes(); err == nil {
+			shapes = s
+		}
+	}
+	elems := g.SampleElems()
+	var missing []string
+	seen := map[string]bool{}
+	need := func(t string) {
+		if !seen[t] {
+			seen[t] = true
+			missing = append(missing, t)
+		}
 	}
 	if _, ok := shapes[input]; !ok {
-		return nil, false
+		need(input)
 	}
 	for _, l := range gl {
 		if _, ok := shapes[l.Tensor]; !ok {
-			return nil, false
+			need(l.Tensor)
 		}
 	}
 	for _, t := range nodeOuts {
-		if _, ok := shapes[t]; !ok {
-			return nil, false
+		if _, ok := elems[t]; !ok {
+			need(t)
 		}
 	}
-	return shapes, true
+	return shapes, missing
 }
 
 // ortShapes returns the per-sample shapes ONNX Runtime reports for the
-// input and every layer tensor and node output, from a session of the
-// model pruned to expose them all: the fallback where the graph's shape
-// inference does not cover an operator.
-func ortShapes(g *graph.Model, input string, gl []graph.Layer, nodeOuts []string) (map[string][]int64, error) {
+// graph input and the given tensors (their first axis taken as the batch),
+// from a session of the model pruned to expose them: the fallback where the
+// graph's shape inference does not cover an operator or the graph fixes
+// the batch.
+func ortShapes(g *graph.Model, input string, tensors []string) (map[string][]int64, error) {
 	var outs []string
-	seen := map[string]bool{}
-	for _, l := range gl {
-		if !seen[l.Tensor] {
-			seen[l.Tensor] = true
-			outs = append(outs, l.Tensor)
-		}
-	}
-	for _, t := range nodeOuts {
-		if !seen[t] {
-			seen[t] = true
+	for _, t := range tensors {
+		if t != input {
 			outs = append(outs, t)
 		}
+	}
+	if len(outs) == 0 {
+		outs = g.Outputs()[:1]
 	}
 	all, err := g.Prune(outs...)
 	if err != nil {

@@ -8,8 +8,9 @@ Builds the model with scripts/export_model.py's build() (same name and seed
 give the same weights as the exported ONNX file), and for each image i
 (in argument order) writes DIR/<i>.input.npy (the transformed input,
 3x224x224) and DIR/<i>.npy (the output of --module for that input, no batch
-axis), after PIL decoding, convert("RGB") and torchvision's Resize(256),
-CenterCrop(224), ToTensor(), Normalize(ImageNet mean, std). Images PIL cannot
+axis; with several --module, DIR/<i>.<module>.npy for each), after PIL
+decoding, convert("RGB") and torchvision's Resize(256), CenterCrop(224),
+ToTensor(), Normalize(ImageNet mean, std). Images PIL cannot
 read are listed in DIR/errors.json instead.
 """
 import argparse
@@ -30,7 +31,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--module", default="layer3.3", help="submodule whose output is the feature")
+    ap.add_argument("--module", action="append",
+                    help="submodule whose output is the feature (default layer3.3); "
+                         "given more than once, DIR/<i>.<module>.npy for each")
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("images", nargs="+")
@@ -39,10 +42,12 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
 
+    modules = args.module or ["layer3.3"]
     model = build(args.model, args.seed)
     feats = {}
-    model.get_submodule(args.module).register_forward_hook(
-        lambda mod, inp, out: feats.__setitem__("x", out.detach()))
+    for name in modules:
+        model.get_submodule(name).register_forward_hook(
+            lambda mod, inp, out, name=name: feats.__setitem__(name, out.detach()))
     tf = transforms.Compose([
         transforms.Resize(256),
         transforms.CenterCrop(224),
@@ -60,7 +65,9 @@ def main() -> int:
                 continue
             model(x.unsqueeze(0))
             np.save(os.path.join(args.out, f"{i}.input.npy"), x.numpy().astype(np.float32))
-            np.save(os.path.join(args.out, f"{i}.npy"), feats["x"][0].numpy().astype(np.float32))
+            for name in modules:
+                out = f"{i}.npy" if len(modules) == 1 else f"{i}.{name}.npy"
+                np.save(os.path.join(args.out, out), feats[name][0].numpy().astype(np.float32))
     with open(os.path.join(args.out, "errors.json"), "w") as f:
         json.dump(errors, f)
     print(f"wrote {len(args.images) - len(errors)} reference features to {args.out}", file=sys.stderr)

@@ -37,17 +37,13 @@ func runLayers(args []string) int {
 	path := pos[0]
 	cfg := extractor.DefaultConfig()
 	cfg.ORTLib = *ortLib
-	cfg.Device = "cpu"
-	cfg.Workers = 1
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: name, Path: path}})
+	table, err := extractor.LayersTable(name, path, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs layers: %v\n", err)
 		return 1
 	}
-	defer svc.Close()
-	m, _ := svc.Model(name)
-	fmt.Print(m.Table())
+	fmt.Print(table)
 	return 0
 }

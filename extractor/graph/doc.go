@@ -12,5 +12,7 @@
 // A pruned model is the original ModelProto with only the graph's node,
 // initializer, input, output and value_info lists filtered; every other field
 // (opset imports, metadata, functions, doc strings) is copied byte for byte.
+// Each new output is declared with the element type its operator gives
+// (types.go), or with its name alone where no rule gives one.
 // Bad input is reported as an error matching ErrBadModel, never a panic.
 package graph

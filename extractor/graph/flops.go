@@ -1,30 +1,49 @@
 package graph
 
-import "math/bits"
+import (
+	"math/bits"
+	"strings"
+)
 
 // CumulativeFLOPs returns, for the graph input and every node output, the
 // floating-point operations per sample of all the nodes it depends on, its
-// own producer included. shapes gives per-sample shapes (no batch axis) and
-// overrides the package's own inference; tensors missing from both count as
-// zero work. Conv counts 2*outElems*Cin/groups*kh*kw, Gemm and MatMul
-// 2*M*N*K, and every other op one operation per output element. Nodes
-// computing only constants count zero (ONNX Runtime folds them).
-func (m *Model) CumulativeFLOPs(shapes map[string][]int64) map[string]float64 {
-	// At batch 1 a tensor's elements are its per-sample elements, whichever
-	// axis is the batch (attention reshapes fold it into the heads).
+// own producer included. A tensor's elements per sample come from the
+// package's shape inference (SampleElems), whatever axis holds the batch;
+// extra gives per-sample shapes (no batch axis) of tensors inference does
+// not know, such as ONNX Runtime's, and is not consulted for the others.
+// Tensors missing from both count as zero work. Conv counts
+// 2*outElems*Cin/groups*kh*kw, Gemm and MatMul 2*M*N*K, and every other op
+// one operation per output element. Nodes computing only constants count
+// zero (ONNX Runtime folds them). This is the one FLOPs figure featurefs
+// reports (its layer table, docs/LAYERS.md).
+func (m *Model) CumulativeFLOPs(extra map[string][]int64) map[string]float64 {
+	sample := m.SampleElems()
 	var batch1 map[string]*val
 	if inf, err := m.infer(); err == nil {
 		batch1 = inf.b1
 	}
-	shapeOf := func(name string) ([]int64, bool) {
-		if s, ok := shapes[name]; ok {
-			return s, true
+	elems := func(name string) (float64, bool) {
+		if n, ok := sample[name]; ok {
+			return float64(n), true
 		}
+		if s, ok := extra[name]; ok {
+			if n := numel(s); n >= 0 {
+				return float64(n), true
+			}
+		}
+		return 0, false
+	}
+	// dims gives the axes of weights and of a MatMul's reduced axis, which
+	// do not depend on the batch.
+	dims := func(name string) ([]int64, bool) {
 		if t, ok := m.inits[name]; ok {
 			return t.dims, true
 		}
 		if v := batch1[name]; v != nil {
 			return v.shape, true
+		}
+		if s, ok := extra[name]; ok {
+			return s, true
 		}
 		return nil, false
 	}
@@ -38,7 +57,7 @@ func (m *Model) CumulativeFLOPs(shapes map[string][]int64) map[string]float64 {
 			}
 		}
 		if !allConst {
-			own[i] = nodeFLOPs(n, shapeOf)
+			own[i] = nodeFLOPs(n, elems, dims)
 		}
 	}
 
@@ -79,18 +98,12 @@ func (m *Model) CumulativeFLOPs(shapes map[string][]int64) map[string]float64 {
 	return out
 }
 
-// nodeFLOPs estimates one node's per-sample work.
-func nodeFLOPs(n *node, shapeOf func(string) ([]int64, bool)) float64 {
+// nodeFLOPs estimates one node's per-sample work from the elements per
+// sample of its tensors (elems) and the axes of its weights (dims).
+func nodeFLOPs(n *node, elemsOf func(string) (float64, bool), shapeOf func(string) ([]int64, bool)) float64 {
 	elems := func(name string) float64 {
-		s, ok := shapeOf(name)
-		if !ok {
-			return 0
-		}
-		e := numel(s)
-		if e < 0 {
-			return 0
-		}
-		return float64(e)
+		e, _ := elemsOf(name)
+		return e
 	}
 	out := 0.0
 	for _, o := range n.outputs {
@@ -149,6 +162,40 @@ func nodeFLOPs(n *node, shapeOf func(string) ([]int64, bool)) float64 {
 			return 2 * first * float64(a[len(a)-1])
 		}
 		return out
+	case "Einsum":
+		if k, ok := einsumReduced(n, shapeOf); ok {
+			return 2 * first * float64(k)
+		}
+		return out
 	}
 	return out
+}
+
+// einsumReduced returns the product of the sizes of an Einsum's summed
+// letters (in its inputs, not in its output): the multiply-adds per output
+// element.
+func einsumReduced(n *node, shapeOf func(string) ([]int64, bool)) (int64, bool) {
+	eq := strings.ReplaceAll(strAttr(n, "equation", ""), " ", "")
+	lhs, rhs, explicit := strings.Cut(eq, "->")
+	terms := strings.Split(lhs, ",")
+	if !explicit || len(terms) != len(n.inputs) || strings.Contains(eq, "...") {
+		return 0, false
+	}
+	size := map[rune]int64{}
+	for i, term := range terms {
+		s, ok := shapeOf(n.inputs[i])
+		if !ok || len(s) != len([]rune(term)) {
+			return 0, false
+		}
+		for j, c := range term {
+			size[c] = max(size[c], s[j])
+		}
+	}
+	k := int64(1)
+	for c, d := range size {
+		if !strings.ContainsRune(rhs, c) {
+			k *= d
+		}
+	}
+	return k, true
 }

@@ -44,6 +44,9 @@ type Model struct {
 	once  sync.Once
 	inf   *inference // shape inference at batch 1 and 2
 	infOK error
+
+	typesOnce sync.Once
+	types     map[string]int32 // element types by the operators' rules (elemTypes)
 }
 
 // node is one NodeProto.

@@ -11,8 +11,9 @@ import (
 // need removed, graph outputs set to exactly those tensors (in that order)
 // and graph inputs reduced to the needed ones. Every field the package does
 // not interpret (opset imports, metadata, functions, doc strings...) is
-// copied verbatim. Output types carry the inferred element type and, where
-// known, the shape with a dynamic "batch" dimension.
+// copied verbatim. Output types carry the element type the operators' type
+// rules give (none where they give none) and, where known, the shape with a
+// dynamic "batch" dimension.
 func (m *Model) Prune(outputs ...string) ([]byte, error) {
 	return m.prune("", outputs)
 }
@@ -179,8 +180,9 @@ func (m *Model) prune(from string, outputs []string) ([]byte, error) {
 // valueInfoFor returns an encoded ValueInfoProto for tensor name: the
 // original graph output's, input's or value_info's when the model has one
 // with an element type and a shape, otherwise
-// built from shape inference (element type, and the shape with the batch
-// axis as the symbolic dimension "batch").
+// built from the element type rules (elemTypes) and shape inference (the
+// shape with the batch axis as the symbolic dimension "batch"); a tensor of
+// unknown element type gets a ValueInfoProto with its name only.
 func (m *Model) valueInfoFor(name string) ([]byte, error) {
 	var known []*valueInfo
 	for _, o := range m.outputs {
@@ -201,12 +203,15 @@ func (m *Model) valueInfoFor(name string) ([]byte, error) {
 			return (field{raw: v.raw}).payload()
 		}
 	}
-	elem := int32(dtFloat)
+	// The element type from the operators' type rules, which need no
+	// shapes: a type guessed here would make ONNX Runtime refuse the graph
+	// (a Shape output declared float). Unknown, it is left out.
+	elem := m.elemTypes()[name]
 	var dims []dim
 	hasShape := false
 	if inf, err := m.infer(); err == nil {
 		v1, v2 := inf.b1[name], inf.b2[name]
-		if v1 != nil && v1.dtype != 0 {
+		if elem == dtUndefined && v1 != nil {
 			elem = v1.dtype
 		}
 		if v1 != nil && v2 != nil && len(v1.shape) == len(v2.shape) {
@@ -248,8 +253,12 @@ func (f field) payload() ([]byte, error) {
 	return b, nil
 }
 
-// encodeValueInfo builds a ValueInfoProto for a tensor type.
+// encodeValueInfo builds a ValueInfoProto for a tensor type; with elem
+// undefined, one with the name alone (ONNX Runtime infers the type).
 func encodeValueInfo(name string, elem int32, hasShape bool, dims []dim) []byte {
+	if elem == dtUndefined {
+		return appendString(nil, fValueName, name)
+	}
 	var tt []byte
 	tt = appendVarint(tt, fTensorTypeElem, uint64(elem))
 	if hasShape {

@@ -86,6 +86,46 @@ func perSample(v1, v2 *val) ([]int64, bool) {
 	return append(out, v1.shape[axis+1:]...), true
 }
 
+// SampleElems returns the number of elements per sample of every tensor
+// whose shape inference found, graph input and initializers included,
+// whatever axis holds the batch (attention folds it into the heads, window
+// partitions into the windows): the tensor's elements at batch 1. Where the
+// graph's input fixes the batch at B, inference runs at B and a tensor's
+// elements are divided by B when they divide (every tensor that scales with
+// the batch, and the few small shape tensors whose count B happens to
+// divide); constants keep their count.
+func (m *Model) SampleElems() map[string]int64 {
+	inf, err := m.infer()
+	if err != nil {
+		return map[string]int64{}
+	}
+	fixed := m.fixedBatch()
+	consts := m.constants()
+	out := make(map[string]int64, len(inf.b1))
+	for name, v := range inf.b1 {
+		n := numel(v.shape)
+		if n < 0 {
+			continue
+		}
+		if fixed > 1 && n%fixed == 0 && !consts[name] {
+			n /= fixed
+		}
+		out[name] = n
+	}
+	return out
+}
+
+// fixedBatch is the batch size the graph input fixes (its first dimension
+// a number), or 1 when the batch is symbolic or unknown.
+func (m *Model) fixedBatch() int64 {
+	for _, in := range m.inputs {
+		if in.name == m.input && in.hasShape && len(in.dims) > 0 && in.dims[0].value > 0 {
+			return in.dims[0].value
+		}
+	}
+	return 1
+}
+
 // elemsPerSample returns the number of elements per sample of tensor, or -1
 // when unknown.
 func (m *Model) elemsPerSample(name string) int64 {
@@ -202,11 +242,11 @@ func one(v *val) ([]*val, error) { return []*val{v}, nil }
 //	                                   predicates, Cast, broadcasting binary and
 //	                                   variadic ops, Where
 //	conv, pool   shape_conv.go         Conv and its quantized forms, pools
-//	matmul       shape_matmul.go       Gemm, MatMul
+//	matmul       shape_matmul.go       Gemm, MatMul, Einsum
 //	layout       shape_layout.go       Flatten, Reshape, Transpose, (Un)Squeeze,
 //	                                   Expand, Tile, Pad
 //	reductions   shape_reduce.go       Reduce*, ArgMax, ArgMin
-//	indexing     shape_index.go        Concat, Split, Slice, Gather
+//	indexing     shape_index.go        Concat, Split, Slice, Gather, Scatter*
 //	constants    shape_const.go        Constant, ConstantOfShape, Shape, Size,
 //	                                   Range
 var inferOps = opTable(inferFamilies)
@@ -214,7 +254,8 @@ var inferOps = opTable(inferFamilies)
 // inferFamilies lists the operators of each family, grouped as in the
 // table above.
 var inferFamilies = []opFamily{
-	{inferSame, []string{"Identity", "Dropout"}},
+	{inferSame, []string{"Identity"}},
+	{inferDropout, []string{"Dropout"}},
 	{inferUnary, []string{
 		"Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Abs",
 		"Reciprocal", "Floor", "Ceil", "Round", "Sign", "Clip", "LeakyRelu",
@@ -244,6 +285,7 @@ var inferFamilies = []opFamily{
 
 	{inferGemm, []string{"Gemm"}},
 	{inferMatMul, []string{"MatMul", "MatMulInteger"}},
+	{inferEinsum, []string{"Einsum"}},
 
 	{inferFlatten, []string{"Flatten"}},
 	{inferReshape, []string{"Reshape"}},
@@ -264,6 +306,7 @@ var inferFamilies = []opFamily{
 	{inferSplit, []string{"Split"}},
 	{inferSlice, []string{"Slice"}},
 	{inferGather, []string{"Gather"}},
+	{inferScatter, []string{"ScatterND", "ScatterElements", "Scatter"}},
 
 	{inferConstant, []string{"Constant"}},
 	{inferConstantOfShape, []string{"ConstantOfShape"}},

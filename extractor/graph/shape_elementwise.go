@@ -11,14 +11,24 @@ import (
 	"slices"
 )
 
-// inferSame passes its input through unchanged (Identity, Dropout at
-// inference): the output is the input's val itself.
+// inferSame passes its input through unchanged (Identity): the output is
+// the input's val itself.
 func inferSame(op opArgs) ([]*val, error) {
 	x := op.arg(0)
 	if x == nil {
 		return nil, nil
 	}
 	return one(x)
+}
+
+// inferDropout is Dropout at inference: output 0 is the input itself, the
+// optional mask (output 1) booleans of its shape.
+func inferDropout(op opArgs) ([]*val, error) {
+	x := op.arg(0)
+	if x == nil {
+		return nil, nil
+	}
+	return []*val{x, {shape: slices.Clone(x.shape), dtype: dtBool}}, nil
 }
 
 // inferUnary is an operator whose output has its input's shape and element

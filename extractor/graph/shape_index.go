@@ -202,23 +202,33 @@ func slice(n *node, in []*val, opset int64) *val {
 		ranges[ax] = rng{st, step, cnt}
 	}
 	v := &val{shape: s, dtype: x.dtype}
-	if x.hasVal && r == 1 {
-		v.hasVal = true
-		rg := ranges[0]
-		for k := int64(0); k < rg.count; k++ {
-			j := rg.start + k*rg.step
-			if x.ints != nil {
-				if j < 0 || j >= int64(len(x.ints)) {
-					return &val{shape: s, dtype: x.dtype}
-				}
-				v.ints = append(v.ints, x.ints[j])
-			} else {
-				if j < 0 || j >= int64(len(x.floats)) {
-					return &val{shape: s, dtype: x.dtype}
-				}
-				v.floats = append(v.floats, x.floats[j])
+	if !x.hasVal {
+		return v
+	}
+	// Known values are sliced at any rank (torch's pad arithmetic reverses
+	// a [n,2] table with a step of -1).
+	src := make([]int64, len(ranges))
+	ok := gatherStrided(v, x, s, func(idx []int64) (int64, bool) {
+		for ax, rg := range ranges {
+			src[ax] = rg.start + idx[ax]*rg.step
+			if src[ax] < 0 || src[ax] >= x.shape[ax] {
+				return 0, false
 			}
 		}
+		return flatIndex(src, x.shape), true
+	})
+	if !ok {
+		return &val{shape: s, dtype: x.dtype}
 	}
 	return v
+}
+
+// inferScatter is ScatterND, ScatterElements or Scatter: the output is the
+// data input's shape and type (values are not evaluated).
+func inferScatter(op opArgs) ([]*val, error) {
+	x := op.arg(0)
+	if x == nil {
+		return nil, nil
+	}
+	return one(&val{shape: slices.Clone(x.shape), dtype: x.dtype})
 }

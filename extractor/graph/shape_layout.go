@@ -76,7 +76,17 @@ func inferTranspose(op opArgs) ([]*val, error) {
 		seen[p] = true
 		s[i] = x.shape[p]
 	}
-	return one(&val{shape: s, dtype: x.dtype})
+	v := &val{shape: s, dtype: x.dtype}
+	// Known values are permuted too (torch's pad arithmetic transposes a
+	// small table).
+	src := make([]int64, r)
+	gatherStrided(v, x, s, func(idx []int64) (int64, bool) {
+		for i, p := range perm {
+			src[p] = idx[i]
+		}
+		return flatIndex(src, x.shape), true
+	})
+	return one(v)
 }
 
 // squeezeAxes returns the axes of Squeeze or Unsqueeze: input 1 from opset

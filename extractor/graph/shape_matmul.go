@@ -2,6 +2,12 @@ package graph
 
 // Shape inference of matrix products.
 
+import (
+	"slices"
+	"strings"
+	"unicode"
+)
+
 // inferGemm is Gemm: [M, K] x [K, N] -> [M, N], either side transposed by
 // transA and transB; both inputs must be matrices.
 func inferGemm(op opArgs) ([]*val, error) {
@@ -61,4 +67,90 @@ func matmulShape(a, b []int64) ([]int64, bool) {
 		out = append(out, b[len(b)-1])
 	}
 	return out, true
+}
+
+// inferEinsum is Einsum by its equation: each output letter takes the
+// size it has in the inputs (a size of 1 broadcasts), "..." the broadcast
+// of the inputs' ellipsis axes; without "->" the output is the ellipsis
+// then the letters used once, in alphabetical order. An equation that does
+// not fit the inputs is unknown.
+func inferEinsum(op opArgs) ([]*val, error) {
+	eq := strings.ReplaceAll(strAttr(op.n, "equation", ""), " ", "")
+	lhs, rhs, explicit := strings.Cut(eq, "->")
+	terms := strings.Split(lhs, ",")
+	if len(terms) != len(op.in) || len(terms) == 0 {
+		return nil, nil
+	}
+	size := map[rune]int64{}
+	count := map[rune]int{}
+	var ell []int64
+	for i, term := range terms {
+		x := op.arg(i)
+		if x == nil {
+			return nil, nil
+		}
+		pre, post, hasEll := strings.Cut(term, "...")
+		if strings.Contains(post, "...") {
+			return nil, nil
+		}
+		letters := []rune(pre + post)
+		nEll := x.rank() - len(letters)
+		if nEll < 0 || (!hasEll && nEll != 0) {
+			return nil, nil
+		}
+		if hasEll {
+			b, ok := broadcast(ell, x.shape[len([]rune(pre)):len([]rune(pre))+nEll])
+			if !ok {
+				return nil, nil
+			}
+			ell = b
+		}
+		for j, c := range letters {
+			if !unicode.IsLetter(c) {
+				return nil, nil
+			}
+			ax := j
+			if j >= len([]rune(pre)) {
+				ax += nEll
+			}
+			d := x.shape[ax]
+			switch old, seen := size[c]; {
+			case !seen || old == 1:
+				size[c] = d
+			case d != old && d != 1:
+				return nil, nil
+			}
+			count[c]++
+		}
+	}
+	if !explicit {
+		var once []rune
+		for c, n := range count {
+			if n == 1 {
+				once = append(once, c)
+			}
+		}
+		slices.Sort(once)
+		rhs = "..." + string(once)
+	}
+	pre, post, hasEll := strings.Cut(rhs, "...")
+	var s []int64
+	for _, c := range pre {
+		d, ok := size[c]
+		if !ok {
+			return nil, nil
+		}
+		s = append(s, d)
+	}
+	if hasEll {
+		s = append(s, ell...)
+	}
+	for _, c := range post {
+		d, ok := size[c]
+		if !ok {
+			return nil, nil
+		}
+		s = append(s, d)
+	}
+	return one(&val{shape: s, dtype: op.arg(0).dtype})
 }

@@ -165,3 +165,54 @@ func halfToFloat(h uint16) float64 {
 	}
 	return sign * (1 + frac/1024) * math.Pow(2, float64(exp-15))
 }
+
+// gatherStrided gives v, of shape out, the known values of x rearranged:
+// srcOf maps each index of v (visited in C order, the slice reused) to the
+// flat index in x it copies, or reports false. It reports whether v got
+// values: not when x has none, v would hold more than maxConstElems, or
+// srcOf fails or points outside x.
+func gatherStrided(v, x *val, out []int64, srcOf func(idx []int64) (int64, bool)) bool {
+	n := numel(out)
+	if !x.hasVal || n < 0 || n > maxConstElems {
+		return false
+	}
+	have := int64(len(x.floats))
+	if x.ints != nil {
+		have = int64(len(x.ints))
+	}
+	var ints []int64
+	var floats []float64
+	idx := make([]int64, len(out))
+	for k := int64(0); k < n; k++ {
+		j, ok := srcOf(idx)
+		if !ok || j < 0 || j >= have {
+			return false
+		}
+		if x.ints != nil {
+			ints = append(ints, x.ints[j])
+		} else {
+			floats = append(floats, x.floats[j])
+		}
+		for ax := len(idx) - 1; ax >= 0; ax-- {
+			idx[ax]++
+			if idx[ax] < out[ax] {
+				break
+			}
+			idx[ax] = 0
+		}
+	}
+	if x.ints != nil && ints == nil {
+		ints = []int64{}
+	}
+	v.hasVal, v.ints, v.floats = true, ints, floats
+	return true
+}
+
+// flatIndex is the C-order offset of idx in a tensor of the given shape.
+func flatIndex(idx, shape []int64) int64 {
+	var off int64
+	for ax, i := range idx {
+		off = off*shape[ax] + i
+	}
+	return off
+}
