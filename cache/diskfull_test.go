@@ -3,60 +3,17 @@ package cache
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/featurefs/featurefs/test/testenv"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a fresh directory (the test
-// needs root) and unmounts it when the test ends.
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0755", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a %d-byte tmpfs on %s (the test needs root): %v: %s", size, dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-			exec.Command("umount", "-l", dir).Run()
-		}
-	})
-	return dir
-}
-
-// fillUp writes a file in dir until the filesystem refuses more bytes.
-func fillUp(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill %s: %v", dir, err)
-			}
-			break
-		}
-	}
-	for len(buf) > 1 { // the last partial blocks
-		buf = buf[:len(buf)/2]
-		f.Write(buf)
-	}
-	if free, _ := freeBytes(dir); free != 0 {
-		t.Fatalf("%s: %d bytes free after filling it", dir, free)
-	}
-}
 
 func countLines(log, sub string) int {
 	n := 0
@@ -78,7 +35,7 @@ func countLines(log, sub string) int {
 // inspecting open is read-only and sees every entry, and Clear empties the
 // cache and opens it for writing again.
 func TestFullFilesystem(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, 24<<20), "cache")
+	dir := filepath.Join(testenv.MountTmpfs(t, 24<<20), "cache")
 	var log syncBuffer
 	s, err := Open(Options{Dir: dir, Logger: textLogger(&log)})
 	if err != nil {
@@ -160,7 +117,7 @@ func TestFullFilesystem(t *testing.T) {
 	}
 
 	// Another file takes the last byte: cache stats and clear still work.
-	fillUp(t, filepath.Dir(dir))
+	testenv.FillFS(t, filepath.Dir(dir))
 	var ilog syncBuffer
 	s, err = Open(Options{Dir: dir, Logger: textLogger(&ilog), Inspect: true})
 	if err != nil {
@@ -321,7 +278,7 @@ func TestPrivateFiles(t *testing.T) {
 // read-only, and says so (ErrDiskFull, naming featurefs cache clear);
 // ClearDir empties it without opening it, and it opens again.
 func TestClearDirOnCrashedFullCache(t *testing.T) {
-	fsDir := mountTmpfs(t, 32<<20)
+	fsDir := testenv.MountTmpfs(t, 32<<20)
 	dir := filepath.Join(fsDir, "cache")
 	cmd, out, _ := startHelper(t, "writer", dir, "0")
 	for n := 0; n < 60 && out.Scan(); n++ {
@@ -334,7 +291,7 @@ func TestClearDirOnCrashedFullCache(t *testing.T) {
 	if len(mems) == 0 {
 		t.Fatal("the killed writer left no write-ahead log")
 	}
-	fillUp(t, fsDir)
+	testenv.FillFS(t, fsDir)
 	_, err := Open(Options{Dir: dir, Logger: quietLogger(), Inspect: true})
 	if !errors.Is(err, ErrDiskFull) || !strings.Contains(err.Error(), "cache clear") {
 		t.Fatalf("Open of a crashed cache at 0 bytes free: %v, want ErrDiskFull naming cache clear", err)

@@ -2,57 +2,17 @@ package test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/featurefs/featurefs/test/testenv"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a fresh directory and unmounts
-// it when the test ends (after the mounts that use it: cleanups run last
-// first).
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0755", size), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a %d-byte tmpfs on %s (the tests need root): %v: %s", size, dir, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-			exec.Command("umount", "-l", dir).Run()
-		}
-	})
-	return dir
-}
-
-// fillFS writes dir/filler until the filesystem has no byte left.
-func fillFS(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for buf := make([]byte, 64<<10); len(buf) > 0; {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill %s: %v", dir, err)
-			}
-			buf = buf[:len(buf)/2]
-		}
-	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil || st.Bavail != 0 {
-		t.Fatalf("%s: %d blocks free after filling it (%v)", dir, st.Bavail, err)
-	}
-}
 
 // cacheStatsJSON runs featurefs cache stats --json on dir.
 func cacheStatsJSON(t *testing.T, dir string) (map[string]any, cliResult) {
@@ -100,7 +60,7 @@ func TestCacheFilesystemFull(t *testing.T) {
 		local[o.Key] = filepath.Join(d.Dir, filepath.FromSlash(o.Key))
 	}
 	ref := extractRef(t, "layer0", local)
-	fsDir := mountTmpfs(t, 32<<20)
+	fsDir := testenv.MountTmpfs(t, 32<<20)
 	cacheDir := filepath.Join(fsDir, "cache")
 	args := []string{"--prefetch", "off"}
 
@@ -142,7 +102,7 @@ func TestCacheFilesystemFull(t *testing.T) {
 	m2.Unmount(t)
 
 	// Another file takes the last byte of the filesystem.
-	fillFS(t, fsDir)
+	testenv.FillFS(t, fsDir)
 	r = runCLI(t, 2*time.Minute, nil, "cache", "stats", "--cache-dir", cacheDir)
 	t.Logf("cache stats at 0 bytes free: %s", r)
 	if r.Code != 0 || !strings.Contains(r.Stdout, "read-only") || !strings.Contains(r.Stdout, fmt.Sprintf("entries          %d", entries)) {

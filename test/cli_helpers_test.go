@@ -47,10 +47,28 @@ func cliEnv(t testing.TB, env ...string) []string {
 // output and exit code; it fails the test past timeout.
 func runCLI(t testing.TB, timeout time.Duration, env []string, args ...string) cliResult {
 	t.Helper()
+	return runCLIWith(t, timeout, cliRun{env: env}, args...)
+}
+
+// cliRun says how runCLIWith runs a command: env added to cliEnv, the
+// working directory ("": this process's) and the standard input ("": none).
+type cliRun struct {
+	env   []string
+	dir   string
+	stdin string
+}
+
+// runCLIWith is runCLI with a working directory and standard input.
+func runCLIWith(t testing.TB, timeout time.Duration, c cliRun, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, featurefsBin(t), args...)
-	cmd.Env = cliEnv(t, env...)
+	cmd.Env = cliEnv(t, c.env...)
+	cmd.Dir = c.dir
+	if c.stdin != "" {
+		cmd.Stdin = strings.NewReader(c.stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

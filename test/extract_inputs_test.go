@@ -2,11 +2,8 @@ package test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -219,26 +216,7 @@ func runWithStdin(t testing.TB, timeout time.Duration, stdin string, args ...str
 // process's).
 func runWithStdinIn(t testing.TB, dir string, timeout time.Duration, stdin string, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, featurefsBin(t), args...)
-	cmd.Env = cliEnv(t)
-	cmd.Dir = dir
-	cmd.Stdin = strings.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := cliResult{Stdout: stdout.String(), Stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		t.Fatalf("featurefs %s: still running after %v\n%s", strings.Join(args, " "), timeout, r)
-	case errors.As(err, &ee):
-		r.Code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("featurefs %s: %v", strings.Join(args, " "), err)
-	}
-	return r
+	return runCLIWith(t, timeout, cliRun{dir: dir, stdin: stdin}, args...)
 }
 
 // npyFiles lists the files under dir, by slash-separated relative path.
