@@ -317,3 +317,35 @@ func TestReadBoundedStopsAtItsLength(t *testing.T) {
 		}
 	}
 }
+
+// TestDialRefusesModelsWithAliasesPastCaps: a model listing 100,000
+// aliases (each would be a directory of the mount, and the layers table
+// pairs each with each layer) or an alias name no file system takes is
+// refused; a model with a few aliases is served with them.
+func TestDialRefusesModelsWithAliasesPastCaps(t *testing.T) {
+	good := modelInfo("good", goodShapes...)
+	good.Aliases = map[string]string{"pool": "layer1"}
+	many := modelInfo("manyaliases", []int64{1})
+	many.Aliases = map[string]string{}
+	for i := range 100000 {
+		many.Aliases[fmt.Sprintf("a%d", i)] = "layer0"
+	}
+	long := modelInfo("longalias", []int64{1})
+	long.Aliases = map[string]string{strings.Repeat("a", 300): "layer0"}
+	models, _ := json.Marshal(ModelsResponse{Protocol: ProtocolVersion, Source: "hostile", DType: extractor.Float32, Models: []ModelInfo{good, many, long}})
+	c, err := dialFake(&fakeServer{models: models}, nil)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer c.Close()
+	var names []string
+	for _, m := range c.Extractor().Models() {
+		names = append(names, m.Name)
+	}
+	if len(names) != 1 || names[0] != "good" {
+		t.Fatalf("models served: %q, want only good", names)
+	}
+	if l, ok := c.Extractor().Models()[0].Lookup("pool"); !ok || l.Name != "layer1" {
+		t.Errorf("good's alias pool: %+v, %v; want layer1", l, ok)
+	}
+}

@@ -43,6 +43,9 @@ const (
 	// maxTableLen bounds a model's layers table (the text of
 	// features/<model>/layers).
 	maxTableLen = 1 << 20
+	// maxAliases bounds the aliases of one model: each is a directory of
+	// the mount, and the layers table pairs every alias with every layer.
+	maxAliases = maxLayers
 )
 
 // maxJSONBody bounds the JSON body of the other metadata answers (GET
@@ -65,8 +68,9 @@ func checkDType(dt extractor.DType) error {
 // checkModel checks one model of GET /v1/models against the caps: a
 // usable, short name; at most maxLayers layers listed by index, each with a
 // usable name and a shape of 1..maxRank positive dimensions whose .npy
-// file is at most MaxFeatureBytes; a table of at most maxTableLen bytes.
-// It returns the .npy size of each layer.
+// file is at most MaxFeatureBytes; a table of at most maxTableLen bytes;
+// at most maxAliases aliases, each named in at most maxNameLen bytes (a
+// name that is no directory name is ignored by the mount). It returns the .npy size of each layer.
 func checkModel(mi ModelInfo, dt extractor.DType) ([]int64, error) {
 	if !features.ValidName(mi.Name) || len(mi.Name) > maxNameLen || mi.Name == spec.LayersFile {
 		return nil, fmt.Errorf("%w: model name %.64q is not a usable directory name", errBadModel, mi.Name)
@@ -76,6 +80,14 @@ func checkModel(mi ModelInfo, dt extractor.DType) ([]int64, error) {
 	}
 	if len(mi.Table) > maxTableLen {
 		return nil, fmt.Errorf("%w: a layers table of %d bytes (at most %d)", errBadModel, len(mi.Table), maxTableLen)
+	}
+	if len(mi.Aliases) > maxAliases {
+		return nil, fmt.Errorf("%w: %d aliases (at most %d)", errBadModel, len(mi.Aliases), maxAliases)
+	}
+	for a := range mi.Aliases {
+		if len(a) > maxNameLen {
+			return nil, fmt.Errorf("%w: alias %.64q: a name of %d bytes (at most %d)", errBadModel, a, len(a), maxNameLen)
+		}
 	}
 	sizes := make([]int64, len(mi.Layers))
 	names := make(map[string]bool, len(mi.Layers))
