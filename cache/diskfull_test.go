@@ -135,6 +135,25 @@ func TestFullFilesystem(t *testing.T) {
 	if st.ReadOnly || st.Entries != 0 {
 		t.Errorf("after Clear: read-only %v, %d entries; want false, 0", st.ReadOnly, st.Entries)
 	}
+	// Open for writing again: the next refusal is said again, once.
+	cleared := len(ilog.String())
+	for n, refused := 0, 0; refused < 3; n++ {
+		err := s.Put(testKey(1<<21+n), testValue(n, size))
+		switch {
+		case errors.Is(err, ErrDiskFull):
+			refused++
+		case err != nil:
+			t.Fatalf("Put after Clear: %v, want nil or ErrDiskFull", err)
+		case n > 64:
+			t.Fatalf("%d Puts of %d KiB after Clear and none refused in a 24 MiB filesystem", n, size>>10)
+		}
+	}
+	if n := countLines(ilog.String()[cleared:], "cache filesystem full"); n != 1 {
+		t.Errorf("%d 'cache filesystem full' warnings after Clear reopened the cache for writing, want 1:\n%s", n, ilog.String())
+	}
+	if err := s.Clear(); err != nil { // room for the Put below
+		t.Fatalf("Clear: %v", err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

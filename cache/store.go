@@ -930,6 +930,7 @@ func (s *Store) clearFilesLocked() error {
 	}
 	s.db, s.closed = db, false
 	s.readOnly.Store(false)
+	s.fullWarned.Store(false) // writable again: the next refusal is news
 	if err := privatizeFiles(s.dir); err != nil {
 		s.log.Warn("cache: make the cache files private", "dir", s.dir, "err", err)
 	}
