@@ -193,7 +193,13 @@ type syncBuffer = testenv.SyncBuffer
 // TTLs.
 func testMount(t *testing.T, b *fakeBucket, modify ...func(*Config)) *env {
 	t.Helper()
-	e := &env{b: b, x: newFakeExtractor(), c: newFakeCache(), clock: newFakeClock(), logs: &syncBuffer{}}
+	return testMountWith(t, b, newFakeExtractor(), modify...)
+}
+
+// testMountWith is testMount with the fake extractor x.
+func testMountWith(t *testing.T, b *fakeBucket, x *fakeExtractor, modify ...func(*Config)) *env {
+	t.Helper()
+	e := &env{b: b, x: x, c: newFakeCache(), clock: newFakeClock(), logs: &syncBuffer{}}
 	cfg := Config{
 		Bucket:      b,
 		Extractor:   e.x,

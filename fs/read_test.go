@@ -159,3 +159,37 @@ func (x gatedExtractor) Extract(ctx context.Context, req extractor.Request) ([]b
 	}
 	return x.fakeExtractor.Extract(ctx, req)
 }
+
+// TestLayer12SizedFileIsOneOrTwoReads reads a feature file of ResNet-50
+// layer12's size (802,944 bytes) with one read(2) of its size, as np.load
+// does: the mount's READs are as large as the kernel allows (maxRead), so
+// the kernel sends it in at most two requests, not the nine of 128KiB it
+// sent before.
+func TestLayer12SizedFileIsOneOrTwoReads(t *testing.T) {
+	m := testModel()
+	m.Layers = []extractor.Layer{{Index: 0, Name: "layer12", Tensor: "l12", Shape: []int64{64, 56, 56}, Bytes: 64 * 56 * 56 * 4}}
+	b := newFakeBucket(1000)
+	b.put("x/1.jpg", []byte("one"))
+	e := testMountWith(t, b, newFakeExtractor(m))
+	p := e.path("features", "tiny", "layer12", "x", "1.npy")
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := e.fs.Stats().FS.Reads
+	data := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, expectedNPY(m.Layers[0], []byte("one"), e.x.DType())) {
+		t.Fatal("content differs from the extractor's")
+	}
+	if n := e.fs.Stats().FS.Reads - before; n > 2 {
+		t.Errorf("a %d-byte file took %d FUSE reads, want at most 2", st.Size(), n)
+	}
+}
