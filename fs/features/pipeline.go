@@ -88,11 +88,26 @@ type Config struct {
 	// StoreOnly serves only what FeatureStore has: a feature it lacks is
 	// ErrNotExtracted, never computed.
 	StoreOnly bool
+	// HandoffBytes bounds the hand-off buffer of features prefetch computed
+	// that no reader has read to their end yet (default
+	// defaultHandoffBytes); the least recently computed are dropped first,
+	// and then read from the cache.
+	HandoffBytes int
+
 	// SplitImage splits an image's base name into stem and extension
 	// (spec.SplitImage with the configured extensions, the default); the
 	// feature store's names use it.
 	SplitImage func(base string) (stem, ext string, ok bool)
 }
+
+// defaultHandoffBytes is Config.HandoffBytes's default: 80 layer12-sized
+// features (800KB), prefetch's lead on the CPU (16 extractions in flight)
+// plus the readers' requests in flight (a DataLoader's workers, the
+// kernel's readahead), several times over; at most Prefetch.MaxBytes when
+// that is set, since only prefetch hands features off. It does not grow
+// with the dataset: a feature leaves it once a reader has read its last
+// byte, or when newer ones need the room.
+const defaultHandoffBytes = 64 << 20
 
 // maxRecentErrors is how many errors the stats file shows.
 const maxRecentErrors = 20
@@ -120,6 +135,10 @@ type Pipeline struct {
 	logged   *lru.LRU[string, struct{}]   // key+error already logged
 	versions *lru.LRU[string, objVersion] // key -> a version newer than its listing's
 	features inflight.Group[[]byte]       // reads in flight
+	// handoff holds features just computed (by a read or by prefetch)
+	// until a reader has read them to their end: its reads copy them from
+	// memory rather than decompress them from the cache.
+	handoff *lru.LRU[string, []byte] // cache key ID -> .npy bytes
 
 	stats counters
 	obs   observer // figures of the wrapped bucket and extractor, errors by kind
@@ -137,7 +156,7 @@ var ErrClosed = lifetime.ErrClosed
 // counters are the pipeline's own figures.
 type counters struct {
 	cacheHits, cacheMisses, extractions atomic.Int64
-	cachePartialReads                   atomic.Int64
+	cachePartialReads, handoffReads     atomic.Int64
 	badObjects, badHits, cacheErrors    atomic.Int64
 }
 
@@ -169,6 +188,12 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.SplitImage == nil {
 		cfg.SplitImage = func(base string) (string, string, bool) { return spec.SplitImage(base, nil) }
 	}
+	if cfg.HandoffBytes <= 0 {
+		cfg.HandoffBytes = defaultHandoffBytes
+		if mb := cfg.Prefetch.MaxBytes; mb > 0 && mb < int64(cfg.HandoffBytes) {
+			cfg.HandoffBytes = int(mb)
+		}
+	}
 	if cfg.StoreOnly && cfg.FeatureStore == nil {
 		return nil, errors.New("features.New: StoreOnly needs a FeatureStore")
 	}
@@ -180,6 +205,7 @@ func New(cfg Config) (*Pipeline, error) {
 		bad:      lru.New[string, badEntry](cfg.MaxBadObjects),
 		logged:   lru.New[string, struct{}](4096),
 		versions: lru.New[string, objVersion](4096),
+		handoff:  lru.New[string, []byte](cfg.HandoffBytes),
 		owner:    lifetime.New(),
 	}
 	p.features.Owner = p.owner

@@ -404,7 +404,7 @@ func (p *prefetcher) run(job walkJob) {
 		wg.Go(func() {
 			defer p.n.running.Add(-1)
 			defer p.budget.release(cost)
-			_, err := p.pipe.extractStore(p.ctx, v, obj, key, extractor.Background)
+			_, err := p.pipe.extractStore(p.ctx, v, obj, key, extractor.Background, true)
 			switch {
 			case err == nil:
 				p.n.extracted.Add(1)

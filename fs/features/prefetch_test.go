@@ -1,8 +1,12 @@
 package features
 
 import (
+	"bytes"
 	"context"
 	"testing"
+	"time"
+
+	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
 
 // TestPrefetchByteBoundFollowsBatches: unset, prefetch's byte bound holds
@@ -42,5 +46,57 @@ func TestPrefetchByteBoundFollowsBatches(t *testing.T) {
 	}
 	if n, _, _, _, maxB := b.figures(); n < 256 || maxB != 1024*layer12 {
 		t.Errorf("a budget of the GPU's bound took %d layer12 extractions (bound %d bytes), want at least a batch of 256", n, maxB)
+	}
+}
+
+// TestPrefetchedFeatureReadFromHandoff: a feature prefetch computed reaches
+// its reader from memory (the hand-off buffer), not through the cache's
+// compress-then-decompress round trip: the reads copy it without asking the
+// cache, and the read that reaches its end frees it, so the next read of
+// the file (pages the kernel dropped) is the cache's.
+func TestPrefetchedFeatureReadFromHandoff(t *testing.T) {
+	b, _ := localBucket(t, map[string]string{"d/a.jpg": "abcdefgh", "d/b.jpg": "ijklmnop"})
+	x, c := newFakeExtractor(), fakes.NewCache()
+	p, err := New(Config{Bucket: b, Extractor: x, Cache: c, Prefetch: PrefetchConfig{Mode: PrefetchTree}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m, _ := x.Model("tiny")
+	v := p.NewView(m, m.Layers[0])
+	p.Touch(v, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Puts < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("prefetch stored %d features in 10s, want 2", c.Stats().Puts)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	obj, err := b.Stat(context.Background(), "d/b.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := expectedNPY(m.Layers[0], []byte("ijklmnop"))
+	got := make([]byte, 0, len(want))
+	for off := 0; off < len(want); {
+		dst := make([]byte, min(50, len(want)-off)) // the file in several reads
+		n, ok := p.ReadCachedAt(v, obj, dst, int64(off))
+		if !ok || n == 0 {
+			t.Fatalf("read at %d: %d bytes, ok %v", off, n, ok)
+		}
+		got, off = append(got, dst[:n]...), off+n
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the handed-off feature differs from the extractor's")
+	}
+	if n := c.PartReads.Load(); n != 0 {
+		t.Errorf("reads of a prefetched feature asked the cache %d times, want 0 (from memory)", n)
+	}
+	if st := p.Stats(); st.FS.HandoffReads < 2 || st.FS.CachePartialReads != 0 {
+		t.Errorf("handoff_reads %d, cache_partial_reads %d; want every read from the hand-off", st.FS.HandoffReads, st.FS.CachePartialReads)
+	}
+	dst := make([]byte, len(want))
+	if n, ok := p.ReadCachedAt(v, obj, dst, 0); !ok || n != len(want) || c.PartReads.Load() != 1 {
+		t.Errorf("a read after the end: %d bytes, ok %v, %d cache reads; want it from the cache", n, ok, c.PartReads.Load())
 	}
 }

@@ -79,12 +79,19 @@ type readAtCache interface {
 // went wrong. A file's reads that the kernel's page cache cannot serve (its
 // first read after a restart, pages the kernel dropped) so cost the bytes
 // they ask for rather than a copy and check of the whole feature.
+//
+// A feature just computed (by a read or by prefetch) is copied from the
+// hand-off buffer instead, and leaves it once its last byte is read.
 func (p *Pipeline) ReadCachedAt(v *View, obj bucket.Object, dst []byte, off int64) (int, bool) {
+	key := p.cacheKey(v, obj)
+	if n, ok := p.readHandoff(string(key.ID()), v, dst, off); ok {
+		return n, true
+	}
 	rc, ok := p.cfg.Cache.(readAtCache)
 	if !ok {
 		return 0, false
 	}
-	n, size, ok, err := rc.ReadAt(p.cacheKey(v, obj), dst, off)
+	n, size, ok, err := rc.ReadAt(key, dst, off)
 	if err != nil || !ok || size != v.Size {
 		return 0, false
 	}
@@ -92,6 +99,30 @@ func (p *Pipeline) ReadCachedAt(v *View, obj bucket.Object, dst []byte, off int6
 	if off == 0 { // a file's read from its start: one feature served
 		p.stats.cacheHits.Add(1)
 	}
+	return n, true
+}
+
+// handOff keeps a feature just computed for the reads that follow.
+func (p *Pipeline) handOff(id string, data []byte) {
+	p.handoff.Put(id, data, len(data))
+}
+
+// readHandoff copies the handed-off feature id from off into dst; the
+// read that reaches its end removes it (a later read, after the kernel
+// dropped its pages, is served by the cache).
+func (p *Pipeline) readHandoff(id string, v *View, dst []byte, off int64) (int, bool) {
+	data, ok := p.handoff.Get(id)
+	if !ok || int64(len(data)) != v.Size || off < 0 {
+		return 0, false
+	}
+	var n int
+	if off < int64(len(data)) {
+		n = copy(dst, data[off:])
+	}
+	if off+int64(n) >= int64(len(data)) {
+		p.handoff.Remove(id)
+	}
+	p.stats.handoffReads.Add(1)
 	return n, true
 }
 
@@ -164,15 +195,18 @@ func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key 
 			slog.String("model", v.Model.Name), slog.String("layer", v.Layer.Name), slog.Int("bytes", len(data)), slog.Int64("want", v.Size))
 	}
 	p.stats.cacheMisses.Add(1)
-	return p.extractStore(ctx, v, obj, key, extractor.Foreground)
+	return p.extractStore(ctx, v, obj, key, extractor.Foreground, false)
 }
 
 // extractStore extracts obj's feature at prio, under ReadTimeout, records a
 // bad object, and stores the result in the cache. Reads call it on a cache
 // miss (Foreground), prefetch and warm-up for objects not cached
 // (Background): the extractor merges identical requests in flight, and a
-// reader's Foreground request moves a queued Background one ahead.
-func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, prio extractor.Priority) ([]byte, error) {
+// reader's Foreground request moves a queued Background one ahead. With
+// handOff (prefetch) the feature is put in the hand-off buffer before the
+// cache, for the reader about to read it; a read's own result is kept by
+// its caller (the tree's recent features) instead.
+func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, prio extractor.Priority, handOff bool) ([]byte, error) {
 	if p.cfg.ReadTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
@@ -183,6 +217,9 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		return nil, err
 	}
 	if ok {
+		if handOff {
+			p.handOff(string(key.ID()), data)
+		}
 		p.putCache(obj, key, data)
 		return data, nil
 	}
@@ -214,6 +251,9 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 	if int64(len(data)) != v.Size {
 		return nil, fmt.Errorf("model %s %s: %w: %d bytes, the layer's shape %v gives %d",
 			v.Model.Name, v.Layer.Name, errBadFeature, len(data), v.Layer.Shape, v.Size)
+	}
+	if handOff {
+		p.handOff(string(key.ID()), data)
 	}
 	p.putCache(obj, key, data)
 	p.toFeatureStore(ctx, ref, data)

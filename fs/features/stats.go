@@ -165,6 +165,10 @@ type TreeStats struct {
 	// part of a cached feature they asked for (a file's first read after
 	// a restart, pages the kernel dropped), without reading it whole.
 	CachePartialReads int64 `json:"cache_partial_reads"`
+	// HandoffReads counts reads of feature files answered from the
+	// hand-off buffer: a feature a read or prefetch just computed, copied
+	// from memory instead of decompressed from the cache.
+	HandoffReads int64 `json:"handoff_reads"`
 	// Extractions counts extraction requests made.
 	Extractions int64 `json:"extractions"`
 	// BadObjects counts distinct bad object versions found.
@@ -220,8 +224,8 @@ func (p *Pipeline) Stats() Stats {
 		Extractor: xs,
 		FS: TreeStats{
 			CacheHits: c.cacheHits.Load(), CacheMisses: c.cacheMisses.Load(), Extractions: c.extractions.Load(),
-			CachePartialReads: c.cachePartialReads.Load(),
-			BadObjects:        c.badObjects.Load(), BadObjectHits: c.badHits.Load(),
+			CachePartialReads: c.cachePartialReads.Load(), HandoffReads: c.handoffReads.Load(),
+			BadObjects: c.badObjects.Load(), BadObjectHits: c.badHits.Load(),
 			CacheErrors: c.cacheErrors.Load(), BadObjectsKnown: nb,
 		},
 		RecentErrors: recent,

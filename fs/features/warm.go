@@ -113,7 +113,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 				w.update(func(r *WarmResult) { r.Cached++ })
 				return
 			}
-			_, err := p.extractStore(ctx, v, obj, key, extractor.Background)
+			_, err := p.extractStore(ctx, v, obj, key, extractor.Background, false)
 			if err != nil {
 				w.fail(obj.Key, ErrReason(obj.Key, err), BadObject(err))
 				return
