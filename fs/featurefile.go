@@ -54,11 +54,12 @@ func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 // the kernel is told to drop the node's pages once this read is answered,
 // so that the file never mixes two versions' bytes.
 //
-// A read the cache can answer copies just the part it asks for
-// (features.Pipeline.ReadCachedAt). Otherwise it computes the whole
-// feature (from the cache, the feature store or the model: concurrent
-// reads of a file share one computation), which FS.recent keeps for the
-// file's next reads. A failure that took slowFailure or longer is kept
+// A feature a read computed is kept in FS.recent, and the file's next
+// reads copy from it. Else a read the cache can answer copies just the
+// part it asks for (features.Pipeline.ReadCachedAt: a feature prefetch
+// just computed comes from its hand-off buffer, in memory). Otherwise it
+// computes the whole feature (from the cache, the feature store or the
+// model: concurrent reads of a file share one computation). A failure that took slowFailure or longer is kept
 // there for the kernel's retry of the request (failedReads), which then
 // fails at once instead of waiting out a second --read-timeout; a new
 // read(2) tries again. The first read of a
@@ -71,6 +72,16 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 	}
 	if obj.Key != ff.obj.Key || obj.ETag != ff.obj.ETag {
 		ff.fs.dropPagesLater(&ff.Inode, &ff.fs.stats.contentDrops)
+	}
+	if r, ok := ff.fs.recent.Get(recentKey{ff.view, obj.Key, obj.ETag}); ok && r.fail == nil {
+		// A feature a read of this file just computed: its next reads
+		// copy it from memory, not decompress it back out of the cache.
+		ff.fs.p.Touch(ff.view.View, ff.prefix)
+		ff.fs.failed.clear(ff.prefix + ff.name)
+		out := sliceAt(r.data, dest, off)
+		ff.fs.stats.reads.Add(1)
+		ff.fs.stats.readBytes.Add(int64(len(out)))
+		return fuse.ReadResultData(out), 0
 	}
 	if n, ok := ff.fs.p.ReadCachedAt(ff.view.View, obj, dest, off); ok {
 		ff.fs.p.Touch(ff.view.View, ff.prefix)

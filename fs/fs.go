@@ -274,6 +274,12 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			// (MaxBackground bounds them).
 			MaxWrite:     maxRead,
 			MaxReadAhead: maxRead,
+			// Every read answers from memory (fuse.ReadResultData), never
+			// from a file descriptor: go-fuse's splice attempt only grew a
+			// pipe and wrote the reply's header into it before falling
+			// back to writev, each READ, and logged an error for replies
+			// of 1MiB (larger than a pipe may grow).
+			DisableSplice: true,
 			// No extended attributes: GETXATTR and LISTXATTR answer ENOSYS
 			// once and the kernel stops asking (ls -l asked two per file:
 			// 11.7x a local directory's time for 65,000 entries, 1.1x

@@ -67,19 +67,27 @@ func TestFilesAreNeverOpened(t *testing.T) {
 	}
 }
 
-// TestDroppedPagesReadPartOfTheCachedFeature reads a file, makes the kernel
-// drop its pages (as memory pressure does) and reads it again: the second
-// read copies what it asks for out of the cache (ReadAt), not the whole
-// feature (Get), and computes nothing.
+// TestDroppedPagesReadPartOfTheCachedFeature reads a file, then reads it
+// through a second mount over the same cache (a restart: the feature is
+// not in its memory), makes the kernel drop its pages (as memory pressure
+// does) and reads it again: those reads copy what they ask for out of the
+// cache (ReadAt), not the whole feature (Get), and compute nothing. (In
+// the mount that computed it, the feature's next reads copy it from
+// memory: TestComputedFeatureNextReadsFromMemory.)
 func TestDroppedPagesReadPartOfTheCachedFeature(t *testing.T) {
 	b := newFakeBucket(1000)
 	b.put("d/1.jpg", []byte("one"))
-	e := testMount(t, b)
-	l := e.x.Models()[0].Layers[0]
-	p := e.path("features", "tiny", l.Name, "d", "1.npy")
-	want := expectedNPY(l, []byte("one"), e.x.DType())
-	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
+	first := testMount(t, b)
+	l := first.x.Models()[0].Layers[0]
+	want := expectedNPY(l, []byte("one"), first.x.DType())
+	if got, err := os.ReadFile(first.path("features", "tiny", l.Name, "d", "1.npy")); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("first read: %v", err)
+	}
+	e := testMount(t, b, func(c *Config) { c.Cache = first.c })
+	e.c = first.c
+	p := e.path("features", "tiny", l.Name, "d", "1.npy")
+	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read through the second mount: %v", err)
 	}
 	calls, hits := e.x.Calls.Load(), e.c.Hits.Load()
 	f, err := os.Open(p)

@@ -193,3 +193,28 @@ func TestLayer12SizedFileIsOneOrTwoReads(t *testing.T) {
 		t.Errorf("a %d-byte file took %d FUSE reads, want at most 2", st.Size(), n)
 	}
 }
+
+// TestComputedFeatureNextReadsFromMemory: the reads of a file after the
+// one that computed its feature copy it from the tree's recent features,
+// not from the cache (which decompressed it again for each of them).
+func TestComputedFeatureNextReadsFromMemory(t *testing.T) {
+	m := testModel()
+	m.Layers = []extractor.Layer{{Index: 0, Name: "big", Tensor: "big", Shape: []int64{3, 256, 1024}, Bytes: 3 << 20}}
+	b := newFakeBucket(1000)
+	b.put("x/1.jpg", []byte("one"))
+	e := testMountWith(t, b, newFakeExtractor(m))
+	before := e.fs.Stats().FS.Reads
+	data, err := os.ReadFile(e.path("features", "tiny", "big", "x", "1.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, expectedNPY(m.Layers[0], []byte("one"), e.x.DType())) {
+		t.Fatal("content differs from the extractor's")
+	}
+	if n := e.fs.Stats().FS.Reads - before; n < 2 {
+		t.Fatalf("a 3 MiB file took %d FUSE reads; the test needs several", n)
+	}
+	if n := e.c.PartReads.Load(); n != 0 || e.x.Calls.Load() != 1 {
+		t.Errorf("%d cache reads and %d extractions for one file, want 0 and 1 (its next reads from memory)", n, e.x.Calls.Load())
+	}
+}
