@@ -143,6 +143,11 @@ func fileAttr(out *fuse.Attr, size int64, mtime time.Time) {
 	out.Nlink = 1
 	out.Size = uint64(size)
 	out.Blocks = (uint64(size) + 511) / 512
-	out.Blksize = 4096
+	// The preferred I/O size is a whole READ (maxRead): Python's open()
+	// buffers st_blksize bytes, so np.load's first read(2) asks for the
+	// whole of a layer12-sized file and the kernel sends one READ; with
+	// 4096, that first small read started readahead at a few pages and
+	// the rest of the file came in four more READs.
+	out.Blksize = maxRead
 	out.SetTimes(&mtime, &mtime, &mtime)
 }
