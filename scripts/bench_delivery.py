@@ -348,7 +348,25 @@ def cmd_report(args):
             breakdown.append(f"| {label} | {med(h):.0f} / {med(mi):.0f} | {med(ho):.0f} / {med(mo):.0f} |")
             continue
         breakdown.append(f"| {label} | {bd('tree', path, scale, fmt)} | {bd('off', path, scale, fmt)} |")
+    for label, num, den in (("cache compress MB/s (put raw MB / compress s)", ("cache", "put_raw_bytes"),
+                             ("cache", "compress_seconds")),
+                            ("cache decompress MB/s (FUSE read MB / decompress s)", ("fs", "read_bytes"),
+                             ("cache", "decompress_seconds")),
+                            ("mean extraction batch size", ("extractor", "batched_items"), ("extractor", "batches"))):
+        def q(kind):
+            scale = 1 if "batch" in label else 1e-6
+            return cell(per(lambda r: scale * delta(r[kind]["passes"][0], *num)
+                            / max(delta(r[kind]["passes"][0], *den), 1e-9)), "{:.1f}" if scale == 1 else "{:.0f}")
+        breakdown.append(f"| {label} | {q('tree')} | {q('off')} |")
     reads_per_file = med(per(lambda r: delta(r["tree"]["passes"][0], "fs", "reads"))) / n
+    whole = [a + b for a, b in zip(mcpu("tree"), pycpu("tree"))]
+    max_load = max(max(x["load_start"], x["load_end"]) for r in rounds for x in r.values())
+    per_img = lambda kind, *path: 1000 * med(per(lambda r: delta(r[kind]["passes"][0], *path))) / n
+    load_note = ""
+    if max_load > args.cpus:
+        load_note = (f"\n\nThe machine was loaded (1-minute load average up to {max_load:.1f} on {args.cpus} CPUs): each "
+                     "path got a share of the cores that depends on how many runnable threads it had against the "
+                     "others', so images/s compare loosely; CPU per image is the steadier figure.")
     feat_bytes = med(per(lambda r: delta(r["tree"]["passes"][0], "fs", "read_bytes"))) / n
 
     print(f"""## Delivery: epoch 1 through the mount vs the extractor alone vs PyTorch, near-free model
@@ -375,6 +393,12 @@ its measurement (the process's, after start-up and warm-up). MinIO's CPU is in n
 |---|---|---|
 | the mount process's CPU per image <= {TARGET_CPU}x the extractor's | **{cpu_ratio:.2f}x** ({med(ms(mcpu('tree'))):.2f} vs {med(ms(x_cpu)):.2f} ms) | {v_cpu} (target <= {TARGET_CPU}x) |
 | epoch 1 through the mount >= {TARGET_RATE}x PyTorch's images/s | **{rate_ratio:.2f}x** ({med(rate('tree')):.0f} vs {med(t_rate):.0f} images/s) | {v_rate} (target >= {TARGET_RATE}x) |
+
+CPU per delivered image of the whole path in epoch 1: the mount process plus the Python side {cell(ms(whole), '{:.2f}')} ms
+(defaults) against PyTorch's whole loader {cell(ms(t_cpu), '{:.2f}')} ms; the mount's excess over the extractor,
+{med(ms(mcpu('tree'))) - med(ms(x_cpu)):.2f} ms per image (medians), against the stats file's cache compress
+{per_img('tree', 'cache', 'compress_seconds'):.2f} ms and decompress {per_img('tree', 'cache', 'decompress_seconds'):.2f} ms per image
+(wall seconds inside the mount, not CPU seconds: the stats file has no CPU figure per stage).{load_note}
 
 Every pass through the same mount (pass 2 is epoch 2: the kernel's page cache, or the feature cache, serves it; issue 25's
 epoch 2 with the defaults was 0.68 s vs 0.25 s with `--prefetch off` for 200 ResNet-50 layer12 features). Setup = mount +
@@ -435,6 +459,7 @@ def main():
     rp.add_argument("--classes", type=int, default=10)
     rp.add_argument("--layer", default="")
     rp.add_argument("--image-desc", default="")
+    rp.add_argument("--cpus", type=int, default=os.cpu_count())
     args = ap.parse_args()
     {"export": cmd_export, "mount": cmd_mount, "cli": cmd_cli, "torch": cmd_torch,
      "report": cmd_report}[args.cmd](args)
