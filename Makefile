@@ -163,6 +163,13 @@ summary() {
       while IFS='|' read -r name r t; do
         row "transfer learning: $name" "${r}x" ">= ${t}x: $(verdict "$r" "$t") (median of the section's per-round ratios)" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| ([^|]+) \| \*\*([0-9.]+)x\*\* \(target >= ([0-9.]+)x: (met|MISSED)\).*/\1|\2|\3/p' "$f") ;;
+    delivery)
+      while read -r t r; do
+        row "delivery, near-free model: the mount process's CPU per image vs the extractor's" "${r}x" "<= ${t}x: $(verdict "$t" "$r")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| the mount process.s CPU per image <= ([0-9.]+)x the extractor.s \| \*\*([0-9.]+)x\*\*.*/\1 \2/p' "$f")
+      while read -r t r; do
+        row "delivery, near-free model: epoch 1 through the mount vs PyTorch, images/s" "${r}x" ">= ${t}x: $(verdict "$r" "$t")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| epoch 1 through the mount >= ([0-9.]+)x PyTorch.s images\/s \| \*\*([0-9.]+)x\*\*.*/\1 \2/p' "$f") ;;
     featurestore)
       while IFS='|' read -r name r t; do
         row "feature store: $name" "${r}x" ">= ${t}x: $(verdict "$r" "$t") (median of the section's per-round ratios)" "$area"; n=$((n + 1))
