@@ -79,6 +79,7 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 		ff.fs.p.Touch(ff.view.View, ff.prefix)
 		ff.fs.failed.clear(ff.prefix + ff.name)
 		out := sliceAt(r.data, dest, off)
+		ff.fs.stats.recentReads.Add(1)
 		ff.fs.stats.reads.Add(1)
 		ff.fs.stats.readBytes.Add(int64(len(out)))
 		return fuse.ReadResultData(out), 0

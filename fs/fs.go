@@ -148,6 +148,7 @@ type counters struct {
 	lookups, statLookups, listPages, stats atomic.Int64
 	reads, readBytes, opens                atomic.Int64
 	ioErrors, invalidations, contentDrops  atomic.Int64
+	recentReads                            atomic.Int64
 }
 
 // New checks cfg, fills its defaults and returns the tree.

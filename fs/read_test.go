@@ -246,4 +246,7 @@ func TestComputedFeatureNextReadsFromMemory(t *testing.T) {
 	if n := e.c.PartReads.Load(); n != 0 || e.x.Calls.Load() != 1 {
 		t.Errorf("%d cache reads and %d extractions for one file, want 0 and 1 (its next reads from memory)", n, e.x.Calls.Load())
 	}
+	if st := e.fs.Stats().FS; st.RecentReads < 1 || st.RecentReads > st.Reads-before-1 {
+		t.Errorf("fs.recent_reads %d of %d reads, want all but the first read (which computed it)", st.RecentReads, st.Reads-before)
+	}
 }

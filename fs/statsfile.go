@@ -22,6 +22,7 @@ func (f *FS) Stats() Stats {
 	t.Lookups, t.StatLookups, t.ListPages = c.lookups.Load(), c.statLookups.Load(), c.listPages.Load()
 	t.StatCalls, t.Opens, t.Reads, t.ReadBytes = c.stats.Load(), c.opens.Load(), c.reads.Load(), c.readBytes.Load()
 	t.KernelInvalidations, t.KernelPageDrops, t.IOErrors = c.invalidations.Load(), c.contentDrops.Load(), c.ioErrors.Load()
+	t.RecentReads = c.recentReads.Load()
 	t.ListingsCached, t.ListingEntries = nl, ne
 	st.BytesServed = st.FS.ReadBytes
 	return st

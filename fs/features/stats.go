@@ -169,6 +169,10 @@ type TreeStats struct {
 	// hand-off buffer: a feature a read or prefetch just computed, copied
 	// from memory instead of decompressed from the cache.
 	HandoffReads int64 `json:"handoff_reads"`
+	// RecentReads counts reads of feature files answered from the tree's
+	// recent features: a feature a read of the same file computed, kept
+	// in memory (bounded) for the file's next reads.
+	RecentReads int64 `json:"recent_reads"`
 	// Extractions counts extraction requests made.
 	Extractions int64 `json:"extractions"`
 	// BadObjects counts distinct bad object versions found.
