@@ -205,16 +205,17 @@ func TestRemoteMountAuthAndSilentServer(t *testing.T) {
 			s.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}()
-	// The cached feature, its kernel pages dropped: served by the mount's
-	// cache (a cache hit in the stats).
-	hits := fsStat(t, m, "cache_hits")
+	// The cached feature, its kernel pages dropped: served by the mount
+	// itself, from its cache or from the recent features it keeps in
+	// memory (a cache hit or a recent read in the stats).
+	hits := fsStat(t, m, "cache_hits") + fsStat(t, m, "recent_reads")
 	dropPages(t, first)
 	got, err := os.ReadFile(first)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Errorf("cached feature with the server stopped: %v", err)
 	}
-	if h := fsStat(t, m, "cache_hits"); h != hits+1 {
-		t.Errorf("cache hits %v -> %v reading the cached feature: not served by the mount's cache", hits, h)
+	if h := fsStat(t, m, "cache_hits") + fsStat(t, m, "recent_reads"); h < hits+1 {
+		t.Errorf("cache hits + recent reads %v -> %v reading the cached feature: not served by the mount", hits, h)
 	}
 	second := m.Path("features", modelName, testLayer, names[imgs[1].Key])
 	start := time.Now()
@@ -240,6 +241,10 @@ func TestRemoteMountAuthAndSilentServer(t *testing.T) {
 // fsStat returns one figure of the stats file's "fs" section.
 func fsStat(t *testing.T, m *mounted, name string) float64 {
 	t.Helper()
+	// The kernel keeps the stats file's attributes, and so its pages, for
+	// one of its clock ticks (fs/statsfile.go): a read of it within a tick
+	// of the one before can return that read's figures. Wait past a tick.
+	time.Sleep(20 * time.Millisecond)
 	fsStats, _ := mountStats(t, m)["fs"].(map[string]any)
 	v, ok := fsStats[name].(float64)
 	if !ok {
