@@ -20,9 +20,16 @@
 #     precision) vs bare ONNX Runtime CUDA on random input at featurefs's
 #     batch size (the GPU ceiling) vs featurefs's decode+preprocess alone on
 #     all cores (the CPU ceiling); GPU utilization and memory from NVML;
-#  3. the epoch-1 rate of an unmodified DataLoader through a --device cuda
-#     mount of those JPEGs, without and with --prefetch tree, and the
-#     mount's peak RSS;
+#  3. end to end, what a user would compare, $ROUNDS interleaved rounds on
+#     $E2E_IMAGES more ImageNet-like JPEGs (so that start-up does not
+#     dominate): epoch 1 of an unmodified DataLoader (DatasetFolder, np.load,
+#     batch 64, one worker per core, pin_memory, batches moved to the GPU)
+#     through a fresh --device cuda mount with the defaults (prefetch on), vs
+#     PyTorch end to end (ImageFolder + PIL + the truncated torchvision model
+#     on the same GPU, one worker per core, pin_memory, featurefs's batch
+#     size); images/s of epoch 1 and the wall time from the mount's (or
+#     python's) start through the scan to the epoch's end, and the mount's
+#     peak RSS;
 #
 # and prints one markdown section for docs/bench/gpu.md on stdout (the
 # Makefile writes it there), with the host (GPU, driver, cores). It exits 1
@@ -30,8 +37,10 @@
 # are reported, not enforced.
 #
 #   scripts/gpu-check.sh
-# Env: GPU_CHECK_ROUNDS (3), GPU_CHECK_IMAGES (4000), GPU_CHECK_KEEP=1 keeps
-# the work directory, FEATUREFS_PY, FEATUREFS_BIN, FEATUREFS_ORT_LIB.
+# Env: GPU_CHECK_ROUNDS (3), GPU_CHECK_IMAGES (4000), GPU_CHECK_E2E_IMAGES
+# (20000), GPU_CHECK_KEEP=1 keeps the work directory, GPU_CHECK_RESULTS=FILE
+# appends each result line to FILE as it comes (the raw figures survive a
+# run cut short), FEATUREFS_PY, FEATUREFS_BIN, FEATUREFS_ORT_LIB.
 # GPU_CHECK_REHEARSAL=1 runs every step on the CPU instead (fp32 only, 24
 # images, one round; the report says so): a test of this script on a
 # machine without a GPU, not a measurement.
@@ -39,10 +48,10 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 REHEARSAL=${GPU_CHECK_REHEARSAL:-0}
 if [ "$REHEARSAL" = 1 ]; then
-  ROUNDS=${GPU_CHECK_ROUNDS:-1} IMAGES=${GPU_CHECK_IMAGES:-24} FIDELITY=(--classes 3 --train 3 --val 1)
+  ROUNDS=${GPU_CHECK_ROUNDS:-1} IMAGES=${GPU_CHECK_IMAGES:-24} E2E_IMAGES=${GPU_CHECK_E2E_IMAGES:-40} FIDELITY=(--classes 3 --train 3 --val 1)
   PRECS=(fp32) TORCH_DEV=cpu
 else
-  ROUNDS=${GPU_CHECK_ROUNDS:-3} IMAGES=${GPU_CHECK_IMAGES:-4000} FIDELITY=(--classes 10 --train 20 --val 2)
+  ROUNDS=${GPU_CHECK_ROUNDS:-3} IMAGES=${GPU_CHECK_IMAGES:-4000} E2E_IMAGES=${GPU_CHECK_E2E_IMAGES:-20000} FIDELITY=(--classes 10 --train 20 --val 2)
   PRECS=(fp32 tf32) TORCH_DEV=cuda
 fi
 CHECK=$REPO/scripts/gpu_check.py
@@ -111,15 +120,21 @@ record() { # record KIND ROUND JSON-LINES...: one line per JSON object, tagged
   local kind=$1 round=$2 line
   shift 2
   while IFS= read -r line; do
-    [ -n "$line" ] && echo "{\"kind\": \"$kind\", \"round\": $round, \"r\": $line}" >>"$RES"
+    [ -n "$line" ] || continue
+    line="{\"kind\": \"$kind\", \"round\": $round, \"r\": $line}"
+    echo "$line" >>"$RES"
+    [ -z "${GPU_CHECK_RESULTS:-}" ] || echo "$line" >>"$GPU_CHECK_RESULTS"
   done <<<"$*"
 }
 
 log "exporting ResNet-50 (seeded random weights) with $PY"
 MODEL=$WORK/resnet50.onnx
 "$PY" "$CHECK" export --out "$MODEL" >/dev/null
-log "generating $IMAGES JPEGs and the fidelity set"
-"$PY" "$CHECK" images --out "$WORK/imagenet" --n "$IMAGES" >/dev/null
+log "generating $E2E_IMAGES JPEGs (the first $IMAGES of them for the throughput step) and the fidelity set"
+"$PY" "$CHECK" images --out "$WORK/e2e" --n "$E2E_IMAGES" >/dev/null
+# the throughput step's set: hard links to the first IMAGES of them
+(cd "$WORK/e2e" && find train -name '*.jpg' | sort | head -n "$IMAGES" | while read -r f; do
+  mkdir -p "$WORK/imagenet/$(dirname "$f")" && ln "$f" "$WORK/imagenet/$f"; done)
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/fidelity" "${FIDELITY[@]}" \
   --min-side 40 --max-side 700 --seed 7 >/dev/null
 rm -f "$WORK/fidelity/manifest.json"
@@ -182,6 +197,44 @@ dec() {
   record decode "$1" "$out"
 }
 ff -1 # batch sizes for PyTorch and the bare runs; round -1 is not counted
+
+# 3. (run before the throughput rounds) End to end, what a user compares:
+# epoch 1 of an unmodified DataLoader through a fresh --device cuda mount
+# with the defaults, vs PyTorch from JPEGs, on E2E_IMAGES; wall times
+# include the mount's (python's) start and the DataLoader's scan.
+now() { date +%s.%N; }
+e2e_mount() {
+  local l=$1 r=$2 out t0 pid hwm
+  t0=$(now)
+  featurefs_mount --device "$DEVICE" --precision "$PREC" --model "resnet50=$MODEL" --cache-dir "$WORK/cache-e2e" \
+    --log-file "$WORK/mount-e2e-$l-$r.log" "$WORK/e2e" "$MNT" >/dev/null 2>&1 ||
+    fail "mount for the end-to-end run ($l) failed; the mount log is $WORK/mount-e2e-$l-$r.log"
+  wait_mounted "$MNT"
+  out=$("$PY" "$CHECK" e2e-mount --root "$MNT/features/resnet50/$l/train" --device "$TORCH_DEV" --t0 "$t0" 2>>"$WORK/e2e.log") ||
+    { unmount "$MNT"; fail "DataLoader over the mount ($l) failed: $(tail -3 "$WORK/e2e.log"); the mount log is $WORK/mount-e2e-$l-$r.log"; }
+  pid=${MOUNT_PIDS[$MNT]:-}
+  hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2>/dev/null || true)
+  cp "$MNT/.featurefs/stats" "$WORK/stats-e2e-$l-$r.txt" 2>/dev/null || true
+  unmount "$MNT" || fail "could not unmount $MNT"
+  rm -rf "$WORK/cache-e2e"
+  record "e2e-mount" "$r" "$("$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); r["layer"]=sys.argv[2]; r["rss_peak_bytes"]=int(sys.argv[3] or 0)*1024; print(json.dumps(r))' "$out" "$l" "$hwm")"
+}
+e2e_torch() {
+  local l=$1 r=$2 out t0
+  t0=$(now)
+  out=$("$PY" "$CHECK" e2e-torch --images "$WORK/e2e" --layer "$l" --batch "${BATCH[$l]:-64}" --tf32 "$TF32" \
+    --device "$TORCH_DEV" --t0 "$t0" 2>>"$WORK/e2e.log") || fail "PyTorch end to end ($l) failed: $(tail -3 "$WORK/e2e.log")"
+  record "e2e-torch" "$r" "$out"
+}
+e2e_steps=("e2e_mount layer12" "e2e_torch layer12" "e2e_mount layer18" "e2e_torch layer18")
+for ((r = 0; r < ROUNDS; r++)); do
+  for ((i = 0; i < ${#e2e_steps[@]}; i++)); do
+    s=${e2e_steps[$(((i + r) % ${#e2e_steps[@]}))]}
+    log "end to end, round $((r + 1))/$ROUNDS: $s"
+    $s "$r"
+  done
+done
+
 steps=(ff pt bare dec)
 for ((r = 0; r < ROUNDS; r++)); do
   for ((i = 0; i < ${#steps[@]}; i++)); do
@@ -190,20 +243,6 @@ for ((r = 0; r < ROUNDS; r++)); do
     $s "$r"
   done
 done
-
-# 3. An unmodified DataLoader through a --device cuda mount: epoch 1, RSS.
-for l in layer12 layer18; do for pf in off tree; do
-  log "DataLoader epoch 1 through a mount, $l, --prefetch $pf"
-  featurefs_mount --device "$DEVICE" --precision "$PREC" --model "resnet50=$MODEL" --cache-dir "$WORK/cache-epoch-$l-$pf" \
-    --prefetch "$pf" --log-file "$WORK/mount-epoch-$l-$pf.log" "$WORK/imagenet" "$MNT" >/dev/null
-  wait_mounted "$MNT"
-  out=$("$PY" "$CHECK" loader --root "$MNT/features/resnet50/$l/train") ||
-    { unmount "$MNT"; fail "DataLoader over the mount ($l, --prefetch $pf) failed; the mount log is $WORK/mount-epoch-$l-$pf.log"; }
-  pid=${MOUNT_PIDS[$MNT]:-}
-  hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2>/dev/null || true)
-  unmount "$MNT" || fail "could not unmount $MNT"
-  record "loader-$l" 0 "$("$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); r["rss_peak_bytes"]=int(sys.argv[2] or 0)*1024; r["prefetch"]=sys.argv[3]; print(json.dumps(r))' "$out" "$hwm" "$pf")"
-done; done
 
 # The report.
 "$BIN" doctor --json --ort-lib "$FEATUREFS_ORT_LIB" >"$WORK/doctor.json"
@@ -222,12 +261,13 @@ PYEOF
 CPU=$(sed -n 's/^model name[^:]*: *//p' /proc/cpuinfo | head -1)
 grep -h 'batch size from GPU memory' "$WORK/bench.log" "$WORK"/mount-*.log 2>/dev/null | head -4 >"$WORK/batch.txt" || true
 fid_ok=1
-"$PY" - "$RES" "$TORCH" "$HOST_GPU" "$(nproc)" "$CPU" "$PREC" "$ROUNDS" "$IMAGES" "$WORK/batch.txt" <<'PYEOF' || fid_ok=0
+"$PY" - "$RES" "$TORCH" "$HOST_GPU" "$(nproc)" "$CPU" "$PREC" "$ROUNDS" "$IMAGES" "$WORK/batch.txt" "$E2E_IMAGES" <<'PYEOF' || fid_ok=0
 import json, statistics, sys
 res = [json.loads(l) for l in open(sys.argv[1])]
 res = [x for x in res if x["round"] >= 0]
 torch, host_gpu, ncpu, cpu, prec, rounds, nimg = json.loads(sys.argv[2]), *sys.argv[3:9]
 batch_lines = open(sys.argv[9]).read().split("\n")
+e2e_n = sys.argv[10]
 
 def of(kind, layer=None):
     return [x["r"] for x in res if x["kind"] == kind and (layer is None or x["r"].get("layer") == layer)]
@@ -296,19 +336,35 @@ for layer in ("layer12", "layer18"):
           f"({'met' if ratio >= 1.5 else 'MISSED'}) | {num(med(ov))} ({rng(ov)}) | {num(med(dec))} ({rng(dec)}) | **{100 * share:.0f}%** "
           f"({'met' if share >= 0.8 else 'MISSED'}) | {num(util)}{'%' if util == util else ''} | {gib(mem)} | {gib(pmem)} |")
 print()
-print("### An unmodified DataLoader through a `--device cuda` mount")
+print(f"### End to end: an unmodified DataLoader through a `--device cuda` mount vs PyTorch ({e2e_n} ImageNet-like JPEGs; {rounds} interleaved round(s), medians (min-max))")
 print()
-print(f"`DatasetFolder(MOUNT/features/resnet50/LAYER/train, loader=np.load)`, batch 64, {ncpu} workers, a fresh cache: epoch 1 "
-      "computes every feature; without prefetch each batch holds only the reads in progress, with `--prefetch tree` the "
-      "first read starts extracting the whole layer directory. RSS: the mount process's peak (VmHWM; it counts the CUDA "
-      "libraries' and the cache's mapped files).")
+print(f"What a user compares. featurefs: a fresh mount with the defaults (`--prefetch tree`, a fresh cache) of the JPEGs, "
+      f"`DatasetFolder(MOUNT/features/resnet50/LAYER/train, loader=np.load)`, a shuffling DataLoader (batch 64, {ncpu} workers, "
+      "pin_memory), each batch moved to the GPU; epoch 1 computes every feature. PyTorch: `ImageFolder` + PIL + torchvision's "
+      f"transforms, a shuffling DataLoader ({ncpu} workers, pin_memory, featurefs's batch size), the model truncated at the "
+      "layer on the same GPU (cudnn.benchmark, the same TF32 setting), the features left on the GPU. Epoch 1 images/s counts "
+      "from the first batch asked for to the last one's end; wall time counts from the mount command's (python's) start, "
+      "through model loading and the DataLoader's scan, to the epoch's end. Ceiling: the lower of the GPU and CPU-decode "
+      "ceilings above. RSS: the mount process's peak (VmHWM; it counts the CUDA libraries' and the cache's mapped files).")
 print()
-print("| layer | --prefetch | epoch 1 images/s | mount peak RSS |")
-print("|---|---|---|---|")
+print("| layer | featurefs epoch 1 images/s | PyTorch epoch 1 images/s | **featurefs / PyTorch** (target >= 1.5x) | featurefs wall s (scan s) | PyTorch wall s (scan s) | wall: PyTorch / featurefs | **featurefs / lower ceiling** (target >= 80%) | mount peak RSS |")
+print("|---|---|---|---|---|---|---|---|---|")
 for layer in ("layer12", "layer18"):
-    for r in of("loader-" + layer):
-        rss = f"{r['rss_peak_bytes'] / 2**20:.0f} MiB" if r["rss_peak_bytes"] else "n/a"
-        print(f"| {layer} | {r.get('prefetch', 'off')} | {num(r['images_per_s'])} | {rss} |")
+    m = [r for r in of("e2e-mount") if r.get("layer") == layer]
+    t = of("e2e-torch", layer)
+    mv, tv = [r["images_per_s"] for r in m], [r["images_per_s"] for r in t]
+    mw, tw = [r["wall_seconds"] for r in m], [r["wall_seconds"] for r in t]
+    ms, tsc = [r["scan_seconds"] for r in m], [r["scan_seconds"] for r in t]
+    ratio = med(mv) / med(tv) if tv else float("nan")
+    o = [r["images_per_s"] for r in of("ort", layer)]
+    ceil = min(med(o), med(dec)) if o and dec else float("nan")
+    share = med(mv) / ceil
+    rss = max([r.get("rss_peak_bytes", 0) for r in m] or [0])
+    verdict = lambda ok, x: "no verdict" if x != x else ("met" if ok else "MISSED")
+    print(f"| {layer} | {num(med(mv))} ({rng(mv)}) | {num(med(tv))} ({rng(tv)}) | **{ratio:.2f}x** ({verdict(ratio >= 1.5, ratio)}) "
+          f"| {num(med(mw))} ({num(med(ms))}) | {num(med(tw))} ({num(med(tsc))}) | {med(tw) / med(mw):.2f}x "
+          f"| **{100 * share:.0f}%** ({verdict(share >= 0.8, share)}) | {f'{rss / 2**20:.0f} MiB' if rss else 'n/a'} |")
+print()
 if any(l.strip() for l in batch_lines):
     print()
     print("Batch sizes chosen from GPU memory (estimated from the graph vs measured on the GPU), from the logs:")

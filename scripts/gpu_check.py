@@ -24,6 +24,22 @@ on stdout:
   loader --root DIR           an unmodified DataLoader (DatasetFolder,
                               np.load, one worker per core) over DIR: the
                               images/s of epoch 1
+  e2e-mount --root DIR [--device cuda] [--t0 EPOCH_S]
+                              what a user runs over a featurefs mount:
+                              DatasetFolder(DIR, loader=np.load), a shuffling
+                              DataLoader (batch 64, one worker per core,
+                              pin_memory), each batch moved to the GPU; epoch 1
+                              only: scan and epoch seconds, images/s, and the
+                              wall seconds since --t0 (the mount's start)
+  e2e-torch --images DIR --layer L --batch B --tf32 0|1 [--device cuda] [--t0 EPOCH_S]
+                              the same user without featurefs: ImageFolder +
+                              PIL + torchvision's transforms, a shuffling
+                              DataLoader (batch B, one worker per core,
+                              pin_memory), the model truncated at L on the
+                              GPU (cudnn.benchmark, TF32 as asked); epoch 1
+                              only, features left on the GPU as a head would
+                              use them; the same figures, wall since --t0
+                              (this process's start when not given)
 """
 import argparse
 import glob
@@ -246,6 +262,56 @@ def cmd_loader(a):
     return 0
 
 
+def _e2e_epoch(dl, device, step):
+    """Epoch 1 of dl: step(x) per batch; images and seconds, the device synced."""
+    t0 = time.perf_counter()
+    n = 0
+    for x, _ in dl:
+        step(x.to(device, non_blocking=True))
+        n += x.shape[0]
+    _sync(device)
+    return n, time.perf_counter() - t0
+
+
+def _e2e_out(kind, n, scan, secs, t0, extra):
+    out = {"kind": kind, "images": n, "scan_seconds": scan, "epoch_seconds": secs, "images_per_s": n / secs,
+           "wall_seconds": time.time() - t0}
+    out.update(extra)
+    json.dump(out, sys.stdout)
+    print()
+    return 0
+
+
+def cmd_e2e_mount(a):
+    t0 = a.t0 or time.time()
+    import torch
+    import torchvision
+    ts = time.perf_counter()
+    ds = torchvision.datasets.DatasetFolder(a.root, loader=np.load, extensions=(".npy",))
+    scan = time.perf_counter() - ts
+    dl = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True, num_workers=cores(),
+                                     pin_memory=a.device == "cuda")
+    n, secs = _e2e_epoch(dl, a.device, lambda x: None)
+    return _e2e_out("mount", n, scan, secs, t0, {"root": a.root, "batch": 64, "workers": cores()})
+
+
+def cmd_e2e_torch(a):
+    t0 = a.t0 or time.time()
+    import torch
+    import torchvision
+    _set_tf32(bool(a.tf32))
+    torch.backends.cudnn.benchmark = True
+    net = _truncated(a.layer, a.device)
+    ts = time.perf_counter()
+    ds = torchvision.datasets.ImageFolder(os.path.join(a.images, "train"), transform=_tf())
+    scan = time.perf_counter() - ts
+    dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=cores(),
+                                     pin_memory=a.device == "cuda")
+    with torch.inference_mode():
+        n, secs = _e2e_epoch(dl, a.device, net)
+    return _e2e_out("torch", n, scan, secs, t0, {"layer": a.layer, "batch": a.batch, "workers": cores()})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -270,9 +336,21 @@ def main() -> int:
     p.add_argument("--device", default="cuda")
     p = sub.add_parser("loader")
     p.add_argument("--root", required=True)
+    p = sub.add_parser("e2e-mount")
+    p.add_argument("--root", required=True)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--t0", type=float, default=0)
+    p = sub.add_parser("e2e-torch")
+    p.add_argument("--images", required=True)
+    p.add_argument("--layer", required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--tf32", type=int, default=0)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--t0", type=float, default=0)
     a = ap.parse_args()
     return {"info": cmd_info, "export": cmd_export, "images": cmd_images, "fidelity": cmd_fidelity,
-            "torch": cmd_torch, "loader": cmd_loader}[a.cmd](a)
+            "torch": cmd_torch, "loader": cmd_loader,
+            "e2e-mount": cmd_e2e_mount, "e2e-torch": cmd_e2e_torch}[a.cmd](a)
 
 
 if __name__ == "__main__":
