@@ -129,24 +129,6 @@ func TestShuffle(t *testing.T) {
 	}
 }
 
-func BenchmarkShuffle4(b *testing.B) {
-	src := relu(ChunkSize/4-32, 0.3, 1)[:ChunkSize]
-	dst := make([]byte, len(src))
-	b.SetBytes(int64(len(src)))
-	for b.Loop() {
-		shuffle(dst, src, 4)
-	}
-}
-
-func BenchmarkUnshuffle4(b *testing.B) {
-	src := relu(ChunkSize/4-32, 0.3, 1)[:ChunkSize]
-	dst := make([]byte, len(src))
-	b.SetBytes(int64(len(src)))
-	for b.Loop() {
-		unshuffle(dst, src, 4)
-	}
-}
-
 func TestReadAt(t *testing.T) {
 	raw := relu(1024*14*14, 0.36, 5)
 	b, _ := Encode(nil, raw, 4, S2)
