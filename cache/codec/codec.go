@@ -188,7 +188,7 @@ func Encode(dst, raw []byte, elemSize int, m Method) ([]byte, error) {
 		binary.LittleEndian.PutUint32(ent[4:], crc32.Checksum(chunk, castagnoli))
 	}
 	h = dst[start:]
-	binary.LittleEndian.PutUint32(h[12:], crc32.Checksum(append(h[:12:12], h[headerLen:headerLen+entryLen*nc]...), castagnoli))
+	binary.LittleEndian.PutUint32(h[12:], crc32.Update(crc32.Checksum(h[:12], castagnoli), castagnoli, h[headerLen:headerLen+entryLen*nc]))
 	return dst, nil
 }
 
@@ -198,7 +198,7 @@ type blob struct {
 	elemSize int
 	rawLen   int
 	table    []byte
-	offs     []int // each chunk's offset in b, and the end
+	data     int // the first chunk's offset in b
 	b        []byte
 }
 
@@ -231,20 +231,31 @@ func parse(b []byte) (blob, error) {
 	if crc != binary.LittleEndian.Uint32(b[12:]) {
 		return blob{}, fmt.Errorf("%w: header checksum", ErrCorrupt)
 	}
-	bl := blob{method: m, elemSize: es, rawLen: raw, table: b[headerLen:end], offs: make([]int, nc+1), b: b}
+	bl := blob{method: m, elemSize: es, rawLen: raw, table: b[headerLen:end], data: end, b: b}
 	off := end
 	for k := range nc {
-		bl.offs[k] = off
-		off += int(binary.LittleEndian.Uint32(bl.table[entryLen*k:]))
-		if off > len(b) || off < bl.offs[k] {
+		l := bl.storedLen(k)
+		if l < 0 || l > len(b)-off { // l < 0: over 2^31 on a 32-bit platform
 			return blob{}, fmt.Errorf("%w: chunk %d runs past the end", ErrCorrupt, k)
 		}
+		off += l
 	}
 	if off != len(b) {
 		return blob{}, fmt.Errorf("%w: %d bytes after the last chunk", ErrCorrupt, len(b)-off)
 	}
-	bl.offs[nc] = off
 	return bl, nil
+}
+
+// storedLen is chunk k's stored length.
+func (bl blob) storedLen(k int) int { return int(binary.LittleEndian.Uint32(bl.table[entryLen*k:])) }
+
+// offset is chunk k's offset in b.
+func (bl blob) offset(k int) int {
+	off := bl.data
+	for j := range k {
+		off += bl.storedLen(j)
+	}
+	return off
 }
 
 // RawLen returns the raw length a blob holds, checking its header.
@@ -253,10 +264,10 @@ func RawLen(b []byte) (int, error) {
 	return bl.rawLen, err
 }
 
-// chunk decodes chunk k into dst (its raw length) using tmp (at least as
-// long) for the shuffled bytes, and checks its CRC.
-func (bl blob) chunk(k int, dst, tmp []byte) error {
-	stored := bl.b[bl.offs[k]:bl.offs[k+1]]
+// chunk decodes chunk k, stored at b[off:], into dst (its raw length) using
+// tmp (at least as long) for the shuffled bytes, and checks its CRC.
+func (bl blob) chunk(k, off int, dst, tmp []byte) error {
+	stored := bl.b[off : off+bl.storedLen(k)]
 	if len(stored) == len(dst) {
 		copy(dst, stored)
 	} else {
@@ -287,29 +298,36 @@ func (bl blob) chunk(k int, dst, tmp []byte) error {
 	return nil
 }
 
+// tmpPool holds chunk-sized scratch buffers (the shuffled bytes of a chunk
+// on its way in or out): at most a few per goroutine inside Encode, Decode
+// or ReadAt, returned before they return.
 var tmpPool = sync.Pool{New: func() any { b := make([]byte, ChunkSize); return &b }}
 
-// Decode appends the raw bytes of blob b to dst and returns them.
+// Decode appends the raw bytes of blob b to dst and returns them. It
+// allocates only when dst has no room for them.
 func Decode(dst, b []byte) ([]byte, error) {
 	bl, err := parse(b)
 	if err != nil {
 		return nil, err
 	}
 	start := len(dst)
-	dst = append(dst, make([]byte, bl.rawLen)...)
+	dst = slices.Grow(dst, bl.rawLen)[:start+bl.rawLen]
 	tp := tmpPool.Get().(*[]byte)
 	defer tmpPool.Put(tp)
-	for k := range len(bl.offs) - 1 {
-		if err := bl.chunk(k, dst[start+k*ChunkSize:start+min((k+1)*ChunkSize, bl.rawLen)], *tp); err != nil {
+	off := bl.data
+	for k := range numChunks(bl.rawLen) {
+		if err := bl.chunk(k, off, dst[start+k*ChunkSize:start+min((k+1)*ChunkSize, bl.rawLen)], *tp); err != nil {
 			return nil, err
 		}
+		off += bl.storedLen(k)
 	}
 	return dst, nil
 }
 
 // ReadAt copies the raw bytes of blob b from off into p, decoding only the
 // chunks the range touches, and returns how many it copied (fewer than
-// len(p) only at the end) and the raw length.
+// len(p) only at the end) and the raw length. A chunk the range covers
+// whole is decoded straight into p.
 func ReadAt(b, p []byte, off int64) (int, int, error) {
 	bl, err := parse(b)
 	if err != nil {
@@ -324,16 +342,32 @@ func ReadAt(b, p []byte, off int64) (int, int, error) {
 	end := min(int(off)+len(p), bl.rawLen)
 	tp := tmpPool.Get().(*[]byte)
 	defer tmpPool.Put(tp)
-	rp := tmpPool.Get().(*[]byte)
-	defer tmpPool.Put(rp)
-	n := 0
-	for k := int(off) / ChunkSize; k*ChunkSize < end; k++ {
-		cs, ce := k*ChunkSize, min((k+1)*ChunkSize, bl.rawLen)
-		raw := (*rp)[:ce-cs]
-		if err := bl.chunk(k, raw, *tp); err != nil {
-			return 0, bl.rawLen, err
+	var rp *[]byte // taken for the first chunk read in part
+	defer func() {
+		if rp != nil {
+			tmpPool.Put(rp)
 		}
-		n += copy(p[n:], raw[max(cs, int(off))-cs:min(ce, end)-cs])
+	}()
+	n := 0
+	k := int(off) / ChunkSize
+	for at := bl.offset(k); k*ChunkSize < end; k++ {
+		cs, ce := k*ChunkSize, min((k+1)*ChunkSize, bl.rawLen)
+		if int(off) <= cs && ce <= end { // the whole chunk
+			if err := bl.chunk(k, at, p[n:n+ce-cs], *tp); err != nil {
+				return 0, bl.rawLen, err
+			}
+			n += ce - cs
+		} else {
+			if rp == nil {
+				rp = tmpPool.Get().(*[]byte)
+			}
+			raw := (*rp)[:ce-cs]
+			if err := bl.chunk(k, at, raw, *tp); err != nil {
+				return 0, bl.rawLen, err
+			}
+			n += copy(p[n:], raw[max(cs, int(off))-cs:min(ce, end)-cs])
+		}
+		at += bl.storedLen(k)
 	}
 	return n, bl.rawLen, nil
 }
