@@ -152,8 +152,8 @@ func Encode(dst, raw []byte, elemSize int, m Method) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("codec: unknown method %d", m)
 	}
-	if len(raw) > MaxRawLen {
-		return nil, fmt.Errorf("codec: %d bytes is over the limit of %d", len(raw), MaxRawLen)
+	if uint64(len(raw)) > MaxRawLen {
+		return nil, fmt.Errorf("codec: %d bytes is over the limit of %d", len(raw), uint64(MaxRawLen))
 	}
 	switch elemSize {
 	case 1, 2, 4, 8:

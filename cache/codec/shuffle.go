@@ -3,11 +3,12 @@ package codec
 import "encoding/binary"
 
 // The shuffle and its reverse, at memory speed: on amd64 with SSSE3
-// (shuffle_amd64.s) 16 elements of 2 or 4 bytes at a time, elsewhere and
-// for 8-byte elements a word-at-a-time byte transpose in pure Go; what
-// is left (fewer elements than a step takes) goes byte by byte.
-// BenchmarkStepShuffle and BenchmarkStepUnshuffle measure them;
-// TestShufflePaths checks every path against the byte loop.
+// (shuffle_amd64.s; the build tag purego leaves it out) 16 elements of 2
+// or 4 bytes at a time, elsewhere and for 8-byte elements a word-at-a-time
+// byte transpose in pure Go; what is left (fewer elements than a step
+// takes) goes byte by byte. BenchmarkStepShuffle, BenchmarkStepUnshuffle
+// and BenchmarkShufflePath measure them; TestShufflePaths checks every
+// path against the byte loop.
 
 // shuffle writes src's bytes to dst (as long) grouped by their position in
 // an element of size es: byte 0 of every element, then byte 1, ... A tail

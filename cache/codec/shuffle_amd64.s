@@ -1,3 +1,5 @@
+//go:build amd64 && !purego
+
 #include "textflag.h"
 
 // PSHUFB masks. shuf4: the 4x4 byte transpose of four 4-byte elements
