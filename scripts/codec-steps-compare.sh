@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Compare the codec's per-step Go benchmarks (cache/codec/bench_test.go)
+# Compare the codec's per-step Go benchmarks (cache/codec/bench*_test.go)
 # between an older commit (BASE, default main) and the working tree, in one
-# run on this machine: the same bench_test.go is run against BASE's
+# run on this machine: the same benchmark files are run against BASE's
 # cache/codec sources (copied into a scratch package) and against the
 # working tree's, alternating COUNT times (-count 1 each), and benchstat
-# compares the two (its module is fetched by the go command). Not a `make
-# bench` script: it prints a benchstat table, not a docs/bench section.
+# compares the two (its module is fetched by the go command): wall time,
+# the process's CPU time per operation (cpu-ns/op: what a loaded machine
+# leaves least changed), bytes/s and allocations. Not a `make bench`
+# script: it prints a benchstat table, not a docs/bench section.
 #
 #   scripts/codec-steps-compare.sh [BASE]
 # Env: COUNT (5), BENCHTIME (0.5s), BENCH (the -bench regexp, default all
@@ -27,7 +29,7 @@ for f in $(git ls-tree --name-only "$BASE" cache/codec/); do
   *.go | *.s) git show "$BASE:$f" > "$OLD/$(basename "$f")" ;;
   esac
 done
-cp cache/codec/bench_test.go "$OLD/"
+cp cache/codec/bench*_test.go "$OLD/"
 go test -c -o "$OUT/old.test" "./$OLD"
 go test -c -o "$OUT/new.test" ./cache/codec
 for i in $(seq "$COUNT"); do
