@@ -253,3 +253,38 @@ func BenchmarkReadAt(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkS2Planes: S2 on each byte plane of a feature's shuffled chunks
+// on its own (plane 0: the low mantissa bytes of float32, plane 3: sign
+// and exponent), with the ratio each gets: whether the near-random low
+// planes cost S2 time, and what storing them raw would lose (their zeros
+// compress: they are the ReLU's zeros).
+func BenchmarkS2Planes(b *testing.B) {
+	for _, s := range benchSets()[:3] {
+		for p := range s.es {
+			var planes [][]byte
+			for _, c := range s.chunks {
+				n := len(c) / s.es
+				planes = append(planes, c[p*n:(p+1)*n])
+			}
+			b.Run(fmt.Sprintf("%s/plane%d", s.name, p), func(b *testing.B) {
+				size := 0
+				for _, pl := range planes {
+					size += len(pl)
+				}
+				b.SetBytes(int64(size))
+				dst := make([]byte, s2.MaxEncodedLen(ChunkSize))
+				out := 0
+				c0 := cpuTime()
+				for b.Loop() {
+					out = 0
+					for _, pl := range planes {
+						out += len(s2.Encode(dst, pl))
+					}
+				}
+				reportCPU(b, c0)
+				b.ReportMetric(float64(size)/float64(out), "ratio")
+			})
+		}
+	}
+}
