@@ -22,7 +22,9 @@
 //	         and the CRC-32C of its raw bytes
 //	chunks   the stored chunks, in order
 //
-// Encode, Decode and ReadAt are safe for concurrent use.
+// Encode, Decode and ReadAt are safe for concurrent use, and allocate
+// nothing when dst has room (their chunk-sized scratch buffers come from a
+// pool). docs/CODEC.md has what each step costs.
 package codec
 
 import (
