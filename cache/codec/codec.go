@@ -22,7 +22,9 @@
 //	         and the CRC-32C of its raw bytes
 //	chunks   the stored chunks, in order
 //
-// Encode, Decode and ReadAt are safe for concurrent use.
+// Encode, Decode and ReadAt are safe for concurrent use, and allocate
+// nothing when dst has room (their chunk-sized scratch buffers come from a
+// pool). docs/CODEC.md has what each step costs.
 package codec
 
 import (
@@ -142,100 +144,6 @@ func numChunks(n int) int { return (n + ChunkSize - 1) / ChunkSize }
 // a blob's length with it before reading it.
 func MaxLen(rawLen int) int { return headerLen + entryLen*numChunks(rawLen) + rawLen }
 
-// shuffle writes src's bytes to dst grouped by their position in an element
-// of size es: byte 0 of every element, then byte 1, ... A tail shorter than
-// an element is copied as it is.
-func shuffle(dst, src []byte, es int) {
-	n := len(src) / es
-	switch es {
-	case 4:
-		d0, d1, d2, d3, s := dst[:n], dst[n:2*n], dst[2*n:3*n], dst[3*n:4*n], src[:4*n]
-		for i := range d0 {
-			e := s[4*i : 4*i+4 : 4*i+4]
-			d0[i], d1[i], d2[i], d3[i] = e[0], e[1], e[2], e[3]
-		}
-		copy(dst[4*n:], src[4*n:])
-		return
-	case 2:
-		d0, d1, s := dst[:n], dst[n:2*n], src[:2*n]
-		for i := range d0 {
-			e := s[2*i : 2*i+2 : 2*i+2]
-			d0[i], d1[i] = e[0], e[1]
-		}
-		copy(dst[2*n:], src[2*n:])
-		return
-	}
-	for b := range es {
-		d := dst[b*n : (b+1)*n]
-		for i := range d {
-			d[i] = src[i*es+b]
-		}
-	}
-	copy(dst[n*es:], src[n*es:])
-}
-
-// unshuffle reverses shuffle.
-func unshuffle(dst, src []byte, es int) {
-	n := len(dst) / es
-	switch es {
-	case 4:
-		s0, s1, s2, s3, d := src[:n], src[n:2*n], src[2*n:3*n], src[3*n:4*n], dst[:4*n]
-		i := 0
-		// Eight elements at a time: an 8-byte load from each plane, the
-		// bytes spread into 16- then 32-bit lanes, four 8-byte stores
-		// (about 1.6x the byte loop's speed, BenchmarkUnshuffle4).
-		for ; i+8 <= n; i += 8 {
-			a := binary.LittleEndian.Uint64(s0[i:])
-			b := binary.LittleEndian.Uint64(s1[i:])
-			c := binary.LittleEndian.Uint64(s2[i:])
-			e := binary.LittleEndian.Uint64(s3[i:])
-			ab0 := spread8(uint32(a)) | spread8(uint32(b))<<8
-			ab1 := spread8(uint32(a>>32)) | spread8(uint32(b>>32))<<8
-			ce0 := spread8(uint32(c)) | spread8(uint32(e))<<8
-			ce1 := spread8(uint32(c>>32)) | spread8(uint32(e>>32))<<8
-			o := d[4*i : 4*i+32 : 4*i+32]
-			binary.LittleEndian.PutUint64(o[0:], spread16(uint32(ab0))|spread16(uint32(ce0))<<16)
-			binary.LittleEndian.PutUint64(o[8:], spread16(uint32(ab0>>32))|spread16(uint32(ce0>>32))<<16)
-			binary.LittleEndian.PutUint64(o[16:], spread16(uint32(ab1))|spread16(uint32(ce1))<<16)
-			binary.LittleEndian.PutUint64(o[24:], spread16(uint32(ab1>>32))|spread16(uint32(ce1>>32))<<16)
-		}
-		for ; i < n; i++ {
-			e := d[4*i : 4*i+4 : 4*i+4]
-			e[0], e[1], e[2], e[3] = s0[i], s1[i], s2[i], s3[i]
-		}
-		copy(dst[4*n:], src[4*n:])
-		return
-	case 2:
-		s0, s1, d := src[:n], src[n:2*n], dst[:2*n]
-		for i := range s0 {
-			e := d[2*i : 2*i+2 : 2*i+2]
-			e[0], e[1] = s0[i], s1[i]
-		}
-		copy(dst[2*n:], src[2*n:])
-		return
-	}
-	for b := range es {
-		s := src[b*n : (b+1)*n]
-		for i, v := range s {
-			dst[i*es+b] = v
-		}
-	}
-	copy(dst[n*es:], src[n*es:])
-}
-
-// spread8 moves byte k of x to bits 16k..16k+7.
-func spread8(x uint32) uint64 {
-	v := uint64(x)
-	v = (v | v<<16) & 0x0000ffff0000ffff
-	return (v | v<<8) & 0x00ff00ff00ff00ff
-}
-
-// spread16 moves 16-bit lane k of x to bits 32k..32k+15.
-func spread16(x uint32) uint64 {
-	v := uint64(x)
-	return (v | v<<16) & 0x0000ffff0000ffff
-}
-
 // Encode appends the blob of raw to dst and returns it. elemSize is the
 // size of raw's elements (1, 2, 4 or 8; anything else is 1): a .npy file's
 // header is a multiple of 64 bytes, so its elements stay aligned in every
@@ -246,8 +154,8 @@ func Encode(dst, raw []byte, elemSize int, m Method) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("codec: unknown method %d", m)
 	}
-	if len(raw) > MaxRawLen {
-		return nil, fmt.Errorf("codec: %d bytes is over the limit of %d", len(raw), MaxRawLen)
+	if uint64(len(raw)) > MaxRawLen {
+		return nil, fmt.Errorf("codec: %d bytes is over the limit of %d", len(raw), uint64(MaxRawLen))
 	}
 	switch elemSize {
 	case 1, 2, 4, 8:
@@ -282,7 +190,7 @@ func Encode(dst, raw []byte, elemSize int, m Method) ([]byte, error) {
 		binary.LittleEndian.PutUint32(ent[4:], crc32.Checksum(chunk, castagnoli))
 	}
 	h = dst[start:]
-	binary.LittleEndian.PutUint32(h[12:], crc32.Checksum(append(h[:12:12], h[headerLen:headerLen+entryLen*nc]...), castagnoli))
+	binary.LittleEndian.PutUint32(h[12:], crc32.Update(crc32.Checksum(h[:12], castagnoli), castagnoli, h[headerLen:headerLen+entryLen*nc]))
 	return dst, nil
 }
 
@@ -292,7 +200,7 @@ type blob struct {
 	elemSize int
 	rawLen   int
 	table    []byte
-	offs     []int // each chunk's offset in b, and the end
+	data     int // the first chunk's offset in b
 	b        []byte
 }
 
@@ -325,20 +233,31 @@ func parse(b []byte) (blob, error) {
 	if crc != binary.LittleEndian.Uint32(b[12:]) {
 		return blob{}, fmt.Errorf("%w: header checksum", ErrCorrupt)
 	}
-	bl := blob{method: m, elemSize: es, rawLen: raw, table: b[headerLen:end], offs: make([]int, nc+1), b: b}
+	bl := blob{method: m, elemSize: es, rawLen: raw, table: b[headerLen:end], data: end, b: b}
 	off := end
 	for k := range nc {
-		bl.offs[k] = off
-		off += int(binary.LittleEndian.Uint32(bl.table[entryLen*k:]))
-		if off > len(b) || off < bl.offs[k] {
+		l := bl.storedLen(k)
+		if l < 0 || l > len(b)-off { // l < 0: over 2^31 on a 32-bit platform
 			return blob{}, fmt.Errorf("%w: chunk %d runs past the end", ErrCorrupt, k)
 		}
+		off += l
 	}
 	if off != len(b) {
 		return blob{}, fmt.Errorf("%w: %d bytes after the last chunk", ErrCorrupt, len(b)-off)
 	}
-	bl.offs[nc] = off
 	return bl, nil
+}
+
+// storedLen is chunk k's stored length.
+func (bl blob) storedLen(k int) int { return int(binary.LittleEndian.Uint32(bl.table[entryLen*k:])) }
+
+// offset is chunk k's offset in b.
+func (bl blob) offset(k int) int {
+	off := bl.data
+	for j := range k {
+		off += bl.storedLen(j)
+	}
+	return off
 }
 
 // RawLen returns the raw length a blob holds, checking its header.
@@ -347,10 +266,10 @@ func RawLen(b []byte) (int, error) {
 	return bl.rawLen, err
 }
 
-// chunk decodes chunk k into dst (its raw length) using tmp (at least as
-// long) for the shuffled bytes, and checks its CRC.
-func (bl blob) chunk(k int, dst, tmp []byte) error {
-	stored := bl.b[bl.offs[k]:bl.offs[k+1]]
+// chunk decodes chunk k, stored at b[off:], into dst (its raw length) using
+// tmp (at least as long) for the shuffled bytes, and checks its CRC.
+func (bl blob) chunk(k, off int, dst, tmp []byte) error {
+	stored := bl.b[off : off+bl.storedLen(k)]
 	if len(stored) == len(dst) {
 		copy(dst, stored)
 	} else {
@@ -381,29 +300,36 @@ func (bl blob) chunk(k int, dst, tmp []byte) error {
 	return nil
 }
 
+// tmpPool holds chunk-sized scratch buffers (the shuffled bytes of a chunk
+// on its way in or out): at most a few per goroutine inside Encode, Decode
+// or ReadAt, returned before they return.
 var tmpPool = sync.Pool{New: func() any { b := make([]byte, ChunkSize); return &b }}
 
-// Decode appends the raw bytes of blob b to dst and returns them.
+// Decode appends the raw bytes of blob b to dst and returns them. It
+// allocates only when dst has no room for them.
 func Decode(dst, b []byte) ([]byte, error) {
 	bl, err := parse(b)
 	if err != nil {
 		return nil, err
 	}
 	start := len(dst)
-	dst = append(dst, make([]byte, bl.rawLen)...)
+	dst = slices.Grow(dst, bl.rawLen)[:start+bl.rawLen]
 	tp := tmpPool.Get().(*[]byte)
 	defer tmpPool.Put(tp)
-	for k := range len(bl.offs) - 1 {
-		if err := bl.chunk(k, dst[start+k*ChunkSize:start+min((k+1)*ChunkSize, bl.rawLen)], *tp); err != nil {
+	off := bl.data
+	for k := range numChunks(bl.rawLen) {
+		if err := bl.chunk(k, off, dst[start+k*ChunkSize:start+min((k+1)*ChunkSize, bl.rawLen)], *tp); err != nil {
 			return nil, err
 		}
+		off += bl.storedLen(k)
 	}
 	return dst, nil
 }
 
 // ReadAt copies the raw bytes of blob b from off into p, decoding only the
 // chunks the range touches, and returns how many it copied (fewer than
-// len(p) only at the end) and the raw length.
+// len(p) only at the end) and the raw length. A chunk the range covers
+// whole is decoded straight into p.
 func ReadAt(b, p []byte, off int64) (int, int, error) {
 	bl, err := parse(b)
 	if err != nil {
@@ -418,16 +344,32 @@ func ReadAt(b, p []byte, off int64) (int, int, error) {
 	end := min(int(off)+len(p), bl.rawLen)
 	tp := tmpPool.Get().(*[]byte)
 	defer tmpPool.Put(tp)
-	rp := tmpPool.Get().(*[]byte)
-	defer tmpPool.Put(rp)
-	n := 0
-	for k := int(off) / ChunkSize; k*ChunkSize < end; k++ {
-		cs, ce := k*ChunkSize, min((k+1)*ChunkSize, bl.rawLen)
-		raw := (*rp)[:ce-cs]
-		if err := bl.chunk(k, raw, *tp); err != nil {
-			return 0, bl.rawLen, err
+	var rp *[]byte // taken for the first chunk read in part
+	defer func() {
+		if rp != nil {
+			tmpPool.Put(rp)
 		}
-		n += copy(p[n:], raw[max(cs, int(off))-cs:min(ce, end)-cs])
+	}()
+	n := 0
+	k := int(off) / ChunkSize
+	for at := bl.offset(k); k*ChunkSize < end; k++ {
+		cs, ce := k*ChunkSize, min((k+1)*ChunkSize, bl.rawLen)
+		if int(off) <= cs && ce <= end { // the whole chunk
+			if err := bl.chunk(k, at, p[n:n+ce-cs], *tp); err != nil {
+				return 0, bl.rawLen, err
+			}
+			n += ce - cs
+		} else {
+			if rp == nil {
+				rp = tmpPool.Get().(*[]byte)
+			}
+			raw := (*rp)[:ce-cs]
+			if err := bl.chunk(k, at, raw, *tp); err != nil {
+				return 0, bl.rawLen, err
+			}
+			n += copy(p[n:], raw[max(cs, int(off))-cs:min(ce, end)-cs])
+		}
+		at += bl.storedLen(k)
 	}
 	return n, bl.rawLen, nil
 }

@@ -129,24 +129,6 @@ func TestShuffle(t *testing.T) {
 	}
 }
 
-func BenchmarkShuffle4(b *testing.B) {
-	src := relu(ChunkSize/4-32, 0.3, 1)[:ChunkSize]
-	dst := make([]byte, len(src))
-	b.SetBytes(int64(len(src)))
-	for b.Loop() {
-		shuffle(dst, src, 4)
-	}
-}
-
-func BenchmarkUnshuffle4(b *testing.B) {
-	src := relu(ChunkSize/4-32, 0.3, 1)[:ChunkSize]
-	dst := make([]byte, len(src))
-	b.SetBytes(int64(len(src)))
-	for b.Loop() {
-		unshuffle(dst, src, 4)
-	}
-}
-
 func TestReadAt(t *testing.T) {
 	raw := relu(1024*14*14, 0.36, 5)
 	b, _ := Encode(nil, raw, 4, S2)
@@ -228,4 +210,43 @@ func FuzzRoundTrip(f *testing.F) {
 			t.Fatalf("round trip of %d bytes, element size %d: %v", len(raw), es%9, err)
 		}
 	})
+}
+
+// TestHotPathAllocs: Encode, Decode and ReadAt allocate nothing when dst
+// has room (scratch buffers come from a pool).
+func TestHotPathAllocs(t *testing.T) {
+	if raceOn {
+		t.Skip("under -race sync.Pool drops buffers on purpose; counted without -race")
+	}
+	raw := relu(1024*14*14, 0.36, 8)
+	blob, _ := Encode(nil, raw, 4, S2)
+	enc := make([]byte, 0, MaxLen(len(raw)))
+	out := make([]byte, 0, len(raw))
+	page, whole := make([]byte, 4096), make([]byte, 1<<20)
+	for name, f := range map[string]func(){
+		"Encode":               func() { _, _ = Encode(enc, raw, 4, S2) },
+		"Decode":               func() { _, _ = Decode(out, blob) },
+		"ReadAt of 4 KiB":      func() { _, _, _ = ReadAt(blob, page, 3*ChunkSize+100) },
+		"ReadAt of everything": func() { _, _, _ = ReadAt(blob, whole, 0) },
+	} {
+		if n := testing.AllocsPerRun(20, f); n != 0 {
+			t.Errorf("%s: %.0f allocations per call, want 0", name, n)
+		}
+	}
+}
+
+// TestReadAtWholeChunksDamaged: a read that decodes whole chunks straight
+// into p still fails on a damaged chunk.
+func TestReadAtWholeChunksDamaged(t *testing.T) {
+	raw := relu(3*ChunkSize/4, 0.36, 9)
+	b, _ := Encode(nil, raw, 4, S2)
+	bad := bytes.Clone(b)
+	bad[len(bad)-ChunkSize/4] ^= 0x10 // inside the last chunk
+	p := make([]byte, len(raw))
+	if _, _, err := ReadAt(bad, p, 0); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a whole read of a damaged blob: %v, want ErrCorrupt", err)
+	}
+	if n, _, err := ReadAt(bad, p[:2*ChunkSize], 0); err != nil || !bytes.Equal(p[:n], raw[:2*ChunkSize]) {
+		t.Errorf("a read of the intact whole chunks: %d, %v", n, err)
+	}
 }
