@@ -29,8 +29,14 @@ func reluValue(n, size int) []byte {
 }
 
 func TestCompressedValues(t *testing.T) {
+	for _, m := range []codec.Method{codec.S2, codec.Zeros} {
+		t.Run(m.String(), func(t *testing.T) { testCompressedValues(t, m) })
+	}
+}
+
+func testCompressedValues(t *testing.T, m codec.Method) {
 	dir := t.TempDir()
-	s, err := Open(Options{Dir: dir, MaxBytes: 64 << 20, Logger: quietLogger(), Compression: codec.S2})
+	s, err := Open(Options{Dir: dir, MaxBytes: 64 << 20, Logger: quietLogger(), Compression: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,9 +72,9 @@ func TestCompressedValues(t *testing.T) {
 	}
 	check(s, "compressed")
 	st := s.Stats()
-	if st.Compression != "s2" || st.CompressionRatio < 1.2 || st.PutRawBytes != (n+1)*size ||
+	if st.Compression != m.String() || st.CompressionRatio < 1.2 || st.PutRawBytes != (n+1)*size ||
 		st.Bytes != st.PutStoredBytes || st.Bytes >= (n+1)*size || st.CompressSeconds <= 0 || st.DecompressSeconds <= 0 {
-		t.Fatalf("Stats = %+v; want s2, the budget counting compressed bytes, a ratio over 1.2, codec times", st)
+		t.Fatalf("Stats = %+v; want %s, the budget counting compressed bytes, a ratio over 1.2, codec times", st, m)
 	}
 	// The random value costs its raw size: stored as it is.
 	if raw := st.Bytes - (st.PutStoredBytes - size); raw < size {

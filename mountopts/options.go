@@ -384,7 +384,7 @@ func (o *Options) Validate() error {
 	for _, c := range []struct{ flag, v string }{{"cache-compression", o.CacheCompression}, {"feature-store-compression", o.FeatureStoreCompression}} {
 		if c.v != "off" {
 			if _, err := codec.ParseMethod(c.v); err != nil {
-				bad("--%s %q: s2, zstd-fastest, zstd or off", c.flag, c.v)
+				bad("--%s %q: s2, zeros, zstd-fastest, zstd or off", c.flag, c.v)
 			}
 		}
 	}

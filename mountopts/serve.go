@@ -127,7 +127,7 @@ func (s *ServeOptions) Validate() error {
 	}
 	if s.WireCompression != "off" {
 		if _, err := codec.ParseMethod(s.WireCompression); err != nil {
-			bad("--wire-compression %q: s2, zstd-fastest, zstd or off", s.WireCompression)
+			bad("--wire-compression %q: s2, zeros, zstd-fastest, zstd or off", s.WireCompression)
 		}
 	}
 	if s.Heartbeat <= 0 {

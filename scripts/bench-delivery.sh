@@ -19,7 +19,9 @@
 #
 #   scripts/bench-delivery.sh     (after make build)
 # Env: BENCH_DELIVERY_IMAGES (2000; fewer for a quick run), BENCH_ROUNDS (3;
-#      fewer than 3 gives figures but no verdict), BENCH_DELIVERY_EPOCHS (2).
+#      fewer than 3 gives figures but no verdict), BENCH_DELIVERY_EPOCHS (2),
+#      BENCH_DELIVERY_MOUNT_FLAGS (more mount flags for both mount runs, e.g.
+#      "--cache-compression zeros"; the report's text does not name them).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 BUCKET=delivery

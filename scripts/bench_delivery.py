@@ -42,6 +42,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -127,7 +128,8 @@ def cmd_mount(args):
     load0 = loadavg()
     cmd = [args.bin, "mount", "--model", f"tiny={args.model}", "--endpoint-url", args.endpoint,
            "--cache-dir", args.cache_dir, "--log-file", args.log, "--device", "cpu",
-           "--prefetch", args.prefetch, f"s3://{args.bucket}", args.mnt]
+           "--prefetch", args.prefetch, *shlex.split(os.environ.get("BENCH_DELIVERY_MOUNT_FLAGS", "")),
+           f"s3://{args.bucket}", args.mnt]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:

@@ -48,7 +48,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for name, raw := range cases {
 		for _, es := range []int{1, 2, 4, 8, 3} {
-			for _, l := range []Method{S2, ZstdFastest, ZstdDefault} {
+			for _, l := range []Method{S2, ZstdFastest, ZstdDefault, Zeros} {
 				b, err := Encode(nil, raw, es, l)
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
@@ -178,6 +178,8 @@ func FuzzDecode(f *testing.F) {
 	two, _ := Encode(nil, relu(ChunkSize/4+10, 0.3, 2), 2, S2)
 	f.Add(small)
 	f.Add(two)
+	zs, _ := Encode(nil, relu(100, 0.5, 1), 4, Zeros)
+	f.Add(zs)
 	f.Add([]byte("FFZ1"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		raw, err := Decode(nil, b)
