@@ -42,20 +42,33 @@ func elideZeros(dst, chunk []byte, es int) (out []byte, ok bool) {
 		for ; i+8 <= n && p <= limit; i += 8 {
 			g := chunk[4*i : 4*i+32 : 4*i+32]
 			w := vals[p : p+32 : p+32]
-			var m byte
-			q := 0
-			for j := range 8 {
-				v := binary.LittleEndian.Uint32(g[4*j:])
-				binary.LittleEndian.PutUint32(w[q:], v)
-				nz := 0
-				if v != 0 {
-					nz = 1
-				}
-				m |= byte(nz) << j
-				q += 4 * nz
-			}
+			v0, v1 := binary.LittleEndian.Uint32(g[0:]), binary.LittleEndian.Uint32(g[4:])
+			v2, v3 := binary.LittleEndian.Uint32(g[8:]), binary.LittleEndian.Uint32(g[12:])
+			v4, v5 := binary.LittleEndian.Uint32(g[16:]), binary.LittleEndian.Uint32(g[20:])
+			v6, v7 := binary.LittleEndian.Uint32(g[24:]), binary.LittleEndian.Uint32(g[28:])
+			// nz(v) is 1 when v is not 0, without a branch.
+			n0, n1, n2, n3 := (v0|-v0)>>31, (v1|-v1)>>31, (v2|-v2)>>31, (v3|-v3)>>31
+			n4, n5, n6, n7 := (v4|-v4)>>31, (v5|-v5)>>31, (v6|-v6)>>31, (v7|-v7)>>31
+			q := uint32(0)
+			binary.LittleEndian.PutUint32(w[q&28:], v0)
+			q += 4 * n0
+			binary.LittleEndian.PutUint32(w[q&28:], v1)
+			q += 4 * n1
+			binary.LittleEndian.PutUint32(w[q&28:], v2)
+			q += 4 * n2
+			binary.LittleEndian.PutUint32(w[q&28:], v3)
+			q += 4 * n3
+			binary.LittleEndian.PutUint32(w[q&28:], v4)
+			q += 4 * n4
+			binary.LittleEndian.PutUint32(w[q&28:], v5)
+			q += 4 * n5
+			binary.LittleEndian.PutUint32(w[q&28:], v6)
+			q += 4 * n6
+			binary.LittleEndian.PutUint32(w[q&28:], v7)
+			q += 4 * n7
+			m := byte(n0 | n1<<1 | n2<<2 | n3<<3 | n4<<4 | n5<<5 | n6<<6 | n7<<7)
 			bm[i/8] = m
-			p += q
+			p += int(q)
 		}
 	}
 	for ; i < n && p <= limit; i += 8 {

@@ -98,7 +98,7 @@ func TestZerosDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := bl.offs[0]
+	first := bl.data
 	for _, pos := range []int{first, first + 1, first + 100, len(b) - 1} {
 		bad := bytes.Clone(b)
 		bad[pos] ^= 0x04
