@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
 
 	"github.com/featurefs/featurefs/cache/codec"
 )
@@ -80,7 +81,17 @@ func numChunks(n int) int { return (n + chunkSize - 1) / chunkSize }
 // encodeCompressed frames data for storage compressed with m (flags 2),
 // elemSize being the size of its elements (the codec's shuffle).
 func encodeCompressed(i id, data []byte, elemSize int, m codec.Method) ([]byte, error) {
-	rec := make([]byte, headerLen, headerLen+len(data)/2)
+	return encodeCompressedTo(nil, i, data, elemSize, m)
+}
+
+// encodeCompressedTo is encodeCompressed into dst's array when it is large
+// enough (recordCap).
+func encodeCompressedTo(dst []byte, i id, data []byte, elemSize int, m codec.Method) ([]byte, error) {
+	rec := dst[:0]
+	if cap(rec) < headerLen {
+		rec = make([]byte, 0, headerLen+len(data)/2)
+	}
+	rec = rec[:headerLen]
 	copy(rec, magic[:])
 	binary.LittleEndian.PutUint32(rec[8:], uint32(len(data)))
 	binary.LittleEndian.PutUint32(rec[12:], flagsCodec)
@@ -92,6 +103,26 @@ func encodeCompressed(i id, data []byte, elemSize int, m codec.Method) ([]byte, 
 	return rec, nil
 }
 
+// recordCap is the capacity a buffer needs to take any record of a value of
+// n bytes without growing: the codec's bound, its slack (a chunk's encoder
+// may ask for one group of elements more than the chunk) and the header.
+func recordCap(n int) int { return headerLen + max(codec.MaxLen(n)+64, 4*numChunks(n)+n) }
+
+// recPool holds Put's record buffers (*[]byte): a record is encoded into
+// one and handed to Badger, which has copied it once the commit returns.
+// A sync.Pool: what it holds is dropped at the next garbage collections.
+var recPool sync.Pool
+
+// recordBuf returns a buffer from recPool with at least n bytes' capacity.
+func recordBuf(n int) *[]byte {
+	bp, _ := recPool.Get().(*[]byte)
+	if bp == nil || cap(*bp) < n {
+		b := make([]byte, 0, n)
+		bp = &b
+	}
+	return bp
+}
+
 // codecHeaderCRC is a flags-2 record's crc, given seed = CRC-32C of the id.
 func codecHeaderCRC(seed uint32, rec []byte) uint32 {
 	c := crc32.Update(seed, castagnoli, rec[8:headerLen])
@@ -99,9 +130,17 @@ func codecHeaderCRC(seed uint32, rec []byte) uint32 {
 }
 
 // encodeValue frames data for storage (flags 1).
-func encodeValue(i id, data []byte) []byte {
+func encodeValue(i id, data []byte) []byte { return encodeValueTo(nil, i, data) }
+
+// encodeValueTo is encodeValue into dst's array when it is large enough.
+func encodeValueTo(dst []byte, i id, data []byte) []byte {
 	nc := numChunks(len(data))
-	rec := make([]byte, headerLen+4*nc+len(data))
+	n := headerLen + 4*nc + len(data)
+	rec := dst[:0]
+	if cap(rec) < n {
+		rec = make([]byte, n)
+	}
+	rec = rec[:n]
 	copy(rec, magic[:])
 	binary.LittleEndian.PutUint32(rec[8:], uint32(len(data)))
 	binary.LittleEndian.PutUint32(rec[12:], flagsChunked)

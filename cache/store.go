@@ -722,7 +722,14 @@ func (s *Store) Put(k Key, v []byte) error {
 		return fmt.Errorf("%w: %d bytes for %s (limit %d bytes, cache budget %d bytes)", ErrTooLarge, len(v), k.Object, s.maxValue, s.maxBytes)
 	}
 	i := k.id()
-	rec := s.encode(i, k, v)
+	bp := recordBuf(recordCap(len(v)))
+	rec := s.encode(*bp, i, k, v)
+	defer func() { // Badger has copied rec by then (db.Update commits before it returns)
+		if cap(rec) == cap(*bp) {
+			*bp = rec[:0]
+			recPool.Put(bp)
+		}
+	}()
 	stored := storedLen(rec, len(v))
 	s.gate.RLock()
 	defer s.gate.RUnlock()
@@ -771,16 +778,16 @@ func (s *Store) Put(k Key, v []byte) error {
 
 // encode frames v for storage: compressed (Options.Compression) when it
 // shrinks, else chunked.
-func (s *Store) encode(i id, k Key, v []byte) []byte {
+func (s *Store) encode(dst []byte, i id, k Key, v []byte) []byte {
 	if s.compression != 0 {
 		t0 := time.Now()
-		rec, err := encodeCompressed(i, v, int(spec.DType(k.DType).Size()), s.compression)
+		rec, err := encodeCompressedTo(dst, i, v, int(spec.DType(k.DType).Size()), s.compression)
 		s.compressNanos.Add(int64(time.Since(t0)))
 		if err == nil && len(rec)-headerLen < len(v) {
 			return rec
 		}
 	}
-	return encodeValue(i, v)
+	return encodeValueTo(dst, i, v)
 }
 
 type victim struct {
