@@ -197,6 +197,10 @@ type TreeStats struct {
 	ListingEntries int `json:"listing_entries"`
 	// BadObjectsKnown is the size of the negative cache.
 	BadObjectsKnown int `json:"bad_objects_known"`
+	// CacheWriteStats are the figures of the cache's write-behind queue:
+	// features computed wait there for their cache write, off the read
+	// path.
+	CacheWriteStats
 }
 
 // ErrorRecord is one recent error.
@@ -231,6 +235,7 @@ func (p *Pipeline) Stats() Stats {
 			CachePartialReads: c.cachePartialReads.Load(), HandoffReads: c.handoffReads.Load(),
 			BadObjects: c.badObjects.Load(), BadObjectHits: c.badHits.Load(),
 			CacheErrors: c.cacheErrors.Load(), BadObjectsKnown: nb,
+			CacheWriteStats: p.writes.stats(),
 		},
 		RecentErrors: recent,
 	}
