@@ -199,9 +199,9 @@ func (c *cacheWriter) run() {
 		c.mu.Unlock()
 
 		c.put(w) // the feature stays in pending, readable, until stored
-		c.background.Add(1)
 
 		c.mu.Lock()
+		c.background.Add(1) // under mu: stats sees it written or queued, once
 		if c.pending[w.id] == w {
 			delete(c.pending, w.id)
 			c.bytes -= int64(len(w.data))
@@ -275,10 +275,9 @@ func (c *cacheWriter) close(timeout time.Duration) {
 // stats returns the queue's figures.
 func (c *cacheWriter) stats() CacheWriteStats {
 	c.mu.Lock()
-	queued, bytes, peak := len(c.pending), c.bytes, c.peak
-	c.mu.Unlock()
+	defer c.mu.Unlock()
 	return CacheWriteStats{
-		WriteQueued: queued, WriteQueuedBytes: bytes, WriteQueuePeakBytes: peak, WriteQueueMaxBytes: c.maxBytes,
+		WriteQueued: len(c.pending), WriteQueuedBytes: c.bytes, WriteQueuePeakBytes: c.peak, WriteQueueMaxBytes: c.maxBytes,
 		BackgroundWrites: c.background.Load(), InlineWrites: c.inline.Load(), WriteWaits: c.waits.Load(),
 		WriteQueueReads: c.reads.Load(), DroppedWrites: c.dropped.Load(),
 	}
