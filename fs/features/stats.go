@@ -157,7 +157,9 @@ type TreeStats struct {
 	// ReadBytes counts the bytes those reads returned.
 	ReadBytes int64 `json:"read_bytes"`
 	// CacheHits counts features served from the cache: read whole, or a
-	// file's read at offset 0 answered from part of a cached feature.
+	// file's read at offset 0 answered from part of a cached feature; a
+	// feature still queued for its cache write counts too
+	// (CacheWriteStats.WriteQueueReads).
 	CacheHits int64 `json:"cache_hits"`
 	// CacheMisses counts features not in the cache.
 	CacheMisses int64 `json:"cache_misses"`
