@@ -224,13 +224,13 @@ func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key 
 }
 
 // extractStore extracts obj's feature at prio, under ReadTimeout, records a
-// bad object, and queues the result for the cache (putCache). Reads call it on a cache
-// miss (Foreground), prefetch and warm-up for objects not cached
-// (Background): the extractor merges identical requests in flight, and a
-// reader's Foreground request moves a queued Background one ahead. With
-// handOff (prefetch) the feature is put in the hand-off buffer before the
-// cache, for the reader about to read it; a read's own result is kept by
-// its caller (the tree's recent features) instead.
+// bad object, and queues the result for the cache (putCache). Reads call
+// it on a cache miss (Foreground), prefetch and warm-up for objects not
+// cached (Background): the extractor merges identical requests in flight,
+// and a reader's Foreground request moves a queued Background one ahead.
+// With handOff (prefetch) the feature is put in the hand-off buffer before
+// the cache, for the reader about to read it; a read's own result is kept
+// by its caller (the tree's recent features) instead.
 func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, prio extractor.Priority, handOff bool) ([]byte, error) {
 	if p.cfg.ReadTimeout > 0 {
 		var cancel context.CancelFunc
