@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -68,6 +69,9 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, labels ...strin
 
 func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 	s := statsScenario(t)
+	// The reads' cache writes end in the background: once none is queued,
+	// nothing changes between the scrape and the stats file.
+	waitFor(t, 10*time.Second, "the queued cache writes", func() bool { return s.fs.Stats().FS.WriteQueued == 0 })
 	srv := httptest.NewServer(MetricsHandler(s.fs))
 	defer srv.Close()
 	fams := scrape(t, srv.URL)
@@ -98,6 +102,15 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 		{"featurefs_store_errors_total", []string{"op", "get"}, float64(st.Store.GetErrors), dto.MetricType_COUNTER},
 		{"featurefs_store_requests_total", []string{"op", "list"}, float64(st.Store.ListCalls), dto.MetricType_COUNTER},
 		{"featurefs_served_bytes_total", nil, float64(st.BytesServed), dto.MetricType_COUNTER},
+		{"featurefs_cache_write_queue_features", nil, float64(st.FS.WriteQueued), dto.MetricType_GAUGE},
+		{"featurefs_cache_write_queue_bytes", nil, float64(st.FS.WriteQueuedBytes), dto.MetricType_GAUGE},
+		{"featurefs_cache_write_queue_peak_bytes", nil, float64(st.FS.WriteQueuePeakBytes), dto.MetricType_GAUGE},
+		{"featurefs_cache_write_queue_max_bytes", nil, float64(st.FS.WriteQueueMaxBytes), dto.MetricType_GAUGE},
+		{"featurefs_cache_writes_total", []string{"mode", "background"}, float64(st.FS.BackgroundWrites), dto.MetricType_COUNTER},
+		{"featurefs_cache_writes_total", []string{"mode", "inline"}, float64(st.FS.InlineWrites), dto.MetricType_COUNTER},
+		{"featurefs_cache_writes_total", []string{"mode", "dropped"}, float64(st.FS.DroppedWrites), dto.MetricType_COUNTER},
+		{"featurefs_cache_write_waits_total", nil, float64(st.FS.WriteWaits), dto.MetricType_COUNTER},
+		{"featurefs_cache_write_queue_reads_total", nil, float64(st.FS.WriteQueueReads), dto.MetricType_COUNTER},
 		{"featurefs_device_info", []string{"device", "fake", "dtype", "float32", "source", "fake://bucket"}, 1, dto.MetricType_GAUGE},
 	}
 	for kind, n := range st.Errors.ByKind() {
@@ -120,6 +133,9 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 	// empty snapshot otherwise), and the runtime's own metrics are there.
 	if v, _ := metricValue(fams, "featurefs_served_bytes_total"); v == 0 {
 		t.Error("served bytes 0 after reads")
+	}
+	if v, _ := metricValue(fams, "featurefs_cache_writes_total", "mode", "background"); v == 0 {
+		t.Error("no cache write done in the background after reads that extracted")
 	}
 	if v, _ := metricValue(fams, "featurefs_errors_total", "kind", ErrKindTimeout); v == 0 {
 		t.Error("no timeout counted after a read past the timeout")

@@ -567,6 +567,8 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 120*time.Second, "the walk of 10,000 objects", func() bool { return f.PrefetchStats().WalksDone >= 1 })
+	// The last features may still be queued for their cache write.
+	waitFor(t, 60*time.Second, "the queued cache writes", func() bool { return f.Stats().FS.WriteQueued == 0 })
 	close(stop)
 	<-sampled
 
@@ -594,6 +596,10 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 	}
 	if st.PeakInFlight < 2*x.batch && int64(2*x.batch)*cost <= maxBytes {
 		t.Errorf("peak in flight %d: the bounds allow %d, too few to fill batches", st.PeakInFlight, 2*x.batch)
+	}
+	if ws := f.Stats().FS; ws.WriteQueueMaxBytes != maxBytes || ws.WriteQueuePeakBytes > maxBytes {
+		t.Errorf("cache write queue: peak %d bytes, bound %d; want the bound Prefetch.MaxBytes (%d) and the peak within it",
+			ws.WriteQueuePeakBytes, ws.WriteQueueMaxBytes, maxBytes)
 	}
 	if st.PeakQueued > 4 {
 		t.Errorf("peak walks queued %d, want <= 4", st.PeakQueued)

@@ -17,6 +17,7 @@ func TestCacheCompression(t *testing.T) {
 	names := featureNames(d.keys(t))
 	m := testMount(t, mountConfig{Source: d.Dir, Args: []string{"--prefetch", "off"}})
 	want := readLayer(t, m, names)
+	waitCacheWrites(t, m)
 	st := mountStats(t, m)
 	raw := statsField(t, st, "cache.put_raw_bytes")
 	stored := statsField(t, st, "cache.put_stored_bytes")

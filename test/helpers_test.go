@@ -609,5 +609,26 @@ func mountStats(t testing.TB, m *mounted) map[string]any {
 	return v
 }
 
+// waitCacheWrites waits until the mount has no feature queued for its
+// cache write (fs.cache_write_queued is 0: cache writes happen behind the
+// reads), so that the cache's figures are final for what was read.
+func waitCacheWrites(t testing.TB, m *mounted) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		time.Sleep(20 * time.Millisecond) // past a kernel tick (fsStat)
+		fsStats, _ := mountStats(t, m)["fs"].(map[string]any)
+		if q, ok := fsStats["cache_write_queued"].(float64); !ok || q == 0 {
+			if !ok {
+				t.Fatalf("stats file: no fs.cache_write_queued")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cache writes still queued after 1m: %v", fsStats)
+		}
+	}
+}
+
 // mib formats bytes as MiB.
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

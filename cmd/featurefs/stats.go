@@ -119,6 +119,10 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	row("hit ratio", "%.1f%% (%d hits, %d misses)", 100*s.CacheHitRatio, s.FS.CacheHits, s.FS.CacheMisses)
 	row("stored", "%s in %d features (bound %s)", humanBytes(c.Bytes), c.Entries, humanBytes(c.MaxBytes))
 	row("writes", "%d (%d evictions)", c.Puts, c.Evictions)
+	cw := s.FS.CacheWriteStats
+	row("write queue", "%d features (%s) queued, peak %s of %s; %d written in the background, %d inline, %d dropped",
+		cw.WriteQueued, humanBytes(cw.WriteQueuedBytes), humanBytes(cw.WriteQueuePeakBytes), humanBytes(cw.WriteQueueMaxBytes),
+		cw.BackgroundWrites, cw.InlineWrites, cw.DroppedWrites)
 	if c.Compression != "" {
 		row("compression", "%s, %.2fx on what was written (%s raw, %s stored); %.1fs compressing, %.1fs decompressing",
 			c.Compression, c.CompressionRatio, humanBytes(c.PutRawBytes), humanBytes(c.PutStoredBytes), c.CompressSeconds, c.DecompressSeconds)

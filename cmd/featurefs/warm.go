@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -398,6 +399,7 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 	close(paths)
 	wg.Wait()
 	update()
+	waitCacheWrites(ctx, root, maxCacheWriteWait)
 
 	// Reasons: the mount lists each feature file whose read failed, with
 	// the object it stands for and why (.featurefs/failures). A failure is
@@ -418,6 +420,37 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 	}
 	sort.Slice(failures, func(i, j int) bool { return failures[i].key < failures[j].key })
 	return warmOutcome{total: total.Load(), done: done.Load(), failed: failed.Load(), failures: failures, elapsed: time.Since(start)}, walkErr
+}
+
+// maxCacheWriteWait bounds warm's wait for the mount's queued cache writes.
+const maxCacheWriteWait = 2 * time.Minute
+
+// waitCacheWrites waits until the mount at root has no feature queued for
+// its cache write (the stats file's fs.cache_write_queued is 0), so that
+// what warm read is in the cache when it returns; at most limit, or until
+// ctx ends. A mount whose stats lack the field (an older one) writes
+// before it answers: nothing to wait for.
+func waitCacheWrites(ctx context.Context, root string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for {
+		data, err := os.ReadFile(filepath.Join(root, ".featurefs", "stats"))
+		if err != nil {
+			return
+		}
+		var s struct {
+			FS struct {
+				Queued *int `json:"cache_write_queued"`
+			} `json:"fs"`
+		}
+		if json.Unmarshal(bytes.TrimSpace(data), &s) != nil || s.FS.Queued == nil || *s.FS.Queued == 0 || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // readSome opens p and reads its first bytes: the mount computes (or finds

@@ -15,7 +15,10 @@
 //  4. extraction ([Extractor]), which fetches the object from the bucket
 //     (an ETag other than the listed one is ErrObjectChanged) at Foreground
 //     priority; a bad object is recorded in the negative cache;
-//  5. the cache write.
+//  5. the cache write, behind the read: the feature is queued (bounded in
+//     bytes) and the reader answered at once; a few writer goroutines
+//     compress and store it, and lookups find it in the queue until then
+//     (cachewriter.go). Close waits for the queue.
 //
 // Read, the tree's call, also handles an object overwritten since it was
 // listed: it stats the object, serves the new version and remembers it

@@ -181,7 +181,7 @@ func hostless(identity string) string {
 // so that warming a host that computed before it had a store fills the
 // store. It reports whether the feature is in the local cache.
 func (p *Pipeline) storeCached(ctx context.Context, v *View, obj bucket.Object, key cache.Key) bool {
-	data, ok, err := p.cfg.Cache.Get(key)
+	data, ok, err := p.cacheGet(key)
 	if err != nil || !ok || int64(len(data)) != v.Size {
 		return false
 	}

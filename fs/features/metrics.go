@@ -93,6 +93,24 @@ func newCollector(stats func() Stats) *collector {
 			func(s *Stats) []sample { return one(float64(s.Cache.Entries)) }},
 		{d("cache_evictions_total", "Features evicted from the feature cache."), prometheus.CounterValue,
 			func(s *Stats) []sample { return one(float64(s.Cache.Evictions)) }},
+		{d("cache_write_queue_features", "Features queued for their cache write (written in the background, off the read path)."), prometheus.GaugeValue,
+			func(s *Stats) []sample { return one(float64(s.FS.WriteQueued)) }},
+		{d("cache_write_queue_bytes", "Bytes of the features queued for their cache write."), prometheus.GaugeValue,
+			func(s *Stats) []sample { return one(float64(s.FS.WriteQueuedBytes)) }},
+		{d("cache_write_queue_peak_bytes", "The most bytes queued for cache writes at once since mount."), prometheus.GaugeValue,
+			func(s *Stats) []sample { return one(float64(s.FS.WriteQueuePeakBytes)) }},
+		{d("cache_write_queue_max_bytes", "The bound on the bytes queued for cache writes."), prometheus.GaugeValue,
+			func(s *Stats) []sample { return one(float64(s.FS.WriteQueueMaxBytes)) }},
+		{d("cache_writes_total", "Cache writes, by how they were done: by the background writers, inline by a reader that found the queue full, or dropped by a close that timed out.", "mode"), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				w := &s.FS.CacheWriteStats
+				return []sample{{float64(w.BackgroundWrites), []string{"background"}}, {float64(w.InlineWrites), []string{"inline"}},
+					{float64(w.DroppedWrites), []string{"dropped"}}}
+			}},
+		{d("cache_write_waits_total", "Prefetch and warm-up producers that waited for room in the cache write queue."), prometheus.CounterValue,
+			func(s *Stats) []sample { return one(float64(s.FS.WriteWaits)) }},
+		{d("cache_write_queue_reads_total", "Feature lookups answered from the cache write queue (also counted as cache hits)."), prometheus.CounterValue,
+			func(s *Stats) []sample { return one(float64(s.FS.WriteQueueReads)) }},
 		{d("store_requests_total", "Object store calls, by operation.", "op"), prometheus.CounterValue,
 			func(s *Stats) []sample {
 				return []sample{{float64(s.Store.Gets), []string{"get"}}, {float64(s.Store.ListCalls), []string{"list"}},

@@ -93,6 +93,19 @@ type Config struct {
 	// defaultHandoffBytes); the least recently computed are dropped first,
 	// and then read from the cache.
 	HandoffBytes int
+	// CacheWriteBytes bounds the features computed and queued for their
+	// cache write, which happens in the background, off the read path
+	// (default defaultCacheWriteBytes, 64MiB, at most Prefetch.MaxBytes
+	// when that is set). A reader's feature that finds it full is written
+	// by the reader, as without a queue; prefetch and warm-up wait for
+	// room (see cacheWriter).
+	CacheWriteBytes int64
+	// CacheWriters is how many goroutines write queued features (default:
+	// a quarter of the cores, between 1 and 4).
+	CacheWriters int
+	// CacheDrainTimeout bounds Close's wait for the queued cache writes
+	// (default 20s); what is left past it is dropped, with a warning.
+	CacheDrainTimeout time.Duration
 
 	// SplitImage splits an image's base name into stem and extension
 	// (spec.SplitImage with the configured extensions, the default); the
@@ -139,6 +152,9 @@ type Pipeline struct {
 	// until a reader has read them to their end: its reads copy them from
 	// memory rather than decompress them from the cache.
 	handoff *lru.LRU[string, []byte] // cache key ID -> .npy bytes
+	// writes is the write-behind queue of cache writes: features
+	// computed wait there, readable, for their write (cachewriter.go).
+	writes *cacheWriter
 
 	stats counters
 	obs   observer // figures of the wrapped bucket and extractor, errors by kind
@@ -194,6 +210,18 @@ func New(cfg Config) (*Pipeline, error) {
 			cfg.HandoffBytes = int(mb)
 		}
 	}
+	if cfg.CacheWriteBytes <= 0 {
+		cfg.CacheWriteBytes = defaultCacheWriteBytes
+		if mb := cfg.Prefetch.MaxBytes; mb > 0 && mb < cfg.CacheWriteBytes {
+			cfg.CacheWriteBytes = mb
+		}
+	}
+	if cfg.CacheWriters <= 0 {
+		cfg.CacheWriters = defaultCacheWriters()
+	}
+	if cfg.CacheDrainTimeout <= 0 {
+		cfg.CacheDrainTimeout = defaultCacheDrainTimeout
+	}
 	if cfg.StoreOnly && cfg.FeatureStore == nil {
 		return nil, errors.New("features.New: StoreOnly needs a FeatureStore")
 	}
@@ -209,6 +237,7 @@ func New(cfg Config) (*Pipeline, error) {
 		owner:    lifetime.New(),
 	}
 	p.features.Owner = p.owner
+	p.writes = newCacheWriter(p.storeCache, p.log, cfg.CacheWriteBytes, cfg.CacheWriters)
 	p.rawBucket = cfg.Bucket
 	if cfg.FeatureStore != nil {
 		p.registerManifests()
@@ -253,11 +282,16 @@ func (p *Pipeline) NewView(m *extractor.Model, l extractor.Layer) *View {
 // extractions are cancelled, and Close waits for them to return, so that
 // none writes into the cache after Close. An extraction already inside ONNX
 // Runtime cannot be interrupted: Close waits for it to end (its result is
-// not stored). Reads after Close fail with ErrClosed. The extractor and the
-// cache stay open (their owner closes them, after Close). Safe to call more
-// than once.
+// not stored). Then it waits for the cache writes queued (at most
+// CacheDrainTimeout; past it, what is left is dropped and a warning says
+// how many), so that every feature computed before Close is in the cache
+// once Close returns. Reads after Close fail with ErrClosed. The extractor
+// and the cache stay open (their owner closes them, after Close). Safe to
+// call more than once, and concurrently: every call returns once the
+// writes are done.
 func (p *Pipeline) Close() error {
 	p.pf.close()
 	p.owner.Close()
+	p.writes.close(p.cfg.CacheDrainTimeout)
 	return nil
 }

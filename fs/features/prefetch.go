@@ -463,9 +463,12 @@ type hasCache interface {
 	Has(k cache.Key) bool
 }
 
-// cached reports whether the cache holds key, without reading the value
-// when the cache can tell.
+// cached reports whether the cache holds key (or its write is queued),
+// without reading the value when the cache can tell.
 func (p *Pipeline) cached(key cache.Key) bool {
+	if _, ok := p.writes.get(string(key.ID())); ok {
+		return true // queued for its write
+	}
 	if h, ok := p.cfg.Cache.(hasCache); ok {
 		return h.Has(key)
 	}

@@ -81,10 +81,25 @@ type readAtCache interface {
 // they ask for rather than a copy and check of the whole feature.
 //
 // A feature just computed (by a read or by prefetch) is copied from the
-// hand-off buffer instead, and leaves it once its last byte is read.
+// hand-off buffer instead, and leaves it once its last byte is read; one
+// queued for its cache write and not yet written, from the queue.
 func (p *Pipeline) ReadCachedAt(v *View, obj bucket.Object, dst []byte, off int64) (int, bool) {
 	key := p.cacheKey(v, obj)
-	if n, ok := p.readHandoff(string(key.ID()), v, dst, off); ok {
+	id := string(key.ID())
+	if n, ok := p.readHandoff(id, v, dst, off); ok {
+		return n, true
+	}
+	if data, ok := p.writes.get(id); ok && int64(len(data)) == v.Size && off >= 0 {
+		// Computed, queued for its cache write and not yet written: the
+		// cache's answer, from memory.
+		var n int
+		if off < int64(len(data)) {
+			n = copy(dst, data[off:])
+		}
+		p.writes.reads.Add(1)
+		if off == 0 {
+			p.stats.cacheHits.Add(1)
+		}
 		return n, true
 	}
 	rc, ok := p.cfg.Cache.(readAtCache)
@@ -178,10 +193,20 @@ func (p *Pipeline) feature(ctx context.Context, v *View, obj bucket.Object) ([]b
 	})
 }
 
+// cacheGet reads a feature from the cache: from the write-behind queue
+// while its write is pending, else from the Cache.
+func (p *Pipeline) cacheGet(key cache.Key) ([]byte, bool, error) {
+	if data, ok := p.writes.get(string(key.ID())); ok {
+		p.writes.reads.Add(1)
+		return data, true, nil
+	}
+	return p.cfg.Cache.Get(key)
+}
+
 // compute reads the cache, else extracts and stores. It runs detached from
 // the reader (see inflight.Group) under ReadTimeout.
 func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key cache.Key) ([]byte, error) {
-	data, ok, err := p.cfg.Cache.Get(key)
+	data, ok, err := p.cacheGet(key)
 	switch {
 	case err != nil:
 		p.stats.cacheErrors.Add(1)
@@ -199,13 +224,13 @@ func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key 
 }
 
 // extractStore extracts obj's feature at prio, under ReadTimeout, records a
-// bad object, and stores the result in the cache. Reads call it on a cache
-// miss (Foreground), prefetch and warm-up for objects not cached
-// (Background): the extractor merges identical requests in flight, and a
-// reader's Foreground request moves a queued Background one ahead. With
-// handOff (prefetch) the feature is put in the hand-off buffer before the
-// cache, for the reader about to read it; a read's own result is kept by
-// its caller (the tree's recent features) instead.
+// bad object, and queues the result for the cache (putCache). Reads call
+// it on a cache miss (Foreground), prefetch and warm-up for objects not
+// cached (Background): the extractor merges identical requests in flight,
+// and a reader's Foreground request moves a queued Background one ahead.
+// With handOff (prefetch) the feature is put in the hand-off buffer before
+// the cache, for the reader about to read it; a read's own result is kept
+// by its caller (the tree's recent features) instead.
 func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, prio extractor.Priority, handOff bool) ([]byte, error) {
 	if p.cfg.ReadTimeout > 0 {
 		var cancel context.CancelFunc
@@ -220,7 +245,7 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		if handOff {
 			p.handOff(string(key.ID()), data)
 		}
-		p.putCache(obj, key, data)
+		p.putCache(ctx, obj, key, data, prio)
 		return data, nil
 	}
 	p.stats.extractions.Add(1)
@@ -255,28 +280,42 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 	if handOff {
 		p.handOff(string(key.ID()), data)
 	}
-	p.putCache(obj, key, data)
+	p.putCache(ctx, obj, key, data, prio)
 	p.toFeatureStore(ctx, ref, data)
 	return data, nil
 }
 
-// putCache stores a feature in the local cache.
-func (p *Pipeline) putCache(obj bucket.Object, key cache.Key, data []byte) {
+// putCache queues a feature for the local cache (the write-behind queue,
+// cacheWriter): its producer goes on at once. When the queue has no room,
+// a read's feature (Foreground) is written here, inline; prefetch's and
+// warm-up's (Background) wait for room, under ctx.
+func (p *Pipeline) putCache(ctx context.Context, obj bucket.Object, key cache.Key, data []byte, prio extractor.Priority) {
 	if p.owner.Context().Err() != nil {
 		// Closing: the cache's owner closes it once Close returns; a
 		// result that came after Close began is served, not stored.
 		return
 	}
-	switch err := p.cfg.Cache.Put(key, data); {
+	w := &pendingWrite{id: string(key.ID()), key: key, obj: obj.Key, data: data}
+	if p.writes.enqueue(ctx, w, prio == extractor.Background) {
+		return
+	}
+	p.writes.inline.Add(1)
+	p.storeCache(w)
+}
+
+// storeCache writes a feature into the local cache: a writer of the
+// queue calls it, or putCache when the queue has no room.
+func (p *Pipeline) storeCache(w *pendingWrite) {
+	switch err := p.cfg.Cache.Put(w.key, w.data); {
 	case errors.Is(err, cache.ErrClosed):
 		// The cache closed under an unowned caller (Warm without Close
 		// first): shutting down, not an error.
 	case errors.Is(err, cache.ErrDiskFull), errors.Is(err, cache.ErrDirRemoved):
 		// The feature is served all the same; the store said so once.
 		p.stats.cacheErrors.Add(1)
-		p.log.Debug("featurefs: feature not cached", slog.String("key", obj.Key), slog.Any("err", err))
+		p.log.Debug("featurefs: feature not cached", slog.String("key", w.obj), slog.Any("err", err))
 	case err != nil:
 		p.stats.cacheErrors.Add(1)
-		p.log.Warn("featurefs: cache write failed", slog.String("key", obj.Key), slog.Any("err", err))
+		p.log.Warn("featurefs: cache write failed", slog.String("key", w.obj), slog.Any("err", err))
 	}
 }

@@ -157,7 +157,9 @@ type TreeStats struct {
 	// ReadBytes counts the bytes those reads returned.
 	ReadBytes int64 `json:"read_bytes"`
 	// CacheHits counts features served from the cache: read whole, or a
-	// file's read at offset 0 answered from part of a cached feature.
+	// file's read at offset 0 answered from part of a cached feature; a
+	// feature still queued for its cache write counts too
+	// (CacheWriteStats.WriteQueueReads).
 	CacheHits int64 `json:"cache_hits"`
 	// CacheMisses counts features not in the cache.
 	CacheMisses int64 `json:"cache_misses"`
@@ -197,6 +199,10 @@ type TreeStats struct {
 	ListingEntries int `json:"listing_entries"`
 	// BadObjectsKnown is the size of the negative cache.
 	BadObjectsKnown int `json:"bad_objects_known"`
+	// CacheWriteStats are the figures of the cache's write-behind queue:
+	// features computed wait there for their cache write, off the read
+	// path.
+	CacheWriteStats
 }
 
 // ErrorRecord is one recent error.
@@ -231,6 +237,7 @@ func (p *Pipeline) Stats() Stats {
 			CachePartialReads: c.cachePartialReads.Load(), HandoffReads: c.handoffReads.Load(),
 			BadObjects: c.badObjects.Load(), BadObjectHits: c.badHits.Load(),
 			CacheErrors: c.cacheErrors.Load(), BadObjectsKnown: nb,
+			CacheWriteStats: p.writes.stats(),
 		},
 		RecentErrors: recent,
 	}

@@ -64,7 +64,8 @@ type WarmResult struct {
 
 // Warm extracts every image under opts.Prefix at a layer into the cache,
 // without a mount, skipping what is cached already (so a warm-up cut short
-// resumes where it stopped). It lists page by page and keeps extractions in
+// resumes where it stopped), and returns once what it extracted is written
+// there. It lists page by page and keeps extractions in
 // flight within the prefetch bounds (count and bytes) at Background
 // priority. Objects that fail are reported in the result, not as an error;
 // the error is for the listing failing or ctx ending (the result then says
@@ -124,6 +125,11 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 	})
 	w.update(func(r *WarmResult) { r.Listing = false })
 	wg.Wait()
+	// Every feature extracted is in the cache when Warm returns: its
+	// queued writes are waited for (until ctx ends; Close waits too).
+	if ferr := p.writes.flush(ctx); ferr != nil && err == nil {
+		err = ferr
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
