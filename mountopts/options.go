@@ -381,12 +381,15 @@ func (o *Options) Validate() error {
 	if o.CacheDir == "" {
 		bad("--cache-dir: must not be empty")
 	}
-	for _, c := range []struct{ flag, v string }{{"cache-compression", o.CacheCompression}, {"feature-store-compression", o.FeatureStoreCompression}} {
-		if c.v != "off" {
-			if _, err := codec.ParseMethod(c.v); err != nil {
-				bad("--%s %q: s2, zeros, zstd-fastest, zstd or off", c.flag, c.v)
-			}
+	if o.CacheCompression != "off" {
+		if _, err := codec.ParseMethod(o.CacheCompression); err != nil {
+			bad("--cache-compression %q: s2, zeros, zstd-fastest, zstd or off", o.CacheCompression)
 		}
+	}
+	// zeros stays in the cache: the feature store's readers may be older
+	// builds, which know ffz1 blobs but not that method.
+	if m, err := codec.ParseMethod(o.FeatureStoreCompression); o.FeatureStoreCompression != "off" && (err != nil || m == codec.Zeros) {
+		bad("--feature-store-compression %q: s2, zstd-fastest, zstd or off", o.FeatureStoreCompression)
 	}
 	if o.CacheSize < MiB {
 		bad("--cache-size %s: must be at least 1MiB, e.g. 10GiB", FormatSize(o.CacheSize))

@@ -126,8 +126,10 @@ func (s *ServeOptions) Validate() error {
 		bad("--item-timeout %v: must be positive", s.ItemTimeout)
 	}
 	if s.WireCompression != "off" {
-		if _, err := codec.ParseMethod(s.WireCompression); err != nil {
-			bad("--wire-compression %q: s2, zeros, zstd-fastest, zstd or off", s.WireCompression)
+		// zeros stays in the cache: mounts of older builds accept ffz1
+		// blobs but do not know that method.
+		if m, err := codec.ParseMethod(s.WireCompression); err != nil || m == codec.Zeros {
+			bad("--wire-compression %q: s2, zstd-fastest, zstd or off", s.WireCompression)
 		}
 	}
 	if s.Heartbeat <= 0 {

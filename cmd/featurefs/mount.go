@@ -125,7 +125,7 @@ func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
 	fl.StringVar(&o.Profile, "profile", o.Profile, "AWS profile for credentials (default: the standard credential chain)")
 	fl.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "feature cache `directory`")
 	fl.StringVar(&o.FeatureStore, "feature-store", o.FeatureStore, "share features through s3://BUCKET[/PREFIX] or a directory: read after the cache, written after computing (docs/FEATURE-STORE.md)")
-	fl.StringVar(&o.FeatureStoreCompression, "feature-store-compression", o.FeatureStoreCompression, "how features are written to the feature store: s2, zeros, zstd-fastest, zstd or off (plain .npy objects any tool can read); both kinds are read")
+	fl.StringVar(&o.FeatureStoreCompression, "feature-store-compression", o.FeatureStoreCompression, "how features are written to the feature store: s2, zstd-fastest, zstd or off (plain .npy objects any tool can read); both kinds are read")
 	fl.StringVar(&o.FeatureStoreEndpointURL, "feature-store-endpoint-url", o.FeatureStoreEndpointURL, "the feature store's S3 endpoint `URL` (default: --endpoint-url)")
 	fl.StringVar(&o.FeatureStoreProfile, "feature-store-profile", o.FeatureStoreProfile, "AWS profile for the feature store's credentials (default: --profile)")
 	fl.Var(sizeFlag{&o.CacheSize}, "cache-size", "feature cache bound, e.g. 10GiB, 512MiB")

@@ -61,7 +61,7 @@ func serveFlags(o *mountopts.Options, so *mountopts.ServeOptions) *flag.FlagSet 
 	fl.Var(sizeFlag{&so.MaxRequestBytes}, "max-request-bytes", "bound on a request body, e.g. 1MiB")
 	fl.DurationVar(&so.ItemTimeout, "item-timeout", so.ItemTimeout, "bound on the fetch and extraction of one feature")
 	fl.DurationVar(&so.Heartbeat, "heartbeat", so.Heartbeat, "heartbeat interval of a batch stream with nothing to send")
-	fl.StringVar(&so.WireCompression, "wire-compression", so.WireCompression, "how features are compressed for mounts that accept it: s2, zeros, zstd-fastest, zstd or off")
+	fl.StringVar(&so.WireCompression, "wire-compression", so.WireCompression, "how features are compressed for mounts that accept it: s2, zstd-fastest, zstd or off")
 	fl.IntVar(&so.MaxConns, "max-conns", so.MaxConns, "connections held at once (0: 4096, at most the descriptor limit less max(512, a quarter of it))")
 	fl.IntVar(&so.MaxConnsPerPeer, "max-conns-per-peer", so.MaxConnsPerPeer, "connections held at once from one client address (an IPv6 /64 is one)")
 	fl.DurationVar(&so.WriteTimeout, "write-timeout", so.WriteTimeout, "a client that takes longer than this to accept 256 KiB of an answer is disconnected and its work cancelled")

@@ -70,7 +70,7 @@ func main() {
 		}
 		sets = append(sets, s)
 	}
-	methods := []codec.Method{codec.S2, codec.ZstdFastest, codec.ZstdDefault}
+	methods := []codec.Method{codec.S2, codec.Zeros, codec.ZstdFastest, codec.ZstdDefault}
 	res := map[string]map[codec.Method]*result{}
 	for _, s := range sets {
 		res[s.name] = map[codec.Method]*result{}
