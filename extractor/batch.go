@@ -13,6 +13,16 @@ package extractor
 // owns its batch buffers (pinned host memory on a GPU), reused across
 // batches.
 //
+// Several GPUs: each device has a lane of its own (device lane: its
+// runner, hence its session pool, its inflight loops and a batch size per
+// segment, chosen on that device), all fed from the same segment queues
+// by the same workers. A device's loop takes a batch only when it has a
+// loop free, so work goes where there is capacity; when loops of several
+// devices are free, the batch goes to the device with the fewest items
+// running relative to its batch size for the segment (a loop of a busier
+// device yields it to the idle one: lessLoadedLocked). One device is
+// exactly the single-device scheduler.
+//
 // A call's input is an image (Request.Fetch, then preprocessing) or, in
 // split execution (splitexec.go), the .npy tensor of an earlier layer, which a
 // worker decodes like an image; such a call is never shared and waits in
@@ -21,8 +31,8 @@ package extractor
 // Bounds: at most maxCalls calls exist at once (Extract and ExtractFrom
 // wait for a slot); at most `tokens` decoded inputs exist at once (a worker
 // waits for a token before fetching or decoding a tensor); the session pool
-// bounds sessions; lanes are at most layers (images) plus layers^2 (split)
-// per model.
+// bounds sessions (one pool per device); lanes are at most layers (images)
+// plus layers^2 (split) per model; at most inflight batches run per device.
 //
 // Lock order: scheduler.mu, then nothing (sessionPool.mu is never taken under
 // it; no fetch, decode or inference runs under it). Split execution has no
@@ -126,8 +136,8 @@ type lane struct {
 	bufs     *floatPool // where its calls' inputs come from and go back to
 	q        [2][]*call // GUARDED_BY(scheduler.mu); by priority
 	pending  int        // GUARDED_BY(scheduler.mu); calls of this lane not yet decoded
-	bs       int        // GUARDED_BY(scheduler.mu); batch size, 0 until chosen
-	choosing bool       // GUARDED_BY(scheduler.mu); a loop is choosing bs
+	bs       []int      // GUARDED_BY(scheduler.mu); batch size per device, 0 until chosen
+	choosing []bool     // GUARDED_BY(scheduler.mu); per device: a loop is choosing bs
 }
 
 func (ln *lane) len() int { return len(ln.q[0]) + len(ln.q[1]) }
@@ -144,15 +154,18 @@ type schedConfig struct {
 	decode *decodeBudget
 	dtype  DType
 	log    *slog.Logger
-	// batchSize chooses the batch size of a lane; called once per lane from
-	// an inference loop (it may run measurements through the runner).
-	batchSize func(ctx context.Context, g segment) int
-	// inflight is the number of inference loops, hence of batches run at
-	// once (default 1).
+	// batchSize chooses the batch size of a lane on device dev (an index
+	// into the scheduler's runners); called once per lane and device from
+	// one of the device's inference loops (it may run measurements through
+	// the device's runner).
+	batchSize func(ctx context.Context, g segment, dev int) int
+	// inflight is the number of inference loops per device, hence of
+	// batches run at once on each (default 1).
 	inflight int
-	// alloc returns a buffer of n float32s for a loop's batch and the
-	// function that frees it (nil: nothing to free). Default: make.
-	alloc func(n int) ([]float32, func())
+	// alloc returns a buffer of n float32s for a batch of a loop of device
+	// dev and the function that frees it (nil: nothing to free). Default:
+	// make.
+	alloc func(dev, n int) ([]float32, func())
 	// idle is called once the inference loops have found no work for
 	// idleAfter (default defaultIdleAfter) since the last batch ran (nil:
 	// nothing is called): the service hands the C heap's free pages back
@@ -173,12 +186,21 @@ type counters struct {
 	splitBatches, splitItems                                  atomic.Int64 // of split lanes only
 }
 
+// devLane is one device's share of the scheduler.
+type devLane struct {
+	run  runner
+	wake chan struct{} // buffered 1: kicks one of the device's inference loops
+	// batches and items are the batches this device ran and their items.
+	batches, items atomic.Int64
+	running        int // GUARDED_BY(scheduler.mu); items in its batches being run
+	waiting        int // GUARDED_BY(scheduler.mu); its loops waiting for work
+}
+
 type scheduler struct {
 	cfg    schedConfig
-	run    runner
+	devs   []*devLane // one per runner; never empty
 	slots  chan struct{}
 	tokens chan struct{}
-	wake   chan struct{} // buffered 1: kicks the inference loop
 	ctx    context.Context
 	stop   context.CancelCauseFunc
 	wg     sync.WaitGroup
@@ -203,12 +225,12 @@ type hostBuf struct {
 	free func()
 }
 
-// get returns the buffer as n elements, reallocating it (for at least
-// want elements) when it is too small.
-func (h *hostBuf) get(alloc func(int) ([]float32, func()), n, want int) []float32 {
+// get returns the buffer as n elements, reallocating it on device dev
+// (for at least want elements) when it is too small.
+func (h *hostBuf) get(alloc func(int, int) ([]float32, func()), dev, n, want int) []float32 {
 	if cap(h.b) < n {
 		h.release()
-		h.b, h.free = alloc(max(n, want))
+		h.b, h.free = alloc(dev, max(n, want))
 	}
 	return h.b[:n]
 }
@@ -239,7 +261,12 @@ func (f *floatPool) put(b []float32, n int) {
 	}
 }
 
-func newScheduler(cfg schedConfig, r runner) *scheduler {
+// newScheduler starts a scheduler running batches on runs, one runner per
+// device (at least one).
+func newScheduler(cfg schedConfig, runs ...runner) *scheduler {
+	if len(runs) == 0 {
+		panic("extractor: newScheduler without a runner")
+	}
 	if cfg.workers < 1 {
 		cfg.workers = 1
 	}
@@ -262,28 +289,31 @@ func newScheduler(cfg schedConfig, r runner) *scheduler {
 		cfg.idleAfter = defaultIdleAfter
 	}
 	if cfg.alloc == nil {
-		cfg.alloc = func(n int) ([]float32, func()) { return make([]float32, n), nil }
+		cfg.alloc = func(_, n int) ([]float32, func()) { return make([]float32, n), nil }
 	}
 	ctx, stop := context.WithCancelCause(context.Background())
 	s := &scheduler{
 		cfg:      cfg,
-		run:      r,
 		slots:    make(chan struct{}, cfg.maxCalls),
 		tokens:   make(chan struct{}, cfg.tokens),
-		wake:     make(chan struct{}, 1),
 		ctx:      ctx,
 		stop:     stop,
 		inflight: map[callKey]*call{},
 		lanes:    map[sessionKey]*lane{},
+	}
+	for _, r := range runs {
+		s.devs = append(s.devs, &devLane{run: r, wake: make(chan struct{}, 1)})
 	}
 	s.cond = sync.NewCond(&s.mu)
 	for i := 0; i < cfg.workers; i++ {
 		s.wg.Add(1)
 		go s.worker()
 	}
-	for i := 0; i < cfg.inflight; i++ {
-		s.wg.Add(1)
-		go s.inferLoop()
+	for dev := range s.devs {
+		for i := 0; i < cfg.inflight; i++ {
+			s.wg.Add(1)
+			go s.inferLoop(dev)
+		}
 	}
 	return s
 }
@@ -321,9 +351,16 @@ func (s *scheduler) close() {
 	s.wg.Wait()
 }
 
+// kick wakes one inference loop of each device.
 func (s *scheduler) kick() {
+	for _, d := range s.devs {
+		kickDev(d)
+	}
+}
+
+func kickDev(d *devLane) {
 	select {
-	case s.wake <- struct{}{}:
+	case d.wake <- struct{}{}:
 	default:
 	}
 }
@@ -428,7 +465,7 @@ func (s *scheduler) laneLocked(g segment) *lane {
 	k := g.key()
 	ln := s.lanes[k]
 	if ln == nil {
-		ln = &lane{key: k, g: g, ie: g.inputElems(), bufs: &g.m.bufs}
+		ln = &lane{key: k, g: g, ie: g.inputElems(), bufs: &g.m.bufs, bs: make([]int, len(s.devs)), choosing: make([]bool, len(s.devs))}
 		if g.from != nil {
 			ln.bufs = &floatPool{}
 		}
@@ -642,29 +679,29 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	return buf, nil
 }
 
-// inferLoop runs batches until close, in buffers of its own.
-func (s *scheduler) inferLoop() {
+// inferLoop runs batches on device dev until close, in buffers of its own.
+func (s *scheduler) inferLoop(dev int) {
 	defer s.wg.Done()
 	var in, out hostBuf
 	defer in.release()
 	defer out.release()
 	for {
-		ln, batch, bs := s.nextBatch()
+		ln, batch, bs := s.nextBatch(dev)
 		if ln == nil {
 			return
 		}
-		s.runBatch(ln, batch, bs, &in, &out)
+		s.runBatch(dev, ln, batch, bs, &in, &out)
 	}
 }
 
-// pickLaneLocked returns the lane to serve next: the one whose oldest
-// foreground input is oldest, else the one whose oldest background input is.
-// A lane whose batch size another loop is choosing waits.
-func (s *scheduler) pickLaneLocked() *lane {
+// pickLaneLocked returns the lane device dev serves next: the one whose
+// oldest foreground input is oldest, else the one whose oldest background
+// input is. A lane whose batch size another loop of dev is choosing waits.
+func (s *scheduler) pickLaneLocked(dev int) *lane {
 	for p := Foreground; p <= Background; p++ {
 		var best *lane
 		for _, ln := range s.lanes {
-			if ln.choosing {
+			if ln.choosing[dev] {
 				continue
 			}
 			if len(ln.q[p]) > 0 && (best == nil || ln.q[p][0].since.Before(best.q[p][0].since)) {
@@ -678,41 +715,73 @@ func (s *scheduler) pickLaneLocked() *lane {
 	return nil
 }
 
-// nextBatch blocks until a batch is due and returns it with the lane's
-// batch size (nil lane on close).
-func (s *scheduler) nextBatch() (*lane, []*call, int) {
+// lessLoadedLocked returns another device that should take ln's next
+// batch instead of dev, or -1: one with a loop waiting for work, ln's
+// batch size chosen and fewer items running relative to it than dev has
+// relative to dev's (the least loaded such device). Strictly fewer: two
+// devices never yield to each other.
+func (s *scheduler) lessLoadedLocked(dev int, ln *lane) int {
+	best := -1
+	for e, d := range s.devs {
+		if e == dev || d.waiting == 0 || ln.bs[e] == 0 || ln.choosing[e] {
+			continue
+		}
+		// d.running/bs[e] < running[dev]/bs[dev], without division.
+		if d.running*ln.bs[dev] >= s.devs[dev].running*ln.bs[e] {
+			continue
+		}
+		if best < 0 || d.running*ln.bs[best] < s.devs[best].running*ln.bs[e] {
+			best = e
+		}
+	}
+	return best
+}
+
+// nextBatch blocks until a batch is due for device dev and returns it with
+// the lane's batch size on dev (nil lane on close).
+func (s *scheduler) nextBatch(dev int) (*lane, []*call, int) {
+	d := s.devs[dev]
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
+	// waited: this loop counted itself in d.waiting before its last wait;
+	// it takes itself off under the next lock.
+	waited := false
 	for {
 		s.mu.Lock()
+		if waited {
+			d.waiting--
+			waited = false
+		}
 		if s.closed {
 			s.mu.Unlock()
 			return nil, nil, 0
 		}
-		ln := s.pickLaneLocked()
+		ln := s.pickLaneLocked(dev)
 		if ln == nil {
+			d.waiting++
+			waited = true
 			s.mu.Unlock()
-			s.waitIdle()
+			s.waitIdle(dev)
 			continue
 		}
-		if ln.bs == 0 {
-			ln.choosing = true
+		if ln.bs[dev] == 0 {
+			ln.choosing[dev] = true
 			s.mu.Unlock()
-			bs := s.cfg.batchSize(s.ctx, ln.g)
+			bs := s.cfg.batchSize(s.ctx, ln.g, dev)
 			if bs < 1 {
 				bs = 1
 			}
 			s.mu.Lock()
-			ln.bs, ln.choosing = bs, false
+			ln.bs[dev], ln.choosing[dev] = bs, false
 			s.mu.Unlock()
 			s.kick() // loops that skipped the lane meanwhile
 			continue
 		}
-		if n := ln.len(); n < ln.bs && ln.pending > 0 {
+		if n := ln.len(); n < ln.bs[dev] && ln.pending > 0 {
 			oldest := time.Time{}
 			for p := range ln.q {
 				if len(ln.q[p]) > 0 && (oldest.IsZero() || ln.q[p][0].since.Before(oldest)) {
@@ -720,6 +789,8 @@ func (s *scheduler) nextBatch() (*lane, []*call, int) {
 				}
 			}
 			if wait := s.cfg.maxWait - time.Since(oldest); wait > 0 {
+				d.waiting++
+				waited = true
 				s.mu.Unlock()
 				if timer == nil {
 					timer = time.NewTimer(wait)
@@ -727,7 +798,7 @@ func (s *scheduler) nextBatch() (*lane, []*call, int) {
 					timer.Reset(wait)
 				}
 				select {
-				case <-s.wake:
+				case <-d.wake:
 				case <-timer.C:
 				case <-s.ctx.Done():
 				}
@@ -740,9 +811,25 @@ func (s *scheduler) nextBatch() (*lane, []*call, int) {
 				continue
 			}
 		}
+		if len(s.devs) > 1 {
+			if e := s.lessLoadedLocked(dev, ln); e >= 0 {
+				// Yield: a loop of e takes this batch; this loop waits
+				// for the next kick (a batch taken with more left, an
+				// input decoded, a batch done).
+				d.waiting++
+				waited = true
+				s.mu.Unlock()
+				kickDev(s.devs[e])
+				select {
+				case <-d.wake:
+				case <-s.ctx.Done():
+				}
+				continue
+			}
+		}
 		var batch []*call
 		for p := range ln.q {
-			for len(ln.q[p]) > 0 && len(batch) < ln.bs {
+			for len(ln.q[p]) > 0 && len(batch) < ln.bs[dev] {
 				c := ln.q[p][0]
 				ln.q[p] = slices.Delete(ln.q[p], 0, 1)
 				c.stage = stageRunning
@@ -750,13 +837,14 @@ func (s *scheduler) nextBatch() (*lane, []*call, int) {
 			}
 		}
 		s.running += len(batch)
+		d.running += len(batch)
 		more := false
-		if s.cfg.inflight > 1 {
+		if s.cfg.inflight > 1 || len(s.devs) > 1 {
 			for _, l := range s.lanes {
 				more = more || l.len() > 0
 			}
 		}
-		bs := ln.bs
+		bs := ln.bs[dev]
 		s.mu.Unlock()
 		if more {
 			s.kick() // another loop may take the next batch
@@ -765,15 +853,17 @@ func (s *scheduler) nextBatch() (*lane, []*call, int) {
 	}
 }
 
-// runBatch runs one batch in the loop's buffers inb and outb (sized for
-// the lane's batch size bs); when the batch run fails, each item is
-// retried alone so that one poisoned input fails only its own request.
-func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf) {
+// runBatch runs one batch on device dev in the loop's buffers inb and outb
+// (sized for the lane's batch size bs on dev); when the batch run fails,
+// each item is retried alone so that one poisoned input fails only its
+// own request.
+func (s *scheduler) runBatch(dev int, ln *lane, batch []*call, bs int, inb, outb *hostBuf) {
+	d := s.devs[dev]
 	l := ln.g.l
 	n := len(batch)
 	ie, oe := ln.ie, int(l.Elements())
-	in := inb.get(s.cfg.alloc, n*ie, bs*ie)
-	out := outb.get(s.cfg.alloc, n*oe, bs*oe)
+	in := inb.get(s.cfg.alloc, dev, n*ie, bs*ie)
+	out := outb.get(s.cfg.alloc, dev, n*oe, bs*oe)
 	// A running call's input is this loop's alone: it is packed without
 	// the lock (which the workers need to hand over what they decode), in
 	// parallel when the batch is large, and freed under the lock once.
@@ -789,10 +879,12 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 	s.mu.Unlock()
 
 	t0 := time.Now()
-	err := s.run.run(s.ctx, ln.g, n, in, out)
+	err := d.run.run(s.ctx, ln.g, n, in, out)
 	s.n.inferNanos.Add(int64(time.Since(t0)))
 	s.n.batches.Add(1)
 	s.n.batchedItems.Add(int64(n))
+	d.batches.Add(1)
+	d.items.Add(int64(n))
 	s.ranSinceIdle.Store(true)
 	if ln.g.from != nil {
 		s.n.splitBatches.Add(1)
@@ -813,7 +905,11 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 			s.finishLocked(c, npys[i], nil)
 		}
 		s.running -= n
+		d.running -= n
 		s.mu.Unlock()
+		if len(s.devs) > 1 {
+			s.kick() // see doneRunning
+		}
 		return
 	}
 	if n > 1 {
@@ -829,7 +925,7 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 			}
 			s.n.retries.Add(1)
 			t := time.Now()
-			err := s.run.run(s.ctx, ln.g, 1, in[i*ie:(i+1)*ie], out[:oe])
+			err := d.run.run(s.ctx, ln.g, 1, in[i*ie:(i+1)*ie], out[:oe])
 			s.n.inferNanos.Add(int64(time.Since(t)))
 			if err != nil {
 				s.finish(c, nil, c.runError(err))
@@ -837,11 +933,11 @@ func (s *scheduler) runBatch(ln *lane, batch []*call, bs int, inb, outb *hostBuf
 			}
 			s.finish(c, EncodeNPY(l.Shape, out[:oe], s.cfg.dtype), nil)
 		}
-		s.doneRunning(n)
+		s.doneRunning(dev, n)
 		return
 	}
 	s.finish(batch[0], nil, batch[0].runError(err))
-	s.doneRunning(n)
+	s.doneRunning(dev, n)
 }
 
 // runError names c in an error of its computation: the object key and the
@@ -886,10 +982,11 @@ func inChunks(n, bytes int, f func(lo, hi int)) {
 // woken or the scheduler closes; when a batch ran since the last idle
 // call, it calls schedConfig.idle after cfg.idleAfter without work (once,
 // whichever loop gets there first).
-func (s *scheduler) waitIdle() {
+func (s *scheduler) waitIdle(dev int) {
+	wake := s.devs[dev].wake
 	if s.cfg.idle == nil || !s.ranSinceIdle.Load() {
 		select {
-		case <-s.wake:
+		case <-wake:
 		case <-s.ctx.Done():
 		}
 		return
@@ -897,7 +994,7 @@ func (s *scheduler) waitIdle() {
 	t := time.NewTimer(s.cfg.idleAfter)
 	defer t.Stop()
 	select {
-	case <-s.wake:
+	case <-wake:
 	case <-s.ctx.Done():
 	case <-t.C:
 		if s.ranSinceIdle.Swap(false) {
@@ -906,10 +1003,18 @@ func (s *scheduler) waitIdle() {
 	}
 }
 
-func (s *scheduler) doneRunning(n int) {
+// doneRunning takes n items of a batch of device dev off the running
+// counts; with several devices it kicks the others' loops, one of which
+// may have yielded a batch to this device (lessLoadedLocked) that it can
+// now take.
+func (s *scheduler) doneRunning(dev, n int) {
 	s.mu.Lock()
 	s.running -= n
+	s.devs[dev].running -= n
 	s.mu.Unlock()
+	if len(s.devs) > 1 {
+		s.kick()
+	}
 }
 
 // queueFigures returns queue lengths for Stats.
@@ -919,11 +1024,35 @@ func (s *scheduler) queueFigures() (fetchFG, fetchBG, decoded, running, inflight
 	batchSizes = map[string]int{}
 	for k, ln := range s.lanes {
 		decoded += ln.len()
-		if ln.bs > 0 {
-			batchSizes[k.String()] = ln.bs
+		if ln.bs[0] > 0 {
+			batchSizes[k.String()] = ln.bs[0]
 		}
 	}
 	return len(s.fetchQ[Foreground]), len(s.fetchQ[Background]), decoded, s.running, len(s.inflight), batchSizes
+}
+
+// devFigures are one device's figures for Stats.
+type devFigures struct {
+	batches, items int64
+	running        int
+	batchSizes     map[string]int
+}
+
+// deviceFigures returns each device's figures, in the runners' order.
+func (s *scheduler) deviceFigures() []devFigures {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]devFigures, len(s.devs))
+	for i, d := range s.devs {
+		f := devFigures{batches: d.batches.Load(), items: d.items.Load(), running: d.running, batchSizes: map[string]int{}}
+		for k, ln := range s.lanes {
+			if ln.bs[i] > 0 {
+				f.batchSizes[k.String()] = ln.bs[i]
+			}
+		}
+		out[i] = f
+	}
+	return out
 }
 
 // measureBatchSize picks the batch size with the best throughput per image

@@ -235,7 +235,7 @@ func TestMissingCUDALibraryNamedWithDirs(t *testing.T) {
 	h := &recordHandler{}
 	d, _, err := chooseDevice("auto", false, false, FP32, env2, slog.New(h))
 	lines := h.lines(slog.LevelInfo)
-	if err != nil || d.gpu || len(lines) != 1 || !strings.HasPrefix(lines[0], "GPU unavailable: libcudnn.so.9 not found (looked in /usr/lib/nvidia, ") ||
+	if err != nil || d.gpu() || len(lines) != 1 || !strings.HasPrefix(lines[0], "GPU unavailable: libcudnn.so.9 not found (looked in /usr/lib/nvidia, ") ||
 		!strings.Contains(lines[0], "; running on the CPU device=auto") {
 		t.Errorf("auto: %v %v, log %q; want the CPU and one line \"GPU unavailable: libcudnn.so.9 not found (looked in ...); running on the CPU\"", d, err, lines)
 	}
@@ -334,7 +334,7 @@ func TestTensorRTFallsBackToCUDA(t *testing.T) {
 	h := &recordHandler{}
 	d, note, err := chooseDevice("cuda", true, false, FP32, env, slog.New(h))
 	warn := h.lines(slog.LevelWarn)
-	if err != nil || !d.gpu || d.tensorRT || note != "" || len(warn) != 1 ||
+	if err != nil || !d.gpu() || d.devs[0].tensorRT || note != "" || len(warn) != 1 ||
 		!strings.HasPrefix(warn[0], "TensorRT unavailable: libnvinfer.so.10 not found (looked in /x); running on CUDA") {
 		t.Errorf("chose %+v, note %q, err %v, warnings %q; want CUDA with one WARN line naming libnvinfer.so.10", d, note, err, warn)
 	}
@@ -360,7 +360,7 @@ func TestTensorRTFallsBackToCUDA(t *testing.T) {
 	h = &recordHandler{}
 	d, _, err = chooseDevice("auto", true, false, FP32, env, slog.New(h))
 	warn = h.lines(slog.LevelWarn)
-	if err != nil || !d.gpu || d.tensorRT || len(warn) != 1 || !strings.Contains(warn[0], "bad engine; running on CUDA") ||
+	if err != nil || !d.gpu() || d.devs[0].tensorRT || len(warn) != 1 || !strings.Contains(warn[0], "bad engine; running on CUDA") ||
 		!slices.Equal(probes, []bool{true, false}) {
 		t.Errorf("TensorRT provider failing: %+v %v, warnings %q, probes %v", d, err, warn, probes)
 	}

@@ -1,9 +1,11 @@
 package extractor
 
-// Device choice: --device auto|cpu|cuda[:N]. NVML lists the GPUs; the CUDA
-// libraries are found and loaded without LD_LIBRARY_PATH (cudalibs.go);
-// ONNX Runtime's CUDA provider, next to the core library, runs on the
-// chosen GPU once a probe session has run on it. Where any of it is
+// Device choice: --device auto|cpu|cuda|cuda:N[,M,...]. NVML lists the
+// GPUs; the CUDA libraries are found and loaded without LD_LIBRARY_PATH
+// (cudalibs.go); ONNX Runtime's CUDA provider, next to the core library,
+// runs on each chosen GPU once a probe session has run on it. auto and
+// cuda use every usable GPU (the service runs one inference lane per GPU,
+// service.go and batch.go), cuda:N,M the ones named. Where any of it is
 // missing, auto runs on the CPU and says so in one log line naming what is
 // missing ("GPU unavailable: libcudnn.so.9 not found (looked in ...);
 // running on the CPU"); an explicit cuda, cuda:N or TensorRT fails
@@ -11,10 +13,12 @@ package extractor
 // usable GPU without TensorRT's libraries runs on CUDA, in one WARN line.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -219,7 +223,7 @@ func probeModel() []byte {
 	return msg(m, 8, varint(str(nil, 1, ""), 2, 17)) // opset_import { domain "" version 17 }
 }
 
-// deviceChoice is where inference runs.
+// deviceChoice is one device inference runs on.
 type deviceChoice struct {
 	gpu      bool
 	index    int
@@ -236,25 +240,54 @@ func (d deviceChoice) String() string {
 	return "cuda:" + strconv.Itoa(d.index)
 }
 
-// parseDevice parses auto|cpu|cuda[:N]; index is -1 for "cuda" without N.
-func parseDevice(s string) (kind string, index int, err error) {
-	s = strings.ToLower(strings.TrimSpace(s))
-	switch {
-	case s == "" || s == "auto":
-		return "auto", -1, nil
-	case s == "cpu":
-		return "cpu", -1, nil
-	case s == "cuda" || s == "gpu":
-		return "cuda", -1, nil
-	case strings.HasPrefix(s, "cuda:"):
-		n, err := strconv.Atoi(s[len("cuda:"):])
-		if err != nil || n < 0 {
-			return "", 0, fmt.Errorf("device %q: want auto, cpu, cuda or cuda:N", s)
-		}
-		return "cuda", n, nil
-	}
-	return "", 0, fmt.Errorf("device %q: want auto, cpu, cuda or cuda:N", s)
+// devicePick is what chooseDevice chose: the devices inference runs on
+// (the CPU alone, or one or more GPUs in index order; never empty) and,
+// for each GPU considered and not used, why (for doctor and the log).
+type devicePick struct {
+	devs    []deviceChoice
+	notUsed map[int]string
 }
+
+func cpuPick(notUsed map[int]string) devicePick {
+	return devicePick{devs: []deviceChoice{{}}, notUsed: notUsed}
+}
+
+// gpu reports whether inference runs on GPUs.
+func (p devicePick) gpu() bool { return len(p.devs) > 0 && p.devs[0].gpu }
+
+// String is the devices as Device() reports them: "cpu", "cuda:N" or,
+// with several GPUs, "cuda:N,M,...".
+func (p devicePick) String() string {
+	if !p.gpu() {
+		return "cpu"
+	}
+	ix := make([]string, len(p.devs))
+	for i, d := range p.devs {
+		ix[i] = strconv.Itoa(d.index)
+	}
+	return "cuda:" + strings.Join(ix, ",")
+}
+
+// parseDevice parses auto|cpu|cuda|gpu|cuda:N[,M,...] (spec.ParseDevice;
+// gpu is cuda). indices is nil for auto, cpu and cuda (every usable GPU);
+// a repeated index is an error.
+func parseDevice(s string) (kind string, indices []int, err error) {
+	if strings.EqualFold(strings.TrimSpace(s), "gpu") {
+		return "cuda", nil, nil
+	}
+	kind, indices, err = spec.ParseDevice(s)
+	if err != nil {
+		return "", nil, fmt.Errorf("device %q: %w", s, err)
+	}
+	return kind, indices, nil
+}
+
+// minGPUFree is the least free memory a GPU needs to be used by auto or
+// cuda (every usable GPU) when another GPU has at least that much: below
+// it, the first session may not fit beside what else runs there, and the
+// batch would be small. A single GPU, or a GPU named by cuda:N, is used
+// whatever its free memory.
+const minGPUFree = 1 << 30
 
 // ErrNoDevice is matched by New's error when an explicitly asked-for GPU
 // (device cuda or cuda:N, or TensorRT) cannot be had and
@@ -309,42 +342,48 @@ func ortGPUEnv(ortLib, nvmlLib string, search cudaSearch) gpuEnv {
 	}
 }
 
-// chooseDevice resolves spec. auto and cuda pick the GPU with the most free
-// memory (cuda:N picks N). When no GPU can be had (no NVML, no GPU, no such
-// index, a CUDA library or the CUDA provider missing, the probe session
-// failing):
+// chooseDevice resolves spec. auto and cuda use every usable GPU:
+// each GPU NVML lists, the one with the most free memory first, that has
+// minGPUFree free (unless none has) and on which the probe session runs;
+// cuda:N,M,... uses exactly the GPUs named. When no GPU can be had (no
+// NVML, no GPU, no such index, a CUDA library or the CUDA provider
+// missing, the probe session failing on every GPU, or on one named):
 //   - auto (without TensorRT) runs on the CPU and says so in one INFO line,
 //     "GPU unavailable: WHY; running on the CPU";
 //   - an explicit request (cuda, cuda:N or tensorRT) is an error matching
 //     ErrNoDevice, unless allowFallback, in which case it runs on the CPU,
 //     says so in one WARN line and returns the reason as fallback.
 //
-// TensorRT asked for on a GPU where only CUDA works runs on CUDA, with one
-// WARN line "TensorRT unavailable: WHY; running on CUDA".
-func chooseDevice(spec string, tensorRT, allowFallback bool, p Precision, env gpuEnv, log *slog.Logger) (d deviceChoice, fallback string, err error) {
-	kind, index, err := parseDevice(spec)
+// Each GPU used is logged in one INFO line "running on GPU", each left
+// out in one INFO line "GPU left out" saying why (only when another is
+// used). TensorRT asked for where only CUDA works (decided on the first
+// GPU probed) runs on CUDA, with one WARN line "TensorRT unavailable: WHY;
+// running on CUDA".
+func chooseDevice(spec string, tensorRT, allowFallback bool, p Precision, env gpuEnv, log *slog.Logger) (pick devicePick, fallback string, err error) {
+	kind, indices, err := parseDevice(spec)
 	if err != nil {
-		return deviceChoice{}, "", err
+		return devicePick{}, "", err
 	}
 	if kind == "cpu" {
-		return deviceChoice{}, "", nil
+		return cpuPick(nil), "", nil
 	}
 	explicit := kind == "cuda" || tensorRT
 	asked := spec
 	if tensorRT {
 		asked += " with TensorRT"
 	}
-	unavailable := func(why string) (deviceChoice, string, error) {
+	notUsed := map[int]string{}
+	unavailable := func(why string) (devicePick, string, error) {
 		switch {
 		case !explicit:
 			log.Info("GPU unavailable: "+why+"; running on the CPU", "device", spec)
-			return deviceChoice{}, "", nil
+			return cpuPick(notUsed), "", nil
 		case allowFallback:
 			msg := fmt.Sprintf("device %s: %s; running on the CPU", asked, why)
 			log.Warn("asked-for GPU unavailable, running on the CPU", "device", spec, "tensorrt", tensorRT, "reason", why)
-			return deviceChoice{}, msg, nil
+			return cpuPick(notUsed), msg, nil
 		}
-		return deviceChoice{}, "", fmt.Errorf("device %s: %w: %s", asked, ErrNoDevice, why)
+		return cpuPick(notUsed), "", fmt.Errorf("device %s: %w: %s", asked, ErrNoDevice, why)
 	}
 	gpus, err := env.list()
 	if err != nil {
@@ -353,46 +392,112 @@ func chooseDevice(spec string, tensorRT, allowFallback bool, p Precision, env gp
 	if len(gpus) == 0 {
 		return unavailable("NVML lists no GPU")
 	}
-	var pick *gpuInfo
-	if index >= 0 {
-		for i := range gpus {
-			if gpus[i].Index == index {
-				pick = &gpus[i]
+	// cands: the GPUs to probe, in the order probed.
+	var cands []gpuInfo
+	if indices != nil {
+		for _, ix := range indices {
+			i := slices.IndexFunc(gpus, func(g gpuInfo) bool { return g.Index == ix })
+			if i < 0 {
+				return unavailable(fmt.Sprintf("no cuda:%d: the machine has %d GPU(s): %s", ix, len(gpus), gpuNames(gpus)))
 			}
+			cands = append(cands, gpus[i])
 		}
-		if pick == nil {
-			return unavailable(fmt.Sprintf("the machine has %d GPU(s), numbered from 0", len(gpus)))
+		for _, g := range gpus {
+			if !slices.Contains(indices, g.Index) {
+				notUsed[g.Index] = "not asked for (--device " + spec + ")"
+			}
 		}
 	} else {
-		for i := range gpus {
-			if pick == nil || gpus[i].Free > pick.Free {
-				pick = &gpus[i]
+		cands = slices.Clone(gpus)
+		slices.SortStableFunc(cands, func(a, b gpuInfo) int { return cmp.Compare(b.Free, a.Free) })
+		if len(cands) > 1 && cands[0].Free >= minGPUFree {
+			roomy := cands[:0]
+			for _, g := range cands {
+				if g.Free < minGPUFree {
+					notUsed[g.Index] = fmt.Sprintf("%d MiB free, under the %d MiB a GPU needs beside others", g.Free>>20, minGPUFree>>20)
+					continue
+				}
+				roomy = append(roomy, g)
 			}
+			cands = roomy
 		}
 	}
 	trtMissing, err := env.libs(tensorRT)
 	if err != nil {
+		for _, g := range cands {
+			notUsed[g.Index] = err.Error()
+		}
 		return unavailable(err.Error())
 	}
 	useTRT := tensorRT && trtMissing == ""
-	if err := env.probe(pick.Index, useTRT, p); err != nil {
-		if !useTRT {
-			return unavailable(fmt.Sprintf("this ONNX Runtime has no usable CUDA provider on cuda:%d (%v)", pick.Index, err))
+	decided := false // useTRT holds for every GPU once one probe ran
+	var chosen []deviceChoice
+	firstWhy := ""
+	for _, g := range cands {
+		trt := useTRT
+		var why string
+		if err := env.probe(g.Index, trt, p); err != nil {
+			switch {
+			case !trt:
+				why = fmt.Sprintf("this ONNX Runtime has no usable CUDA provider on cuda:%d (%v)", g.Index, err)
+			case decided:
+				why = fmt.Sprintf("this ONNX Runtime has no usable TensorRT provider on cuda:%d (%v)", g.Index, err)
+			default:
+				// TensorRT failed: CUDA alone may still work.
+				if err2 := env.probe(g.Index, false, p); err2 != nil {
+					why = fmt.Sprintf("this ONNX Runtime has no usable TensorRT or CUDA provider on cuda:%d (%v)", g.Index, err2)
+				} else {
+					trt, trtMissing = false, err.Error()
+				}
+			}
 		}
-		// TensorRT failed: CUDA alone may still work.
-		if err2 := env.probe(pick.Index, false, p); err2 != nil {
-			return unavailable(fmt.Sprintf("this ONNX Runtime has no usable TensorRT or CUDA provider on cuda:%d (%v)", pick.Index, err2))
+		if why != "" {
+			notUsed[g.Index] = why
+			if firstWhy == "" {
+				firstWhy = why
+			}
+			if indices != nil {
+				// Every GPU named must run.
+				return unavailable(why)
+			}
+			continue
 		}
-		useTRT, trtMissing = false, err.Error()
+		useTRT, decided = trt, true
+		chosen = append(chosen, deviceChoice{gpu: true, index: g.Index, name: g.Name, free: g.Free, tensorRT: trt})
+	}
+	if len(chosen) == 0 {
+		return unavailable(firstWhy)
 	}
 	if tensorRT && !useTRT {
 		on := "CUDA"
 		if p == FP16 {
 			on = "CUDA in fp32 (--precision fp16 needs TensorRT)"
 		}
-		log.Warn("TensorRT unavailable: "+trtMissing+"; running on "+on, "device", "cuda:"+strconv.Itoa(pick.Index))
+		log.Warn("TensorRT unavailable: "+trtMissing+"; running on "+on, "device", chosen[0].String())
 	}
-	d = deviceChoice{gpu: true, index: pick.Index, name: pick.Name, free: pick.Free, tensorRT: useTRT}
-	log.Info("running on GPU", "device", d.String(), "gpu", pick.Name, "free_bytes", pick.Free, "tensorrt", useTRT, "precision", string(p))
-	return d, "", nil
+	slices.SortFunc(chosen, func(a, b deviceChoice) int { return cmp.Compare(a.index, b.index) })
+	for _, d := range chosen {
+		log.Info("running on GPU", "device", d.String(), "gpu", d.name, "free_bytes", d.free, "tensorrt", d.tensorRT, "precision", string(p))
+	}
+	for _, g := range gpus {
+		if why, ok := notUsed[g.Index]; ok && indices == nil {
+			log.Info("GPU left out", "device", "cuda:"+strconv.Itoa(g.Index), "gpu", g.Name, "reason", why)
+		}
+	}
+	return devicePick{devs: chosen, notUsed: notUsed}, "", nil
+}
+
+// gpuNames lists gpus as "cuda:0 (NAME), cuda:1 (NAME)".
+func gpuNames(gpus []gpuInfo) string {
+	var b strings.Builder
+	for i, g := range gpus {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "cuda:%d", g.Index)
+		if g.Name != "" {
+			fmt.Fprintf(&b, " (%s)", g.Name)
+		}
+	}
+	return b.String()
 }

@@ -162,7 +162,7 @@ func TestMissingCUDAProviderFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := h.lines(slog.LevelInfo)
-	if d.gpu || d.String() != "cpu" || note != "" || len(lines) != 1 || !strings.Contains(lines[0], "CUDA provider") || len(h.lines(slog.LevelWarn)) != 0 {
+	if d.gpu() || d.String() != "cpu" || note != "" || len(lines) != 1 || !strings.Contains(lines[0], "CUDA provider") || len(h.lines(slog.LevelWarn)) != 0 {
 		t.Errorf("auto: chose %s (%q), logs %q; want the CPU and one INFO line about the CUDA provider", d, note, lines)
 	}
 	for _, spec := range []string{"auto", "cuda:1"} {
@@ -181,7 +181,8 @@ func TestDeviceChoice(t *testing.T) {
 	libsOK := func(bool) (string, error) { return "", nil }
 	env := func(list gpuLister) gpuEnv { return gpuEnv{list: list, libs: libsOK, probe: ok} }
 	quiet := slog.New(&recordHandler{})
-	for spec, want := range map[string]string{"auto": "cuda:1", "cuda": "cuda:1", "cuda:2": "cuda:2", "CUDA:0": "cuda:0", "cpu": "cpu", "": "cuda:1"} {
+	// auto and cuda use every usable GPU; cuda:N the one named.
+	for spec, want := range map[string]string{"auto": "cuda:0,1,2", "cuda": "cuda:0,1,2", "cuda:2": "cuda:2", "CUDA:0": "cuda:0", "cpu": "cpu", "": "cuda:0,1,2"} {
 		d, _, err := chooseDevice(spec, false, false, FP32, env(gpus), quiet)
 		if err != nil || d.String() != want {
 			t.Errorf("%q: %v, %v; want %s", spec, d, err, want)
@@ -193,17 +194,17 @@ func TestDeviceChoice(t *testing.T) {
 		}
 	}
 	none := func() ([]gpuInfo, error) { return nil, nil }
-	if d, _, err := chooseDevice("auto", false, false, FP32, env(none), quiet); err != nil || d.gpu {
+	if d, _, err := chooseDevice("auto", false, false, FP32, env(none), quiet); err != nil || d.gpu() {
 		t.Errorf("no GPUs: %v %v", d, err)
 	}
 	broken := func() ([]gpuInfo, error) { return nil, errors.New("nvml init: driver not loaded") }
-	if d, _, err := chooseDevice("auto", false, false, FP32, env(broken), quiet); err != nil || d.gpu {
+	if d, _, err := chooseDevice("auto", false, false, FP32, env(broken), quiet); err != nil || d.gpu() {
 		t.Errorf("NVML error, auto: %v %v", d, err)
 	}
 	if _, _, err := chooseDevice("cuda:0", false, false, FP32, env(broken), quiet); !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "driver not loaded") {
 		t.Errorf("NVML error, cuda:0: %v, want ErrNoDevice with NVML's reason", err)
 	}
-	if d, note, err := chooseDevice("cuda:7", false, true, FP32, env(gpus), quiet); err != nil || d.gpu || !strings.Contains(note, "3 GPU(s)") {
+	if d, note, err := chooseDevice("cuda:7", false, true, FP32, env(gpus), quiet); err != nil || d.gpu() || !strings.Contains(note, "3 GPU(s)") {
 		t.Errorf("cuda:7 of 3 with fallback: %v %q %v, want the CPU and a note naming the 3 GPUs", d, note, err)
 	}
 }

@@ -3,7 +3,8 @@ package extractor
 // Diagnose: what `featurefs doctor` reports. The ONNX Runtime library and
 // its providers, the GPUs NVML sees, each CUDA library found or missing,
 // and what --device auto chooses, by running the same choice a mount runs
-// (which loads the CUDA libraries and runs a probe session on the GPU).
+// (which loads the CUDA libraries and runs a probe session on each GPU),
+// with each GPU marked used or not and why.
 
 import (
 	"context"
@@ -34,6 +35,10 @@ type GPU struct {
 	FreeBytes  uint64 `json:"free_bytes"`
 	// Capability is the CUDA compute capability, e.g. "9.0".
 	Capability string `json:"capability"`
+	// Used says whether --device auto runs on this GPU; NotUsed why not
+	// (this GPU's own reason, or why no GPU is used).
+	Used    bool   `json:"used"`
+	NotUsed string `json:"not_used,omitempty"`
 }
 
 // Diagnosis is Diagnose's report.
@@ -53,8 +58,8 @@ type Diagnosis struct {
 	// directories searched, in order.
 	CUDALibs   []CUDALibStatus `json:"cuda_libs"`
 	SearchDirs []string        `json:"search_dirs"`
-	// Auto is what --device auto chooses ("cpu" or "cuda:N"), and AutoWhy
-	// why, in one line.
+	// Auto is what --device auto chooses ("cpu", "cuda:N" or, with
+	// several GPUs, "cuda:N,M,..."), and AutoWhy why, in one line.
 	Auto    string `json:"auto"`
 	AutoWhy string `json:"auto_why"`
 }
@@ -99,25 +104,61 @@ func Diagnose(c DiagnoseConfig) Diagnosis {
 	d.Auto = "cpu"
 	if d.ORTError != "" {
 		d.AutoWhy = "nothing runs: the ONNX Runtime library cannot be used"
+		markGPUs(d.GPUs, devicePick{}, d.AutoWhy)
 		return d
 	}
 	if err := initORT(c.ORTLib); err != nil {
 		d.ORTError = err.Error()
 		d.AutoWhy = "nothing runs: the ONNX Runtime library cannot be used"
+		markGPUs(d.GPUs, devicePick{}, d.AutoWhy)
 		return d
 	}
 	rec := &lastMessage{}
-	dev, _, err := chooseDevice("auto", false, false, FP32, ortGPUEnv(c.ORTLib, c.NVMLLib, search), slog.New(rec))
+	pick, _, err := chooseDevice("auto", false, false, FP32, ortGPUEnv(c.ORTLib, c.NVMLLib, search), slog.New(rec))
 	switch {
 	case err != nil:
 		d.AutoWhy = err.Error()
-	case dev.gpu:
-		d.Auto = dev.String()
-		d.AutoWhy = "a probe session ran on " + dev.name
+	case pick.gpu():
+		d.Auto = pick.String()
+		d.AutoWhy = "a probe session ran on " + probedNames(pick)
 	default:
 		d.AutoWhy = rec.msg()
 	}
+	markGPUs(d.GPUs, pick, d.AutoWhy)
 	return d
+}
+
+// probedNames names the GPUs of pick: "NAME", or "each of cuda:0 (NAME),
+// cuda:1 (NAME)".
+func probedNames(pick devicePick) string {
+	if len(pick.devs) == 1 {
+		return pick.devs[0].name
+	}
+	var gs []gpuInfo
+	for _, d := range pick.devs {
+		gs = append(gs, gpuInfo{Index: d.index, Name: d.name})
+	}
+	return "each of " + gpuNames(gs)
+}
+
+// markGPUs sets each GPU's Used and NotUsed from pick; a GPU with no
+// reason of its own takes why (no GPU is used: the reason for all).
+func markGPUs(gpus []GPU, pick devicePick, why string) {
+	for i := range gpus {
+		g := &gpus[i]
+		for _, d := range pick.devs {
+			if d.gpu && d.index == g.Index {
+				g.Used = true
+			}
+		}
+		if g.Used {
+			continue
+		}
+		g.NotUsed = pick.notUsed[g.Index]
+		if g.NotUsed == "" {
+			g.NotUsed = why
+		}
+	}
 }
 
 // lastMessage is a slog handler that keeps the last message logged.

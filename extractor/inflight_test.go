@@ -56,12 +56,12 @@ func TestSchedulerRunsBatchesInFlight(t *testing.T) {
 	s := newTestScheduler(t, r, 2, 4, func(c *schedConfig) {
 		c.inflight = 3
 		c.maxWait = time.Millisecond
-		c.batchSize = func(context.Context, segment) int {
+		c.batchSize = func(context.Context, segment, int) int {
 			chosen.Add(1)
 			time.Sleep(20 * time.Millisecond) // loops arriving meanwhile must wait, not choose again
 			return 2
 		}
-		c.alloc = func(n int) ([]float32, func()) {
+		c.alloc = func(_, n int) ([]float32, func()) {
 			allocs.Add(1)
 			return make([]float32, n), func() { frees.Add(1) }
 		}

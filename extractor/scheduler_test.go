@@ -111,7 +111,7 @@ func newTestScheduler(t *testing.T, r runner, bs int, workers int, mutate ...fun
 		maxWait: 20 * time.Millisecond,
 		dtype:   Float32,
 		log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		batchSize: func(context.Context, segment) int {
+		batchSize: func(context.Context, segment, int) int {
 			return bs
 		},
 	}
@@ -526,7 +526,7 @@ func TestPoisonedBatchIsRetriedItemByItem(t *testing.T) {
 func TestCloseFailsQueuedRequests(t *testing.T) {
 	f := &fakeRunner{}
 	cfg := schedConfig{workers: 1, maxWait: time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		batchSize: func(context.Context, segment) int { return 1 }}
+		batchSize: func(context.Context, segment, int) int { return 1 }}
 	s := newScheduler(cfg, f)
 	m := testModel()
 	release, blocked := blockFirst(t, s, f, m)

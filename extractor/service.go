@@ -24,9 +24,13 @@ type Config struct {
 	// else ~/.cache/featurefs/lib/onnxruntime-1.29.0/libonnxruntime.so.1.
 	// The GPU providers are looked for in its directory.
 	ORTLib string
-	// Device is auto, cpu, cuda or cuda:N. auto uses the GPU with the most
-	// free memory when NVML, the CUDA libraries and ONNX Runtime's CUDA
-	// provider are there, the CPU otherwise.
+	// Device is auto, cpu, cuda, cuda:N or cuda:N,M,... auto uses every
+	// usable GPU (chooseDevice: the probe session runs on it and, beside
+	// another GPU, it has 1 GiB free) when NVML, the CUDA libraries and ONNX
+	// Runtime's CUDA provider are there, the CPU otherwise; cuda is auto
+	// that fails (ErrNoDevice) without a GPU; cuda:N,M uses exactly those
+	// GPUs. With several GPUs, each runs its own inference loops, session
+	// pool and batch sizes (a device lane), fed by the same decode workers.
 	Device string
 	// TensorRT puts ONNX Runtime's TensorRT provider before CUDA; without
 	// TensorRT's libraries it runs on CUDA, saying so in one WARN line.
@@ -39,8 +43,8 @@ type Config struct {
 	// CUDA libraries, before $FEATUREFS_CUDA_LIB_DIR, the loader's paths,
 	// /usr/local/cuda* and Python environments' nvidia/*/lib (cudalibs.go).
 	CUDALibDir string
-	// InFlight is how many batches run at once: 0 is 1 on the CPU and
-	// 3 on a GPU (upload, compute and download overlap).
+	// InFlight is how many batches run at once per device: 0 is 1 on the
+	// CPU and 3 on each GPU (upload, compute and download overlap).
 	InFlight int
 	// AllowCPUFallback runs on the CPU when an explicitly asked-for GPU
 	// (Device cuda or cuda:N, or TensorRT) cannot be had; New then fails
@@ -56,8 +60,9 @@ type Config struct {
 	MaxWait time.Duration
 	// Workers is the number of goroutines fetching and decoding images.
 	Workers int
-	// MaxSessions bounds the ONNX Runtime sessions kept open (one per model
-	// and layer in use); the least recently used idle one is closed first.
+	// MaxSessions bounds the ONNX Runtime sessions kept open per device
+	// (one per model and layer in use); the least recently used idle one
+	// is closed first.
 	MaxSessions int
 	// IntraOpThreads is ONNX Runtime's thread count per run (default: cores).
 	IntraOpThreads int
@@ -165,11 +170,13 @@ const maxAutoBatch = 16
 type Service struct {
 	cfg    Config
 	log    *slog.Logger
-	dev    deviceChoice
-	noGPU  string // why an asked-for GPU is not used (Fallback)
+	pick   devicePick   // every device inference runs on
+	dev    deviceChoice // pick.devs[0]: RunBatch, profiles, HostBuffer
+	noGPU  string       // why an asked-for GPU is not used (Fallback)
 	models map[string]*Model
 	order  []*Model
-	pool   *sessionPool
+	pools  []*sessionPool // one per device, in pick.devs' order
+	pool   *sessionPool   // pools[0]
 	sched  *scheduler
 	once   sync.Once
 	prof   profileState // compute profiles (profile.go)
@@ -188,20 +195,20 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 	}
 	search := defaultCUDASearch(cfg.CUDALibDir)
 	env := ortGPUEnv(cfg.ORTLib, cfg.NVMLLib, search)
-	dev, noGPU, err := chooseDevice(cfg.Device, cfg.TensorRT, cfg.AllowCPUFallback, cfg.Precision, env, cfg.Logger)
+	pick, noGPU, err := chooseDevice(cfg.Device, cfg.TensorRT, cfg.AllowCPUFallback, cfg.Precision, env, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	if dev.gpu {
+	if pick.gpu() {
 		cfg.NVMLLib = resolveNVML(cfg.NVMLLib, search)
 	}
 	if cfg.InFlight <= 0 {
 		cfg.InFlight = 1
-		if dev.gpu {
+		if pick.gpu() {
 			cfg.InFlight = gpuInflight
 		}
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, dev: dev, noGPU: noGPU, models: map[string]*Model{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, pick: pick, dev: pick.devs[0], noGPU: noGPU, models: map[string]*Model{}}
 	for _, spec := range specs {
 		if _, dup := s.models[spec.Name]; dup {
 			return nil, fmt.Errorf("model %q given twice", spec.Name)
@@ -215,8 +222,21 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		s.logFixedBatch(m)
 	}
 	releaseMemory()
-	sc := sessionConfig{threads: cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT, precision: cfg.Precision}
-	s.pool = newSessionPool(cfg.MaxSessions, func(k sessionKey) (inferSession, error) {
+	var runs []runner
+	for _, dev := range pick.devs {
+		p := s.newPool(dev)
+		s.pools = append(s.pools, p)
+		runs = append(runs, ortRunner{pool: p})
+	}
+	s.pool = s.pools[0]
+	s.sched = newScheduler(s.schedConfig(), runs...)
+	return s, nil
+}
+
+// newPool returns the session pool of device dev.
+func (s *Service) newPool(dev deviceChoice) *sessionPool {
+	sc := sessionConfig{threads: s.cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT, precision: s.cfg.Precision}
+	return newSessionPool(s.cfg.MaxSessions, func(k sessionKey) (inferSession, error) {
 		m := s.models[k.model]
 		if k.from != "" {
 			return s.openSplitSession(m, k, sc)
@@ -234,10 +254,11 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		s.log.Debug("session opened", "model", m.Name, "layer", l.Name, "device", dev.String(), "took", time.Since(t))
 		return sess, nil
 	})
-	s.sched = newScheduler(s.schedConfig(), ortRunner{pool: s.pool})
-	return s, nil
 }
 
+// schedConfig is the scheduler's configuration. Decoded inputs (tokens)
+// are bounded by the workers plus one batch of the largest size per device
+// and one more: 2 batches on one device, as before several GPUs.
 func (s *Service) schedConfig() schedConfig {
 	largest := max(s.cfg.BatchSize, maxAutoBatch)
 	if s.dev.gpu && s.cfg.BatchSize == 0 {
@@ -246,21 +267,25 @@ func (s *Service) schedConfig() schedConfig {
 	for _, m := range s.order {
 		largest = max(largest, m.fixedBatch)
 	}
+	allocs := make([]func(int) ([]float32, func()), len(s.pick.devs))
+	for i, d := range s.pick.devs {
+		allocs[i] = hostAllocator(d.gpu, d.index, func(err error) {
+			s.log.Warn("pinned host memory unavailable; GPU batches use ordinary memory", "device", d.String(), "err", err)
+		})
+	}
 	return schedConfig{
 		workers:   s.cfg.Workers,
 		maxWait:   s.cfg.MaxWait,
 		maxCalls:  s.cfg.MaxPending,
-		tokens:    s.cfg.Workers + 2*largest,
+		tokens:    s.cfg.Workers + (len(s.pick.devs)+1)*largest,
 		maxPixels: s.cfg.MaxPixels,
 		decode:    newDecodeBudget(s.cfg.DecodeMemory),
 		dtype:     s.cfg.DType,
 		log:       s.log,
 		batchSize: s.chooseBatch,
 		inflight:  s.cfg.InFlight,
-		alloc: hostAllocator(s.dev.gpu, s.dev.index, func(err error) {
-			s.log.Warn("pinned host memory unavailable; GPU batches use ordinary memory", "err", err)
-		}),
-		idle: trimCHeap,
+		alloc:     func(dev, n int) ([]float32, func()) { return allocs[dev](n) },
+		idle:      trimCHeap,
 	}
 }
 
@@ -281,11 +306,12 @@ func (s *Service) logFixedBatch(m *Model) {
 	s.log.Info("model input has a fixed batch size; every run feeds exactly that many images, padding a short batch", attrs...)
 }
 
-// chooseBatch picks the batch size of a lane; see Config.BatchSize. A model
-// whose graph fixes the batch size runs batches of exactly that size,
-// whatever was asked: nothing is measured. Nor is a split lane's
-// (defaultSplitBatch).
-func (s *Service) chooseBatch(ctx context.Context, g segment) int {
+// chooseBatch picks the batch size of a lane on device dev (an index into
+// s.pick.devs); see Config.BatchSize. A model whose graph fixes the batch
+// size runs batches of exactly that size, whatever was asked: nothing is
+// measured. Nor is a split lane's (defaultSplitBatch). On a GPU the size
+// comes from that GPU's free memory, measured through its own sessions.
+func (s *Service) chooseBatch(ctx context.Context, g segment, dev int) int {
 	m, l := g.m, g.l
 	if m.fixedBatch > 0 {
 		return m.fixedBatch
@@ -296,10 +322,15 @@ func (s *Service) chooseBatch(ctx context.Context, g segment) int {
 	if g.from != nil {
 		return defaultSplitBatch
 	}
-	if s.dev.gpu {
-		return chooseGPUBatch(ctx, ortRunner{pool: s.pool}, m, l, s.dev.free, s.cfg.InFlight, nvmlFree(s.cfg.NVMLLib, s.dev.index), s.log)
+	d := s.pick.devs[dev]
+	if d.gpu {
+		log := s.log
+		if len(s.pick.devs) > 1 {
+			log = log.With("device", d.String())
+		}
+		return chooseGPUBatch(ctx, ortRunner{pool: s.pools[dev]}, m, l, d.free, s.cfg.InFlight, nvmlFree(s.cfg.NVMLLib, d.index), log)
 	}
-	return chooseCPUBatch(ctx, ortRunner{pool: s.pool}, m, l, s.log)
+	return chooseCPUBatch(ctx, ortRunner{pool: s.pools[dev]}, m, l, s.log)
 }
 
 // cpuPipelineBatch is the CPU batch size taken when the measurement finds
@@ -364,7 +395,7 @@ func (r ortRunner) run(ctx context.Context, g segment, n int, in, out []float32)
 }
 
 // RunBatch runs n inputs packed in in (n*Model.InputElements() floats)
-// through layer of model on the service's device and writes the n outputs
+// through layer of model on the service's (first) device and writes the n outputs
 // to out (n*Layer.Elements() floats), bypassing the scheduler: the bare
 // ONNX Runtime path, for benchmarks and tools. It may run concurrently with
 // itself and with Extract.
@@ -385,11 +416,11 @@ func (s *Service) RunBatch(ctx context.Context, model string, layer, n int, in, 
 }
 
 // HostBuffer returns n float32s of the memory batches are packed in on the
-// service's device (pinned host memory on a GPU, ordinary memory on the
-// CPU) and the function that frees it (nil: nothing to free).
-func (s *Service) HostBuffer(n int) ([]float32, func()) { return s.sched.cfg.alloc(n) }
+// service's (first) device (pinned host memory on a GPU, ordinary memory
+// on the CPU) and the function that frees it (nil: nothing to free).
+func (s *Service) HostBuffer(n int) ([]float32, func()) { return s.sched.cfg.alloc(0, n) }
 
-// InFlight returns how many batches run at once (Config.InFlight).
+// InFlight returns how many batches run at once per device (Config.InFlight).
 func (s *Service) InFlight() int { return s.cfg.InFlight }
 
 // Models returns the loaded models in the order given to New.
@@ -420,10 +451,22 @@ func (s *Service) Extract(ctx context.Context, req Request) ([]byte, error) {
 // DType returns the element type of the returned .npy files.
 func (s *Service) DType() DType { return s.cfg.DType }
 
-// Device returns where inference runs: "cpu" or "cuda:N".
-func (s *Service) Device() string { return s.dev.String() }
+// Device returns where inference runs: "cpu", "cuda:N" or, on several
+// GPUs, "cuda:N,M,...".
+func (s *Service) Device() string { return s.pick.String() }
 
-// TensorRT reports whether inference runs through TensorRT.
+// Devices returns each device inference runs on: ["cpu"], or one "cuda:N"
+// per GPU in index order.
+func (s *Service) Devices() []string {
+	out := make([]string, len(s.pick.devs))
+	for i, d := range s.pick.devs {
+		out[i] = d.String()
+	}
+	return out
+}
+
+// TensorRT reports whether inference runs through TensorRT (on every GPU
+// used, or none).
 func (s *Service) TensorRT() bool { return s.dev.tensorRT }
 
 // Fallback returns, in one line, why an explicitly asked-for GPU is not
@@ -432,33 +475,48 @@ func (s *Service) Fallback() string { return s.noGPU }
 
 // Stats are the service's figures, for MOUNT/.featurefs/stats.
 type Stats struct {
-	Device           string         `json:"device"`
-	Requests         int64          `json:"requests"`
-	Shared           int64          `json:"shared"`
-	Completed        int64          `json:"completed"`
-	Failed           int64          `json:"failed"`
-	BadImages        int64          `json:"bad_images"`
-	Cancelled        int64          `json:"cancelled"`
-	Batches          int64          `json:"batches"`
-	BatchedItems     int64          `json:"batched_items"`
-	Retries          int64          `json:"retries"`
-	InFlight         int            `json:"in_flight"`
-	QueuedForeground int            `json:"queued_foreground"`
-	QueuedBackground int            `json:"queued_background"`
-	Decoded          int            `json:"decoded_waiting"`
-	Running          int            `json:"running"`
-	Sessions         int            `json:"sessions"`
-	SessionsCreated  int64          `json:"sessions_created"`
-	SessionsEvicted  int64          `json:"sessions_evicted"`
-	BatchSizes       map[string]int `json:"batch_sizes"`
-	FetchSeconds     float64        `json:"fetch_seconds"`
-	DecodeSeconds    float64        `json:"decode_seconds"`
-	InferSeconds     float64        `json:"infer_seconds"`
+	Device           string `json:"device"`
+	Requests         int64  `json:"requests"`
+	Shared           int64  `json:"shared"`
+	Completed        int64  `json:"completed"`
+	Failed           int64  `json:"failed"`
+	BadImages        int64  `json:"bad_images"`
+	Cancelled        int64  `json:"cancelled"`
+	Batches          int64  `json:"batches"`
+	BatchedItems     int64  `json:"batched_items"`
+	Retries          int64  `json:"retries"`
+	InFlight         int    `json:"in_flight"`
+	QueuedForeground int    `json:"queued_foreground"`
+	QueuedBackground int    `json:"queued_background"`
+	Decoded          int    `json:"decoded_waiting"`
+	Running          int    `json:"running"`
+	Sessions         int    `json:"sessions"`
+	SessionsCreated  int64  `json:"sessions_created"`
+	SessionsEvicted  int64  `json:"sessions_evicted"`
+	// BatchSizes is each lane's batch size (on the first device; Devices
+	// has every device's).
+	BatchSizes    map[string]int `json:"batch_sizes"`
+	FetchSeconds  float64        `json:"fetch_seconds"`
+	DecodeSeconds float64        `json:"decode_seconds"`
+	InferSeconds  float64        `json:"infer_seconds"`
 	// Split is the split execution plan of a remote mount (--split), nil
 	// otherwise.
 	Split *split.Stats `json:"split,omitempty"`
 	// Wire is what a remote mount's feature servers sent, nil otherwise.
 	Wire *WireStats `json:"wire,omitempty"`
+	// Devices are each GPU's figures when inference runs on several
+	// (nil on one device: the figures above are its own).
+	Devices []DeviceStats `json:"devices,omitempty"`
+}
+
+// DeviceStats are one device's share of a Service's figures.
+type DeviceStats struct {
+	Device       string         `json:"device"`
+	Batches      int64          `json:"batches"`
+	BatchedItems int64          `json:"batched_items"`
+	Running      int            `json:"running"`
+	Sessions     int            `json:"sessions"`
+	BatchSizes   map[string]int `json:"batch_sizes"`
 }
 
 // WireStats are the feature bytes a remote mount received: Bytes on the
@@ -474,7 +532,19 @@ type WireStats struct {
 func (s *Service) Stats() Stats {
 	st := statsOf(s.sched)
 	st.Device = s.Device()
-	st.Sessions, st.SessionsCreated, st.SessionsEvicted = s.pool.stats()
+	for _, p := range s.pools {
+		live, created, evicted := p.stats()
+		st.Sessions += live
+		st.SessionsCreated += created
+		st.SessionsEvicted += evicted
+	}
+	if len(s.pick.devs) > 1 {
+		for i, f := range s.sched.deviceFigures() {
+			live, _, _ := s.pools[i].stats()
+			st.Devices = append(st.Devices, DeviceStats{Device: s.pick.devs[i].String(), Batches: f.batches,
+				BatchedItems: f.items, Running: f.running, Sessions: live, BatchSizes: f.batchSizes})
+		}
+	}
 	return st
 }
 
@@ -510,7 +580,9 @@ func statsOf(sc *scheduler) Stats {
 func (s *Service) Close() error {
 	s.once.Do(func() {
 		s.sched.close()
-		s.pool.close()
+		for _, p := range s.pools {
+			p.close()
+		}
 	})
 	return nil
 }

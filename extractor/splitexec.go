@@ -122,6 +122,6 @@ func (s *Service) openSplitSession(m *Model, k sessionKey, sc sessionConfig) (in
 	if err != nil {
 		return nil, fmt.Errorf("model %s %s..%s: %w", m.Name, k.from, to.Name, err)
 	}
-	s.log.Debug("split session opened", "model", m.Name, "layer", to.Name, "from", k.from, "device", s.dev.String(), "took", time.Since(t))
+	s.log.Debug("split session opened", "model", m.Name, "layer", to.Name, "from", k.from, "device", deviceChoice{gpu: sc.gpu, index: sc.gpuIndex}.String(), "took", time.Since(t))
 	return sess, nil
 }

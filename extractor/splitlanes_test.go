@@ -207,7 +207,7 @@ func TestCloseFailsQueuedSplitCalls(t *testing.T) {
 	before := len(schedulerGoroutines())
 	f := &fakeRunner{gate: make(chan struct{}), started: make(chan int, 8)}
 	s := newScheduler(schedConfig{workers: 1, maxWait: time.Millisecond, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		batchSize: func(context.Context, segment) int { return 1 }}, f)
+		batchSize: func(context.Context, segment, int) int { return 1 }}, f)
 	m := splitTestModel()
 	g := splitSegment(m)
 

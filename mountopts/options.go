@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -67,8 +66,8 @@ type Options struct {
 	// kind is read.
 	FeatureStoreCompression string
 
-	// Device selects where models run: auto (a GPU when there is one),
-	// cpu, cuda or cuda:N (--device).
+	// Device selects where models run: auto (every usable GPU, else the CPU),
+	// cpu, cuda, cuda:N or cuda:N,M,... (--device; spec.ParseDevice).
 	Device string
 	// TensorRT runs models through ONNX Runtime's TensorRT provider on CUDA
 	// devices; without TensorRT's libraries on a usable GPU, CUDA runs
@@ -394,17 +393,18 @@ func (o *Options) Validate() error {
 	if o.CacheSize < MiB {
 		bad("--cache-size %s: must be at least 1MiB, e.g. 10GiB", FormatSize(o.CacheSize))
 	}
-	if !validDevice(o.Device) {
-		bad("--device %q: want auto, cpu, cuda or cuda:N", o.Device)
-	} else if o.Device == "cpu" && o.TensorRT {
+	devKind, _, devErr := spec.ParseDevice(o.Device)
+	if devErr != nil {
+		bad("--device %q: %v", o.Device, devErr)
+	} else if devKind == "cpu" && o.TensorRT {
 		bad("--tensorrt runs on a GPU: drop it or use --device auto, cuda or cuda:N instead of cpu")
-	} else if o.Device == "cpu" && o.AllowCPUFallback {
+	} else if devKind == "cpu" && o.AllowCPUFallback {
 		bad("--allow-cpu-fallback: --device cpu asks for no GPU to fall back from; drop one of them")
 	}
 	switch o.Precision {
 	case spec.FP32:
 	case spec.TF32, spec.FP16:
-		if o.Device == "cpu" {
+		if devKind == "cpu" {
 			bad("--precision %s: the CPU computes in fp32; drop --precision or use --device auto, cuda or cuda:N", o.Precision)
 		} else if o.Precision == spec.FP16 && !o.TensorRT {
 			bad("--precision fp16 needs --tensorrt (the CUDA provider runs fp32 or tf32)")
@@ -476,20 +476,6 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// validDevice reports whether d is auto, cpu, cuda or cuda:N.
-func validDevice(d string) bool {
-	switch d {
-	case "auto", "cpu", "cuda":
-		return true
-	}
-	n, ok := strings.CutPrefix(d, "cuda:")
-	if !ok {
-		return false
-	}
-	i, err := strconv.Atoi(n)
-	return err == nil && i >= 0
 }
 
 // checkPreprocess checks the settings a config file can override.

@@ -100,7 +100,9 @@ pick_python() {
 PY=$(pick_python)
 [ -n "$PY" ] || fail "no python3 with torch and torchvision (on PATH or /usr/bin/python3; set FEATUREFS_PY)"
 
-DEVICE=$(sed -n 's/^runs on \(cuda:[0-9]*\|cpu\):.*/\1/p' <<<"$auto")
+# One GPU, the first auto uses (doctor says "runs on cuda:0,1: ..." on a
+# host with several): the comparison is against PyTorch on one GPU.
+DEVICE=$(sed -n 's/^runs on \(cuda:[0-9]*\|cpu\)[,:].*/\1/p' <<<"$auto")
 TORCH=$("$PY" "$CHECK" info --device "$TORCH_DEV" 2>&1) || fail "$TORCH"
 log "featurefs runs on $DEVICE; PyTorch: $TORCH"
 

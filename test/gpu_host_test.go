@@ -99,8 +99,12 @@ type doctorJSON struct {
 	Driver string `json:"driver"`
 	CUDA   string `json:"cuda"`
 	GPUs   []struct {
+		Index      int    `json:"index"`
 		Name       string `json:"name"`
 		TotalBytes uint64 `json:"total_bytes"`
+		FreeBytes  uint64 `json:"free_bytes"`
+		Used       bool   `json:"used"`
+		NotUsed    string `json:"not_used"`
 	} `json:"gpus"`
 	NVMLError string `json:"nvml_error"`
 	CUDALibs  []struct {
@@ -190,6 +194,67 @@ func TestDoctorOnFakeGPUHost(t *testing.T) {
 		if l.Name == "libcudnn.so.9" && l.Path != filepath.Join(libDir, "libcudnn.so.9") {
 			t.Errorf("libcudnn.so.9 at %q", l.Path)
 		}
+	}
+}
+
+// On a fake host with three GPUs (FEATUREFS_FAKE_NVML_GPUS=3; cuda:2 has
+// 512 MiB free) and every library there, doctor shows each GPU and why
+// --device auto does not use it: the (fake) CUDA provider fails its probe
+// on cuda:0 and cuda:1, cuda:2 is short of memory beside them. A real
+// extract refuses a GPU named twice (usage, exit 2) and one the host lacks,
+// naming the GPUs there are (exit 4).
+func TestDoctorShowsEveryGPU(t *testing.T) {
+	libDir, ortLib := fakeGPUHost(t)
+	buildSO(t, libDir, "libcudnn.so.9", "")
+	env := []string{"FEATUREFS_FAKE_NVML_GPUS=3"}
+	j := runCLI(t, time.Minute, env, "doctor", "--json", "--ort-lib", ortLib, "--cuda-lib-dir", libDir)
+	var d doctorJSON
+	if err := json.Unmarshal([]byte(j.Stdout), &d); err != nil || j.Code != 0 {
+		t.Fatalf("doctor --json: %v\n%s", err, j)
+	}
+	if len(d.GPUs) != 3 {
+		t.Fatalf("doctor --json lists %d GPUs, want 3: %+v", len(d.GPUs), d.GPUs)
+	}
+	for i, want := range []struct {
+		name, why string
+		free      uint64
+	}{
+		{"Fake H100 80GB", "no usable CUDA provider on cuda:0", 79 << 30},
+		{"Fake A100 40GB", "no usable CUDA provider on cuda:1", 30 << 30},
+		{"Fake L4 24GB", "512 MiB free, under the 1024 MiB a GPU needs beside others", 512 << 20},
+	} {
+		g := d.GPUs[i]
+		if g.Index != i || g.Name != want.name || g.FreeBytes != want.free || g.Used || !strings.Contains(g.NotUsed, want.why) {
+			t.Errorf("GPU %d: %+v; want %s, %d bytes free, not used: %q", i, g, want.name, want.free, want.why)
+		}
+	}
+	if d.Auto != "cpu" || !strings.Contains(d.AutoWhy, "no usable CUDA provider on cuda:0") {
+		t.Errorf("auto %q, %q; want the CPU, the freest GPU's probe failing", d.Auto, d.AutoWhy)
+	}
+
+	r := runCLI(t, time.Minute, env, "doctor", "--ort-lib", ortLib, "--cuda-lib-dir", libDir)
+	for _, want := range []string{
+		"  cuda:0  Fake H100 80GB  80GiB total, 79GiB free, compute capability 9.0\n          not used: see --device auto below\n",
+		"  cuda:1  Fake A100 40GB  40GiB total, 30GiB free, compute capability 8.0\n          not used: this ONNX Runtime has no usable CUDA provider on cuda:1 (",
+		"  cuda:2  Fake L4 24GB  24GiB total, 512MiB free, compute capability 8.9\n          not used: 512 MiB free, under the 1024 MiB a GPU needs beside others\n",
+	} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+
+	model := testenv.OddModel(t, "tiny")
+	img := filepath.Join(t.TempDir(), "a.jpg")
+	writeJPEG(t, img, 64, 48, 1)
+	extract := func(device string) cliResult {
+		return runCLI(t, time.Minute, env, "extract", "--model", model, "--layer", "layer0", "--ort-lib", ortLib, "--cuda-lib-dir", libDir,
+			"--device", device, "-o", filepath.Join(t.TempDir(), "out"), img)
+	}
+	if r := extract("cuda:1,0,1"); r.Code != 2 || !strings.Contains(r.Stderr, `--device "cuda:1,0,1": cuda:1 given twice`) {
+		t.Errorf("--device cuda:1,0,1: %s; want exit 2 saying cuda:1 is given twice", r)
+	}
+	if r := extract("cuda:0,7"); r.Code != 4 || !strings.Contains(r.Stderr, "no cuda:7: the machine has 3 GPU(s): cuda:0 (Fake H100 80GB), cuda:1 (Fake A100 40GB), cuda:2 (Fake L4 24GB)") {
+		t.Errorf("--device cuda:0,7: %s; want exit 4 naming the 3 GPUs", r)
 	}
 }
 

@@ -69,7 +69,8 @@ type benchResult struct {
 	InferSeconds  float64 `json:"infer_seconds,omitempty"`
 	Batches       int64   `json:"batches,omitempty"`
 	// GPUUtil is NVML's mean utilization (percent) over the measurement
-	// and GPUMemMax the most GPU memory in use; absent on the CPU.
+	// and GPUMemMax the most GPU memory in use, of the first GPU where
+	// several run; absent on the CPU.
 	GPUUtil   *float64 `json:"gpu_util_percent,omitempty"`
 	GPUMemMax *uint64  `json:"gpu_mem_max_bytes,omitempty"`
 }
@@ -223,12 +224,14 @@ func readImages(dir string, limit int) ([][]byte, error) {
 	return out, nil
 }
 
-// gpuIndex returns N of "cuda:N", or -1.
+// gpuIndex returns N of "cuda:N", or of "cuda:N,M,..." (the first GPU:
+// the one sampled), or -1.
 func gpuIndex(device string) int {
 	n, ok := strings.CutPrefix(device, "cuda:")
 	if !ok {
 		return -1
 	}
+	n, _, _ = strings.Cut(n, ",")
 	i, err := strconv.Atoi(n)
 	if err != nil {
 		return -1
@@ -240,7 +243,7 @@ type bencher struct {
 	svc  *extractor.Service
 	m    *extractor.Model
 	imgs [][]byte
-	gpu  int // GPU index, -1 on the CPU
+	gpu  int // GPU index (the first with several), -1 on the CPU
 	// workers and threads are the extractor's decode workers and
 	// intra-op threads.
 	workers, threads int

@@ -17,10 +17,11 @@ const doctorUsage = `Usage: featurefs doctor [--ort-lib PATH] [--cuda-lib-dir DI
 
 Says what featurefs can run on here: the ONNX Runtime library (version,
 path, the execution providers next to it), the GPUs NVML sees (name,
-memory, driver and CUDA version), each CUDA library the GPU needs, found or
-missing with its path, and what --device auto chooses (it loads the CUDA
-libraries and runs a probe session on the GPU, as a mount does). Exit code
-0 whatever it finds; 2 bad usage.
+memory, driver and CUDA version, and whether --device auto uses each or
+why not), each CUDA library the GPU needs, found or missing with its path,
+and what --device auto chooses (it loads the CUDA libraries and runs a
+probe session on each GPU, as a mount does; on a host with several usable
+GPUs it uses all of them). Exit code 0 whatever it finds; 2 bad usage.
 
 Flags:
 `
@@ -98,8 +99,18 @@ func printDiagnosis(w io.Writer, d extractor.Diagnosis) {
 	default:
 		fmt.Fprintf(w, "  driver %s, CUDA %s\n", orNA(d.Driver), orNA(d.CUDA))
 		for _, g := range d.GPUs {
-			fmt.Fprintf(w, "  cuda:%d  %s  %s total, %s free, compute capability %s\n", g.Index, g.Name,
+			dev := fmt.Sprintf("cuda:%d", g.Index)
+			fmt.Fprintf(w, "  %s  %s  %s total, %s free, compute capability %s\n", dev, g.Name,
 				mountopts.FormatSize(int64(g.TotalBytes)), mountopts.FormatSize(int64(g.FreeBytes)), orNA(g.Capability))
+			pad := strings.Repeat(" ", len(dev)+4)
+			switch {
+			case g.Used:
+				fmt.Fprintf(w, "%sused by --device auto\n", pad)
+			case g.NotUsed == "" || strings.Contains(d.AutoWhy, g.NotUsed):
+				fmt.Fprintf(w, "%snot used: see --device auto below\n", pad)
+			default:
+				fmt.Fprintf(w, "%snot used: %s\n", pad, g.NotUsed)
+			}
 		}
 	}
 

@@ -130,7 +130,7 @@ func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
 	fl.StringVar(&o.FeatureStoreProfile, "feature-store-profile", o.FeatureStoreProfile, "AWS profile for the feature store's credentials (default: --profile)")
 	fl.Var(sizeFlag{&o.CacheSize}, "cache-size", "feature cache bound, e.g. 10GiB, 512MiB")
 	fl.StringVar(&o.CacheCompression, "cache-compression", o.CacheCompression, "how features are compressed in the cache: s2, zeros, zstd-fastest, zstd or off")
-	fl.StringVar(&o.Device, "device", o.Device, "auto, cpu, cuda or cuda:N")
+	fl.StringVar(&o.Device, "device", o.Device, "auto (every usable GPU, else the CPU), cpu, cuda (every usable GPU, or fail) or cuda:N,M,... (those GPUs)")
 	fl.BoolVar(&o.TensorRT, "tensorrt", o.TensorRT, "run models with TensorRT on CUDA (without TensorRT's libraries: CUDA, with a warning)")
 	fl.BoolVar(&o.AllowCPUFallback, "allow-cpu-fallback", o.AllowCPUFallback, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
 	fl.StringVar((*string)(&o.Precision), "precision", string(o.Precision), "GPU arithmetic: fp32, tf32 (TF32 tensor cores) or fp16 (with --tensorrt)")

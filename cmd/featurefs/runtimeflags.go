@@ -3,8 +3,10 @@ package main
 import (
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // runtimeFlags are the ONNX Runtime and device flags of the commands that
@@ -19,7 +21,7 @@ type runtimeFlags struct {
 // --cuda-lib-dir on fl, with def's defaults.
 func bindRuntimeFlags(fl *flag.FlagSet, def extractor.Config) runtimeFlags {
 	return runtimeFlags{
-		device:     fl.String("device", def.Device, "auto, cpu, cuda or cuda:N"),
+		device:     fl.String("device", def.Device, "auto (every usable GPU, else the CPU), cpu, cuda (every usable GPU, or fail) or cuda:N,M,... (those GPUs)"),
 		precision:  fl.String("precision", string(extractor.FP32), "GPU arithmetic: fp32, tf32 (TF32 tensor cores) or fp16 (with --tensorrt)"),
 		tensorRT:   fl.Bool("tensorrt", false, "use ONNX Runtime's TensorRT provider on a GPU"),
 		ortLib:     fl.String("ort-lib", def.ORTLib, "libonnxruntime shared library (or $FEATUREFS_ORT_LIB)"),
@@ -29,6 +31,9 @@ func bindRuntimeFlags(fl *flag.FlagSet, def extractor.Config) runtimeFlags {
 
 // check says what is wrong with the flags' values, in one line, or nil.
 func (r runtimeFlags) check() error {
+	if _, _, err := spec.ParseDevice(*r.device); err != nil && !strings.EqualFold(strings.TrimSpace(*r.device), "gpu") {
+		return fmt.Errorf("--device %q: %w", *r.device, err)
+	}
 	switch p := extractor.Precision(*r.precision); {
 	case p != extractor.FP32 && p != extractor.TF32 && p != extractor.FP16:
 		return fmt.Errorf("--precision %q: want fp32, tf32 or fp16", *r.precision)

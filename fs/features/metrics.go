@@ -59,6 +59,14 @@ func newCollector(stats func() Stats) *collector {
 			func(s *Stats) []sample { return one(float64(s.Extraction.Batches)) }},
 		{d("batched_items_total", "Images computed by model runs."), prometheus.CounterValue,
 			func(s *Stats) []sample { return one(float64(s.Extraction.BatchedItems)) }},
+		{d("device_batched_items_total", "Images computed by model runs on each GPU, where models run on several (none on one device).", "device"), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				out := make([]sample, 0, len(s.Extractor.Devices))
+				for _, d := range s.Extractor.Devices {
+					out = append(out, sample{float64(d.BatchedItems), []string{d.Device}})
+				}
+				return out
+			}},
 		{d("mean_batch_size", "Mean images per model run since mount."), prometheus.GaugeValue,
 			func(s *Stats) []sample { return one(s.Extraction.MeanBatchSize) }},
 		{d("queue_depth", "Extraction requests queued for a fetch worker, by priority.", "priority"), prometheus.GaugeValue,
