@@ -66,6 +66,7 @@ func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 // feature's content tells prefetch which layer directory a reader is in
 // (metadata alone never does: ls, find, du and stat compute nothing).
 func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ff.fs.stats.readSizes[features.ReadSizeBucket(len(dest))].Add(1)
 	obj, ok := ff.fs.currentVersion(ff.prefix, ff.name, ff.obj)
 	if !ok {
 		return nil, ff.fs.errno(fmt.Errorf("%s%s: no longer listed: %w", ff.prefix, ff.name, bucket.ErrNotFound), ff.obj.Key)

@@ -149,6 +149,9 @@ type counters struct {
 	reads, readBytes, opens                atomic.Int64
 	ioErrors, invalidations, contentDrops  atomic.Int64
 	recentReads                            atomic.Int64
+	// readSizes counts feature files' READ requests by size, indexed as
+	// features.ReadSizeBucket.
+	readSizes [len(features.ReadSizeBounds) + 1]atomic.Int64
 }
 
 // New checks cfg, fills its defaults and returns the tree.

@@ -10,6 +10,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // scrape GETs url and parses the Prometheus text exposition.
@@ -113,6 +115,9 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 		{"featurefs_cache_write_queue_reads_total", nil, float64(st.FS.WriteQueueReads), dto.MetricType_COUNTER},
 		{"featurefs_device_info", []string{"device", "fake", "dtype", "float32", "source", "fake://bucket"}, 1, dto.MetricType_GAUGE},
 	}
+	for i, n := range st.FS.ReadSizes.Counts() {
+		wants = append(wants, want{"featurefs_read_requests_total", []string{"size", features.ReadSizeLabels[i]}, float64(n), dto.MetricType_COUNTER})
+	}
 	for kind, n := range st.Errors.ByKind() {
 		wants = append(wants, want{"featurefs_errors_total", []string{"kind", kind}, float64(n), dto.MetricType_COUNTER})
 	}
@@ -136,6 +141,9 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 	}
 	if v, _ := metricValue(fams, "featurefs_cache_writes_total", "mode", "background"); v == 0 {
 		t.Error("no cache write done in the background after reads that extracted")
+	}
+	if v, _ := metricValue(fams, "featurefs_read_requests_total", "size", "le_4k"); v == 0 {
+		t.Error("no READ request of at most 4K counted after reads of small files")
 	}
 	if v, _ := metricValue(fams, "featurefs_errors_total", "kind", ErrKindTimeout); v == 0 {
 		t.Error("no timeout counted after a read past the timeout")

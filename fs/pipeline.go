@@ -37,6 +37,9 @@ type ErrorCounts = features.ErrorCounts
 // TreeStats counts what the tree did since mount.
 type TreeStats = features.TreeStats
 
+// ReadSizes is a histogram of feature files' READ request sizes.
+type ReadSizes = features.ReadSizes
+
 // ErrorRecord is one recent error.
 type ErrorRecord = features.ErrorRecord
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // faultyBucket fails Gets of keys containing "fail" with a store error and
@@ -232,5 +233,99 @@ func TestStatsCacheHitRatio(t *testing.T) {
 	}
 	if st.Store.Gets != 1 || st.Store.BytesFetched != int64(len("img3")) {
 		t.Errorf("store: %+v, want one Get of img3", st.Store)
+	}
+}
+
+// TestStatsReadSizesAndCPU: the stats file counts every READ of a feature
+// file in the bucket of the size the kernel asked for (a small file's one
+// page; a layer12-sized file's large requests), and reports the process's
+// CPU seconds (the mount runs in this test's process, so its getrusage
+// before and after the read brackets the figure).
+func TestStatsReadSizesAndCPU(t *testing.T) {
+	m := testModel()
+	m.Layers = append(m.Layers, extractor.Layer{Index: 3, Name: "layer12", Tensor: "l12", Shape: []int64{64, 56, 56}, Bytes: 64 * 56 * 56 * 4})
+	b := newFakeBucket(1000)
+	b.put("x/1.jpg", []byte("one"))
+	e := testMountWith(t, b, newFakeExtractor(m))
+	total := func(r ReadSizes) (n int64) {
+		for _, c := range r.Counts() {
+			n += c
+		}
+		return n
+	}
+
+	st0 := e.fs.Stats().FS
+	if _, err := os.ReadFile(e.path("features", "tiny", "layer0", "x", "1.npy")); err != nil {
+		t.Fatal(err)
+	}
+	st1 := e.fs.Stats().FS
+	if n := st1.ReadSizes.Le4K - st0.ReadSizes.Le4K; n < 1 || total(st1.ReadSizes)-total(st0.ReadSizes) != n {
+		t.Errorf("a %d-byte file: read sizes %+v -> %+v, want its reads all <= 4K", m.Layers[0].Bytes, st0.ReadSizes, st1.ReadSizes)
+	}
+	if reads := st1.Reads - st0.Reads; total(st1.ReadSizes)-total(st0.ReadSizes) != reads {
+		t.Errorf("read sizes count %d requests, fs.reads %d", total(st1.ReadSizes)-total(st0.ReadSizes), reads)
+	}
+
+	if _, err := os.ReadFile(e.path("features", "tiny", "layer12", "x", "1.npy")); err != nil {
+		t.Fatal(err)
+	}
+	st2 := e.fs.Stats().FS
+	reads := st2.Reads - st1.Reads
+	if got := total(st2.ReadSizes) - total(st1.ReadSizes); got != reads || reads < 1 {
+		t.Errorf("read sizes count %d requests, fs.reads %d", got, reads)
+	}
+	// The file is 802,816 bytes in at most two requests (max_pages,
+	// readahead: TestLayer12SizedFileIsOneOrTwoReads), so at least one
+	// asked for more than 128K.
+	if big := st2.ReadSizes.Le512K + st2.ReadSizes.Le1M - st1.ReadSizes.Le512K - st1.ReadSizes.Le1M; big < 1 {
+		t.Errorf("a layer12-sized file: read sizes %+v -> %+v, want a request over 128K", st1.ReadSizes, st2.ReadSizes)
+	}
+
+	// The stats file shows the same buckets under fs.read_sizes, and the
+	// process's CPU seconds.
+	cpu := func() float64 {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+	}
+	before := cpu()
+	raw, err := os.ReadFile(e.path(".featurefs", "stats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := cpu()
+	var doc struct {
+		CPUSeconds *float64 `json:"cpu_seconds"`
+		FS         struct {
+			ReadSizes map[string]int64 `json:"read_sizes"`
+		} `json:"fs"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("stats file: %v\n%s", err, raw)
+	}
+	if doc.CPUSeconds == nil || *doc.CPUSeconds < before || *doc.CPUSeconds > after || *doc.CPUSeconds <= 0 {
+		t.Errorf("cpu_seconds %v, want within the process's %v..%v", doc.CPUSeconds, before, after)
+	}
+	counts := st2.ReadSizes.Counts()
+	if len(doc.FS.ReadSizes) != len(features.ReadSizeLabels) {
+		t.Errorf("fs.read_sizes has %d buckets %v, want %v", len(doc.FS.ReadSizes), doc.FS.ReadSizes, features.ReadSizeLabels)
+	}
+	for i, l := range features.ReadSizeLabels {
+		if n, ok := doc.FS.ReadSizes[l]; !ok || n != counts[i] {
+			t.Errorf("fs.read_sizes.%s = %d (present %v), want %d", l, n, ok, counts[i])
+		}
+	}
+}
+
+func TestReadSizeBucket(t *testing.T) {
+	for _, c := range []struct{ size, want int }{
+		{0, 0}, {1, 0}, {4096, 0}, {4097, 1}, {32 << 10, 1}, {32<<10 + 1, 2}, {128 << 10, 2},
+		{128<<10 + 1, 3}, {512 << 10, 3}, {512<<10 + 1, 4}, {1 << 20, 4}, {1<<20 + 1, 5}, {64 << 20, 5},
+	} {
+		if got := features.ReadSizeBucket(c.size); got != c.want {
+			t.Errorf("ReadSizeBucket(%d) = %d (%s), want %d (%s)", c.size, got, features.ReadSizeLabels[got], c.want, features.ReadSizeLabels[c.want])
+		}
 	}
 }

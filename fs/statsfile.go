@@ -10,6 +10,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // Stats returns the current figures: the pipeline's, with the tree's own
@@ -23,6 +25,11 @@ func (f *FS) Stats() Stats {
 	t.StatCalls, t.Opens, t.Reads, t.ReadBytes = c.stats.Load(), c.opens.Load(), c.reads.Load(), c.readBytes.Load()
 	t.KernelInvalidations, t.KernelPageDrops, t.IOErrors = c.invalidations.Load(), c.contentDrops.Load(), c.ioErrors.Load()
 	t.RecentReads = c.recentReads.Load()
+	var sizes [len(features.ReadSizeBounds) + 1]int64
+	for i := range sizes {
+		sizes[i] = c.readSizes[i].Load()
+	}
+	t.ReadSizes = features.ReadSizesOf(sizes)
 	t.ListingsCached, t.ListingEntries = nl, ne
 	st.BytesServed = st.FS.ReadBytes
 	return st

@@ -9,7 +9,8 @@
 # tree), each featurefs run with a fresh mount and a fresh cache directory.
 # Prints one markdown section on stdout (make bench also stores it in
 # docs/bench/epoch.md): medians over the rounds with min-max, verdicts from
-# the medians of per-round ratios; progress on stderr.
+# the medians of per-round ratios, and epochs 2+ with the defaults vs
+# --prefetch off with the FUSE reads the mount saw in each; progress on stderr.
 #
 #   scripts/bench-epoch.sh     (after make build)
 # Env: BENCH_IMAGES (200), BENCH_ROUNDS (3; fewer than 3 gives figures but no

@@ -201,6 +201,10 @@ def cmd_torch(args):
 
 
 KINDS = ("tree", "off", "extract", "decode", "torch")
+# The stats file's fs.read_sizes buckets (the size the kernel asked for) and
+# their names in the breakdown.
+READ_SIZES = (("le_4k", "<= 4 KiB"), ("le_32k", "4-32 KiB"), ("le_128k", "32-128 KiB"),
+              ("le_512k", "128-512 KiB"), ("le_1m", "512 KiB-1 MiB"), ("gt_1m", "> 1 MiB"))
 
 
 def med(xs):
@@ -313,13 +317,14 @@ def cmd_report(args):
     ep_rows = []
     for kind, name in (("tree", "defaults (`--prefetch tree`)"), ("off", "`--prefetch off`")):
         cols = " | ".join(cell(secs(kind, i), "{:.2f}") for i in range(n_ep))
-        cpus = " | ".join(f"{cell(ms(mcpu(kind, i)), '{:.2f}')} | {cell(ms(pycpu(kind, i)), '{:.2f}')}"
+        cpus = " | ".join(f"{cell(ms(mcpu(kind, i)), '{:.2f}')} | {cell(ms(pycpu(kind, i)), '{:.2f}')} | "
+                          f"{cell(per(lambda r: delta(r[kind]['passes'][i], 'fs', 'reads')))}"
                           for i in range(1, n_ep))
         setup = cell(per(lambda r: r[kind]["setup_seconds"]), "{:.2f}")
         ep_rows.append(f"| {name} | {setup} | {cols} | {cpus} |")
     ep_head = " | ".join(f"pass {i + 1} s" for i in range(n_ep))
-    ep_cpu_head = " | ".join(f"pass {i + 1} mount CPU ms/image | pass {i + 1} Python CPU ms/image"
-                             for i in range(1, n_ep))
+    ep_cpu_head = " | ".join(f"pass {i + 1} mount CPU ms/image | pass {i + 1} Python CPU ms/image | "
+                             f"pass {i + 1} FUSE reads of feature files" for i in range(1, n_ep))
 
     def bd(kind, path, scale=1.0, fmt="{:.2f}"):
         return cell(per(lambda r: scale * delta(r[kind]["passes"][0], *path)), fmt)
@@ -341,6 +346,10 @@ def cmd_report(args):
             ("FUSE reads of feature files", ("fs", "reads"), 1, "{:.0f}"),
             ("FUSE read MB", ("fs", "read_bytes"), 1e-6, "{:.0f}"),
             ("cache partial reads", ("fs", "cache_partial_reads"), 1, "{:.0f}"),
+            ("hand-off reads (a feature just computed, from memory)", ("fs", "handoff_reads"), 1, "{:.0f}"),
+            ("recent reads (a feature this file's read computed, from memory)", ("fs", "recent_reads"), 1, "{:.0f}"),
+            *((f"FUSE READ requests {name}", ("fs", "read_sizes", key), 1, "{:.0f}") for key, name in READ_SIZES),
+            ("mount CPU s (stats file `cpu_seconds`)", ("cpu_seconds",), 1, "{:.2f}"),
             ("bytes fetched from the store, MB", ("store", "bytes_fetched"), 1e-6, "{:.0f}")):
         if path is None:
             h = per(lambda r: delta(r["tree"]["passes"][0], "cache", "hits"))
@@ -356,9 +365,12 @@ def cmd_report(args):
                              ("cache", "decompress_seconds")),
                             ("mean extraction batch size", ("extractor", "batched_items"), ("extractor", "batches"))):
         def q(kind):
+            # n/a where the denominator is 0 in every round (no decompression
+            # at all: features served from memory); rounds with 0 are left out.
             scale = 1 if "batch" in label else 1e-6
-            return cell(per(lambda r: scale * delta(r[kind]["passes"][0], *num)
-                            / max(delta(r[kind]["passes"][0], *den), 1e-9)), "{:.1f}" if scale == 1 else "{:.0f}")
+            xs = [scale * delta(r[kind]["passes"][0], *num) / d for r in rounds
+                  if (d := delta(r[kind]["passes"][0], *den)) > 0]
+            return cell(xs, "{:.1f}" if scale == 1 else "{:.0f}") if xs else "n/a"
         breakdown.append(f"| {label} | {q('tree')} | {q('off')} |")
     reads_per_file = med(per(lambda r: delta(r["tree"]["passes"][0], "fs", "reads"))) / n
     whole = [a + b for a, b in zip(mcpu("tree"), pycpu("tree"))]
@@ -405,10 +417,11 @@ CPU per delivered image of the whole path in epoch 1: the mount process plus the
 Every pass through the same mount (pass 2 is epoch 2: the kernel's page cache, or the feature cache, serves it; issue 25's
 epoch 2 with the defaults was 0.68 s vs 0.25 s with `--prefetch off` for 200 ResNet-50 layer12 features). Setup = mount +
 DatasetFolder scan. The Python side's CPU in pass 2 is the DataLoader's own cost (np.load, collate, the workers' hand-off
-of 800 KB samples): the ceiling the mount shares the cores with.
+of 800 KB samples): the ceiling the mount shares the cores with. FUSE reads in a later pass are the requests for pages
+the kernel's page cache no longer held (0: the pass came from the page cache alone).
 
 | mount | setup s | {ep_head} | {ep_cpu_head} |
-|---|---|{'---|' * n_ep}{'---|---|' * (n_ep - 1)}
+|---|---|{'---|' * n_ep}{'---|---|---|' * (n_ep - 1)}
 {chr(10).join(ep_rows)}
 
 The mount's own breakdown over epoch 1 (the stats file, `MOUNT/.featurefs/stats`, after - before the pass; medians with

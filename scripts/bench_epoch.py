@@ -217,9 +217,17 @@ def cmd_featurefs(args):
 
         def snap(e):
             s = read_stats(args.mnt)
-            x = s.get("extraction", {})
+            x, t = s.get("extraction", {}), s.get("fs", {})
+            # Running totals after epoch e: FUSE reads of feature files (a
+            # later epoch's are pages the kernel's page cache lacked), the
+            # ones answered from part of a cached feature, cache
+            # decompression, prefetch's extractions, the mount's CPU.
             return {"mean_batch_size": x.get("mean_batch_size"), "batches": x.get("batches"),
-                    "extractions": x.get("completed"), "cache_hit_ratio": s.get("cache_hit_ratio")}
+                    "extractions": x.get("completed"), "cache_hit_ratio": s.get("cache_hit_ratio"),
+                    "fuse_reads": t.get("reads"), "cache_partial_reads": t.get("cache_partial_reads"),
+                    "decompress_seconds": s.get("cache", {}).get("decompress_seconds"),
+                    "prefetch_extracted": s.get("prefetch", {}).get("extracted"),
+                    "mount_cpu_seconds": s.get("cpu_seconds")}
 
         epochs = train(dl, len(ds.classes), args.epochs, lambda x: x, on_epoch=snap)
         stats = read_stats(args.mnt)
@@ -326,6 +334,23 @@ def cmd_report(args):
             f"{t['extractor']['infer_seconds']:.1f} / {o['extractor']['infer_seconds']:.1f} |")
     devices = sorted({st(r[k])["device"] for r in rounds for k in ("tree", "off")})
 
+    def during(kind, i, key):  # a running total's change over epoch i (0-based, i >= 1); None if not recorded
+        vals = [(r[kind]["epochs"][i].get(key), r[kind]["epochs"][i - 1].get(key)) for r in rounds]
+        if any(a is None or b is None for a, b in vals):
+            return None
+        return med([a - b for a, b in vals])
+
+    def pair(key, fmt="{:.0f}"):
+        return lambda i: " / ".join("n/a" if (v := during(k, i, key)) is None else fmt.format(v) for k in ("tree", "off"))
+
+    later_rows = []
+    for i in range(1, n_ep):
+        rs = ratio("off", "tree", lambda r, i=i: r["epochs"][i]["seconds"])
+        pf = during("tree", i, "prefetch_extracted")
+        later_rows.append(f"| {i + 1} | {med(rs):.2f}x ({span(rs, 'x')}) | {', '.join(f'{x:.2f}' for x in rs)} | "
+                          f"{pair('fuse_reads')(i)} | {pair('cache_partial_reads')(i)} | "
+                          f"{'n/a' if pf is None else f'{pf:.0f}'} | {pair('mount_cpu_seconds', '{:.2f}')(i)} |")
+
     print(f"""## Epochs: transfer learning on layer12, PyTorch alone vs featurefs
 
 Command: `{args.command}` ({args.env}).
@@ -352,6 +377,15 @@ Setup = model build + bucket listing (baseline) or mount + directory scan (featu
 {ratio_row("featurefs epoch 1 vs baseline epoch 1 (incl. setup)", r1, t1, ratio("baseline", "tree", pass1))}
 {ratio_row(f"total of {n_ep} epochs, baseline / featurefs", rt, tt)}
 {ratio_row("epoch 1, `--prefetch off` / `--prefetch tree` (incl. setup)", rp, tp, ratio("off", "tree", pass1))}
+
+Epochs 2-{n_ep} through the mount, defaults vs `--prefetch off` (per-round ratios of the epoch's seconds, then their
+median; below 1.00x the defaults were slower), and what the mount did in them (the stats file's running totals read after
+each epoch, medians over the rounds, tree / off): FUSE reads of feature files are the requests for pages the kernel's
+page cache no longer held (0: the epoch came from the page cache alone).
+
+| epoch | `--prefetch off` / `--prefetch tree`, seconds | by round | FUSE reads tree / off | from part of a cached feature tree / off | prefetch extractions (tree) | mount CPU s tree / off |
+|---|---|---|---|---|---|---|
+{chr(10).join(later_rows)}
 
 featurefs's own figures, by round (stats file; mean batch size = `extraction.mean_batch_size` after epoch 1, with the
 batch count; the rest after {n_ep} epochs; extractions for tree with what prefetch extracted in brackets); device

@@ -68,7 +68,7 @@ var knownStatsKeys = map[string]bool{
 	"source": true, "device": true, "dtype": true, "cache": true, "extractor": true, "fs": true,
 	"recent_errors": true, "uptime_seconds": true, "extraction": true, "queue": true,
 	"cache_hit_ratio": true, "store": true, "bytes_served": true, "errors": true,
-	"feature_store": true,
+	"feature_store": true, "cpu_seconds": true,
 }
 
 // printStats renders the stats file's JSON as aligned sections.
@@ -82,7 +82,7 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 		return err
 	}
 	up := time.Duration(s.UptimeSeconds * float64(time.Second)).Round(time.Second)
-	fmt.Fprintf(w, "featurefs mount %s\nsource %s, up %s\n", mnt, s.Source, up)
+	fmt.Fprintf(w, "featurefs mount %s\nsource %s, up %s, %.1f CPU seconds\n", mnt, s.Source, up, s.CPUSeconds)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	section := func(name string) { fmt.Fprintf(tw, "\n%s\n", name) }
@@ -152,6 +152,9 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	section("served")
 	row("bytes served", "%s", humanBytes(s.BytesServed))
 	row("reads", "%d (%d answered from part of a cached feature)", s.FS.Reads, s.FS.CachePartialReads)
+	rs := s.FS.ReadSizes
+	row("read sizes", "<=4K %d, <=32K %d, <=128K %d, <=512K %d, <=1M %d, >1M %d (READ requests)",
+		rs.Le4K, rs.Le32K, rs.Le128K, rs.Le512K, rs.Le1M, rs.Over1M)
 
 	section("errors")
 	by := s.Errors.ByKind()

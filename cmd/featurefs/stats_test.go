@@ -12,7 +12,8 @@ import (
 
 func TestPrintStatsSections(t *testing.T) {
 	var s featurefs.Stats
-	s.Source, s.Device, s.UptimeSeconds = "s3://host/bkt", "cuda:0", 75
+	s.Source, s.Device, s.UptimeSeconds, s.CPUSeconds = "s3://host/bkt", "cuda:0", 75, 12.34
+	s.FS.ReadSizes = featurefs.ReadSizes{Le4K: 1, Le32K: 2, Le128K: 3, Le512K: 4, Le1M: 5, Over1M: 6}
 	s.Extraction = featurefs.ExtractionStats{RatePerSecond: 12.5, RateWindowSeconds: 10, Completed: 300, MeanBatchSize: 7.5, Batches: 40, BatchedItems: 300}
 	s.Queue = featurefs.QueueStats{Foreground: 3, Background: 120}
 	s.CacheHitRatio, s.FS.CacheHits, s.FS.CacheMisses = 0.25, 100, 300
@@ -31,7 +32,8 @@ func TestPrintStatsSections(t *testing.T) {
 	}
 	got := out.String()
 	for _, want := range []string{
-		`(?m)^source s3://host/bkt, up 1m15s$`,
+		`(?m)^source s3://host/bkt, up 1m15s, 12\.3 CPU seconds$`,
+		`(?m)^  read sizes +<=4K 1, <=32K 2, <=128K 3, <=512K 4, <=1M 5, >1M 6 \(READ requests\)$`,
 		`(?m)^extraction\n  rate +12\.50 features/s \(last 10s\)$`,
 		`(?m)^  mean batch size +7\.50 \(300 images in 40 batches\)$`,
 		`(?m)^queue\n  foreground +3\n  background +120$`,

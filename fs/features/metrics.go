@@ -160,6 +160,15 @@ func newCollector(stats func() Stats) *collector {
 			func(s *Stats) []sample { return one(float64(s.BytesServed)) }},
 		{d("reads_total", "Reads of feature files that returned data."), prometheus.CounterValue,
 			func(s *Stats) []sample { return one(float64(s.FS.Reads)) }},
+		{d("read_requests_total", "FUSE READ requests of feature files, by the size the kernel asked for (size: le_4k, le_32k, le_128k, le_512k, le_1m, gt_1m; a request counts in the first that holds it).", "size"), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				counts := s.FS.ReadSizes.Counts()
+				out := make([]sample, len(counts))
+				for i, n := range counts {
+					out[i] = sample{float64(n), []string{ReadSizeLabels[i]}}
+				}
+				return out
+			}},
 		{d("errors_total", "Errors answered to reads and listings, by kind.", "kind"), prometheus.CounterValue,
 			func(s *Stats) []sample {
 				by := s.Errors.ByKind()

@@ -1,6 +1,8 @@
 package features
 
 import (
+	"syscall"
+
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/fs/featurestore"
@@ -28,6 +30,11 @@ type Stats struct {
 	// UptimeSeconds is the time since the pipeline (the tree, the
 	// server) was created.
 	UptimeSeconds float64 `json:"uptime_seconds"`
+	// CPUSeconds is the CPU time the whole process has used since it
+	// started, user plus system (getrusage RUSAGE_SELF): with the other
+	// figures, a benchmark reads it from one place. 0 where the system
+	// cannot tell.
+	CPUSeconds float64 `json:"cpu_seconds"`
 	// Extraction summarizes the extractions: rate, batching, outcomes.
 	Extraction ExtractionStats `json:"extraction"`
 	// Queue is the extraction queue's depth now, by priority.
@@ -175,6 +182,10 @@ type TreeStats struct {
 	// recent features: a feature a read of the same file computed, kept
 	// in memory (bounded) for the file's next reads.
 	RecentReads int64 `json:"recent_reads"`
+	// ReadSizes counts the FUSE READ requests of feature files by the size
+	// the kernel asked for (every request, answered or failed): how many
+	// requests a file takes (max_pages, readahead).
+	ReadSizes ReadSizes `json:"read_sizes"`
 	// Extractions counts extraction requests made.
 	Extractions int64 `json:"extractions"`
 	// BadObjects counts distinct bad object versions found.
@@ -205,6 +216,52 @@ type TreeStats struct {
 	CacheWriteStats
 }
 
+// ReadSizes is a histogram of READ request sizes: each request counts in
+// the first bucket its size fits.
+type ReadSizes struct {
+	// Le4K counts requests of at most 4 KiB.
+	Le4K int64 `json:"le_4k"`
+	// Le32K counts requests of more than 4 KiB and at most 32 KiB.
+	Le32K int64 `json:"le_32k"`
+	// Le128K counts requests of more than 32 KiB and at most 128 KiB.
+	Le128K int64 `json:"le_128k"`
+	// Le512K counts requests of more than 128 KiB and at most 512 KiB.
+	Le512K int64 `json:"le_512k"`
+	// Le1M counts requests of more than 512 KiB and at most 1 MiB.
+	Le1M int64 `json:"le_1m"`
+	// Over1M counts requests of more than 1 MiB.
+	Over1M int64 `json:"gt_1m"`
+}
+
+// ReadSizeBounds are ReadSizes' upper bounds in bytes, bucket by bucket;
+// the last bucket (Over1M) has none.
+var ReadSizeBounds = [...]int64{4 << 10, 32 << 10, 128 << 10, 512 << 10, 1 << 20}
+
+// ReadSizeBucket returns the index of the bucket a request of size bytes
+// counts in: 0 for Le4K through len(ReadSizeBounds) for Over1M.
+func ReadSizeBucket(size int) int {
+	for i, b := range ReadSizeBounds {
+		if int64(size) <= b {
+			return i
+		}
+	}
+	return len(ReadSizeBounds)
+}
+
+// ReadSizesOf returns the histogram of counts, indexed as ReadSizeBucket.
+func ReadSizesOf(counts [len(ReadSizeBounds) + 1]int64) ReadSizes {
+	return ReadSizes{Le4K: counts[0], Le32K: counts[1], Le128K: counts[2], Le512K: counts[3], Le1M: counts[4], Over1M: counts[5]}
+}
+
+// Counts returns the buckets in order, indexed as ReadSizeBucket.
+func (r ReadSizes) Counts() [len(ReadSizeBounds) + 1]int64 {
+	return [...]int64{r.Le4K, r.Le32K, r.Le128K, r.Le512K, r.Le1M, r.Over1M}
+}
+
+// ReadSizeLabels are the buckets' names (their JSON keys), indexed as
+// ReadSizeBucket.
+var ReadSizeLabels = [...]string{"le_4k", "le_32k", "le_128k", "le_512k", "le_1m", "gt_1m"}
+
 // ErrorRecord is one recent error.
 type ErrorRecord struct {
 	// Time is when it happened (RFC 3339, UTC).
@@ -213,6 +270,17 @@ type ErrorRecord struct {
 	Key string `json:"key"`
 	// Error is the reason.
 	Error string `json:"error"`
+}
+
+// processCPUSeconds returns the process's user plus system CPU seconds, or
+// 0 when getrusage fails.
+func processCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
 }
 
 // Stats returns the pipeline's figures: the tree's own (lookups, opens,
@@ -243,6 +311,7 @@ func (p *Pipeline) Stats() Stats {
 	}
 	o := &p.obs
 	st.UptimeSeconds = now.Sub(p.started).Seconds()
+	st.CPUSeconds = processCPUSeconds()
 	rate, window := o.rate.perSecond(now, p.started, rateWindow)
 	st.Extraction = ExtractionStats{
 		RatePerSecond: rate, RateWindowSeconds: window,
