@@ -206,7 +206,7 @@ ff -1 # batch sizes for PyTorch and the bare runs; round -1 is not counted
 # include the mount's (python's) start and the DataLoader's scan.
 now() { date +%s.%N; }
 e2e_mount() {
-  local l=$1 r=$2 out t0 pid hwm
+  local l=$1 r=$2 out t0 pid hwm cpu
   t0=$(now)
   featurefs_mount --device "$DEVICE" --precision "$PREC" --model "resnet50=$MODEL" --cache-dir "$WORK/cache-e2e" \
     --log-file "$WORK/mount-e2e-$l-$r.log" "$WORK/e2e" "$MNT" >/dev/null 2>&1 ||
@@ -216,10 +216,11 @@ e2e_mount() {
     { unmount "$MNT"; fail "DataLoader over the mount ($l) failed: $(tail -3 "$WORK/e2e.log"); the mount log is $WORK/mount-e2e-$l-$r.log"; }
   pid=${MOUNT_PIDS[$MNT]:-}
   hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2>/dev/null || true)
+  cpu=$(awk -v t="$(getconf CLK_TCK)" '{sub(/^.*\) /, ""); print ($12 + $13) / t}' "/proc/$pid/stat" 2>/dev/null || echo 0)
   cp "$MNT/.featurefs/stats" "$WORK/stats-e2e-$l-$r.txt" 2>/dev/null || true
   unmount "$MNT" || fail "could not unmount $MNT"
   rm -rf "$WORK/cache-e2e"
-  record "e2e-mount" "$r" "$("$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); r["layer"]=sys.argv[2]; r["rss_peak_bytes"]=int(sys.argv[3] or 0)*1024; print(json.dumps(r))' "$out" "$l" "$hwm")"
+  record "e2e-mount" "$r" "$("$PY" -c 'import json,sys; r=json.loads(sys.argv[1]); r["layer"]=sys.argv[2]; r["rss_peak_bytes"]=int(sys.argv[3] or 0)*1024; r["mount_cpu_seconds"]=float(sys.argv[4] or 0); print(json.dumps(r))' "$out" "$l" "$hwm" "$cpu")"
 }
 e2e_torch() {
   local l=$1 r=$2 out t0
@@ -346,17 +347,19 @@ print(f"What a user compares. featurefs: a fresh mount with the defaults (`--pre
       f"transforms, a shuffling DataLoader ({ncpu} workers, pin_memory, featurefs's batch size), the model truncated at the "
       "layer on the same GPU (cudnn.benchmark, the same TF32 setting), the features left on the GPU. Epoch 1 images/s counts "
       "from the first batch asked for to the last one's end; wall time counts from the mount command's (python's) start, "
-      "through model loading and the DataLoader's scan, to the epoch's end. Ceiling: the lower of the GPU and CPU-decode "
+      "through model loading and the DataLoader's scan, to the epoch's end. Mount CPU: the mount process's utime+stime "
+      "over its whole life (start-up included) per image. Ceiling: the lower of the GPU and CPU-decode "
       "ceilings above. RSS: the mount process's peak (VmHWM; it counts the CUDA libraries' and the cache's mapped files).")
 print()
-print("| layer | featurefs epoch 1 images/s | PyTorch epoch 1 images/s | **featurefs / PyTorch** (target >= 1.5x) | featurefs wall s (scan s) | PyTorch wall s (scan s) | wall: PyTorch / featurefs | **featurefs / lower ceiling** (target >= 80%) | mount peak RSS |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| layer | featurefs epoch 1 images/s | PyTorch epoch 1 images/s | **featurefs / PyTorch** (target >= 1.5x) | featurefs wall s (scan s) | PyTorch wall s (scan s) | wall: PyTorch / featurefs | **featurefs / lower ceiling** (target >= 80%) | mount CPU ms/image | mount peak RSS |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for layer in ("layer12", "layer18"):
     m = [r for r in of("e2e-mount") if r.get("layer") == layer]
     t = of("e2e-torch", layer)
     mv, tv = [r["images_per_s"] for r in m], [r["images_per_s"] for r in t]
     mw, tw = [r["wall_seconds"] for r in m], [r["wall_seconds"] for r in t]
     ms, tsc = [r["scan_seconds"] for r in m], [r["scan_seconds"] for r in t]
+    cpu = [1000 * r["mount_cpu_seconds"] / r["images"] for r in m if r.get("mount_cpu_seconds")]
     ratio = med(mv) / med(tv) if tv else float("nan")
     o = [r["images_per_s"] for r in of("ort", layer)]
     ceil = min(med(o), med(dec)) if o and dec else float("nan")
@@ -365,7 +368,7 @@ for layer in ("layer12", "layer18"):
     verdict = lambda ok, x: "no verdict" if x != x else ("met" if ok else "MISSED")
     print(f"| {layer} | {num(med(mv))} ({rng(mv)}) | {num(med(tv))} ({rng(tv)}) | **{ratio:.2f}x** ({verdict(ratio >= 1.5, ratio)}) "
           f"| {num(med(mw))} ({num(med(ms))}) | {num(med(tw))} ({num(med(tsc))}) | {med(tw) / med(mw):.2f}x "
-          f"| **{100 * share:.0f}%** ({verdict(share >= 0.8, share)}) | {f'{rss / 2**20:.0f} MiB' if rss else 'n/a'} |")
+          f"| **{100 * share:.0f}%** ({verdict(share >= 0.8, share)}) | {num(med(cpu))} ({rng(cpu)}) | {f'{rss / 2**20:.0f} MiB' if rss else 'n/a'} |")
 print()
 if any(l.strip() for l in batch_lines):
     print()
