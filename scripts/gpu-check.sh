@@ -135,7 +135,7 @@ MODEL=$WORK/resnet50.onnx
 log "generating $E2E_IMAGES JPEGs (the first $IMAGES of them for the throughput step) and the fidelity set"
 "$PY" "$CHECK" images --out "$WORK/e2e" --n "$E2E_IMAGES" >/dev/null
 # the throughput step's set: hard links to the first IMAGES of them
-(cd "$WORK/e2e" && find train -name '*.jpg' | sort | head -n "$IMAGES" | while read -r f; do
+(cd "$WORK/e2e" && find train -name '*.jpg' | sort | awk -v n="$IMAGES" 'NR <= n' | while read -r f; do
   mkdir -p "$WORK/imagenet/$(dirname "$f")" && ln "$f" "$WORK/imagenet/$f"; done)
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/fidelity" "${FIDELITY[@]}" \
   --min-side 40 --max-side 700 --seed 7 >/dev/null
