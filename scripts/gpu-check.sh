@@ -40,7 +40,11 @@
 # Env: GPU_CHECK_ROUNDS (3), GPU_CHECK_IMAGES (4000), GPU_CHECK_E2E_IMAGES
 # (20000), GPU_CHECK_KEEP=1 keeps the work directory, GPU_CHECK_RESULTS=FILE
 # appends each result line to FILE as it comes (the raw figures survive a
-# run cut short), FEATUREFS_PY, FEATUREFS_BIN, FEATUREFS_ORT_LIB.
+# run cut short), GPU_CHECK_STEPS (fidelity,throughput,e2e: the steps to
+# run; without fidelity the runs use fp32, without throughput PyTorch's
+# batch is 256), GPU_CHECK_E2E_UNIQUE (E2E_IMAGES: generate only this many
+# distinct JPEGs and fill the end-to-end set with copies of them, for a host
+# lent briefly), FEATUREFS_PY, FEATUREFS_BIN, FEATUREFS_ORT_LIB.
 # GPU_CHECK_REHEARSAL=1 runs every step on the CPU instead (fp32 only, 24
 # images, one round; the report says so): a test of this script on a
 # machine without a GPU, not a measurement.
@@ -133,15 +137,28 @@ log "exporting ResNet-50 (seeded random weights) with $PY"
 MODEL=$WORK/resnet50.onnx
 "$PY" "$CHECK" export --out "$MODEL" >/dev/null
 log "generating $E2E_IMAGES JPEGs (the first $IMAGES of them for the throughput step) and the fidelity set"
-"$PY" "$CHECK" images --out "$WORK/e2e" --n "$E2E_IMAGES" >/dev/null
+STEPS=",${GPU_CHECK_STEPS:-fidelity,throughput,e2e},"
+has() { [[ $STEPS == *",$1,"* ]]; }
+UNIQUE=${GPU_CHECK_E2E_UNIQUE:-$E2E_IMAGES}
+"$PY" "$CHECK" images --out "$WORK/e2e" --n "$UNIQUE" >/dev/null
+# copies (their own files, not links: no two keys share an object) up to E2E_IMAGES
+[ "$UNIQUE" -ge "$E2E_IMAGES" ] || "$PY" -c 'import glob, os, shutil, sys
+root, want = sys.argv[1], int(sys.argv[2])
+src = sorted(glob.glob(os.path.join(root, "train", "*", "*.jpg")))
+for i in range(want - len(src)):
+    f = src[i % len(src)]
+    shutil.copyfile(f, f"{f[:-4]}-copy{i // len(src) + 1}.jpg")' "$WORK/e2e" "$E2E_IMAGES"
 # the throughput step's set: hard links to the first IMAGES of them
 (cd "$WORK/e2e" && find train -name '*.jpg' | sort | awk -v n="$IMAGES" 'NR <= n' | while read -r f; do
   mkdir -p "$WORK/imagenet/$(dirname "$f")" && ln "$f" "$WORK/imagenet/$f"; done)
-"$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/fidelity" "${FIDELITY[@]}" \
-  --min-side 40 --max-side 700 --seed 7 >/dev/null
-rm -f "$WORK/fidelity/manifest.json"
+if has fidelity; then
+  "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/fidelity" "${FIDELITY[@]}" \
+    --min-side 40 --max-side 700 --seed 7 >/dev/null
+  rm -f "$WORK/fidelity/manifest.json"
+fi
 
 # 1. Fidelity through a --device cuda mount, fp32 and tf32.
+has fidelity || PRECS=()
 for prec in "${PRECS[@]}"; do
   log "fidelity, --precision $prec"
   featurefs_mount --device "$DEVICE" --precision "$prec" --model "resnet50=$MODEL" --cache-dir "$WORK/cache-fid-$prec" \
@@ -198,7 +215,11 @@ dec() {
     fail "featurefs bench (decode) failed: $(tail -3 "$WORK/bench.log")"
   record decode "$1" "$out"
 }
-ff -1 # batch sizes for PyTorch and the bare runs; round -1 is not counted
+if has throughput; then
+  ff -1 # batch sizes for PyTorch and the bare runs; round -1 is not counted
+else
+  BATCH=([layer12]=256 [layer18]=256)
+fi
 
 # 3. (run before the throughput rounds) End to end, what a user compares:
 # epoch 1 of an unmodified DataLoader through a fresh --device cuda mount
@@ -230,7 +251,8 @@ e2e_torch() {
   record "e2e-torch" "$r" "$out"
 }
 e2e_steps=("e2e_mount layer12" "e2e_torch layer12" "e2e_mount layer18" "e2e_torch layer18")
-for ((r = 0; r < ROUNDS; r++)); do
+has e2e || e2e_steps=()
+for ((r = 0; r < ROUNDS && ${#e2e_steps[@]} > 0; r++)); do
   for ((i = 0; i < ${#e2e_steps[@]}; i++)); do
     s=${e2e_steps[$(((i + r) % ${#e2e_steps[@]}))]}
     log "end to end, round $((r + 1))/$ROUNDS: $s"
@@ -239,7 +261,8 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 steps=(ff pt bare dec)
-for ((r = 0; r < ROUNDS; r++)); do
+has throughput || steps=()
+for ((r = 0; r < ROUNDS && ${#steps[@]} > 0; r++)); do
   for ((i = 0; i < ${#steps[@]}; i++)); do
     s=${steps[$(((i + r) % ${#steps[@]}))]}
     log "round $((r + 1))/$ROUNDS: $s"
@@ -365,10 +388,10 @@ for layer in ("layer12", "layer18"):
     ceil = min(med(o), med(dec)) if o and dec else float("nan")
     share = med(mv) / ceil
     rss = max([r.get("rss_peak_bytes", 0) for r in m] or [0])
-    verdict = lambda ok, x: "no verdict" if x != x else ("met" if ok else "MISSED")
+    verdict = lambda ok, x: "no verdict" if x != x else (f"no verdict from {len(mv)} round(s)" if len(mv) < 3 else ("met" if ok else "MISSED"))
     print(f"| {layer} | {num(med(mv))} ({rng(mv)}) | {num(med(tv))} ({rng(tv)}) | **{ratio:.2f}x** ({verdict(ratio >= 1.5, ratio)}) "
           f"| {num(med(mw))} ({num(med(ms))}) | {num(med(tw))} ({num(med(tsc))}) | {med(tw) / med(mw):.2f}x "
-          f"| **{100 * share:.0f}%** ({verdict(share >= 0.8, share)}) | {num(med(cpu))} ({rng(cpu)}) | {f'{rss / 2**20:.0f} MiB' if rss else 'n/a'} |")
+          f"| **{'n/a' if share != share else f'{100 * share:.0f}%'}** ({verdict(share >= 0.8, share)}) | {num(med(cpu))} ({rng(cpu)}) | {f'{rss / 2**20:.0f} MiB' if rss else 'n/a'} |")
 print()
 if any(l.strip() for l in batch_lines):
     print()
@@ -378,8 +401,12 @@ if any(l.strip() for l in batch_lines):
         if l.strip():
             print("    " + l.strip()[:400])
 print()
-print(f"fp32 fidelity: {'holds' if fid_ok else 'MISSED'}.")
+print(f"fp32 fidelity: {'holds' if fid_ok else 'MISSED'}." if of("fidelity-fp32") else "fp32 fidelity: not checked in this run (GPU_CHECK_STEPS).")
 sys.exit(0 if fid_ok else 3)
 PYEOF
 [ "$fid_ok" = 1 ] || fail "fp32 fidelity does not hold, or the report failed (see above)"
+if [ "$STEPS" != ",fidelity,throughput,e2e," ] || [ "$UNIQUE" -lt "$E2E_IMAGES" ]; then
+  echo
+  echo "This run: GPU_CHECK_STEPS=${GPU_CHECK_STEPS:-fidelity,throughput,e2e}; the end-to-end set: $UNIQUE distinct JPEGs and copies of them up to $E2E_IMAGES files; --precision $PREC."
+fi
 log "ok"
