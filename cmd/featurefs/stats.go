@@ -120,9 +120,9 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	row("stored", "%s in %d features (bound %s)", humanBytes(c.Bytes), c.Entries, humanBytes(c.MaxBytes))
 	row("writes", "%d (%d evictions)", c.Puts, c.Evictions)
 	cw := s.FS.CacheWriteStats
-	row("write queue", "%d features (%s) queued, peak %s of %s; %d written in the background, %d inline, %d dropped",
+	row("write queue", "%d features (%s) queued, peak %s of %s; %d written in the background, %d inline, %d skipped (read while the queue was full: not cached), %d dropped",
 		cw.WriteQueued, humanBytes(cw.WriteQueuedBytes), humanBytes(cw.WriteQueuePeakBytes), humanBytes(cw.WriteQueueMaxBytes),
-		cw.BackgroundWrites, cw.InlineWrites, cw.DroppedWrites)
+		cw.BackgroundWrites, cw.InlineWrites, cw.SkippedWrites, cw.DroppedWrites)
 	if c.Compression != "" {
 		row("compression", "%s, %.2fx on what was written (%s raw, %s stored); %.1fs compressing, %.1fs decompressing",
 			c.Compression, c.CompressionRatio, humanBytes(c.PutRawBytes), humanBytes(c.PutStoredBytes), c.CompressSeconds, c.DecompressSeconds)

@@ -55,6 +55,9 @@ type CacheWriteStats struct {
 	// feature is larger than the bound, or the queue is closed).
 	BackgroundWrites int64 `json:"cache_writes_background"`
 	InlineWrites     int64 `json:"cache_writes_inline"`
+	// SkippedWrites counts features a read computed while the queue was
+	// full: served, not cached.
+	SkippedWrites int64 `json:"cache_writes_skipped"`
 	// WriteWaits counts background producers (prefetch, warm-up) that
 	// waited for room in the queue.
 	WriteWaits int64 `json:"cache_write_waits"`
@@ -82,13 +85,17 @@ type pendingWrite struct {
 // a read right after a write finds it, and the cache then has it: there is
 // no moment when neither does.
 //
-// Bounds: the bytes queued never pass maxBytes. When a feature does not
-// fit, a foreground producer (a reader's own feature) writes it itself,
-// inline, as before the queue: a reader never waits for room. A background
-// producer (prefetch, warm-up) waits for room, and may fill only
-// bgBytes (three quarters of the bound), so that a reader's feature
-// still finds room while prefetch runs ahead of the writers; its wait ends
-// with its context, and it then writes inline. At most writers goroutines
+// Bounds: the bytes queued never pass maxBytes. When a foreground
+// producer's feature (a reader's own) finds no room, the cache is not
+// keeping up with extraction (on a GPU host the store's disk and the codec
+// fall behind the extractor): the feature is served and not cached
+// (counted as skipped, said once in the log), so a reader never waits on
+// the cache. A background producer (prefetch, warm-up: what fills the
+// cache for later mounts) waits for room, and may fill only bgBytes
+// (three quarters of the bound), so that a reader's feature still finds
+// room while prefetch runs ahead of the writers; its wait ends with its
+// context, and it then writes inline. A feature larger than the bound is
+// written inline. At most writers goroutines
 // write, started when work is queued and gone when the queue is empty.
 //
 // close stops queueing (later features are written inline) and waits for
@@ -114,7 +121,8 @@ type cacheWriter struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup // the writer goroutines
 
-	background, inline, waits, reads, dropped atomic.Int64
+	background, inline, skipped, waits, reads, dropped atomic.Int64
+	skipOnce                                           sync.Once
 }
 
 // newCacheWriter returns an empty queue of at most maxBytes, written by at
@@ -126,36 +134,44 @@ func newCacheWriter(put func(*pendingWrite), log *slog.Logger, maxBytes int64, w
 	}
 }
 
-// enqueue queues w for a writer and reports whether it did (or w's feature
-// is queued already); false means the caller writes it itself. With wait
-// (a background producer) it waits for room until ctx ends; without, it
-// never waits.
-func (c *cacheWriter) enqueue(ctx context.Context, w *pendingWrite, wait bool) bool {
+// What enqueue did with a feature.
+type enqueued int
+
+const (
+	queued   enqueued = iota // queued (or the same key's bytes are)
+	noRoom                   // a foreground producer found the queue full: not cached
+	writeNow                 // the caller writes it itself: too large, closing, or a wait that ended
+)
+
+// enqueue queues w for a writer and says what the caller does next. With
+// wait (a background producer) it waits for room until ctx ends; without,
+// it never waits.
+func (c *cacheWriter) enqueue(ctx context.Context, w *pendingWrite, wait bool) enqueued {
 	n := int64(len(w.data))
 	limit := c.maxBytes
 	if wait {
 		limit = c.bgBytes
 	}
 	if n > limit {
-		return false // never fits
+		return writeNow // never fits
 	}
 	waited := false
 	c.mu.Lock()
 	for {
 		if c.closed {
 			c.mu.Unlock()
-			return false
+			return writeNow
 		}
 		if _, ok := c.pending[w.id]; ok {
 			c.mu.Unlock()
-			return true // the same key's bytes are queued
+			return queued // the same key's bytes are queued
 		}
 		if c.bytes+n <= limit {
 			break
 		}
 		if !wait {
 			c.mu.Unlock()
-			return false
+			return noRoom
 		}
 		if !waited {
 			waited = true
@@ -166,7 +182,7 @@ func (c *cacheWriter) enqueue(ctx context.Context, w *pendingWrite, wait bool) b
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return false
+			return writeNow
 		}
 		c.mu.Lock()
 	}
@@ -180,7 +196,7 @@ func (c *cacheWriter) enqueue(ctx context.Context, w *pendingWrite, wait bool) b
 		go c.run()
 	}
 	c.mu.Unlock()
-	return true
+	return queued
 }
 
 // run writes queued features until the queue is empty.
@@ -278,7 +294,7 @@ func (c *cacheWriter) stats() CacheWriteStats {
 	defer c.mu.Unlock()
 	return CacheWriteStats{
 		WriteQueued: len(c.pending), WriteQueuedBytes: c.bytes, WriteQueuePeakBytes: c.peak, WriteQueueMaxBytes: c.maxBytes,
-		BackgroundWrites: c.background.Load(), InlineWrites: c.inline.Load(), WriteWaits: c.waits.Load(),
+		BackgroundWrites: c.background.Load(), InlineWrites: c.inline.Load(), SkippedWrites: c.skipped.Load(), WriteWaits: c.waits.Load(),
 		WriteQueueReads: c.reads.Load(), DroppedWrites: c.dropped.Load(),
 	}
 }

@@ -143,10 +143,11 @@ func TestReadDoesNotWaitForCacheWrite(t *testing.T) {
 }
 
 // TestCacheWriteQueueBound: with the writer stuck, reads fill the queue to
-// its bound and no further; a reader whose feature does not fit writes it
-// itself (inline) and does not wait for room; prefetch-like producers
-// (warm-up) wait for room within three quarters of the bound; the bytes
-// queued never pass the bound, and every feature ends up in the cache.
+// its bound and no further; a reader whose feature does not fit gets it at
+// once, not cached (skipped), and does not wait for room; prefetch-like
+// producers (warm-up) wait for room within three quarters of the bound and
+// cache what the readers skipped; the bytes queued never pass the bound,
+// and every feature ends up in the cache.
 func TestCacheWriteQueueBound(t *testing.T) {
 	const n = 12
 	b, objs := objects(t, n)
@@ -169,13 +170,13 @@ func TestCacheWriteQueueBound(t *testing.T) {
 		}
 	}
 	st := p.Stats().FS
-	if st.WriteQueuedBytes != bound || st.WriteQueued != 4 || st.InlineWrites != 2 || st.WriteQueuePeakBytes != bound || st.WriteQueueMaxBytes != bound {
-		t.Errorf("after 6 reads with the writer stuck: %d queued (%d bytes, peak %d, bound %d), %d inline; want 4 (%d bytes, peak %d), 2 inline",
-			st.WriteQueued, st.WriteQueuedBytes, st.WriteQueuePeakBytes, st.WriteQueueMaxBytes, st.InlineWrites, bound, bound)
+	if st.WriteQueuedBytes != bound || st.WriteQueued != 4 || st.SkippedWrites != 2 || st.InlineWrites != 0 || st.WriteQueuePeakBytes != bound || st.WriteQueueMaxBytes != bound {
+		t.Errorf("after 6 reads with the writer stuck: %d queued (%d bytes, peak %d, bound %d), %d skipped, %d inline; want 4 (%d bytes, peak %d), 2 skipped, 0 inline",
+			st.WriteQueued, st.WriteQueuedBytes, st.WriteQueuePeakBytes, st.WriteQueueMaxBytes, st.SkippedWrites, st.InlineWrites, bound, bound)
 	}
 	for _, o := range objs[4:6] {
-		if !stored(t, p, c.Cache, o) {
-			t.Errorf("%s: written inline, but not in the cache", o.Key)
+		if stored(t, p, c.Cache, o) {
+			t.Errorf("%s: skipped, but in the cache", o.Key)
 		}
 	}
 
@@ -206,16 +207,17 @@ func TestCacheWriteQueueBound(t *testing.T) {
 	if st.WriteQueuePeakBytes > bound || st.WriteQueued != 0 {
 		t.Errorf("peak %d bytes queued (bound %d), %d queued at the end", st.WriteQueuePeakBytes, bound, st.WriteQueued)
 	}
-	if st.InlineWrites != 2 || st.BackgroundWrites != n-2 {
-		t.Errorf("%d inline and %d background writes; want 2 (the readers') and %d (warm-up never writes inline while it can wait)",
-			st.InlineWrites, st.BackgroundWrites, n-2)
+	if st.InlineWrites != 0 || st.BackgroundWrites != n {
+		t.Errorf("%d inline and %d background writes; want none inline (warm-up never writes inline while it can wait) and %d: the readers' 4 queued, warm-up's 8 (the 2 skipped among them)",
+			st.InlineWrites, st.BackgroundWrites, n)
 	}
 }
 
 // TestCacheWriteQueueBoundUnderLoad: many concurrent readers and a slow
 // cache: the bytes queued never pass the bound (the high-water mark is
-// exact), nothing is extracted twice, and Close leaves everything stored
-// and no goroutine behind. Run under -race.
+// exact), a feature is extracted again only after a read of it was skipped
+// (the queue full), every write is accounted for, Close leaves every
+// queued feature stored and no goroutine behind. Run under -race.
 func TestCacheWriteQueueBoundUnderLoad(t *testing.T) {
 	defer leakcheck.Check(t)()
 	const n = 40
@@ -246,14 +248,20 @@ func TestCacheWriteQueueBoundUnderLoad(t *testing.T) {
 	if st.WriteQueuePeakBytes > bound {
 		t.Errorf("peak %d bytes queued, bound %d", st.WriteQueuePeakBytes, bound)
 	}
-	if x.Calls.Load() != n || c.Puts.Load() != n || st.BackgroundWrites+st.InlineWrites != n {
-		t.Errorf("%d extractions, %d Puts (%d background, %d inline) for %d features; want each once",
-			x.Calls.Load(), c.Puts.Load(), st.BackgroundWrites, st.InlineWrites, n)
+	calls := x.Calls.Load()
+	if calls < n || calls-n > st.SkippedWrites || c.Puts.Load() != st.BackgroundWrites+st.InlineWrites ||
+		calls != st.BackgroundWrites+st.InlineWrites+st.SkippedWrites {
+		t.Errorf("%d extractions, %d Puts (%d background, %d inline), %d skipped for %d features; want each extracted once more only per skip, every extraction written or skipped",
+			calls, c.Puts.Load(), st.BackgroundWrites, st.InlineWrites, st.SkippedWrites, n)
 	}
+	cached := int64(0)
 	for _, o := range objs {
-		if !stored(t, p, c.Cache, o) {
-			t.Errorf("%s not in the cache after Close", o.Key)
+		if stored(t, p, c.Cache, o) {
+			cached++
 		}
+	}
+	if cached != c.Puts.Load() {
+		t.Errorf("%d features in the cache after Close, %d written", cached, c.Puts.Load())
 	}
 }
 
@@ -392,36 +400,37 @@ func TestWarmReturnsOnceWritten(t *testing.T) {
 // than the bound is never queued (written inline); a background producer
 // queues up to three quarters of the bound and, past it, waits until its
 // context ends (then writes inline); a foreground one takes the rest
-// without waiting; nothing is queued after close.
+// without waiting and, past the bound, is refused (noRoom: not cached);
+// nothing is queued after close (written inline).
 func TestCacheWriteModes(t *testing.T) {
 	gate := make(chan struct{})
 	taken := make(chan struct{}, 4)
 	c := newCacheWriter(func(*pendingWrite) { taken <- struct{}{}; <-gate }, slog.New(slog.DiscardHandler), 100, 1)
 	bg := context.Background()
-	if c.enqueue(bg, &pendingWrite{id: "big", data: make([]byte, 101)}, false) {
+	if c.enqueue(bg, &pendingWrite{id: "big", data: make([]byte, 101)}, false) != writeNow {
 		t.Error("a feature larger than the bound was queued")
 	}
-	if c.enqueue(bg, &pendingWrite{id: "bg", data: make([]byte, 76)}, true) {
+	if c.enqueue(bg, &pendingWrite{id: "bg", data: make([]byte, 76)}, true) != writeNow {
 		t.Error("a background feature over three quarters of the bound was queued")
 	}
-	if !c.enqueue(bg, &pendingWrite{id: "a", data: make([]byte, 70)}, false) {
+	if c.enqueue(bg, &pendingWrite{id: "a", data: make([]byte, 70)}, false) != queued {
 		t.Fatal("a foreground feature within the bound was not queued")
 	}
 	<-taken
-	if !c.enqueue(bg, &pendingWrite{id: "a", data: make([]byte, 70)}, false) {
+	if c.enqueue(bg, &pendingWrite{id: "a", data: make([]byte, 70)}, false) != queued {
 		t.Error("a feature already queued was not recognized")
 	}
 	ctx, cancel := context.WithCancel(bg)
 	waited := make(chan bool)
-	go func() { waited <- c.enqueue(ctx, &pendingWrite{id: "b", data: make([]byte, 10)}, true) }()
+	go func() { waited <- c.enqueue(ctx, &pendingWrite{id: "b", data: make([]byte, 10)}, true) == queued }()
 	for c.waits.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	if !c.enqueue(bg, &pendingWrite{id: "c", data: make([]byte, 30)}, false) {
+	if c.enqueue(bg, &pendingWrite{id: "c", data: make([]byte, 30)}, false) != queued {
 		t.Error("a foreground feature that fits the bound (70+30 of 100) was not queued")
 	}
-	if c.enqueue(bg, &pendingWrite{id: "d", data: make([]byte, 1)}, false) {
-		t.Error("a foreground feature past the bound was queued")
+	if c.enqueue(bg, &pendingWrite{id: "d", data: make([]byte, 1)}, false) != noRoom {
+		t.Error("a foreground feature past the bound was not refused for want of room")
 	}
 	cancel()
 	if <-waited {
@@ -432,7 +441,7 @@ func TestCacheWriteModes(t *testing.T) {
 	}
 	close(gate)
 	c.close(10 * time.Second)
-	if c.enqueue(bg, &pendingWrite{id: "late", data: make([]byte, 1)}, false) {
+	if c.enqueue(bg, &pendingWrite{id: "late", data: make([]byte, 1)}, false) != writeNow {
 		t.Error("a feature was queued after close")
 	}
 	if st := c.stats(); st.WriteQueued != 0 || st.BackgroundWrites != 2 {

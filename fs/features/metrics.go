@@ -109,10 +109,10 @@ func newCollector(stats func() Stats) *collector {
 			func(s *Stats) []sample { return one(float64(s.FS.WriteQueuePeakBytes)) }},
 		{d("cache_write_queue_max_bytes", "The bound on the bytes queued for cache writes."), prometheus.GaugeValue,
 			func(s *Stats) []sample { return one(float64(s.FS.WriteQueueMaxBytes)) }},
-		{d("cache_writes_total", "Cache writes, by how they were done: by the background writers, inline by a reader that found the queue full, or dropped by a close that timed out.", "mode"), prometheus.CounterValue,
+		{d("cache_writes_total", "Cache writes, by how they were done: by the background writers, inline (a feature larger than the queue, or a wait for room that ended), skipped (a read's feature that found the queue full: served, not cached), or dropped by a close that timed out.", "mode"), prometheus.CounterValue,
 			func(s *Stats) []sample {
 				w := &s.FS.CacheWriteStats
-				return []sample{{float64(w.BackgroundWrites), []string{"background"}}, {float64(w.InlineWrites), []string{"inline"}},
+				return []sample{{float64(w.BackgroundWrites), []string{"background"}}, {float64(w.InlineWrites), []string{"inline"}}, {float64(w.SkippedWrites), []string{"skipped"}},
 					{float64(w.DroppedWrites), []string{"dropped"}}}
 			}},
 		{d("cache_write_waits_total", "Prefetch and warm-up producers that waited for room in the cache write queue."), prometheus.CounterValue,

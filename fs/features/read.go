@@ -287,8 +287,9 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 
 // putCache queues a feature for the local cache (the write-behind queue,
 // cacheWriter): its producer goes on at once. When the queue has no room,
-// a read's feature (Foreground) is written here, inline; prefetch's and
-// warm-up's (Background) wait for room, under ctx.
+// a read's feature (Foreground) is served and not cached: the cache is not
+// keeping up, and a reader never waits on it (said once in the log);
+// prefetch's and warm-up's (Background) wait for room, under ctx.
 func (p *Pipeline) putCache(ctx context.Context, obj bucket.Object, key cache.Key, data []byte, prio extractor.Priority) {
 	if p.owner.Context().Err() != nil {
 		// Closing: the cache's owner closes it once Close returns; a
@@ -296,11 +297,18 @@ func (p *Pipeline) putCache(ctx context.Context, obj bucket.Object, key cache.Ke
 		return
 	}
 	w := &pendingWrite{id: string(key.ID()), key: key, obj: obj.Key, data: data}
-	if p.writes.enqueue(ctx, w, prio == extractor.Background) {
-		return
+	switch p.writes.enqueue(ctx, w, prio == extractor.Background) {
+	case queued:
+	case noRoom:
+		p.writes.skipped.Add(1)
+		p.writes.skipOnce.Do(func() {
+			p.log.Warn("featurefs: the cache is not keeping up with extraction: features read while its write queue is full are served and not cached (the stats file's fs.cache_writes_skipped counts them; featurefs warm fills the cache)",
+				slog.String("key", obj.Key), slog.Int64("queue_bytes", p.writes.maxBytes))
+		})
+	default:
+		p.writes.inline.Add(1)
+		p.storeCache(w)
 	}
-	p.writes.inline.Add(1)
-	p.storeCache(w)
 }
 
 // storeCache writes a feature into the local cache: a writer of the
