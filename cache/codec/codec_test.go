@@ -199,17 +199,20 @@ func FuzzDecode(f *testing.F) {
 func FuzzRoundTrip(f *testing.F) {
 	f.Add([]byte("hello"), uint8(4))
 	f.Add(relu(300, 0.5, 3), uint8(4))
+	f.Add([]byte("hello\x00\x00\x00\x00world"), uint8(4))
 	f.Fuzz(func(t *testing.T, raw []byte, es uint8) {
-		b, err := Encode(nil, raw, int(es%9), S2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) > MaxLen(len(raw)) {
-			t.Fatalf("blob of %d raw bytes takes %d, MaxLen says at most %d", len(raw), len(b), MaxLen(len(raw)))
-		}
-		got, err := Decode(nil, b)
-		if err != nil || !bytes.Equal(got, raw) {
-			t.Fatalf("round trip of %d bytes, element size %d: %v", len(raw), es%9, err)
+		for _, m := range []Method{S2, Zeros} {
+			b, err := Encode(nil, raw, int(es%9), m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) > MaxLen(len(raw)) {
+				t.Fatalf("%s: blob of %d raw bytes takes %d, MaxLen says at most %d", m, len(raw), len(b), MaxLen(len(raw)))
+			}
+			got, err := Decode(nil, b)
+			if err != nil || !bytes.Equal(got, raw) {
+				t.Fatalf("%s: round trip of %d bytes, element size %d: %v", m, len(raw), es%9, err)
+			}
 		}
 	})
 }

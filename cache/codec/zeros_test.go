@@ -125,24 +125,6 @@ func TestZerosDamage(t *testing.T) {
 	}
 }
 
-func FuzzZerosRoundTrip(f *testing.F) {
-	f.Add([]byte("hello\x00\x00\x00\x00world"), uint8(4))
-	f.Add(relu(300, 0.5, 3), uint8(4))
-	f.Fuzz(func(t *testing.T, raw []byte, es uint8) {
-		b, err := Encode(nil, raw, int(es%9), Zeros)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) > MaxLen(len(raw)) {
-			t.Fatalf("blob of %d raw bytes takes %d, MaxLen says at most %d", len(raw), len(b), MaxLen(len(raw)))
-		}
-		got, err := Decode(nil, b)
-		if err != nil || !bytes.Equal(got, raw) {
-			t.Fatalf("round trip of %d bytes, element size %d: %v", len(raw), es%9, err)
-		}
-	})
-}
-
 // BenchmarkEncodeMethods and BenchmarkDecodeMethods: S2 against Zeros on
 // bench_test.go's activation-like sets (cpu-ns/op: the process's CPU).
 func BenchmarkEncodeMethods(b *testing.B) {
