@@ -54,7 +54,7 @@ find "$WORK/images/train" -type f | sort | tail -n +$((IMAGES + 1)) | xargs -r r
 "$PY" "$REPO/scripts/bench_epoch.py" upload --endpoint "$ENDPOINT" --bucket "$BUCKET" --dir "$WORK/images" >/dev/null
 MODEL=$WORK/tiny.onnx
 "$PY" "$REPO/scripts/bench_delivery.py" export --out "$MODEL" 2>/dev/null
-"$BIN" layers "$MODEL" | grep -q "^0 *$LAYER .*802816" || { echo "the tiny model's $LAYER is not 802,816 bytes" >&2; exit 1; }
+grep -q "^0 *$LAYER .*802816" <<<"$("$BIN" layers "$MODEL")" || { echo "the tiny model's $LAYER is not 802,816 bytes" >&2; exit 1; }
 
 # run_kind KIND OUT: one run of tree, off, extract, decode or torch; its JSON in OUT.
 run_kind() {

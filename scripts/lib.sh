@@ -112,7 +112,9 @@ epoch_setup() {
   need_bin
   "$PY" -c 'import boto3' 2>/dev/null || { echo "$PY lacks boto3: run scripts/install-deps.sh" >&2; exit 1; }
   [ -x "$DEPS/bin/minio" ] || { echo "no $DEPS/bin/minio: run scripts/install-deps.sh" >&2; exit 1; }
-  "$BIN" mount -h 2>&1 | grep -q -- "-$flag" || { echo "$BIN has no --$flag flag: rebuild (make build)" >&2; exit 1; }
+  # the help text first, then grep: grep -q stops reading at its match, and
+  # the SIGPIPE featurefs then gets would fail the pipe under pipefail
+  grep -q -- "-$flag" <<<"$("$BIN" mount -h 2>&1)" || { echo "$BIN has no --$flag flag: rebuild (make build)" >&2; exit 1; }
   IMAGES=${BENCH_IMAGES:-200}
   ROUNDS=${BENCH_ROUNDS:-3}
   [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS=$ROUNDS: want a positive integer" >&2; exit 1; }
