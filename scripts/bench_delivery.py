@@ -54,6 +54,8 @@ import torch
 import torchvision
 from torchvision import transforms
 
+from benchlib import loadavg, read_stats, unmount
+
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
 TF = transforms.Compose([
@@ -66,12 +68,6 @@ BATCH = 64
 # extractor's; epoch 1 through the mount at least this times PyTorch's images/s.
 TARGET_CPU = 1.2
 TARGET_RATE = 0.9
-
-
-def loadavg():
-    """The 1-minute load average (the machine's cores are shared)."""
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
 
 
 def build_tiny():
@@ -100,23 +96,6 @@ def proc_cpu(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK  # fields 14 and 15 of stat(5)
-
-
-def read_stats(mnt):
-    with open(os.path.join(mnt, ".featurefs", "stats")) as f:
-        return json.load(f)
-
-
-def unmount(mnt, pid):
-    subprocess.run(["umount", mnt], check=False)
-    for _ in range(300):
-        if pid is None:
-            break
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
 
 
 def loader(ds, workers):

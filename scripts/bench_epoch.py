@@ -49,6 +49,7 @@ from PIL import Image
 from torchvision import transforms
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import loadavg, read_stats, unmount  # noqa: E402
 from export_model import build  # noqa: E402
 
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -58,12 +59,6 @@ TF = transforms.Compose([
     transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
 ])
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
-
-
-def loadavg():
-    """The 1-minute load average (the machine's 2 cores are shared)."""
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
 
 
 def s3_client(endpoint):
@@ -176,23 +171,6 @@ def cmd_baseline(args):
     epochs = train(dl, len(ds.classes), args.epochs, trunk)
     json.dump({"setup_seconds": setup, "epochs": epochs, "samples": len(ds), "classes": ds.classes,
                "load_start": load0, "load_end": loadavg()}, sys.stdout)
-
-
-def read_stats(mnt):
-    with open(os.path.join(mnt, ".featurefs", "stats")) as f:
-        return json.load(f)
-
-
-def unmount(mnt, pid):
-    subprocess.run(["umount", mnt], check=False)
-    for _ in range(300):
-        if pid is None:
-            break
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
 
 
 def cmd_featurefs(args):
