@@ -250,7 +250,10 @@ func (c *Client) buildModels() error {
 		if err == nil && c.byName[mi.Name] != nil {
 			err = fmt.Errorf("%w: listed twice", errBadModel)
 		}
-		m := &api.Model{Name: mi.Name, Path: c.servers[0].url + "/v1/models#" + mi.Name, Digest: mi.Digest, Aliases: mi.Aliases, Preprocess: mi.Preprocess}
+		// The servers run the model: it has no file here (Path, Input,
+		// InputShape and FixedBatch stay zero; the layers table is the
+		// servers', Extractor.LayerTable).
+		m := &api.Model{Name: mi.Name, Digest: mi.Digest, Aliases: mi.Aliases, Preprocess: mi.Preprocess}
 		if err == nil && m.Preprocess.Key() != mi.PreprocessKey {
 			err = fmt.Errorf("preprocessing %q does not round-trip (%q)", mi.PreprocessKey, m.Preprocess.Key())
 		}
