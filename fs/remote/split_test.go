@@ -1,3 +1,8 @@
+//go:build cgo
+
+// These tests run the real extractor (ONNX Runtime, cgo); the packages
+// they test are cgo-free (TestFSIsCgoFree).
+
 package remote
 
 // Split execution end to end in one process: a server over a directory with
