@@ -1,13 +1,12 @@
 package extractor
 
-// This file holds the types the rest of featurefs (fs/, cmd/) programs
-// against. Implementations live in the files named after each part.
+// This file names here the contract the rest of featurefs programs against
+// (package extractor/api, cgo-free); it is defined there once.
 
 import (
-	"context"
 	"errors"
-	"fmt"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 )
 
@@ -21,69 +20,66 @@ const (
 	Float16 = spec.Float16
 )
 
-// Priority orders extraction requests: a reader blocked now goes first.
-type Priority int
+// Priority orders extraction requests (api.Priority).
+type Priority = api.Priority
 
 const (
 	// Foreground is a request a reader is waiting on.
-	Foreground Priority = iota
+	Foreground = api.Foreground
 	// Background is prefetch or warm-up work.
-	Background
+	Background = api.Background
 )
 
-// Layer is one block boundary of a model (docs/LAYERS.md, "The rule").
-type Layer struct {
-	// Index is the layer's number, counted from 0 in topological order.
-	Index int
-	// Name is the directory name, "layer<Index>".
-	Name string
-	// Tensor is the ONNX tensor name of the layer's output.
-	Tensor string
-	// Shape is the per-sample output shape (no batch axis).
-	Shape []int64
-	// Bytes is the per-sample size of the output as float32.
-	Bytes int64
-	// CumGFLOPs is the compute from the input up to and including this layer,
-	// in GFLOPs per sample (multiply-adds counted as 2).
-	CumGFLOPs float64
-}
+// Layer is one block boundary of a model (api.Layer).
+type Layer = api.Layer
 
-// Elements returns the number of elements per sample.
-func (l Layer) Elements() int64 {
-	n := int64(1)
-	for _, d := range l.Shape {
-		n *= d
-	}
-	return n
-}
+// Model is one loaded model's description (api.Model).
+type Model = api.Model
 
 // ModelSpec names a model file and how to feed it (spec.ModelSpec).
 type ModelSpec = spec.ModelSpec
 
-// Request asks for one feature tensor.
-type Request struct {
-	// Model is the model's name (ModelSpec.Name).
-	Model string
-	// Layer is the layer index.
-	Layer int
-	// Key is the object key, used in errors and logs.
-	Key string
-	// ID identifies the input for sharing identical in-flight requests
-	// (source identity, key and ETag). Empty means Key.
-	ID string
-	// ETag is the object version the request is for, when known (an
-	// extractor that fetches remotely, fs/remote, passes it on).
-	ETag string
-	// Fetch returns the encoded image bytes.
-	Fetch func(ctx context.Context) ([]byte, error)
-	// Priority orders the request against others.
-	Priority Priority
-}
+// Request asks for one feature tensor (api.Request).
+type Request = api.Request
 
-// ErrBadImage is matched (errors.Is) by every error caused by the input
-// object itself: not an image, corrupt, truncated, empty or too large. Such an
-// error is permanent for that object version and may be cached negatively.
-var ErrBadImage = errors.New("bad image")
+// ImageError is the error for one bad input object (api.ImageError).
+type ImageError = api.ImageError
+
+// Preprocess describes how an image becomes the model's input tensor
+// (spec.Preprocess; Apply runs it).
+type Preprocess = spec.Preprocess
+
+// DefaultPreprocess returns torchvision's ImageNet evaluation transform.
+func DefaultPreprocess() Preprocess { return spec.DefaultPreprocess() }
+
+// ProfileOptions tune a measurement (api.ProfileOptions).
+type ProfileOptions = api.ProfileOptions
+
+// Stats are the service's figures, for MOUNT/.featurefs/stats (api.Stats).
+type Stats = api.Stats
+
+// DeviceStats are one device's share of a Service's figures.
+type DeviceStats = api.DeviceStats
+
+// WireStats are the feature bytes a remote mount received (api.WireStats).
+type WireStats = api.WireStats
+
+// The contract's errors, the same values (errors.Is matches either name).
+var (
+	// ErrBadImage is matched by every error caused by the input object.
+	ErrBadImage = api.ErrBadImage
+	// ErrUnknownModel is matched by Extract errors for a model not loaded.
+	ErrUnknownModel = api.ErrUnknownModel
+	// ErrUnknownLayer is matched by Extract errors for a layer out of range.
+	ErrUnknownLayer = api.ErrUnknownLayer
+	// ErrClosed is returned by Extract and ExtractFrom after Close.
+	ErrClosed = api.ErrClosed
+	// ErrBadTensor is matched by ExtractFrom errors caused by the input
+	// tensor itself.
+	ErrBadTensor = api.ErrBadTensor
+	// ErrBadNPY is matched by every DecodeNPY error.
+	ErrBadNPY = api.ErrBadNPY
+)
 
 // ErrBadModel is matched (errors.Is) by every error New returns for a
 // model file it cannot use: missing or unreadable, not ONNX, no layers, or
@@ -96,33 +92,3 @@ type modelError struct{ err error }
 
 func (e *modelError) Error() string   { return e.err.Error() }
 func (e *modelError) Unwrap() []error { return []error{ErrBadModel, e.err} }
-
-// ImageError is the error for one bad input object. Its message is the
-// reason only, without Key: whoever reports it names the object once
-// (a log line's key, a record's key, a failure list's first column).
-type ImageError struct {
-	// Key is the object key (or file) at fault.
-	Key string
-	// Reason says what is wrong with it.
-	Reason string
-	// Err is the underlying error, if any.
-	Err error
-}
-
-// Error returns "REASON[: ERR]", without the key.
-func (e *ImageError) Error() string {
-	if e.Err != nil {
-		return fmt.Sprintf("%s: %v", e.Reason, e.Err)
-	}
-	return e.Reason
-}
-
-// Unwrap lets errors.Is(err, ErrBadImage) match.
-func (e *ImageError) Unwrap() []error { return []error{ErrBadImage, e.Err} }
-
-// Preprocess describes how an image becomes the model's input tensor
-// (spec.Preprocess; Apply runs it).
-type Preprocess = spec.Preprocess
-
-// DefaultPreprocess returns torchvision's ImageNet evaluation transform.
-func DefaultPreprocess() Preprocess { return spec.DefaultPreprocess() }

@@ -47,10 +47,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// ErrClosed is returned by Extract and ExtractFrom after Close.
-var ErrClosed = errors.New("extractor: service closed")
+	"github.com/featurefs/featurefs/extractor/api"
+)
 
 // runner computes segment g for n inputs (packed in in, g.inputElems()
 // each) into out (g.l.Elements() each).
@@ -61,7 +60,7 @@ type runner interface {
 // segment is what one lane computes: layer l of model m, from the model's
 // input (an image), or, in split execution, from the output of layer from.
 type segment struct {
-	m    *Model
+	m    *model
 	l    Layer
 	from *Layer // nil: from the model's input
 }
@@ -80,7 +79,7 @@ func (g segment) inputElems() int {
 	if g.from != nil {
 		return int(g.from.Elements())
 	}
-	return g.m.inputElems()
+	return g.m.InputElements()
 }
 
 type stage int
@@ -366,7 +365,7 @@ func kickDev(d *devLane) {
 }
 
 // extract runs req for layer l of m, sharing identical in-flight requests.
-func (s *scheduler) extract(ctx context.Context, m *Model, l Layer, req Request) ([]byte, error) {
+func (s *scheduler) extract(ctx context.Context, m *model, l Layer, req Request) ([]byte, error) {
 	id := req.ID
 	if id == "" {
 		id = req.Key
@@ -643,7 +642,7 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 		}
 		buf := ln.bufs.get(ln.ie)
 		t0 := time.Now()
-		decodeNPYData(t.data, t.dt, buf)
+		api.DecodeNPYBody(t.data, t.dt, buf)
 		s.n.decodeNanos.Add(int64(time.Since(t0)))
 		return buf, nil
 	}
@@ -897,7 +896,7 @@ func (s *scheduler) runBatch(dev int, ln *lane, batch []*call, bs int, inb, outb
 		npys := make([][]byte, n)
 		inChunks(n, n*oe*4, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
-				npys[i] = EncodeNPY(l.Shape, out[i*oe:(i+1)*oe], s.cfg.dtype)
+				npys[i] = api.EncodeNPY(l.Shape, out[i*oe:(i+1)*oe], s.cfg.dtype)
 			}
 		})
 		s.mu.Lock()
@@ -931,7 +930,7 @@ func (s *scheduler) runBatch(dev int, ln *lane, batch []*call, bs int, inb, outb
 				s.finish(c, nil, c.runError(err))
 				continue
 			}
-			s.finish(c, EncodeNPY(l.Shape, out[:oe], s.cfg.dtype), nil)
+			s.finish(c, api.EncodeNPY(l.Shape, out[:oe], s.cfg.dtype), nil)
 		}
 		s.doneRunning(dev, n)
 		return
@@ -1060,9 +1059,9 @@ func (s *scheduler) deviceFigures() []devFigures {
 // keeping the faster) within about budget of compute. A larger batch must
 // beat the best smaller one by 10% to be chosen: it costs latency and memory.
 // now is the clock (time.Now; tests pass a fake one).
-func measureBatchSize(ctx context.Context, r runner, m *Model, l Layer, maxBatch int, budget time.Duration, now func() time.Time) (best int, perImage map[int]time.Duration, err error) {
+func measureBatchSize(ctx context.Context, r runner, m *model, l Layer, maxBatch int, budget time.Duration, now func() time.Time) (best int, perImage map[int]time.Duration, err error) {
 	g := segment{m: m, l: l}
-	ie, oe := m.inputElems(), int(l.Elements())
+	ie, oe := m.InputElements(), int(l.Elements())
 	in := make([]float32, maxBatch*ie)
 	out := make([]float32, maxBatch*oe)
 	perImage = map[int]time.Duration{}

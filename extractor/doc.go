@@ -5,10 +5,12 @@
 // images on a bounded worker pool (preprocess.go, torchvision-exact), gathers
 // them into batches by priority, and runs ONNX Runtime sessions pruned at the
 // requested layer (graph/ finds the layers and prunes the model). The result
-// is returned as the bytes of a .npy file (npy.go). Split execution
-// (splitexec.go) feeds an earlier layer's .npy tensor, instead of an image,
-// through the same scheduler. Nothing here knows about FUSE, S3 or the
-// cache.
+// is returned as the bytes of a .npy file (extractor/api/npy.go). Split
+// execution (splitexec.go) feeds an earlier layer's .npy tensor, instead of
+// an image, through the same scheduler. Nothing here knows about FUSE, S3
+// or the cache. The types its callers share (Request, Model, Layer, the
+// errors, Stats) are defined in the cgo-free extractor/api; api.go names
+// them here.
 //
 // Devices: ortlib.go reads the ONNX Runtime library's version and finds its
 // provider libraries; cudalibs.go finds and loads the CUDA libraries without

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/test/testenv"
 
 	"github.com/featurefs/featurefs/extractor/spec"
@@ -285,7 +286,7 @@ func TestFastDecodeFidelity(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s %s: %v", model, path, err)
 		}
-		_, _, f, err := DecodeNPY(b)
+		_, _, f, err := api.DecodeNPY(b)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -33,7 +34,7 @@ func readNPY(t *testing.T, path string) ([]int64, []float32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shape, _, data, err := DecodeNPY(b)
+	shape, _, data, err := api.DecodeNPY(b)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -89,7 +90,7 @@ func TestLayer12MatchesTorchvision(t *testing.T) {
 	}
 
 	svc := newCPUService(t, nil, ModelSpec{Name: "resnet50", Path: modelPath})
-	m, _ := svc.Model("resnet50")
+	m := svc.models["resnet50"]
 	l, ok := m.Lookup("layer12")
 	if !ok {
 		t.Fatal("no layer12")
@@ -133,11 +134,11 @@ func TestLayer12MatchesTorchvision(t *testing.T) {
 		if results[i].err != nil {
 			t.Fatalf("%s: %v", p, results[i].err)
 		}
-		shape, dt, got, err := DecodeNPY(results[i].b)
+		shape, dt, got, err := api.DecodeNPY(results[i].b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dt != Float32 || shapeString(shape) != "1024x14x14" || int64(len(results[i].b)) != NPYSize(l.Shape, Float32) {
+		if dt != Float32 || api.ShapeString(shape) != "1024x14x14" || int64(len(results[i].b)) != api.NPYSize(l.Shape, Float32) {
 			t.Fatalf("%s: shape %v dtype %s size %d", p, shape, dt, len(results[i].b))
 		}
 		_, ref := readNPY(t, filepath.Join(refDir, strconv.Itoa(i)+".npy"))

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -68,7 +69,7 @@ func TestTransformersMatchTorchvision(t *testing.T) {
 			t.Logf("torchvision reference: %v", time.Since(start).Round(time.Millisecond))
 			start = time.Now()
 			svc := newCPUService(t, nil, ModelSpec{Name: c.model, Path: testenv.Model(t, c.model)})
-			m, _ := svc.Model(c.model)
+			m := svc.models[c.model]
 			ctx := context.Background()
 			for _, lc := range c.layers {
 				l, ok := m.Lookup(lc.layer)
@@ -110,7 +111,7 @@ func TestTransformersMatchTorchvision(t *testing.T) {
 					if errs[i] != nil {
 						t.Fatalf("%s %s: %v", lc.layer, p, errs[i])
 					}
-					shape, dt, feat, err := DecodeNPY(got[i])
+					shape, dt, feat, err := api.DecodeNPY(got[i])
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // extractAll extracts n distinct images from every layer of model name, n
@@ -32,7 +34,7 @@ func extractAll(t *testing.T, svc *Service, name string, n int) [][][]float32 {
 					errs[i] = err
 					return
 				}
-				_, _, data, err := DecodeNPY(b)
+				_, _, data, err := api.DecodeNPY(b)
 				out[l.Index][i], errs[i] = data, err
 			}()
 		}

@@ -60,9 +60,9 @@ func pow2Floor(n int64) int {
 // each. It returns the bytes per sample and the free memory left after the
 // second run; an error when free memory did not drop (the arena already
 // had room: nothing learned) or a run failed.
-func gpuSampleMemory(ctx context.Context, r runner, m *Model, l Layer, probe int, free func() (uint64, error)) (perSample int64, left uint64, err error) {
+func gpuSampleMemory(ctx context.Context, r runner, m *model, l Layer, probe int, free func() (uint64, error)) (perSample int64, left uint64, err error) {
 	g := segment{m: m, l: l}
-	ie, oe := m.inputElems(), int(l.Elements())
+	ie, oe := m.InputElements(), int(l.Elements())
 	in := make([]float32, probe*ie)
 	out := make([]float32, probe*oe)
 	if err := r.run(ctx, g, 1, in[:ie], out[:oe]); err != nil {
@@ -90,7 +90,7 @@ func gpuSampleMemory(ctx context.Context, r runner, m *Model, l Layer, probe int
 // fails) against gpuMemShare of the free memory, shared by inflight batches
 // at once. estimateFree is the free memory NVML reported when the device
 // was chosen.
-func chooseGPUBatch(ctx context.Context, r runner, m *Model, l Layer, estimateFree uint64, inflight int, free func() (uint64, error), log *slog.Logger) int {
+func chooseGPUBatch(ctx context.Context, r runner, m *model, l Layer, estimateFree uint64, inflight int, free func() (uint64, error), log *slog.Logger) int {
 	t := time.Now()
 	inflight = max(inflight, 1)
 	est := m.actBytes[l.Index]

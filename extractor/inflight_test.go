@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // concurrentRunner is a fakeRunner that records how many runs were in
@@ -187,9 +189,9 @@ func TestLargeBatchKeepsEachOutputWithItsRequest(t *testing.T) {
 	const bs = 16
 	s := newTestScheduler(t, f, bs, 4)
 	m := testModel()
-	m.Preprocess.Resize, m.Preprocess.Crop, m.inShape = 256, 256, []int64{3, 256, 256}
+	m.Preprocess.Resize, m.Preprocess.Crop, m.InputShape = 256, 256, []int64{3, 256, 256}
 	m.Layers[0].Shape, m.Layers[0].Bytes = []int64{1 << 18}, 4<<18
-	if in, out := bs*m.inputElems()*4, bs*int(m.Layers[0].Elements())*4; in < 2*chunkBytes || out < 2*chunkBytes {
+	if in, out := bs*m.InputElements()*4, bs*int(m.Layers[0].Elements())*4; in < 2*chunkBytes || out < 2*chunkBytes {
 		t.Fatalf("a batch of %d MB in and %d MB out is too small to be split", in>>20, out>>20)
 	}
 	release, blocked := blockFirst(t, s, f, m) // the batch forms behind it
@@ -205,7 +207,7 @@ func TestLargeBatchKeepsEachOutputWithItsRequest(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			_, _, data, err := DecodeNPY(b)
+			_, _, data, err := api.DecodeNPY(b)
 			if err != nil {
 				t.Error(err)
 				return

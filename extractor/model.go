@@ -10,95 +10,24 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/graph"
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/featurefs/featurefs/extractor/spec"
 )
 
-// Model is one loaded model: its identity, its layers and how images are fed
-// to it. Fields are read-only after New.
-type Model struct {
-	// Name is the model's directory name under features/.
-	Name string
-	// Path is the .onnx file it was loaded from.
-	Path string
-	// Digest is the hex sha256 of the ONNX bytes.
-	Digest string
-	// Layers are the model's block boundaries, by index.
-	Layers []Layer
-	// Aliases maps extra directory names to layer names ("pool": "layer18").
-	Aliases map[string]string
-	// Preprocess is how an image becomes the model's input.
-	Preprocess Preprocess
+// model is one loaded model: what every side knows of it (Model, which
+// Service.Model returns) and what running it needs. Read-only after New.
+type model struct {
+	Model
 
-	g          *graph.Model
-	input      string
-	inShape    []int64 // per sample, e.g. 3x224x224
-	fixedBatch int     // the graph's fixed batch dimension; 0 when symbolic
-	weight     int64   // bytes of the ONNX file
-	actBytes   []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
+	g        *graph.Model
+	weight   int64   // bytes of the ONNX file
+	actBytes []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
 
 	bufs floatPool // one sample's input buffers, shared by the model's image lanes
-}
-
-// Lookup resolves a directory name, "layer12" or an alias, to a layer.
-func (m *Model) Lookup(dir string) (Layer, bool) {
-	return m.lookup(dir, 0)
-}
-
-func (m *Model) lookup(dir string, depth int) (Layer, bool) {
-	if i, ok := spec.LayerIndex(dir); ok {
-		if i >= len(m.Layers) {
-			return Layer{}, false
-		}
-		return m.Layers[i], true
-	}
-	if target, ok := m.Aliases[dir]; ok && depth < 4 {
-		if l, ok := m.lookup(target, depth+1); ok {
-			return l, true
-		}
-		for _, l := range m.Layers {
-			if l.Tensor == target {
-				return l, true
-			}
-		}
-	}
-	return Layer{}, false
-}
-
-// FixedBatch returns the batch size the model's graph fixes (the input's
-// first dimension is a number, as in a model exported without dynamic
-// axes), or 0 when the batch dimension is symbolic. Every run of a model
-// with a fixed batch feeds exactly that many inputs.
-func (m *Model) FixedBatch() int { return m.fixedBatch }
-
-// Table returns the layers as a text table: index, directory name, ONNX
-// tensor name, per-sample shape, bytes per sample (float32) and cumulative
-// GFLOPs per sample.
-func (m *Model) Table() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# model %s  sha256 %s  input %s %s", m.Name, m.Digest, m.input, shapeString(m.inShape))
-	if m.fixedBatch > 0 {
-		fmt.Fprintf(&b, "  fixed batch %d", m.fixedBatch)
-	}
-	b.WriteString("\n")
-	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "index\tname\ttensor\tshape\tbytes/sample\tcum GFLOPs\taliases")
-	for _, l := range m.Layers {
-		var al []string
-		for a, t := range m.Aliases {
-			if t == l.Name || t == l.Tensor {
-				al = append(al, a)
-			}
-		}
-		sortStrings(al)
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%.3f\t%s\n", l.Index, l.Name, l.Tensor, shapeString(l.Shape), l.Bytes, l.CumGFLOPs, strings.Join(al, ","))
-	}
-	w.Flush()
-	return b.String()
 }
 
 // LayersTable loads the model at path under name as `featurefs layers`
@@ -119,38 +48,9 @@ func LayersTable(name, path string, cfg Config) (string, error) {
 	return m.Table(), nil
 }
 
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-}
-
-func shapeString(s []int64) string {
-	parts := make([]string, len(s))
-	for i, d := range s {
-		parts[i] = strconv.FormatInt(d, 10)
-	}
-	return strings.Join(parts, "x")
-}
-
-// InputElements returns the number of float32s of one sample's input
-// (channels x crop x crop).
-func (m *Model) InputElements() int { return m.inputElems() }
-
-// inputElems is the number of input elements per sample.
-func (m *Model) inputElems() int {
-	n := 1
-	for _, d := range m.inShape {
-		n *= int(d)
-	}
-	return n
-}
-
 // pruned returns the model pruned at layer l. The bytes are not kept: only
 // the session made from them is (bounded by the session pool).
-func (m *Model) pruned(l Layer) ([]byte, error) {
+func (m *model) pruned(l Layer) ([]byte, error) {
 	b, err := m.g.Prune(l.Tensor)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: prune at %s (%s): %w", m.Name, l.Name, l.Tensor, err)
@@ -164,7 +64,7 @@ func (m *Model) pruned(l Layer) ([]byte, error) {
 // leaves unknown (goShapes), if any. This is the one path that gives the
 // figures of `featurefs layers`, the layers file of a mount and
 // docs/LAYERS.md (TestLayerDocs). ONNX Runtime must be initialized.
-func loadModel(ms ModelSpec) (*Model, error) {
+func loadModel(ms ModelSpec) (*model, error) {
 	if ms.Name == "" {
 		return nil, fmt.Errorf("model %s: empty name", ms.Path)
 	}
@@ -173,14 +73,13 @@ func loadModel(ms ModelSpec) (*Model, error) {
 		return nil, fmt.Errorf("model %s: %w", ms.Name, err)
 	}
 	sum := sha256.Sum256(data)
-	m := &Model{
+	m := &model{Model: Model{
 		Name:       ms.Name,
 		Path:       ms.Path,
 		Digest:     hex.EncodeToString(sum[:]),
 		Aliases:    map[string]string{},
 		Preprocess: DefaultPreprocess(),
-		weight:     int64(len(data)),
-	}
+	}, weight: int64(len(data))}
 	if ms.Preprocess != nil {
 		m.Preprocess = *ms.Preprocess
 	}
@@ -195,7 +94,7 @@ func loadModel(ms ModelSpec) (*Model, error) {
 		return nil, fmt.Errorf("model %s (%s): %w", ms.Name, ms.Path, err)
 	}
 	m.g = g
-	if m.input, m.fixedBatch, err = checkInput(g, m.Preprocess); err != nil {
+	if m.Input, m.FixedBatch, err = checkInput(g, m.Preprocess); err != nil {
 		return nil, fmt.Errorf("model %s (%s): %w", ms.Name, ms.Path, err)
 	}
 	gl, err := g.Layers()
@@ -207,9 +106,9 @@ func loadModel(ms ModelSpec) (*Model, error) {
 	}
 
 	nodeOuts := g.NodeOutputs()
-	shapes, missing := goShapes(g, m.input, gl, nodeOuts, m.fixedBatch)
+	shapes, missing := goShapes(g, m.Input, gl, nodeOuts, m.FixedBatch)
 	if len(missing) > 0 {
-		ortS, err := ortShapes(g, m.input, missing)
+		ortS, err := ortShapes(g, m.Input, missing)
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", ms.Name, err)
 		}
@@ -217,9 +116,9 @@ func loadModel(ms ModelSpec) (*Model, error) {
 			shapes[t] = s
 		}
 	}
-	m.inShape = shapes[m.input]
-	if len(m.inShape) != 3 || m.inShape[0] != 3 || m.inShape[1] != int64(m.Preprocess.Crop) || m.inShape[2] != int64(m.Preprocess.Crop) {
-		return nil, fmt.Errorf("model %s: input %s is %s per sample but preprocessing makes 3x%dx%d", ms.Name, m.input, shapeString(m.inShape), m.Preprocess.Crop, m.Preprocess.Crop)
+	m.InputShape = shapes[m.Input]
+	if len(m.InputShape) != 3 || m.InputShape[0] != 3 || m.InputShape[1] != int64(m.Preprocess.Crop) || m.InputShape[2] != int64(m.Preprocess.Crop) {
+		return nil, fmt.Errorf("model %s: input %s is %s per sample but preprocessing makes 3x%dx%d", ms.Name, m.Input, api.ShapeString(m.InputShape), m.Preprocess.Crop, m.Preprocess.Crop)
 	}
 	flops := g.CumulativeFLOPs(shapes)
 
@@ -259,7 +158,7 @@ func loadModel(ms ModelSpec) (*Model, error) {
 		if p, ok := pos[l.Tensor]; ok {
 			act = prefix[p+1]
 		}
-		m.actBytes = append(m.actBytes, act+shapeElems(m.inShape)*4)
+		m.actBytes = append(m.actBytes, act+shapeElems(m.InputShape)*4)
 	}
 	for a, t := range m.Aliases {
 		if _, ok := m.Lookup(a); !ok {

@@ -79,8 +79,8 @@ func TestModelsTheTreeCannotFeedAreRefusedAtLoad(t *testing.T) {
 			continue
 		}
 		m, _ := svc.Model(name)
-		if m.FixedBatch() != fixed || len(m.Layers) != 4 {
-			t.Errorf("%s: fixed batch %d, %d layers; want %d and 4", name, m.FixedBatch(), len(m.Layers), fixed)
+		if m.FixedBatch != fixed || len(m.Layers) != 4 {
+			t.Errorf("%s: fixed batch %d, %d layers; want %d and 4", name, m.FixedBatch, len(m.Layers), fixed)
 		}
 		if tab := m.Table(); (fixed > 0) != strings.Contains(tab, fmt.Sprintf("fixed batch %d", fixed)) {
 			t.Errorf("%s: table header does not say the fixed batch %d:\n%s", name, fixed, tab)

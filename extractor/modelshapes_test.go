@@ -66,7 +66,7 @@ func TestFixedBatchLayersMatchSymbolic(t *testing.T) {
 	if err := initORT(testenv.ORTLib(t)); err != nil {
 		t.Fatal(err)
 	}
-	load := func(name string) *Model {
+	load := func(name string) *model {
 		m, err := loadModel(ModelSpec{Name: name, Path: testenv.OddModel(t, name)})
 		if err != nil {
 			t.Fatal(err)
@@ -74,13 +74,13 @@ func TestFixedBatchLayersMatchSymbolic(t *testing.T) {
 		return m
 	}
 	want := load("tiny")
-	if want.FixedBatch() != 0 || len(want.Layers) == 0 || want.Layers[len(want.Layers)-1].CumGFLOPs <= 0 {
-		t.Fatalf("tiny: fixed batch %d, layers %+v", want.FixedBatch(), want.Layers)
+	if want.FixedBatch != 0 || len(want.Layers) == 0 || want.Layers[len(want.Layers)-1].CumGFLOPs <= 0 {
+		t.Fatalf("tiny: fixed batch %d, layers %+v", want.FixedBatch, want.Layers)
 	}
 	for _, name := range []string{"batch1", "batch3"} {
 		m := load(name)
-		if m.FixedBatch() == 0 || len(m.Layers) != len(want.Layers) {
-			t.Fatalf("%s: fixed batch %d, %d layers, want %d", name, m.FixedBatch(), len(m.Layers), len(want.Layers))
+		if m.FixedBatch == 0 || len(m.Layers) != len(want.Layers) {
+			t.Fatalf("%s: fixed batch %d, %d layers, want %d", name, m.FixedBatch, len(m.Layers), len(want.Layers))
 		}
 		for i, l := range m.Layers {
 			w := want.Layers[i]

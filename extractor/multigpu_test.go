@@ -410,7 +410,7 @@ func TestServiceStatsPerDevice(t *testing.T) {
 	rs := []runner{&devRunner{dev: 0}, &devRunner{dev: 1}}
 	s := &Service{cfg: Config{DType: Float32}, log: slog.New(slog.DiscardHandler),
 		pick:   devicePick{devs: []deviceChoice{{gpu: true, index: 0}, {gpu: true, index: 2}}},
-		models: map[string]*Model{"m": m}, order: []*Model{m}}
+		models: map[string]*model{"m": m}, order: []*model{m}}
 	for range rs {
 		s.pools = append(s.pools, newSessionPool(2, func(sessionKey) (inferSession, error) { return nil, errors.New("unused") }))
 	}

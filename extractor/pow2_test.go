@@ -26,7 +26,7 @@ func TestPow2PaddingKeepsOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	open := func(gpu bool) *ortSession {
-		s, err := newORTSession(b, m.input, l.Tensor, m.inShape, l.Shape, 0, sessionConfig{threads: 1})
+		s, err := newORTSession(b, m.Input, l.Tensor, m.InputShape, l.Shape, 0, sessionConfig{threads: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,12 +35,12 @@ func TestPow2PaddingKeepsOutputs(t *testing.T) {
 		return s
 	}
 	plain, padded := open(false), open(true)
-	if s, err := newORTSession(b, m.input, l.Tensor, m.inShape, l.Shape, 0, sessionConfig{threads: 1}); err != nil || s.pow2 {
+	if s, err := newORTSession(b, m.Input, l.Tensor, m.InputShape, l.Shape, 0, sessionConfig{threads: 1}); err != nil || s.pow2 {
 		t.Fatalf("a CPU session pads its batches (%v)", err)
 	} else {
 		s.close()
 	}
-	ie, oe := m.inputElems(), int(l.Elements())
+	ie, oe := m.InputElements(), int(l.Elements())
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{1, 3, 5, 8} {
 		p := 1

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -102,15 +103,15 @@ func readNPYU8(t *testing.T, path string) ([]int64, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) < 10 || string(b[:6]) != npyMagic || b[6] != 1 {
+	if len(b) < 10 || string(b[:6]) != "\x93NUMPY" || b[6] != 1 {
 		t.Fatalf("%s: not a version 1 .npy", path)
 	}
 	hl := int(binary.LittleEndian.Uint16(b[8:]))
-	d, err := parseNPYDict(string(b[10 : 10+hl]))
-	if err != nil || d.descr != "|u1" || d.fortran {
-		t.Fatalf("%s: header %+v: %v", path, d, err)
+	descr, fortran, shape, err := api.ParseNPYDict(string(b[10 : 10+hl]))
+	if err != nil || descr != "|u1" || fortran {
+		t.Fatalf("%s: header %q fortran %v shape %v: %v", path, descr, fortran, shape, err)
 	}
-	return d.shape, b[10+hl:]
+	return shape, b[10+hl:]
 }
 
 // tensorDiff compares two equally long tensors.
@@ -167,7 +168,7 @@ func TestPreprocessMatchesTorchvision(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			shape, dt, want, err := DecodeNPY(refB)
+			shape, dt, want, err := api.DecodeNPY(refB)
 			if err != nil || dt != Float32 || fmt.Sprint(shape) != fmt.Sprint([]int64{3, int64(p.Crop), int64(p.Crop)}) {
 				t.Fatalf("%s: reference tensor %v %v: %v", name, shape, dt, err)
 			}

@@ -25,16 +25,6 @@ import (
 	"github.com/featurefs/featurefs/extractor/split"
 )
 
-// ProfileOptions tune a measurement.
-type ProfileOptions struct {
-	// Dir caches profiles as JSON files; empty means no disk cache.
-	Dir string
-	// Batch is the batch size timed (default: Config.BatchSize, else 4).
-	Batch int
-	// Runs is how many timed runs per segment (the fastest counts; default 2).
-	Runs int
-}
-
 // profileState caches profiles in memory (one per model); its zero value
 // is ready for use.
 type profileState struct {
@@ -114,7 +104,7 @@ func (s *Service) remember(id string, p *split.Profile) {
 
 // measureProfile times every segment of m: layer k-1 -> k, feeding each the
 // previous one's output, starting from a synthetic preprocessed image.
-func (s *Service) measureProfile(ctx context.Context, m *Model, opts ProfileOptions) (*split.Profile, error) {
+func (s *Service) measureProfile(ctx context.Context, m *model, opts ProfileOptions) (*split.Profile, error) {
 	p := &split.Profile{
 		Schema:      split.ProfileSchema,
 		Model:       m.Name,
@@ -130,7 +120,7 @@ func (s *Service) measureProfile(ctx context.Context, m *Model, opts ProfileOpti
 		p.FreeMemory = int64(s.dev.free)
 	}
 	img := syntheticJPEG(500, 375)
-	one := make([]float32, m.inputElems())
+	one := make([]float32, m.InputElements())
 	var dec time.Duration
 	for i := range 3 {
 		t := time.Now()

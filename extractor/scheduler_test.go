@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // fakeRunner copies each input's first element into every element of its
@@ -69,14 +71,14 @@ func (f *fakeRunner) runs() [][]float32 {
 }
 
 // testModel is a tiny model: 3x8x8 input, one layer of shape [2].
-func testModel() *Model {
-	return &Model{
+func testModel() *model {
+	return &model{Model: Model{
 		Name:       "m",
 		Layers:     []Layer{{Index: 0, Name: "layer0", Tensor: "t0", Shape: []int64{2}, Bytes: 8}},
 		Aliases:    map[string]string{},
 		Preprocess: Preprocess{Resize: 8, Crop: 8, Mean: [3]float32{0.5, 0.5, 0.5}, Std: [3]float32{0.25, 0.25, 0.25}},
-		inShape:    []int64{3, 8, 8},
-	}
+		InputShape: []int64{3, 8, 8},
+	}}
 }
 
 // pngOf returns an 8x8 PNG of gray level v.
@@ -95,9 +97,9 @@ func pngOf(t testing.TB, v uint8) []byte {
 
 // firstValue is what preprocessing makes of gray level v (the fake
 // runner's output for that image).
-func firstValue(t testing.TB, m *Model, img []byte) float32 {
+func firstValue(t testing.TB, m *model, img []byte) float32 {
 	t.Helper()
-	dst := make([]float32, m.inputElems())
+	dst := make([]float32, m.InputElements())
 	if err := ApplyPreprocess(m.Preprocess, img, 0, dst); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +137,7 @@ func req(key string, img []byte, p Priority, fetches *atomic.Int64) Request {
 // decodedValue returns the single value of a fake-runner .npy result.
 func decodedValue(t testing.TB, npy []byte) float32 {
 	t.Helper()
-	shape, _, data, err := DecodeNPY(npy)
+	shape, _, data, err := api.DecodeNPY(npy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +210,7 @@ func TestIdenticalRequestsShareOneComputation(t *testing.T) {
 
 // blockFirst makes the runner busy with one request so that later ones
 // queue up; it returns the release function and the result channel.
-func blockFirst(t *testing.T, s *scheduler, f *fakeRunner, m *Model) (release func(), done chan error) {
+func blockFirst(t *testing.T, s *scheduler, f *fakeRunner, m *model) (release func(), done chan error) {
 	t.Helper()
 	f.mu.Lock()
 	f.gate = make(chan struct{})

@@ -2,21 +2,12 @@ package extractor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
 	"sync"
 	"time"
-
-	"github.com/featurefs/featurefs/extractor/split"
 )
-
-// ErrUnknownModel is matched by Extract errors for a model name not loaded.
-var ErrUnknownModel = errors.New("unknown model")
-
-// ErrUnknownLayer is matched by Extract errors for a layer index out of range.
-var ErrUnknownLayer = errors.New("unknown layer")
 
 // Config tunes a Service. Zero fields take DefaultConfig's values.
 type Config struct {
@@ -173,8 +164,8 @@ type Service struct {
 	pick   devicePick   // every device inference runs on
 	dev    deviceChoice // pick.devs[0]: RunBatch, profiles, HostBuffer
 	noGPU  string       // why an asked-for GPU is not used (Fallback)
-	models map[string]*Model
-	order  []*Model
+	models map[string]*model
+	order  []*model
 	pools  []*sessionPool // one per device, in pick.devs' order
 	pool   *sessionPool   // pools[0]
 	sched  *scheduler
@@ -208,7 +199,7 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 			cfg.InFlight = gpuInflight
 		}
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, pick: pick, dev: pick.devs[0], noGPU: noGPU, models: map[string]*Model{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, pick: pick, dev: pick.devs[0], noGPU: noGPU, models: map[string]*model{}}
 	for _, spec := range specs {
 		if _, dup := s.models[spec.Name]; dup {
 			return nil, fmt.Errorf("model %q given twice", spec.Name)
@@ -247,7 +238,7 @@ func (s *Service) newPool(dev deviceChoice) *sessionPool {
 			return nil, err
 		}
 		t := time.Now()
-		sess, err := newORTSession(b, m.input, l.Tensor, m.inShape, l.Shape, m.fixedBatch, sc)
+		sess, err := newORTSession(b, m.Input, l.Tensor, m.InputShape, l.Shape, m.FixedBatch, sc)
 		if err != nil {
 			return nil, fmt.Errorf("model %s %s: %w", m.Name, l.Name, err)
 		}
@@ -265,7 +256,7 @@ func (s *Service) schedConfig() schedConfig {
 		largest = maxGPUBatch
 	}
 	for _, m := range s.order {
-		largest = max(largest, m.fixedBatch)
+		largest = max(largest, m.FixedBatch)
 	}
 	allocs := make([]func(int) ([]float32, func()), len(s.pick.devs))
 	for i, d := range s.pick.devs {
@@ -291,15 +282,15 @@ func (s *Service) schedConfig() schedConfig {
 
 // logFixedBatch says, once per model at load, that the model's graph fixes
 // its batch size and what that means for the batch size asked for.
-func (s *Service) logFixedBatch(m *Model) {
-	if m.fixedBatch == 0 {
+func (s *Service) logFixedBatch(m *model) {
+	if m.FixedBatch == 0 {
 		return
 	}
-	attrs := []any{"model", m.Name, "batch", m.fixedBatch}
-	if s.cfg.BatchSize > 0 && s.cfg.BatchSize != m.fixedBatch {
+	attrs := []any{"model", m.Name, "batch", m.FixedBatch}
+	if s.cfg.BatchSize > 0 && s.cfg.BatchSize != m.FixedBatch {
 		attrs = append(attrs, "batch_size_asked", s.cfg.BatchSize)
 	}
-	if m.fixedBatch == 1 {
+	if m.FixedBatch == 1 {
 		s.log.Info("model input has a fixed batch size of 1; running one image at a time (export with a dynamic batch axis for batching)", attrs...)
 		return
 	}
@@ -313,8 +304,8 @@ func (s *Service) logFixedBatch(m *Model) {
 // comes from that GPU's free memory, measured through its own sessions.
 func (s *Service) chooseBatch(ctx context.Context, g segment, dev int) int {
 	m, l := g.m, g.l
-	if m.fixedBatch > 0 {
-		return m.fixedBatch
+	if m.FixedBatch > 0 {
+		return m.FixedBatch
 	}
 	if s.cfg.BatchSize > 0 {
 		return s.cfg.BatchSize
@@ -364,7 +355,7 @@ func preferPipelineBatch(best int, per map[int]time.Duration) int {
 }
 
 // chooseCPUBatch measures batch sizes 1..maxAutoBatch on r and logs the pick.
-func chooseCPUBatch(ctx context.Context, r runner, m *Model, l Layer, log *slog.Logger) int {
+func chooseCPUBatch(ctx context.Context, r runner, m *model, l Layer, log *slog.Logger) int {
 	t := time.Now()
 	b, per, err := measureBatchSize(ctx, r, m, l, maxAutoBatch, 3*time.Second, time.Now)
 	if err != nil {
@@ -408,7 +399,7 @@ func (s *Service) RunBatch(ctx context.Context, model string, layer, n int, in, 
 		return fmt.Errorf("run batch: %w %d of model %s", ErrUnknownLayer, layer, model)
 	}
 	l := m.Layers[layer]
-	ie, oe := m.inputElems(), int(l.Elements())
+	ie, oe := m.InputElements(), int(l.Elements())
 	if n < 1 || len(in) < n*ie || len(out) < n*oe {
 		return fmt.Errorf("run batch: %d inputs need %d input and %d output floats, got %d and %d", n, n*ie, n*oe, len(in), len(out))
 	}
@@ -424,12 +415,21 @@ func (s *Service) HostBuffer(n int) ([]float32, func()) { return s.sched.cfg.all
 func (s *Service) InFlight() int { return s.cfg.InFlight }
 
 // Models returns the loaded models in the order given to New.
-func (s *Service) Models() []*Model { return append([]*Model(nil), s.order...) }
+func (s *Service) Models() []*Model {
+	out := make([]*Model, len(s.order))
+	for i, m := range s.order {
+		out[i] = &m.Model
+	}
+	return out
+}
 
 // Model returns the model called name.
 func (s *Service) Model(name string) (*Model, bool) {
 	m, ok := s.models[name]
-	return m, ok
+	if !ok {
+		return nil, false
+	}
+	return &m.Model, true
 }
 
 // Extract returns the whole .npy file of req's layer output for req's image.
@@ -472,61 +472,6 @@ func (s *Service) TensorRT() bool { return s.dev.tensorRT }
 // Fallback returns, in one line, why an explicitly asked-for GPU is not
 // used (Config.AllowCPUFallback let it run on the CPU instead), or "".
 func (s *Service) Fallback() string { return s.noGPU }
-
-// Stats are the service's figures, for MOUNT/.featurefs/stats.
-type Stats struct {
-	Device           string `json:"device"`
-	Requests         int64  `json:"requests"`
-	Shared           int64  `json:"shared"`
-	Completed        int64  `json:"completed"`
-	Failed           int64  `json:"failed"`
-	BadImages        int64  `json:"bad_images"`
-	Cancelled        int64  `json:"cancelled"`
-	Batches          int64  `json:"batches"`
-	BatchedItems     int64  `json:"batched_items"`
-	Retries          int64  `json:"retries"`
-	InFlight         int    `json:"in_flight"`
-	QueuedForeground int    `json:"queued_foreground"`
-	QueuedBackground int    `json:"queued_background"`
-	Decoded          int    `json:"decoded_waiting"`
-	Running          int    `json:"running"`
-	Sessions         int    `json:"sessions"`
-	SessionsCreated  int64  `json:"sessions_created"`
-	SessionsEvicted  int64  `json:"sessions_evicted"`
-	// BatchSizes is each lane's batch size (on the first device; Devices
-	// has every device's).
-	BatchSizes    map[string]int `json:"batch_sizes"`
-	FetchSeconds  float64        `json:"fetch_seconds"`
-	DecodeSeconds float64        `json:"decode_seconds"`
-	InferSeconds  float64        `json:"infer_seconds"`
-	// Split is the split execution plan of a remote mount (--split), nil
-	// otherwise.
-	Split *split.Stats `json:"split,omitempty"`
-	// Wire is what a remote mount's feature servers sent, nil otherwise.
-	Wire *WireStats `json:"wire,omitempty"`
-	// Devices are each GPU's figures when inference runs on several
-	// (nil on one device: the figures above are its own).
-	Devices []DeviceStats `json:"devices,omitempty"`
-}
-
-// DeviceStats are one device's share of a Service's figures.
-type DeviceStats struct {
-	Device       string         `json:"device"`
-	Batches      int64          `json:"batches"`
-	BatchedItems int64          `json:"batched_items"`
-	Running      int            `json:"running"`
-	Sessions     int            `json:"sessions"`
-	BatchSizes   map[string]int `json:"batch_sizes"`
-}
-
-// WireStats are the feature bytes a remote mount received: Bytes on the
-// wire, RawBytes the .npy bytes they were (more where servers compressed
-// them), DecompressSeconds the time spent decompressing.
-type WireStats struct {
-	Bytes             int64   `json:"bytes"`
-	RawBytes          int64   `json:"raw_bytes"`
-	DecompressSeconds float64 `json:"decompress_seconds"`
-}
 
 // Stats returns the current figures.
 func (s *Service) Stats() Stats {

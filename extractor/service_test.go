@@ -17,6 +17,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -80,7 +81,7 @@ func TestModelLayersKnownBeforeCompute(t *testing.T) {
 	want := map[string]string{"layer0": "64x112x112", "layer1": "64x56x56", "layer12": "1024x14x14", "layer17": "2048x7x7", "layer18": "2048", "layer19": "1000"}
 	for name, shape := range want {
 		l, ok := m.Lookup(name)
-		if !ok || shapeString(l.Shape) != shape || l.Bytes != l.Elements()*4 {
+		if !ok || api.ShapeString(l.Shape) != shape || l.Bytes != l.Elements()*4 {
 			t.Errorf("%s: %+v, want shape %s", name, l, shape)
 		}
 	}
@@ -118,8 +119,8 @@ func TestModelLayersKnownBeforeCompute(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if int64(len(b)) != NPYSize(l.Shape, Float32) {
-			t.Errorf("%s: %d bytes, NPYSize says %d", name, len(b), NPYSize(l.Shape, Float32))
+		if int64(len(b)) != api.NPYSize(l.Shape, Float32) {
+			t.Errorf("%s: %d bytes, NPYSize says %d", name, len(b), api.NPYSize(l.Shape, Float32))
 		}
 	}
 	if _, err := svc.Extract(context.Background(), Request{Model: "resnet50", Layer: 20, Key: "x.jpg", Fetch: fetchOf(img)}); !errors.Is(err, ErrUnknownLayer) {
@@ -230,11 +231,11 @@ func TestFloat16MatchesFloat32(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, _ := f16.Model("resnet50")
-	if int64(len(b)) != NPYSize(m.Layers[18].Shape, Float16) {
+	if int64(len(b)) != api.NPYSize(m.Layers[18].Shape, Float16) {
 		t.Fatalf("float16 file is %d bytes", len(b))
 	}
-	_, _, x, _ := DecodeNPY(a)
-	_, dt, y, err := DecodeNPY(b)
+	_, _, x, _ := api.DecodeNPY(a)
+	_, dt, y, err := api.DecodeNPY(b)
 	if err != nil || dt != Float16 {
 		t.Fatalf("%v %v", dt, err)
 	}

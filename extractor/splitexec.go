@@ -16,15 +16,12 @@ package extractor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
-)
 
-// ErrBadTensor is matched by ExtractFrom errors caused by the input tensor
-// itself: not a .npy file, or not the shape of the layer it claims to be.
-var ErrBadTensor = errors.New("bad input tensor")
+	"github.com/featurefs/featurefs/extractor/api"
+)
 
 // defaultSplitBatch is the split lanes' batch size when Config.BatchSize is 0.
 const defaultSplitBatch = 8
@@ -78,17 +75,17 @@ func (s *Service) ExtractFrom(ctx context.Context, model string, from, to int, n
 		return nil, fmt.Errorf("extract from: layer %d of model %s comes after layer %d: %w", from, m.Name, to, ErrUnknownLayer)
 	}
 	fl := &m.Layers[from]
-	shape, dt, data, err := parseNPY(npy)
+	shape, dt, data, err := api.ParseNPY(npy)
 	if err != nil {
 		return nil, fmt.Errorf("extract from %s %s: %w: %w", m.Name, fl.Name, ErrBadTensor, err)
 	}
 	if !slices.Equal(shape, fl.Shape) {
-		return nil, fmt.Errorf("extract from %s %s: %w: shape %s, want %s", m.Name, fl.Name, ErrBadTensor, shapeString(shape), shapeString(fl.Shape))
+		return nil, fmt.Errorf("extract from %s %s: %w: shape %s, want %s", m.Name, fl.Name, ErrBadTensor, api.ShapeString(shape), api.ShapeString(fl.Shape))
 	}
 	if from == to {
 		v := make([]float32, fl.Elements())
-		decodeNPYData(data, dt, v)
-		return EncodeNPY(fl.Shape, v, s.cfg.DType), nil
+		api.DecodeNPYBody(data, dt, v)
+		return api.EncodeNPY(fl.Shape, v, s.cfg.DType), nil
 	}
 	return s.sched.extractFrom(ctx, segment{m: m, l: m.Layers[to], from: fl}, &tensorInput{dt: dt, data: data})
 }
@@ -96,13 +93,13 @@ func (s *Service) ExtractFrom(ctx context.Context, model string, from, to int, n
 // runSegment runs n inputs of layer from through the sub-model computing
 // layer to, on a pooled session, bypassing the scheduler (profiles'
 // measurement).
-func (s *Service) runSegment(ctx context.Context, m *Model, from, to Layer, n int, in, out []float32) error {
+func (s *Service) runSegment(ctx context.Context, m *model, from, to Layer, n int, in, out []float32) error {
 	return ortRunner{pool: s.pool}.run(ctx, segment{m: m, l: to, from: &from}, n, in, out)
 }
 
 // openSplitSession makes the session of a split key: the model pruned to
 // compute layer k.layer from the tensor k.from.
-func (s *Service) openSplitSession(m *Model, k sessionKey, sc sessionConfig) (inferSession, error) {
+func (s *Service) openSplitSession(m *model, k sessionKey, sc sessionConfig) (inferSession, error) {
 	to := m.Layers[k.layer]
 	var fromShape []int64
 	for _, l := range m.Layers {
@@ -118,7 +115,7 @@ func (s *Service) openSplitSession(m *Model, k sessionKey, sc sessionConfig) (in
 		return nil, fmt.Errorf("model %s: prune %s..%s: %w", m.Name, k.from, to.Name, err)
 	}
 	t := time.Now()
-	sess, err := newORTSession(b, k.from, to.Tensor, fromShape, to.Shape, m.fixedBatch, sc)
+	sess, err := newORTSession(b, k.from, to.Tensor, fromShape, to.Shape, m.FixedBatch, sc)
 	if err != nil {
 		return nil, fmt.Errorf("model %s %s..%s: %w", m.Name, k.from, to.Name, err)
 	}

@@ -10,21 +10,23 @@ import (
 	"math"
 	"sync"
 	"testing"
+
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // npyClose compares two .npy files' values: the largest |a-b| and whether
 // every element is within atol + rtol*|b|.
 func npyClose(t *testing.T, a, b []byte, atol, rtol float64) (float64, bool) {
 	t.Helper()
-	sa, _, da, err := DecodeNPY(a)
+	sa, _, da, err := api.DecodeNPY(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, _, db, err := DecodeNPY(b)
+	sb, _, db, err := api.DecodeNPY(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if shapeString(sa) != shapeString(sb) || len(da) != len(db) {
+	if api.ShapeString(sa) != api.ShapeString(sb) || len(da) != len(db) {
 		t.Fatalf("shapes %v vs %v", sa, sb)
 	}
 	worst, ok := 0.0, true
@@ -93,11 +95,11 @@ func TestExtractFromFloat16Input(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shape, _, data, err := DecodeNPY(from)
+	shape, _, data, err := api.DecodeNPY(from)
 	if err != nil {
 		t.Fatal(err)
 	}
-	half := EncodeNPY(shape, data, Float16)
+	half := api.EncodeNPY(shape, data, Float16)
 	got, err := svc.ExtractFrom(ctx, "resnet50", 12, 18, half)
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +118,9 @@ func TestExtractFromBadInput(t *testing.T) {
 	svc := newResNetService(t, nil)
 	ctx := context.Background()
 	m, _ := svc.Model("resnet50")
-	wrong := EncodeNPY(m.Layers[11].Shape, make([]float32, m.Layers[11].Elements()), Float32)
+	wrong := api.EncodeNPY(m.Layers[11].Shape, make([]float32, m.Layers[11].Elements()), Float32)
 	if m.Layers[11].Elements() == m.Layers[12].Elements() {
-		wrong = EncodeNPY([]int64{3}, []float32{1, 2, 3}, Float32)
+		wrong = api.EncodeNPY([]int64{3}, []float32{1, 2, 3}, Float32)
 	}
 	for name, c := range map[string]struct {
 		model    string
@@ -141,7 +143,7 @@ func TestExtractFromBadInput(t *testing.T) {
 	// A cancelled caller gets its context's error.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	good := EncodeNPY(m.Layers[12].Shape, make([]float32, m.Layers[12].Elements()), Float32)
+	good := api.EncodeNPY(m.Layers[12].Shape, make([]float32, m.Layers[12].Elements()), Float32)
 	if _, err := svc.ExtractFrom(cctx, "resnet50", 12, 18, good); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: err %v", err)
 	}

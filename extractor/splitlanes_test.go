@@ -17,12 +17,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // splitTestModel is testModel with two layers, layer0 of 3 elements and
 // layer1 of 2: a split lane computes layer1 from layer0's 3 elements, an
 // image lane from the 3x8x8 input.
-func splitTestModel() *Model {
+func splitTestModel() *model {
 	m := testModel()
 	m.Layers = []Layer{
 		{Index: 0, Name: "layer0", Tensor: "t0", Shape: []int64{3}, Bytes: 12},
@@ -32,7 +34,7 @@ func splitTestModel() *Model {
 }
 
 // splitSegment is layer1 of m computed from layer0.
-func splitSegment(m *Model) segment {
+func splitSegment(m *model) segment {
 	return segment{m: m, l: m.Layers[1], from: &m.Layers[0]}
 }
 
@@ -40,7 +42,7 @@ func splitSegment(m *Model) segment {
 // checks it before queueing.
 func tensorOf(t testing.TB, v float32, dt DType) *tensorInput {
 	t.Helper()
-	shape, got, data, err := parseNPY(EncodeNPY([]int64{3}, []float32{v, v, v}, dt))
+	shape, got, data, err := api.ParseNPY(api.EncodeNPY([]int64{3}, []float32{v, v, v}, dt))
 	if err != nil || len(shape) != 1 || shape[0] != 3 {
 		t.Fatalf("tensor: shape %v, %v", shape, err)
 	}

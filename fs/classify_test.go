@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 )
@@ -34,7 +34,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"nil", nil, errClass{}},
 		{"interrupt", fmt.Errorf("read: %w", context.Canceled), errClass{errno: syscall.EINTR}},
-		{"bad image", &extractor.ImageError{Key: "a.jpg", Reason: "not an image"}, errClass{errno: syscall.EIO, kind: ErrKindBadImage}},
+		{"bad image", &api.ImageError{Key: "a.jpg", Reason: "not an image"}, errClass{errno: syscall.EIO, kind: ErrKindBadImage}},
 		{"too large", fmt.Errorf("x: %w", bucket.ErrTooLarge), errClass{errno: syscall.EIO, kind: ErrKindBadImage}},
 		{"no such name", bucket.ErrNotFound, errClass{errno: syscall.ENOENT}},
 		{"listed then gone", &features.StoreError{Op: "get", Err: bucket.ErrNotFound}, errClass{errno: syscall.ENOENT, kind: ErrKindNotFound}},

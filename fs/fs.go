@@ -16,7 +16,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
@@ -112,7 +112,7 @@ type FS struct {
 	cfg     Config
 	log     *slog.Logger
 	naming  naming
-	models  []*extractor.Model
+	models  []*api.Model
 	statSem chan struct{}
 	// refreshing holds a token per background listing refresh.
 	refreshing chan struct{}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 
@@ -131,36 +131,36 @@ func (b *fakeBucket) Get(ctx context.Context, key string, maxBytes int64) ([]byt
 type fakeExtractor = fakes.Extractor
 
 // testModel returns a model with three small layers and an alias.
-func testModel() *extractor.Model {
-	return &extractor.Model{
+func testModel() *api.Model {
+	return &api.Model{
 		Name:   "tiny",
 		Digest: "d1g35t",
-		Layers: []extractor.Layer{
+		Layers: []api.Layer{
 			{Index: 0, Name: "layer0", Tensor: "conv", Shape: []int64{4, 3, 3}, Bytes: 144},
 			{Index: 1, Name: "layer1", Tensor: "pool", Shape: []int64{8}, Bytes: 32},
 			{Index: 2, Name: "layer2", Tensor: "fc", Shape: []int64{5}, Bytes: 20},
 		},
 		Aliases:    map[string]string{"pool": "layer1"},
-		Preprocess: extractor.DefaultPreprocess(),
+		Preprocess: api.DefaultPreprocess(),
 	}
 }
 
 // newFakeExtractor returns a fake of models (default: testModel).
-func newFakeExtractor(models ...*extractor.Model) *fakeExtractor {
+func newFakeExtractor(models ...*api.Model) *fakeExtractor {
 	if len(models) == 0 {
-		models = []*extractor.Model{testModel()}
+		models = []*api.Model{testModel()}
 	}
 	return fakes.NewExtractor(expectedNPY, models...)
 }
 
 // expectedNPY is the fake extractor's answer for an object's bytes.
-func expectedNPY(l extractor.Layer, data []byte, dt extractor.DType) []byte {
+func expectedNPY(l api.Layer, data []byte, dt api.DType) []byte {
 	vals := make([]float32, l.Elements())
 	seed := sha256.Sum256(append([]byte(l.Tensor+"\x00"), data...))
 	for i := range vals {
 		vals[i] = float32(binary.LittleEndian.Uint32(seed[(i*4)%28:])%1000)/100 + float32(i)
 	}
-	return extractor.EncodeNPY(l.Shape, vals, dt)
+	return api.EncodeNPY(l.Shape, vals, dt)
 }
 
 // fakeCache is an in-memory feature store.

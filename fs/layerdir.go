@@ -1,7 +1,7 @@
 package fs
 
 import (
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/features"
 )
 
@@ -13,7 +13,7 @@ type layerView struct {
 	dir string // "layer12", or an alias such as "pool"
 }
 
-func newLayerView(f *FS, m *extractor.Model, l extractor.Layer, dir string) *layerView {
+func newLayerView(f *FS, m *api.Model, l api.Layer, dir string) *layerView {
 	return &layerView{View: f.p.NewView(m, l), dir: dir}
 }
 

@@ -9,7 +9,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 )
 
@@ -19,7 +19,7 @@ type modelDir struct {
 	gofs.Inode
 	readOnly
 	fs    *FS
-	model *extractor.Model
+	model *api.Model
 }
 
 var _ = (gofs.NodeOnAdder)((*modelDir)(nil))
@@ -54,7 +54,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 	d.AddChild(spec.LayersFile, lf, true)
 }
 
-func (d *modelDir) addLayer(ctx context.Context, dir string, l extractor.Layer) {
+func (d *modelDir) addLayer(ctx context.Context, dir string, l api.Layer) {
 	v := newLayerView(d.fs, d.model, l, dir)
 	ch := d.NewPersistentInode(ctx, newLayerDir(d.fs, v), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: v.dirIno("")})
 	d.AddChild(dir, ch, true)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // TestFilesAreNeverOpened reads feature files, the layer table and the
@@ -119,7 +119,7 @@ type slowFailingExtractor struct {
 	calls atomic.Int64
 }
 
-func (x *slowFailingExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (x *slowFailingExtractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	x.calls.Add(1)
 	time.Sleep(x.delay)
 	return nil, errors.New("the model crashed")

@@ -20,7 +20,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -40,28 +40,28 @@ type batchExtractor struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	closed  bool
-	q       [2][]*bcall                     // GUARDED_BY(mu)
-	calls   map[string]*bcall               // GUARDED_BY(mu)
-	batches int                             // GUARDED_BY(mu): batches started
-	ranIn   map[string]int                  // GUARDED_BY(mu): key -> batch number
-	prioOf  map[string][]extractor.Priority // GUARDED_BY(mu): key -> priorities asked
-	askedAt map[string]int                  // GUARDED_BY(mu): key -> batches started when Foreground asked
+	q       [2][]*bcall               // GUARDED_BY(mu)
+	calls   map[string]*bcall         // GUARDED_BY(mu)
+	batches int                       // GUARDED_BY(mu): batches started
+	ranIn   map[string]int            // GUARDED_BY(mu): key -> batch number
+	prioOf  map[string][]api.Priority // GUARDED_BY(mu): key -> priorities asked
+	askedAt map[string]int            // GUARDED_BY(mu): key -> batches started when Foreground asked
 	done    chan struct{}
 }
 
 type bcall struct {
-	req     extractor.Request
-	prio    extractor.Priority
+	req     api.Request
+	prio    api.Priority
 	waiters int
 	done    chan struct{}
 	out     []byte
 	err     error
 }
 
-func newBatchExtractor(t *testing.T, batch int, delay time.Duration, models ...*extractor.Model) *batchExtractor {
+func newBatchExtractor(t *testing.T, batch int, delay time.Duration, models ...*api.Model) *batchExtractor {
 	fx := newFakeExtractor(models...)
 	x := &batchExtractor{fakeExtractor: fx, batch: batch, delay: delay,
-		calls: map[string]*bcall{}, ranIn: map[string]int{}, prioOf: map[string][]extractor.Priority{}, askedAt: map[string]int{}, done: make(chan struct{})}
+		calls: map[string]*bcall{}, ranIn: map[string]int{}, prioOf: map[string][]api.Priority{}, askedAt: map[string]int{}, done: make(chan struct{})}
 	x.cond = sync.NewCond(&x.mu)
 	go x.loop()
 	t.Cleanup(x.close)
@@ -81,7 +81,7 @@ func (x *batchExtractor) close() {
 }
 
 // Stats reports the batch size, as the real extractor does once chosen.
-func (x *batchExtractor) Stats() extractor.Stats {
+func (x *batchExtractor) Stats() api.Stats {
 	st := x.fakeExtractor.Stats()
 	st.BatchSizes = map[string]int{}
 	for _, m := range x.Models() {
@@ -90,16 +90,16 @@ func (x *batchExtractor) Stats() extractor.Stats {
 	return st
 }
 
-func (x *batchExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (x *batchExtractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	x.extracts.Add(1)
 	x.mu.Lock()
 	x.prioOf[req.Key] = append(x.prioOf[req.Key], req.Priority)
-	if req.Priority == extractor.Foreground {
+	if req.Priority == api.Foreground {
 		x.askedAt[req.Key] = x.batches
 	}
 	if x.closed {
 		x.mu.Unlock()
-		return nil, extractor.ErrClosed
+		return nil, api.ErrClosed
 	}
 	id := fmt.Sprint(req.Model, "\x00", req.Layer, "\x00", req.ID)
 	c := x.calls[id]
@@ -108,12 +108,12 @@ func (x *batchExtractor) Extract(ctx context.Context, req extractor.Request) ([]
 		x.calls[id] = c
 		x.q[c.prio] = append(x.q[c.prio], c)
 		x.cond.Signal()
-	} else if req.Priority == extractor.Foreground && c.prio == extractor.Background {
-		if i := slices.Index(x.q[extractor.Background], c); i >= 0 {
-			x.q[extractor.Background] = slices.Delete(x.q[extractor.Background], i, i+1)
-			x.q[extractor.Foreground] = append(x.q[extractor.Foreground], c)
+	} else if req.Priority == api.Foreground && c.prio == api.Background {
+		if i := slices.Index(x.q[api.Background], c); i >= 0 {
+			x.q[api.Background] = slices.Delete(x.q[api.Background], i, i+1)
+			x.q[api.Foreground] = append(x.q[api.Foreground], c)
 		}
-		c.prio = extractor.Foreground
+		c.prio = api.Foreground
 	}
 	c.waiters++
 	x.mu.Unlock()
@@ -178,7 +178,7 @@ func (x *batchExtractor) finishLocked(c *bcall, out []byte, err error) {
 
 // compute is the fake extractor's answer: the fakeExtractor's for small
 // layers, zeros for large ones.
-func (x *batchExtractor) compute(req extractor.Request) ([]byte, error) {
+func (x *batchExtractor) compute(req api.Request) ([]byte, error) {
 	m, ok := x.Model(req.Model)
 	if !ok || req.Layer < 0 || req.Layer >= len(m.Layers) {
 		return nil, fmt.Errorf("no model %s layer %d", req.Model, req.Layer)
@@ -188,11 +188,11 @@ func (x *batchExtractor) compute(req extractor.Request) ([]byte, error) {
 		return nil, err
 	}
 	if strings.HasPrefix(string(data), "BAD") {
-		return nil, &extractor.ImageError{Key: req.Key, Reason: "not an image"}
+		return nil, &api.ImageError{Key: req.Key, Reason: "not an image"}
 	}
 	l := m.Layers[req.Layer]
 	if l.Elements() > 1024 {
-		return append(extractor.NPYHeader(l.Shape, x.DType()), make([]byte, l.Elements()*x.DType().Size())...), nil
+		return append(api.NPYHeader(l.Shape, x.DType()), make([]byte, l.Elements()*x.DType().Size())...), nil
 	}
 	return expectedNPY(l, data, x.DType()), nil
 }
@@ -529,12 +529,12 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 	for i := range objects {
 		b.put(fmt.Sprintf("many/%05d.jpg", i), []byte(fmt.Sprint("img", i)))
 	}
-	big := &extractor.Model{
+	big := &api.Model{
 		Name: "big", Digest: "b1g",
-		Layers:     []extractor.Layer{{Index: 0, Name: "layer0", Tensor: "wide", Shape: []int64{16, 1024}}},
-		Preprocess: extractor.Preprocess{Resize: 32, Crop: 32, Std: [3]float32{1, 1, 1}},
+		Layers:     []api.Layer{{Index: 0, Name: "layer0", Tensor: "wide", Shape: []int64{16, 1024}}},
+		Preprocess: api.Preprocess{Resize: 32, Crop: 32, Std: [3]float32{1, 1, 1}},
 	}
-	featureBytes := extractor.NPYSize(big.Layers[0].Shape, extractor.Float32) // 64 KiB
+	featureBytes := api.NPYSize(big.Layers[0].Shape, api.Float32) // 64 KiB
 	const maxBytes = 8 << 20
 	x := newBatchExtractor(t, 32, 0, big)
 	c := newKeyCache()
@@ -750,10 +750,10 @@ func TestWarm(t *testing.T) {
 		t.Errorf("second warm: %+v, %d new extractions", res2, x.Calls.Load()-before)
 	}
 
-	if _, err := f.Warm(context.Background(), WarmOptions{Model: "nope", Layer: "layer1"}); !errors.Is(err, extractor.ErrUnknownModel) {
+	if _, err := f.Warm(context.Background(), WarmOptions{Model: "nope", Layer: "layer1"}); !errors.Is(err, api.ErrUnknownModel) {
 		t.Errorf("unknown model: %v", err)
 	}
-	if _, err := f.Warm(context.Background(), WarmOptions{Model: "tiny", Layer: "layer9"}); !errors.Is(err, extractor.ErrUnknownLayer) {
+	if _, err := f.Warm(context.Background(), WarmOptions{Model: "tiny", Layer: "layer9"}); !errors.Is(err, api.ErrUnknownLayer) {
 		t.Errorf("unknown layer: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

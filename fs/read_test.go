@@ -13,7 +13,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 func TestSizeEqualsBytesRead(t *testing.T) {
@@ -151,7 +151,7 @@ type gatedExtractor struct {
 	gate chan struct{}
 }
 
-func (x gatedExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (x gatedExtractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	select {
 	case <-x.gate:
 	case <-ctx.Done():
@@ -170,7 +170,7 @@ func (x gatedExtractor) Extract(ctx context.Context, req extractor.Request) ([]b
 // readahead then grew from a few pages: five requests).
 func TestLayer12SizedFileIsOneOrTwoReads(t *testing.T) {
 	m := testModel()
-	m.Layers = []extractor.Layer{{Index: 0, Name: "layer12", Tensor: "l12", Shape: []int64{64, 56, 56}, Bytes: 64 * 56 * 56 * 4}}
+	m.Layers = []api.Layer{{Index: 0, Name: "layer12", Tensor: "l12", Shape: []int64{64, 56, 56}, Bytes: 64 * 56 * 56 * 4}}
 	b := newFakeBucket(1000)
 	b.put("x/1.jpg", []byte("one"))
 	b.put("x/2.jpg", []byte("two"))
@@ -228,7 +228,7 @@ func TestLayer12SizedFileIsOneOrTwoReads(t *testing.T) {
 // not from the cache (which decompressed it again for each of them).
 func TestComputedFeatureNextReadsFromMemory(t *testing.T) {
 	m := testModel()
-	m.Layers = []extractor.Layer{{Index: 0, Name: "big", Tensor: "big", Shape: []int64{3, 256, 1024}, Bytes: 3 << 20}}
+	m.Layers = []api.Layer{{Index: 0, Name: "big", Tensor: "big", Shape: []int64{3, 256, 1024}, Bytes: 3 << 20}}
 	b := newFakeBucket(1000)
 	b.put("x/1.jpg", []byte("one"))
 	e := testMountWith(t, b, newFakeExtractor(m))

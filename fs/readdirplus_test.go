@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // TestReaddirPlusAnswersFromTheEntry lists a directory with attributes (as
@@ -21,7 +21,7 @@ func TestReaddirPlusAnswersFromTheEntry(t *testing.T) {
 	b.put("d/sub/x.jpg", []byte("x"))
 	e := testMount(t, b)
 	l := e.x.Models()[0].Layers[2]
-	want := extractor.NPYSize(l.Shape, e.x.DType())
+	want := api.NPYSize(l.Shape, e.x.DType())
 	dir := e.path("features", "tiny", l.Name, "d")
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 )
@@ -47,13 +47,13 @@ func (b faultyBucket) Get(ctx context.Context, key string, maxBytes int64) ([]by
 // key contains "odd" after fetching them. It counts its calls.
 type queueExtractor struct {
 	*fakeExtractor
-	figures extractor.Stats
+	figures api.Stats
 	calls   *atomic.Int64
 }
 
-func (x queueExtractor) Stats() extractor.Stats { return x.figures }
+func (x queueExtractor) Stats() api.Stats { return x.figures }
 
-func (x queueExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (x queueExtractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	x.calls.Add(1)
 	if strings.Contains(req.Key, "odd") {
 		if _, err := req.Fetch(ctx); err != nil {
@@ -86,7 +86,7 @@ func statsScenario(t *testing.T) *scenario {
 	b.put("d/fail.jpg", []byte("store error"))
 	b.put("d/slow.jpg", []byte("past the read timeout"))
 	b.put("d/odd.jpg", []byte("the model fails"))
-	figures := extractor.Stats{Batches: 4, BatchedItems: 10, QueuedForeground: 2, QueuedBackground: 7,
+	figures := api.Stats{Batches: 4, BatchedItems: 10, QueuedForeground: 2, QueuedBackground: 7,
 		Decoded: 3, Running: 1, InFlight: 13}
 	s := &scenario{}
 	s.env = testMount(t, b, func(c *Config) {
@@ -243,7 +243,7 @@ func TestStatsCacheHitRatio(t *testing.T) {
 // before and after the read brackets the figure).
 func TestStatsReadSizesAndCPU(t *testing.T) {
 	m := testModel()
-	m.Layers = append(m.Layers, extractor.Layer{Index: 3, Name: "layer12", Tensor: "l12", Shape: []int64{64, 56, 56}, Bytes: 64 * 56 * 56 * 4})
+	m.Layers = append(m.Layers, api.Layer{Index: 3, Name: "layer12", Tensor: "l12", Shape: []int64{64, 56, 56}, Bytes: 64 * 56 * 56 * 4})
 	b := newFakeBucket(1000)
 	b.put("x/1.jpg", []byte("one"))
 	e := testMountWith(t, b, newFakeExtractor(m))

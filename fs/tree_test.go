@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 func TestTreeShape(t *testing.T) {
@@ -52,7 +52,7 @@ func TestTreeShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(a) != string(l) || string(a) != string(expectedNPY(e.x.Models()[0].Layers[1], []byte("dog1"), extractor.Float32)) {
+	if string(a) != string(l) || string(a) != string(expectedNPY(e.x.Models()[0].Layers[1], []byte("dog1"), api.Float32)) {
 		t.Error("pool/ and layer1/ differ or are not the extractor's answer")
 	}
 

@@ -1,27 +1,19 @@
 package mountopts
 
 import (
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/featurefs/featurefs/test/testenv"
 )
 
 // Parsing options links no ONNX Runtime, NVML or cgo extractor: mountopts
 // depends on the cgo-free leaf extractor/spec only (issue 14, item 4).
 func TestMountoptsIsCgoFree(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}} {{len .CgoFiles}}", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps: %v\n%s", err, out)
-	}
+	deps := testenv.Deps(t, nil, ".")
 	var sawSpec bool
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		pkg, cgoFiles, _ := strings.Cut(line, " ")
+	for _, d := range deps {
+		pkg := d.ImportPath
 		switch {
 		case pkg == "github.com/featurefs/featurefs/extractor/spec":
 			sawSpec = true
@@ -29,11 +21,11 @@ func TestMountoptsIsCgoFree(t *testing.T) {
 			pkg == "github.com/featurefs/featurefs/extractor":
 			t.Errorf("mountopts depends on %s", pkg)
 		}
-		if cgoFiles != "0" && strings.HasPrefix(pkg, "github.com/") {
-			t.Errorf("mountopts depends on %s, which has %s cgo files", pkg, cgoFiles)
+		if d.CgoFiles != 0 && strings.HasPrefix(pkg, "github.com/") {
+			t.Errorf("mountopts depends on %s, which has %d cgo files", pkg, d.CgoFiles)
 		}
 	}
 	if !sawSpec {
-		t.Errorf("mountopts does not import extractor/spec; go list said:\n%s", out)
+		t.Errorf("mountopts does not import extractor/spec; go list said: %v", deps)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // readErr opens and reads a whole file, returning the bytes and the first
@@ -65,7 +66,7 @@ func TestBadObjectGivesEIO(t *testing.T) {
 				t.Errorf("round %d: reading %s (object %s, %d bytes) = %v, want EIO", round, rel, o.Key, o.Bytes, errs[rel])
 			}
 		}
-		wantSize := extractor.NPYSize(testLayerShape, extractor.Float32)
+		wantSize := api.NPYSize(testLayerShape, extractor.Float32)
 		for _, o := range d.images("") {
 			rel := names[o.Key]
 			if errs[rel] != nil {

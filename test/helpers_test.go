@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -455,10 +456,10 @@ type npyFile struct {
 	Raw []byte
 }
 
-// parseNPY decodes b with extractor.DecodeNPY and also returns the raw data
+// parseNPY decodes b with api.DecodeNPY and also returns the raw data
 // section, located from the header length fields of format 1.0 / 2.0.
 func parseNPY(b []byte) (npyFile, error) {
-	shape, dt, data, err := extractor.DecodeNPY(b)
+	shape, dt, data, err := api.DecodeNPY(b)
 	if err != nil {
 		return npyFile{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // largePrefixObjects is how many objects TestLargePrefix puts under one prefix.
@@ -84,7 +85,7 @@ func TestLargePrefix(t *testing.T) {
 	}
 	rss0 := rssBytes(t, m.PID(), "VmRSS")
 
-	wantSize := extractor.NPYSize(testLayerShape, extractor.Float32)
+	wantSize := api.NPYSize(testLayerShape, extractor.Float32)
 	listAndStat := func(round int) {
 		t0 := time.Now()
 		entries, err := os.ReadDir(dir)

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -108,7 +109,7 @@ func TestListStatFind(t *testing.T) {
 
 	// stat never computes: every size is the layer's .npy size, and a
 	// read returns exactly that many bytes of a valid .npy of that shape.
-	wantSize := extractor.NPYSize(testLayerShape, extractor.Float32)
+	wantSize := api.NPYSize(testLayerShape, extractor.Float32)
 	statOut, err := exec.Command("stat", "-c", "%s %F %n", filepath.Join(layerDir, "train", "cat", "img0000.npy")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("stat: %v\n%s", err, statOut)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -192,7 +193,7 @@ func TestReliabilityBadObjects(t *testing.T) {
 					t.Errorf("round %d: %q: %v", round, k, err)
 					continue
 				}
-				if int64(len(data[k])) != extractor.NPYSize(testLayerShape, extractor.Float32) {
+				if int64(len(data[k])) != api.NPYSize(testLayerShape, extractor.Float32) {
 					t.Errorf("round %d: %q: %d bytes", round, k, len(data[k]))
 				}
 				if diff, ok := closeEnough(got.Data, ref[k].Data); !ok {

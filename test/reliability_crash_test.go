@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // readStats reads and decodes a mount's stats file.
@@ -52,7 +53,7 @@ func TestReliabilityCrashLoop(t *testing.T) {
 	}
 	ref := extractRef(t, testLayer, local)
 	names := featureNames(keys)
-	wantSize := extractor.NPYSize(testLayerShape, extractor.Float32)
+	wantSize := api.NPYSize(testLayerShape, extractor.Float32)
 
 	work := t.TempDir()
 	mnt := filepath.Join(work, "mnt")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/remote"
 )
 
@@ -37,7 +38,7 @@ func hostileFeature(key string) []byte {
 	for i := range v {
 		v[i] = float32(len(key)*100 + i)
 	}
-	return extractor.EncodeNPY(hostileGoodShape, v, extractor.Float32)
+	return api.EncodeNPY(hostileGoodShape, v, extractor.Float32)
 }
 
 func startHostileServer(t *testing.T) *hostileServer {

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/fs/remote"
@@ -383,7 +384,7 @@ func TestSplitBenchHelper(t *testing.T) {
 					if s == spec.SplitRaw {
 						return plan.RawBytes
 					}
-					return float64(extractor.NPYSize(m.Layers[s].Shape, c.Info().DType))
+					return float64(api.NPYSize(m.Layers[s].Shape, c.Info().DType))
 				}
 				slot := map[string]int{} // policy -> index in results
 				run := func(x *remote.SplitExtractor, policy string) {
@@ -463,7 +464,7 @@ func splitBenchTwoHosts(t *testing.T, plan splitBenchPlan, svc *extractor.Servic
 // completion, the other plan.Timed.
 func splitBenchRun(t *testing.T, l *netLink, x *remote.SplitExtractor, m *extractor.Model, freeze int, plan splitBenchPlan, cfg int) splitBenchResult {
 	t.Helper()
-	size := extractor.NPYSize(m.Layers[freeze].Shape, x.DType())
+	size := api.NPYSize(m.Layers[freeze].Shape, x.DType())
 	read := func(from, to int) int {
 		keys := make(chan string, to-from)
 		for j := from; j < to; j++ {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // TestSplitRemoteMountOverShapedLink: `featurefs serve` in one namespace,
@@ -35,7 +36,7 @@ func TestSplitRemoteMountOverShapedLink(t *testing.T) {
 	// layer6 = layer2.0 of ResNet-50; the server compresses it
 	// (--wire-compression s2, the default): fewer bytes on the wire than the
 	// .npy, and the cost model predicts that from the profile's wire ratio.
-	raw := float64(extractor.NPYSize([]int64{512, 28, 28}, extractor.Float32))
+	raw := float64(api.NPYSize([]int64{512, 28, 28}, extractor.Float32))
 	images := len(d.images("train/")) + len(d.images("val/"))
 	measured, _ := p["measured_wire_bytes_per_sample"].(float64)
 	predicted, _ := p["predicted_wire_bytes_per_sample"].(float64)

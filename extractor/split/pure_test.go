@@ -1,30 +1,23 @@
 package split
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/featurefs/featurefs/test/testenv"
 )
 
 // The cost model links no ONNX Runtime, FUSE, HTTP or cgo, and not package
 // extractor (issue 14, item 2).
 func TestSplitIsPure(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command (go test puts it on PATH): %v", err)
-	}
 	const pkg = "github.com/featurefs/featurefs/extractor/split"
-	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}} {{len .CgoFiles}}", pkg).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) < 10 {
-		t.Fatalf("go list -deps %s listed %d packages:\n%s", pkg, len(lines), out)
+	deps := testenv.Deps(t, nil, pkg)
+	if len(deps) < 10 {
+		t.Fatalf("go list -deps %s listed %d packages: %v", pkg, len(deps), deps)
 	}
 	var sawSpec bool
-	for _, line := range lines {
-		dep, cgoFiles, _ := strings.Cut(line, " ")
+	for _, d := range deps {
+		dep := d.ImportPath
 		switch {
 		case dep == "github.com/featurefs/featurefs/extractor/spec":
 			sawSpec = true
@@ -32,11 +25,11 @@ func TestSplitIsPure(t *testing.T) {
 			dep == "net/http", dep == "runtime/cgo", dep == "github.com/featurefs/featurefs/extractor":
 			t.Errorf("%s depends on %s", pkg, dep)
 		}
-		if cgoFiles != "0" && strings.HasPrefix(dep, "github.com/") {
-			t.Errorf("%s depends on %s, which has %s cgo files", pkg, dep, cgoFiles)
+		if d.CgoFiles != 0 && strings.HasPrefix(dep, "github.com/") {
+			t.Errorf("%s depends on %s, which has %d cgo files", pkg, dep, d.CgoFiles)
 		}
 	}
 	if !sawSpec {
-		t.Errorf("%s does not import extractor/spec; go list said:\n%s", pkg, out)
+		t.Errorf("%s does not import extractor/spec; go list said: %v", pkg, deps)
 	}
 }

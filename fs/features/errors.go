@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -30,7 +30,7 @@ var errBadFeature = errors.New("feature has the wrong size")
 // BadObject reports whether err is caused by the object's content and is
 // permanent for that version of it: such errors are cached negatively.
 func BadObject(err error) bool {
-	return errors.Is(err, extractor.ErrBadImage) || errors.Is(err, bucket.ErrTooLarge)
+	return errors.Is(err, api.ErrBadImage) || errors.Is(err, bucket.ErrTooLarge)
 }
 
 // badEntry records a bad object version.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 func TestErrReason(t *testing.T) {
@@ -14,7 +14,7 @@ func TestErrReason(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"a/b.jpg", &extractor.ImageError{Key: "a/b.jpg", Reason: "empty object"}, "empty object"},
+		{"a/b.jpg", &api.ImageError{Key: "a/b.jpg", Reason: "empty object"}, "empty object"},
 		{"a/b.jpg", errors.New("a/b.jpg: a/b.jpg: truncated"), "truncated"},
 		{"a/b.jpg", fmt.Errorf("get %q: %w", "a/b.jpg", errors.New("bucket: get s3://x/a/b.jpg: timeout")), "bucket: get s3://x/a/b.jpg: timeout"},
 		{"a/b.jpg", errors.New("other/c.jpg: kept"), "other/c.jpg: kept"},

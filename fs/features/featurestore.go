@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/featurestore"
 )
@@ -37,12 +37,12 @@ func (e *unusableError) Is(target error) bool { return target == ErrNotExtracted
 
 // manifest is a model directory's _model.json in the feature store.
 type manifest struct {
-	Schema     string               `json:"schema_version"`
-	Model      string               `json:"model"`
-	Digest     string               `json:"digest"`
-	DType      extractor.DType      `json:"dtype"`
-	Preprocess extractor.Preprocess `json:"preprocess"`
-	Layers     []manifestLayer      `json:"layers"`
+	Schema     string          `json:"schema_version"`
+	Model      string          `json:"model"`
+	Digest     string          `json:"digest"`
+	DType      api.DType       `json:"dtype"`
+	Preprocess api.Preprocess  `json:"preprocess"`
+	Layers     []manifestLayer `json:"layers"`
 }
 
 type manifestLayer struct {
@@ -59,7 +59,7 @@ func (p *Pipeline) registerManifests() {
 		mf := manifest{Schema: featurestore.SchemaVersion, Model: m.Name, Digest: m.Digest, DType: p.dtype, Preprocess: m.Preprocess}
 		for _, l := range m.Layers {
 			mf.Layers = append(mf.Layers, manifestLayer{Index: l.Index, Name: l.Name, Tensor: l.Tensor,
-				Shape: l.Shape, Bytes: extractor.NPYSize(l.Shape, p.dtype)})
+				Shape: l.Shape, Bytes: api.NPYSize(l.Shape, p.dtype)})
 		}
 		b, err := json.MarshalIndent(mf, "", "  ")
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
@@ -117,7 +117,7 @@ func TestFeatureStoreChangedModel(t *testing.T) {
 	for i, digest := range []string{"aaaaaaaaaaaa11", "bbbbbbbbbbbb22"} {
 		m := testModel()
 		m.Digest = digest
-		x := fakes.NewExtractor(func(l extractor.Layer, data []byte, _ extractor.DType) []byte { return expectedNPY(l, data) }, m)
+		x := fakes.NewExtractor(func(l api.Layer, data []byte, _ api.DType) []byte { return expectedNPY(l, data) }, m)
 		fst := openFeatureStore(t, storeDir)
 		p, err := New(Config{Bucket: b, Extractor: x, Cache: fakes.NewCache(), FeatureStore: fst})
 		if err != nil {

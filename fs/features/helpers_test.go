@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
@@ -17,31 +17,31 @@ import (
 type fakeExtractor = fakes.Extractor
 
 // testModel returns a model with two small layers.
-func testModel() *extractor.Model {
-	return &extractor.Model{
+func testModel() *api.Model {
+	return &api.Model{
 		Name:   "tiny",
 		Digest: "d1g35t",
-		Layers: []extractor.Layer{
+		Layers: []api.Layer{
 			{Index: 0, Name: "layer0", Tensor: "conv", Shape: []int64{4}, Bytes: 16},
 			{Index: 1, Name: "layer1", Tensor: "pool", Shape: []int64{2}, Bytes: 8},
 		},
-		Preprocess: extractor.DefaultPreprocess(),
+		Preprocess: api.DefaultPreprocess(),
 	}
 }
 
 func newFakeExtractor() *fakeExtractor {
-	return fakes.NewExtractor(func(l extractor.Layer, data []byte, _ extractor.DType) []byte { return expectedNPY(l, data) }, testModel())
+	return fakes.NewExtractor(func(l api.Layer, data []byte, _ api.DType) []byte { return expectedNPY(l, data) }, testModel())
 }
 
 // expectedNPY is the fake extractor's answer for an object's bytes.
-func expectedNPY(l extractor.Layer, data []byte) []byte {
+func expectedNPY(l api.Layer, data []byte) []byte {
 	vals := make([]float32, l.Elements())
 	for i := range vals {
 		if i < len(data) {
 			vals[i] = float32(data[i])
 		}
 	}
-	return extractor.EncodeNPY(l.Shape, vals, extractor.Float32)
+	return api.EncodeNPY(l.Shape, vals, api.Float32)
 }
 
 // localBucket writes objects (key -> content) into a directory and opens it

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // deviceItems gathers featurefs_device_batched_items_total from a
@@ -37,14 +37,14 @@ func deviceItems(t *testing.T, st Stats) map[string]float64 {
 // With models on several GPUs, the images each computed are exported per
 // device; on one device there is no such sample.
 func TestDeviceMetricsPerGPU(t *testing.T) {
-	st := Stats{Extractor: extractor.Stats{Device: "cuda:0,2", Devices: []extractor.DeviceStats{
+	st := Stats{Extractor: api.Stats{Device: "cuda:0,2", Devices: []api.DeviceStats{
 		{Device: "cuda:0", Batches: 3, BatchedItems: 700},
 		{Device: "cuda:2", Batches: 1, BatchedItems: 256},
 	}}}
 	if got := deviceItems(t, st); len(got) != 2 || got["cuda:0"] != 700 || got["cuda:2"] != 256 {
 		t.Errorf("per-device images %v, want cuda:0 700 and cuda:2 256", got)
 	}
-	if got := deviceItems(t, Stats{Extractor: extractor.Stats{Device: "cuda:0"}}); len(got) != 0 {
+	if got := deviceItems(t, Stats{Extractor: api.Stats{Device: "cuda:0"}}); len(got) != 0 {
 		t.Errorf("one device: per-device samples %v, want none", got)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -161,7 +161,7 @@ type observedExtractor struct {
 }
 
 // Extract extracts, counting the outcome once per shared extraction.
-func (x observedExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (x observedExtractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	id := req.ID
 	if id == "" {
 		id = req.Key

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
 
@@ -48,7 +48,7 @@ type gateExtractor struct {
 	gate chan struct{}
 }
 
-func (x gateExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (x gateExtractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	<-x.gate
 	if strings.HasPrefix(req.Key, "fail") {
 		return nil, errors.New("failed")
@@ -64,8 +64,8 @@ func TestSharedExtractionCountsOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	// A prefetch and two reads of one feature, one read of another layer of
 	// it, and two callers of a failing one.
-	for _, r := range []extractor.Request{
-		{Model: "tiny", Layer: 0, Key: "a", ID: "src\x00a\x00e1", Priority: extractor.Background},
+	for _, r := range []api.Request{
+		{Model: "tiny", Layer: 0, Key: "a", ID: "src\x00a\x00e1", Priority: api.Background},
 		{Model: "tiny", Layer: 0, Key: "a", ID: "src\x00a\x00e1"},
 		{Model: "tiny", Layer: 0, Key: "a", ID: "src\x00a\x00e1"},
 		{Model: "tiny", Layer: 1, Key: "a", ID: "src\x00a\x00e1"},
@@ -98,7 +98,7 @@ func TestSharedExtractionCountsOnce(t *testing.T) {
 		t.Errorf("%d flights left", len(o.flights))
 	}
 	// Later calls of the same feature are new extractions.
-	x.Extract(context.Background(), extractor.Request{Model: "tiny", Key: "a", ID: "src\x00a\x00e1"})
+	x.Extract(context.Background(), api.Request{Model: "tiny", Key: "a", ID: "src\x00a\x00e1"})
 	if got := o.extracted.Load(); got != 3 {
 		t.Errorf("completed %d after a later call, want 3", got)
 	}

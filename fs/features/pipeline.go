@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/featurestore"
@@ -22,15 +22,15 @@ import (
 // (*extractor.Service implements it).
 type Extractor interface {
 	// Models returns the models served, in order.
-	Models() []*extractor.Model
+	Models() []*api.Model
 	// Model returns the model called name.
-	Model(name string) (*extractor.Model, bool)
+	Model(name string) (*api.Model, bool)
 	// Extract returns the whole .npy file of one feature.
-	Extract(ctx context.Context, req extractor.Request) ([]byte, error)
+	Extract(ctx context.Context, req api.Request) ([]byte, error)
 	// DType is the element type of the .npy files.
-	DType() extractor.DType
+	DType() api.DType
 	// Stats returns the service's figures, for .featurefs/stats.
-	Stats() extractor.Stats
+	Stats() api.Stats
 	// Device names where models run, e.g. "cpu" or "cuda:0".
 	Device() string
 }
@@ -137,7 +137,7 @@ type Pipeline struct {
 	cfg      Config
 	log      *slog.Logger
 	identity string
-	dtype    extractor.DType
+	dtype    api.DType
 	started  time.Time
 	health   StoreHealth
 	// rawBucket is the configured bucket, unwrapped: the feature store's
@@ -266,16 +266,16 @@ func (p *Pipeline) Started() time.Time { return p.started }
 // layer and the size of its .npy files. Constant.
 type View struct {
 	// Model is the model.
-	Model *extractor.Model
+	Model *api.Model
 	// Layer is the layer.
-	Layer extractor.Layer
+	Layer api.Layer
 	// Size is the bytes of each .npy file of the layer.
 	Size int64
 }
 
 // NewView returns the view of layer l of model m.
-func (p *Pipeline) NewView(m *extractor.Model, l extractor.Layer) *View {
-	return &View{Model: m, Layer: l, Size: extractor.NPYSize(l.Shape, p.dtype)}
+func (p *Pipeline) NewView(m *api.Model, l api.Layer) *View {
+	return &View{Model: m, Layer: l, Size: api.NPYSize(l.Shape, p.dtype)}
 }
 
 // Close stops prefetch and the reads' detached extractions: walks and

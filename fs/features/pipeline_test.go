@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
 
@@ -47,7 +47,7 @@ func TestFeatureCachesAndRemembersBadObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if _, err := p.Feature(ctx, "tiny", 0, bad); !errors.Is(err, extractor.ErrBadImage) || !BadObject(err) {
+		if _, err := p.Feature(ctx, "tiny", 0, bad); !errors.Is(err, api.ErrBadImage) || !BadObject(err) {
 			t.Fatalf("bad object, call %d: %v, want a bad image", i, err)
 		}
 	}
@@ -55,7 +55,7 @@ func TestFeatureCachesAndRemembersBadObjects(t *testing.T) {
 		t.Errorf("%d extractions after two reads of a bad object, want 2 (one for it)", n)
 	}
 	clock.Advance(2 * time.Minute)
-	if _, err := p.Feature(ctx, "tiny", 0, bad); !errors.Is(err, extractor.ErrBadImage) {
+	if _, err := p.Feature(ctx, "tiny", 0, bad); !errors.Is(err, api.ErrBadImage) {
 		t.Fatalf("bad object after NegativeTTL: %v", err)
 	}
 	if n := x.Calls.Load(); n != 3 {
@@ -72,10 +72,10 @@ func TestFeatureCachesAndRemembersBadObjects(t *testing.T) {
 	if len(st.RecentErrors) == 0 || st.RecentErrors[0].Key != "d/bad.jpg" {
 		t.Errorf("recent errors %+v, want the bad object's", st.RecentErrors)
 	}
-	if _, err := p.Feature(ctx, "nope", 0, obj); !errors.Is(err, extractor.ErrUnknownModel) {
+	if _, err := p.Feature(ctx, "nope", 0, obj); !errors.Is(err, api.ErrUnknownModel) {
 		t.Errorf("unknown model: %v", err)
 	}
-	if _, err := p.Feature(ctx, "tiny", 2, obj); !errors.Is(err, extractor.ErrUnknownLayer) {
+	if _, err := p.Feature(ctx, "tiny", 2, obj); !errors.Is(err, api.ErrUnknownLayer) {
 		t.Errorf("unknown layer: %v", err)
 	}
 }

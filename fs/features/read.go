@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -17,8 +17,8 @@ import (
 // the same path as a read of the mounted file: a known bad object fails at
 // once; else the cache, else an extraction whose result is stored; identical
 // concurrent calls share one run. It needs no mount: featurefs serve calls it.
-// An unknown model or layer matches extractor.ErrUnknownModel /
-// extractor.ErrUnknownLayer. If ctx ends first, Feature returns ctx.Err() and
+// An unknown model or layer matches api.ErrUnknownModel /
+// api.ErrUnknownLayer. If ctx ends first, Feature returns ctx.Err() and
 // the run goes on (and fills the cache).
 func (p *Pipeline) Feature(ctx context.Context, model string, layer int, obj bucket.Object) ([]byte, error) {
 	if !p.cfg.Images(path.Base(obj.Key)) {
@@ -26,10 +26,10 @@ func (p *Pipeline) Feature(ctx context.Context, model string, layer int, obj buc
 	}
 	m, ok := p.cfg.Extractor.Model(model)
 	if !ok {
-		return nil, fmt.Errorf("feature %s: %w %q", obj.Key, extractor.ErrUnknownModel, model)
+		return nil, fmt.Errorf("feature %s: %w %q", obj.Key, api.ErrUnknownModel, model)
 	}
 	if layer < 0 || layer >= len(m.Layers) {
-		return nil, fmt.Errorf("feature %s: %w %d of model %s (it has %d)", obj.Key, extractor.ErrUnknownLayer, layer, model, len(m.Layers))
+		return nil, fmt.Errorf("feature %s: %w %d of model %s (it has %d)", obj.Key, api.ErrUnknownLayer, layer, model, len(m.Layers))
 	}
 	return p.feature(ctx, p.NewView(m, m.Layers[layer]), obj)
 }
@@ -185,7 +185,7 @@ func objectID(obj bucket.Object) string {
 func (p *Pipeline) feature(ctx context.Context, v *View, obj bucket.Object) ([]byte, error) {
 	if reason, bad := p.isBad(obj.Key, obj.ETag); bad {
 		p.stats.badHits.Add(1)
-		return nil, &extractor.ImageError{Key: obj.Key, Reason: reason}
+		return nil, &api.ImageError{Key: obj.Key, Reason: reason}
 	}
 	key := p.cacheKey(v, obj)
 	return p.features.Do(ctx, string(key.ID()), func(ctx context.Context) ([]byte, error) {
@@ -220,7 +220,7 @@ func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key 
 			slog.String("model", v.Model.Name), slog.String("layer", v.Layer.Name), slog.Int("bytes", len(data)), slog.Int64("want", v.Size))
 	}
 	p.stats.cacheMisses.Add(1)
-	return p.extractStore(ctx, v, obj, key, extractor.Foreground, false)
+	return p.extractStore(ctx, v, obj, key, api.Foreground, false)
 }
 
 // extractStore extracts obj's feature at prio, under ReadTimeout, records a
@@ -231,7 +231,7 @@ func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key 
 // With handOff (prefetch) the feature is put in the hand-off buffer before
 // the cache, for the reader about to read it; a read's own result is kept
 // by its caller (the tree's recent features) instead.
-func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, prio extractor.Priority, handOff bool) ([]byte, error) {
+func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, prio api.Priority, handOff bool) ([]byte, error) {
 	if p.cfg.ReadTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
@@ -249,7 +249,7 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		return data, nil
 	}
 	p.stats.extractions.Add(1)
-	data, err = p.cfg.Extractor.Extract(ctx, extractor.Request{
+	data, err = p.cfg.Extractor.Extract(ctx, api.Request{
 		Model:    v.Model.Name,
 		Layer:    v.Layer.Index,
 		Key:      obj.Key,
@@ -290,14 +290,14 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 // a read's feature (Foreground) is served and not cached: the cache is not
 // keeping up, and a reader never waits on it (said once in the log);
 // prefetch's and warm-up's (Background) wait for room, under ctx.
-func (p *Pipeline) putCache(ctx context.Context, obj bucket.Object, key cache.Key, data []byte, prio extractor.Priority) {
+func (p *Pipeline) putCache(ctx context.Context, obj bucket.Object, key cache.Key, data []byte, prio api.Priority) {
 	if p.owner.Context().Err() != nil {
 		// Closing: the cache's owner closes it once Close returns; a
 		// result that came after Close began is served, not stored.
 		return
 	}
 	w := &pendingWrite{id: string(key.ID()), key: key, obj: obj.Key, data: data}
-	switch p.writes.enqueue(ctx, w, prio == extractor.Background) {
+	switch p.writes.enqueue(ctx, w, prio == api.Background) {
 	case queued:
 	case noRoom:
 		p.writes.skipped.Add(1)

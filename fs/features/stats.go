@@ -4,7 +4,7 @@ import (
 	"syscall"
 
 	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/featurestore"
 )
 
@@ -15,11 +15,11 @@ type Stats struct {
 	// Device is where models run.
 	Device string `json:"device"`
 	// DType is the element type served.
-	DType extractor.DType `json:"dtype"`
+	DType api.DType `json:"dtype"`
 	// Cache is the feature store's figures.
 	Cache cache.Stats `json:"cache"`
 	// Extractor is the extraction service's figures.
-	Extractor extractor.Stats `json:"extractor"`
+	Extractor api.Stats `json:"extractor"`
 	// FS is the tree's own figures.
 	FS TreeStats `json:"fs"`
 	// RecentErrors are the last errors, oldest first.

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -73,11 +73,11 @@ type WarmResult struct {
 func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, error) {
 	m, ok := p.cfg.Extractor.Model(opts.Model)
 	if !ok {
-		return WarmResult{}, fmt.Errorf("warm: %w %q", extractor.ErrUnknownModel, opts.Model)
+		return WarmResult{}, fmt.Errorf("warm: %w %q", api.ErrUnknownModel, opts.Model)
 	}
 	l, ok := m.Lookup(opts.Layer)
 	if !ok {
-		return WarmResult{}, fmt.Errorf("warm: %w %q of model %s", extractor.ErrUnknownLayer, opts.Layer, m.Name)
+		return WarmResult{}, fmt.Errorf("warm: %w %q of model %s", api.ErrUnknownLayer, opts.Layer, m.Name)
 	}
 	if opts.MaxFailures <= 0 {
 		opts.MaxFailures = 1000
@@ -114,7 +114,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 				w.update(func(r *WarmResult) { r.Cached++ })
 				return
 			}
-			_, err := p.extractStore(ctx, v, obj, key, extractor.Background, false)
+			_, err := p.extractStore(ctx, v, obj, key, api.Background, false)
 			if err != nil {
 				w.fail(obj.Key, ErrReason(obj.Key, err), BadObject(err))
 				return

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -107,12 +107,12 @@ func (b *Bucket) Identity() string { return b.c.identity }
 type Extractor struct{ c *Client }
 
 // Models returns the servers' models, in their order.
-func (e *Extractor) Models() []*extractor.Model {
-	return append([]*extractor.Model(nil), e.c.models...)
+func (e *Extractor) Models() []*api.Model {
+	return append([]*api.Model(nil), e.c.models...)
 }
 
 // Model returns the model called name.
-func (e *Extractor) Model(name string) (*extractor.Model, bool) {
+func (e *Extractor) Model(name string) (*api.Model, bool) {
 	m, ok := e.c.byName[name]
 	return m, ok
 }
@@ -125,7 +125,7 @@ func (e *Extractor) LayerTable(model string) (string, bool) {
 }
 
 // DType is the servers' element type.
-func (e *Extractor) DType() extractor.DType { return e.c.info.DType }
+func (e *Extractor) DType() api.DType { return e.c.info.DType }
 
 // Device names the servers: "remote:" and the URLs.
 func (e *Extractor) Device() string { return "remote:" + strings.Join(e.c.cfg.URLs, ",") }
@@ -133,36 +133,36 @@ func (e *Extractor) Device() string { return "remote:" + strings.Join(e.c.cfg.UR
 // Stats returns the client's figures in the extractor's form: requests,
 // completed, failed, bad images, batches (HTTP batch requests) and batched
 // items.
-func (e *Extractor) Stats() extractor.Stats {
+func (e *Extractor) Stats() api.Stats {
 	n := &e.c.n
-	return extractor.Stats{
+	return api.Stats{
 		Device: e.Device(), Requests: n.requests.Load(), Completed: n.completed.Load(), Failed: n.failed.Load(),
 		BadImages: n.badImages.Load(), Batches: n.batches.Load(), BatchedItems: n.batchedItems.Load(),
 		InFlight: int(n.inFlight.Load()),
-		Wire: &extractor.WireStats{Bytes: n.wireBytes.Load(), RawBytes: n.rawBytes.Load(),
+		Wire: &api.WireStats{Bytes: n.wireBytes.Load(), RawBytes: n.rawBytes.Load(),
 			DecompressSeconds: time.Duration(n.decompressNanos.Load()).Seconds()},
 	}
 }
 
 // Extract returns the .npy file of req's feature from the server req.Key is
 // routed to; req.Fetch is not used. Errors: a bad image is an
-// *extractor.ImageError; a missing object matches bucket.ErrNotFound; a
+// *api.ImageError; a missing object matches bucket.ErrNotFound; a
 // server that does not answer within the timeout matches ErrUnavailable.
-func (e *Extractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (e *Extractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	data, _, err := e.ExtractWire(ctx, req)
 	return data, err
 }
 
 // ExtractWire is Extract, also returning the bytes the feature took on the
 // wire (fewer than its length where the server compressed it).
-func (e *Extractor) ExtractWire(ctx context.Context, req extractor.Request) ([]byte, int, error) {
+func (e *Extractor) ExtractWire(ctx context.Context, req api.Request) ([]byte, int, error) {
 	c := e.c
 	m, ok := c.byName[req.Model]
 	if !ok {
-		return nil, 0, fmt.Errorf("extract %s: %w %q", req.Key, extractor.ErrUnknownModel, req.Model)
+		return nil, 0, fmt.Errorf("extract %s: %w %q", req.Key, api.ErrUnknownModel, req.Model)
 	}
 	if req.Layer < 0 || req.Layer >= len(m.Layers) {
-		return nil, 0, fmt.Errorf("extract %s: %w %d of model %s (it has %d)", req.Key, extractor.ErrUnknownLayer, req.Layer, m.Name, len(m.Layers))
+		return nil, 0, fmt.Errorf("extract %s: %w %d of model %s (it has %d)", req.Key, api.ErrUnknownLayer, req.Layer, m.Name, len(m.Layers))
 	}
 	return c.extract(ctx, req)
 }

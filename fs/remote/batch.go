@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // server is one feature server and its batching queues: readers'
@@ -42,14 +42,14 @@ func newServer(c *Client, u string) *server {
 // extract queues req on the server its key is routed to, in the
 // foreground or background queue by its priority, and waits for the answer,
 // counting the request in the client's figures.
-func (c *Client) extract(ctx context.Context, req extractor.Request) ([]byte, int, error) {
+func (c *Client) extract(ctx context.Context, req api.Request) ([]byte, int, error) {
 	c.n.requests.Add(1)
 	c.n.inFlight.Add(1)
 	defer c.n.inFlight.Add(-1)
 	cl := &call{item: BatchItem{Model: req.Model, Layer: req.Layer, Key: req.Key, ETag: req.ETag}, ctx: ctx, done: make(chan struct{})}
 	s := c.route(req.Key)
 	queue := s.fg
-	if req.Priority == extractor.Background {
+	if req.Priority == api.Background {
 		queue = s.bg
 	}
 	select {
@@ -69,7 +69,7 @@ func (c *Client) extract(ctx context.Context, req extractor.Request) ([]byte, in
 	switch {
 	case cl.err == nil:
 		c.n.completed.Add(1)
-	case errors.Is(cl.err, extractor.ErrBadImage):
+	case errors.Is(cl.err, api.ErrBadImage):
 		c.n.badImages.Add(1)
 		c.n.failed.Add(1)
 	default:

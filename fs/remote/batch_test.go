@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
 
@@ -98,9 +98,9 @@ func TestBatchPerItemErrors(t *testing.T) {
 	// Through the client: error kinds survive the wire.
 	ex := c.Extractor()
 	ctx := context.Background()
-	if _, err := ex.Extract(ctx, featureReq("a/bad.jpg", 0, "")); !errors.Is(err, extractor.ErrBadImage) {
+	if _, err := ex.Extract(ctx, featureReq("a/bad.jpg", 0, "")); !errors.Is(err, api.ErrBadImage) {
 		t.Errorf("bad image: %v, want ErrBadImage", err)
-	} else if ie := (*extractor.ImageError)(nil); !errors.As(err, &ie) || ie.Key != "a/bad.jpg" {
+	} else if ie := (*api.ImageError)(nil); !errors.As(err, &ie) || ie.Key != "a/bad.jpg" {
 		t.Errorf("bad image: %v, want an *ImageError for a/bad.jpg", err)
 	}
 	if _, err := ex.Extract(ctx, featureReq("a/missing.jpg", 0, "")); !errors.Is(err, bucket.ErrNotFound) {
@@ -109,10 +109,10 @@ func TestBatchPerItemErrors(t *testing.T) {
 	if _, err := ex.Extract(ctx, featureReq("a/good.jpg", 0, "stale")); !errors.Is(err, ErrChanged) {
 		t.Errorf("stale etag: %v, want ErrChanged", err)
 	}
-	if _, err := ex.Extract(ctx, extractor.Request{Model: "nope", Key: "a/good.jpg"}); !errors.Is(err, extractor.ErrUnknownModel) {
+	if _, err := ex.Extract(ctx, api.Request{Model: "nope", Key: "a/good.jpg"}); !errors.Is(err, api.ErrUnknownModel) {
 		t.Errorf("unknown model: %v", err)
 	}
-	if _, err := ex.Extract(ctx, featureReq("a/good.jpg", 9, "")); !errors.Is(err, extractor.ErrUnknownLayer) {
+	if _, err := ex.Extract(ctx, featureReq("a/good.jpg", 9, "")); !errors.Is(err, api.ErrUnknownLayer) {
 		t.Errorf("unknown layer: %v", err)
 	}
 	got, err := ex.Extract(ctx, featureReq("a/good.jpg", 1, good))
@@ -221,7 +221,7 @@ func TestForegroundBeforeBackground(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
 	var wg sync.WaitGroup
-	run := func(key string, p extractor.Priority) {
+	run := func(key string, p api.Priority) {
 		defer wg.Done()
 		req := featureReq(key, 0, "")
 		req.Priority = p
@@ -234,11 +234,11 @@ func TestForegroundBeforeBackground(t *testing.T) {
 	}
 	for i := range 10 {
 		wg.Add(1)
-		go run(fmt.Sprintf("bg%d.jpg", i), extractor.Background)
+		go run(fmt.Sprintf("bg%d.jpg", i), api.Background)
 	}
 	time.Sleep(30 * time.Millisecond)
 	wg.Add(1)
-	go run("fg.jpg", extractor.Foreground)
+	go run("fg.jpg", api.Foreground)
 	wg.Wait()
 	pos := -1
 	for i, k := range order {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // BenchmarkBatchVsSingle measures features/s fetched over loopback from a
@@ -39,7 +39,7 @@ func BenchmarkBatchVsSingle(b *testing.B) {
 				for range readers {
 					wg.Go(func() {
 						for k := range keys {
-							if _, err := c.Extractor().Extract(context.Background(), extractor.Request{Model: "tiny", Layer: 0, Key: k}); err != nil {
+							if _, err := c.Extractor().Extract(context.Background(), api.Request{Model: "tiny", Layer: 0, Key: k}); err != nil {
 								b.Error(err)
 								return
 							}

@@ -21,7 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
@@ -68,8 +68,8 @@ type Client struct {
 	http     *http.Client
 	servers  []*server // sorted by URL
 	info     ModelsResponse
-	models   []*extractor.Model
-	byName   map[string]*extractor.Model
+	models   []*api.Model
+	byName   map[string]*api.Model
 	identity string
 	npySizes map[string][]int64 // by model: each layer's .npy size (checkModel)
 	tables   map[string]string  // by model: the servers' layers table
@@ -230,7 +230,7 @@ func agree(a, b ModelsResponse) string {
 	return ""
 }
 
-// buildModels turns the servers' model list into extractor.Models. A
+// buildModels turns the servers' model list into api.Models. A
 // model past the client's caps (checkModel: names, layer counts, shapes,
 // sizes) is refused with one log line and the others are served; an
 // answer with more than maxModels models, an unknown dtype or no usable
@@ -242,7 +242,7 @@ func (c *Client) buildModels() error {
 	if len(c.info.Models) > maxModels {
 		return fmt.Errorf("remote: the servers list %d models (at most %d)", len(c.info.Models), maxModels)
 	}
-	c.byName = map[string]*extractor.Model{}
+	c.byName = map[string]*api.Model{}
 	c.npySizes = map[string][]int64{}
 	c.tables = map[string]string{}
 	for _, mi := range c.info.Models {
@@ -250,7 +250,10 @@ func (c *Client) buildModels() error {
 		if err == nil && c.byName[mi.Name] != nil {
 			err = fmt.Errorf("%w: listed twice", errBadModel)
 		}
-		m := &extractor.Model{Name: mi.Name, Path: c.servers[0].url + "/v1/models#" + mi.Name, Digest: mi.Digest, Aliases: mi.Aliases, Preprocess: mi.Preprocess}
+		// The servers run the model: it has no file here (Path, Input,
+		// InputShape and FixedBatch stay zero; the layers table is the
+		// servers', Extractor.LayerTable).
+		m := &api.Model{Name: mi.Name, Digest: mi.Digest, Aliases: mi.Aliases, Preprocess: mi.Preprocess}
 		if err == nil && m.Preprocess.Key() != mi.PreprocessKey {
 			err = fmt.Errorf("preprocessing %q does not round-trip (%q)", mi.PreprocessKey, m.Preprocess.Key())
 		}
@@ -260,10 +263,10 @@ func (c *Client) buildModels() error {
 			continue
 		}
 		for i, l := range mi.Layers {
-			elems := (sizes[i] - int64(len(extractor.NPYHeader(l.Shape, c.info.DType)))) / c.info.DType.Size()
+			elems := (sizes[i] - int64(len(api.NPYHeader(l.Shape, c.info.DType)))) / c.info.DType.Size()
 			// Bytes is the layer's float32 activation, computed here, not
 			// taken from the server.
-			m.Layers = append(m.Layers, extractor.Layer{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: slices.Clone(l.Shape), Bytes: elems * 4, CumGFLOPs: l.CumGFLOPs})
+			m.Layers = append(m.Layers, api.Layer{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: slices.Clone(l.Shape), Bytes: elems * 4, CumGFLOPs: l.CumGFLOPs})
 		}
 		c.models = append(c.models, m)
 		c.byName[m.Name] = m

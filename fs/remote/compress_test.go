@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/cache/codec"
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // bigShape is a layer whose fake features (the object's size, the layer
@@ -20,7 +20,7 @@ var bigShape = []int64{64, 1024}
 func bigFeature(content []byte, layer int) []byte {
 	data := make([]float32, 64*1024)
 	data[0], data[1] = float32(len(content)), float32(layer)
-	return extractor.EncodeNPY(bigShape, data, extractor.Float32)
+	return api.EncodeNPY(bigShape, data, api.Float32)
 }
 
 // TestWireCompressionNegotiated: a client that accepts EncodingFFZ1 gets

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
@@ -41,17 +41,17 @@ func newFakeExtractor() *fakeExtractor { return newFakeExtractorShape(fakeShape)
 // of shapes other than fakeShape hold the object's size and the layer
 // index, then zeros.
 func newFakeExtractorShape(shape []int64) *fakeExtractor {
-	m := &extractor.Model{Name: "tiny", Digest: "d1g35t", Preprocess: extractor.DefaultPreprocess(),
+	m := &api.Model{Name: "tiny", Digest: "d1g35t", Preprocess: api.DefaultPreprocess(),
 		Aliases: map[string]string{"pool": "layer1"}}
 	for i := range 2 {
-		m.Layers = append(m.Layers, extractor.Layer{Index: i, Name: "layer" + string(rune('0'+i)), Tensor: "t" + string(rune('0'+i)),
-			Shape: shape, Bytes: 4 * extractor.Layer{Shape: shape}.Elements()})
+		m.Layers = append(m.Layers, api.Layer{Index: i, Name: "layer" + string(rune('0'+i)), Tensor: "t" + string(rune('0'+i)),
+			Shape: shape, Bytes: 4 * api.Layer{Shape: shape}.Elements()})
 	}
-	x := fakes.NewExtractor(func(l extractor.Layer, b []byte, _ extractor.DType) []byte {
+	x := fakes.NewExtractor(func(l api.Layer, b []byte, _ api.DType) []byte {
 		if !slices.Equal(l.Shape, fakeShape) {
 			data := make([]float32, l.Elements())
 			copy(data, []float32{float32(len(b)), float32(l.Index)})
-			return extractor.EncodeNPY(l.Shape, data, extractor.Float32)
+			return api.EncodeNPY(l.Shape, data, api.Float32)
 		}
 		return expectedFeature(b, l.Index)
 	}, m)
@@ -67,7 +67,7 @@ func expectedFeature(content []byte, layer int) []byte {
 			data[i] = float32(content[i]) + float32(layer)*1000
 		}
 	}
-	return extractor.EncodeNPY(fakeShape, data, extractor.Float32)
+	return api.EncodeNPY(fakeShape, data, api.Float32)
 }
 
 // memCache is a Cache in memory.
@@ -197,8 +197,8 @@ func mountTree(t *testing.T, c *Client) (*featurefs.FS, *memCache) {
 }
 
 // featureReq asks for the fake model's feature of key at layer.
-func featureReq(key string, layer int, etag string) extractor.Request {
-	return extractor.Request{Model: "tiny", Layer: layer, Key: key, ETag: etag}
+func featureReq(key string, layer int, etag string) api.Request {
+	return api.Request{Model: "tiny", Layer: layer, Key: key, ETag: etag}
 }
 
 func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/features"
 )
 
@@ -13,7 +13,7 @@ import (
 // maxLayers layers, each a usable name and a shape whose .npy file is at
 // most MaxFeatureBytes, the client's sizes equal to the shapes'.
 func FuzzModelsAnswer(f *testing.F) {
-	good, _ := json.Marshal(ModelsResponse{Protocol: ProtocolVersion, DType: extractor.Float32, Models: []ModelInfo{modelInfo("good", goodShapes...)}})
+	good, _ := json.Marshal(ModelsResponse{Protocol: ProtocolVersion, DType: api.Float32, Models: []ModelInfo{modelInfo("good", goodShapes...)}})
 	f.Add(good)
 	hostile, _ := json.Marshal(hostileModels())
 	f.Add(hostile)
@@ -37,7 +37,7 @@ func FuzzModelsAnswer(f *testing.F) {
 				t.Fatalf("model %q with %d layers served", m.Name, len(m.Layers))
 			}
 			for i, l := range m.Layers {
-				n := extractor.NPYSize(l.Shape, c.info.DType)
+				n := api.NPYSize(l.Shape, c.info.DType)
 				if !features.ValidName(l.Name) || len(l.Shape) == 0 || len(l.Shape) > maxRank || n <= 0 || n > MaxFeatureBytes || c.npySize(BatchItem{Model: m.Name, Layer: i}) != n {
 					t.Fatalf("model %q layer %d %q of shape %v (%d bytes, the client's %d) served", m.Name, i, l.Name, l.Shape, n, c.npySize(BatchItem{Model: m.Name, Layer: i}))
 				}
@@ -68,7 +68,7 @@ func FuzzBatchAnswer(f *testing.F) {
 	f.Add(stream(3, frameBytes(HeartbeatIndex, 0, 0, 0, 1<<30, nil)))
 	f.Add(stream(^uint32(0)))
 	f.Add(stream(3, ok(0, l0[:len(l0)-1])))
-	models, _ := json.Marshal(ModelsResponse{Protocol: ProtocolVersion, DType: extractor.Float32, Models: []ModelInfo{modelInfo("good", goodShapes...)}})
+	models, _ := json.Marshal(ModelsResponse{Protocol: ProtocolVersion, DType: api.Float32, Models: []ModelInfo{modelInfo("good", goodShapes...)}})
 	items := []BatchItem{{Model: "good", Layer: 0, Key: "a.jpg"}, {Model: "good", Layer: 0, Key: "b.jpg"}, {Model: "good", Layer: 1, Key: "c.jpg"}}
 	// One client for the worker's calls (they run one at a time): the
 	// fake server answers each with that call's body.

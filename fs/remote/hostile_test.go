@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache/codec"
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -35,7 +35,7 @@ var goodShapes = [][]int64{{2, 3, 4}, {1024, 1024, 16}}
 
 // modelInfo is a model of GET /v1/models with the given layer shapes.
 func modelInfo(name string, shapes ...[]int64) ModelInfo {
-	p := extractor.DefaultPreprocess()
+	p := api.DefaultPreprocess()
 	mi := ModelInfo{Name: name, Digest: "d-" + name, Preprocess: p, PreprocessKey: p.Key(), Table: "table of " + name}
 	for i, s := range shapes {
 		mi.Layers = append(mi.Layers, LayerInfo{Index: i, Name: fmt.Sprintf("layer%d", i), Tensor: fmt.Sprintf("t%d", i), Shape: s})
@@ -58,7 +58,7 @@ func hostileModels() ModelsResponse {
 	badLayer.Layers[0].Name = "a/b"
 	flops := modelInfo("negflops", []int64{1})
 	flops.Layers[0].CumGFLOPs = -1
-	return ModelsResponse{Protocol: ProtocolVersion, Source: "hostile", DType: extractor.Float32, Models: []ModelInfo{
+	return ModelsResponse{Protocol: ProtocolVersion, Source: "hostile", DType: api.Float32, Models: []ModelInfo{
 		modelInfo("huge", []int64{1 << 20, 1 << 20, 1 << 10}),
 		modelInfo("good", goodShapes...),
 		modelInfo("zero", []int64{0, 5}),
@@ -123,7 +123,7 @@ func dialFake(f *fakeServer, log *slog.Logger) (*Client, error) {
 
 // goodNPY is the .npy file of model good's layer.
 func goodNPY(layer int) []byte {
-	return extractor.EncodeNPY(goodShapes[layer], nil, extractor.Float32)
+	return api.EncodeNPY(goodShapes[layer], nil, api.Float32)
 }
 
 // frameBytes is a frame with the lengths given, whatever the bytes that
@@ -178,7 +178,7 @@ func TestDialRefusesModelsPastCaps(t *testing.T) {
 		t.Fatalf("models served: %q, want only good", names)
 	}
 	for i, l := range ms[0].Layers {
-		if n := extractor.NPYSize(l.Shape, extractor.Float32); n != int64(len(goodNPY(i))) || c.npySize(BatchItem{Model: "good", Layer: i}) != n {
+		if n := api.NPYSize(l.Shape, api.Float32); n != int64(len(goodNPY(i))) || c.npySize(BatchItem{Model: "good", Layer: i}) != n {
 			t.Errorf("good layer %d: .npy size %d, client's %d, want %d", i, n, c.npySize(BatchItem{Model: "good", Layer: i}), len(goodNPY(i)))
 		}
 	}
@@ -190,9 +190,9 @@ func TestDialRefusesModelsPastCaps(t *testing.T) {
 	}
 
 	for name, resp := range map[string]ModelsResponse{
-		"only bad models": {Protocol: ProtocolVersion, DType: extractor.Float32, Models: hostileModels().Models[:1]},
+		"only bad models": {Protocol: ProtocolVersion, DType: api.Float32, Models: hostileModels().Models[:1]},
 		"unknown dtype":   {Protocol: ProtocolVersion, DType: "int8", Models: []ModelInfo{modelInfo("good", goodShapes...)}},
-		"too many models": {Protocol: ProtocolVersion, DType: extractor.Float32, Models: make([]ModelInfo, maxModels+1)},
+		"too many models": {Protocol: ProtocolVersion, DType: api.Float32, Models: make([]ModelInfo, maxModels+1)},
 	} {
 		b, _ := json.Marshal(resp)
 		if c, err := dialFake(&fakeServer{models: b}, nil); err == nil {
@@ -221,7 +221,7 @@ func TestBatchFramesPastCaps(t *testing.T) {
 		}
 		return b
 	}
-	other := extractor.EncodeNPY([]int64{4, 3, 2, 1}, nil, extractor.Float32)
+	other := api.EncodeNPY([]int64{4, 3, 2, 1}, nil, api.Float32)
 	ok := func(i uint32, d []byte) []byte { return frame(Frame{Index: i, Status: StatusOK, Data: d}) }
 	items := []BatchItem{{Model: "good", Layer: 0, Key: "a.jpg"}, {Model: "good", Layer: 0, Key: "b.jpg"}, {Model: "good", Layer: 1, Key: "c.jpg"}}
 	type want struct {
@@ -332,7 +332,7 @@ func TestDialRefusesModelsWithAliasesPastCaps(t *testing.T) {
 	}
 	long := modelInfo("longalias", []int64{1})
 	long.Aliases = map[string]string{strings.Repeat("a", 300): "layer0"}
-	models, _ := json.Marshal(ModelsResponse{Protocol: ProtocolVersion, Source: "hostile", DType: extractor.Float32, Models: []ModelInfo{good, many, long}})
+	models, _ := json.Marshal(ModelsResponse{Protocol: ProtocolVersion, Source: "hostile", DType: api.Float32, Models: []ModelInfo{good, many, long}})
 	c, err := dialFake(&fakeServer{models: models}, nil)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)

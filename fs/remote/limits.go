@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/features"
 )
@@ -57,7 +57,7 @@ const maxJSONBody = 64 << 20
 var errBadModel = errors.New("refused: a number past the client's caps")
 
 // checkDType checks the servers' element type.
-func checkDType(dt extractor.DType) error {
+func checkDType(dt api.DType) error {
 	switch dt {
 	case spec.Float32, spec.Float16:
 		return nil
@@ -71,7 +71,7 @@ func checkDType(dt extractor.DType) error {
 // file is at most MaxFeatureBytes; a table of at most maxTableLen bytes;
 // at most maxAliases aliases, each named in at most maxNameLen bytes (a
 // name that is no directory name is ignored by the mount). It returns the .npy size of each layer.
-func checkModel(mi ModelInfo, dt extractor.DType) ([]int64, error) {
+func checkModel(mi ModelInfo, dt api.DType) ([]int64, error) {
 	if !features.ValidName(mi.Name) || len(mi.Name) > maxNameLen || mi.Name == spec.LayersFile {
 		return nil, fmt.Errorf("%w: model name %.64q is not a usable directory name", errBadModel, mi.Name)
 	}
@@ -115,7 +115,7 @@ func checkModel(mi ModelInfo, dt extractor.DType) ([]int64, error) {
 // caps: every dimension positive, at most maxRank of them, and at most
 // MaxFeatureBytes in all (checked as it multiplies, so no product
 // overflows).
-func featureBytes(shape []int64, dt extractor.DType) (int64, error) {
+func featureBytes(shape []int64, dt api.DType) (int64, error) {
 	if len(shape) == 0 || len(shape) > maxRank {
 		return 0, fmt.Errorf("shape of %d dimensions (1 to %d)", len(shape), maxRank)
 	}
@@ -129,7 +129,7 @@ func featureBytes(shape []int64, dt extractor.DType) (int64, error) {
 		}
 		elems *= d
 	}
-	n := extractor.NPYSize(shape, dt)
+	n := api.NPYSize(shape, dt)
 	if n > MaxFeatureBytes {
 		return 0, fmt.Errorf("shape %v: %d bytes per sample (at most %d)", shape, n, MaxFeatureBytes)
 	}

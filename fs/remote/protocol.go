@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
@@ -71,13 +71,13 @@ type LayerInfo struct {
 
 // ModelInfo is one model in GET /v1/models.
 type ModelInfo struct {
-	Name          string               `json:"name"`
-	Digest        string               `json:"digest"`
-	Preprocess    extractor.Preprocess `json:"preprocess"`
-	PreprocessKey string               `json:"preprocess_key"`
-	Aliases       map[string]string    `json:"aliases,omitempty"`
-	Layers        []LayerInfo          `json:"layers"`
-	Table         string               `json:"table"`
+	Name          string            `json:"name"`
+	Digest        string            `json:"digest"`
+	Preprocess    api.Preprocess    `json:"preprocess"`
+	PreprocessKey string            `json:"preprocess_key"`
+	Aliases       map[string]string `json:"aliases,omitempty"`
+	Layers        []LayerInfo       `json:"layers"`
+	Table         string            `json:"table"`
 }
 
 // Limits are the server's request bounds, in GET /v1/models.
@@ -92,12 +92,12 @@ type ModelsResponse struct {
 	Protocol int `json:"protocol"`
 	// Encodings are those the server sends batch answers in, besides plain
 	// bytes, to a client that asks (EncodingFFZ1 with --wire-compression).
-	Encodings []string        `json:"encodings,omitempty"`
-	Source    string          `json:"source"`
-	DType     extractor.DType `json:"dtype"`
-	Device    string          `json:"device"`
-	Limits    Limits          `json:"limits"`
-	Models    []ModelInfo     `json:"models"`
+	Encodings []string    `json:"encodings,omitempty"`
+	Source    string      `json:"source"`
+	DType     api.DType   `json:"dtype"`
+	Device    string      `json:"device"`
+	Limits    Limits      `json:"limits"`
+	Models    []ModelInfo `json:"models"`
 }
 
 // ObjectInfo is one object in GET /v1/list and GET /v1/stat.
@@ -329,7 +329,7 @@ func StatusOf(err error) int {
 	switch {
 	case err == nil:
 		return StatusOK
-	case errors.Is(err, errBadItem), errors.Is(err, extractor.ErrUnknownModel), errors.Is(err, extractor.ErrUnknownLayer):
+	case errors.Is(err, errBadItem), errors.Is(err, api.ErrUnknownModel), errors.Is(err, api.ErrUnknownLayer):
 		return StatusBadRequest
 	case errors.Is(err, bucket.ErrNotFound), errors.Is(err, syscall.ENAMETOOLONG):
 		// A name too long for the source's file system names no object.
@@ -338,7 +338,7 @@ func StatusOf(err error) int {
 		return StatusChanged
 	case errors.Is(err, bucket.ErrTooLarge):
 		return StatusTooLarge
-	case errors.Is(err, extractor.ErrBadImage):
+	case errors.Is(err, api.ErrBadImage):
 		return StatusBadImage
 	case errors.Is(err, context.DeadlineExceeded):
 		return StatusTimeout
@@ -357,7 +357,7 @@ func ErrorOf(status int, msg, server, key string) error {
 	case StatusOK:
 		return nil
 	case StatusBadImage:
-		return &extractor.ImageError{Key: key, Reason: msg + " (" + where + ")"}
+		return &api.ImageError{Key: key, Reason: msg + " (" + where + ")"}
 	case StatusNotFound:
 		return fmt.Errorf("%s: %s: %w", where, msg, bucket.ErrNotFound)
 	case StatusChanged:

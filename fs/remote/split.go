@@ -2,7 +2,7 @@ package remote
 
 // Split execution on the mount side (HAPI; docs/SPLIT.md): for a read of
 // layer F the mount asks the server for layer S <= F (an ordinary batch item
-// with layer S) and finishes S..F with its own extractor.Service, or fetches
+// with layer S) and finishes S..F with its own extractor (LocalExtractor), or fetches
 // the image (S = raw) and extracts it all locally. A Planner per model picks
 // S from both sides' compute profiles and the measured bandwidth.
 
@@ -21,10 +21,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // SplitConfig configures split execution.
@@ -33,7 +34,7 @@ type SplitConfig struct {
 	Policy spec.SplitPolicy
 	// Local runs the mount's part; its models must have the servers'
 	// digests (models it lacks are served without split).
-	Local *extractor.Service
+	Local LocalExtractor
 	// ProfileDir caches the local compute profiles.
 	ProfileDir string
 	// ProbeBytes is the size of a bandwidth probe (default 1 MiB).
@@ -66,12 +67,25 @@ type SplitConfig struct {
 	Logger *slog.Logger
 }
 
+// LocalExtractor is what split execution needs of the mount's own
+// extractor (*extractor.Service implements it): the read path's
+// Extractor, its compute profile, and the second half of a split.
+type LocalExtractor interface {
+	features.Extractor
+	// Profile returns the compute profile of model on this extractor's
+	// device.
+	Profile(ctx context.Context, model string, opts api.ProfileOptions) (*split.Profile, error)
+	// ExtractFrom computes layer to of model from a .npy file of its
+	// layer from and returns the .npy file of layer to.
+	ExtractFrom(ctx context.Context, model string, from, to int, npy []byte) ([]byte, error)
+}
+
 // SplitExtractor is an fs.Extractor over a Client that runs part of each
 // model on the mount (see the file comment).
 type SplitExtractor struct {
 	c        *Client
 	inner    *Extractor
-	local    *extractor.Service
+	local    LocalExtractor
 	log      *slog.Logger
 	planners map[string]*split.Planner // by model; constant after Split
 	rawSem   chan struct{}
@@ -147,7 +161,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 		if err != nil {
 			return nil, fmt.Errorf("split: server profile of %s: %w", m.Name, err)
 		}
-		lp, err := cfg.Local.Profile(ctx, m.Name, extractor.ProfileOptions{Dir: cfg.ProfileDir})
+		lp, err := cfg.Local.Profile(ctx, m.Name, api.ProfileOptions{Dir: cfg.ProfileDir})
 		if err != nil {
 			return nil, fmt.Errorf("split: local profile of %s: %w", m.Name, err)
 		}
@@ -268,17 +282,17 @@ func (x *SplitExtractor) reprobe(period time.Duration, n int64) {
 }
 
 // Models returns the servers' models.
-func (x *SplitExtractor) Models() []*extractor.Model { return x.inner.Models() }
+func (x *SplitExtractor) Models() []*api.Model { return x.inner.Models() }
 
 // Model returns the model called name.
-func (x *SplitExtractor) Model(name string) (*extractor.Model, bool) { return x.inner.Model(name) }
+func (x *SplitExtractor) Model(name string) (*api.Model, bool) { return x.inner.Model(name) }
 
 // LayerTable returns the server's layers table of a model (fs shows it as
 // features/<model>/layers), as the plain remote Extractor does.
 func (x *SplitExtractor) LayerTable(model string) (string, bool) { return x.inner.LayerTable(model) }
 
 // DType is the servers' element type.
-func (x *SplitExtractor) DType() extractor.DType { return x.inner.DType() }
+func (x *SplitExtractor) DType() api.DType { return x.inner.DType() }
 
 // Device names the servers and the local device.
 func (x *SplitExtractor) Device() string {
@@ -290,7 +304,7 @@ func (x *SplitExtractor) Device() string {
 
 // Stats returns the remote figures with the split plans (the first model's
 // planner; every model's through Planner).
-func (x *SplitExtractor) Stats() extractor.Stats {
+func (x *SplitExtractor) Stats() api.Stats {
 	st := x.inner.Stats()
 	st.Device = x.Device()
 	for _, m := range x.c.models {
@@ -318,7 +332,7 @@ func (x *SplitExtractor) ObserveListing(objs []bucket.Object) {
 
 // Extract returns layer req.Layer of req.Key's object, computed as the
 // model's planner says: all on the server, split, or all on the mount.
-func (x *SplitExtractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	p := x.planners[req.Model]
 	if p == nil {
 		data, err := x.inner.Extract(ctx, req)
@@ -356,7 +370,7 @@ func (x *SplitExtractor) Extract(ctx context.Context, req extractor.Request) ([]
 		wire = int64(n)
 		if err == nil {
 			data, err = x.local.ExtractFrom(ctx, req.Model, split, freeze, mid)
-			if errors.Is(err, extractor.ErrBadTensor) {
+			if errors.Is(err, api.ErrBadTensor) {
 				err = fmt.Errorf("%s: the server's %s: %w", req.Key, spec.SplitName(split), err)
 			}
 		}

@@ -1,3 +1,8 @@
+//go:build cgo
+
+// These tests run the real extractor (ONNX Runtime, cgo); the packages
+// they test are cgo-free (TestFSIsCgoFree).
+
 package remote
 
 import (

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/fs/features"
@@ -30,7 +30,7 @@ const MaxProbeBytes = 64 << 20
 // profiler is what the server's extractor offers for GET /v1/profile
 // (*extractor.Service implements it).
 type profiler interface {
-	Profile(ctx context.Context, model string, opts extractor.ProfileOptions) (*split.Profile, error)
+	Profile(ctx context.Context, model string, opts api.ProfileOptions) (*split.Profile, error)
 }
 
 // registerSplit adds the split endpoints to the server's mux.
@@ -54,7 +54,7 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 	}
 	model := r.URL.Query().Get("model")
 	if _, ok := s.cfg.Extractor.Model(model); !ok {
-		writeError(w, http.StatusNotFound, fmt.Errorf("%w %q", extractor.ErrUnknownModel, model))
+		writeError(w, http.StatusNotFound, fmt.Errorf("%w %q", api.ErrUnknownModel, model))
 		return
 	}
 	dir := s.cfg.ProfileDir
@@ -78,7 +78,7 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 			done <- result{err: ctx.Err()}
 			return
 		}
-		prof, err := p.Profile(ctx, model, extractor.ProfileOptions{Dir: dir})
+		prof, err := p.Profile(ctx, model, api.ProfileOptions{Dir: dir})
 		<-s.sem
 		done <- result{prof, err}
 	}) {

@@ -1,3 +1,8 @@
+//go:build cgo
+
+// These tests run the real extractor (ONNX Runtime, cgo); the packages
+// they test are cgo-free (TestFSIsCgoFree).
+
 package remote
 
 // Split execution end to end in one process: a server over a directory with
@@ -20,6 +25,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/test/testenv"
@@ -106,11 +112,11 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 	m, _ := svc.Model("resnet18")
 	want := map[string][]float32{}
 	for _, k := range keys {
-		npy, err := svc.Extract(ctx, extractor.Request{Model: "resnet18", Layer: freeze, Key: k, Fetch: func(context.Context) ([]byte, error) { return imgs[k], nil }})
+		npy, err := svc.Extract(ctx, api.Request{Model: "resnet18", Layer: freeze, Key: k, Fetch: func(context.Context) ([]byte, error) { return imgs[k], nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, want[k], _ = extractor.DecodeNPY(npy)
+		_, _, want[k], _ = api.DecodeNPY(npy)
 	}
 	for _, pol := range []string{"none", "raw", "layer3", "layer0", "auto"} {
 		policy, err := spec.ParseSplitPolicy(pol)
@@ -149,12 +155,12 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				got, err := x.Extract(ctx, extractor.Request{Model: "resnet18", Layer: freeze, Key: k})
+				got, err := x.Extract(ctx, api.Request{Model: "resnet18", Layer: freeze, Key: k})
 				if err != nil {
 					t.Errorf("--split %s %s: %v", pol, k, err)
 					return
 				}
-				shape, _, data, err := extractor.DecodeNPY(got)
+				shape, _, data, err := api.DecodeNPY(got)
 				if err != nil || len(data) != len(want[k]) || int64(len(data)) != m.Layers[freeze].Elements() || len(shape) != len(m.Layers[freeze].Shape) {
 					t.Errorf("--split %s %s: shape %v, %v", pol, k, shape, err)
 					return
@@ -182,7 +188,7 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 		ps := st.Split.Plans[0]
 		wantWire := float64(len(imgs[keys[0]])+len(imgs[keys[1]])+len(imgs[keys[2]])) / 3
 		if split >= 0 {
-			wantWire = float64(extractor.NPYSize(m.Layers[split].Shape, extractor.Float32))
+			wantWire = float64(api.NPYSize(m.Layers[split].Shape, api.Float32))
 		}
 		if ps.Samples != 3 || ps.Split != split || math.Abs(ps.MeasuredWireBytes-wantWire) > 1 || ps.PredictedPerSec <= 0 || st.Split.BandwidthBps <= 0 {
 			t.Errorf("--split %s: plan stats %+v (want 3 samples of %g bytes)", pol, ps, wantWire)

@@ -1,3 +1,8 @@
+//go:build cgo
+
+// These tests run the real extractor (ONNX Runtime, cgo); the packages
+// they test are cgo-free (TestFSIsCgoFree).
+
 package remote
 
 // Regression test: a mount with a short silence timeout (--remote-timeout
@@ -21,6 +26,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/fs/bucket"
@@ -35,7 +41,7 @@ type slowProfiler struct {
 	prof  *split.Profile
 }
 
-func (s *slowProfiler) Profile(ctx context.Context, model string, opts extractor.ProfileOptions) (*split.Profile, error) {
+func (s *slowProfiler) Profile(ctx context.Context, model string, opts api.ProfileOptions) (*split.Profile, error) {
 	select {
 	case <-time.After(s.delay):
 	case <-ctx.Done():
@@ -46,7 +52,7 @@ func (s *slowProfiler) Profile(ctx context.Context, model string, opts extractor
 
 // syntheticProfile is a valid CPU profile of m (1 ms per layer), so that
 // the test does not spend its time measuring one.
-func syntheticProfile(m *extractor.Model, threads, batch int) *split.Profile {
+func syntheticProfile(m *api.Model, threads, batch int) *split.Profile {
 	p := &split.Profile{Schema: split.ProfileSchema, Model: m.Name, Digest: m.Digest, Device: "cpu", Host: split.HostID(), Threads: threads, Batch: batch,
 		Created: time.Now().UTC(), DecodeSeconds: 0.005, WeightBytes: 1 << 20}
 	for i, l := range m.Layers {

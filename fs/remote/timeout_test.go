@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // TestSilentServerFailsWithinTimeoutAndCacheStillServes: through an fs.FS
@@ -105,7 +105,7 @@ func TestDownServerFailsFastAndListingFallsOver(t *testing.T) {
 			if !errors.Is(err, ErrUnavailable) || time.Since(start) > time.Second {
 				t.Errorf("%s on the closed server: %v after %v, want ErrUnavailable at once", k, err, time.Since(start))
 			}
-			var ie *extractor.ImageError
+			var ie *api.ImageError
 			if errors.As(err, &ie) {
 				t.Errorf("%s: an unavailable server must not look like a bad image", k)
 			}

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache/codec"
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // TokenEnv is the environment variable a token is read from when no token
@@ -374,7 +374,7 @@ func (c *Client) frameData(f Frame, it BatchItem) ([]byte, error) {
 	if int64(len(data)) != want {
 		return nil, fmt.Errorf("%w: feature of %d bytes, its layer's shape gives %d", ErrBadAnswer, len(data), want)
 	}
-	if m := c.byName[it.Model]; !bytes.HasPrefix(data, extractor.NPYHeader(m.Layers[it.Layer].Shape, c.info.DType)) {
+	if m := c.byName[it.Model]; !bytes.HasPrefix(data, api.NPYHeader(m.Layers[it.Layer].Shape, c.info.DType)) {
 		return nil, fmt.Errorf("%w: feature's .npy header is not its layer's", ErrBadAnswer)
 	}
 	c.n.rawBytes.Add(int64(len(data)))

@@ -9,13 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/api"
 )
 
 // Feature computes a fake extractor's .npy file of layer l for an object's
 // bytes in dtype dt. Each test package passes its own, so that its tests
 // can recompute the bytes they expect.
-type Feature func(l extractor.Layer, data []byte, dt extractor.DType) []byte
+type Feature func(l api.Layer, data []byte, dt api.DType) []byte
 
 // Extractor is an in-memory extractor (the Extractor of fs, fs/features
 // and fs/remote): the feature of an object is Feature of the bytes its
@@ -24,8 +24,8 @@ type Feature func(l extractor.Layer, data []byte, dt extractor.DType) []byte
 // and can be slowed down. Safe for concurrent use; set Delay, BadErr and
 // the dtype before the first Extract.
 type Extractor struct {
-	models  []*extractor.Model
-	dtype   extractor.DType
+	models  []*api.Model
+	dtype   api.DType
 	feature Feature
 
 	// Delay holds each Extract for that long (or until its context ends).
@@ -41,18 +41,18 @@ type Extractor struct {
 }
 
 // NewExtractor returns an extractor of models (float32) computing feature.
-func NewExtractor(feature Feature, models ...*extractor.Model) *Extractor {
-	return &Extractor{models: models, dtype: extractor.Float32, feature: feature, byKey: map[string]int{}}
+func NewExtractor(feature Feature, models ...*api.Model) *Extractor {
+	return &Extractor{models: models, dtype: api.Float32, feature: feature, byKey: map[string]int{}}
 }
 
 // SetDType makes the extractor serve dt.
-func (e *Extractor) SetDType(dt extractor.DType) { e.dtype = dt }
+func (e *Extractor) SetDType(dt api.DType) { e.dtype = dt }
 
 // Models returns the models.
-func (e *Extractor) Models() []*extractor.Model { return e.models }
+func (e *Extractor) Models() []*api.Model { return e.models }
 
 // Model returns the model called name.
-func (e *Extractor) Model(name string) (*extractor.Model, bool) {
+func (e *Extractor) Model(name string) (*api.Model, bool) {
 	for _, m := range e.models {
 		if m.Name == name {
 			return m, true
@@ -62,14 +62,14 @@ func (e *Extractor) Model(name string) (*extractor.Model, bool) {
 }
 
 // DType returns the element type served.
-func (e *Extractor) DType() extractor.DType { return e.dtype }
+func (e *Extractor) DType() api.DType { return e.dtype }
 
 // Device is "fake".
 func (e *Extractor) Device() string { return "fake" }
 
 // Stats reports the device and the calls as requests.
-func (e *Extractor) Stats() extractor.Stats {
-	return extractor.Stats{Device: "fake", Requests: e.Calls.Load()}
+func (e *Extractor) Stats() api.Stats {
+	return api.Stats{Device: "fake", Requests: e.Calls.Load()}
 }
 
 // CallsFor returns the Extract calls for object key.
@@ -92,7 +92,7 @@ func (e *Extractor) Keys() []string {
 }
 
 // Extract fetches req's object and returns its fake feature.
-func (e *Extractor) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (e *Extractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	e.Calls.Add(1)
 	e.mu.Lock()
 	e.byKey[req.Key]++
@@ -121,7 +121,7 @@ func (e *Extractor) Extract(ctx context.Context, req extractor.Request) ([]byte,
 		return nil, err
 	}
 	if bytes.HasPrefix(data, []byte("BAD")) {
-		return nil, &extractor.ImageError{Key: req.Key, Reason: "not an image", Err: e.BadErr}
+		return nil, &api.ImageError{Key: req.Key, Reason: "not an image", Err: e.BadErr}
 	}
 	return e.feature(m.Layers[req.Layer], data, e.dtype), nil
 }
@@ -142,7 +142,7 @@ type Gated struct {
 }
 
 // Extract waits at the gate, then extracts.
-func (g *Gated) Extract(ctx context.Context, req extractor.Request) ([]byte, error) {
+func (g *Gated) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	if g.Entered != nil {
 		g.Entered <- req.Key
 	}

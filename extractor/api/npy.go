@@ -1,4 +1,4 @@
-package extractor
+package api
 
 // This file writes and reads NumPy .npy files (format 1.0; 2.0 and 3.0 are
 // also read). The header is byte-for-byte what numpy 1.24's np.save writes,
@@ -202,19 +202,19 @@ const npyMaxElements = 1 << 30
 // values widened to float32. Any other content is an error matching
 // ErrBadNPY.
 func DecodeNPY(b []byte) (shape []int64, dt DType, data []float32, err error) {
-	shape, dt, body, err := parseNPY(b)
+	shape, dt, body, err := ParseNPY(b)
 	if err != nil {
 		return nil, "", nil, err
 	}
 	data = make([]float32, int64(len(body))/dt.Size())
-	decodeNPYData(body, dt, data)
+	DecodeNPYBody(body, dt, data)
 	return shape, dt, data, nil
 }
 
-// parseNPY checks what DecodeNPY checks and returns the shape, the dtype
+// ParseNPY checks what DecodeNPY checks and returns the shape, the dtype
 // and the data bytes (exactly the shape's elements of dt), without
 // decoding them.
-func parseNPY(b []byte) (shape []int64, dt DType, body []byte, err error) {
+func ParseNPY(b []byte) (shape []int64, dt DType, body []byte, err error) {
 	if len(b) < 10 || string(b[:6]) != npyMagic {
 		return nil, "", nil, fmt.Errorf("%w: missing magic", ErrBadNPY)
 	}
@@ -279,9 +279,9 @@ func parseNPY(b []byte) (shape []int64, dt DType, body []byte, err error) {
 	return d.shape, dt, body, nil
 }
 
-// decodeNPYData widens body, len(data) elements of dt as parseNPY returns
+// DecodeNPYBody widens body, len(data) elements of dt as ParseNPY returns
 // them, into data.
-func decodeNPYData(body []byte, dt DType, data []float32) {
+func DecodeNPYBody(body []byte, dt DType, data []float32) {
 	if dt == Float16 {
 		for i := range data {
 			data[i] = Float16ToFloat32(binary.LittleEndian.Uint16(body[2*i:]))
@@ -291,6 +291,15 @@ func decodeNPYData(body []byte, dt DType, data []float32) {
 	for i := range data {
 		data[i] = math.Float32frombits(binary.LittleEndian.Uint32(body[4*i:]))
 	}
+}
+
+// ParseNPYDict parses the dict literal of a .npy header (what follows the
+// magic, the version and the header length) and returns its dtype
+// descriptor ('<f4', '|u1', ...), whether the array is in Fortran order,
+// and its shape. Unlike ParseNPY it accepts any descriptor.
+func ParseNPYDict(s string) (descr string, fortran bool, shape []int64, err error) {
+	d, err := parseNPYDict(s)
+	return d.descr, d.fortran, d.shape, err
 }
 
 // npyDict is the parsed header dictionary.

@@ -1,0 +1,193 @@
+package api
+
+// This file holds the requests, their priorities, the layers, the errors
+// and the figures that an extractor, its callers and a feature server's
+// client share.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/extractor/split"
+)
+
+// DType is the element type of the .npy files served (spec.DType).
+type DType = spec.DType
+
+const (
+	// Float32 serves '<f4' arrays (the default).
+	Float32 = spec.Float32
+	// Float16 serves '<f2' arrays, half the bytes.
+	Float16 = spec.Float16
+)
+
+// Priority orders extraction requests: a reader blocked now goes first.
+type Priority int
+
+const (
+	// Foreground is a request a reader is waiting on.
+	Foreground Priority = iota
+	// Background is prefetch or warm-up work.
+	Background
+)
+
+// Layer is one block boundary of a model (docs/LAYERS.md, "The rule").
+type Layer struct {
+	// Index is the layer's number, counted from 0 in topological order.
+	Index int
+	// Name is the directory name, "layer<Index>".
+	Name string
+	// Tensor is the ONNX tensor name of the layer's output.
+	Tensor string
+	// Shape is the per-sample output shape (no batch axis).
+	Shape []int64
+	// Bytes is the per-sample size of the output as float32.
+	Bytes int64
+	// CumGFLOPs is the compute from the input up to and including this layer,
+	// in GFLOPs per sample (multiply-adds counted as 2).
+	CumGFLOPs float64
+}
+
+// Elements returns the number of elements per sample.
+func (l Layer) Elements() int64 {
+	n := int64(1)
+	for _, d := range l.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Request asks for one feature tensor.
+type Request struct {
+	// Model is the model's name (ModelSpec.Name).
+	Model string
+	// Layer is the layer index.
+	Layer int
+	// Key is the object key, used in errors and logs.
+	Key string
+	// ID identifies the input for sharing identical in-flight requests
+	// (source identity, key and ETag). Empty means Key.
+	ID string
+	// ETag is the object version the request is for, when known (an
+	// extractor that fetches remotely, fs/remote, passes it on).
+	ETag string
+	// Fetch returns the encoded image bytes.
+	Fetch func(ctx context.Context) ([]byte, error)
+	// Priority orders the request against others.
+	Priority Priority
+}
+
+// ErrBadImage is matched (errors.Is) by every error caused by the input
+// object itself: not an image, corrupt, truncated, empty or too large. Such an
+// error is permanent for that object version and may be cached negatively.
+var ErrBadImage = errors.New("bad image")
+
+// ErrUnknownModel is matched by Extract errors for a model name not loaded.
+var ErrUnknownModel = errors.New("unknown model")
+
+// ErrUnknownLayer is matched by Extract errors for a layer index out of range.
+var ErrUnknownLayer = errors.New("unknown layer")
+
+// ErrClosed is returned by Extract and ExtractFrom after Close.
+var ErrClosed = errors.New("extractor: service closed")
+
+// ErrBadTensor is matched by ExtractFrom errors caused by the input tensor
+// itself: not a .npy file, or not the shape of the layer it claims to be.
+var ErrBadTensor = errors.New("bad input tensor")
+
+// ImageError is the error for one bad input object. Its message is the
+// reason only, without Key: whoever reports it names the object once
+// (a log line's key, a record's key, a failure list's first column).
+type ImageError struct {
+	// Key is the object key (or file) at fault.
+	Key string
+	// Reason says what is wrong with it.
+	Reason string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+// Error returns "REASON[: ERR]", without the key.
+func (e *ImageError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %v", e.Reason, e.Err)
+	}
+	return e.Reason
+}
+
+// Unwrap lets errors.Is(err, ErrBadImage) match.
+func (e *ImageError) Unwrap() []error { return []error{ErrBadImage, e.Err} }
+
+// Preprocess describes how an image becomes the model's input tensor
+// (spec.Preprocess; Apply runs it).
+type Preprocess = spec.Preprocess
+
+// DefaultPreprocess returns torchvision's ImageNet evaluation transform.
+func DefaultPreprocess() Preprocess { return spec.DefaultPreprocess() }
+
+// ProfileOptions tune a measurement of a model's compute profile.
+type ProfileOptions struct {
+	// Dir caches profiles as JSON files; empty means no disk cache.
+	Dir string
+	// Batch is the batch size timed (default: Config.BatchSize, else 4).
+	Batch int
+	// Runs is how many timed runs per segment (the fastest counts; default 2).
+	Runs int
+}
+
+// Stats are an extractor's figures, for MOUNT/.featurefs/stats.
+type Stats struct {
+	Device           string `json:"device"`
+	Requests         int64  `json:"requests"`
+	Shared           int64  `json:"shared"`
+	Completed        int64  `json:"completed"`
+	Failed           int64  `json:"failed"`
+	BadImages        int64  `json:"bad_images"`
+	Cancelled        int64  `json:"cancelled"`
+	Batches          int64  `json:"batches"`
+	BatchedItems     int64  `json:"batched_items"`
+	Retries          int64  `json:"retries"`
+	InFlight         int    `json:"in_flight"`
+	QueuedForeground int    `json:"queued_foreground"`
+	QueuedBackground int    `json:"queued_background"`
+	Decoded          int    `json:"decoded_waiting"`
+	Running          int    `json:"running"`
+	Sessions         int    `json:"sessions"`
+	SessionsCreated  int64  `json:"sessions_created"`
+	SessionsEvicted  int64  `json:"sessions_evicted"`
+	// BatchSizes is each lane's batch size (on the first device; Devices
+	// has every device's).
+	BatchSizes    map[string]int `json:"batch_sizes"`
+	FetchSeconds  float64        `json:"fetch_seconds"`
+	DecodeSeconds float64        `json:"decode_seconds"`
+	InferSeconds  float64        `json:"infer_seconds"`
+	// Split is the split execution plan of a remote mount (--split), nil
+	// otherwise.
+	Split *split.Stats `json:"split,omitempty"`
+	// Wire is what a remote mount's feature servers sent, nil otherwise.
+	Wire *WireStats `json:"wire,omitempty"`
+	// Devices are each GPU's figures when inference runs on several
+	// (nil on one device: the figures above are its own).
+	Devices []DeviceStats `json:"devices,omitempty"`
+}
+
+// DeviceStats are one device's share of an extractor's figures.
+type DeviceStats struct {
+	Device       string         `json:"device"`
+	Batches      int64          `json:"batches"`
+	BatchedItems int64          `json:"batched_items"`
+	Running      int            `json:"running"`
+	Sessions     int            `json:"sessions"`
+	BatchSizes   map[string]int `json:"batch_sizes"`
+}
+
+// WireStats are the feature bytes a remote mount received: Bytes on the
+// wire, RawBytes the .npy bytes they were (more where servers compressed
+// them), DecompressSeconds the time spent decompressing.
+type WireStats struct {
+	Bytes             int64   `json:"bytes"`
+	RawBytes          int64   `json:"raw_bytes"`
+	DecompressSeconds float64 `json:"decompress_seconds"`
+}
