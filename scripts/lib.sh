@@ -148,6 +148,35 @@ epoch_cleanup() {
   exit $rc
 }
 
+# run_rounds [--load] NAME ROUNDS DIR KIND...: a benchmark's ROUNDS
+# interleaved rounds, each running every KIND once in an order that rotates
+# one place a round (round 1 as given, round 2 from the second KIND, ...).
+# Each run is the caller's run_kind KIND FILE, FILE being DIR/rR-KIND.json;
+# progress on stderr ("NAME: round R/ROUNDS: KIND...", with the 1-minute
+# load average before each run under --load). Sets ROUND_ARGS to the
+# report's arguments: --round KIND=FILE... for each round.
+run_rounds() {
+  local load=
+  [ "$1" = --load ] && { load=1; shift; }
+  local name=$1 rounds=$2 dir=$3 r k kind note
+  shift 3
+  local kinds=("$@") order spec
+  ROUND_ARGS=()
+  for ((r = 0; r < rounds; r++)); do
+    k=$((r % ${#kinds[@]}))
+    order=("${kinds[@]:k}" "${kinds[@]:0:k}")
+    spec=()
+    for kind in "${order[@]}"; do
+      note=
+      [ -n "$load" ] && note=" (load $(cut -d' ' -f1 /proc/loadavg))"
+      echo "$name: round $((r + 1))/$rounds: $kind$note..." >&2
+      run_kind "$kind" "$dir/r$((r + 1))-$kind.json"
+      spec+=("$kind=$dir/r$((r + 1))-$kind.json")
+    done
+    ROUND_ARGS+=(--round "${spec[@]}")
+  done
+}
+
 # need_bin: fail unless the featurefs binary and the dependencies are there.
 need_bin() {
   [ -x "$BIN" ] || { echo "no $BIN: run 'make build' (or make demo)" >&2; exit 1; }
