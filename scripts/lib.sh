@@ -158,15 +158,14 @@ epoch_cleanup() {
 run_rounds() {
   local load=
   [ "$1" = --load ] && { load=1; shift; }
-  local name=$1 rounds=$2 dir=$3 r k kind note
+  local name=$1 rounds=$2 dir=$3 r kind note
   shift 3
-  local kinds=("$@") order spec
+  local kinds=("$@") spec
   ROUND_ARGS=()
   for ((r = 0; r < rounds; r++)); do
-    k=$((r % ${#kinds[@]}))
-    order=("${kinds[@]:k}" "${kinds[@]:0:k}")
+    rotated "$r" "${kinds[@]}"
     spec=()
-    for kind in "${order[@]}"; do
+    for kind in "${ROTATED[@]}"; do
       note=
       [ -n "$load" ] && note=" (load $(cut -d' ' -f1 /proc/loadavg))"
       echo "$name: round $((r + 1))/$rounds: $kind$note..." >&2
@@ -175,6 +174,15 @@ run_rounds() {
     done
     ROUND_ARGS+=(--round "${spec[@]}")
   done
+}
+
+# rotated R ITEM...: sets ROTATED to the ITEMs rotated R places (R modulo
+# their count): round R+1's order in interleaved rounds (run_rounds,
+# gpu-check.sh).
+rotated() {
+  local k=$(($1 % ($# - 1)))
+  shift
+  ROTATED=("${@:k+1}" "${@:1:k}")
 }
 
 # need_bin: fail unless the featurefs binary and the dependencies are there.
