@@ -3,7 +3,6 @@ package cache
 import (
 	"bytes"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,29 +249,7 @@ func TestPrivateFiles(t *testing.T) {
 	if strings.Contains(log.String(), "open to other users") {
 		t.Errorf("a new directory was reported open to other users:\n%s", log.String())
 	}
-	files := 0
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		want := fileMode
-		if d.IsDir() {
-			want = dirMode
-		} else {
-			files++
-		}
-		if info.Mode().Perm() != want {
-			t.Errorf("%s: mode %v, want %v", p, info.Mode().Perm(), want)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, files := testenv.CheckPrivateTree(t, dir)
 	if files < 4 {
 		t.Errorf("only %d files in the cache directory", files)
 	}

@@ -73,19 +73,7 @@ run_kind() {
     "$PY" "$REPO/scripts/bench_delivery.py" torch --dir "$WORK/images/train" >"$out" ;;
   esac
 }
-KINDS=(tree off extract decode torch)
-ROUND_ARGS=()
-for ((r = 0; r < ROUNDS; r++)); do
-  k=$((r % ${#KINDS[@]}))
-  order=("${KINDS[@]:k}" "${KINDS[@]:0:k}")
-  spec=()
-  for kind in "${order[@]}"; do
-    echo "bench-delivery: round $((r + 1))/$ROUNDS: $kind (load $(cut -d' ' -f1 /proc/loadavg))..." >&2
-    run_kind "$kind" "$WORK/r$((r + 1))-$kind.json"
-    spec+=("$kind=$WORK/r$((r + 1))-$kind.json")
-  done
-  ROUND_ARGS+=(--round "${spec[@]}")
-done
+run_rounds --load bench-delivery "$ROUNDS" "$WORK" tree off extract decode torch
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 [ -n "${BENCH_DELIVERY_KEEP:-}" ] && cp "$WORK"/r*.json "$BENCH_DELIVERY_KEEP"/
 

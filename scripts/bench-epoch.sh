@@ -33,19 +33,7 @@ run_kind() {
     --cache-dir "$WORK/cache-$tag" --log "$WORK/featurefs-$tag.log" --prefetch "$kind" --device cpu >"$out"
   rm -rf "$WORK/cache-$tag"
 }
-KINDS=(baseline tree off)
-ROUND_ARGS=()
-for ((r = 0; r < ROUNDS; r++)); do
-  k=$((r % ${#KINDS[@]}))
-  order=("${KINDS[@]:k}" "${KINDS[@]:0:k}")
-  spec=()
-  for kind in "${order[@]}"; do
-    echo "bench-epoch: round $((r + 1))/$ROUNDS: $kind..." >&2
-    run_kind "$kind" "$WORK/r$((r + 1))-$kind.json"
-    spec+=("$kind=$WORK/r$((r + 1))-$kind.json")
-  done
-  ROUND_ARGS+=(--round "${spec[@]}")
-done
+run_rounds bench-epoch "$ROUNDS" "$WORK" baseline tree off
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 "$PY" "$REPO/scripts/bench_epoch.py" report "${ROUND_ARGS[@]}" --classes "$CLASSES" --cpus "$(nproc)" \

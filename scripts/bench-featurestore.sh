@@ -54,19 +54,7 @@ run_kind() {
     --log "$WORK/featurefs-$tag.log" --extra "$extra" >"$out"
   rm -rf "$WORK/cache-$tag"
 }
-KINDS=(compute store)
-ROUND_ARGS=()
-for ((r = 0; r < ROUNDS; r++)); do
-  k=$((r % 2))
-  order=("${KINDS[@]:k}" "${KINDS[@]:0:k}")
-  spec=()
-  for kind in "${order[@]}"; do
-    echo "bench-featurestore: round $((r + 1))/$ROUNDS: $kind..." >&2
-    run_kind "$kind" "$WORK/r$((r + 1))-$kind.json"
-    spec+=("$kind=$WORK/r$((r + 1))-$kind.json")
-  done
-  ROUND_ARGS+=(--round "${spec[@]}")
-done
+run_rounds bench-featurestore "$ROUNDS" "$WORK" compute store
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 "$PY" "$REPO/scripts/bench_featurestore.py" --fill "$WORK/fill.json" --objects "$WORK/objects.json" "${ROUND_ARGS[@]}" \
   --env "scripts/bench-featurestore.sh, BENCH_IMAGES=$IMAGES, BENCH_ROUNDS=$ROUNDS, $(nproc) CPUs (nproc), load average $LOAD_BEFORE before, $LOAD_AFTER after"

@@ -253,8 +253,8 @@ e2e_torch() {
 e2e_steps=("e2e_mount layer12" "e2e_torch layer12" "e2e_mount layer18" "e2e_torch layer18")
 has e2e || e2e_steps=()
 for ((r = 0; r < ROUNDS && ${#e2e_steps[@]} > 0; r++)); do
-  for ((i = 0; i < ${#e2e_steps[@]}; i++)); do
-    s=${e2e_steps[$(((i + r) % ${#e2e_steps[@]}))]}
+  rotated "$r" "${e2e_steps[@]}"
+  for s in "${ROTATED[@]}"; do
     log "end to end, round $((r + 1))/$ROUNDS: $s"
     $s "$r"
   done
@@ -263,8 +263,8 @@ done
 steps=(ff pt bare dec)
 has throughput || steps=()
 for ((r = 0; r < ROUNDS && ${#steps[@]} > 0; r++)); do
-  for ((i = 0; i < ${#steps[@]}; i++)); do
-    s=${steps[$(((i + r) % ${#steps[@]}))]}
+  rotated "$r" "${steps[@]}"
+  for s in "${ROTATED[@]}"; do
     log "round $((r + 1))/$ROUNDS: $s"
     $s "$r"
   done

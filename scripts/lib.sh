@@ -148,6 +148,43 @@ epoch_cleanup() {
   exit $rc
 }
 
+# run_rounds [--load] NAME ROUNDS DIR KIND...: a benchmark's ROUNDS
+# interleaved rounds, each running every KIND once in an order that rotates
+# one place a round (round 1 as given, round 2 from the second KIND, ...).
+# Each run is the caller's run_kind KIND FILE, FILE being DIR/rR-KIND.json;
+# progress on stderr ("NAME: round R/ROUNDS: KIND...", with the 1-minute
+# load average before each run under --load). Sets ROUND_ARGS to the
+# report's arguments: --round KIND=FILE... for each round.
+run_rounds() {
+  local load=
+  [ "$1" = --load ] && { load=1; shift; }
+  local name=$1 rounds=$2 dir=$3 r kind note
+  shift 3
+  local kinds=("$@") spec
+  ROUND_ARGS=()
+  for ((r = 0; r < rounds; r++)); do
+    rotated "$r" "${kinds[@]}"
+    spec=()
+    for kind in "${ROTATED[@]}"; do
+      note=
+      [ -n "$load" ] && note=" (load $(cut -d' ' -f1 /proc/loadavg))"
+      echo "$name: round $((r + 1))/$rounds: $kind$note..." >&2
+      run_kind "$kind" "$dir/r$((r + 1))-$kind.json"
+      spec+=("$kind=$dir/r$((r + 1))-$kind.json")
+    done
+    ROUND_ARGS+=(--round "${spec[@]}")
+  done
+}
+
+# rotated R ITEM...: sets ROTATED to the ITEMs rotated R places (R modulo
+# their count): round R+1's order in interleaved rounds (run_rounds,
+# gpu-check.sh).
+rotated() {
+  local k=$(($1 % ($# - 1)))
+  shift
+  ROTATED=("${@:k+1}" "${@:1:k}")
+}
+
 # need_bin: fail unless the featurefs binary and the dependencies are there.
 need_bin() {
   [ -x "$BIN" ] || { echo "no $BIN: run 'make build' (or make demo)" >&2; exit 1; }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"unsafe"
 )
 
 // The Zeros method stores a chunk as a bitmap of its non-zero elements
@@ -34,73 +35,13 @@ func elideZeros(dst, chunk []byte, es int) (out []byte, ok bool) {
 	dst = slices.Grow(dst, len(chunk)+8*es)[:start+len(chunk)+8*es]
 	bm, vals := dst[start:start+mapLen], dst[start+mapLen:]
 	limit := len(chunk) - mapLen - len(chunk)%es - 1 // the most value bytes an encoding that shrinks holds
-	p := 0
-	i := 0
-	if es == 4 {
-		// Whole groups of 8, without a branch on the data: each element
-		// is stored, and the position advances only past a non-zero one.
-		for ; i+8 <= n && p <= limit; i += 8 {
-			g := chunk[4*i : 4*i+32 : 4*i+32]
-			w := vals[p : p+32 : p+32]
-			v0, v1 := binary.LittleEndian.Uint32(g[0:]), binary.LittleEndian.Uint32(g[4:])
-			v2, v3 := binary.LittleEndian.Uint32(g[8:]), binary.LittleEndian.Uint32(g[12:])
-			v4, v5 := binary.LittleEndian.Uint32(g[16:]), binary.LittleEndian.Uint32(g[20:])
-			v6, v7 := binary.LittleEndian.Uint32(g[24:]), binary.LittleEndian.Uint32(g[28:])
-			// nz(v) is 1 when v is not 0, without a branch.
-			n0, n1, n2, n3 := (v0|-v0)>>31, (v1|-v1)>>31, (v2|-v2)>>31, (v3|-v3)>>31
-			n4, n5, n6, n7 := (v4|-v4)>>31, (v5|-v5)>>31, (v6|-v6)>>31, (v7|-v7)>>31
-			q := uint32(0)
-			binary.LittleEndian.PutUint32(w[q&28:], v0)
-			q += 4 * n0
-			binary.LittleEndian.PutUint32(w[q&28:], v1)
-			q += 4 * n1
-			binary.LittleEndian.PutUint32(w[q&28:], v2)
-			q += 4 * n2
-			binary.LittleEndian.PutUint32(w[q&28:], v3)
-			q += 4 * n3
-			binary.LittleEndian.PutUint32(w[q&28:], v4)
-			q += 4 * n4
-			binary.LittleEndian.PutUint32(w[q&28:], v5)
-			q += 4 * n5
-			binary.LittleEndian.PutUint32(w[q&28:], v6)
-			q += 4 * n6
-			binary.LittleEndian.PutUint32(w[q&28:], v7)
-			q += 4 * n7
-			m := byte(n0 | n1<<1 | n2<<2 | n3<<3 | n4<<4 | n5<<5 | n6<<6 | n7<<7)
-			bm[i/8] = m
-			p += int(q)
-		}
-	}
-	if es == 2 {
-		for ; i+8 <= n && p <= limit; i += 8 {
-			g := chunk[2*i : 2*i+16 : 2*i+16]
-			w := vals[p : p+16 : p+16]
-			v0, v1 := binary.LittleEndian.Uint16(g[0:]), binary.LittleEndian.Uint16(g[2:])
-			v2, v3 := binary.LittleEndian.Uint16(g[4:]), binary.LittleEndian.Uint16(g[6:])
-			v4, v5 := binary.LittleEndian.Uint16(g[8:]), binary.LittleEndian.Uint16(g[10:])
-			v6, v7 := binary.LittleEndian.Uint16(g[12:]), binary.LittleEndian.Uint16(g[14:])
-			n0, n1, n2, n3 := (v0|-v0)>>15, (v1|-v1)>>15, (v2|-v2)>>15, (v3|-v3)>>15
-			n4, n5, n6, n7 := (v4|-v4)>>15, (v5|-v5)>>15, (v6|-v6)>>15, (v7|-v7)>>15
-			q := uint16(0)
-			binary.LittleEndian.PutUint16(w[q&14:], v0)
-			q += 2 * n0
-			binary.LittleEndian.PutUint16(w[q&14:], v1)
-			q += 2 * n1
-			binary.LittleEndian.PutUint16(w[q&14:], v2)
-			q += 2 * n2
-			binary.LittleEndian.PutUint16(w[q&14:], v3)
-			q += 2 * n3
-			binary.LittleEndian.PutUint16(w[q&14:], v4)
-			q += 2 * n4
-			binary.LittleEndian.PutUint16(w[q&14:], v5)
-			q += 2 * n5
-			binary.LittleEndian.PutUint16(w[q&14:], v6)
-			q += 2 * n6
-			binary.LittleEndian.PutUint16(w[q&14:], v7)
-			q += 2 * n7
-			bm[i/8] = byte(n0 | n1<<1 | n2<<2 | n3<<3 | n4<<4 | n5<<5 | n6<<6 | n7<<7)
-			p += int(q)
-		}
+	var i, p int
+	// Whole groups of 8, without a branch on the data (elideGroups).
+	switch es {
+	case 4:
+		i, p = elideGroups[uint32](bm, vals, chunk, n, limit)
+	case 2:
+		i, p = elideGroups[uint16](bm, vals, chunk, n, limit)
 	}
 	for ; i < n && p <= limit; i += 8 {
 		var m byte
@@ -118,6 +59,64 @@ func elideZeros(dst, chunk []byte, es int) (out []byte, ok bool) {
 	}
 	p += copy(vals[p:], chunk[n*es:])
 	return dst[:start+mapLen+p], true
+}
+
+// elideGroups is elideZeros's loop over whole groups of 8 elements of T's
+// size (2 or 4 bytes), for as long as the value bytes written stay within
+// limit. Without a branch on the data: each element is stored, and the
+// position advances only past a non-zero one. It returns the first element
+// it did not encode and the value bytes written.
+func elideGroups[T uint16 | uint32](bm, vals, chunk []byte, n, limit int) (i, p int) {
+	es := int(unsafe.Sizeof(T(0)))
+	sh := 8*es - 1  // nz(v) = (v|-v)>>sh is 1 when v is not 0, without a branch
+	at := T(7 * es) // q&at keeps a store inside the group's 8*es bytes
+	for ; i+8 <= n && p <= limit; i += 8 {
+		g := chunk[es*i : es*(i+8) : es*(i+8)]
+		w := vals[p : p+8*es : p+8*es]
+		v0, v1 := load[T](g[0*es:]), load[T](g[1*es:])
+		v2, v3 := load[T](g[2*es:]), load[T](g[3*es:])
+		v4, v5 := load[T](g[4*es:]), load[T](g[5*es:])
+		v6, v7 := load[T](g[6*es:]), load[T](g[7*es:])
+		n0, n1, n2, n3 := (v0|-v0)>>sh, (v1|-v1)>>sh, (v2|-v2)>>sh, (v3|-v3)>>sh
+		n4, n5, n6, n7 := (v4|-v4)>>sh, (v5|-v5)>>sh, (v6|-v6)>>sh, (v7|-v7)>>sh
+		q, step := T(0), T(es)
+		store(w[q&at:], v0)
+		q += step * n0
+		store(w[q&at:], v1)
+		q += step * n1
+		store(w[q&at:], v2)
+		q += step * n2
+		store(w[q&at:], v3)
+		q += step * n3
+		store(w[q&at:], v4)
+		q += step * n4
+		store(w[q&at:], v5)
+		q += step * n5
+		store(w[q&at:], v6)
+		q += step * n6
+		store(w[q&at:], v7)
+		q += step * n7
+		bm[i/8] = byte(n0 | n1<<1 | n2<<2 | n3<<3 | n4<<4 | n5<<5 | n6<<6 | n7<<7)
+		p += int(q)
+	}
+	return i, p
+}
+
+// load reads a little-endian T from the front of b.
+func load[T uint16 | uint32](b []byte) T {
+	if unsafe.Sizeof(T(0)) == 4 {
+		return T(binary.LittleEndian.Uint32(b))
+	}
+	return T(binary.LittleEndian.Uint16(b))
+}
+
+// store writes v little-endian to the front of b.
+func store[T uint16 | uint32](b []byte, v T) {
+	if unsafe.Sizeof(T(0)) == 4 {
+		binary.LittleEndian.PutUint32(b, uint32(v))
+		return
+	}
+	binary.LittleEndian.PutUint16(b, uint16(v))
 }
 
 func allZero(b []byte) bool {

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 
 	"github.com/featurefs/featurefs/mountopts"
+	"github.com/featurefs/featurefs/test/testenv"
 )
 
 // TestLogFileIsPrivate: under umask 022, --log-file is created 0600 in a
@@ -21,13 +21,8 @@ func TestLogFileIsPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	for p, want := range map[string]os.FileMode{o.LogFile: 0o600, filepath.Dir(o.LogFile): 0o700} {
-		info, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.Mode().Perm() != want {
-			t.Errorf("%s: %v, want %v", p, info.Mode().Perm(), want)
-		}
+	// the log's directory (0700) and the log (0600), nothing else
+	if dirs, files := testenv.CheckPrivateTree(t, filepath.Dir(o.LogFile)); dirs != 1 || files != 1 {
+		t.Errorf("%d directories and %d files under %s, want 1 and the log", dirs, files, filepath.Dir(o.LogFile))
 	}
 }
