@@ -14,7 +14,7 @@ func TestBadObjectIsEIOOnlyForItAndNotRetriedWithinTTL(t *testing.T) {
 	b.put("d/good.jpg", []byte("good"))
 	b.put("d/bad.jpg", []byte("BAD: not a jpeg"))
 	b.put("d/huge.png", make([]byte, 4096))
-	e := testMount(t, b, func(c *Config) { c.MaxObjectSize = 1024 })
+	e := testMount(t, b, func(c *testConfig) { c.MaxObjectSize = 1024 })
 	bad := e.path("features", "tiny", "layer1", "d", "bad.npy")
 
 	// It lists and stats like any other.

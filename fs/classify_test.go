@@ -34,16 +34,16 @@ func TestClassify(t *testing.T) {
 	}{
 		{"nil", nil, errClass{}},
 		{"interrupt", fmt.Errorf("read: %w", context.Canceled), errClass{errno: syscall.EINTR}},
-		{"bad image", &api.ImageError{Key: "a.jpg", Reason: "not an image"}, errClass{errno: syscall.EIO, kind: ErrKindBadImage}},
-		{"too large", fmt.Errorf("x: %w", bucket.ErrTooLarge), errClass{errno: syscall.EIO, kind: ErrKindBadImage}},
+		{"bad image", &api.ImageError{Key: "a.jpg", Reason: "not an image"}, errClass{errno: syscall.EIO, kind: features.ErrKindBadImage}},
+		{"too large", fmt.Errorf("x: %w", bucket.ErrTooLarge), errClass{errno: syscall.EIO, kind: features.ErrKindBadImage}},
 		{"no such name", bucket.ErrNotFound, errClass{errno: syscall.ENOENT}},
-		{"listed then gone", &features.StoreError{Op: "get", Err: bucket.ErrNotFound}, errClass{errno: syscall.ENOENT, kind: ErrKindNotFound}},
-		{"refused token", fmt.Errorf("x: %w", bucket.ErrAccessDenied), errClass{errno: syscall.EACCES, kind: ErrKindOther, log: "access denied"}},
-		{"read timeout", fmt.Errorf("x: %w", context.DeadlineExceeded), errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out (--read-timeout)"}},
-		{"server timeout", fmt.Errorf("extract: %w", serverSilent{}), errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out"}},
-		{"store network timeout", &features.StoreError{Op: "list", Err: netTimeout}, errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out"}},
-		{"store error", &features.StoreError{Op: "list", Err: errors.New("500")}, errClass{errno: syscall.EIO, kind: ErrKindStore, log: "error"}},
-		{"other", errors.New("boom"), errClass{errno: syscall.EIO, kind: ErrKindOther, log: "error"}},
+		{"listed then gone", &features.StoreError{Op: "get", Err: bucket.ErrNotFound}, errClass{errno: syscall.ENOENT, kind: features.ErrKindNotFound}},
+		{"refused token", fmt.Errorf("x: %w", bucket.ErrAccessDenied), errClass{errno: syscall.EACCES, kind: features.ErrKindOther, log: "access denied"}},
+		{"read timeout", fmt.Errorf("x: %w", context.DeadlineExceeded), errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out (--read-timeout)"}},
+		{"server timeout", fmt.Errorf("extract: %w", serverSilent{}), errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out"}},
+		{"store network timeout", &features.StoreError{Op: "list", Err: netTimeout}, errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out"}},
+		{"store error", &features.StoreError{Op: "list", Err: errors.New("500")}, errClass{errno: syscall.EIO, kind: features.ErrKindStore, log: "error"}},
+		{"other", errors.New("boom"), errClass{errno: syscall.EIO, kind: features.ErrKindOther, log: "error"}},
 	}
 	for _, c := range cases {
 		if got := classify(c.err); got != c.want {

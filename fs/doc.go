@@ -58,8 +58,9 @@
 // # Caching
 //
 // The tree of features/, the models and their layers is built once at mount.
-// Directory listings are kept for Config.MetadataTTL in a cache bounded by
-// entries (least recently used listing evicted); a name is reported missing
+// Directory listings are kept for the pipeline's MetadataTTL
+// (features.Config) in a cache bounded by entries (least recently used
+// listing evicted); a name is reported missing
 // only from a complete listing or from Stat answering not-found, never from a
 // partial listing. The kernel keeps directories' entries and attributes,
 // and names found missing, for MetadataTTL too. Feature files are immutable
@@ -78,7 +79,7 @@
 // asking for them (ls -l asked two per file). An object
 // that fails because of its content (not an image, corrupt, too large) is
 // logged once with its key and reason and answers EIO without being fetched
-// again for Config.NegativeTTL (a bounded map).
+// again for features.Config.NegativeTTL (a bounded map).
 //
 // # Parallelism
 //

@@ -39,9 +39,9 @@ func (f *FS) dirShown(ctx context.Context, prefix string) bool {
 		var p bucket.Page
 		var err error
 		if i == 0 {
-			p, err = bucket.Peek(lctx, f.cfg.Bucket, prefix, peekEntries)
+			p, err = bucket.Peek(lctx, f.bucket, prefix, peekEntries)
 		} else {
-			p, err = f.cfg.Bucket.List(lctx, prefix, token)
+			p, err = f.bucket.List(lctx, prefix, token)
 		}
 		cancel()
 		f.stats.listPages.Add(1)

@@ -54,7 +54,7 @@ func TestEmptyDirectoriesHidden(t *testing.T) {
 		}
 	}
 
-	shown := testMount(t, emptyDirBucket(), func(c *Config) { c.ShowEmptyDirs = true })
+	shown := testMount(t, emptyDirBucket(), func(c *testConfig) { c.ShowEmptyDirs = true })
 	if got, want := names(t, shown.path("features", "tiny", "layer0")), []string{"cls/", "docs/", "late/", "nested/", "outer/", "trail/"}; !same(got, want) {
 		t.Errorf("ShowEmptyDirs: ls layer0 = %q, want %q", got, want)
 	}

@@ -43,7 +43,7 @@ func classify(err error) errClass {
 	isStore := errors.As(err, &se)
 	storeOr := func(k string) string {
 		if isStore {
-			return ErrKindStore
+			return features.ErrKindStore
 		}
 		return k
 	}
@@ -54,20 +54,20 @@ func classify(err error) errClass {
 	case errors.Is(err, context.Canceled):
 		return errClass{errno: syscall.EINTR}
 	case features.BadObject(err):
-		return errClass{errno: syscall.EIO, kind: ErrKindBadImage}
+		return errClass{errno: syscall.EIO, kind: features.ErrKindBadImage}
 	case errors.Is(err, bucket.ErrNotFound):
 		if isStore && se.Op == "get" {
-			return errClass{errno: syscall.ENOENT, kind: ErrKindNotFound} // listed, then gone
+			return errClass{errno: syscall.ENOENT, kind: features.ErrKindNotFound} // listed, then gone
 		}
 		return errClass{errno: syscall.ENOENT} // a name that is not there
 	case errors.Is(err, bucket.ErrAccessDenied):
-		return errClass{errno: syscall.EACCES, kind: storeOr(ErrKindOther), log: "access denied"}
+		return errClass{errno: syscall.EACCES, kind: storeOr(features.ErrKindOther), log: "access denied"}
 	case errors.Is(err, context.DeadlineExceeded):
-		return errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out (--read-timeout)"}
+		return errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out (--read-timeout)"}
 	case errors.As(err, &to) && to.Timeout():
-		return errClass{errno: syscall.EIO, kind: ErrKindTimeout, log: "timed out"}
+		return errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out"}
 	default:
-		return errClass{errno: syscall.EIO, kind: storeOr(ErrKindOther), log: "error"}
+		return errClass{errno: syscall.EIO, kind: storeOr(features.ErrKindOther), log: "error"}
 	}
 }
 

@@ -22,7 +22,7 @@ func TestErrorRecordsNameTheKeyOnce(t *testing.T) {
 	b := newFakeBucket(1000)
 	b.put("d/bad.jpg", []byte("BAD: not a jpeg"))
 	b.put("d/huge.png", make([]byte, 4096))
-	e := testMount(t, b, func(c *Config) { c.MaxObjectSize = 1024 })
+	e := testMount(t, b, func(c *testConfig) { c.MaxObjectSize = 1024 })
 	for _, name := range []string{"bad.npy", "huge.npy"} {
 		for range 2 { // the second read is answered from the negative cache
 			if _, err := os.ReadFile(e.path("features", "tiny", "layer1", "d", name)); !errors.Is(err, syscall.EIO) {
@@ -93,7 +93,7 @@ func TestAccessDeniedIsEACCES(t *testing.T) {
 	b.put("d/sub/b.jpg", []byte("image b"))
 	denied := &deniedBucket{fakeBucket: b}
 	denied.prefix.Store(ptr("d/"))
-	e := testMount(t, b, func(c *Config) { c.Bucket = denied })
+	e := testMount(t, b, func(c *testConfig) { c.Bucket = denied })
 	layer := e.path("features", "tiny", "layer1")
 	if got := names(t, layer); !same(got, []string{"d/"}) {
 		t.Fatalf("listing = %q", got)

@@ -15,6 +15,7 @@ import (
 	"github.com/featurefs/featurefs/extractor"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // Example_mount serves the images of a local directory as ResNet-50
@@ -36,10 +37,16 @@ func Example_mount() {
 		log.Fatal(err)
 	}
 	defer svc.Close()
-	tree, err := featurefs.New(featurefs.Config{Bucket: b, Extractor: svc, Cache: store})
+	p, err := features.New(features.Config{Bucket: b, Extractor: svc, Cache: store})
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer p.Close() // after the tree, before the extractor and the cache
+	tree, err := featurefs.New(p, featurefs.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tree.Close()
 	srv, err := tree.Mount("/mnt/features", featurefs.MountOptions{FsName: "/data/images", DirectMount: true})
 	if err != nil {
 		log.Fatal(err)

@@ -20,36 +20,16 @@ import (
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
-	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
 
-// Config is what New needs. Bucket, Extractor and Cache are required.
+// Config is the tree's own settings: what the FUSE tree needs beyond the
+// pipeline it reads through (New). The settings the tree shares with the
+// read path (logger, clock, MetadataTTL, image extensions) are the
+// pipeline's (features.Pipeline.Config).
 type Config struct {
-	// Bucket is the object store mirrored under each layer directory.
-	Bucket bucket.Bucket
-	// Extractor computes features.
-	Extractor Extractor
-	// Cache stores computed features.
-	Cache Cache
-	// Logger receives errors and bad objects; nil discards.
-	Logger *slog.Logger
-
-	// MetadataTTL is how long listings, entries and attributes are cached;
-	// 0 caches nothing (mountopts defaults it to 60s).
-	MetadataTTL time.Duration
-	// NegativeTTL is how long a bad object keeps failing without a retry;
-	// 0 retries on every read (mountopts defaults it to 5m).
-	NegativeTTL time.Duration
-	// ReadTimeout bounds the fetch and extraction behind a read; 0: none.
-	ReadTimeout time.Duration
-	// ImageExtensions are the extensions shown (default jpg, jpeg, png).
-	ImageExtensions []string
-	// MaxObjectSize is the largest object fetched (default 256MiB).
-	MaxObjectSize int64
-
 	// ShowEmptyDirs shows directories that hold no image object and no
 	// subdirectory (a folder marker, only other files); by default they are
 	// hidden.
@@ -58,8 +38,6 @@ type Config struct {
 	// MaxListingEntries bounds the listing cache, in entries over all
 	// prefixes (default 1<<20, roughly 200MB).
 	MaxListingEntries int
-	// MaxBadObjects bounds the negative cache of bad objects (default 65536).
-	MaxBadObjects int
 	// RelistPages is how many listing pages a lookup reads before it falls
 	// back to Stat calls (default 10).
 	RelistPages int
@@ -69,20 +47,6 @@ type Config struct {
 	// listing; the new listing is still read in the background. While the
 	// store is failing, they wait only 50ms. Default 250ms.
 	StaleGrace time.Duration
-	// Now is the clock (default time.Now); tests inject one.
-	Now func() time.Time
-
-	// Prefetch is background extraction of what readers are about to read
-	// (off unless set; see PrefetchConfig).
-	Prefetch PrefetchConfig
-
-	// FeatureStore, if set, is asked on a cache miss before computing and
-	// given every computed feature (features.Config.FeatureStore); the
-	// caller owns it and closes it after the tree.
-	FeatureStore *featurestore.Store
-	// StoreOnly serves only what FeatureStore has (features.ErrNotExtracted,
-	// EIO, for the rest).
-	StoreOnly bool
 }
 
 // maxRead is the largest READ request the mount asks the kernel for
@@ -109,18 +73,23 @@ const failingGrace = 50 * time.Millisecond
 // FS is a featurefs tree. Create it with New and serve it with Mount.
 type FS struct {
 	// Constant after New.
-	cfg     Config
-	log     *slog.Logger
-	naming  naming
-	models  []*api.Model
-	statSem chan struct{}
+	cfg         Config
+	log         *slog.Logger
+	clock       func() time.Time   // the pipeline's clock
+	metadataTTL time.Duration      // the pipeline's MetadataTTL
+	readTimeout time.Duration      // the pipeline's ReadTimeout (listings too)
+	extractor   features.Extractor // the pipeline's, as given
+	naming      naming
+	models      []*api.Model
+	statSem     chan struct{}
 	// refreshing holds a token per background listing refresh.
 	refreshing chan struct{}
 
 	// p is the read path: negative cache, in-flight sharing, cache,
-	// extraction, prefetch, the figures; stopped by Close. Its Bucket, which
-	// cfg.Bucket is, counts every call.
-	p *features.Pipeline
+	// extraction, prefetch, the figures; its owner (New's caller) closes
+	// it. bucket is p.Bucket(), which counts every call.
+	p      *features.Pipeline
+	bucket bucket.Bucket
 
 	listings *lru.LRU[string, *listing] // prefix -> listing
 	lists    inflight.Group[*listing]   // lookups' listings in flight
@@ -154,17 +123,14 @@ type counters struct {
 	readSizes [len(features.ReadSizeBounds) + 1]atomic.Int64
 }
 
-// New checks cfg, fills its defaults and returns the tree.
-func New(cfg Config) (*FS, error) {
-	if cfg.Bucket == nil || cfg.Extractor == nil || cfg.Cache == nil {
-		return nil, errors.New("fs.New: Bucket, Extractor and Cache are required")
+// New checks cfg, fills its defaults and returns the tree over p, the read
+// path it lists, stats and reads through. The caller owns p: it closes p
+// after the tree (Close leaves p open).
+func New(p *features.Pipeline, cfg Config) (*FS, error) {
+	if p == nil {
+		return nil, errors.New("fs.New: a pipeline is required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if len(cfg.ImageExtensions) == 0 {
-		cfg.ImageExtensions = spec.DefaultImageExtensions()
-	}
+	pc := p.Config()
 	if cfg.MaxListingEntries <= 0 {
 		cfg.MaxListingEntries = 1 << 20
 	}
@@ -174,20 +140,23 @@ func New(cfg Config) (*FS, error) {
 	if cfg.StaleGrace <= 0 {
 		cfg.StaleGrace = defaultStaleGrace
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	f := &FS{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		naming:     newNaming(cfg.ImageExtensions),
-		models:     cfg.Extractor.Models(),
-		statSem:    make(chan struct{}, statParallel),
-		refreshing: make(chan struct{}, maxRefreshes),
-		listings:   lru.New[string, *listing](cfg.MaxListingEntries),
-		failed:     newFailedFiles(maxFailedFiles),
-		recent:     lru.New[recentKey, recentFeature](recentBytes),
-		owner:      lifetime.New(),
+		cfg:         cfg,
+		log:         pc.Logger,
+		clock:       pc.Now,
+		metadataTTL: pc.MetadataTTL,
+		readTimeout: pc.ReadTimeout,
+		extractor:   pc.Extractor,
+		naming:      newNaming(pc.ImageExtensions),
+		models:      pc.Extractor.Models(),
+		statSem:     make(chan struct{}, statParallel),
+		refreshing:  make(chan struct{}, maxRefreshes),
+		listings:    lru.New[string, *listing](cfg.MaxListingEntries),
+		failed:      newFailedFiles(maxFailedFiles),
+		recent:      lru.New[recentKey, recentFeature](recentBytes),
+		owner:       lifetime.New(),
+		p:           p,
+		bucket:      p.Bucket(),
 	}
 	f.lists.Owner = f.owner
 	if len(f.models) == 0 {
@@ -200,32 +169,10 @@ func New(cfg Config) (*FS, error) {
 		}
 		seen[m.Name] = true
 	}
-	p, err := features.New(features.Config{
-		Bucket:        cfg.Bucket,
-		Extractor:     cfg.Extractor,
-		Cache:         cfg.Cache,
-		Logger:        cfg.Logger,
-		NegativeTTL:   cfg.NegativeTTL,
-		ReadTimeout:   cfg.ReadTimeout,
-		MaxObjectSize: cfg.MaxObjectSize,
-		MaxBadObjects: cfg.MaxBadObjects,
-		MetadataTTL:   cfg.MetadataTTL,
-		Images:        func(base string) bool { _, img := f.naming.split(base); return img },
-		Now:           cfg.Now,
-		Prefetch:      cfg.Prefetch,
-		FeatureStore:  cfg.FeatureStore,
-		StoreOnly:     cfg.StoreOnly,
-		SplitImage:    f.naming.parts,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("fs.New: %w", err)
-	}
-	f.p = p
-	f.cfg.Bucket = p.Bucket()
 	return f, nil
 }
 
-func (f *FS) now() time.Time { return f.cfg.Now() }
+func (f *FS) now() time.Time { return f.clock() }
 
 // Root returns the root node, for fs.Mount or a custom server.
 func (f *FS) Root() gofs.InodeEmbedder { return &rootDir{fs: f} }
@@ -251,7 +198,7 @@ type MountOptions struct {
 // missing, for MetadataTTL; feature files' for far longer (see
 // kernelcache.go), since they change only with their object's ETag.
 func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
-	ttl := f.cfg.MetadataTTL
+	ttl := f.metadataTTL
 	if mo.MaxBackground <= 0 {
 		mo.MaxBackground = 64
 	}
@@ -299,7 +246,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	f.raiseReadAhead(dir)
 	f.startKernelChecks()
 	go func() {
-		srv.Wait() // the mount is gone: stop prefetching and checking
+		srv.Wait() // the mount is gone: stop the kernel checks and listings
 		f.Close()
 	}()
 	return srv, nil
@@ -345,4 +292,15 @@ func inoFrom(v uint64) uint64 {
 		return v - 1
 	}
 	return v
+}
+
+// Close stops every goroutine the tree started and waits for them: the
+// detached listings and the kernel checks (their contexts are cancelled).
+// Mount calls it once the mount is gone. The pipeline stays open: its owner
+// (New's caller) closes it after the tree, and with it prefetch and the
+// reads' extractions. Safe to call more than once.
+func (f *FS) Close() error {
+	f.owner.Close()
+	f.stopKernelChecks()
+	return nil
 }

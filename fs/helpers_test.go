@@ -17,6 +17,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 
 	"github.com/featurefs/featurefs/test/testenv"
@@ -187,20 +188,47 @@ type env struct {
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer = testenv.SyncBuffer
 
+// pipelineConfig is features.Config, named so that testConfig can embed it
+// next to the tree's Config.
+type pipelineConfig = features.Config
+
+// testConfig is what the tests build a tree from: the settings of its
+// pipeline and its own.
+type testConfig struct {
+	pipelineConfig
+	Config
+}
+
+// newTree builds the pipeline of cfg and the tree over it, as
+// cmd/featurefs does. The pipeline is closed when the test ends, after
+// the tree's own clean-ups.
+func newTree(t testing.TB, cfg testConfig) (*FS, error) {
+	p, err := features.New(cfg.pipelineConfig)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { p.Close() })
+	f, err := New(p, cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
 // testMount mounts a tree over b with fake extractor and cache on a fresh
 // directory through the kernel, and unmounts it when the test ends. The
 // kernel caches entries for an hour: the fake clock drives featurefs's own
 // TTLs.
-func testMount(t *testing.T, b *fakeBucket, modify ...func(*Config)) *env {
+func testMount(t *testing.T, b *fakeBucket, modify ...func(*testConfig)) *env {
 	t.Helper()
 	return testMountWith(t, b, newFakeExtractor(), modify...)
 }
 
 // testMountWith is testMount with the fake extractor x.
-func testMountWith(t *testing.T, b *fakeBucket, x *fakeExtractor, modify ...func(*Config)) *env {
+func testMountWith(t *testing.T, b *fakeBucket, x *fakeExtractor, modify ...func(*testConfig)) *env {
 	t.Helper()
 	e := &env{b: b, x: x, c: newFakeCache(), clock: newFakeClock(), logs: &syncBuffer{}}
-	cfg := Config{
+	cfg := testConfig{pipelineConfig: pipelineConfig{
 		Bucket:      b,
 		Extractor:   e.x,
 		Cache:       e.c,
@@ -209,11 +237,11 @@ func testMountWith(t *testing.T, b *fakeBucket, x *fakeExtractor, modify ...func
 		NegativeTTL: 5 * time.Minute,
 		ReadTimeout: time.Minute,
 		Now:         e.clock.Now,
-	}
+	}}
 	for _, m := range modify {
 		m(&cfg)
 	}
-	f, err := New(cfg)
+	f, err := newTree(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,10 +92,10 @@ type kernelCache struct {
 // none when MetadataTTL is 0 (nothing is cached), else the longer of
 // MetadataTTL and minFileTimeout.
 func (f *FS) fileTimeout() time.Duration {
-	if f.cfg.MetadataTTL <= 0 {
+	if f.metadataTTL <= 0 {
 		return 0
 	}
-	return max(f.cfg.MetadataTTL, minFileTimeout)
+	return max(f.metadataTTL, minFileTimeout)
 }
 
 // addLayerDir records a layer or alias directory's inode (modelDir.OnAdd).

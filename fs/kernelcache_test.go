@@ -105,7 +105,7 @@ func TestPathWalkRevalidatesDirectory(t *testing.T) {
 	b := newFakeBucket(1000)
 	b.put("a/b/1.jpg", []byte("one"))
 	b.put("a/b/2.jpg", []byte("two"))
-	e := testMount(t, b, func(c *Config) { c.MetadataTTL = time.Second })
+	e := testMount(t, b, func(c *testConfig) { c.MetadataTTL = time.Second })
 	p := e.path("features", "tiny", "layer1", "a", "b", "1.npy")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestSecondPassSendsNoFileLookups(t *testing.T) {
 	for i := range n {
 		b.put(fmt.Sprintf("d/%02d.jpg", i), []byte(fmt.Sprint("img", i)))
 	}
-	e := testMount(t, b, func(c *Config) { c.MetadataTTL = time.Second })
+	e := testMount(t, b, func(c *testConfig) { c.MetadataTTL = time.Second })
 	readAll := func() {
 		for i := range n {
 			if _, err := os.ReadFile(e.path("features", "tiny", "layer0", "d", fmt.Sprintf("%02d.npy", i))); err != nil {
@@ -153,7 +153,7 @@ func TestSecondPassSendsNoFileLookups(t *testing.T) {
 func TestMetadataTTLZeroKeepsNothing(t *testing.T) {
 	b := newFakeBucket(1000)
 	b.put("d/1.jpg", []byte("one"))
-	e := testMount(t, b, func(c *Config) { c.MetadataTTL = 0 })
+	e := testMount(t, b, func(c *testConfig) { c.MetadataTTL = 0 })
 	p := e.path("features", "tiny", "layer0", "d", "1.npy")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestLargeDirectoryEntriesDroppedWhenUncheckable(t *testing.T) {
 	for i := range 6 {
 		b.put(fmt.Sprintf("d/%d.jpg", i), []byte(fmt.Sprint("img", i)))
 	}
-	e := testMount(t, b, func(c *Config) { c.MetadataTTL = time.Second; c.RelistPages = 2 })
+	e := testMount(t, b, func(c *testConfig) { c.MetadataTTL = time.Second; c.RelistPages = 2 })
 	p := func(i int) string { return e.path("features", "tiny", "layer0", "d", fmt.Sprintf("%d.npy", i)) }
 	for _, i := range []int{1, 5} {
 		if _, err := os.Stat(p(i)); err != nil {

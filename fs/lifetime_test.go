@@ -44,14 +44,15 @@ func (b *blockingBucket) Get(ctx context.Context, key string, maxBytes int64) ([
 
 // TestTreeCloseLeavesNoGoroutine: the tree's detached work (a listing
 // refresh its lookup stopped waiting for, a read's extraction whose reader
-// gave up) is cancelled by Close, which waits for it.
+// gave up) is cancelled by Close (the tree's, then its pipeline's), which
+// waits for it.
 func TestTreeCloseLeavesNoGoroutine(t *testing.T) {
 	fb := newFakeBucket(100)
 	fb.put("a.jpg", []byte("abcd"))
 	b := &blockingBucket{fakeBucket: fb, entered: make(chan string, 2), release: make(chan struct{})}
 	defer close(b.release) // what the old code leaked ends after the check
 	defer leakcheck.Check(t)()
-	f, err := New(Config{Bucket: b, Extractor: newFakeExtractor(), Cache: newFakeCache(), StaleGrace: time.Millisecond})
+	f, err := newTree(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: newFakeExtractor(), Cache: newFakeCache()}, Config: Config{StaleGrace: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestTreeCloseLeavesNoGoroutine(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := f.Feature(ctx, "tiny", 0, bucket.Object{Key: "a.jpg"})
+		_, err := f.p.Feature(ctx, "tiny", 0, bucket.Object{Key: "a.jpg"})
 		errc <- err
 	}()
 	if got := <-b.entered; got != "get" {
@@ -75,5 +76,6 @@ func TestTreeCloseLeavesNoGoroutine(t *testing.T) {
 		t.Fatalf("the cancelled reader got %v", err)
 	}
 	f.Close()
-	f.Close() // twice is fine
+	f.Close()   // twice is fine
+	f.p.Close() // the read's extraction is the pipeline's: its owner closes it after the tree
 }

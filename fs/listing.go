@@ -149,8 +149,8 @@ func (f *FS) newListStream(prefix string) *listStream {
 // (a stalled store fails the lookup or readdir with EIO then, not after the
 // SDK's own timeouts and retries).
 func (f *FS) listCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if f.cfg.ReadTimeout > 0 {
-		return context.WithTimeout(ctx, f.cfg.ReadTimeout)
+	if f.readTimeout > 0 {
+		return context.WithTimeout(ctx, f.readTimeout)
 	}
 	return ctx, func() {}
 }
@@ -200,7 +200,7 @@ func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
 		return nil, nil
 	}
 	lctx, cancel := s.fs.listCtx(ctx)
-	p, err := s.fs.cfg.Bucket.List(lctx, s.l.prefix, s.token)
+	p, err := s.fs.bucket.List(lctx, s.l.prefix, s.token)
 	cancel()
 	s.fs.stats.listPages.Add(1)
 	if err == nil && p.Next != "" && p.Next == s.token {
@@ -252,7 +252,7 @@ func (s *listStream) all(ctx context.Context, maxPages int) (bool, error) {
 
 // fresh reports whether a listing started less than MetadataTTL ago.
 func (f *FS) fresh(l *listing) bool {
-	return f.now().Sub(l.at) < f.cfg.MetadataTTL
+	return f.now().Sub(l.at) < f.metadataTTL
 }
 
 // relist reads prefix's listing again, up to pages pages (0: all), in a run

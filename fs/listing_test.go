@@ -43,7 +43,7 @@ func TestNoNegativeFromPartialListing(t *testing.T) {
 	for i := range 10 {
 		b.put(fmt.Sprintf("d/%02d.jpg", i), []byte{byte(i)})
 	}
-	e := testMount(t, b, func(c *Config) { c.RelistPages = 1 })
+	e := testMount(t, b, func(c *testConfig) { c.RelistPages = 1 })
 	// The first lookup reads one page (00, 01) and falls back to Stat.
 	for _, n := range []string{"00.npy", "09.npy", "05.npy"} {
 		if _, err := os.Stat(e.path("features", "tiny", "layer0", "d", n)); err != nil {
@@ -111,7 +111,7 @@ func TestListingCacheIsBounded(t *testing.T) {
 	for i := range 300 {
 		b.put(fmt.Sprintf("d/%03d.jpg", i), []byte{byte(i)})
 	}
-	e := testMount(t, b, func(c *Config) { c.MaxListingEntries = 50 })
+	e := testMount(t, b, func(c *testConfig) { c.MaxListingEntries = 50 })
 	if got := names(t, e.path("features", "tiny", "layer0", "d")); len(got) != 300 {
 		t.Fatalf("%d names, want 300", len(got))
 	}
@@ -201,7 +201,7 @@ func TestStaleCompleteListingIsReadAgainWhole(t *testing.T) {
 	for i := range 50 {
 		b.put(fmt.Sprintf("d/%02d.jpg", i), []byte{byte(i)})
 	}
-	e := testMount(t, b, func(c *Config) { c.RelistPages = 1 })
+	e := testMount(t, b, func(c *testConfig) { c.RelistPages = 1 })
 	dir := e.path("features", "tiny", "layer0", "d")
 	if got := names(t, dir); len(got) != 50 {
 		t.Fatalf("%d names", len(got))

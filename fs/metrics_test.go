@@ -145,7 +145,7 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 	if v, _ := metricValue(fams, "featurefs_read_requests_total", "size", "le_4k"); v == 0 {
 		t.Error("no READ request of at most 4K counted after reads of small files")
 	}
-	if v, _ := metricValue(fams, "featurefs_errors_total", "kind", ErrKindTimeout); v == 0 {
+	if v, _ := metricValue(fams, "featurefs_errors_total", "kind", features.ErrKindTimeout); v == 0 {
 		t.Error("no timeout counted after a read past the timeout")
 	}
 	if _, ok := fams["go_goroutines"]; !ok {
@@ -153,11 +153,11 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 	}
 
 	// Counters move on the next scrape.
-	before, _ := metricValue(fams, "featurefs_errors_total", "kind", ErrKindBadImage)
+	before, _ := metricValue(fams, "featurefs_errors_total", "kind", features.ErrKindBadImage)
 	if _, err := os.ReadFile(s.path("features", "tiny", "layer0", "d", "bad.npy")); err == nil {
 		t.Fatal("bad.npy read without error")
 	}
-	after, _ := metricValue(scrape(t, srv.URL), "featurefs_errors_total", "kind", ErrKindBadImage)
+	after, _ := metricValue(scrape(t, srv.URL), "featurefs_errors_total", "kind", features.ErrKindBadImage)
 	if after <= before {
 		t.Errorf("bad_image errors %v after another bad read, were %v", after, before)
 	}

@@ -45,7 +45,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 		d.addLayer(ctx, a, l)
 	}
 	table := []byte(m.Table())
-	if lt, ok := d.fs.cfg.Extractor.(layerTabler); ok {
+	if lt, ok := d.fs.extractor.(layerTabler); ok {
 		if text, ok := lt.LayerTable(m.Name); ok {
 			table = []byte(text)
 		}

@@ -141,7 +141,7 @@ func TestNamingThroughTheMount(t *testing.T) {
 	for _, k := range trickyKeys {
 		b2.put(k, []byte(k))
 	}
-	e2 := testMount(t, b2, func(c *Config) { c.RelistPages = 1 })
+	e2 := testMount(t, b2, func(c *testConfig) { c.RelistPages = 1 })
 	for key, name := range wantNames {
 		data, err := os.ReadFile(e2.path("features", "tiny", "layer2", name))
 		if err != nil {
@@ -261,7 +261,7 @@ func TestIssueKeysNamedOnce(t *testing.T) {
 		for _, k := range issueKeys() {
 			b2.put(k, []byte("content of "+k))
 		}
-		e2 := testMount(t, b2, func(c *Config) { c.RelistPages = 1 })
+		e2 := testMount(t, b2, func(c *testConfig) { c.RelistPages = 1 })
 		for key, p := range got {
 			data, err := os.ReadFile(e2.path("features/tiny/layer2", p))
 			if err != nil {
@@ -533,7 +533,7 @@ func TestNamingProperties(t *testing.T) {
 		}
 		// The rule names directories whether or not they hold an image;
 		// hiding those that do not is TestEmptyDirectoriesHidden's.
-		f, err := New(Config{Bucket: b, Extractor: newFakeExtractor(), Cache: newFakeCache(), MetadataTTL: time.Hour, RelistPages: 1, ShowEmptyDirs: true})
+		f, err := newTree(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: newFakeExtractor(), Cache: newFakeCache(), MetadataTTL: time.Hour}, Config: Config{RelistPages: 1, ShowEmptyDirs: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/featurefs/featurefs/fs/features"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -40,14 +41,14 @@ func TestFilesAreNeverOpened(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	readStats := func() Stats {
+	readStats := func() features.Stats {
 		t.Helper()
 		time.Sleep(20 * time.Millisecond) // past the kernel's clock tick (statsAttrTimeout)
 		b, err := os.ReadFile(e.path(".featurefs", "stats"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st Stats
+		var st features.Stats
 		if err := json.Unmarshal(b, &st); err != nil {
 			t.Fatalf("stats: %v\n%s", err, b)
 		}
@@ -83,7 +84,7 @@ func TestDroppedPagesReadPartOfTheCachedFeature(t *testing.T) {
 	if got, err := os.ReadFile(first.path("features", "tiny", l.Name, "d", "1.npy")); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("first read: %v", err)
 	}
-	e := testMount(t, b, func(c *Config) { c.Cache = first.c })
+	e := testMount(t, b, func(c *testConfig) { c.Cache = first.c })
 	e.c = first.c
 	p := e.path("features", "tiny", l.Name, "d", "1.npy")
 	if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
@@ -132,7 +133,7 @@ func TestSlowFailureAnswersOnlyTheKernelsRetry(t *testing.T) {
 	b := newFakeBucket(10)
 	b.put("d/a.jpg", []byte("a"))
 	x := &slowFailingExtractor{fakeExtractor: newFakeExtractor(), delay: 2 * slowFailure}
-	f, err := New(Config{Bucket: b, Extractor: x, Cache: newFakeCache(), MetadataTTL: time.Hour})
+	f, err := newTree(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: x, Cache: newFakeCache(), MetadataTTL: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // batchExtractor is a fake extractor with the scheduling the real one has:
@@ -243,7 +244,7 @@ func (c *keyCache) Stats() cache.Stats {
 
 // mountFS mounts a tree over cfg (fake clock, discarded logs unless set)
 // and returns it with its server; the test may unmount it itself.
-func mountFS(t *testing.T, cfg Config) (*FS, *fuse.Server, string) {
+func mountFS(t *testing.T, cfg testConfig) (*FS, *fuse.Server, string) {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -254,7 +255,7 @@ func mountFS(t *testing.T, cfg Config) (*FS, *fuse.Server, string) {
 	if cfg.Now == nil {
 		cfg.Now = newFakeClock().Now
 	}
-	f, err := New(cfg)
+	f, err := newTree(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,13 +289,13 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func TestParsePrefetchMode(t *testing.T) {
-	for in, want := range map[string]PrefetchMode{"": PrefetchOff, "off": PrefetchOff, "DIR": PrefetchDir, " tree": PrefetchTree} {
-		if got, err := ParsePrefetchMode(in); err != nil || got != want {
-			t.Errorf("ParsePrefetchMode(%q) = %q, %v; want %q", in, got, err, want)
+	for in, want := range map[string]features.PrefetchMode{"": features.PrefetchOff, "off": features.PrefetchOff, "DIR": features.PrefetchDir, " tree": features.PrefetchTree} {
+		if got, err := features.ParsePrefetchMode(in); err != nil || got != want {
+			t.Errorf("features.ParsePrefetchMode(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if _, err := ParsePrefetchMode("all"); !errors.Is(err, ErrPrefetchMode) {
-		t.Errorf("ParsePrefetchMode(all) = %v, want ErrPrefetchMode", err)
+	if _, err := features.ParsePrefetchMode("all"); !errors.Is(err, features.ErrPrefetchMode) {
+		t.Errorf("features.ParsePrefetchMode(all) = %v, want features.ErrPrefetchMode", err)
 	}
 }
 
@@ -318,11 +319,11 @@ var prefetchImages = []string{"top.jpg", "a/1.jpg", "a/2.png", "a/b/3.jpg", "c/4
 // fetch.
 func TestPrefetchTree(t *testing.T) {
 	b := prefetchBucket()
-	e := testMount(t, b, func(c *Config) { c.Prefetch = PrefetchConfig{Mode: PrefetchTree} })
+	e := testMount(t, b, func(c *testConfig) { c.Prefetch = features.PrefetchConfig{Mode: features.PrefetchTree} })
 	if _, err := os.ReadFile(e.path("features", "tiny", "layer1", "a", "1.npy")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the walk", func() bool { return e.fs.PrefetchStats().WalksDone >= 1 })
+	waitFor(t, 10*time.Second, "the walk", func() bool { return e.fs.p.PrefetchStats().WalksDone >= 1 })
 	for _, k := range prefetchImages {
 		if n := e.x.CallsFor(k); n != 1 {
 			t.Errorf("%s: %d extractions, want 1", k, n)
@@ -331,7 +332,7 @@ func TestPrefetchTree(t *testing.T) {
 	if n := e.x.CallsFor("a/notes.txt"); n != 0 {
 		t.Errorf("a non-image was extracted %d times", n)
 	}
-	st := e.fs.PrefetchStats()
+	st := e.fs.p.PrefetchStats()
 	if st.Extracted != 5 || st.Cached != 1 || st.Failed != 1 || st.Objects != 7 || st.Walks != 1 {
 		t.Errorf("prefetch stats %+v: want 5 extracted, 1 cached (the one read), 1 failed, 7 objects, 1 walk", st)
 	}
@@ -342,8 +343,8 @@ func TestPrefetchTree(t *testing.T) {
 	if _, err := os.ReadFile(e.path("features", "tiny", "layer0", "top.npy")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the layer0 walk", func() bool { return e.fs.PrefetchStats().WalksDone >= 2 })
-	if st := e.fs.PrefetchStats(); st.Walks != 2 {
+	waitFor(t, 10*time.Second, "the layer0 walk", func() bool { return e.fs.p.PrefetchStats().WalksDone >= 2 })
+	if st := e.fs.p.PrefetchStats(); st.Walks != 2 {
 		t.Errorf("%d walks after touching layer1, its alias and layer0; want 2", st.Walks)
 	}
 	before := e.x.Calls.Load()
@@ -365,15 +366,15 @@ func TestPrefetchTree(t *testing.T) {
 // listing and looking up directories schedule nothing.
 func TestPrefetchDir(t *testing.T) {
 	b := prefetchBucket()
-	e := testMount(t, b, func(c *Config) { c.Prefetch = PrefetchConfig{Mode: PrefetchDir} })
+	e := testMount(t, b, func(c *testConfig) { c.Prefetch = features.PrefetchConfig{Mode: features.PrefetchDir} })
 	if _, err := os.ReadDir(e.path("features", "tiny", "layer0", "c")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.ReadFile(e.path("features", "tiny", "layer0", "a", "1.npy")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the walk", func() bool { return e.fs.PrefetchStats().WalksDone >= 1 })
-	if st := e.fs.PrefetchStats(); st.Walks != 1 {
+	waitFor(t, 10*time.Second, "the walk", func() bool { return e.fs.p.PrefetchStats().WalksDone >= 1 })
+	if st := e.fs.p.PrefetchStats(); st.Walks != 1 {
 		t.Errorf("%d walks, want 1 (a/ only)", st.Walks)
 	}
 	got := map[string]int{}
@@ -392,7 +393,7 @@ func TestPrefetchDir(t *testing.T) {
 // file is read.
 func TestPrefetchOffIsOnDemand(t *testing.T) {
 	b := prefetchBucket()
-	e := testMount(t, b) // Config.Prefetch zero: off
+	e := testMount(t, b) // features.Config.Prefetch zero: off
 	var walk func(dir string)
 	walk = func(dir string) {
 		des, err := os.ReadDir(dir)
@@ -419,7 +420,7 @@ func TestPrefetchOffIsOnDemand(t *testing.T) {
 	if n := e.x.Calls.Load(); n != 1 {
 		t.Errorf("one read with prefetch off: %d extractions, want 1", n)
 	}
-	if st := e.fs.PrefetchStats(); st.Mode != PrefetchOff || st.Walks != 0 {
+	if st := e.fs.p.PrefetchStats(); st.Mode != features.PrefetchOff || st.Walks != 0 {
 		t.Errorf("prefetch stats %+v", st)
 	}
 }
@@ -432,21 +433,21 @@ func TestPrefetchSkipsCachedAndStopsAtLimit(t *testing.T) {
 		b.put(fmt.Sprintf("s/%02d.jpg", i), []byte(fmt.Sprint("img", i)))
 	}
 	shared := newFakeCache()
-	e1 := testMount(t, b, func(c *Config) { c.Cache = shared })
+	e1 := testMount(t, b, func(c *testConfig) { c.Cache = shared })
 	for i := range 5 {
 		if _, err := os.ReadFile(e1.path("features", "tiny", "layer0", "s", fmt.Sprintf("%02d.npy", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e2 := testMount(t, b, func(c *Config) {
+	e2 := testMount(t, b, func(c *testConfig) {
 		c.Cache = shared
-		c.Prefetch = PrefetchConfig{Mode: PrefetchTree, Limit: 100, ModelLimits: map[string]int{"tiny": 7}}
+		c.Prefetch = features.PrefetchConfig{Mode: features.PrefetchTree, Limit: 100, ModelLimits: map[string]int{"tiny": 7}}
 	})
 	if _, err := os.ReadFile(e2.path("features", "tiny", "layer0", "s", "00.npy")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the walk", func() bool { return e2.fs.PrefetchStats().WalksDone >= 1 })
-	st := e2.fs.PrefetchStats()
+	waitFor(t, 10*time.Second, "the walk", func() bool { return e2.fs.p.PrefetchStats().WalksDone >= 1 })
+	st := e2.fs.p.PrefetchStats()
 	if st.Cached != 5 || st.Extracted != 7 || st.WalksLimited != 1 {
 		t.Errorf("prefetch stats %+v: want 5 cached, 7 extracted, 1 walk stopped by the limit", st)
 	}
@@ -467,8 +468,8 @@ func TestPrefetchQueueJump(t *testing.T) {
 		b.put(fmt.Sprintf("d/%05d.jpg", i), []byte(fmt.Sprint("img", i)))
 	}
 	x := newBatchExtractor(t, 16, 5*time.Millisecond)
-	f, _, mnt := mountFS(t, Config{Bucket: b, Extractor: x, Cache: newFakeCache(),
-		Prefetch: PrefetchConfig{Mode: PrefetchTree, MaxInFlight: 64}})
+	f, _, mnt := mountFS(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: x, Cache: newFakeCache(),
+		Prefetch: features.PrefetchConfig{Mode: features.PrefetchTree, MaxInFlight: 64}}})
 	layer := filepath.Join(mnt, "features", "tiny", "layer0")
 	if _, err := os.ReadFile(filepath.Join(layer, "d", "00000.npy")); err != nil {
 		t.Fatal(err)
@@ -492,7 +493,7 @@ func TestPrefetchQueueJump(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s was never run", key)
 		}
-		st := f.PrefetchStats()
+		st := f.p.PrefetchStats()
 		t.Logf("read of %s: %d batches run when the read began, %d when it reached the extractor; ran in batch %d; took %v; prefetch extracted %d of %d",
 			key, b0, asked, ran, took.Round(time.Millisecond), st.Extracted, objects)
 		// The batch running when the request arrives finishes first; the
@@ -510,7 +511,7 @@ func TestPrefetchQueueJump(t *testing.T) {
 	read(objects - 1) // far beyond what prefetch has sent
 	// One prefetch has already sent but not yet run: inside the window of
 	// 64 in flight beyond what is done.
-	ext := int(f.PrefetchStats().Extracted)
+	ext := int(f.p.PrefetchStats().Extracted)
 	queued := min(ext+48, objects-2)
 	read(queued)
 	x.mu.Lock()
@@ -538,8 +539,8 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 	const maxBytes = 8 << 20
 	x := newBatchExtractor(t, 32, 0, big)
 	c := newKeyCache()
-	f, _, mnt := mountFS(t, Config{Bucket: b, Extractor: x, Cache: c,
-		Prefetch: PrefetchConfig{Mode: PrefetchTree, MaxBytes: maxBytes, MaxQueued: 4}})
+	f, _, mnt := mountFS(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: x, Cache: c,
+		Prefetch: features.PrefetchConfig{Mode: features.PrefetchTree, MaxBytes: maxBytes, MaxQueued: 4}}})
 
 	runtime.GC()
 	var ms runtime.MemStats
@@ -566,13 +567,13 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 	if _, err := os.ReadFile(filepath.Join(mnt, "features", "big", "layer0", "many", "00000.npy")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 120*time.Second, "the walk of 10,000 objects", func() bool { return f.PrefetchStats().WalksDone >= 1 })
+	waitFor(t, 120*time.Second, "the walk of 10,000 objects", func() bool { return f.p.PrefetchStats().WalksDone >= 1 })
 	// The last features may still be queued for their cache write.
 	waitFor(t, 60*time.Second, "the queued cache writes", func() bool { return f.Stats().FS.WriteQueued == 0 })
 	close(stop)
 	<-sampled
 
-	st := f.PrefetchStats()
+	st := f.p.PrefetchStats()
 	limit := 4 * x.batch // the default: 4 batches
 	// The pipeline's estimate of one extraction's bytes (features' costOf):
 	// the object, the decoded input at the crop (224 when unset), the feature.
@@ -621,7 +622,8 @@ func (b *fakeBucket) objectFor(t *testing.T, key string) bucket.Object {
 	return o
 }
 
-// TestPrefetchStopsOnUnmount: unmounting cancels the walk and the
+// TestPrefetchStopsOnUnmount: unmounting (and closing the pipeline, as
+// featurefs mount does once the mount is gone) cancels the walk and the
 // extractions in flight; no Extract call happens afterwards and the
 // prefetch goroutines are gone.
 func TestPrefetchStopsOnUnmount(t *testing.T) {
@@ -632,25 +634,27 @@ func TestPrefetchStopsOnUnmount(t *testing.T) {
 	}
 	x := newBatchExtractor(t, 16, 2*time.Millisecond)
 	baseline := runtime.NumGoroutine()
-	f, srv, mnt := mountFS(t, Config{Bucket: b, Extractor: x, Cache: newFakeCache(),
-		Prefetch: PrefetchConfig{Mode: PrefetchTree, MaxInFlight: 64}})
+	f, srv, mnt := mountFS(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: x, Cache: newFakeCache(),
+		Prefetch: features.PrefetchConfig{Mode: features.PrefetchTree, MaxInFlight: 64}}})
 	if _, err := os.ReadFile(filepath.Join(mnt, "features", "tiny", "layer0", "u", "00000.npy")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "prefetch to extract 100", func() bool { return f.PrefetchStats().Extracted >= 100 })
+	waitFor(t, 30*time.Second, "prefetch to extract 100", func() bool { return f.p.PrefetchStats().Extracted >= 100 })
 	during := runtime.NumGoroutine()
 	if err := srv.Unmount(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { f.Close(); close(done) }()
+	// Once unmounted, the tree closes, then its pipeline's owner closes the
+	// pipeline (cmd/featurefs's stack, right after the mount is gone).
+	go func() { f.Close(); f.p.Close(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return 10s after unmount")
 	}
 	calls := x.extracts.Load()
-	st := f.PrefetchStats()
+	st := f.p.PrefetchStats()
 	time.Sleep(200 * time.Millisecond)
 	if n := x.extracts.Load(); n != calls {
 		t.Errorf("%d Extract calls after unmount", n-calls)
@@ -674,7 +678,7 @@ func TestPrefetchStopsOnUnmount(t *testing.T) {
 	// A touch after Close schedules nothing.
 	m := f.models[0]
 	f.p.Touch(newLayerView(f, m, m.Layers[0], m.Layers[0].Name).View, "")
-	if st2 := f.PrefetchStats(); st2.Walks != st.Walks || st2.Queued != 0 {
+	if st2 := f.p.PrefetchStats(); st2.Walks != st.Walks || st2.Queued != 0 {
 		t.Errorf("a touch after Close scheduled a walk: %+v", st2)
 	}
 }
@@ -695,15 +699,15 @@ func TestWarm(t *testing.T) {
 	b.put("w/readme.txt", []byte("text"))
 	b.put("other/o.jpg", []byte("elsewhere"))
 	x := newFakeExtractor()
-	f, err := New(Config{Bucket: b, Extractor: x, Cache: newFakeCache(), NegativeTTL: time.Hour})
+	f, err := newTree(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: x, Cache: newFakeCache(), NegativeTTL: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 
-	var last WarmProgress
+	var last features.WarmProgress
 	var calls int
-	res, err := f.Warm(context.Background(), WarmOptions{Model: "tiny", Layer: "pool", Prefix: "w", Progress: func(p WarmProgress) {
+	res, err := f.p.Warm(context.Background(), features.WarmOptions{Model: "tiny", Layer: "pool", Prefix: "w", Progress: func(p features.WarmProgress) {
 		if p.Done < last.Done || p.Total < last.Total || p.Done > p.Total {
 			t.Errorf("progress went from %+v to %+v", last, p)
 		}
@@ -742,7 +746,7 @@ func TestWarm(t *testing.T) {
 	// Resumed: the cache has everything; the bad ones fail from the
 	// negative cache without being fetched.
 	before := x.Calls.Load()
-	res2, err := f.Warm(context.Background(), WarmOptions{Model: "tiny", Layer: "layer1", Prefix: "w/"})
+	res2, err := f.p.Warm(context.Background(), features.WarmOptions{Model: "tiny", Layer: "layer1", Prefix: "w/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -750,15 +754,15 @@ func TestWarm(t *testing.T) {
 		t.Errorf("second warm: %+v, %d new extractions", res2, x.Calls.Load()-before)
 	}
 
-	if _, err := f.Warm(context.Background(), WarmOptions{Model: "nope", Layer: "layer1"}); !errors.Is(err, api.ErrUnknownModel) {
+	if _, err := f.p.Warm(context.Background(), features.WarmOptions{Model: "nope", Layer: "layer1"}); !errors.Is(err, api.ErrUnknownModel) {
 		t.Errorf("unknown model: %v", err)
 	}
-	if _, err := f.Warm(context.Background(), WarmOptions{Model: "tiny", Layer: "layer9"}); !errors.Is(err, api.ErrUnknownLayer) {
+	if _, err := f.p.Warm(context.Background(), features.WarmOptions{Model: "tiny", Layer: "layer9"}); !errors.Is(err, api.ErrUnknownLayer) {
 		t.Errorf("unknown layer: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := f.Warm(ctx, WarmOptions{Model: "tiny", Layer: "layer0"}); !errors.Is(err, context.Canceled) {
+	if _, err := f.p.Warm(ctx, features.WarmOptions{Model: "tiny", Layer: "layer0"}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled warm: %v", err)
 	}
 }

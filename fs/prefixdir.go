@@ -236,7 +236,7 @@ func (f *FS) probe(ctx context.Context, p probe) ([]bucket.Object, []string, err
 	}
 	for _, k := range p.keys {
 		ok := run(k, func(ctx context.Context) error {
-			o, err := f.cfg.Bucket.Stat(ctx, k)
+			o, err := f.bucket.Stat(ctx, k)
 			f.stats.stats.Add(1)
 			switch {
 			case errors.Is(err, bucket.ErrNotFound):
@@ -259,7 +259,7 @@ func (f *FS) probe(ctx context.Context, p probe) ([]bucket.Object, []string, err
 	}
 	for _, d := range p.dirs {
 		ok := run(d, func(ctx context.Context) error {
-			pg, err := f.cfg.Bucket.List(ctx, d, "")
+			pg, err := f.bucket.List(ctx, d, "")
 			f.stats.listPages.Add(1)
 			switch {
 			case errors.Is(err, bucket.ErrNotFound):

@@ -91,7 +91,7 @@ func TestReadsUseCacheAndShareExtraction(t *testing.T) {
 	}
 	// A new tree over the same cache reads without extracting.
 	x2 := e.x.Calls.Load()
-	e2 := testMount(t, b, func(c *Config) { c.Cache = e.c })
+	e2 := testMount(t, b, func(c *testConfig) { c.Cache = e.c })
 	if _, err := os.ReadFile(e2.path("features", "tiny", "layer0", "d", "3.npy")); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestSecondReaderOfAFileIsInterruptible(t *testing.T) {
 	b := newFakeBucket(10)
 	b.put("d/a.jpg", []byte("a"))
 	gate := make(chan struct{})
-	f, err := New(Config{Bucket: b, Extractor: gatedExtractor{newFakeExtractor(), gate}, Cache: newFakeCache(), MetadataTTL: time.Hour})
+	f, err := newTree(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: gatedExtractor{newFakeExtractor(), gate}, Cache: newFakeCache(), MetadataTTL: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}

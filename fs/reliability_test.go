@@ -144,7 +144,7 @@ func TestStaleListingServedWhileStoreDown(t *testing.T) {
 	fb.put("d/b.jpg", []byte("b"))
 	fb.put("e/c.jpg", []byte("c"))
 	b := &outageBucket{fakeBucket: fb}
-	e := testMount(t, fb, func(c *Config) { c.Bucket = b })
+	e := testMount(t, fb, func(c *testConfig) { c.Bucket = b })
 	dir := e.path("features", "tiny", "layer1", "d")
 	if got := names(t, dir); !same(got, []string{"a.npy", "b.npy"}) {
 		t.Fatalf("ls d = %q", got)
@@ -195,7 +195,7 @@ func TestStalledStoreFailsWithinReadTimeout(t *testing.T) {
 	fb.put("f/x.jpg", []byte("x"))
 	b := &outageBucket{fakeBucket: fb}
 	const timeout = 300 * time.Millisecond
-	e := testMount(t, fb, func(c *Config) { c.Bucket = b; c.ReadTimeout = timeout })
+	e := testMount(t, fb, func(c *testConfig) { c.Bucket = b; c.ReadTimeout = timeout })
 	layer := e.path("features", "tiny", "layer1")
 	if _, err := os.Stat(filepath.Join(layer, "d", "a.npy")); err != nil {
 		t.Fatal(err)

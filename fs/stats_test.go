@@ -89,7 +89,7 @@ func statsScenario(t *testing.T) *scenario {
 	figures := api.Stats{Batches: 4, BatchedItems: 10, QueuedForeground: 2, QueuedBackground: 7,
 		Decoded: 3, Running: 1, InFlight: 13}
 	s := &scenario{}
-	s.env = testMount(t, b, func(c *Config) {
+	s.env = testMount(t, b, func(c *testConfig) {
 		c.Bucket = faultyBucket{fakeBucket: b, okGets: &s.okGets, okBytes: &s.okBytes}
 		c.ReadTimeout = 100 * time.Millisecond
 		c.Extractor = queueExtractor{fakeExtractor: c.Extractor.(*fakeExtractor), figures: figures, calls: &s.calls}
@@ -124,13 +124,13 @@ func statsScenario(t *testing.T) *scenario {
 }
 
 // readStatsFile reads and decodes MOUNT/.featurefs/stats.
-func readStatsFile(t *testing.T, e *env) Stats {
+func readStatsFile(t *testing.T, e *env) features.Stats {
 	t.Helper()
 	b, err := os.ReadFile(e.path(".featurefs", "stats"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st Stats
+	var st features.Stats
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("stats file: %v\n%s", err, b)
 	}
@@ -153,7 +153,7 @@ func TestStatsFieldsAfterReads(t *testing.T) {
 	// twice. Every EIO is counted under exactly one kind.
 	for kind, n := range st.Errors.ByKind() {
 		lo, hi := int64(1), int64(2)
-		if kind == ErrKindBadImage {
+		if kind == features.ErrKindBadImage {
 			lo, hi = 2, 4
 		}
 		if n < lo || n > hi {
@@ -163,8 +163,8 @@ func TestStatsFieldsAfterReads(t *testing.T) {
 	if eio := st.Errors.Total() - st.Errors.NotFound; eio != st.FS.IOErrors {
 		t.Errorf("errors other than not_found sum to %d, but %d reads were answered EIO", eio, st.FS.IOErrors)
 	}
-	if len(st.Errors.ByKind()) != len(ErrorKinds()) {
-		t.Errorf("ByKind has %d kinds, ErrorKinds %d", len(st.Errors.ByKind()), len(ErrorKinds()))
+	if len(st.Errors.ByKind()) != len(features.ErrorKinds()) {
+		t.Errorf("ByKind has %d kinds, features.ErrorKinds %d", len(st.Errors.ByKind()), len(features.ErrorKinds()))
 	}
 	if st.Store.BytesFetched != s.okBytes.Load() || st.Store.BytesFetched == 0 {
 		t.Errorf("bytes fetched = %d, the bucket returned %d", st.Store.BytesFetched, s.okBytes.Load())
@@ -189,7 +189,7 @@ func TestStatsFieldsAfterReads(t *testing.T) {
 	if st.Extraction.MeanBatchSize != 2.5 || st.Extraction.Batches != 4 || st.Extraction.BatchedItems != 10 {
 		t.Errorf("batching = %+v, want 10 items in 4 batches, mean 2.5", st.Extraction)
 	}
-	wantQ := QueueStats{Foreground: 2, Background: 7, DecodedWaiting: 3, Running: 1, InFlight: 13}
+	wantQ := features.QueueStats{Foreground: 2, Background: 7, DecodedWaiting: 3, Running: 1, InFlight: 13}
 	if st.Queue != wantQ {
 		t.Errorf("queue = %+v, want %+v", st.Queue, wantQ)
 	}
@@ -221,7 +221,7 @@ func TestStatsCacheHitRatio(t *testing.T) {
 		}
 	}
 	// A second mount over the same cache: three hits, then one miss.
-	second := testMount(t, b, func(c *Config) { c.Cache = first.c })
+	second := testMount(t, b, func(c *testConfig) { c.Cache = first.c })
 	for i := range 4 {
 		if _, err := os.ReadFile(second.path("features", "tiny", "layer1", "d", fmt.Sprintf("%d.npy", i))); err != nil {
 			t.Fatal(err)
@@ -247,7 +247,7 @@ func TestStatsReadSizesAndCPU(t *testing.T) {
 	b := newFakeBucket(1000)
 	b.put("x/1.jpg", []byte("one"))
 	e := testMountWith(t, b, newFakeExtractor(m))
-	total := func(r ReadSizes) (n int64) {
+	total := func(r features.ReadSizes) (n int64) {
 		for _, c := range r.Counts() {
 			n += c
 		}

@@ -16,7 +16,7 @@ import (
 
 // Stats returns the current figures: the pipeline's, with the tree's own
 // (lookups, opens, reads, listings) filled in.
-func (f *FS) Stats() Stats {
+func (f *FS) Stats() features.Stats {
 	c := &f.stats
 	nl, ne := f.listings.Size()
 	st := f.p.Stats()

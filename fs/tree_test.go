@@ -2,6 +2,7 @@ package fs
 
 import (
 	"encoding/json"
+	"github.com/featurefs/featurefs/fs/features"
 	"os"
 	"testing"
 
@@ -60,7 +61,7 @@ func TestTreeShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st Stats
+	var st features.Stats
 	if err := json.Unmarshal(raw, &st); err != nil {
 		t.Fatalf("stats is not JSON: %v\n%s", err, raw)
 	}
@@ -76,12 +77,12 @@ func TestTreeShape(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	if _, err := New(Config{}); err == nil {
+	if _, err := New(nil, Config{}); err == nil {
 		t.Error("New without a bucket passed")
 	}
 	x := newFakeExtractor()
 	x.Models()[0].Name = "layers"
-	if _, err := New(Config{Bucket: newFakeBucket(10), Extractor: x, Cache: newFakeCache()}); err == nil {
+	if _, err := newTree(t, testConfig{pipelineConfig: pipelineConfig{Bucket: newFakeBucket(10), Extractor: x, Cache: newFakeCache()}}); err == nil {
 		t.Error("a model named layers passed")
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 
-	featurefs "github.com/featurefs/featurefs/fs"
+	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -73,7 +73,7 @@ func TestStatsCommandAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatalf("featurefs stats --json: %v", err)
 	}
-	var st featurefs.Stats
+	var st features.Stats
 	if err := json.Unmarshal(raw, &st); err != nil {
 		t.Fatalf("stats --json: %v\n%s", err, raw)
 	}
@@ -161,7 +161,7 @@ func TestStatsCommandAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st2 featurefs.Stats
+	var st2 features.Stats
 	err = json.NewDecoder(resp.Body).Decode(&st2)
 	resp.Body.Close()
 	if err != nil || st2.Extraction.Completed != st.Extraction.Completed || st2.Source != st.Source {

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	featurefs "github.com/featurefs/featurefs/fs"
-	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/mountpoint"
 	"github.com/featurefs/featurefs/mountopts"
 )
@@ -430,80 +430,18 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var b bucket.Bucket
-	var ex featurefs.Extractor // nil: a local extraction service
-	if o.Remote.Enabled() {
-		rc, err := dialRemote(ctx, o.Remote, log)
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		var closeSplit func()
-		// Not under the 2-minute start-up bound: split's set-up bounds its
-		// own steps (a server's profile within SplitConfig.ProfileTimeout,
-		// 10m, the server heartbeating meanwhile).
-		if b, ex, closeSplit, err = remoteSplit(context.Background(), o, rc, log, rep.warn); err != nil {
-			return err
-		}
-		defer closeSplit()
-	} else {
-		if b, err = openSource(ctx, source, o); err != nil {
-			return err
-		}
-		warnIfEmpty(ctx, b, source, log, rep.warn)
-	}
-
-	store, err := openCache(o, log)
+	st, err := openStack(ctx, o, stackOptions{source: source, log: log, warn: rep.warn,
+		remote: o.Remote.Enabled(), readTimeout: o.ReadTimeout, prefetch: true, storeWait: 10 * time.Second})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := store.Close(); cerr != nil {
-			log.Error("featurefs: closing the cache", slog.Any("err", cerr))
-			err = errors.Join(err, cerr)
-		}
-	}()
+	defer func() { err = errors.Join(err, st.Close()) }() // after the tree (deferred below) has closed
 
-	fst, err := openFeatureStore(ctx, o, log, rep.warn)
-	if err != nil {
-		return err
-	}
-	defer closeFeatureStore(fst, 10*time.Second, log) // after the tree (deferred below) has closed
-
-	if ex == nil {
-		svc, err := newExtractor(o, o.DType, log, rep.warn)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if cerr := svc.Close(); cerr != nil {
-				log.Error("featurefs: closing the extractor", slog.Any("err", cerr))
-			}
-		}()
-		ex = svc
-	}
-
-	tree, err := featurefs.New(featurefs.Config{
-		Bucket:          b,
-		Extractor:       ex,
-		Cache:           store,
-		Logger:          log,
-		MetadataTTL:     o.MetadataTTL,
-		NegativeTTL:     o.NegativeTTL,
-		ReadTimeout:     o.ReadTimeout,
-		ImageExtensions: o.ImageExtensions,
-		MaxObjectSize:   o.MaxObjectSize,
-		ShowEmptyDirs:   o.ShowEmptyDirs,
-		Prefetch: featurefs.PrefetchConfig{
-			Mode: featurefs.PrefetchMode(o.Prefetch), Limit: o.PrefetchLimit, ModelLimits: o.ModelPrefetchLimits,
-		},
-		FeatureStore: fst,
-		StoreOnly:    o.FeatureStoreOnly,
-	})
+	tree, err := featurefs.New(st.pipe, featurefs.Config{ShowEmptyDirs: o.ShowEmptyDirs})
 	if err != nil {
 		return failf(exitModel, "%w", err)
 	}
-	defer tree.Close() // stops prefetch before the extractor and the cache close
+	defer tree.Close()
 	if o.MetricsAddr != "" {
 		stop, err := startMetrics(o.MetricsAddr, tree, log)
 		if err != nil {
@@ -524,8 +462,8 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		return failf(exitMountPoint, "mounted %s but it does not answer: %w", mnt, err)
 	}
 	log.Info("featurefs: mounted", slog.String("source", source), slog.String("mountpoint", mnt),
-		slog.String("device", ex.Device()), slog.Int("models", len(ex.Models())), slog.String("cache", o.CacheDir))
-	if pm, _ := featurefs.ParsePrefetchMode(o.Prefetch); strings.HasPrefix(ex.Device(), "cuda") && pm == featurefs.PrefetchOff {
+		slog.String("device", st.ex.Device()), slog.Int("models", len(st.ex.Models())), slog.String("cache", o.CacheDir))
+	if pm, _ := features.ParsePrefetchMode(o.Prefetch); strings.HasPrefix(st.ex.Device(), "cuda") && pm == features.PrefetchOff {
 		// Measured on an H100: a 16-worker DataLoader's epoch 1 ran
 		// batches of 4 images on average without prefetch, 4x slower.
 		log.Info("featurefs: on a GPU, --prefetch tree (or dir) lets the first epoch run full batches; without it a batch holds only the reads in progress")

@@ -147,49 +147,21 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	b, err := openSource(ctx, source, o)
-	if err != nil {
-		return err
-	}
 	warn := func(msg string) { fmt.Fprintf(os.Stderr, "featurefs serve: warning: %s\n", oneLine(msg)) }
-	warnIfEmpty(ctx, b, source, log, warn)
-	store, err := openCache(o, log)
+	st, err := openStack(ctx, o, stackOptions{source: source, log: log, warn: warn,
+		readTimeout: so.ItemTimeout, storeWait: 10 * time.Second})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := store.Close(); cerr != nil {
-			log.Error("featurefs serve: closing the cache", slog.Any("err", cerr))
-			err = errors.Join(err, cerr)
-		}
-	}()
-	fst, err := openFeatureStore(ctx, o, log, warn)
-	if err != nil {
-		return err
-	}
-	defer closeFeatureStore(fst, 10*time.Second, log) // after the server (deferred below) has closed
-	svc, err := newExtractor(o, o.DType, log, warn)
-	if err != nil {
-		return err
-	}
-	defer svc.Close()
+	defer func() { err = errors.Join(err, st.Close()) }() // after the server (deferred below) has closed
 
-	srv, err := remote.NewServer(remote.ServerConfig{
-		Bucket:          b,
-		Extractor:       svc,
-		Cache:           store,
-		Logger:          log,
+	srv, err := remote.NewServer(st.pipe, remote.ServerConfig{
 		Token:           token,
 		NoAuth:          so.NoAuth,
 		MaxConcurrent:   so.MaxConcurrent,
 		MaxBatchItems:   so.MaxBatchItems,
 		MaxRequestBytes: so.MaxRequestBytes,
-		ItemTimeout:     so.ItemTimeout,
 		Heartbeat:       so.Heartbeat,
-		NegativeTTL:     o.NegativeTTL,
-		MaxObjectSize:   o.MaxObjectSize,
-		ImageExtensions: o.ImageExtensions,
-		FeatureStore:    fst,
 		WireCompression: codecMethod(so.WireCompression),
 
 		MaxBufferedBytes:           so.MaxBufferedBytes,
@@ -236,8 +208,8 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 	addr := scheme + "://" + ln.Addr().String()
-	log.Info("featurefs serve: listening", slog.String("addr", addr), slog.String("source", b.Identity()),
-		slog.String("device", svc.Device()), slog.Int("models", len(o.Models)), slog.Bool("auth", !so.NoAuth))
+	log.Info("featurefs serve: listening", slog.String("addr", addr), slog.String("source", st.source.Identity()),
+		slog.String("device", st.ex.Device()), slog.Int("models", len(o.Models)), slog.Bool("auth", !so.NoAuth))
 	// One line on stderr names the address (useful with --listen HOST:0).
 	fmt.Fprintf(os.Stderr, "featurefs serve: listening on %s\n", addr)
 

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 
 	"github.com/featurefs/featurefs/extractor/spec"
-	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/mountopts"
 )
@@ -16,7 +16,7 @@ import (
 // remote extraction, or split execution (--split) with a local extraction
 // service over the --model files (warn tells the user of a GPU fallback).
 // The returned function releases them.
-func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, log *slog.Logger, warn func(string)) (bucket.Bucket, featurefs.Extractor, func(), error) {
+func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, log *slog.Logger, warn func(string)) (bucket.Bucket, features.Extractor, func(), error) {
 	mode := o.Remote.Split
 	if mode == "" {
 		mode = "none"

@@ -21,6 +21,7 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	featurefs "github.com/featurefs/featurefs/fs"
+	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -232,8 +233,8 @@ func (r warmOutcome) printAs(w io.Writer, cmd string) {
 // maxListedFailures bounds the failures kept for the final list.
 const maxListedFailures = 1000
 
-// warmSource extracts without a mount: bucket, cache and models opened
-// here, the work done by fs.FS.Warm.
+// warmSource extracts without a mount: the stack opened here (no FUSE
+// tree), the work done by features.Pipeline.Warm.
 func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix string, prog *progress) (warmOutcome, error) {
 	start := time.Now()
 	if w.layer == "" {
@@ -250,59 +251,29 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 		return warmOutcome{}, err
 	}
 	defer logc.Close()
-	b, err := openSource(ctx, w.source, o)
-	if err != nil {
-		return warmOutcome{}, err
-	}
 	warn := func(msg string) { fmt.Fprintf(os.Stderr, "featurefs warm: warning: %s\n", oneLine(msg)) }
-	warnIfEmpty(ctx, b, w.source, log, warn)
-	store, err := openCache(o, log)
-	if err != nil {
-		if errors.Is(err, cache.ErrLocked) {
-			return warmOutcome{}, failf(exitCache, "%w (a mount is using it: warm through the mount instead, featurefs warm MOUNT/features/...)", err)
-		}
-		return warmOutcome{}, err
+	// Warm fills the feature store: Close waits for its queued writes
+	// (Ctrl-C ends the wait), below once the walk is over, on return if it
+	// never starts.
+	st, err := openStack(ctx, o, stackOptions{source: w.source, log: log, warn: warn,
+		readTimeout: o.ReadTimeout, storeWait: time.Hour})
+	if errors.Is(err, cache.ErrLocked) {
+		return warmOutcome{}, failf(exitCache, "%w (a mount is using it: warm through the mount instead, featurefs warm MOUNT/features/...)", err)
 	}
-	defer store.Close()
-	fst, err := openFeatureStore(ctx, o, log, warn)
 	if err != nil {
 		return warmOutcome{}, err
 	}
-	// Warm fills the store: its queued writes are waited for (Ctrl-C ends
-	// the wait), below once the walk is over, here if it never starts.
-	storeClosed := false
-	defer func() {
-		if !storeClosed {
-			closeFeatureStore(fst, time.Hour, log)
-		}
-	}()
-	svc, err := newExtractor(o, o.DType, log, warn)
-	if err != nil {
-		return warmOutcome{}, err
-	}
-	defer svc.Close()
-	tree, err := featurefs.New(featurefs.Config{
-		Bucket: b, Extractor: svc, Cache: store, Logger: log,
-		MetadataTTL: o.MetadataTTL, NegativeTTL: o.NegativeTTL, ReadTimeout: o.ReadTimeout,
-		ImageExtensions: o.ImageExtensions, MaxObjectSize: o.MaxObjectSize,
-		FeatureStore: fst, StoreOnly: o.FeatureStoreOnly,
-	})
-	if err != nil {
-		return warmOutcome{}, failf(exitModel, "%w", err)
-	}
-	defer tree.Close()
-	res, err := tree.Warm(ctx, featurefs.WarmOptions{
+	defer st.Close()
+	res, err := st.pipe.Warm(ctx, features.WarmOptions{
 		Model: o.Models[0].Name, Layer: w.layer, Prefix: prefix, MaxFailures: maxListedFailures,
-		Progress: func(p featurefs.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
+		Progress: func(p features.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
 	})
 	out := warmOutcome{total: res.Total, done: res.Done, failed: res.Failed, elapsed: time.Since(start)}
-	if fst != nil {
-		tree.Close() // nothing more is queued for the store: wait for what is
-		closeFeatureStore(fst, time.Hour, log)
-		storeClosed = true
-		st := fst.Stats()
+	if fst := st.store; fst != nil {
+		st.closeTo("the feature store") // nothing more is queued for the store: wait for what is
+		sst := fst.Stats()
 		out.store = fmt.Sprintf("feature store %s: %d features found there, %d written (%d failed, %d dropped)",
-			fst.Identity(), st.Hits, st.Puts, st.PutErrors, st.Dropped)
+			fst.Identity(), sst.Hits, sst.Puts, sst.PutErrors, sst.Dropped)
 	}
 	for _, f := range res.Failures {
 		out.failures = append(out.failures, warmFailure{key: f.Key, reason: f.Reason})

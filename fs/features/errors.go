@@ -19,7 +19,7 @@ import (
 var ErrObjectChanged = errors.New("object changed since it was listed")
 
 // ErrNotImage is matched by Feature's error for an object whose name is
-// not an image's (Config.Images: its extension is not one of the image
+// not an image's (Config.ImageExtensions: its extension is not one of the image
 // extensions). It matches bucket.ErrNotFound: there is no such feature.
 var ErrNotImage = fmt.Errorf("not an image (its extension is not one of --image-extensions): %w", bucket.ErrNotFound)
 

@@ -73,7 +73,7 @@ func (p *Pipeline) registerManifests() {
 // naming rule, which needs the other images of the object's stem: one small
 // listing of the source (bucket.KeyLister), skipped where the bucket cannot.
 func (p *Pipeline) storeRef(ctx context.Context, v *View, obj bucket.Object, key cache.Key) featurestore.Ref {
-	split := p.cfg.SplitImage
+	split := p.splitImage
 	var siblings []string
 	if kl, ok := p.rawBucket.(bucket.KeyLister); ok {
 		base := obj.Key[strings.LastIndexByte(obj.Key, '/')+1:]

@@ -69,11 +69,12 @@ type Config struct {
 	// MetadataTTL is how long the tree keeps listings; prefetch walks a
 	// directory again no sooner than this (and at least 30s).
 	MetadataTTL time.Duration
-	// Images reports whether an object's base name (its key's last
-	// component, a ValidName) is an image the tree shows: walks (prefetch,
-	// Warm) visit only those, and Feature refuses others (ErrNotImage).
-	// nil: every valid name.
-	Images func(base string) bool
+	// ImageExtensions are the extensions (lower case, no dot) of the
+	// objects whose features are served, in any ASCII case (nil:
+	// spec.DefaultImageExtensions): walks (prefetch, Warm) visit only those,
+	// Feature refuses others (ErrNotImage), and the feature store's names
+	// split them (spec.SplitImage). The tree shows the same ones.
+	ImageExtensions []string
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
 
@@ -106,11 +107,6 @@ type Config struct {
 	// CacheDrainTimeout bounds Close's wait for the queued cache writes
 	// (default 20s); what is left past it is dropped, with a warning.
 	CacheDrainTimeout time.Duration
-
-	// SplitImage splits an image's base name into stem and extension
-	// (spec.SplitImage with the configured extensions, the default); the
-	// feature store's names use it.
-	SplitImage func(base string) (stem, ext string, ok bool)
 }
 
 // defaultHandoffBytes is Config.HandoffBytes's default: 80 layer12-sized
@@ -140,6 +136,9 @@ type Pipeline struct {
 	dtype    api.DType
 	started  time.Time
 	health   StoreHealth
+	// given is the configuration, its defaults filled in, with the bucket
+	// and the extractor as given (Config).
+	given Config
 	// rawBucket is the configured bucket, unwrapped: the feature store's
 	// names list through it (bucket.KeyLister).
 	rawBucket bucket.Bucket
@@ -195,14 +194,11 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.MaxBadObjects <= 0 {
 		cfg.MaxBadObjects = 65536
 	}
-	if cfg.Images == nil {
-		cfg.Images = func(string) bool { return true }
+	if cfg.ImageExtensions == nil {
+		cfg.ImageExtensions = spec.DefaultImageExtensions()
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	if cfg.SplitImage == nil {
-		cfg.SplitImage = func(base string) (string, string, bool) { return spec.SplitImage(base, nil) }
 	}
 	if cfg.HandoffBytes <= 0 {
 		cfg.HandoffBytes = defaultHandoffBytes
@@ -239,6 +235,7 @@ func New(cfg Config) (*Pipeline, error) {
 	p.features.Owner = p.owner
 	p.writes = newCacheWriter(p.storeCache, p.log, cfg.CacheWriteBytes, cfg.CacheWriters)
 	p.rawBucket = cfg.Bucket
+	p.given = cfg
 	if cfg.FeatureStore != nil {
 		p.registerManifests()
 	}
@@ -255,6 +252,22 @@ func (p *Pipeline) now() time.Time { return p.cfg.Now() }
 // counted in the figures and in the store's health (StoreHealth). The tree
 // lists and stats through it.
 func (p *Pipeline) Bucket() bucket.Bucket { return p.cfg.Bucket }
+
+// Config returns the pipeline's configuration, its defaults filled in,
+// with the bucket and the extractor as given (uncounted: Bucket returns
+// the counted bucket). The tree and the feature server read their shared
+// settings from it (logger, clock, image extensions, TTLs).
+func (p *Pipeline) Config() Config { return p.given }
+
+// isImage reports whether an object's base name ends in one of the image
+// extensions (Config.ImageExtensions).
+func (p *Pipeline) isImage(base string) bool { return spec.IsImage(base, p.cfg.ImageExtensions) }
+
+// splitImage splits an image's base name into stem and extension
+// (spec.SplitImage with Config.ImageExtensions).
+func (p *Pipeline) splitImage(base string) (stem, ext string, ok bool) {
+	return spec.SplitImage(base, p.cfg.ImageExtensions)
+}
 
 // Health returns the store's health, as the pipeline's bucket sees it.
 func (p *Pipeline) Health() *StoreHealth { return &p.health }

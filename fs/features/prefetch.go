@@ -510,7 +510,7 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 				if !ok || !ValidName(base) {
 					continue
 				}
-				if !p.cfg.Images(base) {
+				if !p.isImage(base) {
 					continue
 				}
 				if err := visit(o); err != nil {

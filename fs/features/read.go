@@ -21,7 +21,7 @@ import (
 // api.ErrUnknownLayer. If ctx ends first, Feature returns ctx.Err() and
 // the run goes on (and fills the cache).
 func (p *Pipeline) Feature(ctx context.Context, model string, layer int, obj bucket.Object) ([]byte, error) {
-	if !p.cfg.Images(path.Base(obj.Key)) {
+	if !p.isImage(path.Base(obj.Key)) {
 		return nil, fmt.Errorf("feature %s: %w", obj.Key, ErrNotImage)
 	}
 	m, ok := p.cfg.Extractor.Model(model)

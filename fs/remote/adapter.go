@@ -1,7 +1,7 @@
 package remote
 
 // The adapters a mount uses: the servers' source as a bucket.Bucket and
-// their models as an fs.Extractor.
+// their models as an features.Extractor.
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // Get is not supported (features are computed on the servers).
 func (c *Client) Bucket() *Bucket { return &Bucket{c: c} }
 
-// Extractor returns the servers' models as an fs.Extractor whose Extract
+// Extractor returns the servers' models as an features.Extractor whose Extract
 // fetches features from the servers in batches.
 func (c *Client) Extractor() *Extractor { return &Extractor{c: c} }
 

@@ -93,11 +93,11 @@ func TestServerNeedsATokenOrNoAuth(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	cfg := ts.cfg
 	cfg.Token = ""
-	if _, err := NewServer(cfg); err == nil || !strings.Contains(err.Error(), "no token") {
+	if _, err := NewServer(ts.Pipeline(), cfg); err == nil || !strings.Contains(err.Error(), "no token") {
 		t.Errorf("NewServer without a token: %v", err)
 	}
 	cfg.NoAuth = true
-	s, err := NewServer(cfg)
+	s, err := NewServer(ts.Pipeline(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestServerNeedsATokenOrNoAuth(t *testing.T) {
 		t.Errorf("NoAuth server: GET /v1/models without a token: %d", rec.Code)
 	}
 	cfg.Token = testToken
-	if _, err := NewServer(cfg); err == nil {
+	if _, err := NewServer(ts.Pipeline(), cfg); err == nil {
 		t.Error("NewServer accepted a token together with NoAuth")
 	}
 }

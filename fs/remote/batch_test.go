@@ -133,7 +133,7 @@ func TestBatchLimits(t *testing.T) {
 	for i := range 40 {
 		objs[fmt.Sprintf("k/%02d.jpg", i)] = fmt.Sprintf("content %d", i)
 	}
-	ts := startServer(t, objs, func(c *ServerConfig) {
+	ts := startServer(t, objs, func(c *testConfig) {
 		c.MaxRequestBytes = 4096
 		c.MaxBatchItems = 40
 		c.MaxConcurrent = 3

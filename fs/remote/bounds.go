@@ -68,12 +68,12 @@ func (b *byteBudget) inUse() int64 {
 // itemBytes is the size of an item's .npy answer (0 for an item that will
 // fail: an unknown model or layer).
 func (s *Server) itemBytes(it BatchItem) int64 {
-	m, ok := s.cfg.Extractor.Model(it.Model)
+	m, ok := s.ex.Model(it.Model)
 	if !ok || it.Layer < 0 || it.Layer >= len(m.Layers) {
 		return 0
 	}
 	// Layer.Bytes is per sample as float32.
-	return m.Layers[it.Layer].Bytes/4*int64(s.cfg.Extractor.DType().Size()) + npyHeaderBytes
+	return m.Layers[it.Layer].Bytes/4*int64(s.ex.DType().Size()) + npyHeaderBytes
 }
 
 // checkKey refuses a key no source holds: empty, or over MaxKeyBytes.
@@ -96,7 +96,7 @@ func (s *Server) public(key string, err error) error {
 		return fmt.Errorf("%s: internal server error (the server's log has the details)", key)
 	}
 	msg := err.Error()
-	id := s.cfg.Bucket.Identity()
+	id := s.bucket.Identity()
 	roots := []string{id}
 	if root, ok := strings.CutPrefix(id, "file://"); ok && root != "" && root != "/" {
 		roots = append(roots, root)

@@ -190,7 +190,7 @@ func TestSlowReaderHoldsBoundedBytes(t *testing.T) {
 	const perRequest = 8 << 20
 	dir := writeObjects(t, objects)
 	// Features of 1 MiB (256x32x32 float32).
-	ts := startServerEx(t, dir, newFakeExtractorShape([]int64{256, 32, 32}), func(c *ServerConfig) {
+	ts := startServerEx(t, dir, newFakeExtractorShape([]int64{256, 32, 32}), func(c *testConfig) {
 		c.MaxBufferedBytesPerRequest = perRequest
 		c.MaxBufferedBytes = 2 * perRequest
 		c.WriteTimeout = 500 * time.Millisecond

@@ -60,7 +60,7 @@ type ClientConfig struct {
 // Client talks to a set of feature servers: it routes each object key to
 // one of them by rendezvous hashing, gathers concurrent feature requests
 // into batches, and offers the servers' source as a bucket.Bucket (Bucket)
-// and their models as an fs.Extractor (Extractor).
+// and their models as an features.Extractor (Extractor).
 type Client struct {
 	// Constant after Dial.
 	cfg      ClientConfig

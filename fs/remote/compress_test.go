@@ -32,7 +32,7 @@ func bigFeature(content []byte, layer int) []byte {
 func TestWireCompressionNegotiated(t *testing.T) {
 	objects := map[string]string{"a/x.jpg": "x-bytes", "a/y.jpg": "yy-bytes"}
 	dir := writeObjects(t, objects)
-	on := startServerEx(t, dir, newFakeExtractorShape(bigShape), func(c *ServerConfig) { c.WireCompression = codec.S2 })
+	on := startServerEx(t, dir, newFakeExtractorShape(bigShape), func(c *testConfig) { c.WireCompression = codec.S2 })
 	off := startServerEx(t, dir, newFakeExtractorShape(bigShape), nil)
 	for _, tc := range []struct {
 		name       string

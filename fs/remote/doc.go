@@ -3,15 +3,16 @@
 //
 // # Data flow
 //
-// The server (Server, behind `featurefs serve`) holds an unmounted fs.FS over
-// the store's bucket, the extraction service and a feature cache, and
-// answers the HTTP API: listings and stats straight from the bucket, features
-// through [fs.FS.Feature] — the same path as a read of a mounted file (cache,
-// else fetch + extract, then store).
+// The server (Server, behind `featurefs serve`) sits on a features.Pipeline
+// over the store's bucket, the extraction service and a feature cache (the
+// caller opens them and the pipeline, NewServer takes the pipeline; no FUSE
+// tree), and answers the HTTP API: listings and stats straight from the
+// bucket, features through features.Pipeline.Feature — the same path as a
+// read of a mounted file (cache, else fetch + extract, then store).
 //
 // The client (Client, behind `featurefs mount --remote`) offers the servers
-// as a bucket.Bucket (Client.Bucket: List and Stat) and an fs.Extractor
-// (Client.Extractor), so an ordinary fs.FS with its own local cache mounts
+// as a bucket.Bucket (Client.Bucket: List and Stat) and a features.Extractor
+// (Client.Extractor), so an ordinary pipeline and fs.FS with its own local cache mount
 // them. Each object key is routed to one server by rendezvous hashing
 // (Rank); concurrent Extract calls for one server are gathered into POST
 // /v1/batch requests, whose answers stream back framed, in completion order.

@@ -18,6 +18,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/api"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 
 	"github.com/featurefs/featurefs/test/testenv"
@@ -29,7 +30,7 @@ const testToken = "s3cr3t-t0ken-for-tests"
 // fakeShape is the fake model's one layer shape (per sample).
 var fakeShape = []int64{2, 4}
 
-// fakeExtractor is an fs.Extractor whose feature of an object is a fixed
+// fakeExtractor is an features.Extractor whose feature of an object is a fixed
 // function of its bytes (expectedFeature), fetched through req.Fetch:
 // objects starting with "BAD" are bad images. It counts calls, tracks
 // concurrency, and can be slowed down.
@@ -92,8 +93,35 @@ type testServer struct {
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer = testenv.SyncBuffer
 
+// pipelineConfig is features.Config, named so that testConfig can embed it
+// next to ServerConfig.
+type pipelineConfig = features.Config
+
+// testConfig is what the tests build a server from: the settings of its
+// pipeline and its own.
+type testConfig struct {
+	pipelineConfig
+	ServerConfig
+}
+
+// newTestServer builds the pipeline of cfg and the server over it, as
+// featurefs serve does: the pipeline's ReadTimeout is the item timeout,
+// 5m unless cfg sets it. The pipeline is closed when the test ends, after
+// the test's own clean-ups.
+func newTestServer(t testing.TB, cfg testConfig) (*Server, error) {
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 5 * time.Minute
+	}
+	p, err := features.New(cfg.pipelineConfig)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { p.Close() })
+	return NewServer(p, cfg.ServerConfig)
+}
+
 // startServer serves objects (key -> content) with a fake extractor.
-func startServer(t testing.TB, objects map[string]string, tweak func(*ServerConfig)) *testServer {
+func startServer(t testing.TB, objects map[string]string, tweak func(*testConfig)) *testServer {
 	t.Helper()
 	return startServerIn(t, writeObjects(t, objects), tweak)
 }
@@ -115,28 +143,27 @@ func writeObjects(t testing.TB, objects map[string]string) string {
 }
 
 // startServerIn serves the objects of dir with a fake extractor.
-func startServerIn(t testing.TB, dir string, tweak func(*ServerConfig)) *testServer {
+func startServerIn(t testing.TB, dir string, tweak func(*testConfig)) *testServer {
 	t.Helper()
 	return startServerEx(t, dir, newFakeExtractor(), tweak)
 }
 
 // startServerEx serves the objects of dir with ex.
-func startServerEx(t testing.TB, dir string, ex *fakeExtractor, tweak func(*ServerConfig)) *testServer {
+func startServerEx(t testing.TB, dir string, ex *fakeExtractor, tweak func(*testConfig)) *testServer {
 	t.Helper()
 	b, err := bucket.Open(context.Background(), dir, bucket.S3Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := &testServer{Dir: dir, Ex: ex, Logs: &syncBuffer{}, release: make(chan struct{})}
-	cfg := ServerConfig{
-		Bucket: b, Extractor: ts.Ex, Cache: newMemCache(), Token: testToken,
-		Logger:    slog.New(slog.NewTextHandler(ts.Logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Heartbeat: 50 * time.Millisecond,
-	}
+	cfg := testConfig{pipelineConfig{
+		Bucket: b, Extractor: ts.Ex, Cache: newMemCache(),
+		Logger: slog.New(slog.NewTextHandler(ts.Logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}, ServerConfig{Token: testToken, Heartbeat: 50 * time.Millisecond}}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	s, err := NewServer(cfg)
+	s, err := newTestServer(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,15 +212,21 @@ func etagOf(t *testing.T, c *Client, key string) string {
 }
 
 // mountTree is an fs.FS over a client, as `featurefs mount --remote` builds
-// it, with a memory cache.
-func mountTree(t *testing.T, c *Client) (*featurefs.FS, *memCache) {
+// it, with a memory cache, and the pipeline it reads through (closed when
+// the test ends).
+func mountTree(t *testing.T, c *Client) (*featurefs.FS, *features.Pipeline, *memCache) {
 	t.Helper()
 	mc := newMemCache()
-	tree, err := featurefs.New(featurefs.Config{Bucket: c.Bucket(), Extractor: c.Extractor(), Cache: mc, MetadataTTL: time.Minute})
+	p, err := features.New(features.Config{Bucket: c.Bucket(), Extractor: c.Extractor(), Cache: mc, MetadataTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tree, mc
+	t.Cleanup(func() { p.Close() })
+	tree, err := featurefs.New(p, featurefs.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree, p, mc
 }
 
 // featureReq asks for the fake model's feature of key at layer.

@@ -44,7 +44,7 @@ func TestServerImageExtensions(t *testing.T) {
 		{name: "default", exts: nil, yes: []string{"a/y.jpg"}, no: []string{"a/x.TIFF", "a/z.txt"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ts := startServer(t, objects, func(cfg *ServerConfig) { cfg.ImageExtensions = c.exts })
+			ts := startServer(t, objects, func(cfg *testConfig) { cfg.ImageExtensions = c.exts })
 			for _, key := range c.yes {
 				q := "?model=tiny&layer=0&key=" + url.QueryEscape(key)
 				st, body := get(t, ts.URL, "/v1/feature"+q)

@@ -19,7 +19,7 @@ type gatedExtractor = fakes.Gated
 func newGatedServer(t *testing.T, honorCtx bool, maxConcurrent int) (*Server, *gatedExtractor) {
 	t.Helper()
 	g := &gatedExtractor{Extractor: newFakeExtractor(), Entered: make(chan string, 4), Gate: make(chan struct{}), HonorCtx: honorCtx}
-	ts := startServer(t, map[string]string{"a.jpg": "aaaa", "b.jpg": "bbbb"}, func(c *ServerConfig) {
+	ts := startServer(t, map[string]string{"a.jpg": "aaaa", "b.jpg": "bbbb"}, func(c *testConfig) {
 		c.Extractor = g
 		c.MaxConcurrent = maxConcurrent
 	})
@@ -71,8 +71,8 @@ func TestServerSlotHeldUntilComputationEnds(t *testing.T) {
 	}
 }
 
-// TestServerCloseCancelsComputations: Server.Close cancels the
-// computations, that of a request that went away and that of a request
+// TestServerCloseCancelsComputations: Server.Close (then its pipeline's
+// Close, as featurefs serve does) cancels the computations, that of a request that went away and that of a request
 // still waiting (which is answered unavailable, so that its client fails
 // over), waits for them and leaves no goroutine behind.
 func TestServerCloseCancelsComputations(t *testing.T) {
@@ -94,6 +94,7 @@ func TestServerCloseCancelsComputations(t *testing.T) {
 	}()
 	<-g.Entered
 	s.Close()
+	s.Pipeline().Close() // its owner closes the pipeline after the server (featurefs serve's stack)
 	if err := <-waiting; StatusOf(err) != StatusUnavailable {
 		t.Errorf("the waiting request: %v (status %d), want unavailable", err, StatusOf(err))
 	}

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -19,27 +20,19 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache/codec"
-	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
-	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/fs/httplimit"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
-// ServerConfig is what NewServer needs. Bucket, Extractor and Cache are
-// required, and Token unless NoAuth.
+// ServerConfig is the server's own settings: what NewServer needs beyond
+// the pipeline it computes features with. Token is required unless NoAuth.
+// The settings the server shares with the read path (the source, the
+// extractor, the logger, the image extensions, MaxObjectSize, and
+// ReadTimeout, which bounds each item) are the pipeline's
+// (features.Pipeline.Config).
 type ServerConfig struct {
-	// Bucket is the source served.
-	Bucket bucket.Bucket
-	// Extractor computes features (an *extractor.Service).
-	Extractor features.Extractor
-	// Cache stores computed features (a *cache.Store).
-	Cache features.Cache
-	// Logger receives the server's logs; nil discards. The token is never
-	// logged.
-	Logger *slog.Logger
-
 	// Token is the bearer token every /v1/ request must carry.
 	Token string
 	// NoAuth accepts requests without a token (Token must be empty).
@@ -53,30 +46,13 @@ type ServerConfig struct {
 	MaxBatchItems int
 	// MaxRequestBytes bounds a request body (default 1MiB).
 	MaxRequestBytes int64
-	// ItemTimeout bounds the fetch and extraction of one feature, and one
-	// listing or stat call (default 5m).
-	ItemTimeout time.Duration
 	// Heartbeat is how often a batch stream with nothing else to send sends
 	// a heartbeat frame (default 2s).
 	Heartbeat time.Duration
 
-	// NegativeTTL and MaxObjectSize are passed to features.Config.
-	NegativeTTL   time.Duration
-	MaxObjectSize int64
-	// ImageExtensions are the extensions (lower case, no dot) of the
-	// objects the server computes features of and sends whole (split raw),
-	// in any case, as a mount shows them (nil: spec.DefaultImageExtensions).
-	// Another object's feature is 404, features.ErrNotImage; listings are
-	// the source's, whole.
-	ImageExtensions []string
-
 	// ProfileDir caches the compute profiles GET /v1/profile measures
 	// (split execution); empty: kept in memory only.
 	ProfileDir string
-
-	// FeatureStore, if set, is asked before computing and given every
-	// computed feature (features.Config.FeatureStore); the caller owns it.
-	FeatureStore *featurestore.Store
 
 	// WireCompression compresses the features of batch answers for
 	// clients that read EncodingFFZ1 (cache/codec; a feature that does not
@@ -109,25 +85,39 @@ const (
 	// MaxKeyBytes bounds an object key in a request (S3's bound); a longer
 	// one is 400.
 	MaxKeyBytes = 1024
+	// defaultItemTimeout bounds an item when the pipeline has no
+	// ReadTimeout.
+	defaultItemTimeout = 5 * time.Minute
 	// npyHeaderBytes is more than a .npy header of any layer takes.
 	npyHeaderBytes = 512
 )
 
 // Server answers the HTTP API of docs/SERVE.md. It is an http.Handler.
-// Close it after the HTTP server has shut down.
+// Close it after the HTTP server has shut down, and its pipeline after it.
 type Server struct {
 	// Constant after NewServer.
-	cfg       ServerConfig
-	log       *slog.Logger
-	pipe      *features.Pipeline
-	tokenHash [sha256.Size]byte
-	models    []byte // the JSON of GET /v1/models
-	mux       *http.ServeMux
-	handler   http.Handler        // mux under the body and write deadlines
-	buffered  *byteBudget         // answer bytes computed and not yet written
-	allow     map[string][]string // path -> the methods it answers
-	sem       chan struct{}
-	owner     *lifetime.Owner // the computations, which outlive requests
+	cfg  ServerConfig
+	log  *slog.Logger
+	pipe *features.Pipeline
+	// bucket and ex are the pipeline's source and extractor as given
+	// (features.Pipeline.Config): the server's listings, stats and split
+	// work are not the read path's figures.
+	bucket bucket.Bucket
+	ex     features.Extractor
+	// itemTimeout bounds one listing, stat or split item: the pipeline's
+	// ReadTimeout, which bounds each feature (5m when it has none).
+	itemTimeout time.Duration
+	// maxObjectSize and imageExts are the pipeline's (split raw).
+	maxObjectSize int64
+	imageExts     []string
+	tokenHash     [sha256.Size]byte
+	models        []byte // the JSON of GET /v1/models
+	mux           *http.ServeMux
+	handler       http.Handler        // mux under the body and write deadlines
+	buffered      *byteBudget         // answer bytes computed and not yet written
+	allow         map[string][]string // path -> the methods it answers
+	sem           chan struct{}
+	owner         *lifetime.Owner // the computations, which outlive requests
 
 	n serverCounters
 }
@@ -175,19 +165,18 @@ type ServerStats struct {
 	BufferedBytes int64 `json:"buffered_bytes"`
 }
 
-// NewServer checks cfg, fills its defaults and returns the server.
-func NewServer(cfg ServerConfig) (*Server, error) {
-	if cfg.Bucket == nil || cfg.Extractor == nil || cfg.Cache == nil {
-		return nil, errors.New("remote.NewServer: Bucket, Extractor and Cache are required")
+// NewServer checks cfg, fills its defaults and returns the server over p,
+// the read path it computes features with. The caller owns p: it closes p
+// after the server (Close leaves p open).
+func NewServer(p *features.Pipeline, cfg ServerConfig) (*Server, error) {
+	if p == nil {
+		return nil, errors.New("remote.NewServer: a pipeline is required")
 	}
 	switch {
 	case cfg.Token == "" && !cfg.NoAuth:
 		return nil, errors.New("remote.NewServer: no token: give one (--token-file or FEATUREFS_TOKEN) or allow unauthenticated access (--no-auth)")
 	case cfg.Token != "" && cfg.NoAuth:
 		return nil, errors.New("remote.NewServer: a token and NoAuth together")
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 64
@@ -197,9 +186,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = 1 << 20
-	}
-	if cfg.ItemTimeout <= 0 {
-		cfg.ItemTimeout = 5 * time.Minute
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 2 * time.Second
@@ -217,32 +203,24 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = 30 * time.Second
 	}
-	pipe, err := features.New(features.Config{
-		Bucket:        cfg.Bucket,
-		Extractor:     cfg.Extractor,
-		Cache:         cfg.Cache,
-		Logger:        cfg.Logger,
-		NegativeTTL:   cfg.NegativeTTL,
-		ReadTimeout:   cfg.ItemTimeout,
-		MaxObjectSize: cfg.MaxObjectSize,
-		Images:        func(base string) bool { return spec.IsImage(base, cfg.ImageExtensions) },
-		SplitImage:    func(base string) (string, string, bool) { return spec.SplitImage(base, cfg.ImageExtensions) },
-		FeatureStore:  cfg.FeatureStore,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("remote.NewServer: %w", err)
-	}
+	pc := p.Config()
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		pipe:      pipe,
-		tokenHash: sha256.Sum256([]byte(cfg.Token)),
-		sem:       make(chan struct{}, cfg.MaxConcurrent),
-		mux:       http.NewServeMux(),
-		allow:     map[string][]string{},
-		buffered:  newByteBudget(cfg.MaxBufferedBytes),
-		owner:     lifetime.New(),
+		cfg:           cfg,
+		log:           pc.Logger,
+		pipe:          p,
+		bucket:        pc.Bucket,
+		ex:            pc.Extractor,
+		itemTimeout:   cmp.Or(pc.ReadTimeout, defaultItemTimeout),
+		maxObjectSize: pc.MaxObjectSize,
+		imageExts:     pc.ImageExtensions,
+		tokenHash:     sha256.Sum256([]byte(cfg.Token)),
+		sem:           make(chan struct{}, cfg.MaxConcurrent),
+		mux:           http.NewServeMux(),
+		allow:         map[string][]string{},
+		buffered:      newByteBudget(cfg.MaxBufferedBytes),
+		owner:         lifetime.New(),
 	}
+	var err error
 	s.models, err = json.Marshal(s.modelsResponse())
 	if err != nil {
 		return nil, fmt.Errorf("remote.NewServer: %w", err)
@@ -285,12 +263,12 @@ func (s *Server) handle(method, path string, h http.HandlerFunc) {
 // Close cancels the computations still running (those whose requests went
 // away, or all of them when the HTTP server did not shut down first) and
 // waits for them; an extraction inside ONNX Runtime cannot be interrupted
-// and is waited for. It then closes the pipeline; the extractor and the
-// cache stay open (their owner closes them, after Close). Requests after
-// Close fail. Safe to call more than once.
+// and is waited for. The pipeline stays open (its owner closes it after
+// Close, then the extractor and the cache). Requests after Close fail.
+// Safe to call more than once.
 func (s *Server) Close() error {
 	s.owner.Close()
-	return s.pipe.Close()
+	return nil
 }
 
 // ServeHTTP answers one request.
@@ -315,9 +293,9 @@ func (s *Server) Stats() ServerStats {
 func (s *Server) modelsResponse() ModelsResponse {
 	resp := ModelsResponse{
 		Protocol: ProtocolVersion,
-		Source:   s.cfg.Bucket.Identity(),
-		DType:    s.cfg.Extractor.DType(),
-		Device:   s.cfg.Extractor.Device(),
+		Source:   s.bucket.Identity(),
+		DType:    s.ex.DType(),
+		Device:   s.ex.Device(),
 		Limits: Limits{
 			MaxBatchItems:   s.cfg.MaxBatchItems,
 			MaxRequestBytes: s.cfg.MaxRequestBytes,
@@ -327,7 +305,7 @@ func (s *Server) modelsResponse() ModelsResponse {
 	if s.cfg.WireCompression != 0 {
 		resp.Encodings = []string{EncodingFFZ1}
 	}
-	for _, m := range s.cfg.Extractor.Models() {
+	for _, m := range s.ex.Models() {
 		mi := ModelInfo{
 			Name: m.Name, Digest: m.Digest, Preprocess: m.Preprocess, PreprocessKey: m.Preprocess.Key(),
 			Aliases: m.Aliases, Table: m.Table(),
@@ -410,9 +388,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, StatusBadRequest, fmt.Errorf("prefix %q: want \"\" or a prefix ending in /", prefix))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ItemTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.itemTimeout)
 	defer cancel()
-	p, err := s.cfg.Bucket.List(ctx, prefix, q.Get("continuation"))
+	p, err := s.bucket.List(ctx, prefix, q.Get("continuation"))
 	if err != nil {
 		s.log.Warn("featurefs serve: list failed", slog.String("key", prefix), slog.Any("err", err))
 		writeError(w, StatusOf(err), s.public(prefix, err))
@@ -435,9 +413,9 @@ func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, StatusBadRequest, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ItemTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.itemTimeout)
 	defer cancel()
-	o, err := s.cfg.Bucket.Stat(ctx, key)
+	o, err := s.bucket.Stat(ctx, key)
 	if err != nil {
 		s.logItemError("stat", key, err)
 		writeError(w, StatusOf(err), s.public(key, err))
@@ -474,7 +452,7 @@ func (s *Server) handleFeature(w http.ResponseWriter, r *http.Request) {
 	w.Write(data)
 }
 
-// feature computes one item under the concurrency bound and ItemTimeout.
+// feature computes one item under the concurrency bound and the item timeout.
 // The computation holds its slot until it ends: when ctx ends first,
 // feature returns ctx.Err() and the computation goes on (it fills the
 // cache) under the server's lifetime, still counted against MaxConcurrent.
@@ -485,7 +463,7 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 	if err := checkKey(it.Key); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ItemTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.itemTimeout)
 	defer cancel()
 	select {
 	case s.sem <- struct{}{}:
@@ -497,9 +475,9 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 		err  error
 	}
 	done := make(chan result, 1)
-	// Detached from the request, bounded by ItemTimeout and Close.
+	// Detached from the request, bounded by the item timeout and Close.
 	cctx, ccancel := s.owner.Detach(ctx)
-	cctx, tcancel := context.WithTimeout(cctx, s.cfg.ItemTimeout)
+	cctx, tcancel := context.WithTimeout(cctx, s.itemTimeout)
 	s.n.inFlight.Add(1)
 	release := func() { // the slot and the contexts, once the computation ends
 		tcancel()
@@ -532,7 +510,7 @@ func (s *Server) compute(ctx context.Context, it BatchItem) ([]byte, error) {
 	obj := bucket.Object{Key: it.Key, ETag: it.ETag}
 	if it.ETag == "" {
 		var err error
-		if obj, err = s.cfg.Bucket.Stat(ctx, it.Key); err != nil {
+		if obj, err = s.bucket.Stat(ctx, it.Key); err != nil {
 			return nil, err
 		}
 	}
@@ -741,7 +719,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 // or the feature and 0 where the blob would not be smaller.
 func (s *Server) compress(data []byte) ([]byte, uint16) {
 	t0 := time.Now()
-	blob, err := codec.Encode(nil, data, int(s.cfg.Extractor.DType().Size()), s.cfg.WireCompression)
+	blob, err := codec.Encode(nil, data, int(s.ex.DType().Size()), s.cfg.WireCompression)
 	s.n.compressNanos.Add(int64(time.Since(t0)))
 	if err != nil || len(blob) >= len(data) {
 		return data, 0

@@ -80,7 +80,7 @@ type LocalExtractor interface {
 	ExtractFrom(ctx context.Context, model string, from, to int, npy []byte) ([]byte, error)
 }
 
-// SplitExtractor is an fs.Extractor over a Client that runs part of each
+// SplitExtractor is an features.Extractor over a Client that runs part of each
 // model on the mount (see the file comment).
 type SplitExtractor struct {
 	c        *Client

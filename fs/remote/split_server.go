@@ -47,13 +47,13 @@ func (s *Server) registerSplit() {
 // allows leading white space). An error after that is a JSON ErrorResponse
 // in the 200 answer's body.
 func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.cfg.Extractor.(profiler)
+	p, ok := s.ex.(profiler)
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Errorf("this server's extractor has no compute profile"))
 		return
 	}
 	model := r.URL.Query().Get("model")
-	if _, ok := s.cfg.Extractor.Model(model); !ok {
+	if _, ok := s.ex.Model(model); !ok {
 		writeError(w, http.StatusNotFound, fmt.Errorf("%w %q", api.ErrUnknownModel, model))
 		return
 	}
@@ -155,13 +155,13 @@ func (s *Server) handleObject(w http.ResponseWriter, r *http.Request) {
 		writeError(w, StatusBadRequest, err)
 		return
 	}
-	if !spec.IsImage(path.Base(key), s.cfg.ImageExtensions) {
+	if !spec.IsImage(path.Base(key), s.imageExts) {
 		writeError(w, StatusOf(features.ErrNotImage), fmt.Errorf("object %s: %w", key, features.ErrNotImage))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ItemTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.itemTimeout)
 	defer cancel()
-	data, obj, err := s.cfg.Bucket.Get(ctx, key, s.cfg.MaxObjectSize)
+	data, obj, err := s.bucket.Get(ctx, key, s.maxObjectSize)
 	if err != nil {
 		s.logItemError("object", key, err)
 		writeError(w, StatusOf(err), s.public(key, err))

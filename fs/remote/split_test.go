@@ -31,7 +31,7 @@ import (
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
-// splitCache is an in-memory fs.Cache.
+// splitCache is an in-memory features.Cache.
 type splitCache struct {
 	mu sync.Mutex
 	m  map[string][]byte
@@ -96,7 +96,7 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 		t.Fatal(err)
 	}
 	profDir := t.TempDir()
-	srv, err := NewServer(ServerConfig{Bucket: b, Extractor: svc, Cache: &splitCache{m: map[string][]byte{}}, NoAuth: true, ProfileDir: profDir})
+	srv, err := newTestServer(t, testConfig{pipelineConfig{Bucket: b, Extractor: svc, Cache: &splitCache{m: map[string][]byte{}}}, ServerConfig{NoAuth: true, ProfileDir: profDir}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,8 +110,8 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve := func(heartbeat time.Duration) (*httptest.Server, *pathCounter) {
-		srv, err := NewServer(ServerConfig{Bucket: b, Extractor: &slowProfiler{svc, delay, prof}, Cache: newMemCache(), NoAuth: true,
-			ProfileDir: t.TempDir(), Heartbeat: heartbeat})
+		srv, err := newTestServer(t, testConfig{pipelineConfig{Bucket: b, Extractor: &slowProfiler{svc, delay, prof}, Cache: newMemCache()},
+			ServerConfig{NoAuth: true, ProfileDir: t.TempDir(), Heartbeat: heartbeat}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ func TestSilentServerFailsWithinTimeoutAndCacheStillServes(t *testing.T) {
 	ts := startServer(t, map[string]string{"p/a.jpg": "aaaa", "p/b.jpg": "bbbb"}, nil)
 	const timeout = 300 * time.Millisecond
 	c := dial(t, ClientConfig{URLs: []string{ts.URL}, Timeout: timeout})
-	tree, mc := mountTree(t, c)
+	_, pipe, mc := mountTree(t, c)
 	ctx := context.Background()
 
 	page, err := c.Bucket().List(ctx, "p/", "")
@@ -28,14 +28,14 @@ func TestSilentServerFailsWithinTimeoutAndCacheStillServes(t *testing.T) {
 		t.Fatalf("list: %v %+v", err, page)
 	}
 	a, b := page.Objects[0], page.Objects[1]
-	got, err := tree.Feature(ctx, "tiny", 0, a)
+	got, err := pipe.Feature(ctx, "tiny", 0, a)
 	if err != nil || !bytes.Equal(got, expectedFeature([]byte("aaaa"), 0)) {
 		t.Fatalf("first read: %v", err)
 	}
 
 	ts.hang.Store(true)
 	start := time.Now()
-	_, err = tree.Feature(ctx, "tiny", 0, b)
+	_, err = pipe.Feature(ctx, "tiny", 0, b)
 	took := time.Since(start)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Errorf("silent server: %v, want ErrUnavailable", err)
@@ -46,7 +46,7 @@ func TestSilentServerFailsWithinTimeoutAndCacheStillServes(t *testing.T) {
 
 	hits := mc.Hits.Load()
 	start = time.Now()
-	got, err = tree.Feature(ctx, "tiny", 0, a)
+	got, err = pipe.Feature(ctx, "tiny", 0, a)
 	if err != nil || !bytes.Equal(got, expectedFeature([]byte("aaaa"), 0)) {
 		t.Errorf("cached feature with the server silent: %v", err)
 	}
@@ -66,7 +66,7 @@ func TestSilentServerFailsWithinTimeoutAndCacheStillServes(t *testing.T) {
 // times the client's timeout succeeds, because the server sends heartbeats
 // while it computes: the timeout measures silence, not work.
 func TestHeartbeatsKeepASlowBatchAlive(t *testing.T) {
-	ts := startServer(t, map[string]string{"s.jpg": "slow"}, func(c *ServerConfig) { c.Heartbeat = 40 * time.Millisecond })
+	ts := startServer(t, map[string]string{"s.jpg": "slow"}, func(c *testConfig) { c.Heartbeat = 40 * time.Millisecond })
 	ts.Ex.Delay = 600 * time.Millisecond
 	c := dial(t, ClientConfig{URLs: []string{ts.URL}, Timeout: 200 * time.Millisecond})
 	got, err := c.Extractor().Extract(context.Background(), featureReq("s.jpg", 0, ""))

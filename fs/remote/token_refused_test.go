@@ -24,7 +24,7 @@ func TestRefusedTokenIsEACCES(t *testing.T) {
 	ts := startServer(t, map[string]string{"a/x.jpg": "image x", "a/z.jpg": "image z", "b/y.jpg": "image y"}, nil)
 	cfg := ts.cfg
 	cfg.Token = "a-new-token"
-	rotated, err := NewServer(cfg)
+	rotated, err := NewServer(ts.Pipeline(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestRefusedTokenIsEACCES(t *testing.T) {
 	}))
 	t.Cleanup(hs.Close)
 	c := dial(t, ClientConfig{URLs: []string{hs.URL}})
-	tree, _ := mountTree(t, c)
+	tree, _, _ := mountTree(t, c)
 	t.Cleanup(func() { tree.Close() })
 	mnt := t.TempDir()
 	srv, err := tree.Mount(mnt, featurefs.MountOptions{FsName: "remote-test", DirectMount: true})

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/featurestore"
+	"github.com/featurefs/featurefs/mountopts"
+)
+
+// stack is what mount, serve and warm read features through: the source,
+// the cache, the feature store, the extractor and the pipeline over them,
+// opened in that order by openStack and closed in reverse by Close. The
+// FUSE tree (mount) and the feature server (serve) sit on the pipeline;
+// warm calls it directly.
+type stack struct {
+	log *slog.Logger
+	// source is the pipeline's bucket as opened: SOURCE, or with --remote
+	// the servers' (through split execution's wrapper with --split).
+	source bucket.Bucket
+	cache  *cache.Store
+	store  *featurestore.Store // nil without --feature-store
+	// ex is the pipeline's extractor: the local extraction service, or
+	// with --remote the servers' (through split execution with --split).
+	ex   features.Extractor
+	pipe *features.Pipeline
+
+	closers []stackPart // in the order opened
+}
+
+// stackPart is one opened part and how to close it.
+type stackPart struct {
+	name  string // "the cache": for the log
+	close func() error
+	done  bool
+}
+
+// stackOptions are what a command adds to the options when it opens its
+// stack.
+type stackOptions struct {
+	// source is SOURCE (s3://BUCKET[/PREFIX] or a directory).
+	source string
+	// remote dials o.Remote's feature servers instead of SOURCE (mount
+	// --remote; serve and warm ignore a config file's remote settings).
+	remote bool
+	log    *slog.Logger
+	// warn tells the user one line on the terminal (the log has it already).
+	warn func(string)
+	// readTimeout is the pipeline's bound on one feature's fetch and
+	// extraction: --read-timeout (mount, warm), --item-timeout (serve).
+	readTimeout time.Duration
+	// prefetch applies --prefetch and --prefetch-limit (mount only).
+	prefetch bool
+	// storeWait is how long Close gives the feature store's queued writes.
+	storeWait time.Duration
+}
+
+// openStack opens the parts of a command that serves features, each
+// failing with its exit code: the source (or with --remote the feature
+// servers), the cache, the feature store, the extractor and the pipeline.
+// On an error what was opened is closed again. Close the stack when done.
+func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *stack, err error) {
+	s := &stack{log: so.log}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if so.remote {
+		rc, err := dialRemote(ctx, o.Remote, so.log)
+		if err != nil {
+			return nil, err
+		}
+		s.opened("the feature servers' client", rc.Close)
+		// Not under the caller's start-up bound: split's set-up bounds its
+		// own steps (a server's profile within SplitConfig.ProfileTimeout,
+		// 10m, the server heartbeating meanwhile).
+		b, ex, closeSplit, err := remoteSplit(context.Background(), o, rc, so.log, so.warn)
+		if err != nil {
+			return nil, err
+		}
+		s.opened("split execution", func() error { closeSplit(); return nil })
+		s.source, s.ex = b, ex
+	} else {
+		if s.source, err = openSource(ctx, so.source, o); err != nil {
+			return nil, err
+		}
+		warnIfEmpty(ctx, s.source, so.source, so.log, so.warn)
+	}
+
+	if s.cache, err = openCache(o, so.log); err != nil {
+		return nil, err
+	}
+	s.opened("the cache", s.cache.Close)
+
+	if s.store, err = openFeatureStore(ctx, o, so.log, so.warn); err != nil {
+		return nil, err
+	}
+	if s.store != nil {
+		s.opened("the feature store", func() error { closeFeatureStore(s.store, so.storeWait, so.log); return nil })
+	}
+
+	if s.ex == nil {
+		svc, err := newExtractor(o, o.DType, so.log, so.warn)
+		if err != nil {
+			return nil, err
+		}
+		s.opened("the extractor", svc.Close)
+		s.ex = svc
+	}
+
+	cfg := features.Config{
+		Bucket:          s.source,
+		Extractor:       s.ex,
+		Cache:           s.cache,
+		Logger:          so.log,
+		NegativeTTL:     o.NegativeTTL,
+		ReadTimeout:     so.readTimeout,
+		MaxObjectSize:   o.MaxObjectSize,
+		MetadataTTL:     o.MetadataTTL,
+		ImageExtensions: o.ImageExtensions,
+		FeatureStore:    s.store,
+		StoreOnly:       o.FeatureStoreOnly,
+	}
+	if so.prefetch {
+		// Validate checked the mode's name.
+		mode, _ := features.ParsePrefetchMode(o.Prefetch)
+		cfg.Prefetch = features.PrefetchConfig{Mode: mode, Limit: o.PrefetchLimit, ModelLimits: o.ModelPrefetchLimits}
+	}
+	if s.pipe, err = features.New(cfg); err != nil {
+		return nil, failf(exitModel, "%w", err)
+	}
+	// Closed first: prefetch and the reads' extractions stop, and the
+	// queued cache writes drain, before the extractor and the cache close.
+	s.opened("the pipeline", s.pipe.Close)
+	return s, nil
+}
+
+// opened records a part, to be closed in reverse order.
+func (s *stack) opened(name string, close func() error) {
+	s.closers = append(s.closers, stackPart{name: name, close: close})
+}
+
+// Close closes every part not closed yet, in the reverse order of their
+// opening, logging each error; it returns them joined. Safe to call more
+// than once.
+func (s *stack) Close() error { return s.closeTo("") }
+
+// closeTo closes, in reverse order, the parts opened since the one named
+// (that one included; "": all of them), and leaves the others open for
+// Close. warm closes down to the feature store to wait for its writes
+// before it prints what it wrote.
+func (s *stack) closeTo(name string) error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		p := &s.closers[i]
+		if !p.done {
+			p.done = true
+			if err := p.close(); err != nil {
+				s.log.Error("featurefs: closing "+p.name, slog.Any("err", err))
+				errs = append(errs, err)
+			}
+		}
+		if p.name == name {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
