@@ -292,3 +292,14 @@ func same(a, b []string) bool {
 	sort.Strings(b)
 	return strings.Join(a, "\n") == strings.Join(b, "\n")
 }
+
+// flushCacheWrites waits for the tree's queued cache writes, so that
+// another tree over the same cache finds its features there.
+func (e *env) flushCacheWrites(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.fs.p.FlushCacheWrites(ctx); err != nil {
+		t.Fatalf("cache writes still queued: %v", err)
+	}
+}

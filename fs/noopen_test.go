@@ -84,6 +84,7 @@ func TestDroppedPagesReadPartOfTheCachedFeature(t *testing.T) {
 	if got, err := os.ReadFile(first.path("features", "tiny", l.Name, "d", "1.npy")); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("first read: %v", err)
 	}
+	first.flushCacheWrites(t)
 	e := testMount(t, b, func(c *testConfig) { c.Cache = first.c })
 	e.c = first.c
 	p := e.path("features", "tiny", l.Name, "d", "1.npy")

@@ -439,6 +439,7 @@ func TestPrefetchSkipsCachedAndStopsAtLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	e1.flushCacheWrites(t)
 	e2 := testMount(t, b, func(c *testConfig) {
 		c.Cache = shared
 		c.Prefetch = features.PrefetchConfig{Mode: features.PrefetchTree, Limit: 100, ModelLimits: map[string]int{"tiny": 7}}

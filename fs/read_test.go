@@ -90,6 +90,7 @@ func TestReadsUseCacheAndShareExtraction(t *testing.T) {
 		}
 	}
 	// A new tree over the same cache reads without extracting.
+	e.flushCacheWrites(t)
 	x2 := e.x.Calls.Load()
 	e2 := testMount(t, b, func(c *testConfig) { c.Cache = e.c })
 	if _, err := os.ReadFile(e2.path("features", "tiny", "layer0", "d", "3.npy")); err != nil {

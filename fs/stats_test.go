@@ -221,6 +221,7 @@ func TestStatsCacheHitRatio(t *testing.T) {
 		}
 	}
 	// A second mount over the same cache: three hits, then one miss.
+	first.flushCacheWrites(t)
 	second := testMount(t, b, func(c *testConfig) { c.Cache = first.c })
 	for i := range 4 {
 		if _, err := os.ReadFile(second.path("features", "tiny", "layer1", "d", fmt.Sprintf("%d.npy", i))); err != nil {

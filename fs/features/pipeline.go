@@ -291,6 +291,13 @@ func (p *Pipeline) NewView(m *api.Model, l api.Layer) *View {
 	return &View{Model: m, Layer: l, Size: api.NPYSize(l.Shape, p.dtype)}
 }
 
+// FlushCacheWrites waits until every feature queued for the cache has been
+// written (or given up on by the cache), or ctx ends. Another tree or server
+// sharing the cache then finds them there.
+func (p *Pipeline) FlushCacheWrites(ctx context.Context) error {
+	return p.writes.flush(ctx)
+}
+
 // Close stops prefetch and the reads' detached extractions: walks and
 // extractions are cancelled, and Close waits for them to return, so that
 // none writes into the cache after Close. An extraction already inside ONNX
