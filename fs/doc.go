@@ -17,7 +17,8 @@
 //
 // # Names
 //
-// Only objects whose extension is an image extension (in any ASCII case) are
+// The rule is package fs/naming's; the feature store names its objects
+// through it too. Only objects whose extension is an image extension (in any ASCII case) are
 // shown. Every such object is shown under exactly one name, names in a
 // directory are distinct and at most 255 bytes (NAME_MAX), and a name
 // depends only on the set of keys, never on how the listing was paged. An

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // A directory is shown only if it holds an image object or a subdirectory
@@ -63,13 +64,13 @@ func (f *FS) dirShown(ctx context.Context, prefix string) bool {
 // object or a subdirectory that can be named.
 func (f *FS) holdsImageOrDir(prefix string, p bucket.Page) bool {
 	for _, d := range p.Prefixes {
-		if validName(strings.TrimSuffix(strings.TrimPrefix(d, prefix), "/")) {
+		if naming.ValidName(strings.TrimSuffix(strings.TrimPrefix(d, prefix), "/")) {
 			return true
 		}
 	}
 	for _, o := range p.Objects {
-		if base, ok := strings.CutPrefix(o.Key, prefix); ok && validName(base) {
-			if _, image := f.naming.split(base); image {
+		if base, ok := strings.CutPrefix(o.Key, prefix); ok && naming.ValidName(base) {
+			if _, image := f.naming.Split(base); image {
 				return true
 			}
 		}
@@ -79,14 +80,14 @@ func (f *FS) holdsImageOrDir(prefix string, p bucket.Page) bool {
 
 // shownOnly drops the directories of es that are not shown, looking into
 // them in parallel (bounded with the lookups' Stat calls).
-func (f *FS) shownOnly(ctx context.Context, es []dirEntry) []dirEntry {
+func (f *FS) shownOnly(ctx context.Context, es []naming.Entry) []naming.Entry {
 	if f.cfg.ShowEmptyDirs {
 		return es
 	}
 	hidden := make([]bool, len(es))
 	var wg sync.WaitGroup
 	for i, e := range es {
-		if !e.dir {
+		if !e.Dir {
 			continue
 		}
 		select {
@@ -97,7 +98,7 @@ func (f *FS) shownOnly(ctx context.Context, es []dirEntry) []dirEntry {
 		}
 		wg.Go(func() {
 			defer func() { <-f.statSem }()
-			hidden[i] = !f.dirShown(ctx, e.sub)
+			hidden[i] = !f.dirShown(ctx, e.Sub)
 		})
 	}
 	wg.Wait()

@@ -243,8 +243,8 @@ func (f *FS) currentVersion(prefix, name string, obj bucket.Object) (bucket.Obje
 	if l, ok := f.listings.Get(prefix); ok && f.fresh(l) {
 		e, found, complete := l.find(name)
 		switch {
-		case found && !e.dir:
-			obj = e.obj
+		case found && !e.Dir:
+			obj = e.Obj
 		case complete:
 			return obj, false
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // Config is the tree's own settings: what the FUSE tree needs beyond the
@@ -79,7 +80,7 @@ type FS struct {
 	metadataTTL time.Duration      // the pipeline's MetadataTTL
 	readTimeout time.Duration      // the pipeline's ReadTimeout (listings too)
 	extractor   features.Extractor // the pipeline's, as given
-	naming      naming
+	naming      naming.Rule
 	models      []*api.Model
 	statSem     chan struct{}
 	// refreshing holds a token per background listing refresh.
@@ -147,7 +148,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		metadataTTL: pc.MetadataTTL,
 		readTimeout: pc.ReadTimeout,
 		extractor:   pc.Extractor,
-		naming:      newNaming(pc.ImageExtensions),
+		naming:      naming.New(pc.ImageExtensions),
 		models:      pc.Extractor.Models(),
 		statSem:     make(chan struct{}, statParallel),
 		refreshing:  make(chan struct{}, maxRefreshes),
@@ -164,7 +165,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 	}
 	seen := map[string]bool{}
 	for _, m := range f.models {
-		if !validName(m.Name) || m.Name == spec.LayersFile || seen[m.Name] {
+		if !naming.ValidName(m.Name) || m.Name == spec.LayersFile || seen[m.Name] {
 			return nil, fmt.Errorf("fs.New: model name %q is not a usable directory name", m.Name)
 		}
 		seen[m.Name] = true

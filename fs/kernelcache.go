@@ -7,6 +7,8 @@ import (
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // What the kernel caches of a feature file, and how it is kept true.
@@ -172,7 +174,7 @@ func (f *FS) heldDirs(prefix string) []*gofs.Inode {
 	var out []*gofs.Inode
 	for _, n := range layers {
 		for _, p := range parts {
-			if n = n.GetChild(dirName(p)); n == nil {
+			if n = n.GetChild(naming.DirName(p)); n == nil {
 				break
 			}
 		}
@@ -222,7 +224,7 @@ func (f *FS) eachStaleFile(l *listing, fn func(dir *gofs.Inode, name string, fil
 			if !ok {
 				continue
 			}
-			if e, found, _ := l.find(name); found && !e.dir && e.obj.Key == ff.obj.Key && e.obj.ETag == ff.obj.ETag {
+			if e, found, _ := l.find(name); found && !e.Dir && e.Obj.Key == ff.obj.Key && e.Obj.ETag == ff.obj.ETag {
 				continue
 			}
 			fn(d, name, ch)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // listing is what featurefs knows of one bucket prefix: the entries decided
@@ -21,7 +23,7 @@ type listing struct {
 	listedAt time.Time
 
 	mu       sync.Mutex
-	entries  []dirEntry     // GUARDED_BY(mu), in the order decided
+	entries  []naming.Entry // GUARDED_BY(mu), in the order decided
 	byName   map[string]int // GUARDED_BY(mu), index into entries
 	complete bool           // GUARDED_BY(mu)
 	failed   bool           // GUARDED_BY(mu): a page failed; never complete
@@ -41,15 +43,15 @@ func newListing(prefix string, at time.Time) *listing {
 // append adds entries and returns those added. The naming rule gives
 // distinct names; a name already there (two shortened names whose hashes
 // collide) is dropped, so that no listing repeats a name.
-func (l *listing) append(es []dirEntry) []dirEntry {
+func (l *listing) append(es []naming.Entry) []naming.Entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	added := es[:0:0]
 	for _, e := range es {
-		if _, dup := l.byName[e.name]; dup {
+		if _, dup := l.byName[e.Name]; dup {
 			continue
 		}
-		l.byName[e.name] = len(l.entries)
+		l.byName[e.Name] = len(l.entries)
 		l.entries = append(l.entries, e)
 		added = append(added, e)
 	}
@@ -58,17 +60,17 @@ func (l *listing) append(es []dirEntry) []dirEntry {
 
 // find returns the entry called name, and whether the listing is complete
 // (so that a miss means the name does not exist).
-func (l *listing) find(name string) (e dirEntry, found, complete bool) {
+func (l *listing) find(name string) (e naming.Entry, found, complete bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if i, ok := l.byName[name]; ok {
 		return l.entries[i], true, l.complete
 	}
-	return dirEntry{}, false, l.complete
+	return naming.Entry{}, false, l.complete
 }
 
 // snapshot returns the entries and whether they are complete.
-func (l *listing) snapshot() ([]dirEntry, bool) {
+func (l *listing) snapshot() ([]naming.Entry, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.entries, l.complete
@@ -124,7 +126,7 @@ func (l *listing) markComplete() {
 type listStream struct {
 	fs    *FS
 	l     *listing
-	r     *resolver
+	r     *naming.Resolver
 	token string
 	done  bool
 	// handedOut is whether next has returned any entry yet.
@@ -142,7 +144,7 @@ func (f *FS) newListStream(prefix string) *listStream {
 		l.prev = o.lastComplete()
 	}
 	f.listings.Put(prefix, l, l.cost())
-	return &listStream{fs: f, l: l, r: newResolver(f.naming, prefix, f.logRename)}
+	return &listStream{fs: f, l: l, r: naming.NewResolver(f.naming, prefix, f.logRename)}
 }
 
 // listCtx bounds one List or Stat call, or one whole lookup, by ReadTimeout
@@ -192,7 +194,7 @@ func (s *listStream) revive(err error) *listing {
 // when the listing is complete. When the store fails and the listing this
 // one replaces was complete, that listing is served again (revive): next
 // returns its entries if it had handed out none yet, else the error.
-func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
+func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -224,7 +226,7 @@ func (s *listStream) next(ctx context.Context) ([]dirEntry, error) {
 	s.l.mu.Lock()
 	s.l.pages++
 	s.l.mu.Unlock()
-	es := s.l.append(s.fs.shownOnly(ctx, s.r.add(p, complete)))
+	es := s.l.append(s.fs.shownOnly(ctx, s.r.Add(p, complete)))
 	if complete {
 		s.done = true
 		s.l.markComplete()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // modelDir is features/<model>: one directory per layer (layer0..layerN),
@@ -38,7 +39,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 	sort.Strings(aliases)
 	for _, a := range aliases {
 		l, ok := m.Lookup(a)
-		if !ok || !validName(a) || a == spec.LayersFile || spec.LayerLike(a) || d.GetChild(a) != nil {
+		if !ok || !naming.ValidName(a) || a == spec.LayersFile || spec.LayerLike(a) || d.GetChild(a) != nil {
 			d.fs.log.Warn("featurefs: alias ignored", slog.String("model", m.Name), slog.String("alias", a), slog.String("layer", m.Aliases[a]))
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // trickyKeys exercise the naming rule: stems shared by several extensions
@@ -47,7 +48,7 @@ var wantNames = map[string]string{
 // listAll runs the resolver over the fake bucket's pages of prefix "".
 func listAll(t *testing.T, b *fakeBucket) map[string]string {
 	t.Helper()
-	r := newResolver(newNaming([]string{"jpg", "jpeg", "png"}), "", nil)
+	r := naming.NewResolver(naming.New([]string{"jpg", "jpeg", "png"}), "", nil)
 	got := map[string]string{}
 	token := ""
 	for {
@@ -55,15 +56,15 @@ func listAll(t *testing.T, b *fakeBucket) map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range r.add(p, p.Next == "") {
-			if e.dir {
-				got[e.name+"/"] = ""
+		for _, e := range r.Add(p, p.Next == "") {
+			if e.Dir {
+				got[e.Name+"/"] = ""
 				continue
 			}
-			if prev, dup := got[e.obj.Key]; dup {
-				t.Fatalf("%s named twice (%s, %s)", e.obj.Key, prev, e.name)
+			if prev, dup := got[e.Obj.Key]; dup {
+				t.Fatalf("%s named twice (%s, %s)", e.Obj.Key, prev, e.Name)
 			}
-			got[e.obj.Key] = e.name
+			got[e.Obj.Key] = e.Name
 		}
 		if p.Next == "" {
 			return got
@@ -99,22 +100,6 @@ func sortedMap(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func TestResolverHoldsBackAcrossPages(t *testing.T) {
-	r := newResolver(newNaming([]string{"jpg", "png"}), "p/", nil)
-	es := r.add(bucket.Page{Objects: []bucket.Object{{Key: "p/a.jpg"}}}, false)
-	if len(es) != 0 {
-		t.Fatalf("a.jpg decided before a.png could be seen: %+v", es)
-	}
-	es = r.add(bucket.Page{Objects: []bucket.Object{{Key: "p/a.png"}, {Key: "p/b.jpg"}}}, false)
-	if len(es) != 2 || es[0].name != "a.jpg.npy" || es[1].name != "a.png.npy" {
-		t.Fatalf("got %+v", es)
-	}
-	es = r.add(bucket.Page{}, true)
-	if len(es) != 1 || es[0].name != "b.npy" {
-		t.Fatalf("last page: %+v", es)
-	}
 }
 
 // TestNamingThroughTheMount checks the names a listing shows, and that
@@ -201,7 +186,7 @@ func walkFeatures(t *testing.T, e *env, dir string, want map[string]string) map[
 				t.Errorf("%s: name %q listed twice", rel, n)
 			}
 			seen[n] = true
-			if len(n) > nameMax {
+			if len(n) > naming.NameMax {
 				t.Errorf("%s: a name of %d bytes", rel, len(n))
 			}
 			p := path.Join(rel, n)
@@ -305,40 +290,6 @@ func TestRenameLoggedOnce(t *testing.T) {
 	}
 }
 
-// TestResolverMemoryIsBounded: 10,000 keys between two members of one
-// stem (a.jpg ... a.png) do not pile up in the resolver: only objects
-// whose stem is a prefix of the last key wait.
-func TestResolverMemoryIsBounded(t *testing.T) {
-	b := newFakeBucket(97)
-	b.put("a.jpg", nil)
-	b.put("a.png", nil)
-	for i := range 10000 {
-		b.put(fmt.Sprintf("a.jpg-%05d.jpg", i), nil)
-	}
-	r := newResolver(newNaming([]string{"jpg", "jpeg", "png"}), "", nil)
-	names := map[string]string{}
-	most := 0
-	for token := ""; ; {
-		p, err := b.List(t.Context(), "", token)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range r.add(p, p.Next == "") {
-			names[e.obj.Key] = e.name
-		}
-		most = max(most, r.pending(), len(r.imgs))
-		if token = p.Next; token == "" {
-			break
-		}
-	}
-	if len(names) != 10002 || names["a.jpg"] != "a.jpg.npy" || names["a.jpg-00042.jpg"] != "a.jpg-00042.npy" {
-		t.Errorf("%d names; a.jpg %q, a.jpg-00042.jpg %q", len(names), names["a.jpg"], names["a.jpg-00042.jpg"])
-	}
-	if most > 4 {
-		t.Errorf("the resolver held %d groups or keys at once, want a handful", most)
-	}
-}
-
 // genKeys returns a random key set built to collide: stems shared by
 // several extensions in mixed case, empty stems, keys that are other
 // keys' long names or stems, directories named like feature files (short,
@@ -363,7 +314,7 @@ func genKeys(r *rand.Rand) []string {
 		case 0: // a directory named like a short or a long name
 			k = d + s + e + ".npy/z.jpg"
 		case 1: // a directory over 255 bytes, or of the shortened form
-			k = d + []string{strings.Repeat("D", 300), "q~0123456789abcdef", shortened("b.jpg", npyExt), shortened(strings.Repeat("D", 300), "")}[r.IntN(4)] + "/z" + e
+			k = d + []string{strings.Repeat("D", 300), "q~0123456789abcdef", naming.Shortened("b.jpg", naming.NPYExt), naming.Shortened(strings.Repeat("D", 300), "")}[r.IntN(4)] + "/z" + e
 		case 2: // a key that is another key's long name, or has its stem
 			for o := range set {
 				k = o + []string{".jpg", ".npy", ".png"}[r.IntN(3)]
@@ -387,7 +338,7 @@ func genKeys(r *rand.Rand) []string {
 // refNames is the naming rule of the package doc applied to a whole key
 // set at once (no pages, no look-ahead): key -> path for image objects,
 // prefix -> path for directories.
-func refNames(n naming, keys []string) map[string]string {
+func refNames(n naming.Rule, keys []string) map[string]string {
 	out := map[string]string{}
 	type dir struct {
 		subs  map[string]bool // component names
@@ -418,28 +369,28 @@ func refNames(n naming, keys []string) map[string]string {
 	for _, p := range prefixes {
 		d := dirs[p]
 		for c := range d.subs {
-			pathOf[p+c+"/"] = pathOf[p] + dirName(c) + "/"
+			pathOf[p+c+"/"] = pathOf[p] + naming.DirName(c) + "/"
 			out[p+c+"/"] = pathOf[p+c+"/"]
 		}
 		group := map[string]int{}
 		for b := range d.files {
-			if stem, ext, ok := n.parts(b); ok && plainCase(ext) {
+			if stem, ext, ok := n.Parts(b); ok && naming.PlainCase(ext) {
 				group[stem]++
 			}
 		}
 		for b := range d.files {
-			stem, ext, ok := n.parts(b)
+			stem, ext, ok := n.Parts(b)
 			if !ok {
 				continue
 			}
-			_, baseIsImage := n.split(stem)
-			name := shortened(b, npyExt)
+			_, baseIsImage := n.Split(stem)
+			name := naming.Shortened(b, naming.NPYExt)
 			switch {
-			case plainCase(ext) && group[stem] == 1 && stem != "" && !(d.files[stem] && baseIsImage) &&
-				!d.subs[stem+npyExt] && usable(stem+npyExt):
-				name = stem + npyExt
-			case !d.subs[b+npyExt] && usable(b+npyExt):
-				name = b + npyExt
+			case naming.PlainCase(ext) && group[stem] == 1 && stem != "" && !(d.files[stem] && baseIsImage) &&
+				!d.subs[stem+naming.NPYExt] && naming.Usable(stem+naming.NPYExt):
+				name = stem + naming.NPYExt
+			case !d.subs[b+naming.NPYExt] && naming.Usable(b+naming.NPYExt):
+				name = b + naming.NPYExt
 			}
 			out[p+b] = pathOf[p] + name
 		}
@@ -450,28 +401,28 @@ func refNames(n naming, keys []string) map[string]string {
 // listTree names a fake bucket's tree with the resolver, as listings do:
 // key -> path for image objects, prefix -> path for directories. It fails
 // on a name repeated in a directory.
-func listTree(t *testing.T, n naming, b *fakeBucket) map[string]string {
+func listTree(t *testing.T, n naming.Rule, b *fakeBucket) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	var rec func(prefix, at string)
 	rec = func(prefix, at string) {
-		r := newResolver(n, prefix, nil)
+		r := naming.NewResolver(n, prefix, nil)
 		seen := map[string]bool{}
 		for token := ""; ; {
 			p, err := b.List(t.Context(), prefix, token)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, e := range r.add(p, p.Next == "") {
-				if seen[e.name] {
-					t.Fatalf("%q: name %q twice", prefix, e.name)
+			for _, e := range r.Add(p, p.Next == "") {
+				if seen[e.Name] {
+					t.Fatalf("%q: name %q twice", prefix, e.Name)
 				}
-				seen[e.name] = true
-				if e.dir {
-					out[e.sub] = at + e.name + "/"
-					rec(e.sub, at+e.name+"/")
+				seen[e.Name] = true
+				if e.Dir {
+					out[e.Sub] = at + e.Name + "/"
+					rec(e.Sub, at+e.Name+"/")
 				} else {
-					out[e.obj.Key] = at + e.name
+					out[e.Obj.Key] = at + e.Name
 				}
 			}
 			if token = p.Next; token == "" {
@@ -490,7 +441,7 @@ func listTree(t *testing.T, n naming, b *fakeBucket) map[string]string {
 // without a listing (Stat path) finds the same object, while a lookup of
 // every other name a key could have finds nothing.
 func TestNamingProperties(t *testing.T) {
-	n := newNaming([]string{"jpg", "jpeg", "png"})
+	n := naming.New([]string{"jpg", "jpeg", "png"})
 	iters := 300
 	if testing.Short() {
 		iters = 50
@@ -515,12 +466,12 @@ func TestNamingProperties(t *testing.T) {
 				t.Fatalf("set %d %q: %s and %s both named %s", it, keys, prev, k, p)
 			}
 			paths[p] = k
-			if base := path.Base(p); len(base) > nameMax || !validName(base) {
+			if base := path.Base(p); len(base) > naming.NameMax || !naming.ValidName(base) {
 				t.Fatalf("set %d: %s named %q (%d bytes)", it, k, base, len(base))
 			}
 		}
 		for _, k := range keys {
-			if _, img := n.split(path.Base(k)); img && want[k] == "" {
+			if _, img := n.Split(path.Base(k)); img && want[k] == "" {
 				t.Fatalf("set %d %q: image %s has no name", it, keys, k)
 			}
 		}
@@ -542,12 +493,12 @@ func TestNamingProperties(t *testing.T) {
 			probes[strings.TrimSuffix(p, "/")] = true
 		}
 		for _, k := range keys {
-			for _, p := range FeaturePaths(k) {
+			for _, p := range naming.FeaturePaths(k) {
 				probes[p] = true
 			}
 			probes[k] = true
-			probes[k+npyExt] = true
-			probes[strings.TrimSuffix(k, path.Ext(k))+npyExt] = true
+			probes[k+naming.NPYExt] = true
+			probes[strings.TrimSuffix(k, path.Ext(k))+naming.NPYExt] = true
 		}
 		for p := range probes {
 			dirPath, name := path.Split(p)
@@ -567,10 +518,10 @@ func TestNamingProperties(t *testing.T) {
 				t.Fatalf("set %d: %s: %v, want not found", it, p, err)
 			case exists && err != nil:
 				t.Fatalf("set %d %q: %s (%s) not found without a listing: %v", it, keys, p, wantKey, err)
-			case exists && e.dir && e.sub != wantKey:
-				t.Fatalf("set %d: %s is directory %s without a listing, %s with one", it, p, e.sub, wantKey)
-			case exists && !e.dir && e.obj.Key != wantKey:
-				t.Fatalf("set %d %q: %s is %s without a listing, %s with one", it, keys, p, e.obj.Key, wantKey)
+			case exists && e.Dir && e.Sub != wantKey:
+				t.Fatalf("set %d: %s is directory %s without a listing, %s with one", it, p, e.Sub, wantKey)
+			case exists && !e.Dir && e.Obj.Key != wantKey:
+				t.Fatalf("set %d %q: %s is %s without a listing, %s with one", it, keys, p, e.Obj.Key, wantKey)
 			}
 		}
 	}

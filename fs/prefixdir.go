@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // prefixDir is a bucket prefix seen through one layer:
@@ -44,8 +45,8 @@ func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if err != nil {
 		return nil, d.fs.errno(err, d.prefix+name)
 	}
-	if e.dir {
-		d.fs.revalidateDir(ctx, e.sub)
+	if e.Dir {
+		d.fs.revalidateDir(ctx, e.Sub)
 	}
 	return d.child(ctx, e, out), 0
 }
@@ -53,33 +54,33 @@ func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 // child returns the inode of an entry (the one the kernel already has when
 // it is the same node), filling its attributes and, for a feature file, its
 // kernel timeouts (FS.fileTimeout; directories keep the mount's).
-func (d *prefixDir) child(ctx context.Context, e dirEntry, out *fuse.EntryOut) *gofs.Inode {
+func (d *prefixDir) child(ctx context.Context, e naming.Entry, out *fuse.EntryOut) *gofs.Inode {
 	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: d.entryIno(e)}
-	if e.dir {
+	if e.Dir {
 		id.Mode = syscall.S_IFDIR
 		d.fs.dirAttr(&out.Attr)
 	} else {
-		fileAttr(&out.Attr, d.view.Size, e.obj.ModTime)
+		fileAttr(&out.Attr, d.view.Size, e.Obj.ModTime)
 		if t := d.fs.fileTimeout(); t > 0 {
 			out.SetEntryTimeout(t)
 			out.SetAttrTimeout(t)
 		}
 	}
-	if ch := d.GetChild(e.name); ch != nil && ch.StableAttr() == id {
+	if ch := d.GetChild(e.Name); ch != nil && ch.StableAttr() == id {
 		return ch
 	}
-	if e.dir {
-		return d.NewInode(ctx, &prefixDir{fs: d.fs, view: d.view, prefix: e.sub}, id)
+	if e.Dir {
+		return d.NewInode(ctx, &prefixDir{fs: d.fs, view: d.view, prefix: e.Sub}, id)
 	}
-	return d.NewInode(ctx, &featureFile{fs: d.fs, noOpen: noOpen{d.fs}, view: d.view, prefix: d.prefix, name: e.name, obj: e.obj}, id)
+	return d.NewInode(ctx, &featureFile{fs: d.fs, noOpen: noOpen{d.fs}, view: d.view, prefix: d.prefix, name: e.Name, obj: e.Obj}, id)
 }
 
 // entryIno is the inode number readdir reports for an entry.
-func (d *prefixDir) entryIno(e dirEntry) uint64 {
-	if e.dir {
-		return d.view.dirIno(e.sub)
+func (d *prefixDir) entryIno(e naming.Entry) uint64 {
+	if e.Dir {
+		return d.view.dirIno(e.Sub)
 	}
-	return d.view.fileIno(e.obj.Key, e.obj.ETag)
+	return d.view.fileIno(e.Obj.Key, e.Obj.ETag)
 }
 
 // OpendirHandle starts a listing: from the cache when a complete one is
@@ -100,9 +101,9 @@ func (d *prefixDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileH
 //     concurrent lookups, at most RelistPages pages), else by Stat calls.
 //
 // A name is missing only if a complete listing lacks it or Stat says so.
-func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (dirEntry, error) {
-	if !validName(name) {
-		return dirEntry{}, fmt.Errorf("%q: %w", name, bucket.ErrNotFound)
+func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (naming.Entry, error) {
+	if !naming.ValidName(name) {
+		return naming.Entry{}, fmt.Errorf("%q: %w", name, bucket.ErrNotFound)
 	}
 	ctx, cancel := f.listCtx(ctx)
 	defer cancel()
@@ -137,7 +138,7 @@ func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (dirEntry, er
 	}
 	l, err := f.lists.Do(ctx, prefix, f.relist(prefix, f.cfg.RelistPages))
 	if err != nil {
-		return dirEntry{}, err
+		return naming.Entry{}, err
 	}
 	if e, found, complete := l.find(name); found || complete {
 		return f.answer(prefix, name, e, found)
@@ -147,9 +148,9 @@ func (f *FS) lookupEntry(ctx context.Context, prefix, name string) (dirEntry, er
 
 // answer is a lookup's result from a listing that has the name or is
 // complete.
-func (f *FS) answer(prefix, name string, e dirEntry, found bool) (dirEntry, error) {
+func (f *FS) answer(prefix, name string, e naming.Entry, found bool) (naming.Entry, error) {
 	if !found {
-		return dirEntry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
+		return naming.Entry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
 	}
 	return e, nil
 }
@@ -158,26 +159,26 @@ func (f *FS) answer(prefix, name string, e dirEntry, found bool) (dirEntry, erro
 // keys and lists the prefixes that decide what name stands for (naming's
 // probeFor) and applies the rule to what exists, as a listing would. A
 // shortened name cannot be reversed: it is looked up in a complete listing.
-func (f *FS) statLookup(ctx context.Context, prefix, name string) (dirEntry, error) {
+func (f *FS) statLookup(ctx context.Context, prefix, name string) (naming.Entry, error) {
 	f.stats.statLookups.Add(1)
-	p, ok := f.naming.probeFor(prefix, name)
+	p, ok := f.naming.Probe(prefix, name)
 	if !ok {
 		return f.fullListingLookup(ctx, prefix, name)
 	}
 	objs, dirs, err := f.probe(ctx, p)
 	if err != nil {
-		return dirEntry{}, err
+		return naming.Entry{}, err
 	}
-	if e, ok := f.naming.resolve(prefix, name, objs, dirs, f.logRename); ok && (!e.dir || f.dirShown(ctx, e.sub)) {
+	if e, ok := f.naming.Resolve(prefix, name, objs, dirs, f.logRename); ok && (!e.Dir || f.dirShown(ctx, e.Sub)) {
 		return e, nil
 	}
-	return dirEntry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
+	return naming.Entry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
 }
 
 // fullListingLookup finds name in a complete listing of prefix: the cached
 // one if fresh, else one read to the end now (shared by concurrent
 // lookups; the caller stops waiting when ctx ends).
-func (f *FS) fullListingLookup(ctx context.Context, prefix, name string) (dirEntry, error) {
+func (f *FS) fullListingLookup(ctx context.Context, prefix, name string) (naming.Entry, error) {
 	l, err := f.lists.Do(ctx, "\x00complete\x00"+prefix, func(ctx context.Context) (*listing, error) {
 		if l, ok := f.listings.Get(prefix); ok && f.fresh(l) {
 			if _, complete := l.snapshot(); complete {
@@ -191,19 +192,19 @@ func (f *FS) fullListingLookup(ctx context.Context, prefix, name string) (dirEnt
 		return s.l, nil
 	})
 	if err != nil {
-		return dirEntry{}, err
+		return naming.Entry{}, err
 	}
 	if e, found, _ := l.find(name); found {
 		return e, nil
 	}
-	return dirEntry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
+	return naming.Entry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
 }
 
 // probe Stats p.keys and lists p.dirs in parallel (bounded for all lookups
 // together); it returns the objects that exist and the prefixes that hold
 // anything. Any error other than not-found fails the lookup: a missing
 // answer is not a negative one.
-func (f *FS) probe(ctx context.Context, p probe) ([]bucket.Object, []string, error) {
+func (f *FS) probe(ctx context.Context, p naming.Probe) ([]bucket.Object, []string, error) {
 	var (
 		mu   sync.Mutex
 		objs []bucket.Object
@@ -234,7 +235,7 @@ func (f *FS) probe(ctx context.Context, p probe) ([]bucket.Object, []string, err
 		})
 		return true
 	}
-	for _, k := range p.keys {
+	for _, k := range p.Keys {
 		ok := run(k, func(ctx context.Context) error {
 			o, err := f.bucket.Stat(ctx, k)
 			f.stats.stats.Add(1)
@@ -257,7 +258,7 @@ func (f *FS) probe(ctx context.Context, p probe) ([]bucket.Object, []string, err
 			return nil, nil, ctx.Err()
 		}
 	}
-	for _, d := range p.dirs {
+	for _, d := range p.Dirs {
 		ok := run(d, func(ctx context.Context) error {
 			pg, err := f.bucket.List(ctx, d, "")
 			f.stats.listPages.Add(1)
@@ -292,12 +293,12 @@ type dirHandle struct {
 	d *prefixDir
 
 	mu      sync.Mutex
-	entries []dirEntry  // GUARDED_BY(mu): entries to hand out from pos
-	pos     int         // GUARDED_BY(mu)
-	off     uint64      // GUARDED_BY(mu): entries handed out so far
-	stream  *listStream // GUARDED_BY(mu): nil when serving a cached listing
-	last    dirEntry    // GUARDED_BY(mu): the entry Readdirent returned last
-	hasLast bool        // GUARDED_BY(mu)
+	entries []naming.Entry // GUARDED_BY(mu): entries to hand out from pos
+	pos     int            // GUARDED_BY(mu)
+	off     uint64         // GUARDED_BY(mu): entries handed out so far
+	stream  *listStream    // GUARDED_BY(mu): nil when serving a cached listing
+	last    naming.Entry   // GUARDED_BY(mu): the entry Readdirent returned last
+	hasLast bool           // GUARDED_BY(mu)
 }
 
 var _ = (gofs.FileReaddirenter)((*dirHandle)(nil))
@@ -356,10 +357,10 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	h.off++
 	h.last, h.hasLast = e, true
 	mode := uint32(syscall.S_IFREG)
-	if e.dir {
+	if e.Dir {
 		mode = syscall.S_IFDIR
 	}
-	return &fuse.DirEntry{Name: e.name, Mode: mode, Ino: h.d.entryIno(e), Off: h.off}, 0
+	return &fuse.DirEntry{Name: e.Name, Mode: mode, Ino: h.d.entryIno(e), Off: h.off}, 0
 }
 
 // Lookup answers READDIRPLUS's lookup of the entry Readdirent has just
@@ -369,7 +370,7 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 // READDIRPLUS) is looked up as usual.
 func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	h.mu.Lock()
-	e, ok := h.last, h.hasLast && h.last.name == name
+	e, ok := h.last, h.hasLast && h.last.Name == name
 	h.mu.Unlock()
 	if !ok {
 		var err error

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // TestKeysCannotEscapeTheTree lists a bucket whose keys try to leave the
@@ -29,10 +30,10 @@ func TestKeysCannotEscapeTheTree(t *testing.T) {
 	good := map[string]string{ // key -> file under the layer directory
 		"ok/fine.jpg":                       "ok/fine.npy",
 		"a/real.png":                        "a/real.npy",
-		long + ".jpg":                       shortened(long+".jpg", npyExt),
-		"d" + long + "/x.jpg":               shortened("d"+long, "") + "/x.npy",
-		"ok/" + long + ".jpg":               "ok/" + shortened(long+".jpg", npyExt),
-		"ok/" + long + ".png":               "ok/" + shortened(long+".png", npyExt),
+		long + ".jpg":                       naming.Shortened(long+".jpg", naming.NPYExt),
+		"d" + long + "/x.jpg":               naming.Shortened("d"+long, "") + "/x.npy",
+		"ok/" + long + ".jpg":               "ok/" + naming.Shortened(long+".jpg", naming.NPYExt),
+		"ok/" + long + ".png":               "ok/" + naming.Shortened(long+".png", naming.NPYExt),
 		strings.Repeat("k/", 400) + "x.jpg": strings.Repeat("k/", 400) + "x.npy",
 	}
 	for _, k := range bad {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	featurefs "github.com/featurefs/featurefs/fs"
+	"github.com/featurefs/featurefs/fs/naming"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -60,7 +60,7 @@ func TestNamingThroughMount(t *testing.T) {
 	}
 	// Shortened names: the last of the names a key can have.
 	for _, k := range []string{"L/" + long + ".jpg", "L/" + long + ".png", "h/q~0123456789abcdef/x.jpg"} {
-		ps := featurefs.FeaturePaths(k)
+		ps := naming.FeaturePaths(k)
 		want[k] = ps[len(ps)-1]
 		if k == "h/q~0123456789abcdef/x.jpg" {
 			want[k] = path.Join(path.Dir(want[k]), "x.npy")
