@@ -119,9 +119,3 @@ func (p *Pipeline) recordError(key, msg string) {
 	}
 	p.recent = append(p.recent, ErrorRecord{Time: p.now().UTC().Format(time.RFC3339), Key: key, Error: msg})
 }
-
-// ValidName reports whether a key component can be a file name (the tree
-// shows no other; walks descend into no other).
-func ValidName(name string) bool {
-	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
-}

@@ -94,7 +94,7 @@ func (p *Pipeline) storeRef(ctx context.Context, v *View, obj bucket.Object, key
 	id := key.ID()
 	return featurestore.Ref{
 		Model: v.Model.Name, ModelDigest: v.Model.Digest, Layer: v.Layer.Name,
-		Name: featurestore.Name(obj.Key, siblings, split),
+		Name: p.naming.StoreName(obj.Key, siblings),
 		ETag: obj.ETag, Digest: hex.EncodeToString(id[:]),
 	}
 }

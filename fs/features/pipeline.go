@@ -16,6 +16,7 @@ import (
 	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // Extractor is what the pipeline needs of the extraction service
@@ -134,6 +135,7 @@ type Pipeline struct {
 	log      *slog.Logger
 	identity string
 	dtype    api.DType
+	naming   naming.Rule // Config.ImageExtensions' naming rule
 	started  time.Time
 	health   StoreHealth
 	// given is the configuration, its defaults filled in, with the bucket
@@ -226,6 +228,7 @@ func New(cfg Config) (*Pipeline, error) {
 		log:      cfg.Logger,
 		identity: cfg.Bucket.Identity(),
 		dtype:    cfg.Extractor.DType(),
+		naming:   naming.New(cfg.ImageExtensions),
 		bad:      lru.New[string, badEntry](cfg.MaxBadObjects),
 		logged:   lru.New[string, struct{}](4096),
 		versions: lru.New[string, objVersion](4096),
@@ -261,12 +264,15 @@ func (p *Pipeline) Config() Config { return p.given }
 
 // isImage reports whether an object's base name ends in one of the image
 // extensions (Config.ImageExtensions).
-func (p *Pipeline) isImage(base string) bool { return spec.IsImage(base, p.cfg.ImageExtensions) }
+func (p *Pipeline) isImage(base string) bool {
+	_, ok := p.naming.Split(base)
+	return ok
+}
 
 // splitImage splits an image's base name into stem and extension
-// (spec.SplitImage with Config.ImageExtensions).
+// (naming.Rule.Parts with Config.ImageExtensions).
 func (p *Pipeline) splitImage(base string) (stem, ext string, ok bool) {
-	return spec.SplitImage(base, p.cfg.ImageExtensions)
+	return p.naming.Parts(base)
 }
 
 // Health returns the store's health, as the pipeline's bucket sees it.

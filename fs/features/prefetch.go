@@ -15,6 +15,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/lru"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // PrefetchMode says what a reader's first touch of a layer directory
@@ -507,7 +508,7 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 			}
 			for _, o := range pg.Objects {
 				base, ok := strings.CutPrefix(o.Key, prefix)
-				if !ok || !ValidName(base) {
+				if !ok || !naming.ValidName(base) {
 					continue
 				}
 				if !p.isImage(base) {
@@ -520,7 +521,7 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 			if tree {
 				for _, sub := range pg.Prefixes {
 					name := strings.TrimSuffix(strings.TrimPrefix(sub, prefix), "/")
-					if !ValidName(name) {
+					if !naming.ValidName(name) {
 						continue
 					}
 					if depth+1 >= maxWalkDepth {

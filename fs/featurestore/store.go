@@ -38,7 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,7 +114,7 @@ type Ref struct {
 	// Layer is the layer's directory name, e.g. "layer12".
 	Layer string
 	// Name is the feature's path under the layer: the object key with its
-	// extension replaced by .npy (see Name).
+	// extension replaced by .npy (naming.Rule.StoreName).
 	Name string
 	// ETag is the source object's version.
 	ETag string
@@ -535,31 +534,4 @@ func (s *Store) Stats() Stats {
 		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(), PutErrors: s.putErrors.Load(),
 		Dropped: s.dropped.Load(), Queued: int64(len(s.queue)), QueuedBytes: s.queuedBytes.Load(),
 	}
-}
-
-// Name returns the feature path of image object key under a layer: its
-// extension replaced by .npy, unless another image object of the same
-// stem exists (siblings: the keys that start with the key's stem and a
-// dot) or the extension is in mixed case, where .npy is appended to the
-// whole name (the mount's naming rule: README, "Paths"; fs/doc.go, "Names").
-// split is the image-extension rule
-// (spec.SplitImage with the configured extensions).
-func Name(key string, siblings []string, split func(base string) (stem, ext string, ok bool)) string {
-	dir, base := "", key
-	if i := strings.LastIndexByte(key, '/'); i >= 0 {
-		dir, base = key[:i+1], key[i+1:]
-	}
-	stem, ext, ok := split(base)
-	if !ok || (ext != strings.ToLower(ext) && ext != strings.ToUpper(ext)) {
-		return key + ".npy"
-	}
-	for _, k := range siblings {
-		if k == key || !strings.HasPrefix(k, dir) || strings.Contains(k[len(dir):], "/") {
-			continue
-		}
-		if st, _, ok := split(k[len(dir):]); ok && st == stem {
-			return key + ".npy"
-		}
-	}
-	return dir + stem + ".npy"
 }

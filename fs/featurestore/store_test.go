@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache/codec"
-	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/leakcheck"
 )
@@ -210,28 +209,6 @@ func TestFailingStoreIsLeftAloneThenResumes(t *testing.T) {
 	s.Flush(context.Background())
 	if st := s.Stats(); st.Puts != 1 || st.Misses != 1 {
 		t.Fatalf("stats after recovery %+v", st)
-	}
-}
-
-func TestName(t *testing.T) {
-	split := func(base string) (string, string, bool) { return spec.SplitImage(base, nil) }
-	cases := []struct {
-		key      string
-		siblings []string
-		want     string
-	}{
-		{"train/cat/a.jpg", []string{"train/cat/a.jpg"}, "train/cat/a.npy"},
-		{"train/cat/a.jpg", []string{"train/cat/a.jpg", "train/cat/a.png"}, "train/cat/a.jpg.npy"},
-		{"train/cat/a.jpg", []string{"train/cat/a.JPG", "train/cat/a.jpg"}, "train/cat/a.jpg.npy"},
-		{"train/cat/a.jpg", []string{"train/cat/a.b.jpg", "train/cat/a.jpg", "train/cat/a.txt"}, "train/cat/a.npy"},
-		{"train/cat/a.jpg", []string{"train/cat/a.jpg/x.png"}, "train/cat/a.npy"},
-		{"a.Png", nil, "a.Png.npy"},
-		{"a.JPEG", nil, "a.npy"},
-	}
-	for _, c := range cases {
-		if got := Name(c.key, c.siblings, split); got != c.want {
-			t.Errorf("Name(%q, %q) = %q, want %q", c.key, c.siblings, got, c.want)
-		}
 	}
 }
 

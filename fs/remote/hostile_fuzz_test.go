@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor/api"
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // FuzzModelsAnswer: whatever GET /v1/models answers, Dial does not panic,
@@ -33,12 +33,12 @@ func FuzzModelsAnswer(f *testing.F) {
 			t.Fatalf("%d models served", len(ms))
 		}
 		for _, m := range ms {
-			if !features.ValidName(m.Name) || len(m.Name) > maxNameLen || len(m.Layers) == 0 || len(m.Layers) > maxLayers {
+			if !naming.ValidName(m.Name) || len(m.Name) > maxNameLen || len(m.Layers) == 0 || len(m.Layers) > maxLayers {
 				t.Fatalf("model %q with %d layers served", m.Name, len(m.Layers))
 			}
 			for i, l := range m.Layers {
 				n := api.NPYSize(l.Shape, c.info.DType)
-				if !features.ValidName(l.Name) || len(l.Shape) == 0 || len(l.Shape) > maxRank || n <= 0 || n > MaxFeatureBytes || c.npySize(BatchItem{Model: m.Name, Layer: i}) != n {
+				if !naming.ValidName(l.Name) || len(l.Shape) == 0 || len(l.Shape) > maxRank || n <= 0 || n > MaxFeatureBytes || c.npySize(BatchItem{Model: m.Name, Layer: i}) != n {
 					t.Fatalf("model %q layer %d %q of shape %v (%d bytes, the client's %d) served", m.Name, i, l.Name, l.Shape, n, c.npySize(BatchItem{Model: m.Name, Layer: i}))
 				}
 				for _, d := range l.Shape {

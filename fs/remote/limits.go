@@ -14,7 +14,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // MaxFeatureBytes bounds the .npy file of one layer for one sample that a
@@ -72,7 +72,7 @@ func checkDType(dt api.DType) error {
 // at most maxAliases aliases, each named in at most maxNameLen bytes (a
 // name that is no directory name is ignored by the mount). It returns the .npy size of each layer.
 func checkModel(mi ModelInfo, dt api.DType) ([]int64, error) {
-	if !features.ValidName(mi.Name) || len(mi.Name) > maxNameLen || mi.Name == spec.LayersFile {
+	if !naming.ValidName(mi.Name) || len(mi.Name) > maxNameLen || mi.Name == spec.LayersFile {
 		return nil, fmt.Errorf("%w: model name %.64q is not a usable directory name", errBadModel, mi.Name)
 	}
 	if len(mi.Layers) == 0 || len(mi.Layers) > maxLayers {
@@ -95,7 +95,7 @@ func checkModel(mi ModelInfo, dt api.DType) ([]int64, error) {
 		if l.Index != i {
 			return nil, fmt.Errorf("%w: layer %d listed as %d", errBadModel, i, l.Index)
 		}
-		if !features.ValidName(l.Name) || len(l.Name) > maxNameLen || l.Name == spec.LayersFile || names[l.Name] {
+		if !naming.ValidName(l.Name) || len(l.Name) > maxNameLen || l.Name == spec.LayersFile || names[l.Name] {
 			return nil, fmt.Errorf("%w: layer %d's name %.64q is not a usable, unique directory name", errBadModel, i, l.Name)
 		}
 		names[l.Name] = true
