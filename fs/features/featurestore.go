@@ -140,27 +140,19 @@ func (p *Pipeline) fromFeatureStore(ctx context.Context, v *View, obj bucket.Obj
 }
 
 // toFeatureStore queues a computed feature for the feature store: at once
-// (dropped if the queue is full) for reads and prefetch, waiting for room
-// for warm-up (withStoreWait), whose writes must all reach the store.
-func (p *Pipeline) toFeatureStore(ctx context.Context, ref featurestore.Ref, data []byte) {
+// (dropped if the queue is full) for reads and prefetch; with wait, waiting
+// under ctx for room (warm-up, forWarm), whose writes must all reach the
+// store.
+func (p *Pipeline) toFeatureStore(ctx context.Context, ref featurestore.Ref, data []byte, wait bool) {
 	fst := p.cfg.FeatureStore
 	if fst == nil {
 		return
 	}
-	if ctx.Value(storeWaitKey{}) != nil {
+	if wait {
 		fst.PutWait(ctx, ref, data)
 		return
 	}
 	fst.Put(ref, data)
-}
-
-// storeWaitKey marks a warm-up's context: its feature store writes wait
-// for room in the queue.
-type storeWaitKey struct{}
-
-// withStoreWait returns ctx marked so (toFeatureStore).
-func withStoreWait(ctx context.Context) context.Context {
-	return context.WithValue(ctx, storeWaitKey{}, true)
 }
 
 // hostless returns a source identity without its endpoint:

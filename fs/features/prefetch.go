@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
@@ -404,7 +403,7 @@ func (p *prefetcher) run(job walkJob) {
 		wg.Go(func() {
 			defer p.n.running.Add(-1)
 			defer p.budget.release(cost)
-			_, err := p.pipe.extractStore(p.ctx, v, obj, key, api.Background, true)
+			_, err := p.pipe.extractStore(p.ctx, v, obj, key, forPrefetch)
 			switch {
 			case err == nil:
 				p.n.extracted.Add(1)
