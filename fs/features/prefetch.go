@@ -456,23 +456,13 @@ func (p *prefetcher) stats() PrefetchStats {
 	}
 }
 
-// hasCache is the optional fast presence test of a Cache (*cache.Store has
-// it); without it, cached falls back to Get.
-type hasCache interface {
-	Has(k cache.Key) bool
-}
-
 // cached reports whether the cache holds key (or its write is queued),
-// without reading the value when the cache can tell.
+// without reading the value (Cache.Has).
 func (p *Pipeline) cached(key cache.Key) bool {
 	if _, ok := p.writes.get(string(key.ID())); ok {
 		return true // queued for its write
 	}
-	if h, ok := p.cfg.Cache.(hasCache); ok {
-		return h.Has(key)
-	}
-	_, ok, err := p.cfg.Cache.Get(key)
-	return ok && err == nil
+	return p.cfg.Cache.Has(key)
 }
 
 // costOf estimates the bytes one extraction holds: the object, the decoded

@@ -65,18 +65,11 @@ func (p *Pipeline) Read(ctx context.Context, v *View, obj bucket.Object) ([]byte
 	return p.feature(ctx, v, newer)
 }
 
-// readAtCache is the optional partial read of a Cache (*cache.Store has
-// it): ReadAt copies part of a stored value, verifying only that part.
-type readAtCache interface {
-	ReadAt(k cache.Key, dst []byte, off int64) (n int, size int64, ok bool, err error)
-}
-
 // ReadCachedAt copies the cached feature of obj at v from off into dst
 // and returns how many bytes it copied (fewer than len(dst) only at the
 // end of the file). It never computes, fetches or waits: ok is false when
-// the cache cannot answer (a miss, a damaged value, a cache without partial
-// reads, an error), and the caller then reads with Read, which logs what
-// went wrong. A file's reads that the kernel's page cache cannot serve (its
+// the cache cannot answer (a miss, a damaged value, an error), and the
+// caller then reads with Read, which logs what went wrong. A file's reads that the kernel's page cache cannot serve (its
 // first read after a restart, pages the kernel dropped) so cost the bytes
 // they ask for rather than a copy and check of the whole feature.
 //
@@ -102,11 +95,7 @@ func (p *Pipeline) ReadCachedAt(v *View, obj bucket.Object, dst []byte, off int6
 		}
 		return n, true
 	}
-	rc, ok := p.cfg.Cache.(readAtCache)
-	if !ok {
-		return 0, false
-	}
-	n, size, ok, err := rc.ReadAt(key, dst, off)
+	n, size, ok, err := p.cfg.Cache.ReadAt(key, dst, off)
 	if err != nil || !ok || size != v.Size {
 		return 0, false
 	}

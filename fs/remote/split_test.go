@@ -51,6 +51,23 @@ func (c *splitCache) Put(k cache.Key, v []byte) error {
 	return nil
 }
 
+// ReadAt copies part of the stored value, read whole.
+func (c *splitCache) ReadAt(k cache.Key, dst []byte, off int64) (int, int64, bool, error) {
+	v, ok, _ := c.Get(k)
+	if !ok {
+		return 0, 0, false, nil
+	}
+	if off >= int64(len(v)) {
+		return 0, int64(len(v)), true, nil
+	}
+	return copy(dst, v[off:]), int64(len(v)), true, nil
+}
+
+func (c *splitCache) Has(k cache.Key) bool {
+	_, ok, _ := c.Get(k)
+	return ok
+}
+
 func (c *splitCache) Stats() cache.Stats { return cache.Stats{} }
 
 func splitJPEG(t *testing.T, w, h, seed int) []byte {
