@@ -71,21 +71,19 @@ func (p *Pipeline) registerManifests() {
 
 // storeRef names obj's feature in the feature store. Its name follows the
 // naming rule, which needs the other images of the object's stem: one small
-// listing of the source (bucket.KeyLister), skipped where the bucket cannot.
+// listing of the source (bucket.Bucket.Keys, not counted in the figures).
 func (p *Pipeline) storeRef(ctx context.Context, v *View, obj bucket.Object, key cache.Key) featurestore.Ref {
 	split := p.splitImage
 	var siblings []string
-	if kl, ok := p.rawBucket.(bucket.KeyLister); ok {
-		base := obj.Key[strings.LastIndexByte(obj.Key, '/')+1:]
-		if stem, _, ok := split(base); ok {
-			keys, err := kl.Keys(ctx, obj.Key[:len(obj.Key)-len(base)]+stem+".", 64)
-			if err == nil {
-				siblings = keys
-			} else {
-				// Not knowing the siblings risks a short name shared by two
-				// images: verification makes that a miss, never a wrong hit.
-				p.log.Debug("featurefs: feature store: listing the other images of a stem failed", slog.String("key", obj.Key), slog.Any("err", err))
-			}
+	base := obj.Key[strings.LastIndexByte(obj.Key, '/')+1:]
+	if stem, _, ok := split(base); ok {
+		keys, err := p.cfg.Bucket.Keys(ctx, obj.Key[:len(obj.Key)-len(base)]+stem+".", 64)
+		if err == nil {
+			siblings = keys
+		} else {
+			// Not knowing the siblings risks a short name shared by two
+			// images: verification makes that a miss, never a wrong hit.
+			p.log.Debug("featurefs: feature store: listing the other images of a stem failed", slog.String("key", obj.Key), slog.Any("err", err))
 		}
 	}
 	// The digest is the cache key's with the source named without its

@@ -149,9 +149,6 @@ type Pipeline struct {
 	// given is the configuration, its defaults filled in, with the bucket
 	// and the extractor as given (Config).
 	given Config
-	// rawBucket is the configured bucket, unwrapped: the feature store's
-	// names list through it (bucket.KeyLister).
-	rawBucket bucket.Bucket
 
 	bad      *lru.LRU[string, badEntry]   // object version -> why it is bad
 	logged   *lru.LRU[string, struct{}]   // key+error already logged
@@ -244,7 +241,6 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	p.features.Owner = p.owner
 	p.writes = newCacheWriter(p.storeCache, p.log, cfg.CacheWriteBytes, cfg.CacheWriters)
-	p.rawBucket = cfg.Bucket
 	p.given = cfg
 	if cfg.FeatureStore != nil {
 		p.registerManifests()

@@ -98,6 +98,12 @@ func (b *Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, b
 	return nil, bucket.Object{}, ErrNoGet
 }
 
+// Keys lists none: the servers list no keys, and a --remote mount has no
+// feature store (the servers read and fill it).
+func (b *Bucket) Keys(ctx context.Context, keyPrefix string, max int) ([]string, error) {
+	return nil, nil
+}
+
 // Identity is "featurefs+<sorted URLs joined by ','>|<the servers' source
 // identity>".
 func (b *Bucket) Identity() string { return b.c.identity }
