@@ -123,13 +123,6 @@ func (e *Extractor) Model(name string) (*api.Model, bool) {
 	return m, ok
 }
 
-// LayerTable returns the server's layers table of a model (the text of
-// features/<model>/layers), which fs shows instead of Model.Table.
-func (e *Extractor) LayerTable(model string) (string, bool) {
-	t, ok := e.c.tables[model]
-	return t, ok
-}
-
 // DType is the servers' element type.
 func (e *Extractor) DType() api.DType { return e.c.info.DType }
 
