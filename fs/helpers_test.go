@@ -59,6 +59,11 @@ func (b *fakeBucket) del(key string) {
 
 func (b *fakeBucket) Identity() string { return "fake://bucket" }
 
+// Keys lists none: the tree's tests use no feature store.
+func (b *fakeBucket) Keys(ctx context.Context, keyPrefix string, max int) ([]string, error) {
+	return nil, nil
+}
+
 func (b *fakeBucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
 	b.lists.Add(1)
 	b.mu.Lock()

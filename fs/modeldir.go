@@ -45,13 +45,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 		}
 		d.addLayer(ctx, a, l)
 	}
-	table := []byte(m.Table())
-	if lt, ok := d.fs.extractor.(layerTabler); ok {
-		if text, ok := lt.LayerTable(m.Name); ok {
-			table = []byte(text)
-		}
-	}
-	lf := d.NewPersistentInode(ctx, &layersFile{fs: d.fs, noOpen: noOpen{d.fs}, data: table}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
+	lf := d.NewPersistentInode(ctx, &layersFile{fs: d.fs, noOpen: noOpen{d.fs}, data: []byte(m.Table())}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
 	d.AddChild(spec.LayersFile, lf, true)
 }
 
@@ -60,12 +54,6 @@ func (d *modelDir) addLayer(ctx context.Context, dir string, l api.Layer) {
 	ch := d.NewPersistentInode(ctx, newLayerDir(d.fs, v), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: v.dirIno("")})
 	d.AddChild(dir, ch, true)
 	d.fs.addLayerDir(ch)
-}
-
-// layerTabler is implemented by an extractor that knows a model's layers
-// table better than Model.Table can (fs/remote: the server's own table).
-type layerTabler interface {
-	LayerTable(model string) (string, bool)
 }
 
 // Getattr reports a read-only directory.

@@ -224,6 +224,11 @@ type keyCache struct {
 func newKeyCache() *keyCache { return &keyCache{keys: map[string]bool{}} }
 
 func (c *keyCache) Get(k cache.Key) ([]byte, bool, error) { return nil, false, nil }
+
+// ReadAt misses, as Get does: no value is kept.
+func (c *keyCache) ReadAt(k cache.Key, dst []byte, off int64) (int, int64, bool, error) {
+	return 0, 0, false, nil
+}
 func (c *keyCache) Put(k cache.Key, v []byte) error {
 	c.puts.Add(1)
 	c.mu.Lock()

@@ -17,7 +17,8 @@ import (
 // it. Fields are read-only once it is handed out. Package extractor fills
 // every field from the ONNX file it loads; a model that feature servers
 // run (fs/remote's client) has no file here: Path, Input, InputShape and
-// FixedBatch are then zero, and its layers table is the servers'.
+// FixedBatch are then zero, and its layers table is the servers'
+// (ServersTable).
 type Model struct {
 	// Name is the model's directory name under features/.
 	Name string
@@ -40,6 +41,10 @@ type Model struct {
 	// axes), or 0 when the batch dimension is symbolic. Every run of a
 	// model with a fixed batch feeds exactly that many inputs.
 	FixedBatch int
+	// ServersTable is the layers table of a model that feature servers run,
+	// as they wrote it (fs/remote's client sets it); Table returns it. Empty
+	// for a model loaded here.
+	ServersTable string
 }
 
 // Lookup resolves a directory name, "layer12" or an alias, to a layer.
@@ -69,8 +74,12 @@ func (m *Model) lookup(dir string, depth int) (Layer, bool) {
 
 // Table returns the layers as a text table: index, directory name, ONNX
 // tensor name, per-sample shape, bytes per sample (float32) and cumulative
-// GFLOPs per sample.
+// GFLOPs per sample. For a model that feature servers run, it is their
+// table (ServersTable).
 func (m *Model) Table() string {
+	if m.ServersTable != "" {
+		return m.ServersTable
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# model %s  sha256 %s  input %s %s", m.Name, m.Digest, m.Input, ShapeString(m.InputShape))
 	if m.FixedBatch > 0 {

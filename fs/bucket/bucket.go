@@ -51,6 +51,12 @@ type Bucket interface {
 	// Get returns an object's content and metadata. Objects larger than
 	// maxBytes fail with an error matching ErrTooLarge.
 	Get(ctx context.Context, key string, maxBytes int64) ([]byte, Object, error)
+	// Keys returns up to max object keys that start with keyPrefix and
+	// have no '/' after it, in key order (S3: one small ListObjectsV2; a
+	// local directory: its sorted names). The feature store's naming rule
+	// finds the other images of a stem with it. A source that cannot list
+	// keys returns none.
+	Keys(ctx context.Context, keyPrefix string, max int) ([]string, error)
 	// Identity names the source for cache keys, e.g. "s3://host/bucket/prefix"
 	// or "file:///abs/dir".
 	Identity() string

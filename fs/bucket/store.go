@@ -163,17 +163,7 @@ func (b *localBucket) GetMeta(ctx context.Context, key string, maxBytes int64) (
 	return data, obj, meta, nil
 }
 
-// KeyLister is implemented by buckets that can list the object keys of one
-// directory that start with a given string (S3: one small ListObjectsV2;
-// a local directory: its sorted names). The feature store's naming rule
-// uses it to find the other images of a stem.
-type KeyLister interface {
-	// Keys returns up to max object keys that start with keyPrefix and have
-	// no '/' after it, in key order.
-	Keys(ctx context.Context, keyPrefix string, max int) ([]string, error)
-}
-
-var _ KeyLister = (*s3Bucket)(nil)
+var _ Bucket = (*s3Bucket)(nil)
 
 // Keys lists the keys under keyPrefix in its directory (ListObjectsV2 with
 // a delimiter, at most max keys).
@@ -196,7 +186,7 @@ func (b *s3Bucket) Keys(ctx context.Context, keyPrefix string, n int) ([]string,
 	return keys, nil
 }
 
-var _ KeyLister = (*localBucket)(nil)
+var _ Bucket = (*localBucket)(nil)
 
 // Keys returns the regular files of keyPrefix's directory whose names start
 // with its last component.

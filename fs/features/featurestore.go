@@ -71,21 +71,19 @@ func (p *Pipeline) registerManifests() {
 
 // storeRef names obj's feature in the feature store. Its name follows the
 // naming rule, which needs the other images of the object's stem: one small
-// listing of the source (bucket.KeyLister), skipped where the bucket cannot.
+// listing of the source (bucket.Bucket.Keys, not counted in the figures).
 func (p *Pipeline) storeRef(ctx context.Context, v *View, obj bucket.Object, key cache.Key) featurestore.Ref {
 	split := p.splitImage
 	var siblings []string
-	if kl, ok := p.rawBucket.(bucket.KeyLister); ok {
-		base := obj.Key[strings.LastIndexByte(obj.Key, '/')+1:]
-		if stem, _, ok := split(base); ok {
-			keys, err := kl.Keys(ctx, obj.Key[:len(obj.Key)-len(base)]+stem+".", 64)
-			if err == nil {
-				siblings = keys
-			} else {
-				// Not knowing the siblings risks a short name shared by two
-				// images: verification makes that a miss, never a wrong hit.
-				p.log.Debug("featurefs: feature store: listing the other images of a stem failed", slog.String("key", obj.Key), slog.Any("err", err))
-			}
+	base := obj.Key[strings.LastIndexByte(obj.Key, '/')+1:]
+	if stem, _, ok := split(base); ok {
+		keys, err := p.cfg.Bucket.Keys(ctx, obj.Key[:len(obj.Key)-len(base)]+stem+".", 64)
+		if err == nil {
+			siblings = keys
+		} else {
+			// Not knowing the siblings risks a short name shared by two
+			// images: verification makes that a miss, never a wrong hit.
+			p.log.Debug("featurefs: feature store: listing the other images of a stem failed", slog.String("key", obj.Key), slog.Any("err", err))
 		}
 	}
 	// The digest is the cache key's with the source named without its
@@ -140,27 +138,19 @@ func (p *Pipeline) fromFeatureStore(ctx context.Context, v *View, obj bucket.Obj
 }
 
 // toFeatureStore queues a computed feature for the feature store: at once
-// (dropped if the queue is full) for reads and prefetch, waiting for room
-// for warm-up (withStoreWait), whose writes must all reach the store.
-func (p *Pipeline) toFeatureStore(ctx context.Context, ref featurestore.Ref, data []byte) {
+// (dropped if the queue is full) for reads and prefetch; with wait, waiting
+// under ctx for room (warm-up, forWarm), whose writes must all reach the
+// store.
+func (p *Pipeline) toFeatureStore(ctx context.Context, ref featurestore.Ref, data []byte, wait bool) {
 	fst := p.cfg.FeatureStore
 	if fst == nil {
 		return
 	}
-	if ctx.Value(storeWaitKey{}) != nil {
+	if wait {
 		fst.PutWait(ctx, ref, data)
 		return
 	}
 	fst.Put(ref, data)
-}
-
-// storeWaitKey marks a warm-up's context: its feature store writes wait
-// for room in the queue.
-type storeWaitKey struct{}
-
-// withStoreWait returns ctx marked so (toFeatureStore).
-func withStoreWait(ctx context.Context) context.Context {
-	return context.WithValue(ctx, storeWaitKey{}, true)
 }
 
 // hostless returns a source identity without its endpoint:

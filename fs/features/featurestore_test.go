@@ -6,7 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
@@ -133,6 +136,104 @@ func TestFeatureStoreChangedModel(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(storeDir, "tiny-"+digest[:12], "layer1", "a.npy")); err != nil {
 			t.Errorf("model %d: %v", i, err)
+		}
+	}
+}
+
+// gatedStore is a feature store's backing whose feature writes (.npy keys)
+// wait until gate is closed.
+type gatedStore struct {
+	bucket.Store
+	gate chan struct{}
+}
+
+func (g *gatedStore) Put(ctx context.Context, key string, data []byte, meta map[string]string) error {
+	if strings.HasSuffix(key, ".npy") {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return g.Store.Put(ctx, key, data, meta)
+}
+
+// A reader's feature store write never waits: with the store's queue full
+// (one write in flight, held, and one queued) the reads return and their
+// writes are dropped. A warm-up's writes wait for room instead: none is
+// dropped, and every feature it computed reaches the store once the held
+// write goes through.
+func TestFeatureStoreWritesWaitForWarmNotForReads(t *testing.T) {
+	objs := map[string]string{"r/a.jpg": "abcd", "r/b.jpg": "efgh", "r/c.jpg": "ijkl", "w/d.jpg": "mnop", "w/e.jpg": "qrst"}
+	b, _ := localBucket(t, objs)
+	ctx := context.Background()
+	storeDir := filepath.Join(t.TempDir(), "fst")
+	bs, err := bucket.OpenStore(ctx, storeDir, bucket.S3Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := &gatedStore{Store: bs, gate: make(chan struct{})}
+	var open sync.Once
+	release := func() { open.Do(func() { close(gs.gate) }) }
+	defer release()
+	fst, err := featurestore.New(featurestore.Config{Store: gs, MaxQueue: 1, MaxPuts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fst.Close)
+	x := newFakeExtractor()
+	p, err := New(Config{Bucket: b, Extractor: x, Cache: fakes.NewCache(), FeatureStore: fst})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+
+	// Reads: three writes for room for two; the gate stays shut.
+	for _, k := range []string{"r/a.jpg", "r/b.jpg", "r/c.jpg"} {
+		obj, err := b.Stat(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Feature(ctx, "tiny", 1, obj); err != nil {
+			t.Fatalf("read %s: %v", k, err)
+		}
+	}
+	readDropped := fst.Stats().Dropped
+	if readDropped < 1 {
+		t.Fatalf("reads with the feature store's queue full: %d writes dropped, want at least 1 (3 writes, room for 2)", readDropped)
+	}
+
+	// Warm-up with the queue still full: its writes wait.
+	done := make(chan error, 1)
+	var res WarmResult
+	go func() {
+		var err error
+		res, err = p.Warm(ctx, WarmOptions{Model: "tiny", Layer: "layer1", Prefix: "w/"})
+		done <- err
+	}()
+	for x.Calls.Load() < 5 { // both of warm's extractions made
+		select {
+		case err := <-done:
+			t.Fatalf("warm returned (%v) before extracting both objects", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if res.Extracted != 2 {
+		t.Errorf("warm: %+v, want 2 extracted", res)
+	}
+	if err := fst.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := fst.Stats().Dropped; d != readDropped {
+		t.Errorf("warm-up: %d feature store writes dropped, want none (%d dropped before, by reads)", d-readDropped, readDropped)
+	}
+	for _, name := range []string{"d.npy", "e.npy"} {
+		if _, err := os.Stat(filepath.Join(storeDir, "tiny-d1g35t", "layer1", "w", name)); err != nil {
+			t.Errorf("warm-up's feature not in the store: %v", err)
 		}
 	}
 }

@@ -41,11 +41,21 @@ type Extractor interface {
 type Cache interface {
 	// Get returns a stored feature; a miss is (nil, false, nil).
 	Get(k cache.Key) ([]byte, bool, error)
+	// ReadAt copies the stored feature from off into dst, verifying only
+	// the part it reads, and returns the bytes copied and the feature's
+	// size; a miss is (0, 0, false, nil). The tree's reads that the
+	// kernel's page cache cannot serve use it (ReadCachedAt).
+	ReadAt(k cache.Key, dst []byte, off int64) (n int, size int64, ok bool, err error)
+	// Has reports whether a feature is stored, without reading it
+	// (prefetch and warm-up skip what is cached).
+	Has(k cache.Key) bool
 	// Put stores a feature.
 	Put(k cache.Key, v []byte) error
 	// Stats returns the store's figures, for .featurefs/stats.
 	Stats() cache.Stats
 }
+
+var _ Cache = (*cache.Store)(nil)
 
 // Config is what New needs. Bucket, Extractor and Cache are required.
 type Config struct {
@@ -141,9 +151,6 @@ type Pipeline struct {
 	// given is the configuration, its defaults filled in, with the bucket
 	// and the extractor as given (Config).
 	given Config
-	// rawBucket is the configured bucket, unwrapped: the feature store's
-	// names list through it (bucket.KeyLister).
-	rawBucket bucket.Bucket
 
 	bad      *lru.LRU[string, badEntry]   // object version -> why it is bad
 	logged   *lru.LRU[string, struct{}]   // key+error already logged
@@ -237,7 +244,6 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	p.features.Owner = p.owner
 	p.writes = newCacheWriter(p.storeCache, p.log, cfg.CacheWriteBytes, cfg.CacheWriters)
-	p.rawBucket = cfg.Bucket
 	p.given = cfg
 	if cfg.FeatureStore != nil {
 		p.registerManifests()

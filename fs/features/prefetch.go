@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
-	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 	"github.com/featurefs/featurefs/fs/naming"
@@ -405,7 +404,7 @@ func (p *prefetcher) run(job walkJob) {
 		wg.Go(func() {
 			defer p.n.running.Add(-1)
 			defer p.budget.release(cost)
-			_, err := p.pipe.extractStore(p.ctx, v, obj, key, api.Background, true)
+			_, err := p.pipe.extractStore(p.ctx, v, obj, key, forPrefetch)
 			switch {
 			case err == nil:
 				p.n.extracted.Add(1)
@@ -458,23 +457,13 @@ func (p *prefetcher) stats() PrefetchStats {
 	}
 }
 
-// hasCache is the optional fast presence test of a Cache (*cache.Store has
-// it); without it, cached falls back to Get.
-type hasCache interface {
-	Has(k cache.Key) bool
-}
-
 // cached reports whether the cache holds key (or its write is queued),
-// without reading the value when the cache can tell.
+// without reading the value (Cache.Has).
 func (p *Pipeline) cached(key cache.Key) bool {
 	if _, ok := p.writes.get(string(key.ID())); ok {
 		return true // queued for its write
 	}
-	if h, ok := p.cfg.Cache.(hasCache); ok {
-		return h.Has(key)
-	}
-	_, ok, err := p.cfg.Cache.Get(key)
-	return ok && err == nil
+	return p.cfg.Cache.Has(key)
 }
 
 // costOf estimates the bytes one extraction holds: the object, the decoded

@@ -65,18 +65,11 @@ func (p *Pipeline) Read(ctx context.Context, v *View, obj bucket.Object) ([]byte
 	return p.feature(ctx, v, newer)
 }
 
-// readAtCache is the optional partial read of a Cache (*cache.Store has
-// it): ReadAt copies part of a stored value, verifying only that part.
-type readAtCache interface {
-	ReadAt(k cache.Key, dst []byte, off int64) (n int, size int64, ok bool, err error)
-}
-
 // ReadCachedAt copies the cached feature of obj at v from off into dst
 // and returns how many bytes it copied (fewer than len(dst) only at the
 // end of the file). It never computes, fetches or waits: ok is false when
-// the cache cannot answer (a miss, a damaged value, a cache without partial
-// reads, an error), and the caller then reads with Read, which logs what
-// went wrong. A file's reads that the kernel's page cache cannot serve (its
+// the cache cannot answer (a miss, a damaged value, an error), and the
+// caller then reads with Read, which logs what went wrong. A file's reads that the kernel's page cache cannot serve (its
 // first read after a restart, pages the kernel dropped) so cost the bytes
 // they ask for rather than a copy and check of the whole feature.
 //
@@ -102,11 +95,7 @@ func (p *Pipeline) ReadCachedAt(v *View, obj bucket.Object, dst []byte, off int6
 		}
 		return n, true
 	}
-	rc, ok := p.cfg.Cache.(readAtCache)
-	if !ok {
-		return 0, false
-	}
-	n, size, ok, err := rc.ReadAt(key, dst, off)
+	n, size, ok, err := p.cfg.Cache.ReadAt(key, dst, off)
 	if err != nil || !ok || size != v.Size {
 		return 0, false
 	}
@@ -220,18 +209,43 @@ func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key 
 			slog.String("model", v.Model.Name), slog.String("layer", v.Layer.Name), slog.Int("bytes", len(data)), slog.Int64("want", v.Size))
 	}
 	p.stats.cacheMisses.Add(1)
-	return p.extractStore(ctx, v, obj, key, api.Foreground, false)
+	return p.extractStore(ctx, v, obj, key, forRead)
 }
 
-// extractStore extracts obj's feature at prio, under ReadTimeout, records a
-// bad object, and queues the result for the cache (putCache). Reads call
-// it on a cache miss (Foreground), prefetch and warm-up for objects not
-// cached (Background): the extractor merges identical requests in flight,
-// and a reader's Foreground request moves a queued Background one ahead.
-// With handOff (prefetch) the feature is put in the hand-off buffer before
-// the cache, for the reader about to read it; a read's own result is kept
-// by its caller (the tree's recent features) instead.
-func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, prio api.Priority, handOff bool) ([]byte, error) {
+// requester is who asks extractStore for a feature. It decides the
+// extraction's priority, whether the feature is handed off, and whether its
+// feature store write waits for room in the store's queue.
+type requester int
+
+const (
+	// forRead is a reader's cache miss: Foreground; the caller keeps the
+	// result (the tree's recent features); the feature store write is
+	// dropped when its queue is full (a reader never waits on the store).
+	forRead requester = iota
+	// forPrefetch is prefetch: Background; the feature is put in the
+	// hand-off buffer for the reader about to read it; the feature store
+	// write is dropped when its queue is full.
+	forPrefetch
+	// forWarm is warm-up: Background; every feature it computes reaches
+	// the feature store, so its write waits for room (featurestore.PutWait).
+	forWarm
+)
+
+// priority is the extraction's priority for r.
+func (r requester) priority() api.Priority {
+	if r == forRead {
+		return api.Foreground
+	}
+	return api.Background
+}
+
+// extractStore extracts obj's feature for r, under ReadTimeout, records a
+// bad object, and queues the result for the cache (putCache) and the
+// feature store (toFeatureStore). Reads call it on a cache miss
+// (Foreground), prefetch and warm-up for objects not cached (Background):
+// the extractor merges identical requests in flight, and a reader's
+// Foreground request moves a queued Background one ahead.
+func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, r requester) ([]byte, error) {
 	if p.cfg.ReadTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
@@ -241,8 +255,9 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 	if err != nil {
 		return nil, err
 	}
+	prio := r.priority()
 	if ok {
-		if handOff {
+		if r == forPrefetch {
 			p.handOff(string(key.ID()), data)
 		}
 		p.putCache(ctx, obj, key, data, prio)
@@ -277,11 +292,11 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		return nil, fmt.Errorf("model %s %s: %w: %d bytes, the layer's shape %v gives %d",
 			v.Model.Name, v.Layer.Name, errBadFeature, len(data), v.Layer.Shape, v.Size)
 	}
-	if handOff {
+	if r == forPrefetch {
 		p.handOff(string(key.ID()), data)
 	}
 	p.putCache(ctx, obj, key, data, prio)
-	p.toFeatureStore(ctx, ref, data)
+	p.toFeatureStore(ctx, ref, data, r == forWarm)
 	return data, nil
 }
 

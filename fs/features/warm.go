@@ -82,7 +82,6 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 	if opts.MaxFailures <= 0 {
 		opts.MaxFailures = 1000
 	}
-	ctx = withStoreWait(ctx) // every feature warm computes reaches the feature store
 	prefix := strings.TrimPrefix(opts.Prefix, "/")
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
@@ -114,7 +113,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 				w.update(func(r *WarmResult) { r.Cached++ })
 				return
 			}
-			_, err := p.extractStore(ctx, v, obj, key, api.Background, false)
+			_, err := p.extractStore(ctx, v, obj, key, forWarm)
 			if err != nil {
 				w.fail(obj.Key, ErrReason(obj.Key, err), BadObject(err))
 				return

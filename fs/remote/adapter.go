@@ -98,6 +98,12 @@ func (b *Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, b
 	return nil, bucket.Object{}, ErrNoGet
 }
 
+// Keys lists none: the servers list no keys, and a --remote mount has no
+// feature store (the servers read and fill it).
+func (b *Bucket) Keys(ctx context.Context, keyPrefix string, max int) ([]string, error) {
+	return nil, nil
+}
+
 // Identity is "featurefs+<sorted URLs joined by ','>|<the servers' source
 // identity>".
 func (b *Bucket) Identity() string { return b.c.identity }
@@ -115,13 +121,6 @@ func (e *Extractor) Models() []*api.Model {
 func (e *Extractor) Model(name string) (*api.Model, bool) {
 	m, ok := e.c.byName[name]
 	return m, ok
-}
-
-// LayerTable returns the server's layers table of a model (the text of
-// features/<model>/layers), which fs shows instead of Model.Table.
-func (e *Extractor) LayerTable(model string) (string, bool) {
-	t, ok := e.c.tables[model]
-	return t, ok
 }
 
 // DType is the servers' element type.

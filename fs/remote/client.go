@@ -72,7 +72,6 @@ type Client struct {
 	byName   map[string]*api.Model
 	identity string
 	npySizes map[string][]int64 // by model: each layer's .npy size (checkModel)
-	tables   map[string]string  // by model: the servers' layers table
 	stop     chan struct{}
 	stopOnce sync.Once
 	owner    *lifetime.Owner // the queues' loops and the batches in flight
@@ -244,7 +243,6 @@ func (c *Client) buildModels() error {
 	}
 	c.byName = map[string]*api.Model{}
 	c.npySizes = map[string][]int64{}
-	c.tables = map[string]string{}
 	for _, mi := range c.info.Models {
 		sizes, err := checkModel(mi, c.info.DType)
 		if err == nil && c.byName[mi.Name] != nil {
@@ -252,8 +250,8 @@ func (c *Client) buildModels() error {
 		}
 		// The servers run the model: it has no file here (Path, Input,
 		// InputShape and FixedBatch stay zero; the layers table is the
-		// servers', Extractor.LayerTable).
-		m := &api.Model{Name: mi.Name, Digest: mi.Digest, Aliases: mi.Aliases, Preprocess: mi.Preprocess}
+		// servers', ServersTable).
+		m := &api.Model{Name: mi.Name, Digest: mi.Digest, Aliases: mi.Aliases, Preprocess: mi.Preprocess, ServersTable: mi.Table}
 		if err == nil && m.Preprocess.Key() != mi.PreprocessKey {
 			err = fmt.Errorf("preprocessing %q does not round-trip (%q)", mi.PreprocessKey, m.Preprocess.Key())
 		}
@@ -271,7 +269,6 @@ func (c *Client) buildModels() error {
 		c.models = append(c.models, m)
 		c.byName[m.Name] = m
 		c.npySizes[m.Name] = sizes
-		c.tables[m.Name] = mi.Table
 	}
 	if len(c.models) == 0 {
 		return errors.New("remote: the servers serve no usable model")

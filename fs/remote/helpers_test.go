@@ -261,3 +261,15 @@ func newTLSTestServer(t testing.TB, h http.Handler) *httptest.Server {
 	t.Cleanup(ts.Close)
 	return ts
 }
+
+// layersTable returns the layers table of model name as x shows it
+// (api.Model.Table), and whether x has the model.
+func layersTable(x interface {
+	Model(string) (*api.Model, bool)
+}, name string) (string, bool) {
+	m, ok := x.Model(name)
+	if !ok {
+		return "", false
+	}
+	return m.Table(), true
+}

@@ -182,7 +182,7 @@ func TestDialRefusesModelsPastCaps(t *testing.T) {
 			t.Errorf("good layer %d: .npy size %d, client's %d, want %d", i, n, c.npySize(BatchItem{Model: "good", Layer: i}), len(goodNPY(i)))
 		}
 	}
-	if tbl, ok := c.Extractor().LayerTable("good"); !ok || tbl != "table of good" {
+	if tbl, ok := layersTable(c.Extractor(), "good"); !ok || tbl != "table of good" {
 		t.Errorf("good's layers table: %q, %v", tbl, ok)
 	}
 	if got := strings.Count(log.String(), "model refused"); got != refusedModels {

@@ -287,10 +287,6 @@ func (x *SplitExtractor) Models() []*api.Model { return x.inner.Models() }
 // Model returns the model called name.
 func (x *SplitExtractor) Model(name string) (*api.Model, bool) { return x.inner.Model(name) }
 
-// LayerTable returns the server's layers table of a model (fs shows it as
-// features/<model>/layers), as the plain remote Extractor does.
-func (x *SplitExtractor) LayerTable(model string) (string, bool) { return x.inner.LayerTable(model) }
-
 // DType is the servers' element type.
 func (x *SplitExtractor) DType() api.DType { return x.inner.DType() }
 

@@ -47,7 +47,7 @@ func TestSplitRefusesOtherPreprocessing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := newTestServer(t, testConfig{pipelineConfig{Bucket: b, Extractor: server, Cache: &splitCache{m: map[string][]byte{}}}, ServerConfig{NoAuth: true, ProfileDir: t.TempDir()}})
+	srv, err := newTestServer(t, testConfig{pipelineConfig{Bucket: b, Extractor: server, Cache: newMemCache()}, ServerConfig{NoAuth: true, ProfileDir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,35 +23,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/test/testenv"
 )
-
-// splitCache is an in-memory features.Cache.
-type splitCache struct {
-	mu sync.Mutex
-	m  map[string][]byte
-}
-
-func (c *splitCache) Get(k cache.Key) ([]byte, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.m[string(k.ID())]
-	return v, ok, nil
-}
-
-func (c *splitCache) Put(k cache.Key, v []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[string(k.ID())] = v
-	return nil
-}
-
-func (c *splitCache) Stats() cache.Stats { return cache.Stats{} }
 
 func splitJPEG(t *testing.T, w, h, seed int) []byte {
 	t.Helper()
@@ -96,7 +73,7 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 		t.Fatal(err)
 	}
 	profDir := t.TempDir()
-	srv, err := newTestServer(t, testConfig{pipelineConfig{Bucket: b, Extractor: svc, Cache: &splitCache{m: map[string][]byte{}}}, ServerConfig{NoAuth: true, ProfileDir: profDir}})
+	srv, err := newTestServer(t, testConfig{pipelineConfig{Bucket: b, Extractor: svc, Cache: newMemCache()}, ServerConfig{NoAuth: true, ProfileDir: profDir}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	if n, m := pc.profile.Load(), pc.probe.Load(); n != 0 || m != 0 || x.Planner("resnet18") != nil {
 		t.Errorf("--split none: %d profile and %d probe requests, planner %v; want none", n, m, x.Planner("resnet18"))
 	}
-	if got, ok := x.LayerTable("resnet18"); !ok || got != table || !strings.Contains(got, "input") {
+	if got, ok := layersTable(x, "resnet18"); !ok || got != table || !strings.Contains(got, "input") {
 		t.Errorf("split extractor's layers table (%v):\n%s\nwant the server's:\n%s", ok, got, table)
 	}
 	x.Close()
@@ -152,7 +152,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	if took := time.Since(start); took < delay || pc.profile.Load() != 1 || x.Planner("resnet18") == nil {
 		t.Errorf("--split auto: took %v, %d profile requests, planner %v", took, pc.profile.Load(), x.Planner("resnet18"))
 	}
-	if got, ok := x.LayerTable("resnet18"); !ok || got != table {
+	if got, ok := layersTable(x, "resnet18"); !ok || got != table {
 		t.Errorf("split extractor's layers table under auto: %v", ok)
 	}
 	x.Close()

@@ -52,6 +52,13 @@ func (c *Cache) ReadAt(k cache.Key, dst []byte, off int64) (int, int64, bool, er
 	return copy(dst, v[off:]), int64(len(v)), true, nil
 }
 
+// Has reports whether k is stored. It is Get without the value, and
+// counts a found key in Hits as Get does.
+func (c *Cache) Has(k cache.Key) bool {
+	_, ok, _ := c.Get(k)
+	return ok
+}
+
 // Put stores a feature.
 func (c *Cache) Put(k cache.Key, v []byte) error {
 	c.Puts.Add(1)
