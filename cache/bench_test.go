@@ -59,16 +59,7 @@ func readAll(b *testing.B, n int, seed uint64, read func(k int) ([]byte, error))
 // the same disk, alternating the two in every iteration. It reports both
 // throughputs and their ratio (cache/files).
 func BenchmarkWarmRead(b *testing.B) {
-	dir := b.TempDir()
-	s, err := Open(Options{Dir: filepath.Join(dir, "cache"), MaxBytes: 4 << 30, Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	files := filepath.Join(dir, "files")
-	if err := os.MkdirAll(files, 0o755); err != nil {
-		b.Fatal(err)
-	}
+	s, files := benchStore(b, 4<<30)
 	path := func(k int) string { return filepath.Join(files, fmt.Sprintf("%06d.npy", k)) }
 	for k := range benchEntries {
 		v := testValue(k, benchValue)
@@ -115,18 +106,8 @@ func BenchmarkWarmRead(b *testing.B) {
 // second iteration on) against writing one file each (no fsync on either
 // side), then reclaims and reports the disk bytes per stored byte.
 func BenchmarkWrite(b *testing.B) {
-	dir := b.TempDir()
 	const budget = 256 << 20
-	cacheDir := filepath.Join(dir, "cache")
-	s, err := Open(Options{Dir: cacheDir, MaxBytes: budget, Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	files := filepath.Join(dir, "files")
-	if err := os.MkdirAll(files, 0o755); err != nil {
-		b.Fatal(err)
-	}
+	s, files := benchStore(b, budget)
 	vals := make([][]byte, 16)
 	for k := range vals {
 		vals[k] = testValue(k, benchValue)
@@ -153,7 +134,7 @@ func BenchmarkWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	st := s.Stats()
-	disk, err := DiskUsage(cacheDir)
+	disk, err := DiskUsage(s.dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -178,16 +159,7 @@ func BenchmarkWrite(b *testing.B) {
 // Put's CPU is the kernel's page faults and the zeroing of the pages they
 // map (docs/GPU.md, "Where epoch 1's CPU goes").
 func BenchmarkPutCPU(b *testing.B) {
-	dir := b.TempDir()
-	s, err := Open(Options{Dir: filepath.Join(dir, "cache"), MaxBytes: 64 << 30, Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	files := filepath.Join(dir, "files")
-	if err := os.MkdirAll(files, 0o755); err != nil {
-		b.Fatal(err)
-	}
+	s, files := benchStore(b, 64<<30)
 	const size, per = 330 << 10, 64
 	vals := make([][]byte, 8)
 	for k := range vals {
@@ -226,4 +198,22 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchStore opens a store with the budget maxBytes in a temporary
+// directory, closed when the benchmark ends, and makes a directory beside
+// it for the baseline's files, on the same disk.
+func benchStore(b *testing.B, maxBytes int64) (*Store, string) {
+	b.Helper()
+	dir := b.TempDir()
+	s, err := Open(Options{Dir: filepath.Join(dir, "cache"), MaxBytes: maxBytes, Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	files := filepath.Join(dir, "files")
+	if err := os.MkdirAll(files, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return s, files
 }
