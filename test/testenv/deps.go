@@ -53,3 +53,24 @@ func Deps(t testing.TB, env []string, patterns ...string) []Dep {
 	}
 	return deps
 }
+
+// Imports returns, for each package `go list PATTERNS` lists (run in the
+// test's directory), the packages its non-test files import; the test
+// fails if go list does.
+func Imports(t testing.TB, patterns ...string) map[string][]string {
+	t.Helper()
+	cmd := exec.Command(GoTool(t), append([]string{"list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}"}, patterns...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", strings.Join(patterns, " "), err, out)
+	}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			t.Fatalf("go list %s: empty line in %q", strings.Join(patterns, " "), out)
+		}
+		imports[f[0]] = f[1:]
+	}
+	return imports
+}
