@@ -45,24 +45,58 @@ func (m *Model) isGraphInput(name string) bool {
 }
 
 func (m *Model) prune(from string, outputs []string) ([]byte, error) {
+	outs, err := m.distinctOutputs(outputs)
+	if err != nil {
+		return nil, err
+	}
+	needed, keepNode, err := m.needed(from, outs)
+	if err != nil {
+		return nil, err
+	}
+	g, err := m.prunedGraph(from, outs, needed, keepNode)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	for i, f := range m.top {
+		if i == m.graphAt {
+			out = appendMessage(out, fModelGraph, g)
+			continue
+		}
+		out = append(out, f.raw...)
+	}
+	return out, nil
+}
+
+// distinctOutputs checks that every output is a tensor of the model and
+// returns them without repeats, in their first order.
+func (m *Model) distinctOutputs(outputs []string) ([]string, error) {
 	if len(outputs) == 0 {
 		return nil, fmt.Errorf("graph: Prune needs at least one output")
 	}
 	var outs []string
-	seenOut := map[string]bool{}
+	seen := map[string]bool{}
 	for _, o := range outputs {
 		if !m.defined(o) {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownTensor, o)
 		}
-		if !seenOut[o] {
-			seenOut[o] = true
+		if !seen[o] {
+			seen[o] = true
 			outs = append(outs, o)
 		}
 	}
+	return outs, nil
+}
 
-	// Walk back from the outputs, stopping at `from`.
-	needed := map[string]bool{}
-	keepNode := map[int]bool{} // by fileIdx
+// needed walks back from outs, stopping at from (none: the graph inputs),
+// and returns the tensors the outputs need and the nodes that compute them
+// (by fileIdx). With from set, the outputs must not need a graph input
+// other than through from (ErrNotCut). Without it the model's input is
+// always needed: the extractor feeds it, and a model without an input does
+// not parse.
+func (m *Model) needed(from string, outs []string) (needed map[string]bool, keepNode map[int]bool, err error) {
+	needed = map[string]bool{}
+	keepNode = map[int]bool{}
 	stack := append([]string(nil), outs...)
 	for len(stack) > 0 {
 		t := stack[len(stack)-1]
@@ -89,21 +123,22 @@ func (m *Model) prune(from string, outputs []string) ([]byte, error) {
 			}
 		}
 	}
-	if from != "" {
-		for _, in := range m.inputs {
-			if _, isInit := m.inits[in.name]; !isInit && needed[in.name] {
-				return nil, fmt.Errorf("%w: %v need graph input %q besides %q", ErrNotCut, outs, in.name, from)
-			}
+	if from == "" {
+		needed[m.input] = true
+		return needed, keepNode, nil
+	}
+	for _, in := range m.inputs {
+		if _, isInit := m.inits[in.name]; !isInit && needed[in.name] {
+			return nil, nil, fmt.Errorf("%w: %v need graph input %q besides %q", ErrNotCut, outs, in.name, from)
 		}
 	}
+	return needed, keepNode, nil
+}
 
-	if from == "" {
-		// The model's input stays even when the outputs do not read it (a
-		// constant): the extractor feeds it, and a model without an input
-		// does not parse.
-		needed[m.input] = true
-	}
-
+// prunedGraph re-encodes the GraphProto with only the needed nodes,
+// initializers, inputs and value infos, every other field verbatim, the
+// input from (when set) and the outputs outs.
+func (m *Model) prunedGraph(from string, outs []string, needed map[string]bool, keepNode map[int]bool) ([]byte, error) {
 	newIO := map[string]bool{from: from != ""}
 	for _, o := range outs {
 		newIO[o] = true
@@ -165,16 +200,7 @@ func (m *Model) prune(from string, outputs []string) ([]byte, error) {
 		}
 		g = appendMessage(g, fGraphOutput, vi)
 	}
-
-	var out []byte
-	for i, f := range m.top {
-		if i == m.graphAt {
-			out = appendMessage(out, fModelGraph, g)
-			continue
-		}
-		out = append(out, f.raw...)
-	}
-	return out, nil
+	return g, nil
 }
 
 // valueInfoFor returns an encoded ValueInfoProto for tensor name: the
