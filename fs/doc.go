@@ -6,8 +6,10 @@
 //
 // # Data flow
 //
-// Lookups and directory listings go to the bucket ([bucket.Bucket.List], one
-// '/' level at a time, page by page). A read of a feature file goes through
+// Lookups and directory listings are the namespace's (package
+// fs/namespace, FUSE-free): it reads the bucket ([bucket.Bucket.List], one
+// '/' level at a time, page by page), keeps the listings and decides what a
+// name stands for; this package's nodes call it. A read of a feature file goes through
 // the read path of package features (FUSE-free, the feature server's too):
 // the negative cache, in-flight sharing, the [Cache], on a miss the
 // [Extractor], whose Fetch reads the object from the bucket, and the cache
@@ -59,7 +61,7 @@
 // # Caching
 //
 // The tree of features/, the models and their layers is built once at mount.
-// Directory listings are kept for the pipeline's MetadataTTL
+// Directory listings are kept by the namespace for the pipeline's MetadataTTL
 // (features.Config) in a cache bounded by entries (least recently used
 // listing evicted); a name is reported missing
 // only from a complete listing or from Stat answering not-found, never from a

@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"syscall"
 
 	"github.com/featurefs/featurefs/fs/bucket"
@@ -83,13 +82,4 @@ func (f *FS) errno(err error, key string) syscall.Errno {
 		f.p.LogOnce(key, c.log, err)
 	}
 	return c.errno
-}
-
-// logRename logs once (a bounded set) that an object or prefix is shown
-// under a name other than the plain rule's, and why (package doc, Names).
-func (f *FS) logRename(key, name, why string) {
-	if !f.p.FirstLog("rename\x00" + key + "\x00" + name) {
-		return
-	}
-	f.log.Warn("featurefs: renamed to avoid a collision or an unusable name", slog.String("key", key), slog.String("name", name), slog.String("why", why))
 }

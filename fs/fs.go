@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -18,107 +17,53 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
-	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
-	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
-	"github.com/featurefs/featurefs/fs/internal/lru"
+	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // Config is the tree's own settings: what the FUSE tree needs beyond the
-// pipeline it reads through (New). The settings the tree shares with the
-// read path (logger, clock, MetadataTTL, image extensions) are the
-// pipeline's (features.Pipeline.Config).
-type Config struct {
-	// ShowEmptyDirs shows directories that hold no image object and no
-	// subdirectory (a folder marker, only other files); by default they are
-	// hidden.
-	ShowEmptyDirs bool
-
-	// MaxListingEntries bounds the listing cache, in entries over all
-	// prefixes (default 1<<20, roughly 200MB).
-	MaxListingEntries int
-	// RelistPages is how many listing pages a lookup reads before it falls
-	// back to Stat calls (default 10).
-	RelistPages int
-	// StaleGrace is how long a lookup or directory read whose cached
-	// listing is stale (older than MetadataTTL, but complete) waits for the
-	// store to list the directory again before it answers from the stale
-	// listing; the new listing is still read in the background. While the
-	// store is failing, they wait only 50ms. Default 250ms.
-	StaleGrace time.Duration
-}
+// pipeline it reads through (New), which are those of its namespace. The
+// settings the tree shares with the read path (logger, clock, MetadataTTL,
+// image extensions) are the pipeline's (features.Pipeline.Config).
+type Config = namespace.Config
 
 // maxRead is the largest READ request the mount asks the kernel for
 // (MountOptions.MaxWrite, which go-fuse also uses for max_read and
 // max_pages), and its readahead.
 const maxRead = 1 << 20
 
-// statParallel bounds the Stat calls of all lookups together.
-const statParallel = 32
-
-// maxRefreshes bounds the stale listings being read again in the background
-// (FS.refreshStale); a stale directory finding no slot answers from its
-// stale listing and is refreshed by a later lookup.
-const maxRefreshes = 8
-
-// defaultStaleGrace is Config.StaleGrace's default.
-const defaultStaleGrace = 250 * time.Millisecond
-
-// failingGrace is how long a stale listing's refresh is waited for while the
-// store is failing: enough for a store that is back to answer a small
-// listing, so that the first lookup after an outage sees fresh entries.
-const failingGrace = 50 * time.Millisecond
-
 // FS is a featurefs tree. Create it with New and serve it with Mount.
 type FS struct {
 	// Constant after New.
-	cfg         Config
 	log         *slog.Logger
-	clock       func() time.Time   // the pipeline's clock
-	metadataTTL time.Duration      // the pipeline's MetadataTTL
-	readTimeout time.Duration      // the pipeline's ReadTimeout (listings too)
-	extractor   features.Extractor // the pipeline's, as given
-	naming      naming.Rule
+	clock       func() time.Time // the pipeline's clock
+	metadataTTL time.Duration    // the pipeline's MetadataTTL
 	models      []*api.Model
-	statSem     chan struct{}
-	// refreshing holds a token per background listing refresh.
-	refreshing chan struct{}
 
 	// p is the read path: negative cache, in-flight sharing, cache,
 	// extraction, prefetch, the figures; its owner (New's caller) closes
-	// it. bucket is p.Bucket(), which counts every call.
-	p      *features.Pipeline
-	bucket bucket.Bucket
+	// it.
+	p *features.Pipeline
+	// ns is what the tree knows of the bucket: listings, lookups, shown
+	// directories, versions, recent reads and failed files.
+	ns *namespace.Namespace
 
-	listings *lru.LRU[string, *listing] // prefix -> listing
-	lists    inflight.Group[*listing]   // lookups' listings in flight
-
-	stats  counters
-	failed *failedFiles // feature files whose last read failed
-	// recent holds the features reads computed (and failures, for
-	// failMemo), for the same file's next reads: they usually find the
-	// feature in the cache, but not when it could not be stored there.
-	recent *lru.LRU[recentKey, recentFeature]
-	failMu sync.Mutex // orders the slow failures put in recent
+	stats counters
 
 	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
 
-	// owner owns the tree's own goroutines: detached listings (lists),
-	// kernel checks and invalidations; closed by Close.
+	// owner owns the tree's own goroutines: kernel checks and
+	// invalidations; closed by Close.
 	owner *lifetime.Owner
 }
 
-// recentBytes bounds FS.recent.
-const recentBytes = 32 << 20
-
 // counters are the tree's own figures (the pipeline counts the rest).
 type counters struct {
-	lookups, statLookups, listPages, stats atomic.Int64
-	reads, readBytes, opens                atomic.Int64
-	ioErrors, invalidations, contentDrops  atomic.Int64
-	recentReads                            atomic.Int64
+	lookups, reads, readBytes, opens      atomic.Int64
+	ioErrors, invalidations, contentDrops atomic.Int64
+	recentReads                           atomic.Int64
 	// readSizes counts feature files' READ requests by size, indexed as
 	// features.ReadSizeBucket.
 	readSizes [len(features.ReadSizeBounds) + 1]atomic.Int64
@@ -132,34 +77,14 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		return nil, errors.New("fs.New: a pipeline is required")
 	}
 	pc := p.Config()
-	if cfg.MaxListingEntries <= 0 {
-		cfg.MaxListingEntries = 1 << 20
-	}
-	if cfg.RelistPages <= 0 {
-		cfg.RelistPages = 10
-	}
-	if cfg.StaleGrace <= 0 {
-		cfg.StaleGrace = defaultStaleGrace
-	}
 	f := &FS{
-		cfg:         cfg,
 		log:         pc.Logger,
 		clock:       pc.Now,
 		metadataTTL: pc.MetadataTTL,
-		readTimeout: pc.ReadTimeout,
-		extractor:   pc.Extractor,
-		naming:      naming.New(pc.ImageExtensions),
 		models:      pc.Extractor.Models(),
-		statSem:     make(chan struct{}, statParallel),
-		refreshing:  make(chan struct{}, maxRefreshes),
-		listings:    lru.New[string, *listing](cfg.MaxListingEntries),
-		failed:      newFailedFiles(maxFailedFiles),
-		recent:      lru.New[recentKey, recentFeature](recentBytes),
 		owner:       lifetime.New(),
 		p:           p,
-		bucket:      p.Bucket(),
 	}
-	f.lists.Owner = f.owner
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")
 	}
@@ -170,6 +95,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		}
 		seen[m.Name] = true
 	}
+	f.ns = namespace.New(p, cfg, f.listed)
 	return f, nil
 }
 
@@ -296,11 +222,13 @@ func inoFrom(v uint64) uint64 {
 }
 
 // Close stops every goroutine the tree started and waits for them: the
-// detached listings and the kernel checks (their contexts are cancelled).
+// namespace's detached listings and the kernel checks (their contexts are
+// cancelled).
 // Mount calls it once the mount is gone. The pipeline stays open: its owner
 // (New's caller) closes it after the tree, and with it prefetch and the
 // reads' extractions. Safe to call more than once.
 func (f *FS) Close() error {
+	f.ns.Close()
 	f.owner.Close()
 	f.stopKernelChecks()
 	return nil

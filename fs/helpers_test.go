@@ -4,133 +4,37 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
-	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
-// fakeBucket is an in-memory bucket with S3's one-level, sorted, paged
-// listing.
+// fakeBucket is the shared in-memory bucket (fakes.Bucket), with the
+// names the tree's tests use: put, del and the call counters.
 type fakeBucket struct {
-	pageSize int
-
-	mu      sync.Mutex
-	objects map[string]fakeObject
-
-	lists, stats, gets atomic.Int64
-}
-
-type fakeObject struct {
-	data  []byte
-	etag  string
-	mtime time.Time
+	*fakes.Bucket
+	lists, stats, gets *atomic.Int64
 }
 
 func newFakeBucket(pageSize int) *fakeBucket {
-	return &fakeBucket{pageSize: pageSize, objects: map[string]fakeObject{}}
+	b := fakes.NewBucket(pageSize)
+	return &fakeBucket{Bucket: b, lists: &b.Lists, stats: &b.Stats, gets: &b.Gets}
 }
 
-func (b *fakeBucket) put(key string, data []byte) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	sum := sha256.Sum256(data)
-	b.objects[key] = fakeObject{data: data, etag: fmt.Sprintf("%x", sum[:8]), mtime: time.Unix(1700000000, 0)}
-}
+func (b *fakeBucket) put(key string, data []byte) { b.Put(key, data) }
 
-func (b *fakeBucket) del(key string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.objects, key)
-}
-
-func (b *fakeBucket) Identity() string { return "fake://bucket" }
-
-// Keys lists none: the tree's tests use no feature store.
-func (b *fakeBucket) Keys(ctx context.Context, keyPrefix string, max int) ([]string, error) {
-	return nil, nil
-}
-
-func (b *fakeBucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
-	b.lists.Add(1)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	// One-level names in key order: objects, and prefixes as "dir/".
-	seen := map[string]bool{}
-	var names []string
-	for k := range b.objects {
-		rest, ok := strings.CutPrefix(k, prefix)
-		if !ok {
-			continue
-		}
-		n := prefix + rest
-		if i := strings.IndexByte(rest, '/'); i >= 0 {
-			n = prefix + rest[:i+1]
-		}
-		if !seen[n] {
-			seen[n] = true
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	var p bucket.Page
-	i := sort.SearchStrings(names, token)
-	if token != "" && i < len(names) && names[i] == token {
-		i++
-	}
-	for ; i < len(names) && len(p.Prefixes)+len(p.Objects) < b.pageSize; i++ {
-		n := names[i]
-		if strings.HasSuffix(n, "/") {
-			p.Prefixes = append(p.Prefixes, n)
-		} else {
-			o := b.objects[n]
-			p.Objects = append(p.Objects, bucket.Object{Key: n, Size: int64(len(o.data)), ETag: o.etag, ModTime: o.mtime})
-		}
-	}
-	if i < len(names) {
-		p.Next = names[i-1]
-	}
-	return p, nil
-}
-
-func (b *fakeBucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
-	b.stats.Add(1)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	o, ok := b.objects[key]
-	if !ok {
-		return bucket.Object{}, fmt.Errorf("stat %s: %w", key, bucket.ErrNotFound)
-	}
-	return bucket.Object{Key: key, Size: int64(len(o.data)), ETag: o.etag, ModTime: o.mtime}, nil
-}
-
-func (b *fakeBucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
-	b.gets.Add(1)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	o, ok := b.objects[key]
-	if !ok {
-		return nil, bucket.Object{}, fmt.Errorf("get %s: %w", key, bucket.ErrNotFound)
-	}
-	obj := bucket.Object{Key: key, Size: int64(len(o.data)), ETag: o.etag, ModTime: o.mtime}
-	if int64(len(o.data)) > maxBytes {
-		return nil, obj, fmt.Errorf("get %s: %d bytes: %w", key, len(o.data), bucket.ErrTooLarge)
-	}
-	return append([]byte(nil), o.data...), obj, nil
-}
+func (b *fakeBucket) del(key string) { b.Del(key) }
 
 // fakeExtractor "extracts" a feature by hashing the object's bytes into the
 // layer's shape (expectedNPY). Objects starting with "BAD" are bad images.

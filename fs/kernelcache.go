@@ -8,6 +8,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
+	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/fs/naming"
 )
 
@@ -84,10 +85,10 @@ const (
 // kernelCache is what the FS needs to keep the kernel's cache true.
 type kernelCache struct {
 	mu     sync.Mutex
-	layers []*gofs.Inode  // GUARDED_BY(mu): every layer and alias directory of every model
-	queue  chan *listing  // GUARDED_BY(mu): listings to check; nil unless mounted
-	done   chan struct{}  // GUARDED_BY(mu): closed when the mount is gone
-	wg     sync.WaitGroup // the checker goroutines
+	layers []*gofs.Inode           // GUARDED_BY(mu): every layer and alias directory of every model
+	queue  chan *namespace.Listing // GUARDED_BY(mu): listings to check; nil unless mounted
+	done   chan struct{}           // GUARDED_BY(mu): closed when the mount is gone
+	wg     sync.WaitGroup          // the checker goroutines
 }
 
 // fileTimeout is the kernel entry and attribute timeout of feature files:
@@ -116,7 +117,7 @@ func (f *FS) startKernelChecks() {
 	if k.queue != nil {
 		return
 	}
-	queue, done := make(chan *listing, kernelCheckQueue), make(chan struct{})
+	queue, done := make(chan *namespace.Listing, kernelCheckQueue), make(chan struct{})
 	k.queue, k.done = queue, done
 	for range kernelCheckers {
 		k.wg.Go(func() {
@@ -147,7 +148,7 @@ func (f *FS) stopKernelChecks() {
 // the store shows changed (dropChangedPages), then queues it for
 // checkKernel. Without a mount, or with the queue full, it does not queue
 // it: a lookup of the directory checks it.
-func (f *FS) listed(l *listing) {
+func (f *FS) listed(l *namespace.Listing) {
 	f.dropChangedPages(l)
 	k := &f.kernel
 	k.mu.Lock()
@@ -202,9 +203,8 @@ func holdsFiles(d *gofs.Inode) bool {
 // every layer and alias directory, whose feature file is not the one l
 // gives that name (same object key and ETag). It runs once per listing;
 // l.checked is closed when it is done.
-func (f *FS) checkKernel(l *listing) {
-	l.checkOnce.Do(func() {
-		defer close(l.checked)
+func (f *FS) checkKernel(l *namespace.Listing) {
+	l.CheckOnce(func() {
 		f.eachStaleFile(l, func(d *gofs.Inode, name string, _ *gofs.Inode) {
 			// ENOENT: the kernel no longer had it; nothing to drop.
 			d.NotifyEntry(name)
@@ -217,14 +217,14 @@ func (f *FS) checkKernel(l *listing) {
 // directory, in every layer and alias directory, that is not the one l
 // gives that name (same object key and ETag): its directory, name and
 // inode.
-func (f *FS) eachStaleFile(l *listing, fn func(dir *gofs.Inode, name string, file *gofs.Inode)) {
-	for _, d := range f.heldDirs(l.prefix) {
+func (f *FS) eachStaleFile(l *namespace.Listing, fn func(dir *gofs.Inode, name string, file *gofs.Inode)) {
+	for _, d := range f.heldDirs(l.Prefix()) {
 		for name, ch := range d.Children() {
 			ff, ok := ch.Operations().(*featureFile)
 			if !ok {
 				continue
 			}
-			if e, found, _ := l.find(name); found && !e.Dir && e.Obj.Key == ff.obj.Key && e.Obj.ETag == ff.obj.ETag {
+			if e, found, _ := l.Find(name); found && !e.Dir && e.Obj.Key == ff.obj.Key && e.Obj.ETag == ff.obj.ETag {
 				continue
 			}
 			fn(d, name, ch)
@@ -237,7 +237,7 @@ func (f *FS) eachStaleFile(l *listing, fn func(dir *gofs.Inode, name string, fil
 // not the one l gives that name (same object key and ETag). The kernel
 // waits for the pages a read of such a file is filling, so a read in
 // flight of one of them delays it.
-func (f *FS) dropChangedPages(l *listing) {
+func (f *FS) dropChangedPages(l *namespace.Listing) {
 	f.eachStaleFile(l, func(_ *gofs.Inode, _ string, file *gofs.Inode) {
 		if file.NotifyContent(0, 0) == 0 {
 			f.stats.contentDrops.Add(1)
@@ -261,29 +261,23 @@ func (f *FS) revalidateDir(ctx context.Context, prefix string) {
 	if f.fileTimeout() == 0 || len(f.heldDirs(prefix)) == 0 {
 		return
 	}
-	l, ok := f.listings.Get(prefix)
-	if !ok || !f.fresh(l) {
-		pages := f.cfg.RelistPages
-		if ok && l.lastComplete() != nil {
-			pages = 0
-		}
-		if l = f.refreshListing(ctx, prefix, pages); l == nil {
-			return // the store did not answer in time: the entries stay
-		}
+	l := f.ns.Revalidate(ctx, prefix)
+	if l == nil {
+		return // the store did not answer in time: the entries stay
 	}
-	if _, complete := l.snapshot(); !complete {
+	if !l.Complete() {
 		f.await(ctx, f.dropFiles(prefix))
 		return
 	}
 	select {
-	case <-l.checked:
+	case <-l.Checked():
 		return
 	default:
 	}
 	if !f.owner.Go(func() { f.checkKernel(l) }) { // returns at once if a checker is on it
 		return // closed
 	}
-	f.await(ctx, l.checked)
+	f.await(ctx, l.Checked())
 }
 
 // await waits for done, at most kernelCheckWait.

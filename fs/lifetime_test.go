@@ -56,7 +56,7 @@ func TestTreeCloseLeavesNoGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := f.refreshListing(context.Background(), "", 0); l != nil {
+	if l := f.ns.Revalidate(context.Background(), ""); l != nil {
 		t.Fatal("the blocked listing answered")
 	}
 	if got := <-b.entered; got != "list" {

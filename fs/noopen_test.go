@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/fs/namespace"
 )
 
 // TestFilesAreNeverOpened reads feature files, the layer table and the
@@ -133,7 +134,7 @@ func (x *slowFailingExtractor) Extract(ctx context.Context, req api.Request) ([]
 func TestSlowFailureAnswersOnlyTheKernelsRetry(t *testing.T) {
 	b := newFakeBucket(10)
 	b.put("d/a.jpg", []byte("a"))
-	x := &slowFailingExtractor{fakeExtractor: newFakeExtractor(), delay: 2 * slowFailure}
+	x := &slowFailingExtractor{fakeExtractor: newFakeExtractor(), delay: 2 * namespace.SlowFailure}
 	f, err := newTree(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: x, Cache: newFakeCache(), MetadataTTL: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +159,7 @@ func TestSlowFailureAnswersOnlyTheKernelsRetry(t *testing.T) {
 	wg.Wait()
 	calls := x.calls.Load()
 	// The kernel's retry of the first page: the same error, at once.
-	if errno, took := read(0, 4096); errno != syscall.EIO || took >= slowFailure || x.calls.Load() != calls {
+	if errno, took := read(0, 4096); errno != syscall.EIO || took >= namespace.SlowFailure || x.calls.Load() != calls {
 		t.Errorf("retry of the failed request: %v after %v, %d more extractions; want EIO at once, none",
 			errno, took, x.calls.Load()-calls)
 	}
@@ -167,9 +168,9 @@ func TestSlowFailureAnswersOnlyTheKernelsRetry(t *testing.T) {
 		t.Errorf("a read after the retry: %v, %d more extractions; want a new try", errno, x.calls.Load()-calls)
 	}
 	calls = x.calls.Load()
-	// After failMemo, the other request's retry is a new try too.
-	time.Sleep(failMemo)
+	// After namespace.FailMemo, the other request's retry is a new try too.
+	time.Sleep(namespace.FailMemo)
 	if _, _ = read(128<<10, 4096); x.calls.Load() == calls {
-		t.Error("a read after failMemo did not try again")
+		t.Error("a read after namespace.FailMemo did not try again")
 	}
 }

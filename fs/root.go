@@ -8,6 +8,15 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
+// FailuresFile is the file, under the mount's .featurefs directory, that
+// lists the feature files whose last read failed (namespace.Failures), so
+// that a tool that walks the tree (featurefs warm) learns which object a
+// failing name stands for and why, without re-implementing the naming
+// rule. The mount has no extended attributes: the kernel asks for two per
+// file in `ls -l`, each a round trip, and a mount without them says so
+// once.
+const FailuresFile = "failures"
+
 // rootDir is the mount's root: features/ and .featurefs/. The whole tree
 // down to the layer directories is built once, when the root is attached,
 // from persistent inodes.
@@ -77,3 +86,7 @@ func (d *staticDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 	d.fs.dirAttr(&out.Attr)
 	return 0
 }
+
+// failuresJSON renders the namespace's failures record, indented, with a
+// final newline: the content of .featurefs/failures.
+func (f *FS) failuresJSON() []byte { return indentJSON(f.ns.Failures()) }

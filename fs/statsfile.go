@@ -18,11 +18,11 @@ import (
 // (lookups, opens, reads, listings) filled in.
 func (f *FS) Stats() features.Stats {
 	c := &f.stats
-	nl, ne := f.listings.Size()
+	n := f.ns.Counts()
 	st := f.p.Stats()
 	t := &st.FS
-	t.Lookups, t.StatLookups, t.ListPages = c.lookups.Load(), c.statLookups.Load(), c.listPages.Load()
-	t.StatCalls, t.Opens, t.Reads, t.ReadBytes = c.stats.Load(), c.opens.Load(), c.reads.Load(), c.readBytes.Load()
+	t.Lookups, t.StatLookups, t.ListPages = c.lookups.Load(), n.StatLookups, n.ListPages
+	t.StatCalls, t.Opens, t.Reads, t.ReadBytes = n.StatCalls, c.opens.Load(), c.reads.Load(), c.readBytes.Load()
 	t.KernelInvalidations, t.KernelPageDrops, t.IOErrors = c.invalidations.Load(), c.contentDrops.Load(), c.ioErrors.Load()
 	t.RecentReads = c.recentReads.Load()
 	var sizes [len(features.ReadSizeBounds) + 1]int64
@@ -30,7 +30,7 @@ func (f *FS) Stats() features.Stats {
 		sizes[i] = c.readSizes[i].Load()
 	}
 	t.ReadSizes = features.ReadSizesOf(sizes)
-	t.ListingsCached, t.ListingEntries = nl, ne
+	t.ListingsCached, t.ListingEntries = n.Listings, n.ListingEntries
 	st.BytesServed = st.FS.ReadBytes
 	return st
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/featurefs/featurefs/extractor"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -471,16 +472,16 @@ func mountOf(dir string) (root, layerDir string, err error) {
 
 // failedFiles reads the mount's list of feature files whose last read
 // failed (.featurefs/failures), by path under the layer directory.
-func failedFiles(root string) map[string]featurefs.FailedFile {
+func failedFiles(root string) map[string]namespace.FailedFile {
 	b, err := os.ReadFile(filepath.Join(root, ".featurefs", featurefs.FailuresFile))
 	if err != nil {
 		return nil
 	}
-	var fl featurefs.Failures
+	var fl namespace.Failures
 	if json.Unmarshal(b, &fl) != nil {
 		return nil
 	}
-	out := make(map[string]featurefs.FailedFile, len(fl.Files))
+	out := make(map[string]namespace.FailedFile, len(fl.Files))
 	for _, f := range fl.Files {
 		out[f.File] = f
 	}

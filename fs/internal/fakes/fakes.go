@@ -1,6 +1,7 @@
 // Package fakes holds the in-memory test doubles that the tests of fs,
-// fs/features and fs/remote share: a feature store, a clock and an
-// extractor (extractor.go), each defined once. Only tests import it.
+// fs/namespace, fs/features and fs/remote share: a bucket (bucket.go), a
+// feature store, a clock and an extractor (extractor.go), each defined
+// once. Only tests import it.
 package fakes
 
 import (

@@ -1,4 +1,4 @@
-package fs
+package namespace
 
 import (
 	"container/list"
@@ -6,14 +6,6 @@ import (
 	"sync"
 	"time"
 )
-
-// FailuresFile is the file, under the mount's .featurefs directory, that
-// lists the feature files whose last read failed (FailedFile), so that a
-// tool that walks the tree (featurefs warm) learns which object a failing
-// name stands for and why, without re-implementing the naming rule. The
-// mount has no extended attributes: the kernel asks for two per file in
-// `ls -l`, each a round trip, and a mount without them says so once.
-const FailuresFile = "failures"
 
 // FailedFile is one feature file whose last read failed.
 type FailedFile struct {
@@ -29,7 +21,10 @@ type FailedFile struct {
 	Time string `json:"time"`
 }
 
-// Failures is the content of .featurefs/failures.
+// Failures is the record of the feature files whose last read failed: the
+// content of the tree's .featurefs/failures, so that a tool that walks the
+// tree (featurefs warm) learns which object a failing name stands for and
+// why, without re-implementing the naming rule.
 type Failures struct {
 	// Files are the failed files, sorted by File; at most maxFailedFiles,
 	// the most recent.
@@ -96,7 +91,4 @@ func (ff *failedFiles) snapshot() Failures {
 }
 
 // Failures returns the feature files whose last read failed.
-func (f *FS) Failures() Failures { return f.failed.snapshot() }
-
-// failuresJSON renders Failures, indented, with a final newline.
-func (f *FS) failuresJSON() []byte { return indentJSON(f.Failures()) }
+func (ns *Namespace) Failures() Failures { return ns.failed.snapshot() }

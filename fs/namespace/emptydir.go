@@ -1,4 +1,4 @@
-package fs
+package namespace
 
 import (
 	"context"
@@ -25,31 +25,31 @@ const peekPages = 3
 // complete listing (whose subdirectories are already filtered) has an
 // entry, or, with none known, a look into it finds an image or a
 // subdirectory. When the store cannot tell, it is shown.
-func (f *FS) dirShown(ctx context.Context, prefix string) bool {
-	if f.cfg.ShowEmptyDirs {
+func (ns *Namespace) dirShown(ctx context.Context, prefix string) bool {
+	if ns.cfg.ShowEmptyDirs {
 		return true
 	}
-	if l, ok := f.listings.Get(prefix); ok {
+	if l, ok := ns.listings.Get(prefix); ok {
 		if last := l.lastComplete(); last != nil {
 			return last.len() > 0
 		}
 	}
 	token := ""
 	for i := range peekPages {
-		lctx, cancel := f.listCtx(ctx)
+		lctx, cancel := ns.listCtx(ctx)
 		var p bucket.Page
 		var err error
 		if i == 0 {
-			p, err = bucket.Peek(lctx, f.bucket, prefix, peekEntries)
+			p, err = bucket.Peek(lctx, ns.bucket, prefix, peekEntries)
 		} else {
-			p, err = f.bucket.List(lctx, prefix, token)
+			p, err = ns.bucket.List(lctx, prefix, token)
 		}
 		cancel()
-		f.stats.listPages.Add(1)
+		ns.counts.listPages.Add(1)
 		if err != nil {
 			return true
 		}
-		if f.holdsImageOrDir(prefix, p) {
+		if ns.holdsImageOrDir(prefix, p) {
 			return true
 		}
 		if p.Next == "" || p.Next == token {
@@ -62,7 +62,7 @@ func (f *FS) dirShown(ctx context.Context, prefix string) bool {
 
 // holdsImageOrDir reports whether a page of prefix's listing has an image
 // object or a subdirectory that can be named.
-func (f *FS) holdsImageOrDir(prefix string, p bucket.Page) bool {
+func (ns *Namespace) holdsImageOrDir(prefix string, p bucket.Page) bool {
 	for _, d := range p.Prefixes {
 		if naming.ValidName(strings.TrimSuffix(strings.TrimPrefix(d, prefix), "/")) {
 			return true
@@ -70,7 +70,7 @@ func (f *FS) holdsImageOrDir(prefix string, p bucket.Page) bool {
 	}
 	for _, o := range p.Objects {
 		if base, ok := strings.CutPrefix(o.Key, prefix); ok && naming.ValidName(base) {
-			if _, image := f.naming.Split(base); image {
+			if _, image := ns.naming.Split(base); image {
 				return true
 			}
 		}
@@ -80,8 +80,8 @@ func (f *FS) holdsImageOrDir(prefix string, p bucket.Page) bool {
 
 // shownOnly drops the directories of es that are not shown, looking into
 // them in parallel (bounded with the lookups' Stat calls).
-func (f *FS) shownOnly(ctx context.Context, es []naming.Entry) []naming.Entry {
-	if f.cfg.ShowEmptyDirs {
+func (ns *Namespace) shownOnly(ctx context.Context, es []naming.Entry) []naming.Entry {
+	if ns.cfg.ShowEmptyDirs {
 		return es
 	}
 	hidden := make([]bool, len(es))
@@ -91,14 +91,14 @@ func (f *FS) shownOnly(ctx context.Context, es []naming.Entry) []naming.Entry {
 			continue
 		}
 		select {
-		case f.statSem <- struct{}{}:
+		case ns.statSem <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
 			return es // cannot tell: shown
 		}
 		wg.Go(func() {
-			defer func() { <-f.statSem }()
-			hidden[i] = !f.dirShown(ctx, e.Sub)
+			defer func() { <-ns.statSem }()
+			hidden[i] = !ns.dirShown(ctx, e.Sub)
 		})
 	}
 	wg.Wait()

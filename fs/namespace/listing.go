@@ -1,4 +1,4 @@
-package fs
+package namespace
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"github.com/featurefs/featurefs/fs/naming"
 )
 
-// listing is what featurefs knows of one bucket prefix: the entries decided
+// Listing is what featurefs knows of one bucket prefix: the entries decided
 // so far and whether they are all of them. A listing being read grows page
 // by page; readers of the cache see the entries decided so far (good for
 // positive answers only) until it is complete. While it is incomplete, it
 // keeps the complete listing it replaces (prev), so that lookups and
 // directory reads can still answer from the last known state.
-type listing struct {
+type Listing struct {
 	prefix string    // constant
 	at     time.Time // constant: when listing started (freshness)
 	// listedAt is when its entries were read from the store: at, or for a
@@ -28,22 +28,50 @@ type listing struct {
 	complete bool           // GUARDED_BY(mu)
 	failed   bool           // GUARDED_BY(mu): a page failed; never complete
 	pages    int            // GUARDED_BY(mu): pages read
-	prev     *listing       // GUARDED_BY(mu): the complete listing this one replaces; nil once complete
+	prev     *Listing       // GUARDED_BY(mu): the complete listing this one replaces; nil once complete
 
-	// checked is closed once the kernel's entries of feature files in this
-	// directory agree with the listing (FS.checkKernel, run once).
+	// checked is closed once the check the tree runs on a listing read from
+	// the store (CheckOnce: the kernel's entries of feature files in this
+	// directory made to agree with it) is done.
 	checkOnce sync.Once
 	checked   chan struct{}
 }
 
-func newListing(prefix string, at time.Time) *listing {
-	return &listing{prefix: prefix, at: at, listedAt: at, byName: map[string]int{}, checked: make(chan struct{})}
+// Prefix is the bucket prefix the listing is of ("" or "a/b/").
+func (l *Listing) Prefix() string { return l.prefix }
+
+// Find returns the entry called name, and whether the listing is complete
+// (so that a miss means the name does not exist).
+func (l *Listing) Find(name string) (e naming.Entry, found, complete bool) { return l.find(name) }
+
+// Complete reports whether the listing has all the prefix's entries.
+func (l *Listing) Complete() bool {
+	_, complete := l.snapshot()
+	return complete
+}
+
+// CheckOnce runs check the first time it is called on l (the tree's check
+// of the kernel's cache against a listing read from the store), and
+// closes Checked when it returns. A listing revived while the store fails
+// comes already checked.
+func (l *Listing) CheckOnce(check func()) {
+	l.checkOnce.Do(func() {
+		defer close(l.checked)
+		check()
+	})
+}
+
+// Checked is closed once CheckOnce's check is done.
+func (l *Listing) Checked() <-chan struct{} { return l.checked }
+
+func newListing(prefix string, at time.Time) *Listing {
+	return &Listing{prefix: prefix, at: at, listedAt: at, byName: map[string]int{}, checked: make(chan struct{})}
 }
 
 // append adds entries and returns those added. The naming rule gives
 // distinct names; a name already there (two shortened names whose hashes
 // collide) is dropped, so that no listing repeats a name.
-func (l *listing) append(es []naming.Entry) []naming.Entry {
+func (l *Listing) append(es []naming.Entry) []naming.Entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	added := es[:0:0]
@@ -60,7 +88,7 @@ func (l *listing) append(es []naming.Entry) []naming.Entry {
 
 // find returns the entry called name, and whether the listing is complete
 // (so that a miss means the name does not exist).
-func (l *listing) find(name string) (e naming.Entry, found, complete bool) {
+func (l *Listing) find(name string) (e naming.Entry, found, complete bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if i, ok := l.byName[name]; ok {
@@ -70,20 +98,20 @@ func (l *listing) find(name string) (e naming.Entry, found, complete bool) {
 }
 
 // snapshot returns the entries and whether they are complete.
-func (l *listing) snapshot() ([]naming.Entry, bool) {
+func (l *Listing) snapshot() ([]naming.Entry, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.entries, l.complete
 }
 
 // size returns the pages read and whether the listing is complete.
-func (l *listing) size() (pages int, complete bool) {
+func (l *Listing) size() (pages int, complete bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.pages, l.complete
 }
 
-func (l *listing) len() int {
+func (l *Listing) len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.entries)
@@ -91,7 +119,7 @@ func (l *listing) len() int {
 
 // lastComplete returns l if it is complete, else the complete listing it
 // replaces, if any.
-func (l *listing) lastComplete() *listing {
+func (l *Listing) lastComplete() *Listing {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.complete {
@@ -102,7 +130,7 @@ func (l *listing) lastComplete() *listing {
 
 // cost is the listing's weight in the listing cache: its entries and those
 // of the listing it still keeps.
-func (l *listing) cost() int {
+func (l *Listing) cost() int {
 	l.mu.Lock()
 	n, prev := len(l.entries), l.prev
 	l.mu.Unlock()
@@ -113,7 +141,7 @@ func (l *listing) cost() int {
 }
 
 // markComplete makes the listing complete, dropping the one it replaces.
-func (l *listing) markComplete() {
+func (l *Listing) markComplete() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.complete = true
@@ -124,8 +152,8 @@ func (l *listing) markComplete() {
 // listing, publishing it in the listing cache as it grows. Not safe for
 // concurrent use.
 type listStream struct {
-	fs    *FS
-	l     *listing
+	ns    *Namespace
+	l     *Listing
 	r     *naming.Resolver
 	token string
 	done  bool
@@ -138,23 +166,13 @@ type listStream struct {
 
 // newListStream starts reading prefix again; the listing it publishes keeps
 // the last complete listing of prefix until it is complete itself.
-func (f *FS) newListStream(prefix string) *listStream {
-	l := newListing(prefix, f.now())
-	if o, ok := f.listings.Get(prefix); ok {
+func (ns *Namespace) newListStream(prefix string) *listStream {
+	l := newListing(prefix, ns.now())
+	if o, ok := ns.listings.Get(prefix); ok {
 		l.prev = o.lastComplete()
 	}
-	f.listings.Put(prefix, l, l.cost())
-	return &listStream{fs: f, l: l, r: naming.NewResolver(f.naming, prefix, f.logRename)}
-}
-
-// listCtx bounds one List or Stat call, or one whole lookup, by ReadTimeout
-// (a stalled store fails the lookup or readdir with EIO then, not after the
-// SDK's own timeouts and retries).
-func (f *FS) listCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if f.readTimeout > 0 {
-		return context.WithTimeout(ctx, f.readTimeout)
-	}
-	return ctx, func() {}
+	ns.listings.Put(prefix, l, l.cost())
+	return &listStream{ns: ns, l: l, r: naming.NewResolver(ns.naming, prefix, ns.logRename)}
 }
 
 // revive publishes the replaced complete listing again after the store
@@ -162,31 +180,31 @@ func (f *FS) listCtx(ctx context.Context) (context.Context, context.CancelFunc) 
 // cached features readable) while the store is down. The revived listing
 // counts as fresh for another MetadataTTL, after which the store is asked
 // again. It returns the revived listing, or nil when there is none.
-func (s *listStream) revive(err error) *listing {
+func (s *listStream) revive(err error) *Listing {
 	s.l.mu.Lock()
 	old := s.l.prev
 	s.l.failed = true
 	s.l.prev = nil
 	s.l.mu.Unlock()
 	if old == nil {
-		s.fs.listings.RemoveIf(s.l.prefix, func(l *listing) bool { return l == s.l })
+		s.ns.listings.RemoveIf(s.l.prefix, func(l *Listing) bool { return l == s.l })
 		return nil
 	}
 	es, _ := old.snapshot()
 	pages, _ := old.size()
-	r := newListing(s.l.prefix, s.fs.now())
+	r := newListing(s.l.prefix, s.ns.now())
 	r.listedAt = old.listedAt
 	r.append(es)
 	r.pages = pages
 	r.markComplete()
 	// What the kernel holds came from this listing or an older one: nothing
 	// to check.
-	r.checkOnce.Do(func() { close(r.checked) })
-	if cur, ok := s.fs.listings.Get(s.l.prefix); !ok || cur == s.l {
-		s.fs.listings.Put(s.l.prefix, r, r.cost())
+	r.CheckOnce(func() {})
+	if cur, ok := s.ns.listings.Get(s.l.prefix); !ok || cur == s.l {
+		s.ns.listings.Put(s.l.prefix, r, r.cost())
 	}
-	s.fs.p.LogOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
-		s.fs.now().Sub(old.listedAt).Round(time.Second).String()+" ago", err)
+	s.ns.p.LogOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
+		s.ns.now().Sub(old.listedAt).Round(time.Second).String()+" ago", err)
 	return r
 }
 
@@ -201,10 +219,10 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	if s.done {
 		return nil, nil
 	}
-	lctx, cancel := s.fs.listCtx(ctx)
-	p, err := s.fs.bucket.List(lctx, s.l.prefix, s.token)
+	lctx, cancel := s.ns.listCtx(ctx)
+	p, err := s.ns.bucket.List(lctx, s.l.prefix, s.token)
 	cancel()
-	s.fs.stats.listPages.Add(1)
+	s.ns.counts.listPages.Add(1)
 	if err == nil && p.Next != "" && p.Next == s.token {
 		err = fmt.Errorf("the bucket returned the same continuation token twice")
 	}
@@ -226,17 +244,19 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	s.l.mu.Lock()
 	s.l.pages++
 	s.l.mu.Unlock()
-	es := s.l.append(s.fs.shownOnly(ctx, s.r.Add(p, complete)))
+	es := s.l.append(s.ns.shownOnly(ctx, s.r.Add(p, complete)))
 	if complete {
 		s.done = true
 		s.l.markComplete()
-		s.fs.listed(s.l)
+		if s.ns.listed != nil {
+			s.ns.listed(s.l)
+		}
 	}
 	s.handedOut = s.handedOut || len(es) > 0
 	// Re-publish with the new cost; a listing larger than the whole cache
 	// bound is dropped from it (lookups then Stat) but still streams.
-	if cur, ok := s.fs.listings.Get(s.l.prefix); ok && cur == s.l {
-		s.fs.listings.Put(s.l.prefix, s.l, s.l.cost())
+	if cur, ok := s.ns.listings.Get(s.l.prefix); ok && cur == s.l {
+		s.ns.listings.Put(s.l.prefix, s.l, s.l.cost())
 	}
 	return es, nil
 }
@@ -253,21 +273,21 @@ func (s *listStream) all(ctx context.Context, maxPages int) (bool, error) {
 }
 
 // fresh reports whether a listing started less than MetadataTTL ago.
-func (f *FS) fresh(l *listing) bool {
-	return f.now().Sub(l.at) < f.metadataTTL
+func (ns *Namespace) fresh(l *Listing) bool {
+	return ns.now().Sub(l.at) < ns.metadataTTL
 }
 
 // relist reads prefix's listing again, up to pages pages (0: all), in a run
-// shared by concurrent lookups and directory reads (FS.lists). It returns
+// shared by concurrent lookups and directory reads (Namespace.lists). It returns
 // the listing published at its end: the new one (complete, or partial when
 // pages ran out), or, when the store failed, the last complete listing
 // revived.
-func (f *FS) relist(prefix string, pages int) func(context.Context) (*listing, error) {
-	return func(ctx context.Context) (*listing, error) {
-		if l, ok := f.listings.Get(prefix); ok && f.fresh(l) {
+func (ns *Namespace) relist(prefix string, pages int) func(context.Context) (*Listing, error) {
+	return func(ctx context.Context) (*Listing, error) {
+		if l, ok := ns.listings.Get(prefix); ok && ns.fresh(l) {
 			return l, nil // another lookup or readdir has just started one
 		}
-		s := f.newListStream(prefix)
+		s := ns.newListStream(prefix)
 		if _, err := s.all(ctx, pages); err != nil {
 			return nil, err
 		}
@@ -282,21 +302,21 @@ func (f *FS) relist(prefix string, pages int) func(context.Context) (*listing, e
 // (failingGrace). Background refreshes are bounded (maxRefreshes); the read
 // goes on after the caller stops waiting and publishes its result in the
 // cache. It returns the new listing if it came in time, else nil.
-func (f *FS) refreshStale(ctx context.Context, prefix string) *listing {
-	return f.refreshListing(ctx, prefix, 0)
+func (ns *Namespace) refreshStale(ctx context.Context, prefix string) *Listing {
+	return ns.refreshListing(ctx, prefix, 0)
 }
 
 // refreshListing is refreshStale reading at most pages pages (0: all).
-func (f *FS) refreshListing(ctx context.Context, prefix string, pages int) *listing {
-	c := f.lists.Start(ctx, prefix, f.refreshSlot, func(ctx context.Context) (*listing, error) {
-		defer func() { <-f.refreshing }()
-		return f.relist(prefix, pages)(ctx)
+func (ns *Namespace) refreshListing(ctx context.Context, prefix string, pages int) *Listing {
+	c := ns.lists.Start(ctx, prefix, ns.refreshSlot, func(ctx context.Context) (*Listing, error) {
+		defer func() { <-ns.refreshing }()
+		return ns.relist(prefix, pages)(ctx)
 	})
 	if c == nil {
 		return nil
 	}
-	wait := f.cfg.StaleGrace
-	if f.p.Health().Failing() {
+	wait := ns.cfg.StaleGrace
+	if ns.p.Health().Failing() {
 		wait = min(wait, failingGrace)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
@@ -304,7 +324,7 @@ func (f *FS) refreshListing(ctx context.Context, prefix string, pages int) *list
 	l, err := c.Wait(wctx)
 	if err != nil {
 		if ctx.Err() == nil && wctx.Err() != nil {
-			f.p.Health().Slow()
+			ns.p.Health().Slow()
 		}
 		return nil
 	}
@@ -312,11 +332,84 @@ func (f *FS) refreshListing(ctx context.Context, prefix string, pages int) *list
 }
 
 // refreshSlot takes one of the background refresh slots, if one is free.
-func (f *FS) refreshSlot() bool {
+func (ns *Namespace) refreshSlot() bool {
 	select {
-	case f.refreshing <- struct{}{}:
+	case ns.refreshing <- struct{}{}:
 		return true
 	default:
 		return false
 	}
+}
+
+// Revalidate returns prefix's listing no older than MetadataTTL: the cached
+// one if fresh, else one read again now (all of it when a complete one was
+// cached, else RelistPages pages), waited for up to StaleGrace as stale
+// lookups wait. It returns nil when the store did not answer in time.
+func (ns *Namespace) Revalidate(ctx context.Context, prefix string) *Listing {
+	l, ok := ns.listings.Get(prefix)
+	if ok && ns.fresh(l) {
+		return l
+	}
+	pages := ns.cfg.RelistPages
+	if ok && l.lastComplete() != nil {
+		pages = 0
+	}
+	return ns.refreshListing(ctx, prefix, pages)
+}
+
+// DirReader reads one directory for a reader: a snapshot of a complete
+// cached listing, or a stream reading the bucket page by page as the
+// reader asks. Not safe for concurrent use.
+type DirReader struct {
+	entries []naming.Entry // the snapshot, handed out by the first Next
+	stream  *listStream    // nil when serving a snapshot
+	done    bool
+}
+
+// OpenDir starts reading prefix's directory: a fresh complete listing from
+// the cache; for a stale one that was complete, the listing read again if
+// the store answers within StaleGrace, else the stale one (see
+// refreshStale); else a stream reading the bucket page by page.
+func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
+	l, ok := ns.listings.Get(prefix)
+	if ok && ns.fresh(l) {
+		if es, complete := l.snapshot(); complete {
+			return &DirReader{entries: es}
+		}
+	}
+	if ok {
+		// Stale, or being read again: the last complete listing, unless the
+		// new one comes within the grace.
+		if old := l.lastComplete(); old != nil {
+			if nl := ns.refreshStale(ctx, prefix); nl != nil {
+				if es, complete := nl.snapshot(); complete {
+					return &DirReader{entries: es}
+				}
+			}
+			es, _ := old.snapshot()
+			return &DirReader{entries: es}
+		}
+	}
+	return &DirReader{stream: ns.newListStream(prefix)}
+}
+
+// Done reports whether the reader has handed out every entry.
+func (r *DirReader) Done() bool {
+	if r.stream != nil {
+		return r.stream.done
+	}
+	return r.done
+}
+
+// Next returns the next entries: the snapshot, or those a page newly
+// decided (possibly none while the directory is not done; see listStream).
+func (r *DirReader) Next(ctx context.Context) ([]naming.Entry, error) {
+	if r.stream != nil {
+		return r.stream.next(ctx)
+	}
+	if r.done {
+		return nil, nil
+	}
+	r.done = true
+	return r.entries, nil
 }

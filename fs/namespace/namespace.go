@@ -1,0 +1,192 @@
+package namespace
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/internal/inflight"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
+	"github.com/featurefs/featurefs/fs/internal/lru"
+	"github.com/featurefs/featurefs/fs/naming"
+)
+
+// Config is the namespace's own settings: what it needs beyond the
+// pipeline it lists and stats through (New). The settings it shares with
+// the read path (logger, clock, MetadataTTL, ReadTimeout, image
+// extensions) are the pipeline's (features.Pipeline.Config).
+type Config struct {
+	// ShowEmptyDirs shows directories that hold no image object and no
+	// subdirectory (a folder marker, only other files); by default they are
+	// hidden.
+	ShowEmptyDirs bool
+
+	// MaxListingEntries bounds the listing cache, in entries over all
+	// prefixes (default 1<<20, roughly 200MB).
+	MaxListingEntries int
+	// RelistPages is how many listing pages a lookup reads before it falls
+	// back to Stat calls (default 10).
+	RelistPages int
+	// StaleGrace is how long a lookup or directory read whose cached
+	// listing is stale (older than MetadataTTL, but complete) waits for the
+	// store to list the directory again before it answers from the stale
+	// listing; the new listing is still read in the background. While the
+	// store is failing, they wait only 50ms. Default 250ms.
+	StaleGrace time.Duration
+}
+
+// statParallel bounds the Stat calls of all lookups together.
+const statParallel = 32
+
+// maxRefreshes bounds the stale listings being read again in the background
+// (Namespace.refreshStale); a stale directory finding no slot answers from
+// its stale listing and is refreshed by a later lookup.
+const maxRefreshes = 8
+
+// defaultStaleGrace is Config.StaleGrace's default.
+const defaultStaleGrace = 250 * time.Millisecond
+
+// failingGrace is how long a stale listing's refresh is waited for while the
+// store is failing: enough for a store that is back to answer a small
+// listing, so that the first lookup after an outage sees fresh entries.
+const failingGrace = 50 * time.Millisecond
+
+// recentBytes bounds Namespace.recent.
+const recentBytes = 32 << 20
+
+// Namespace is what the tree knows of the bucket, without FUSE: the
+// listings of its prefixes, the names in them (fs/naming's rule), which
+// directories are shown, what a name stands for, the newest version of an
+// object a read should serve, the features and slow failures of recent
+// reads, and the record of failed files. Create it with New; Close it
+// after its last use.
+type Namespace struct {
+	// Constant after New.
+	cfg         Config
+	log         *slog.Logger
+	clock       func() time.Time // the pipeline's clock
+	metadataTTL time.Duration    // the pipeline's MetadataTTL
+	readTimeout time.Duration    // the pipeline's ReadTimeout (listings too)
+	naming      naming.Rule
+	// listed, if not nil, is called with every listing read completely
+	// from the store, before anything answers from it (the tree keeps the
+	// kernel's cache true with it).
+	listed  func(*Listing)
+	statSem chan struct{}
+	// refreshing holds a token per background listing refresh.
+	refreshing chan struct{}
+
+	// p is the read path: its bucket (which counts every call), the store's
+	// health, the log-once set and the newer versions reads found; its
+	// owner closes it. bucket is p.Bucket().
+	p      *features.Pipeline
+	bucket bucket.Bucket
+
+	listings *lru.LRU[string, *Listing] // prefix -> listing
+	lists    inflight.Group[*Listing]   // lookups' listings in flight
+
+	counts counts
+	failed *failedFiles // feature files whose last read failed
+	// recent holds the features reads computed (and slow failures, for
+	// failMemo), for the same file's next reads: they usually find the
+	// feature in the cache, but not when it could not be stored there.
+	recent *lru.LRU[FileKey, recentFeature]
+	failMu sync.Mutex // orders the slow failures put in recent
+
+	// owner owns the detached listings (lists); closed by Close.
+	owner *lifetime.Owner
+}
+
+// counts are the namespace's figures of the store's use.
+type counts struct {
+	statLookups, listPages, stats atomic.Int64
+}
+
+// Counts are the namespace's figures (the tree's stats file shows them).
+type Counts struct {
+	// StatLookups counts lookups answered without a complete listing.
+	StatLookups int64
+	// ListPages counts List calls (listings, empty-directory looks, probes).
+	ListPages int64
+	// StatCalls counts Stat calls of lookups.
+	StatCalls int64
+	// Listings and ListingEntries are the listing cache's size.
+	Listings, ListingEntries int
+}
+
+// New fills cfg's defaults and returns the namespace over p's bucket.
+// listed, if not nil, is called with every listing read completely from
+// the store (see Namespace.listed). The caller owns p and closes it after
+// the namespace.
+func New(p *features.Pipeline, cfg Config, listed func(*Listing)) *Namespace {
+	pc := p.Config()
+	if cfg.MaxListingEntries <= 0 {
+		cfg.MaxListingEntries = 1 << 20
+	}
+	if cfg.RelistPages <= 0 {
+		cfg.RelistPages = 10
+	}
+	if cfg.StaleGrace <= 0 {
+		cfg.StaleGrace = defaultStaleGrace
+	}
+	ns := &Namespace{
+		cfg:         cfg,
+		log:         pc.Logger,
+		clock:       pc.Now,
+		metadataTTL: pc.MetadataTTL,
+		readTimeout: pc.ReadTimeout,
+		naming:      naming.New(pc.ImageExtensions),
+		listed:      listed,
+		statSem:     make(chan struct{}, statParallel),
+		refreshing:  make(chan struct{}, maxRefreshes),
+		p:           p,
+		bucket:      p.Bucket(),
+		listings:    lru.New[string, *Listing](cfg.MaxListingEntries),
+		failed:      newFailedFiles(maxFailedFiles),
+		recent:      lru.New[FileKey, recentFeature](recentBytes),
+		owner:       lifetime.New(),
+	}
+	ns.lists.Owner = ns.owner
+	return ns
+}
+
+// Close stops the detached listings and waits for them. Safe to call more
+// than once.
+func (ns *Namespace) Close() { ns.owner.Close() }
+
+func (ns *Namespace) now() time.Time { return ns.clock() }
+
+// Counts returns the namespace's figures.
+func (ns *Namespace) Counts() Counts {
+	n, e := ns.listings.Size()
+	return Counts{
+		StatLookups:    ns.counts.statLookups.Load(),
+		ListPages:      ns.counts.listPages.Load(),
+		StatCalls:      ns.counts.stats.Load(),
+		Listings:       n,
+		ListingEntries: e,
+	}
+}
+
+// listCtx bounds one List or Stat call, or one whole lookup, by ReadTimeout
+// (a stalled store fails the lookup or readdir with EIO then, not after the
+// SDK's own timeouts and retries).
+func (ns *Namespace) listCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ns.readTimeout > 0 {
+		return context.WithTimeout(ctx, ns.readTimeout)
+	}
+	return ctx, func() {}
+}
+
+// logRename logs once (a bounded set) that an object or prefix is shown
+// under a name other than the plain rule's, and why (fs/naming).
+func (ns *Namespace) logRename(key, name, why string) {
+	if !ns.p.FirstLog("rename\x00" + key + "\x00" + name) {
+		return
+	}
+	ns.log.Warn("featurefs: renamed to avoid a collision or an unusable name", slog.String("key", key), slog.String("name", name), slog.String("why", why))
+}
