@@ -30,8 +30,8 @@ func TestDefaultsAgree(t *testing.T) {
 		t.Fatalf("spec.DefaultCacheDir() = %s, not under $HOME/.cache/featurefs", spec.DefaultCacheDir())
 	}
 
-	o, sv := mountopts.Default(), defaultServeArgs()
-	for name, fl := range map[string]*flag.FlagSet{"mount": mountFlags(&o), "serve": serveFlags(&sv.o, &sv.so)} {
+	o, sv := mountopts.Default(), defaultServe()
+	for name, fl := range map[string]*flag.FlagSet{"mount": mountFlags(&o), "serve": serveFlags(&sv)} {
 		for flagName, def := range want {
 			if name == "serve" && flagName == "cache-dir" {
 				// Not a mount's, so that serve and mount --remote both

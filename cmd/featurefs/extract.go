@@ -91,7 +91,7 @@ func runExtract(args []string) int {
 	fl.BoolVar(&a.null, "null", false, "--files-from entries end with NUL bytes (find -print0), not newlines")
 	fl.StringVar(&a.imageExts, "image-extensions", strings.Join(spec.DefaultImageExtensions(), ","), "the files a directory argument stands for, by extension, comma-separated")
 	fl.StringVar(&a.dtype, "dtype", string(def.DType), "float32 or float16")
-	rt := bindRuntimeFlags(fl, def)
+	rt := extractorFlags(fl, mountopts.Extract)
 	fl.IntVar(&a.batch, "batch-size", 0, "inputs per run (0: chosen automatically)")
 	fl.BoolVar(&a.allowCPU, "allow-cpu-fallback", false, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
 	fl.BoolVar(&a.fastDecode, "fast-decode", false, "decode JPEGs at least 2, 4 or 8 times larger than the resize needs at 1/2, 1/4 or 1/8 (libjpeg DCT scaling): faster on large photos, not bit-exact with torchvision")
@@ -113,7 +113,7 @@ func runExtract(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs extract: --log-level %q: %v\n", a.logLevel, err)
 		return exitUsage
 	}
-	if err := rt.check(); err != nil {
+	if err := checkExtractor(rt); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
 		return exitUsage
 	}
@@ -144,7 +144,7 @@ func runExtract(args []string) int {
 		return exitUsage
 	}
 	cfg := def
-	rt.apply(&cfg)
+	applyExtractor(rt, &cfg)
 	cfg.AllowCPUFallback, cfg.BatchSize = a.allowCPU, a.batch
 	cfg.DType = extractor.DType(a.dtype)
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
