@@ -413,10 +413,10 @@ var table = []*Option{
 		Help:   "object extensions shown as .npy, comma-separated",
 		helpIn: map[Command]string{Serve: "object extensions served as features, comma-separated"},
 		v: custom{
-			reset_: func(o *Options) { o.ImageExtensions = spec.DefaultImageExtensions() },
-			set:    func(o *Options, s string) error { return o.SetImageExtensions(s) },
-			show:   func(o *Options) string { return strings.Join(o.ImageExtensions, ",") },
-			file:   reflect.TypeFor[[]string](),
+			def:  func(o *Options) { o.ImageExtensions = spec.DefaultImageExtensions() },
+			set:  func(o *Options, s string) error { return o.SetImageExtensions(s) },
+			show: func(o *Options) string { return strings.Join(o.ImageExtensions, ",") },
+			file: reflect.TypeFor[[]string](),
 			loadFile: func(o *Options, v reflect.Value, _ string) error {
 				if err := o.SetImageExtensions(strings.Join(v.Interface().([]string), ",")); err != nil {
 					return fmt.Errorf("image-extensions: %w", err)

@@ -91,7 +91,8 @@ func (f field[T]) check(o *Options) error {
 // custom is a value with its own flag parsing (a list, a repeatable flag)
 // and, when in the config file, its own loading.
 type custom struct {
-	reset_ func(*Options)
+	// def sets the default (nil: the zero value).
+	def func(*Options)
 	// set parses one use of the flag; show renders the value (nil: "").
 	set  func(*Options, string) error
 	show func(*Options) string
@@ -103,8 +104,8 @@ type custom struct {
 }
 
 func (c custom) reset(o *Options) {
-	if c.reset_ != nil {
-		c.reset_(o)
+	if c.def != nil {
+		c.def(o)
 	}
 }
 
