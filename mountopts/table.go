@@ -330,7 +330,7 @@ var table = []*Option{
 	{Name: "tensorrt", Key: "tensorrt", In: extractorCmds,
 		Help: "run models with TensorRT on CUDA (without TensorRT's libraries: CUDA, with a warning)",
 		v:    boolean(func(o *Options) *bool { return &o.TensorRT })},
-	{Name: "allow-cpu-fallback", Key: "allow-cpu-fallback", In: sourceCmds,
+	{Name: "allow-cpu-fallback", Key: "allow-cpu-fallback", In: sourceCmds | Extract,
 		Help: "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4",
 		v:    boolean(func(o *Options) *bool { return &o.AllowCPUFallback })},
 	{Name: "precision", Key: "precision", In: extractorCmds,
@@ -344,7 +344,7 @@ var table = []*Option{
 	{Name: "cuda-lib-dir", Key: "cuda-lib-dir", In: extractorCmds | Doctor,
 		Help: "`directories` (colon-separated) searched first for the CUDA and cuDNN libraries (or FEATUREFS_CUDA_LIB_DIR)",
 		v:    str(func(o *Options) *string { return &o.CUDALibDir }, "", nil)},
-	{Name: "dtype", Key: "dtype", In: sourceCmds,
+	{Name: "dtype", Key: "dtype", In: sourceCmds | Extract,
 		Help: "element type of the .npy files: float32 or float16",
 		v: str(func(o *Options) *string { return (*string)(&o.DType) }, string(spec.Float32), func(s string) error {
 			if d := spec.DType(s); d != spec.Float32 && d != spec.Float16 {
@@ -352,7 +352,7 @@ var table = []*Option{
 			}
 			return nil
 		})},
-	{Name: "batch-size", Key: "batch-size", In: sourceCmds,
+	{Name: "batch-size", Key: "batch-size", In: sourceCmds | Extract | Bench,
 		Help: "images per model run (0: automatic)",
 		v:    num(func(o *Options) *int { return &o.BatchSize }, 0, notNegative[int]("batch-size", "%d", "must be 0 (automatic) or positive"))},
 
@@ -440,7 +440,7 @@ var table = []*Option{
 	{Name: "decode-memory", Key: "decode-memory", In: sourceCmds,
 		Help: "bound on the memory of the images being decoded at once, estimated from their headers",
 		v:    size(func(o *Options) *int64 { return &o.DecodeMemory }, spec.DefaultDecodeMemory, atLeast("decode-memory", 16*MiB, "16MiB, e.g. 1GiB"))},
-	{Name: "fast-decode", Key: "fast-decode", In: sourceCmds,
+	{Name: "fast-decode", Key: "fast-decode", In: sourceCmds | Extract,
 		Help: "decode a JPEG whose shorter side is at least 8, 4 or 2 times the resize size at 1/8, 1/4 or 1/2 of its size (libjpeg DCT scaling): faster on large photos, features close to torchvision's but not bit-exact",
 		v:    boolean(func(o *Options) *bool { return &o.FastDecode })},
 

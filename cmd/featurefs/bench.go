@@ -85,7 +85,6 @@ func runBench(args []string) int {
 	layers := fl.String("layers", "layer12,layer18", "comma-separated layers")
 	modes := fl.String("modes", "extract,decode,ort", "comma-separated: extract, decode, ort")
 	rt := extractorFlags(fl, mountopts.Bench)
-	batch := fl.Int("batch-size", 0, "batch size (0: chosen as a mount chooses it)")
 	seconds := fl.Duration("ort-time", 5*time.Second, "how long the ort mode runs")
 	limit := fl.Int("images", 0, "use at most this many images (0: all)")
 	workers := fl.Int("workers", 0, "decode and preprocess workers (0: as a mount chooses)")
@@ -123,7 +122,7 @@ func runBench(args []string) int {
 	}
 	cfg := def
 	applyExtractor(rt, &cfg)
-	cfg.BatchSize = *batch
+	cfg.BatchSize = rt.BatchSize
 	if *workers > 0 {
 		cfg.Workers = *workers
 	}
@@ -164,7 +163,7 @@ func runBench(args []string) int {
 			fmt.Fprintf(os.Stderr, "featurefs bench: model %s has no layer %q\n", *model, name)
 			return exitUsage
 		}
-		bs := *batch
+		bs := rt.BatchSize
 		if want["extract"] {
 			r, err := b.extract(l)
 			if err != nil {

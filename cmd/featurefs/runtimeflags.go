@@ -8,10 +8,12 @@ import (
 	"github.com/featurefs/featurefs/mountopts"
 )
 
-// extractorFlags binds the option table's flags of command c that run an
-// extractor without a mount (extract and bench: --device, --precision,
-// --tensorrt, --ort-lib, --cuda-lib-dir; layers and doctor: --ort-lib,
-// and doctor --cuda-lib-dir) over options with the table's defaults.
+// extractorFlags binds the option table's flags of command c, one that
+// runs an extractor without a mount (extract and bench: --device,
+// --precision, --tensorrt, --ort-lib, --cuda-lib-dir, --batch-size, and
+// extract's --dtype, --allow-cpu-fallback, --fast-decode; layers and
+// doctor: --ort-lib, and doctor --cuda-lib-dir), over options with the
+// table's defaults.
 func extractorFlags(fl *flag.FlagSet, c mountopts.Command) *mountopts.Options {
 	o := mountopts.Default()
 	bindOptions(fl, &o, c)
