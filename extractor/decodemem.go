@@ -28,11 +28,13 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // DefaultDecodeMemory is the default decode budget (Config.DecodeMemory):
 // the bytes that the images being decoded at once may hold.
-const DefaultDecodeMemory = 1 << 30
+const DefaultDecodeMemory = spec.DefaultDecodeMemory
 
 const (
 	// gcAfterBytes is the decode cost from which a decode collects

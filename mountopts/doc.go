@@ -3,12 +3,22 @@
 // file ([Options.LoadFile]) and a [Options.Validate] that answers with a
 // message a user can act on.
 //
+// # The option table
+//
+// Each option is written once, as a row of [Table] (table.go, like
+// rclone's fs.Option): its flag, config key, help, the commands that take
+// it, its default and its own check. The flags of every command
+// (cmd/featurefs binds them from [For]), the config file's keys, [Default]
+// and the per-option part of Validate all come from it; Validate itself
+// keeps only the rules that tie options together.
+//
 // # Precedence
 //
 // Defaults, then the config file, then command-line flags: cmd/featurefs
 // applies the file to [Default] and binds its flags on top, so a flag always
 // wins over the file. Flags are bound in cmd/ only; this package knows
-// nothing of the flag package.
+// nothing of the flag package ([Option.Target] hands cmd/ the field to
+// bind).
 //
 // # Config file
 //

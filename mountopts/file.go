@@ -7,9 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
-	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -34,47 +33,23 @@ type filePreprocess struct {
 	Std    *[3]float32 `yaml:"std"`
 }
 
-// fileOptions is the config file. A nil field was not given and leaves the
-// option as it was.
-type fileOptions struct {
-	Models           map[string]fileModel `yaml:"models"`
-	EndpointURL      *string              `yaml:"endpoint-url"`
-	Region           *string              `yaml:"region"`
-	Profile          *string              `yaml:"profile"`
-	CacheDir         *string              `yaml:"cache-dir"`
-	FeatureStore     *string              `yaml:"feature-store"`
-	FSEndpointURL    *string              `yaml:"feature-store-endpoint-url"`
-	FSProfile        *string              `yaml:"feature-store-profile"`
-	FeatureStoreOnly *bool                `yaml:"feature-store-only"`
-	CacheSize        *string              `yaml:"cache-size"`
-	CacheCompression *string              `yaml:"cache-compression"`
-	FSCompression    *string              `yaml:"feature-store-compression"`
-	Device           *string              `yaml:"device"`
-	TensorRT         *bool                `yaml:"tensorrt"`
-	CPUFallback      *bool                `yaml:"allow-cpu-fallback"`
-	Precision        *string              `yaml:"precision"`
-	CUDALibDir       *string              `yaml:"cuda-lib-dir"`
-	DType            *string              `yaml:"dtype"`
-	BatchSize        *int                 `yaml:"batch-size"`
-	MetadataTTL      *string              `yaml:"metadata-ttl"`
-	NegativeTTL      *string              `yaml:"negative-ttl"`
-	ReadTimeout      *string              `yaml:"read-timeout"`
-	AllowOther       *bool                `yaml:"allow-other"`
-	AllowNonempty    *bool                `yaml:"allow-nonempty"`
-	Foreground       *bool                `yaml:"foreground"`
-	LogLevel         *string              `yaml:"log-level"`
-	LogFile          *string              `yaml:"log-file"`
-	MetricsAddr      *string              `yaml:"metrics-addr"`
-	ORTLib           *string              `yaml:"ort-lib"`
-	ImageExtensions  []string             `yaml:"image-extensions"`
-	MaxPixels        *int64               `yaml:"max-pixels"`
-	MaxObjectSize    *string              `yaml:"max-object-size"`
-	DecodeMemory     *string              `yaml:"decode-memory"`
-	FastDecode       *bool                `yaml:"fast-decode"`
-	Prefetch         *string              `yaml:"prefetch"`
-	PrefetchLimit    *int                 `yaml:"prefetch-limit"`
-	ShowEmptyDirs    *bool                `yaml:"show-empty-dirs"`
-}
+// fileType is the config file: a struct with a field per key of the
+// option table (Option.Key), each a pointer, slice or map that stays nil
+// when the key is not given. yaml.v3 decodes into it with known fields
+// only, so an unknown key is an error.
+var fileType = func() reflect.Type {
+	var fields []reflect.StructField
+	for i, opt := range table {
+		if opt.Key != "" {
+			fields = append(fields, reflect.StructField{
+				Name: fmt.Sprintf("O%d", i),
+				Type: opt.v.fileType(),
+				Tag:  reflect.StructTag(`yaml:"` + opt.Key + `"`),
+			})
+		}
+	}
+	return reflect.StructOf(fields)
+}()
 
 // LoadFile applies the YAML config file at path on top of o and records it
 // in ConfigFile. Unknown keys are an error (a misspelt option must not be
@@ -86,28 +61,49 @@ func (o *Options) LoadFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
-	var f fileOptions
+	f := reflect.New(fileType)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(f.Interface()); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("--config %s: %w", path, explainFileError(err))
 	}
-	if err := o.apply(&f, filepath.Dir(path)); err != nil {
+	if err := o.apply(f.Elem(), filepath.Dir(path)); err != nil {
 		return fmt.Errorf("--config %s: %w", path, err)
 	}
 	o.ConfigFile = path
 	return nil
 }
 
-// apply copies the given fields of f onto o.
-func (o *Options) apply(f *fileOptions, dir string) error {
-	names := make([]string, 0, len(f.Models))
-	for name := range f.Models {
+// apply copies the keys given in f (a fileType) onto o, in the table's
+// order.
+func (o *Options) apply(f reflect.Value, dir string) error {
+	i := 0
+	for _, opt := range table {
+		if opt.Key == "" {
+			continue
+		}
+		v := f.Field(i)
+		i++
+		if v.IsNil() {
+			continue
+		}
+		if err := opt.v.load(o, v, opt.Key, dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadModels applies the config file's models: a model of a name already
+// in o is replaced.
+func (o *Options) loadModels(models map[string]fileModel, dir string) {
+	names := make([]string, 0, len(models))
+	for name := range models {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		m := f.Models[name]
+		m := models[name]
 		ms := spec.ModelSpec{Name: name, Path: m.Path, Aliases: m.Aliases}
 		if m.PrefetchLimit != nil {
 			if o.ModelPrefetchLimits == nil {
@@ -144,88 +140,4 @@ func (o *Options) apply(f *fileOptions, dir string) error {
 			o.Models = append(o.Models, ms)
 		}
 	}
-	setStr := func(dst *string, src *string) {
-		if src != nil {
-			*dst = *src
-		}
-	}
-	setBool := func(dst *bool, src *bool) {
-		if src != nil {
-			*dst = *src
-		}
-	}
-	setStr(&o.EndpointURL, f.EndpointURL)
-	setStr(&o.FeatureStore, f.FeatureStore)
-	setStr(&o.FeatureStoreEndpointURL, f.FSEndpointURL)
-	setStr(&o.FeatureStoreProfile, f.FSProfile)
-	setBool(&o.FeatureStoreOnly, f.FeatureStoreOnly)
-	setStr(&o.Region, f.Region)
-	setStr(&o.Profile, f.Profile)
-	setStr(&o.CacheDir, f.CacheDir)
-	setStr(&o.CacheCompression, f.CacheCompression)
-	setStr(&o.FeatureStoreCompression, f.FSCompression)
-	setStr(&o.Device, f.Device)
-	setStr(&o.LogLevel, f.LogLevel)
-	setStr(&o.LogFile, f.LogFile)
-	setStr(&o.MetricsAddr, f.MetricsAddr)
-	setStr(&o.ORTLib, f.ORTLib)
-	setStr(&o.CUDALibDir, f.CUDALibDir)
-	if f.Precision != nil {
-		o.Precision = spec.Precision(*f.Precision)
-	}
-	setStr(&o.Prefetch, f.Prefetch)
-	if f.PrefetchLimit != nil {
-		o.PrefetchLimit = *f.PrefetchLimit
-	}
-	setBool(&o.TensorRT, f.TensorRT)
-	setBool(&o.AllowCPUFallback, f.CPUFallback)
-	setBool(&o.AllowOther, f.AllowOther)
-	setBool(&o.ShowEmptyDirs, f.ShowEmptyDirs)
-	setBool(&o.AllowNonempty, f.AllowNonempty)
-	setBool(&o.Foreground, f.Foreground)
-	setBool(&o.FastDecode, f.FastDecode)
-	if f.DType != nil {
-		o.DType = spec.DType(*f.DType)
-	}
-	if f.BatchSize != nil {
-		o.BatchSize = *f.BatchSize
-	}
-	if f.MaxPixels != nil {
-		o.MaxPixels = *f.MaxPixels
-	}
-	for _, s := range []struct {
-		key string
-		src *string
-		dst *int64
-	}{{"cache-size", f.CacheSize, &o.CacheSize}, {"max-object-size", f.MaxObjectSize, &o.MaxObjectSize},
-		{"decode-memory", f.DecodeMemory, &o.DecodeMemory}} {
-		if s.src == nil {
-			continue
-		}
-		n, err := ParseSize(*s.src)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.key, err)
-		}
-		*s.dst = n
-	}
-	for _, d := range []struct {
-		key string
-		src *string
-		dst *time.Duration
-	}{{"metadata-ttl", f.MetadataTTL, &o.MetadataTTL}, {"negative-ttl", f.NegativeTTL, &o.NegativeTTL}, {"read-timeout", f.ReadTimeout, &o.ReadTimeout}} {
-		if d.src == nil {
-			continue
-		}
-		v, err := time.ParseDuration(*d.src)
-		if err != nil {
-			return fmt.Errorf("%s: %w (want e.g. 90s, 5m, 1h)", d.key, err)
-		}
-		*d.dst = v
-	}
-	if f.ImageExtensions != nil {
-		if err := o.SetImageExtensions(strings.Join(f.ImageExtensions, ",")); err != nil {
-			return fmt.Errorf("image-extensions: %w", err)
-		}
-	}
-	return nil
 }

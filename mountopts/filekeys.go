@@ -19,7 +19,7 @@ var fileSections = []struct {
 	where  string
 	keys   []string
 }{
-	{reflect.TypeOf(fileOptions{}).String(), "", yamlKeys(fileOptions{})},
+	{fileType.String(), "", yamlKeys(reflect.New(fileType).Elem().Interface())},
 	{reflect.TypeOf(fileModel{}).String(), " in a model (models: NAME:)", yamlKeys(fileModel{})},
 	{reflect.TypeOf(filePreprocess{}).String(), " in a model's preprocess:", yamlKeys(filePreprocess{})},
 }
@@ -38,12 +38,14 @@ func yamlKeys(v any) []string {
 }
 
 // unknownField is yaml.v3's line for a key that no field takes.
-var unknownField = regexp.MustCompile(`^line (\d+): field (.*) not found in type (\S+)$`)
+// The config file's own type is a struct literal type (fileType), with
+// spaces.
+var unknownField = regexp.MustCompile(`^line (\d+): field (.*?) not found in type (.+)$`)
 
 // explainFileError rewrites a config-file decoding error for a user: each
 // unknown key is named with the keys valid where it stands (and the
 // nearest, when one is a likely typo), instead of a Go type
-// (mountopts.fileOptions); other problems keep yaml's words with Go type
+// (fileType); other problems keep yaml's words with Go type
 // names replaced by the part of the file they stand for. Errors that are
 // not a *yaml.TypeError are returned as they are.
 func explainFileError(err error) error {
@@ -72,6 +74,8 @@ func explainFileLine(line string) string {
 			return msg + "; valid keys: " + strings.Join(s.keys, ", ")
 		}
 	}
+	// The top level's type first: its text holds the others'.
+	line = strings.ReplaceAll(line, fileSections[0].goType, "the top level")
 	line = strings.ReplaceAll(line, "map[string]"+fileSections[1].goType, "models: (a map of NAME: {path: ..., ...})")
 	for _, s := range fileSections {
 		what := "the top level"

@@ -3,14 +3,11 @@ package mountopts
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"regexp"
 	"strings"
 	"time"
 
-	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor/spec"
 )
 
@@ -171,8 +168,9 @@ type Options struct {
 	// Prefetch is what a reader's first touch of a layer directory
 	// extracts in the background: off, dir (the images of each directory
 	// touched) or tree (every image under the layer directory; the
-	// default) (--prefetch). Readers' own reads always go first.
-	Prefetch string
+	// default) (--prefetch). Readers' own reads always go first. It holds
+	// the text given until Validate has accepted it.
+	Prefetch spec.PrefetchMode
 	// PrefetchLimit is the most objects one prefetch walk of a layer
 	// directory extracts; 0: no limit (--prefetch-limit). Objects already
 	// cached do not count.
@@ -185,31 +183,10 @@ type Options struct {
 	// --remote-* flags; see remote.go and docs/SERVE.md). Models then come
 	// from the servers.
 	Remote RemoteOptions
-}
 
-// Default returns the defaults of every option. Models is empty: a mount
-// needs at least one from a flag or the config file.
-func Default() Options {
-	return Options{
-		CacheDir:                spec.DefaultCacheDir(),
-		CacheSize:               10 * GiB,
-		CacheCompression:        "s2",
-		FeatureStoreCompression: "s2",
-		Device:                  "auto",
-		Precision:               spec.FP32,
-		DType:                   spec.Float32,
-		MetadataTTL:             60 * time.Second,
-		NegativeTTL:             5 * time.Minute,
-		ReadTimeout:             5 * time.Minute,
-		LogLevel:                "info",
-		ORTLib:                  spec.DefaultORTLib(),
-		ImageExtensions:         spec.DefaultImageExtensions(),
-		MaxPixels:               spec.DefaultMaxPixels,
-		MaxObjectSize:           256 * MiB,
-		DecodeMemory:            GiB,
-		Prefetch:                "tree",
-		Remote:                  DefaultRemote(),
-	}
+	// Serve is featurefs serve's own settings (serve.go); a mount leaves
+	// them at their defaults.
+	Serve ServeOptions
 }
 
 // DefaultLogFile is where a background mount logs when LogFile is empty.
@@ -313,16 +290,71 @@ func (o *Options) ModelSpecs() []spec.ModelSpec {
 func ModelArg(m spec.ModelSpec) string { return m.Name + "=" + m.Path }
 
 // Validate checks every option and returns all problems found, one per
-// line, each naming the flag and what to do about it.
+// line, each naming the flag and what to do about it: each option's own
+// check (the table), then the rules that tie options together.
 func (o *Options) Validate() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	badFile := func(format string, args ...any) { errs = append(errs, &modelProblem{fmt.Sprintf(format, args...)}) }
-
 	if len(o.Models) == 0 && !o.Remote.Enabled() {
 		errs = append(errs, ErrNoModel)
 	}
-	o.Remote.validate(&errs)
+	if o.Remote.Enabled() {
+		errs = append(errs, o.checks(remoteGroup)...)
+	}
+	errs = append(errs, o.checks(mainGroup)...)
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case o.FeatureStoreOnly && o.FeatureStore == "":
+		bad("--feature-store-only: needs --feature-store s3://BUCKET[/PREFIX] or a directory")
+	case o.FeatureStore != "" && o.Remote.Enabled():
+		bad("--feature-store with --remote: the feature server reads and fills the feature store (featurefs serve --feature-store)")
+	case strings.Contains(o.FeatureStore, "://") && !strings.HasPrefix(o.FeatureStore, "s3://") && !strings.HasPrefix(o.FeatureStore, "file://"):
+		bad("--feature-store %q: want s3://BUCKET[/PREFIX] or a directory", o.FeatureStore)
+	}
+	devKind, _, _ := spec.ParseDevice(o.Device)
+	switch {
+	case devKind == "cpu" && o.TensorRT:
+		bad("--tensorrt runs on a GPU: drop it or use --device auto, cuda or cuda:N instead of cpu")
+	case devKind == "cpu" && o.AllowCPUFallback:
+		bad("--allow-cpu-fallback: --device cpu asks for no GPU to fall back from; drop one of them")
+	}
+	if devKind == "cpu" && (o.Precision == spec.TF32 || o.Precision == spec.FP16) {
+		bad("--precision %s: the CPU computes in fp32; drop --precision or use --device auto, cuda or cuda:N", o.Precision)
+	} else if err := o.checkFP16(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.FastDecode && o.Remote.Enabled() && (o.Remote.Split == "" || o.Remote.Split == "none") {
+		bad("--fast-decode: with --remote the servers decode the images: give it to featurefs serve instead (a mount with --split auto, raw or K decodes too and takes it, matching the servers')")
+	}
+	return errors.Join(errs...)
+}
+
+// checkFP16 is the rule that fp16 needs TensorRT.
+func (o *Options) checkFP16() error {
+	if o.Precision == spec.FP16 && !o.TensorRT {
+		return errors.New("--precision fp16 needs --tensorrt (the CUDA provider runs fp32 or tf32)")
+	}
+	return nil
+}
+
+// ValidateExtractor checks the extractor's options alone (--device,
+// --precision, --tensorrt) as featurefs extract and bench take them: each
+// option's own check, and that fp16 needs TensorRT; the first problem
+// found. Files are not looked at (the extractor reports a missing ONNX
+// Runtime itself).
+func (o *Options) ValidateExtractor() error {
+	for _, name := range []string{"device", "precision"} {
+		if err := Lookup(name).v.check(o); err != nil {
+			return err
+		}
+	}
+	return o.checkFP16()
+}
+
+// checkModels checks the models and their per-model prefetch limits.
+func (o *Options) checkModels() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	badFile := func(format string, args ...any) { errs = append(errs, &modelProblem{fmt.Sprintf(format, args...)}) }
 	seen := map[string]bool{}
 	for _, m := range o.Models {
 		arg := ModelArg(m)
@@ -356,123 +388,23 @@ func (o *Options) Validate() error {
 			}
 		}
 	}
-
-	if o.EndpointURL != "" {
-		u, err := url.Parse(o.EndpointURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("--endpoint-url %q: want http://HOST:PORT or https://HOST", o.EndpointURL)
-		}
-	}
-	if o.FeatureStoreEndpointURL != "" {
-		u, err := url.Parse(o.FeatureStoreEndpointURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("--feature-store-endpoint-url %q: want http://HOST:PORT or https://HOST", o.FeatureStoreEndpointURL)
-		}
-	}
-	switch {
-	case o.FeatureStoreOnly && o.FeatureStore == "":
-		bad("--feature-store-only: needs --feature-store s3://BUCKET[/PREFIX] or a directory")
-	case o.FeatureStore != "" && o.Remote.Enabled():
-		bad("--feature-store with --remote: the feature server reads and fills the feature store (featurefs serve --feature-store)")
-	case strings.Contains(o.FeatureStore, "://") && !strings.HasPrefix(o.FeatureStore, "s3://") && !strings.HasPrefix(o.FeatureStore, "file://"):
-		bad("--feature-store %q: want s3://BUCKET[/PREFIX] or a directory", o.FeatureStore)
-	}
-	if o.CacheDir == "" {
-		bad("--cache-dir: must not be empty")
-	}
-	if o.CacheCompression != "off" {
-		if _, err := codec.ParseMethod(o.CacheCompression); err != nil {
-			bad("--cache-compression %q: s2, zeros, zstd-fastest, zstd or off", o.CacheCompression)
-		}
-	}
-	// zeros stays in the cache: the feature store's readers may be older
-	// builds, which know ffz1 blobs but not that method.
-	if m, err := codec.ParseMethod(o.FeatureStoreCompression); o.FeatureStoreCompression != "off" && (err != nil || m == codec.Zeros) {
-		bad("--feature-store-compression %q: s2, zstd-fastest, zstd or off", o.FeatureStoreCompression)
-	}
-	if o.CacheSize < MiB {
-		bad("--cache-size %s: must be at least 1MiB, e.g. 10GiB", FormatSize(o.CacheSize))
-	}
-	devKind, _, devErr := spec.ParseDevice(o.Device)
-	if devErr != nil {
-		bad("--device %q: %v", o.Device, devErr)
-	} else if devKind == "cpu" && o.TensorRT {
-		bad("--tensorrt runs on a GPU: drop it or use --device auto, cuda or cuda:N instead of cpu")
-	} else if devKind == "cpu" && o.AllowCPUFallback {
-		bad("--allow-cpu-fallback: --device cpu asks for no GPU to fall back from; drop one of them")
-	}
-	switch o.Precision {
-	case spec.FP32:
-	case spec.TF32, spec.FP16:
-		if devKind == "cpu" {
-			bad("--precision %s: the CPU computes in fp32; drop --precision or use --device auto, cuda or cuda:N", o.Precision)
-		} else if o.Precision == spec.FP16 && !o.TensorRT {
-			bad("--precision fp16 needs --tensorrt (the CUDA provider runs fp32 or tf32)")
-		}
-	default:
-		bad("--precision %q: want fp32, tf32 or fp16", o.Precision)
-	}
-	if o.DType != spec.Float32 && o.DType != spec.Float16 {
-		bad("--dtype %q: want float32 or float16", o.DType)
-	}
-	if o.BatchSize < 0 {
-		bad("--batch-size %d: must be 0 (automatic) or positive", o.BatchSize)
-	}
-	if o.MetadataTTL < 0 {
-		bad("--metadata-ttl %v: must not be negative", o.MetadataTTL)
-	}
-	if o.NegativeTTL < 0 {
-		bad("--negative-ttl %v: must not be negative", o.NegativeTTL)
-	}
-	if o.ReadTimeout < 0 {
-		bad("--read-timeout %v: must be 0 (no bound) or positive", o.ReadTimeout)
-	}
-	switch strings.ToLower(o.LogLevel) {
-	case "debug", "info", "warn", "warning", "error":
-	default:
-		bad("--log-level %q: want debug, info, warn or error", o.LogLevel)
-	}
-	if o.MetricsAddr != "" {
-		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
-			bad("--metrics-addr %q: want HOST:PORT, e.g. 127.0.0.1:9090", o.MetricsAddr)
-		}
-	}
-	if o.ORTLib == "" {
-		bad("--ort-lib: must not be empty: name libonnxruntime.so (or set FEATUREFS_ORT_LIB)")
-	} else if _, err := os.Stat(o.ORTLib); err != nil {
-		badFile("--ort-lib %s: %v: install ONNX Runtime %s (scripts/install-deps.sh) or point --ort-lib / FEATUREFS_ORT_LIB at libonnxruntime.so", o.ORTLib, errors.Unwrap(err), spec.ORTVersion)
-	}
-	if len(o.ImageExtensions) == 0 {
-		bad("--image-extensions: must name at least one extension, e.g. jpg,jpeg,png")
-	}
-	for _, e := range o.ImageExtensions {
-		if e == "" || e == "npy" || strings.ContainsAny(e, "./") || e != strings.ToLower(e) {
-			bad("--image-extensions: %q: want lower-case extensions without dots, other than npy", e)
-		}
-	}
-	if o.MaxPixels <= 0 {
-		bad("--max-pixels %d: must be positive", o.MaxPixels)
-	}
-	if o.MaxObjectSize <= 0 {
-		bad("--max-object-size %s: must be positive, e.g. 256MiB", FormatSize(o.MaxObjectSize))
-	}
-	if o.DecodeMemory < 16*MiB {
-		bad("--decode-memory %s: must be at least 16MiB, e.g. 1GiB", FormatSize(o.DecodeMemory))
-	}
-	if o.FastDecode && o.Remote.Enabled() && (o.Remote.Split == "" || o.Remote.Split == "none") {
-		bad("--fast-decode: with --remote the servers decode the images: give it to featurefs serve instead (a mount with --split auto, raw or K decodes too and takes it, matching the servers')")
-	}
-	switch o.Prefetch {
-	case "off", "dir", "tree":
-	default:
-		bad("--prefetch %q: want off, dir or tree", o.Prefetch)
-	}
-	if o.PrefetchLimit < 0 {
-		bad("--prefetch-limit %d: must be 0 (no limit) or positive", o.PrefetchLimit)
-	}
 	for name, n := range o.ModelPrefetchLimits {
 		if n < 0 {
 			bad("model %q: prefetch-limit %d: must be 0 (no limit) or positive", name, n)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkImageExtensions checks --image-extensions.
+func checkImageExtensions(exts []string) error {
+	var errs []error
+	if len(exts) == 0 {
+		errs = append(errs, errors.New("--image-extensions: must name at least one extension, e.g. jpg,jpeg,png"))
+	}
+	for _, e := range exts {
+		if e == "" || e == "npy" || strings.ContainsAny(e, "./") || e != strings.ToLower(e) {
+			errs = append(errs, fmt.Errorf("--image-extensions: %q: want lower-case extensions without dots, other than npy", e))
 		}
 	}
 	return errors.Join(errs...)

@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"time"
-
-	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // RemoteOptions are the settings of a mount of feature servers
@@ -43,10 +40,9 @@ type RemoteOptions struct {
 	Split string
 }
 
-// DefaultRemote returns the defaults of the remote settings (no URL).
-func DefaultRemote() RemoteOptions {
-	return RemoteOptions{Timeout: 30 * time.Second, MaxBatch: 64, BatchWait: 2 * time.Millisecond, MaxInFlight: 4}
-}
+// DefaultRemote returns the defaults of the remote settings (no URL), from
+// the option table.
+func DefaultRemote() RemoteOptions { return Default().Remote }
 
 // SetURLs parses a --remote value: comma-separated server URLs.
 func (r *RemoteOptions) SetURLs(value string) error {
@@ -66,45 +62,16 @@ func (r *RemoteOptions) SetURLs(value string) error {
 // Enabled reports whether the mount is of feature servers.
 func (r *RemoteOptions) Enabled() bool { return len(r.URLs) > 0 }
 
-// validate appends the problems of the remote settings to errs.
-func (r *RemoteOptions) validate(errs *[]error) {
-	bad := func(format string, args ...any) { *errs = append(*errs, fmt.Errorf(format, args...)) }
+// checkURLs checks the --remote URLs.
+func (r *RemoteOptions) checkURLs() error {
+	var errs []error
 	for _, raw := range r.URLs {
 		u, err := url.Parse(strings.TrimRight(raw, "/"))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" {
-			bad("--remote %q: want http://HOST:PORT or https://HOST:PORT", raw)
+			errs = append(errs, fmt.Errorf("--remote %q: want http://HOST:PORT or https://HOST:PORT", raw))
 		} else if _, _, err := net.SplitHostPort(u.Host); err != nil && u.Port() == "" && u.Scheme == "http" {
-			bad("--remote %q: name the port, e.g. http://%s:7070", raw, u.Host)
+			errs = append(errs, fmt.Errorf("--remote %q: name the port, e.g. http://%s:7070", raw, u.Host))
 		}
 	}
-	if !r.Enabled() {
-		return
-	}
-	if r.TokenFile != "" {
-		if _, err := os.Stat(r.TokenFile); err != nil {
-			bad("--remote-token-file %s: %v", r.TokenFile, errors.Unwrap(err))
-		}
-	}
-	if r.CAFile != "" {
-		if _, err := os.Stat(r.CAFile); err != nil {
-			bad("--remote-ca %s: %v", r.CAFile, errors.Unwrap(err))
-		}
-	}
-	if r.Timeout <= 0 {
-		bad("--remote-timeout %v: must be positive, e.g. 30s", r.Timeout)
-	}
-	if r.MaxBatch <= 0 {
-		bad("--remote-max-batch %d: must be positive", r.MaxBatch)
-	}
-	if r.BatchWait < 0 {
-		bad("--remote-batch-wait %v: must not be negative", r.BatchWait)
-	}
-	if r.MaxInFlight <= 0 {
-		bad("--remote-max-inflight %d: must be positive", r.MaxInFlight)
-	}
-	if r.Split != "" {
-		if _, err := spec.ParseSplitPolicy(r.Split); err != nil {
-			bad("--split: %v", err)
-		}
-	}
+	return errors.Join(errs...)
 }

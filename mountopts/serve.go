@@ -3,11 +3,8 @@ package mountopts
 import (
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"time"
 
-	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor/spec"
 )
 
@@ -68,84 +65,22 @@ type ServeOptions struct {
 // `featurefs mount --remote` on one host run with their defaults.
 func DefaultServeCacheDir() string { return spec.DefaultServeCacheDir() }
 
-// DefaultServe returns the defaults of the serve settings.
-func DefaultServe() ServeOptions {
-	return ServeOptions{
-		Listen:          "127.0.0.1:7070",
-		MaxConcurrent:   64,
-		MaxBatchItems:   1024,
-		MaxRequestBytes: MiB,
-		ItemTimeout:     5 * time.Minute,
-		Heartbeat:       2 * time.Second,
-		WireCompression: "s2",
-		MaxConnsPerPeer: 128,
-		WriteTimeout:    30 * time.Second,
-
-		MaxBufferedBytes:           256 * MiB,
-		MaxBufferedBytesPerRequest: 64 * MiB,
-	}
-}
+// DefaultServe returns the defaults of the serve settings, from the option
+// table.
+func DefaultServe() ServeOptions { return Default().Serve }
 
 // Validate checks the serve settings and returns all problems found, one
-// per line.
+// per line: each option's own check (the table), then the rules that tie
+// them together.
 func (s *ServeOptions) Validate() error {
-	var errs []error
+	o := Options{Serve: *s}
+	errs := o.checks(serveGroup)
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
-		bad("--listen %q: want HOST:PORT, e.g. 0.0.0.0:7070", s.Listen)
-	}
 	if s.NoAuth && s.TokenFile != "" {
 		bad("--no-auth and --token-file: choose one")
 	}
-	if s.TokenFile != "" {
-		if _, err := os.Stat(s.TokenFile); err != nil {
-			bad("--token-file %s: %v", s.TokenFile, errors.Unwrap(err))
-		}
-	}
 	if (s.TLSCert == "") != (s.TLSKey == "") {
 		bad("--tls-cert and --tls-key: give both or neither")
-	}
-	for flag, p := range map[string]string{"--tls-cert": s.TLSCert, "--tls-key": s.TLSKey} {
-		if p == "" {
-			continue
-		}
-		if _, err := os.Stat(p); err != nil {
-			bad("%s %s: %v", flag, p, errors.Unwrap(err))
-		}
-	}
-	if s.MaxConcurrent <= 0 {
-		bad("--max-concurrent %d: must be positive", s.MaxConcurrent)
-	}
-	if s.MaxBatchItems <= 0 {
-		bad("--max-batch-items %d: must be positive", s.MaxBatchItems)
-	}
-	if s.MaxRequestBytes < 1024 {
-		bad("--max-request-bytes %s: must be at least 1KiB", FormatSize(s.MaxRequestBytes))
-	}
-	if s.ItemTimeout <= 0 {
-		bad("--item-timeout %v: must be positive", s.ItemTimeout)
-	}
-	if s.WireCompression != "off" {
-		// zeros stays in the cache: mounts of older builds accept ffz1
-		// blobs but do not know that method.
-		if m, err := codec.ParseMethod(s.WireCompression); err != nil || m == codec.Zeros {
-			bad("--wire-compression %q: s2, zstd-fastest, zstd or off", s.WireCompression)
-		}
-	}
-	if s.Heartbeat <= 0 {
-		bad("--heartbeat %v: must be positive", s.Heartbeat)
-	}
-	if s.MaxConns < 0 {
-		bad("--max-conns %d: must be positive (0: from the descriptor limit)", s.MaxConns)
-	}
-	if s.MaxConnsPerPeer <= 0 {
-		bad("--max-conns-per-peer %d: must be positive", s.MaxConnsPerPeer)
-	}
-	if s.WriteTimeout <= 0 {
-		bad("--write-timeout %v: must be positive", s.WriteTimeout)
-	}
-	if s.MaxBufferedBytes < MiB {
-		bad("--max-buffered-bytes %s: must be at least 1MiB", FormatSize(s.MaxBufferedBytes))
 	}
 	if s.MaxBufferedBytesPerRequest < MiB || s.MaxBufferedBytesPerRequest > s.MaxBufferedBytes {
 		bad("--max-buffered-bytes-per-request %s: must be at least 1MiB and at most --max-buffered-bytes (%s)",

@@ -288,7 +288,7 @@ func TestSplitBenchHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	c, err := remote.Dial(ctx, remote.ClientConfig{URLs: []string{plan.URL}, Timeout: 2 * time.Minute})
+	c, err := remote.Dial(ctx, remote.ClientConfig{URLs: []string{plan.URL}, Timeout: 2 * time.Minute, MaxBatch: 64, MaxWait: 2 * time.Millisecond, MaxInFlight: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

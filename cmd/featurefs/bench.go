@@ -23,6 +23,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/mountopts"
 )
 
 const benchUsage = `Usage: featurefs bench --model M.onnx [flags] DIR
@@ -83,8 +84,7 @@ func runBench(args []string) int {
 	model := fl.String("model", "", "model .onnx file")
 	layers := fl.String("layers", "layer12,layer18", "comma-separated layers")
 	modes := fl.String("modes", "extract,decode,ort", "comma-separated: extract, decode, ort")
-	rt := bindRuntimeFlags(fl, def)
-	batch := fl.Int("batch-size", 0, "batch size (0: chosen as a mount chooses it)")
+	rt := extractorFlags(fl, mountopts.Bench)
 	seconds := fl.Duration("ort-time", 5*time.Second, "how long the ort mode runs")
 	limit := fl.Int("images", 0, "use at most this many images (0: all)")
 	workers := fl.Int("workers", 0, "decode and preprocess workers (0: as a mount chooses)")
@@ -116,13 +116,13 @@ func runBench(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs bench: %v\n", err)
 		return exitUsage
 	}
-	if err := rt.check(); err != nil {
+	if err := checkExtractor(rt); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs bench: %v\n", err)
 		return exitUsage
 	}
 	cfg := def
-	rt.apply(&cfg)
-	cfg.BatchSize = *batch
+	applyExtractor(rt, &cfg)
+	cfg.BatchSize = rt.BatchSize
 	if *workers > 0 {
 		cfg.Workers = *workers
 	}
@@ -163,7 +163,7 @@ func runBench(args []string) int {
 			fmt.Fprintf(os.Stderr, "featurefs bench: model %s has no layer %q\n", *model, name)
 			return exitUsage
 		}
-		bs := *batch
+		bs := rt.BatchSize
 		if want["extract"] {
 			r, err := b.extract(l)
 			if err != nil {

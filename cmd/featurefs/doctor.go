@@ -35,8 +35,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("featurefs doctor", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	fl.Usage = func() { fmt.Fprint(stderr, doctorUsage); fl.PrintDefaults() }
-	ortLib := fl.String("ort-lib", extractor.DefaultORTLib(), "libonnxruntime shared library (or $FEATUREFS_ORT_LIB)")
-	cudaDir := fl.String("cuda-lib-dir", "", "`directories` (colon-separated) searched first for the CUDA and cuDNN libraries (or FEATUREFS_CUDA_LIB_DIR)")
+	rt := extractorFlags(fl, mountopts.Doctor)
 	nvmlLib := fl.String("nvml-lib", "", "NVML library (default libnvidia-ml.so.1 from the loader's paths)")
 	asJSON := fl.Bool("json", false, "print the report as JSON")
 	if err := fl.Parse(args); err != nil {
@@ -50,7 +49,7 @@ func doctor(args []string, stdout, stderr io.Writer) int {
 		fl.Usage()
 		return exitUsage
 	}
-	d := extractor.Diagnose(extractor.DiagnoseConfig{ORTLib: *ortLib, CUDALibDir: *cudaDir, NVMLLib: *nvmlLib})
+	d := extractor.Diagnose(extractor.DiagnoseConfig{ORTLib: rt.ORTLib, CUDALibDir: rt.CUDALibDir, NVMLLib: *nvmlLib})
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -68,12 +68,10 @@ Flags:
 
 // extractArgs are extract's own flags.
 type extractArgs struct {
-	model, layer, out, relTo, dtype, logLevel string
-	filesFrom, imageExts                      string
-	null                                      bool
-	batch                                     int
-	allowCPU, fastDecode                      bool
-	interval                                  time.Duration
+	model, layer, out, relTo, logLevel string
+	filesFrom, imageExts               string
+	null                               bool
+	interval                           time.Duration
 }
 
 // runExtract implements "featurefs extract".
@@ -90,11 +88,7 @@ func runExtract(args []string) int {
 	fl.StringVar(&a.filesFrom, "files-from", "", "read images and directories from this `file`, one per line (\"-\": stdin), besides the arguments")
 	fl.BoolVar(&a.null, "null", false, "--files-from entries end with NUL bytes (find -print0), not newlines")
 	fl.StringVar(&a.imageExts, "image-extensions", strings.Join(spec.DefaultImageExtensions(), ","), "the files a directory argument stands for, by extension, comma-separated")
-	fl.StringVar(&a.dtype, "dtype", string(def.DType), "float32 or float16")
-	rt := bindRuntimeFlags(fl, def)
-	fl.IntVar(&a.batch, "batch-size", 0, "inputs per run (0: chosen automatically)")
-	fl.BoolVar(&a.allowCPU, "allow-cpu-fallback", false, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
-	fl.BoolVar(&a.fastDecode, "fast-decode", false, "decode JPEGs at least 2, 4 or 8 times larger than the resize needs at 1/2, 1/4 or 1/8 (libjpeg DCT scaling): faster on large photos, not bit-exact with torchvision")
+	rt := extractorFlags(fl, mountopts.Extract)
 	fl.DurationVar(&a.interval, "progress-interval", 5*time.Second, "how often a progress line is printed when stderr is not a terminal")
 	fl.StringVar(&a.logLevel, "log-level", "warn", "debug, info, warn or error")
 	pos, err := parseInterspersed(fl, args)
@@ -113,7 +107,7 @@ func runExtract(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs extract: --log-level %q: %v\n", a.logLevel, err)
 		return exitUsage
 	}
-	if err := rt.check(); err != nil {
+	if err := checkExtractor(rt); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
 		return exitUsage
 	}
@@ -144,13 +138,13 @@ func runExtract(args []string) int {
 		return exitUsage
 	}
 	cfg := def
-	rt.apply(&cfg)
-	cfg.AllowCPUFallback, cfg.BatchSize = a.allowCPU, a.batch
-	cfg.DType = extractor.DType(a.dtype)
+	applyExtractor(rt, &cfg)
+	cfg.AllowCPUFallback, cfg.BatchSize = rt.AllowCPUFallback, rt.BatchSize
+	cfg.DType = rt.DType
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	name := strings.TrimSuffix(filepath.Base(a.model), filepath.Ext(a.model))
 	pre := extractor.DefaultPreprocess()
-	pre.FastDecode = a.fastDecode
+	pre.FastDecode = rt.FastDecode
 	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: name, Path: a.model, Preprocess: &pre}})
 	if errors.Is(err, extractor.ErrNoDevice) {
 		fmt.Fprintf(os.Stderr, "featurefs extract: --%v %s\n", err, noDeviceHint(cfg.Device, cfg.TensorRT))

@@ -10,11 +10,10 @@ import (
 // by default, and reaches the models' preprocessing (the cache key).
 func TestFastDecodeFlag(t *testing.T) {
 	o := mountopts.Default()
-	so := mountopts.DefaultServe()
 	var w warmArgs
 	sets := map[string]func() bool{
 		"mount": func() bool { return mountFlags(&o).Lookup("fast-decode") != nil },
-		"serve": func() bool { return serveFlags(&o, &so).Lookup("fast-decode") != nil },
+		"serve": func() bool { return serveFlags(&o).Lookup("fast-decode") != nil },
 		"warm":  func() bool { return warmFlags(&o, &w).Lookup("fast-decode") != nil },
 	}
 	for name, has := range sets {

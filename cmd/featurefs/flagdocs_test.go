@@ -211,8 +211,8 @@ func TestReadmeMountFlagsTable(t *testing.T) {
 // docs/SERVE.md's flags table holds every flag of `featurefs serve -h`
 // that README's Mount flags table does not, each row as -h prints it.
 func TestServeFlagsTable(t *testing.T) {
-	o, so := mountopts.Default(), mountopts.DefaultServe()
-	help := parseHelp(t, serveFlags(&o, &so))
+	o := mountopts.Default()
+	help := parseHelp(t, serveFlags(&o))
 	rows := docTable(t, "docs/SERVE.md", "## Server side")
 	checkRows(t, "docs/SERVE.md", rows, help, true)
 
@@ -238,7 +238,7 @@ func TestFeatureStoreFlagsTable(t *testing.T) {
 	for i := range rows {
 		rows[i].hasType = false
 	}
-	o, so := mountopts.Default(), mountopts.DefaultServe()
+	o := mountopts.Default()
 	mount := parseHelp(t, mountFlags(&o))
 	checkRows(t, "docs/FEATURE-STORE.md (mount)", rows, mount, false)
 	var shared []docRow
@@ -248,7 +248,7 @@ func TestFeatureStoreFlagsTable(t *testing.T) {
 		}
 	}
 	o = mountopts.Default()
-	checkRows(t, "docs/FEATURE-STORE.md (serve)", shared, parseHelp(t, serveFlags(&o, &so)), false)
+	checkRows(t, "docs/FEATURE-STORE.md (serve)", shared, parseHelp(t, serveFlags(&o)), false)
 	var w warmArgs
 	o = mountopts.Default()
 	checkRows(t, "docs/FEATURE-STORE.md (warm)", shared, parseHelp(t, warmFlags(&o, &w)), false)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/mountopts"
 )
 
 const layersUsage = `Usage: featurefs layers [--ort-lib PATH] MODEL.onnx
@@ -22,7 +23,7 @@ tensor, per-sample shape, bytes per sample (float32) and cumulative GFLOPs.
 func runLayers(args []string) int {
 	fl := flag.NewFlagSet("featurefs layers", flag.ContinueOnError)
 	fl.Usage = func() { fmt.Fprint(fl.Output(), layersUsage); fl.PrintDefaults() }
-	ortLib := fl.String("ort-lib", extractor.DefaultORTLib(), "libonnxruntime shared library (or $FEATUREFS_ORT_LIB)")
+	rt := extractorFlags(fl, mountopts.Layers)
 	pos, err := parseInterspersed(fl, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -36,7 +37,7 @@ func runLayers(args []string) int {
 	}
 	path := pos[0]
 	cfg := extractor.DefaultConfig()
-	cfg.ORTLib = *ortLib
+	cfg.ORTLib = rt.ORTLib
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	table, err := extractor.LayersTable(name, path, cfg)

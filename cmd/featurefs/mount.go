@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/featurefs/featurefs/extractor/spec"
 	featurefs "github.com/featurefs/featurefs/fs"
-	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/mountpoint"
 	"github.com/featurefs/featurefs/mountopts"
 )
@@ -60,90 +60,12 @@ serve; docs/SERVE.md) and so do the models; there is no SOURCE argument.
 Flags:
 `
 
-// sizeFlag is a flag.Value of a byte size in mountopts.ParseSize's forms.
-type sizeFlag struct{ p *int64 }
-
-func (s sizeFlag) String() string {
-	if s.p == nil {
-		return ""
-	}
-	return mountopts.FormatSize(*s.p)
-}
-
-func (s sizeFlag) Set(v string) error {
-	n, err := mountopts.ParseSize(v)
-	if err != nil {
-		return err
-	}
-	*s.p = n
-	return nil
-}
-
-// funcFlag is a flag.Value calling set for each use.
-type funcFlag struct {
-	show func() string
-	set  func(string) error
-}
-
-func (f funcFlag) String() string {
-	if f.show == nil {
-		return ""
-	}
-	return f.show()
-}
-func (f funcFlag) Set(v string) error { return f.set(v) }
-
-// mountFlags binds every mount flag to o.
+// mountFlags binds every mount flag to o (the option table's Mount set).
 func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl := flag.NewFlagSet("mount", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
-	sourceFlags(fl, o)
-	fl.DurationVar(&o.MetadataTTL, "metadata-ttl", o.MetadataTTL, "how long listings are cached: a changed bucket shows after at most this long")
-	fl.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "bound on the fetch and extraction behind one read (0: none)")
-	fl.BoolVar(&o.AllowOther, "allow-other", o.AllowOther, "let other users read the mount")
-	fl.BoolVar(&o.AllowNonempty, "allow-nonempty", o.AllowNonempty, "mount over a directory that holds files (hiding them while mounted)")
-	fl.BoolVar(&o.Foreground, "foreground", o.Foreground, "stay attached; log to stderr unless --log-file")
-	fl.StringVar(&o.LogFile, "log-file", o.LogFile, "log `file` (default ~/.cache/featurefs/featurefs.log in the background)")
-	fl.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "HOST:PORT to serve Prometheus metrics (/metrics) and the stats JSON (/stats) on, e.g. 127.0.0.1:9090")
-	fl.Var(funcFlag{show: func() string { return strings.Join(o.ImageExtensions, ",") }, set: o.SetImageExtensions},
-		"image-extensions", "object extensions shown as .npy, comma-separated")
-	fl.StringVar(&o.Prefetch, "prefetch", o.Prefetch, "what the first read of a feature file starts extracting in the background: off, dir (its directory) or tree (its layer directory)")
-	fl.BoolVar(&o.ShowEmptyDirs, "show-empty-dirs", o.ShowEmptyDirs, "show directories that hold no image and no subdirectory (folder markers, only other files)")
-	fl.IntVar(&o.PrefetchLimit, "prefetch-limit", o.PrefetchLimit, "most objects one prefetch walk of a layer extracts (0: no limit)")
-	fl.BoolVar(&o.FeatureStoreOnly, "feature-store-only", o.FeatureStoreOnly, "serve only the features the feature store has (one it lacks is EIO, never computed)")
-	remoteFlags(fl, &o.Remote)
+	bindOptions(fl, o, mountopts.Mount)
 	return fl
-}
-
-// sourceFlags binds the flags mount and serve share: models, the source,
-// the cache, the extractor and logging.
-func sourceFlags(fl *flag.FlagSet, o *mountopts.Options) {
-	fl.Var(funcFlag{set: o.AddModel}, "model", "`NAME=PATH.onnx`: a model served under features/NAME/ (repeatable)")
-	fl.StringVar(&o.ConfigFile, "config", o.ConfigFile, "YAML config `file` (models with preprocessing and aliases, and any option)")
-	fl.StringVar(&o.EndpointURL, "endpoint-url", o.EndpointURL, "S3 endpoint `URL` for MinIO, Ceph RGW, ... (default AWS)")
-	fl.StringVar(&o.Region, "region", o.Region, "S3 region")
-	fl.StringVar(&o.Profile, "profile", o.Profile, "AWS profile for credentials (default: the standard credential chain)")
-	fl.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "feature cache `directory`")
-	fl.StringVar(&o.FeatureStore, "feature-store", o.FeatureStore, "share features through s3://BUCKET[/PREFIX] or a directory: read after the cache, written after computing (docs/FEATURE-STORE.md)")
-	fl.StringVar(&o.FeatureStoreCompression, "feature-store-compression", o.FeatureStoreCompression, "how features are written to the feature store: s2, zstd-fastest, zstd or off (plain .npy objects any tool can read); both kinds are read")
-	fl.StringVar(&o.FeatureStoreEndpointURL, "feature-store-endpoint-url", o.FeatureStoreEndpointURL, "the feature store's S3 endpoint `URL` (default: --endpoint-url)")
-	fl.StringVar(&o.FeatureStoreProfile, "feature-store-profile", o.FeatureStoreProfile, "AWS profile for the feature store's credentials (default: --profile)")
-	fl.Var(sizeFlag{&o.CacheSize}, "cache-size", "feature cache bound, e.g. 10GiB, 512MiB")
-	fl.StringVar(&o.CacheCompression, "cache-compression", o.CacheCompression, "how features are compressed in the cache: s2, zeros, zstd-fastest, zstd or off")
-	fl.StringVar(&o.Device, "device", o.Device, "auto (every usable GPU, else the CPU), cpu, cuda (every usable GPU, or fail) or cuda:N,M,... (those GPUs)")
-	fl.BoolVar(&o.TensorRT, "tensorrt", o.TensorRT, "run models with TensorRT on CUDA (without TensorRT's libraries: CUDA, with a warning)")
-	fl.BoolVar(&o.AllowCPUFallback, "allow-cpu-fallback", o.AllowCPUFallback, "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4")
-	fl.StringVar((*string)(&o.Precision), "precision", string(o.Precision), "GPU arithmetic: fp32, tf32 (TF32 tensor cores) or fp16 (with --tensorrt)")
-	fl.StringVar(&o.CUDALibDir, "cuda-lib-dir", o.CUDALibDir, "`directories` (colon-separated) searched first for the CUDA and cuDNN libraries (or FEATUREFS_CUDA_LIB_DIR)")
-	fl.StringVar((*string)(&o.DType), "dtype", string(o.DType), "element type of the .npy files: float32 or float16")
-	fl.IntVar(&o.BatchSize, "batch-size", o.BatchSize, "images per model run (0: automatic)")
-	fl.DurationVar(&o.NegativeTTL, "negative-ttl", o.NegativeTTL, "how long a bad object fails without being fetched again")
-	fl.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
-	fl.StringVar(&o.ORTLib, "ort-lib", o.ORTLib, "path of libonnxruntime.so (or FEATUREFS_ORT_LIB)")
-	fl.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "reject images with more pixels")
-	fl.Var(sizeFlag{&o.MaxObjectSize}, "max-object-size", "reject larger objects (before fetching)")
-	fl.Var(sizeFlag{&o.DecodeMemory}, "decode-memory", "bound on the memory of the images being decoded at once, estimated from their headers")
-	fl.BoolVar(&o.FastDecode, "fast-decode", o.FastDecode, "decode a JPEG whose shorter side is at least 8, 4 or 2 times the resize size at 1/8, 1/4 or 1/2 of its size (libjpeg DCT scaling): faster on large photos, features close to torchvision's but not bit-exact")
 }
 
 // parseInterspersed parses flags anywhere among the positional arguments.
@@ -463,7 +385,7 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	}
 	log.Info("featurefs: mounted", slog.String("source", source), slog.String("mountpoint", mnt),
 		slog.String("device", st.ex.Device()), slog.Int("models", len(st.ex.Models())), slog.String("cache", o.CacheDir))
-	if pm, _ := features.ParsePrefetchMode(o.Prefetch); strings.HasPrefix(st.ex.Device(), "cuda") && pm == features.PrefetchOff {
+	if strings.HasPrefix(st.ex.Device(), "cuda") && o.Prefetch == spec.PrefetchOff {
 		// Measured on an H100: a 16-worker DataLoader's epoch 1 ran
 		// batches of 4 images on average without prefetch, 4x slower.
 		log.Info("featurefs: on a GPU, --prefetch tree (or dir) lets the first epoch run full batches; without it a batch holds only the reads in progress")

@@ -4,26 +4,12 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"log/slog"
 	"strings"
 
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/mountopts"
 )
-
-// remoteFlags binds the --remote flags of featurefs mount to r.
-func remoteFlags(fl *flag.FlagSet, r *mountopts.RemoteOptions) {
-	fl.Var(funcFlag{show: func() string { return strings.Join(r.URLs, ",") }, set: r.SetURLs},
-		"remote", "mount feature servers (featurefs serve) instead of a SOURCE: `URL[,URL...]`")
-	fl.StringVar(&r.TokenFile, "remote-token-file", r.TokenFile, "`file` holding the servers' bearer token (without it: the token itself from $FEATUREFS_TOKEN)")
-	fl.StringVar(&r.CAFile, "remote-ca", r.CAFile, "PEM `file` of CA certificates to trust for https:// servers")
-	fl.DurationVar(&r.Timeout, "remote-timeout", r.Timeout, "a server silent this long fails the reads waiting on it (EIO)")
-	fl.IntVar(&r.MaxBatch, "remote-max-batch", r.MaxBatch, "most features per request to a server")
-	fl.DurationVar(&r.BatchWait, "remote-batch-wait", r.BatchWait, "how long a request waits for more reads to join it")
-	fl.IntVar(&r.MaxInFlight, "remote-max-inflight", r.MaxInFlight, "most batch requests in flight per server")
-	fl.StringVar(&r.Split, "split", r.Split, "split execution with --remote: auto, none, raw or a layer number (auto, raw and K need the --model files)")
-}
 
 // remoteSource is the SOURCE shown for a remote mount (/proc/mounts).
 func remoteSource(r mountopts.RemoteOptions) string {

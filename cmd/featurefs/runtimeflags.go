@@ -2,49 +2,38 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"strings"
 
 	"github.com/featurefs/featurefs/extractor"
-	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/mountopts"
 )
 
-// runtimeFlags are the ONNX Runtime and device flags of the commands that
-// run an extractor without a mount (extract, bench); mount and serve bind
-// theirs through mountopts.
-type runtimeFlags struct {
-	device, precision, ortLib, cudaLibDir *string
-	tensorRT                              *bool
+// extractorFlags binds the option table's flags of command c, one that
+// runs an extractor without a mount (extract and bench: --device,
+// --precision, --tensorrt, --ort-lib, --cuda-lib-dir, --batch-size, and
+// extract's --dtype, --allow-cpu-fallback, --fast-decode; layers and
+// doctor: --ort-lib, and doctor --cuda-lib-dir), over options with the
+// table's defaults.
+func extractorFlags(fl *flag.FlagSet, c mountopts.Command) *mountopts.Options {
+	o := mountopts.Default()
+	bindOptions(fl, &o, c)
+	return &o
 }
 
-// bindRuntimeFlags binds --device, --precision, --tensorrt, --ort-lib and
-// --cuda-lib-dir on fl, with def's defaults.
-func bindRuntimeFlags(fl *flag.FlagSet, def extractor.Config) runtimeFlags {
-	return runtimeFlags{
-		device:     fl.String("device", def.Device, "auto (every usable GPU, else the CPU), cpu, cuda (every usable GPU, or fail) or cuda:N,M,... (those GPUs)"),
-		precision:  fl.String("precision", string(extractor.FP32), "GPU arithmetic: fp32, tf32 (TF32 tensor cores) or fp16 (with --tensorrt)"),
-		tensorRT:   fl.Bool("tensorrt", false, "use ONNX Runtime's TensorRT provider on a GPU"),
-		ortLib:     fl.String("ort-lib", def.ORTLib, "libonnxruntime shared library (or $FEATUREFS_ORT_LIB)"),
-		cudaLibDir: fl.String("cuda-lib-dir", "", "`directories` (colon-separated) searched first for the CUDA and cuDNN libraries (or FEATUREFS_CUDA_LIB_DIR)"),
+// checkExtractor says what is wrong with extract's or bench's extractor
+// flags, in one line, or nil. They also take --device gpu, which the
+// extractor reads as cuda.
+func checkExtractor(o *mountopts.Options) error {
+	if strings.EqualFold(strings.TrimSpace(o.Device), "gpu") {
+		c := *o
+		c.Device = "cuda"
+		return c.ValidateExtractor()
 	}
+	return o.ValidateExtractor()
 }
 
-// check says what is wrong with the flags' values, in one line, or nil.
-func (r runtimeFlags) check() error {
-	if _, _, err := spec.ParseDevice(*r.device); err != nil && !strings.EqualFold(strings.TrimSpace(*r.device), "gpu") {
-		return fmt.Errorf("--device %q: %w", *r.device, err)
-	}
-	switch p := extractor.Precision(*r.precision); {
-	case p != extractor.FP32 && p != extractor.TF32 && p != extractor.FP16:
-		return fmt.Errorf("--precision %q: want fp32, tf32 or fp16", *r.precision)
-	case p == extractor.FP16 && !*r.tensorRT:
-		return fmt.Errorf("--precision fp16 needs --tensorrt (the CUDA provider runs fp32 or tf32)")
-	}
-	return nil
-}
-
-// apply sets the flags' values in cfg.
-func (r runtimeFlags) apply(cfg *extractor.Config) {
-	cfg.ORTLib, cfg.Device, cfg.TensorRT = *r.ortLib, *r.device, *r.tensorRT
-	cfg.Precision, cfg.CUDALibDir = extractor.Precision(*r.precision), *r.cudaLibDir
+// applyExtractor sets the extractor flags' values in cfg.
+func applyExtractor(o *mountopts.Options, cfg *extractor.Config) {
+	cfg.ORTLib, cfg.Device, cfg.TensorRT = o.ORTLib, o.Device, o.TensorRT
+	cfg.Precision, cfg.CUDALibDir = o.Precision, o.CUDALibDir
 }

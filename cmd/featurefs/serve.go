@@ -41,64 +41,37 @@ const (
 	serveIdleTimeout   = 2 * time.Minute  // a kept-alive connection between requests
 )
 
-// serveFlags binds the serve flags: the source, model and cache options
-// shared with mount, and the server's own.
-func serveFlags(o *mountopts.Options, so *mountopts.ServeOptions) *flag.FlagSet {
+// serveFlags binds the serve flags (the option table's Serve set): the
+// source, model and cache options shared with mount, and the server's own
+// (o.Serve).
+func serveFlags(o *mountopts.Options) *flag.FlagSet {
 	fl := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
-	sourceFlags(fl, o)
-	fl.StringVar(&o.LogFile, "log-file", o.LogFile, "log `file` (default stderr)")
-	fl.Var(funcFlag{show: func() string { return strings.Join(o.ImageExtensions, ",") }, set: o.SetImageExtensions},
-		"image-extensions", "object extensions served as features, comma-separated")
-
-	fl.StringVar(&so.Listen, "listen", so.Listen, "`HOST:PORT` to listen on")
-	fl.StringVar(&so.TokenFile, "token-file", so.TokenFile, "`file` holding the bearer token clients must send (without it: the token itself from $FEATUREFS_TOKEN)")
-	fl.BoolVar(&so.NoAuth, "no-auth", so.NoAuth, "accept requests without a token (trusted networks only)")
-	fl.StringVar(&so.TLSCert, "tls-cert", so.TLSCert, "PEM certificate `file`: serve HTTPS")
-	fl.StringVar(&so.TLSKey, "tls-key", so.TLSKey, "PEM key `file` of --tls-cert")
-	fl.IntVar(&so.MaxConcurrent, "max-concurrent", so.MaxConcurrent, "features computed at once, over all requests (a computation keeps its slot until it ends, even when its client went away)")
-	fl.IntVar(&so.MaxBatchItems, "max-batch-items", so.MaxBatchItems, "items per batch request")
-	fl.Var(sizeFlag{&so.MaxRequestBytes}, "max-request-bytes", "bound on a request body, e.g. 1MiB")
-	fl.DurationVar(&so.ItemTimeout, "item-timeout", so.ItemTimeout, "bound on the fetch and extraction of one feature")
-	fl.DurationVar(&so.Heartbeat, "heartbeat", so.Heartbeat, "heartbeat interval of a batch stream with nothing to send")
-	fl.StringVar(&so.WireCompression, "wire-compression", so.WireCompression, "how features are compressed for mounts that accept it: s2, zstd-fastest, zstd or off")
-	fl.IntVar(&so.MaxConns, "max-conns", so.MaxConns, "connections held at once (0: 4096, at most the descriptor limit less max(512, a quarter of it))")
-	fl.IntVar(&so.MaxConnsPerPeer, "max-conns-per-peer", so.MaxConnsPerPeer, "connections held at once from one client address (an IPv6 /64 is one)")
-	fl.DurationVar(&so.WriteTimeout, "write-timeout", so.WriteTimeout, "a client that takes longer than this to accept 256 KiB of an answer is disconnected and its work cancelled")
-	fl.Var(sizeFlag{&so.MaxBufferedBytes}, "max-buffered-bytes", "bound on the bytes of answers computed and not yet written, over all requests")
-	fl.Var(sizeFlag{&so.MaxBufferedBytesPerRequest}, "max-buffered-bytes-per-request", "bound on the bytes of one request's answers computed and not yet written")
+	bindOptions(fl, o, mountopts.Serve)
 	return fl
 }
 
-// serveArgs are serve's options: the source's, and the server's own.
-type serveArgs struct {
-	o  mountopts.Options
-	so mountopts.ServeOptions
-}
-
-// defaultServeArgs returns serve's defaults: mount's, but for the cache
+// defaultServe returns serve's defaults: mount's, but for the cache
 // directory (not a mount's: a server and a --remote mount of it may run on
-// one host), and the server's own.
-func defaultServeArgs() serveArgs {
+// one host).
+func defaultServe() mountopts.Options {
 	o := mountopts.Default()
 	o.CacheDir = mountopts.DefaultServeCacheDir()
-	return serveArgs{o, mountopts.DefaultServe()}
+	return o
 }
 
 // parseServe builds serve's options (parseWithConfig).
 func parseServe(args []string) (mountopts.Options, mountopts.ServeOptions, []string, error) {
-	v, pos, err := parseWithConfig(args,
-		defaultServeArgs,
-		func(v *serveArgs) *mountopts.Options { return &v.o },
-		func(v *serveArgs) *flag.FlagSet { return serveFlags(&v.o, &v.so) })
-	return v.o, v.so, pos, err
+	o, pos, err := parseWithConfig(args, defaultServe,
+		func(o *mountopts.Options) *mountopts.Options { return o }, serveFlags)
+	return o, o.Serve, pos, err
 }
 
 func runServe(args []string) int {
 	o, so, pos, err := parseServe(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(os.Stderr, serveUsage)
-		fl := serveFlags(&o, &so)
+		fl := serveFlags(&o)
 		fl.SetOutput(os.Stderr)
 		fl.PrintDefaults()
 		return exitOK

@@ -129,8 +129,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 	}
 	if so.prefetch {
 		// Validate checked the mode's name.
-		mode, _ := features.ParsePrefetchMode(o.Prefetch)
-		cfg.Prefetch = features.PrefetchConfig{Mode: mode, Limit: o.PrefetchLimit, ModelLimits: o.ModelPrefetchLimits}
+		cfg.Prefetch = features.PrefetchConfig{Mode: o.Prefetch, Limit: o.PrefetchLimit, ModelLimits: o.ModelPrefetchLimits}
 	}
 	if s.pipe, err = features.New(cfg); err != nil {
 		return nil, failf(exitModel, "%w", err)

@@ -55,18 +55,8 @@ mount also 4 model/ONNX Runtime/asked-for GPU, 5 source, 6 cache directory.
 Flags:
 `
 
-// mountOnlyFlags are the flags warm binds with every mount flag but that
-// only a mount uses: given to warm they are refused (rejectMountOnly), not
-// ignored, and warm -h leaves them out.
-var mountOnlyFlags = map[string]bool{
-	"remote": true, "remote-token-file": true, "remote-ca": true, "remote-timeout": true,
-	"remote-max-batch": true, "remote-batch-wait": true, "remote-max-inflight": true, "split": true,
-	"allow-other": true, "allow-nonempty": true, "foreground": true, "metrics-addr": true,
-	"prefetch": true, "prefetch-limit": true, "show-empty-dirs": true,
-}
-
 // rejectMountOnly returns an error naming the mount-only flags among args
-// (mountOnlyFlags), or nil. The config file may hold them: it is shared
+// (mountOnly), or nil. The config file may hold them: it is shared
 // with mount.
 func rejectMountOnly(args []string) error {
 	o := mountopts.Default()
@@ -77,7 +67,7 @@ func rejectMountOnly(args []string) error {
 	}
 	var bad []string
 	fl.Visit(func(f *flag.Flag) {
-		if mountOnlyFlags[f.Name] {
+		if mountOnly(f.Name) {
 			bad = append(bad, "--"+f.Name)
 		}
 	})
@@ -99,7 +89,8 @@ type warmArgs struct {
 	interval      time.Duration
 }
 
-// warmFlags binds warm's flags and every mount flag.
+// warmFlags binds warm's flags and every mount flag (those of mount only
+// to reject them: rejectMountOnly).
 func warmFlags(o *mountopts.Options, w *warmArgs) *flag.FlagSet {
 	fl := mountFlags(o)
 	fl.StringVar(&w.source, "source", w.source, "without a mount: the `SOURCE` to read (s3://BUCKET[/PREFIX] or a directory)")
@@ -135,7 +126,7 @@ func runWarm(args []string) int {
 		fmt.Fprint(os.Stderr, warmUsage)
 		help := flag.NewFlagSet("warm", flag.ContinueOnError)
 		warmFlags(&o, &w).VisitAll(func(f *flag.Flag) {
-			if !mountOnlyFlags[f.Name] {
+			if !mountOnly(f.Name) {
 				help.Var(f.Value, f.Name, f.Usage)
 			}
 		})

@@ -49,7 +49,8 @@ type Bucket interface {
 	// Stat returns an object's metadata, or an error matching ErrNotFound.
 	Stat(ctx context.Context, key string) (Object, error)
 	// Get returns an object's content and metadata. Objects larger than
-	// maxBytes fail with an error matching ErrTooLarge.
+	// maxBytes fail with an error matching ErrTooLarge; maxBytes <= 0
+	// means the bucket's own limit (S3Options.MaxObjectBytes).
 	Get(ctx context.Context, key string, maxBytes int64) ([]byte, Object, error)
 	// Keys returns up to max object keys that start with keyPrefix and
 	// have no '/' after it, in key order (S3: one small ListObjectsV2; a

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // Defaults used by DefaultS3Options and for zero-valued S3Options fields.
@@ -18,8 +20,9 @@ const (
 	DefaultMaxRetries = 3
 	// DefaultMaxConcurrentGets bounds the concurrent GETs of one bucket.
 	DefaultMaxConcurrentGets = 64
-	// DefaultMaxObjectBytes bounds a Get called with maxBytes <= 0.
-	DefaultMaxObjectBytes int64 = 256 << 20
+	// DefaultMaxObjectBytes bounds a Get called with maxBytes <= 0: the
+	// one default of --max-object-size (spec.DefaultMaxObjectSize).
+	DefaultMaxObjectBytes = spec.DefaultMaxObjectSize
 	// DefaultListPageSize is the number of entries one List call asks for.
 	DefaultListPageSize = 1000
 	// DefaultProbeTimeout bounds the reachability check Open makes.

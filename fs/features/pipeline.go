@@ -73,7 +73,9 @@ type Config struct {
 	NegativeTTL time.Duration
 	// ReadTimeout bounds the fetch and extraction behind a read; 0: none.
 	ReadTimeout time.Duration
-	// MaxObjectSize is the largest object fetched (default 256MiB).
+	// MaxObjectSize is the largest object fetched; 0 leaves the bound to
+	// the bucket (a Get with maxBytes 0: bucket.S3Options.MaxObjectBytes).
+	// A mount passes --max-object-size (mountopts).
 	MaxObjectSize int64
 	// MaxBadObjects bounds the negative cache of bad objects (default 65536).
 	MaxBadObjects int
@@ -196,9 +198,6 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.MaxObjectSize <= 0 {
-		cfg.MaxObjectSize = 256 << 20
 	}
 	if cfg.MaxBadObjects <= 0 {
 		cfg.MaxBadObjects = 65536

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
 
@@ -133,6 +134,38 @@ func TestNoFUSEDependency(t *testing.T) {
 			if strings.Contains(d, "go-fuse") || d == "github.com/featurefs/featurefs/fs" {
 				t.Errorf("%s depends on %s", pkg, d)
 			}
+		}
+	}
+}
+
+// MaxObjectSize 0 leaves the size bound to the bucket (its MaxObjectBytes)
+// rather than putting a second default of its own in its place.
+func TestZeroMaxObjectSizeIsTheBucketsBound(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.jpg"), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bucket.Open(context.Background(), dir, bucket.S3Options{MaxObjectBytes: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	obj, err := b.Stat(ctx, "a.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		max     int64
+		tooLong bool
+	}{{0, true}, {64, false}} {
+		p, err := New(Config{Bucket: b, Extractor: newFakeExtractor(), Cache: fakes.NewCache(), MaxObjectSize: c.max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Feature(ctx, "tiny", 0, obj)
+		p.Close()
+		if got := errors.Is(err, bucket.ErrTooLarge); got != c.tooLong {
+			t.Errorf("MaxObjectSize %d over a bucket bounded at 4 bytes, a 10-byte object: %v; want too large %v", c.max, err, c.tooLong)
 		}
 	}
 }

@@ -12,30 +12,35 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // PrefetchMode says what a reader's first touch of a layer directory
-// schedules in the background.
-type PrefetchMode string
+// schedules in the background: spec's type, which mountopts validates, so
+// that a mount passes its --prefetch through without parsing it again.
+type PrefetchMode = spec.PrefetchMode
 
 const (
-	// PrefetchOff extracts only what readers read (the zero value).
-	PrefetchOff PrefetchMode = "off"
+	// PrefetchOff extracts only what readers read (the zero value, "",
+	// means off too).
+	PrefetchOff = spec.PrefetchOff
 	// PrefetchDir schedules the images of each directory a reader touches
 	// (not its subdirectories).
-	PrefetchDir PrefetchMode = "dir"
+	PrefetchDir = spec.PrefetchDir
 	// PrefetchTree schedules every image under the layer directory a
 	// reader first touches.
-	PrefetchTree PrefetchMode = "tree"
+	PrefetchTree = spec.PrefetchTree
 )
 
 // ErrPrefetchMode is matched by ParsePrefetchMode's error.
 var ErrPrefetchMode = errors.New("prefetch mode: want off, dir or tree")
 
-// ParsePrefetchMode parses off, dir or tree ("" is off).
+// ParsePrefetchMode parses off, dir or tree ("" is off), in any case and
+// with spaces around, for callers that hold the mode as text (a mount's
+// options hold it typed: mountopts.Options.Prefetch).
 func ParsePrefetchMode(s string) (PrefetchMode, error) {
 	switch m := PrefetchMode(strings.ToLower(strings.TrimSpace(s))); m {
 	case "", PrefetchOff:

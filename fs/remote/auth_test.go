@@ -64,7 +64,7 @@ func TestAuthRefusesMissingAndWrongTokens(t *testing.T) {
 		t.Errorf("server counted %d unauthorized requests, want %d", got, want)
 	}
 
-	_, err = Dial(context.Background(), ClientConfig{URLs: []string{ts.URL}, Token: wrong})
+	_, err = Dial(context.Background(), clientLimits(ClientConfig{URLs: []string{ts.URL}, Token: wrong}))
 	if !errors.Is(err, ErrUnauthorized) {
 		t.Errorf("Dial with a wrong token: %v, want ErrUnauthorized", err)
 	}

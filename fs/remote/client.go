@@ -36,14 +36,17 @@ type ClientConfig struct {
 	// system roots).
 	TLS *tls.Config
 	// Timeout is how long a server may stay silent (no response, frame or
-	// heartbeat) before the requests waiting on it fail (default 30s).
+	// heartbeat) before the requests waiting on it fail; positive
+	// (--remote-timeout).
 	Timeout time.Duration
-	// MaxBatch is the most items in one batch request (default 64).
+	// MaxBatch is the most items in one batch request; positive
+	// (--remote-max-batch).
 	MaxBatch int
-	// MaxWait is how long a batch waits to fill (default 2ms).
+	// MaxWait is how long a batch waits to fill; 0 sends each batch with
+	// what is queued at once (--remote-batch-wait).
 	MaxWait time.Duration
-	// MaxInFlight is the most batch requests in flight per server
-	// (default 4).
+	// MaxInFlight is the most batch requests in flight per server;
+	// positive (--remote-max-inflight).
 	MaxInFlight int
 	// MaxPending bounds the items queued per server (default 4096);
 	// Extract waits for room beyond it.
@@ -97,17 +100,17 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if len(cfg.URLs) == 0 {
 		return nil, errors.New("remote: no server URL")
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 30 * time.Second
-	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 64
-	}
-	if cfg.MaxWait <= 0 {
-		cfg.MaxWait = 2 * time.Millisecond
-	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 4
+	// The limits a mount sets (--remote-*: mountopts holds their
+	// defaults) are taken as given, never defaulted again here.
+	switch {
+	case cfg.Timeout <= 0:
+		return nil, fmt.Errorf("remote.Dial: Timeout %v: must be positive", cfg.Timeout)
+	case cfg.MaxBatch <= 0:
+		return nil, fmt.Errorf("remote.Dial: MaxBatch %d: must be positive", cfg.MaxBatch)
+	case cfg.MaxWait < 0:
+		return nil, fmt.Errorf("remote.Dial: MaxWait %v: must not be negative", cfg.MaxWait)
+	case cfg.MaxInFlight <= 0:
+		return nil, fmt.Errorf("remote.Dial: MaxInFlight %d: must be positive", cfg.MaxInFlight)
 	}
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = 4096

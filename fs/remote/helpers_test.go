@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
+	"github.com/featurefs/featurefs/mountopts"
 
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -117,7 +119,34 @@ func newTestServer(t testing.TB, cfg testConfig) (*Server, error) {
 		return nil, err
 	}
 	t.Cleanup(func() { p.Close() })
-	return NewServer(p, cfg.ServerConfig)
+	return NewServer(p, serverLimits(cfg.ServerConfig))
+}
+
+// serverLimits gives the limits cfg leaves zero featurefs serve's defaults
+// (mountopts), as its flags pass them: NewServer defaults none.
+func serverLimits(cfg ServerConfig) ServerConfig {
+	d := mountopts.DefaultServe()
+	cfg.MaxConcurrent = cmp.Or(cfg.MaxConcurrent, d.MaxConcurrent)
+	cfg.MaxBatchItems = cmp.Or(cfg.MaxBatchItems, d.MaxBatchItems)
+	cfg.MaxRequestBytes = cmp.Or(cfg.MaxRequestBytes, d.MaxRequestBytes)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, d.Heartbeat)
+	cfg.MaxBufferedBytes = cmp.Or(cfg.MaxBufferedBytes, d.MaxBufferedBytes)
+	cfg.MaxBufferedBytesPerRequest = cmp.Or(cfg.MaxBufferedBytesPerRequest, d.MaxBufferedBytesPerRequest)
+	cfg.WriteTimeout = cmp.Or(cfg.WriteTimeout, d.WriteTimeout)
+	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, 30*time.Second) // featurefs serve's serveBodyTimeout
+	return cfg
+}
+
+// clientLimits gives the limits cfg leaves zero featurefs mount's
+// defaults (mountopts), as its --remote-* flags pass them: Dial defaults
+// none.
+func clientLimits(cfg ClientConfig) ClientConfig {
+	d := mountopts.DefaultRemote()
+	cfg.Timeout = cmp.Or(cfg.Timeout, d.Timeout)
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, d.MaxBatch)
+	cfg.MaxWait = cmp.Or(cfg.MaxWait, d.BatchWait)
+	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, d.MaxInFlight)
+	return cfg
 }
 
 // startServer serves objects (key -> content) with a fake extractor.
@@ -193,7 +222,7 @@ func dial(t testing.TB, cfg ClientConfig) *Client {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, cfg)
+	c, err := Dial(ctx, clientLimits(cfg))
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}

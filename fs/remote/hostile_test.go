@@ -118,7 +118,7 @@ func (f *fakeServer) RoundTrip(r *http.Request) (*http.Response, error) {
 func dialFake(f *fakeServer, log *slog.Logger) (*Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return Dial(ctx, ClientConfig{URLs: []string{hostileURL}, Transport: f, Timeout: 10 * time.Second, Logger: log})
+	return Dial(ctx, clientLimits(ClientConfig{URLs: []string{hostileURL}, Transport: f, Timeout: 10 * time.Second, Logger: log}))
 }
 
 // goodNPY is the .npy file of model good's layer.

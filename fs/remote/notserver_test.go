@@ -39,7 +39,7 @@ func TestDialNotAFeatureServer(t *testing.T) {
 			fmt.Fprint(w, c.body)
 		}))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := Dial(ctx, ClientConfig{URLs: []string{ts.URL}, Timeout: 5 * time.Second})
+		_, err := Dial(ctx, clientLimits(ClientConfig{URLs: []string{ts.URL}, Timeout: 5 * time.Second}))
 		cancel()
 		ts.Close()
 		if err == nil {

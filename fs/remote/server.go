@@ -38,16 +38,19 @@ type ServerConfig struct {
 	// NoAuth accepts requests without a token (Token must be empty).
 	NoAuth bool
 
+	// The limits below must be positive: featurefs serve passes its
+	// flags' values (mountopts holds the defaults); none is defaulted here.
+
 	// MaxConcurrent bounds the features being computed at once over all
-	// requests (default 64). A slot is held until the computation it
+	// requests (--max-concurrent). A slot is held until the computation it
 	// started ends, even when the request that started it went away.
 	MaxConcurrent int
-	// MaxBatchItems bounds the items of one batch (default 1024).
+	// MaxBatchItems bounds the items of one batch (--max-batch-items).
 	MaxBatchItems int
-	// MaxRequestBytes bounds a request body (default 1MiB).
+	// MaxRequestBytes bounds a request body (--max-request-bytes).
 	MaxRequestBytes int64
 	// Heartbeat is how often a batch stream with nothing else to send sends
-	// a heartbeat frame (default 2s).
+	// a heartbeat frame (--heartbeat).
 	Heartbeat time.Duration
 
 	// ProfileDir caches the compute profiles GET /v1/profile measures
@@ -60,28 +63,23 @@ type ServerConfig struct {
 	WireCompression codec.Method
 
 	// MaxBufferedBytes bounds the bytes of features computed for answers
-	// and not yet written to their clients, over all requests (default
-	// DefaultMaxBufferedBytes). A batch item or GET /v1/feature reserves
+	// and not yet written to their clients, over all requests
+	// (--max-buffered-bytes). A batch item or GET /v1/feature reserves
 	// its feature's size before it is computed (an item larger than the
 	// bound reserves the whole bound).
 	MaxBufferedBytes int64
-	// MaxBufferedBytesPerRequest bounds them per request (default
-	// DefaultMaxBufferedBytesPerRequest, at most MaxBufferedBytes).
+	// MaxBufferedBytesPerRequest bounds them per request
+	// (--max-buffered-bytes-per-request; at most MaxBufferedBytes).
 	MaxBufferedBytesPerRequest int64
 	// WriteTimeout bounds how long a client may take to accept each
 	// httplimit.WriteChunk (256 KiB) of an answer; past it the connection
-	// is closed and the request's work cancelled (default 30s).
+	// is closed and the request's work cancelled (--write-timeout).
 	WriteTimeout time.Duration
-	// BodyTimeout bounds the arrival of a request body (default 30s).
+	// BodyTimeout bounds the arrival of a request body.
 	BodyTimeout time.Duration
 }
 
 const (
-	// DefaultMaxBufferedBytes is ServerConfig.MaxBufferedBytes's default.
-	DefaultMaxBufferedBytes = 256 << 20
-	// DefaultMaxBufferedBytesPerRequest is
-	// ServerConfig.MaxBufferedBytesPerRequest's default.
-	DefaultMaxBufferedBytesPerRequest = 64 << 20
 	// MaxKeyBytes bounds an object key in a request (S3's bound); a longer
 	// one is 400.
 	MaxKeyBytes = 1024
@@ -165,7 +163,7 @@ type ServerStats struct {
 	BufferedBytes int64 `json:"buffered_bytes"`
 }
 
-// NewServer checks cfg, fills its defaults and returns the server over p,
+// NewServer checks cfg (every limit must be given) and returns the server over p,
 // the read path it computes features with. The caller owns p: it closes p
 // after the server (Close leaves p open).
 func NewServer(p *features.Pipeline, cfg ServerConfig) (*Server, error) {
@@ -178,31 +176,19 @@ func NewServer(p *features.Pipeline, cfg ServerConfig) (*Server, error) {
 	case cfg.Token != "" && cfg.NoAuth:
 		return nil, errors.New("remote.NewServer: a token and NoAuth together")
 	}
-	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = 64
-	}
-	if cfg.MaxBatchItems <= 0 {
-		cfg.MaxBatchItems = 1024
-	}
-	if cfg.MaxRequestBytes <= 0 {
-		cfg.MaxRequestBytes = 1 << 20
-	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = 2 * time.Second
-	}
-	if cfg.MaxBufferedBytes <= 0 {
-		cfg.MaxBufferedBytes = DefaultMaxBufferedBytes
-	}
-	if cfg.MaxBufferedBytesPerRequest <= 0 {
-		cfg.MaxBufferedBytesPerRequest = DefaultMaxBufferedBytesPerRequest
+	// The limits featurefs serve sets (mountopts holds their defaults)
+	// are taken as given, never defaulted again here.
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{"MaxConcurrent", int64(cfg.MaxConcurrent)}, {"MaxBatchItems", int64(cfg.MaxBatchItems)}, {"MaxRequestBytes", cfg.MaxRequestBytes},
+		{"Heartbeat", int64(cfg.Heartbeat)}, {"MaxBufferedBytes", cfg.MaxBufferedBytes}, {"MaxBufferedBytesPerRequest", cfg.MaxBufferedBytesPerRequest},
+		{"WriteTimeout", int64(cfg.WriteTimeout)}, {"BodyTimeout", int64(cfg.BodyTimeout)}} {
+		if l.v <= 0 {
+			return nil, fmt.Errorf("remote.NewServer: %s must be positive", l.name)
+		}
 	}
 	cfg.MaxBufferedBytesPerRequest = min(cfg.MaxBufferedBytesPerRequest, cfg.MaxBufferedBytes)
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 30 * time.Second
-	}
-	if cfg.BodyTimeout <= 0 {
-		cfg.BodyTimeout = 30 * time.Second
-	}
 	pc := p.Config()
 	s := &Server{
 		cfg:           cfg,

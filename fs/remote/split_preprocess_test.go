@@ -53,7 +53,7 @@ func TestSplitRefusesOtherPreprocessing(t *testing.T) {
 	}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	c, err := Dial(ctx, ClientConfig{URLs: []string{hs.URL}})
+	c, err := Dial(ctx, clientLimits(ClientConfig{URLs: []string{hs.URL}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 	}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	c, err := Dial(ctx, ClientConfig{URLs: []string{hs.URL}})
+	c, err := Dial(ctx, clientLimits(ClientConfig{URLs: []string{hs.URL}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	}
 
 	hs, pc := serve(100 * time.Millisecond)
-	c, err := Dial(ctx, ClientConfig{URLs: []string{hs.URL}, Timeout: timeout})
+	c, err := Dial(ctx, clientLimits(ClientConfig{URLs: []string{hs.URL}, Timeout: timeout}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestSplitShortTimeoutSlowProfile(t *testing.T) {
 	// the timeout) still fails after the silence timeout, not the profile
 	// timeout.
 	hs2, _ := serve(time.Minute)
-	c2, err := Dial(ctx, ClientConfig{URLs: []string{hs2.URL}, Timeout: timeout})
+	c2, err := Dial(ctx, clientLimits(ClientConfig{URLs: []string{hs2.URL}, Timeout: timeout}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestTLSWithCAFile(t *testing.T) {
 		t.Fatalf("over TLS: %v", err)
 	}
 	untrusted, _ := TLSConfig("")
-	if _, err := Dial(context.Background(), ClientConfig{URLs: []string{ts.URL}, Token: testToken, TLS: untrusted}); err == nil {
+	if _, err := Dial(context.Background(), clientLimits(ClientConfig{URLs: []string{ts.URL}, Token: testToken, TLS: untrusted})); err == nil {
 		t.Error("Dial trusted a certificate no CA vouches for")
 	}
 	if _, err := TLSConfig(filepath.Join(t.TempDir(), "missing.pem")); err == nil {

@@ -116,7 +116,7 @@ func (b *Bucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
 	return bucket.Object{Key: key, Size: int64(len(o.data)), ETag: o.etag, ModTime: o.mtime}, nil
 }
 
-// Get returns an object's bytes, up to maxBytes.
+// Get returns an object's bytes, up to maxBytes (<= 0: no limit of its own).
 func (b *Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
 	b.Gets.Add(1)
 	b.mu.Lock()
@@ -126,7 +126,7 @@ func (b *Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, b
 		return nil, bucket.Object{}, fmt.Errorf("get %s: %w", key, bucket.ErrNotFound)
 	}
 	obj := bucket.Object{Key: key, Size: int64(len(o.data)), ETag: o.etag, ModTime: o.mtime}
-	if int64(len(o.data)) > maxBytes {
+	if maxBytes > 0 && int64(len(o.data)) > maxBytes {
 		return nil, obj, fmt.Errorf("get %s: %d bytes: %w", key, len(o.data), bucket.ErrTooLarge)
 	}
 	return append([]byte(nil), o.data...), obj, nil
