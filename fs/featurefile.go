@@ -12,7 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/fs/bucket"
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // featureFile is one .npy file: the feature of one object version at one
@@ -66,7 +66,7 @@ func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 // feature's content tells prefetch which layer directory a reader is in
 // (metadata alone never does: ls, find, du and stat compute nothing).
 func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	ff.fs.stats.readSizes[features.ReadSizeBucket(len(dest))].Add(1)
+	ff.fs.stats.readSizes[figures.ReadSizeBucket(len(dest))].Add(1)
 	obj, ok := ff.fs.currentVersion(ff.prefix, ff.name, ff.obj)
 	if !ok {
 		return nil, ff.fs.errno(fmt.Errorf("%s%s: no longer listed: %w", ff.prefix, ff.name, bucket.ErrNotFound), ff.obj.Key)
@@ -201,7 +201,7 @@ func (ff *featureFile) content(ctx context.Context, obj bucket.Object, off int64
 		if errno == syscall.EINTR {
 			return nil, errno
 		}
-		ff.fs.failed.add(file, obj.Key, features.ErrReason(obj.Key, err), ff.fs.now())
+		ff.fs.failed.add(file, obj.Key, figures.ErrReason(obj.Key, err), ff.fs.now())
 		if now := time.Now(); now.Sub(t0) >= slowFailure {
 			ff.fs.failMu.Lock()
 			r, ok := ff.fs.recent.Get(k)

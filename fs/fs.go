@@ -20,6 +20,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
@@ -91,6 +92,9 @@ type FS struct {
 	// it. bucket is p.Bucket(), which counts every call.
 	p      *features.Pipeline
 	bucket bucket.Bucket
+	// journal is p's journal of errors (recent errors, log-once): the
+	// tree's errors are told there too.
+	journal *figures.Journal
 
 	listings *lru.LRU[string, *listing] // prefix -> listing
 	lists    inflight.Group[*listing]   // lookups' listings in flight
@@ -113,15 +117,17 @@ type FS struct {
 // recentBytes bounds FS.recent.
 const recentBytes = 32 << 20
 
-// counters are the tree's own figures (the pipeline counts the rest).
+// counters are the tree's own figures (the pipeline counts the rest;
+// Stats puts the two together).
 type counters struct {
 	lookups, statLookups, listPages, stats atomic.Int64
 	reads, readBytes, opens                atomic.Int64
 	ioErrors, invalidations, contentDrops  atomic.Int64
 	recentReads                            atomic.Int64
+	errors                                 figures.ErrorTally // errors answered to readers, by kind
 	// readSizes counts feature files' READ requests by size, indexed as
-	// features.ReadSizeBucket.
-	readSizes [len(features.ReadSizeBounds) + 1]atomic.Int64
+	// figures.ReadSizeBucket.
+	readSizes [len(figures.ReadSizeBounds) + 1]atomic.Int64
 }
 
 // New checks cfg, fills its defaults and returns the tree over p, the read
@@ -158,6 +164,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		owner:       lifetime.New(),
 		p:           p,
 		bucket:      p.Bucket(),
+		journal:     p.Journal(),
 	}
 	f.lists.Owner = f.owner
 	if len(f.models) == 0 {

@@ -185,7 +185,7 @@ func (s *listStream) revive(err error) *listing {
 	if cur, ok := s.fs.listings.Get(s.l.prefix); !ok || cur == s.l {
 		s.fs.listings.Put(s.l.prefix, r, r.cost())
 	}
-	s.fs.p.LogOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
+	s.fs.journal.LogOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
 		s.fs.now().Sub(old.listedAt).Round(time.Second).String()+" ago", err)
 	return r
 }

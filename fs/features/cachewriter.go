@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // Cache write-behind defaults (Config.CacheWriteBytes, Config.CacheWriters,
@@ -36,37 +37,6 @@ const (
 // cores, between 1 and maxCacheWriters.
 func defaultCacheWriters() int {
 	return min(max(runtime.NumCPU()/4, 1), maxCacheWriters)
-}
-
-// CacheWriteStats are the figures of the cache's write-behind queue (the
-// cache_write fields of the stats file's "fs" object).
-type CacheWriteStats struct {
-	// WriteQueued is the features waiting for, or in, their cache write
-	// now; WriteQueuedBytes their bytes.
-	WriteQueued      int   `json:"cache_write_queued"`
-	WriteQueuedBytes int64 `json:"cache_write_queued_bytes"`
-	// WriteQueuePeakBytes is the most bytes queued at once (the
-	// high-water mark); WriteQueueMaxBytes the bound.
-	WriteQueuePeakBytes int64 `json:"cache_write_queue_peak_bytes"`
-	WriteQueueMaxBytes  int64 `json:"cache_write_queue_max_bytes"`
-	// BackgroundWrites counts the cache writes done by the writers, off
-	// the read path; InlineWrites those done by the producer itself,
-	// because the queue had no room for a reader's feature (or the
-	// feature is larger than the bound, or the queue is closed).
-	BackgroundWrites int64 `json:"cache_writes_background"`
-	InlineWrites     int64 `json:"cache_writes_inline"`
-	// SkippedWrites counts features a read computed while the queue was
-	// full: served, not cached.
-	SkippedWrites int64 `json:"cache_writes_skipped"`
-	// WriteWaits counts background producers (prefetch, warm-up) that
-	// waited for room in the queue.
-	WriteWaits int64 `json:"cache_write_waits"`
-	// WriteQueueReads counts feature lookups answered from the queue: a
-	// feature computed but not yet written (counted as cache hits too).
-	WriteQueueReads int64 `json:"cache_write_queue_reads"`
-	// DroppedWrites counts queued features never written: Close's wait
-	// for the writes timed out (the cache was stuck).
-	DroppedWrites int64 `json:"cache_writes_dropped"`
 }
 
 // pendingWrite is one feature waiting for its cache write.
@@ -289,10 +259,10 @@ func (c *cacheWriter) close(timeout time.Duration) {
 }
 
 // stats returns the queue's figures.
-func (c *cacheWriter) stats() CacheWriteStats {
+func (c *cacheWriter) stats() figures.CacheWriteStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CacheWriteStats{
+	return figures.CacheWriteStats{
 		WriteQueued: len(c.pending), WriteQueuedBytes: c.bytes, WriteQueuePeakBytes: c.peak, WriteQueueMaxBytes: c.maxBytes,
 		BackgroundWrites: c.background.Load(), InlineWrites: c.inline.Load(), SkippedWrites: c.skipped.Load(), WriteWaits: c.waits.Load(),
 		WriteQueueReads: c.reads.Load(), DroppedWrites: c.dropped.Load(),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 	"github.com/featurefs/featurefs/fs/naming"
 )
@@ -94,45 +95,6 @@ const (
 	// batchRefresh is how often the extractor's batch sizes are re-read.
 	batchRefresh = 2 * time.Second
 )
-
-// PrefetchStats are prefetch's figures (the "prefetch" object of
-// .featurefs/stats).
-type PrefetchStats struct {
-	// Mode is off, dir or tree.
-	Mode PrefetchMode `json:"mode"`
-	// Walks counts walks started; WalksDone those finished (cancelled ones
-	// included).
-	Walks     int64 `json:"walks"`
-	WalksDone int64 `json:"walks_done"`
-	// WalksDropped counts touches dropped because the walk queue was full.
-	WalksDropped int64 `json:"walks_dropped"`
-	// WalksLimited counts walks stopped by the limit or the cache size.
-	WalksLimited int64 `json:"walks_limited"`
-	// Queued is the walks waiting now; PeakQueued the most seen.
-	Queued     int `json:"queued"`
-	PeakQueued int `json:"peak_queued"`
-	// ListPages counts listing pages walks read.
-	ListPages int64 `json:"list_pages"`
-	// Objects counts image objects walks found; Cached those skipped as
-	// already cached; Bad those skipped as known bad.
-	Objects int64 `json:"objects"`
-	Cached  int64 `json:"cached"`
-	Bad     int64 `json:"bad"`
-	// Extracted, Failed and Cancelled count extractions prefetch finished.
-	Extracted int64 `json:"extracted"`
-	Failed    int64 `json:"failed"`
-	Cancelled int64 `json:"cancelled"`
-	// InFlight is the extractions in flight now, PeakInFlight the most
-	// seen, InFlightLimit the current bound.
-	InFlight      int `json:"in_flight"`
-	PeakInFlight  int `json:"peak_in_flight"`
-	InFlightLimit int `json:"in_flight_limit"`
-	// InFlightBytes is the bytes they hold (estimated), PeakInFlightBytes
-	// the most seen, MaxBytes the bound.
-	InFlightBytes     int64 `json:"in_flight_bytes"`
-	PeakInFlightBytes int64 `json:"peak_in_flight_bytes"`
-	MaxBytes          int64 `json:"max_bytes"`
-}
 
 // budget bounds work in flight by count and bytes. Safe for concurrent use.
 type budget struct {
@@ -415,7 +377,7 @@ func (p *prefetcher) run(job walkJob) {
 				// Bad objects are logged where recorded; a feature a
 				// store-only mount lacks, when a reader asks for it.
 				if !BadObject(err) && !errors.Is(err, ErrNotExtracted) {
-					p.pipe.LogOnce(obj.Key, "prefetch failed", err)
+					p.pipe.journal.LogOnce(obj.Key, "prefetch failed", err)
 				}
 			}
 		})
@@ -427,7 +389,7 @@ func (p *prefetcher) run(job walkJob) {
 		p.pipe.log.Info("featurefs: prefetch stopped at its limit", slog.String("model", v.Model.Name),
 			slog.String("layer", v.Layer.Name), slog.String("key", job.prefix), slog.Int("objects", sent))
 	case err != nil && p.ctx.Err() == nil:
-		p.pipe.LogOnce(job.prefix, "prefetch listing failed", err)
+		p.pipe.journal.LogOnce(job.prefix, "prefetch listing failed", err)
 	}
 }
 
@@ -444,10 +406,10 @@ func (p *prefetcher) close() {
 }
 
 // stats returns the prefetcher's figures.
-func (p *prefetcher) stats() PrefetchStats {
+func (p *prefetcher) stats() figures.PrefetchStats {
 	n, peakN, b, peakB, maxB := p.budget.figures()
-	return PrefetchStats{
-		Mode: p.cfg.Mode, Walks: p.n.walks.Load(), WalksDone: p.n.walksDone.Load(),
+	return figures.PrefetchStats{
+		Mode: string(p.cfg.Mode), Walks: p.n.walks.Load(), WalksDone: p.n.walksDone.Load(),
 		WalksDropped: p.n.dropped.Load(), WalksLimited: p.n.limited.Load(),
 		Queued: len(p.jobs), PeakQueued: int(p.n.peakQueued.Load()), ListPages: p.n.pages.Load(),
 		Objects: p.n.objects.Load(), Cached: p.n.cached.Load(), Bad: p.n.bad.Load(),
@@ -538,4 +500,4 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 func (p *Pipeline) Touch(v *View, prefix string) { p.pf.touch(v, prefix) }
 
 // PrefetchStats returns prefetch's figures.
-func (p *Pipeline) PrefetchStats() PrefetchStats { return p.pf.stats() }
+func (p *Pipeline) PrefetchStats() figures.PrefetchStats { return p.pf.stats() }

@@ -22,6 +22,7 @@ import (
 	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/httplimit"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
@@ -375,8 +376,8 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, struct {
-		Server ServerStats    `json:"server"`
-		FS     features.Stats `json:"fs"`
+		Server ServerStats   `json:"server"`
+		FS     figures.Stats `json:"fs"`
 	}{s.Stats(), s.pipe.Stats()})
 }
 
