@@ -32,6 +32,33 @@ func ErrorKinds() []string {
 	return []string{ErrKindBadImage, ErrKindNotFound, ErrKindTimeout, ErrKindStore, ErrKindOther}
 }
 
+// ErrorCounts counts the errors answered to reads and listings, by kind
+// (see ErrorKinds). A reader's interrupt and a lookup of a name the bucket
+// does not hold are not counted.
+type ErrorCounts struct {
+	// BadImage counts reads refused because of the object's content.
+	BadImage int64 `json:"bad_image"`
+	// NotFound counts reads of objects listed but gone when fetched.
+	NotFound int64 `json:"not_found"`
+	// Timeout counts reads past --read-timeout.
+	Timeout int64 `json:"timeout"`
+	// Store counts reads and listings the object store failed.
+	Store int64 `json:"store"`
+	// Other counts any other failure.
+	Other int64 `json:"other"`
+}
+
+// ByKind returns the counts keyed by ErrorKinds' names.
+func (e ErrorCounts) ByKind() map[string]int64 {
+	return map[string]int64{
+		ErrKindBadImage: e.BadImage, ErrKindNotFound: e.NotFound, ErrKindTimeout: e.Timeout,
+		ErrKindStore: e.Store, ErrKindOther: e.Other,
+	}
+}
+
+// Total is the sum over the kinds.
+func (e ErrorCounts) Total() int64 { return e.BadImage + e.NotFound + e.Timeout + e.Store + e.Other }
+
 // ErrorTally counts the errors answered to readers by kind (Stats.Errors).
 // The zero value counts from zero. Safe for concurrent use.
 type ErrorTally struct {
@@ -78,6 +105,16 @@ func (e *StoreError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the store's error.
 func (e *StoreError) Unwrap() error { return e.Err }
+
+// ErrorRecord is one recent error.
+type ErrorRecord struct {
+	// Time is when it happened (RFC 3339, UTC).
+	Time string `json:"time"`
+	// Key is the object key or prefix concerned.
+	Key string `json:"key"`
+	// Error is the reason.
+	Error string `json:"error"`
+}
 
 // MaxRecentErrors is how many errors the stats file shows
 // (Stats.RecentErrors).

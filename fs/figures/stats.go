@@ -118,33 +118,6 @@ type StoreStats struct {
 	StatErrors int64 `json:"stat_errors"`
 }
 
-// ErrorCounts counts the errors answered to reads and listings, by kind
-// (see ErrorKinds). A reader's interrupt and a lookup of a name the bucket
-// does not hold are not counted.
-type ErrorCounts struct {
-	// BadImage counts reads refused because of the object's content.
-	BadImage int64 `json:"bad_image"`
-	// NotFound counts reads of objects listed but gone when fetched.
-	NotFound int64 `json:"not_found"`
-	// Timeout counts reads past --read-timeout.
-	Timeout int64 `json:"timeout"`
-	// Store counts reads and listings the object store failed.
-	Store int64 `json:"store"`
-	// Other counts any other failure.
-	Other int64 `json:"other"`
-}
-
-// ByKind returns the counts keyed by ErrorKinds' names.
-func (e ErrorCounts) ByKind() map[string]int64 {
-	return map[string]int64{
-		ErrKindBadImage: e.BadImage, ErrKindNotFound: e.NotFound, ErrKindTimeout: e.Timeout,
-		ErrKindStore: e.Store, ErrKindOther: e.Other,
-	}
-}
-
-// Total is the sum over the kinds.
-func (e ErrorCounts) Total() int64 { return e.BadImage + e.NotFound + e.Timeout + e.Store + e.Other }
-
 // TreeStats counts what the tree did since mount.
 type TreeStats struct {
 	// Lookups counts name lookups in feature directories.
@@ -331,16 +304,6 @@ func (r ReadSizes) Counts() [len(ReadSizeBounds) + 1]int64 {
 // ReadSizeLabels are the buckets' names (their JSON keys), indexed as
 // ReadSizeBucket.
 var ReadSizeLabels = [...]string{"le_4k", "le_32k", "le_128k", "le_512k", "le_1m", "gt_1m"}
-
-// ErrorRecord is one recent error.
-type ErrorRecord struct {
-	// Time is when it happened (RFC 3339, UTC).
-	Time string `json:"time"`
-	// Key is the object key or prefix concerned.
-	Key string `json:"key"`
-	// Error is the reason.
-	Error string `json:"error"`
-}
 
 // ProcessCPUSeconds returns the process's user plus system CPU seconds, or
 // 0 when getrusage fails.
