@@ -6,12 +6,17 @@ package lifetime
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
-// ErrClosed is the error of work refused because its owner is closed.
-var ErrClosed = errors.New("closed")
+// ErrClosed is the error of work refused because its owner is closed. It
+// wraps spec.ErrClosed (same message), which every "used after Close"
+// error of featurefs matches, and is matched on its own: a closed cache's
+// or extractor's error is not it.
+var ErrClosed = fmt.Errorf("%w", spec.ErrClosed)
 
 // Owner owns goroutines: each is counted (Add/Done, Go) while the owner is
 // open, and Close cancels the root context and waits for them. The zero
