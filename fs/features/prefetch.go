@@ -241,20 +241,29 @@ func (p *prefetcher) maxInFlight() int {
 	if p.cfg.MaxInFlight > 0 {
 		return p.cfg.MaxInFlight
 	}
+	// The extractor's figures are read with no lock held: one caller
+	// claims the refresh (batchAt), the others use the size they find
+	// (until the first refresh, each reads them).
+	now := time.Now()
 	p.batchMu.Lock()
-	defer p.batchMu.Unlock()
-	if now := time.Now(); p.batchSize == 0 || now.Sub(p.batchAt) > batchRefresh {
+	bs, refresh := p.batchSize, p.batchSize == 0 || now.Sub(p.batchAt) > batchRefresh
+	if refresh {
 		p.batchAt = now
-		bs := 0
+	}
+	p.batchMu.Unlock()
+	if refresh {
+		bs = 0
 		for _, b := range p.pipe.cfg.Extractor.Stats().BatchSizes {
 			bs = max(bs, b)
 		}
 		if bs <= 0 {
 			bs = defaultBatchGuess
 		}
+		p.batchMu.Lock()
 		p.batchSize = bs
+		p.batchMu.Unlock()
 	}
-	return min(max(4*p.batchSize, minPrefetchInFlight), maxPrefetchInFlight)
+	return min(max(4*bs, minPrefetchInFlight), maxPrefetchInFlight)
 }
 
 // maxBytes is the byte bound for extractions of cost bytes each, n of
