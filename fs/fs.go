@@ -253,10 +253,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	}
 	f.raiseReadAhead(dir)
 	f.startKernelChecks()
-	go func() {
-		srv.Wait() // the mount is gone: stop the kernel checks and listings
-		f.Close()
-	}()
+	f.owner.CloseAfter(srv.Wait) // the mount is gone: stop the kernel checks and listings
 	return srv, nil
 }
 
@@ -303,12 +300,11 @@ func inoFrom(v uint64) uint64 {
 }
 
 // Close stops every goroutine the tree started and waits for them: the
-// detached listings and the kernel checks (their contexts are cancelled).
-// Mount calls it once the mount is gone. The pipeline stays open: its owner
-// (New's caller) closes it after the tree, and with it prefetch and the
-// reads' extractions. Safe to call more than once.
+// detached listings and the kernel checks (their contexts are cancelled;
+// all are f.owner's). Mount closes it once the mount is gone. The pipeline
+// stays open: its owner (New's caller) closes it after the tree, and with
+// it prefetch and the reads' extractions. Safe to call more than once.
 func (f *FS) Close() error {
 	f.owner.Close()
-	f.stopKernelChecks()
 	return nil
 }

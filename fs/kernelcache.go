@@ -82,12 +82,12 @@ const (
 )
 
 // kernelCache is what the FS needs to keep the kernel's cache true.
+// Its checker goroutines are the tree's owner's: they stop when the tree
+// closes (the mount is gone: Mount's CloseAfter, or Close).
 type kernelCache struct {
 	mu     sync.Mutex
-	layers []*gofs.Inode  // GUARDED_BY(mu): every layer and alias directory of every model
-	queue  chan *listing  // GUARDED_BY(mu): listings to check; nil unless mounted
-	done   chan struct{}  // GUARDED_BY(mu): closed when the mount is gone
-	wg     sync.WaitGroup // the checker goroutines
+	layers []*gofs.Inode // GUARDED_BY(mu): every layer and alias directory of every model
+	queue  chan *listing // GUARDED_BY(mu): listings to check; nil unless mounted
 }
 
 // fileTimeout is the kernel entry and attribute timeout of feature files:
@@ -107,8 +107,8 @@ func (f *FS) addLayerDir(n *gofs.Inode) {
 	f.kernel.layers = append(f.kernel.layers, n)
 }
 
-// startKernelChecks starts the checker goroutines; stopKernelChecks, once
-// the mount is gone, stops them.
+// startKernelChecks starts the checker goroutines, the tree's owner's:
+// Close (once the mount is gone) stops them.
 func (f *FS) startKernelChecks() {
 	k := &f.kernel
 	k.mu.Lock()
@@ -116,10 +116,10 @@ func (f *FS) startKernelChecks() {
 	if k.queue != nil {
 		return
 	}
-	queue, done := make(chan *listing, kernelCheckQueue), make(chan struct{})
-	k.queue, k.done = queue, done
+	queue, done := make(chan *listing, kernelCheckQueue), f.owner.Context().Done()
+	k.queue = queue
 	for range kernelCheckers {
-		k.wg.Go(func() {
+		f.owner.Go(func() {
 			for {
 				select {
 				case l := <-queue:
@@ -132,17 +132,6 @@ func (f *FS) startKernelChecks() {
 	}
 }
 
-func (f *FS) stopKernelChecks() {
-	k := &f.kernel
-	k.mu.Lock()
-	if k.done != nil {
-		close(k.done)
-		k.done = nil
-	}
-	k.mu.Unlock()
-	k.wg.Wait()
-}
-
 // listed drops the pages of the files a listing just read completely from
 // the store shows changed (dropChangedPages), then queues it for
 // checkKernel. Without a mount, or with the queue full, it does not queue
@@ -152,7 +141,7 @@ func (f *FS) listed(l *listing) {
 	k := &f.kernel
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.queue == nil || k.done == nil {
+	if k.queue == nil || f.owner.Context().Err() != nil {
 		return
 	}
 	select {

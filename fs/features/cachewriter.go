@@ -10,6 +10,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/fs/figures"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
 // Cache write-behind defaults (Config.CacheWriteBytes, Config.CacheWriters,
@@ -89,7 +90,10 @@ type cacheWriter struct {
 	changed chan struct{}            // GUARDED_BY(mu): closed (and replaced) when a write ends
 
 	closeOnce sync.Once
-	wg        sync.WaitGroup // the writer goroutines
+	// owner counts the writer goroutines (run); close waits for them once
+	// the queue is written, and not past its timeout: a writer stuck in
+	// the cache is left behind, as its feature is.
+	owner *lifetime.Owner
 
 	background, inline, skipped, waits, reads, dropped atomic.Int64
 	skipOnce                                           sync.Once
@@ -100,7 +104,7 @@ type cacheWriter struct {
 func newCacheWriter(put func(*pendingWrite), log *slog.Logger, maxBytes int64, writers int) *cacheWriter {
 	return &cacheWriter{
 		put: put, log: log, maxBytes: maxBytes, bgBytes: maxBytes / 4 * 3, writers: max(writers, 1),
-		pending: map[string]*pendingWrite{}, changed: make(chan struct{}),
+		pending: map[string]*pendingWrite{}, changed: make(chan struct{}), owner: lifetime.New(),
 	}
 }
 
@@ -162,8 +166,7 @@ func (c *cacheWriter) enqueue(ctx context.Context, w *pendingWrite, wait bool) e
 	c.peak = max(c.peak, c.bytes)
 	if c.running < c.writers {
 		c.running++
-		c.wg.Add(1)
-		go c.run()
+		c.owner.Go(c.run) // open: close marks closed first, under mu
 	}
 	c.mu.Unlock()
 	return queued
@@ -171,7 +174,6 @@ func (c *cacheWriter) enqueue(ctx context.Context, w *pendingWrite, wait bool) e
 
 // run writes queued features until the queue is empty.
 func (c *cacheWriter) run() {
-	defer c.wg.Done()
 	for {
 		c.mu.Lock()
 		if len(c.queue) == 0 {
@@ -240,7 +242,7 @@ func (c *cacheWriter) close(timeout time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if c.flush(ctx) == nil {
-			c.wg.Wait() // the writers are leaving: nothing is queued
+			c.owner.Close() // the writers are leaving: nothing is queued
 			return
 		}
 		c.mu.Lock()

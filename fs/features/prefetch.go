@@ -14,6 +14,7 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/figures"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 	"github.com/featurefs/featurefs/fs/naming"
 )
@@ -186,13 +187,14 @@ type prefetchCounters struct {
 // reader of a file being prefetched sends its own Foreground request, which
 // the extractor merges with the background one and moves ahead of the queue.
 type prefetcher struct {
-	pipe   *Pipeline
-	cfg    PrefetchConfig
-	ctx    context.Context
-	cancel context.CancelFunc
+	pipe *Pipeline
+	cfg  PrefetchConfig
+	// owner owns the walkers (a child of the pipeline's owner); its
+	// context is the walks' and their extractions'. Closed by close.
+	owner  *lifetime.Owner
+	ctx    context.Context // owner.Context()
 	jobs   chan walkJob
 	budget *budget
-	wg     sync.WaitGroup
 	n      prefetchCounters
 
 	mu     sync.Mutex
@@ -216,12 +218,12 @@ func newPrefetcher(pipe *Pipeline, cfg PrefetchConfig) *prefetcher {
 	if cfg.Walkers <= 0 {
 		cfg.Walkers = defaultPrefetchWalkers
 	}
-	ctx, cancel := context.WithCancel(pipe.owner.Context())
+	owner := pipe.owner.Child()
 	p := &prefetcher{
 		pipe:   pipe,
 		cfg:    cfg,
-		ctx:    ctx,
-		cancel: cancel,
+		owner:  owner,
+		ctx:    owner.Context(),
 		jobs:   make(chan walkJob, cfg.MaxQueued),
 		states: lru.New[string, *walkState](maxWalkStates),
 	}
@@ -230,8 +232,7 @@ func newPrefetcher(pipe *Pipeline, cfg PrefetchConfig) *prefetcher {
 		return p
 	}
 	for range cfg.Walkers {
-		p.wg.Add(1)
-		go p.walker()
+		owner.Go(p.walker)
 	}
 	return p
 }
@@ -322,7 +323,6 @@ func (p *prefetcher) finished(id string) {
 
 // walker runs walks until close.
 func (p *prefetcher) walker() {
-	defer p.wg.Done()
 	for {
 		select {
 		case <-p.ctx.Done():
@@ -410,8 +410,7 @@ func (p *prefetcher) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	p.cancel()
-	p.wg.Wait()
+	p.owner.Close()
 }
 
 // stats returns the prefetcher's figures.

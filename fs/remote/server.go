@@ -596,11 +596,11 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.buffered.release(n)
 		mine.release(n)
 	}
+	// The workers and the feeder are this handler's: it waits for them
+	// all before it returns (the deferred wg.Wait, after cancel).
 	var wg sync.WaitGroup
 	for range min(len(jobs), s.cfg.MaxConcurrent) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for j := range queue {
 				held, err := reserve(s.itemBytes(j.it))
 				if err != nil {
@@ -614,9 +614,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 				}
 				results <- res
 			}
-		}()
+		})
 	}
-	go func() {
+	wg.Go(func() {
 		defer close(queue)
 		for _, j := range jobs {
 			select {
@@ -626,7 +626,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 				results <- itemResult{idx: j.idx, err: ctx.Err()}
 			}
 		}
-	}()
+	})
 	defer func() {
 		cancel()
 		wg.Wait()
