@@ -35,8 +35,9 @@ var (
 	// ErrTooLarge means a value exceeds what the store accepts (the byte
 	// budget, or the value-log file size).
 	ErrTooLarge = errors.New("cache: value too large")
-	// ErrClosed means the store was used after Close.
-	ErrClosed = errors.New("cache: store closed")
+	// ErrClosed means the store was used after Close. It wraps
+	// spec.ErrClosed, which every "used after Close" error matches.
+	ErrClosed = fmt.Errorf("cache: store %w", spec.ErrClosed)
 )
 
 // Options configures a Store.

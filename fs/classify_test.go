@@ -10,7 +10,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // serverSilent is an error as a feature server's client returns it when
@@ -34,16 +34,16 @@ func TestClassify(t *testing.T) {
 	}{
 		{"nil", nil, errClass{}},
 		{"interrupt", fmt.Errorf("read: %w", context.Canceled), errClass{errno: syscall.EINTR}},
-		{"bad image", &api.ImageError{Key: "a.jpg", Reason: "not an image"}, errClass{errno: syscall.EIO, kind: features.ErrKindBadImage}},
-		{"too large", fmt.Errorf("x: %w", bucket.ErrTooLarge), errClass{errno: syscall.EIO, kind: features.ErrKindBadImage}},
+		{"bad image", &api.ImageError{Key: "a.jpg", Reason: "not an image"}, errClass{errno: syscall.EIO, kind: figures.ErrKindBadImage}},
+		{"too large", fmt.Errorf("x: %w", bucket.ErrTooLarge), errClass{errno: syscall.EIO, kind: figures.ErrKindBadImage}},
 		{"no such name", bucket.ErrNotFound, errClass{errno: syscall.ENOENT}},
-		{"listed then gone", &features.StoreError{Op: "get", Err: bucket.ErrNotFound}, errClass{errno: syscall.ENOENT, kind: features.ErrKindNotFound}},
-		{"refused token", fmt.Errorf("x: %w", bucket.ErrAccessDenied), errClass{errno: syscall.EACCES, kind: features.ErrKindOther, log: "access denied"}},
-		{"read timeout", fmt.Errorf("x: %w", context.DeadlineExceeded), errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out (--read-timeout)"}},
-		{"server timeout", fmt.Errorf("extract: %w", serverSilent{}), errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out"}},
-		{"store network timeout", &features.StoreError{Op: "list", Err: netTimeout}, errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out"}},
-		{"store error", &features.StoreError{Op: "list", Err: errors.New("500")}, errClass{errno: syscall.EIO, kind: features.ErrKindStore, log: "error"}},
-		{"other", errors.New("boom"), errClass{errno: syscall.EIO, kind: features.ErrKindOther, log: "error"}},
+		{"listed then gone", &figures.StoreError{Op: "get", Err: bucket.ErrNotFound}, errClass{errno: syscall.ENOENT, kind: figures.ErrKindNotFound}},
+		{"refused token", fmt.Errorf("x: %w", bucket.ErrAccessDenied), errClass{errno: syscall.EACCES, kind: figures.ErrKindOther, log: "access denied"}},
+		{"read timeout", fmt.Errorf("x: %w", context.DeadlineExceeded), errClass{errno: syscall.EIO, kind: figures.ErrKindTimeout, log: "timed out (--read-timeout)"}},
+		{"server timeout", fmt.Errorf("extract: %w", serverSilent{}), errClass{errno: syscall.EIO, kind: figures.ErrKindTimeout, log: "timed out"}},
+		{"store network timeout", &figures.StoreError{Op: "list", Err: netTimeout}, errClass{errno: syscall.EIO, kind: figures.ErrKindTimeout, log: "timed out"}},
+		{"store error", &figures.StoreError{Op: "list", Err: errors.New("500")}, errClass{errno: syscall.EIO, kind: figures.ErrKindStore, log: "error"}},
+		{"other", errors.New("boom"), errClass{errno: syscall.EIO, kind: figures.ErrKindOther, log: "error"}},
 	}
 	for _, c := range cases {
 		if got := classify(c.err); got != c.want {

@@ -99,10 +99,12 @@
 // (features/observe.go), so every caller, reads and prefetch alike, and the
 // tree's listings, is counted where the work happens: bytes
 // and calls of the store, extractions completed (an extraction shared by
-// several callers counts once) in one-second slots for the rate, and errors
-// answered to readers by kind (errno). .featurefs/stats renders one Stats
-// snapshot as JSON; the Prometheus collector (features/metrics.go) reads the same
-// snapshot on every scrape, so the two always agree.
+// several callers counts once) in one-second slots for the rate. The tree
+// counts its own figures (counters: lookups, opens, reads, listings, and the
+// errors it answers by kind, in errno) and fills them into the pipeline's
+// snapshot (FS.Stats). .featurefs/stats renders one figures.Stats snapshot
+// as JSON; the Prometheus collector (fs/figures) reads the same snapshot on
+// every scrape, so the two always agree.
 //
 // # Read-only
 //

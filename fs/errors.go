@@ -7,6 +7,7 @@ import (
 
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // errClass is how an error answered to a reader is classified: its
@@ -38,11 +39,11 @@ type timeout interface{ Timeout() bool }
 //	an object store's error       EIO, store, logged
 //	anything else                 EIO, other, logged
 func classify(err error) errClass {
-	var se *features.StoreError
+	var se *figures.StoreError
 	isStore := errors.As(err, &se)
 	storeOr := func(k string) string {
 		if isStore {
-			return features.ErrKindStore
+			return figures.ErrKindStore
 		}
 		return k
 	}
@@ -53,33 +54,34 @@ func classify(err error) errClass {
 	case errors.Is(err, context.Canceled):
 		return errClass{errno: syscall.EINTR}
 	case features.BadObject(err):
-		return errClass{errno: syscall.EIO, kind: features.ErrKindBadImage}
+		return errClass{errno: syscall.EIO, kind: figures.ErrKindBadImage}
 	case errors.Is(err, bucket.ErrNotFound):
 		if isStore && se.Op == "get" {
-			return errClass{errno: syscall.ENOENT, kind: features.ErrKindNotFound} // listed, then gone
+			return errClass{errno: syscall.ENOENT, kind: figures.ErrKindNotFound} // listed, then gone
 		}
 		return errClass{errno: syscall.ENOENT} // a name that is not there
 	case errors.Is(err, bucket.ErrAccessDenied):
-		return errClass{errno: syscall.EACCES, kind: storeOr(features.ErrKindOther), log: "access denied"}
+		return errClass{errno: syscall.EACCES, kind: storeOr(figures.ErrKindOther), log: "access denied"}
 	case errors.Is(err, context.DeadlineExceeded):
-		return errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out (--read-timeout)"}
+		return errClass{errno: syscall.EIO, kind: figures.ErrKindTimeout, log: "timed out (--read-timeout)"}
 	case errors.As(err, &to) && to.Timeout():
-		return errClass{errno: syscall.EIO, kind: features.ErrKindTimeout, log: "timed out"}
+		return errClass{errno: syscall.EIO, kind: figures.ErrKindTimeout, log: "timed out"}
 	default:
-		return errClass{errno: syscall.EIO, kind: storeOr(features.ErrKindOther), log: "error"}
+		return errClass{errno: syscall.EIO, kind: storeOr(figures.ErrKindOther), log: "error"}
 	}
 }
 
 // errno turns an error answered to a reader into its errno (classify),
-// counting it and logging it once per key and reason.
+// counting it among the tree's figures (Stats' errors by kind, io_errors)
+// and logging it once per key and reason in the pipeline's journal.
 func (f *FS) errno(err error, key string) syscall.Errno {
 	c := classify(err)
-	f.p.CountError(c.kind)
+	f.stats.errors.Count(c.kind)
 	if c.errno == syscall.EIO {
 		f.stats.ioErrors.Add(1)
 	}
 	if c.log != "" {
-		f.p.LogOnce(key, c.log, err)
+		f.journal.LogOnce(key, c.log, err)
 	}
 	return c.errno
 }

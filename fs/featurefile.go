@@ -11,7 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/fs/bucket"
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/namespace"
 )
 
@@ -66,7 +66,7 @@ func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 // feature's content tells prefetch which layer directory a reader is in
 // (metadata alone never does: ls, find, du and stat compute nothing).
 func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	ff.fs.stats.readSizes[features.ReadSizeBucket(len(dest))].Add(1)
+	ff.fs.stats.readSizes[figures.ReadSizeBucket(len(dest))].Add(1)
 	ns := ff.fs.ns
 	obj, ok := ns.CurrentVersion(ff.prefix, ff.name, ff.obj)
 	if !ok {

@@ -18,6 +18,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/fs/naming"
@@ -49,6 +50,9 @@ type FS struct {
 	// ns is what the tree knows of the bucket: listings, lookups, shown
 	// directories, versions, recent reads and failed files.
 	ns *namespace.Namespace
+	// journal is p's journal of errors (recent errors, log-once): the
+	// tree's errors are told there too.
+	journal *figures.Journal
 
 	stats counters
 
@@ -59,14 +63,16 @@ type FS struct {
 	owner *lifetime.Owner
 }
 
-// counters are the tree's own figures (the pipeline counts the rest).
+// counters are the tree's own figures (the pipeline and the namespace
+// count the rest; Stats puts them together).
 type counters struct {
 	lookups, reads, readBytes, opens      atomic.Int64
 	ioErrors, invalidations, contentDrops atomic.Int64
 	recentReads                           atomic.Int64
+	errors                                figures.ErrorTally // errors answered to readers, by kind
 	// readSizes counts feature files' READ requests by size, indexed as
-	// features.ReadSizeBucket.
-	readSizes [len(features.ReadSizeBounds) + 1]atomic.Int64
+	// figures.ReadSizeBucket.
+	readSizes [len(figures.ReadSizeBounds) + 1]atomic.Int64
 }
 
 // New checks cfg, fills its defaults and returns the tree over p, the read
@@ -84,6 +90,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		models:      pc.Extractor.Models(),
 		owner:       lifetime.New(),
 		p:           p,
+		journal:     p.Journal(),
 	}
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")
@@ -172,10 +179,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	}
 	f.raiseReadAhead(dir)
 	f.startKernelChecks()
-	go func() {
-		srv.Wait() // the mount is gone: stop the kernel checks and listings
-		f.Close()
-	}()
+	f.owner.CloseAfter(srv.Wait) // the mount is gone: stop the kernel checks and listings
 	return srv, nil
 }
 
@@ -223,13 +227,12 @@ func inoFrom(v uint64) uint64 {
 
 // Close stops every goroutine the tree started and waits for them: the
 // namespace's detached listings and the kernel checks (their contexts are
-// cancelled).
-// Mount calls it once the mount is gone. The pipeline stays open: its owner
-// (New's caller) closes it after the tree, and with it prefetch and the
-// reads' extractions. Safe to call more than once.
+// cancelled; the checks are f.owner's). Mount closes it once the mount is
+// gone. The pipeline stays open: its owner (New's caller) closes it after
+// the tree, and with it prefetch and the reads' extractions. Safe to call
+// more than once.
 func (f *FS) Close() error {
 	f.ns.Close()
 	f.owner.Close()
-	f.stopKernelChecks()
 	return nil
 }

@@ -83,12 +83,12 @@ const (
 )
 
 // kernelCache is what the FS needs to keep the kernel's cache true.
+// Its checker goroutines are the tree's owner's: they stop when the tree
+// closes (the mount is gone: Mount's CloseAfter, or Close).
 type kernelCache struct {
 	mu     sync.Mutex
 	layers []*gofs.Inode           // GUARDED_BY(mu): every layer and alias directory of every model
 	queue  chan *namespace.Listing // GUARDED_BY(mu): listings to check; nil unless mounted
-	done   chan struct{}           // GUARDED_BY(mu): closed when the mount is gone
-	wg     sync.WaitGroup          // the checker goroutines
 }
 
 // fileTimeout is the kernel entry and attribute timeout of feature files:
@@ -108,8 +108,8 @@ func (f *FS) addLayerDir(n *gofs.Inode) {
 	f.kernel.layers = append(f.kernel.layers, n)
 }
 
-// startKernelChecks starts the checker goroutines; stopKernelChecks, once
-// the mount is gone, stops them.
+// startKernelChecks starts the checker goroutines, the tree's owner's:
+// Close (once the mount is gone) stops them.
 func (f *FS) startKernelChecks() {
 	k := &f.kernel
 	k.mu.Lock()
@@ -117,10 +117,10 @@ func (f *FS) startKernelChecks() {
 	if k.queue != nil {
 		return
 	}
-	queue, done := make(chan *namespace.Listing, kernelCheckQueue), make(chan struct{})
-	k.queue, k.done = queue, done
+	queue, done := make(chan *namespace.Listing, kernelCheckQueue), f.owner.Context().Done()
+	k.queue = queue
 	for range kernelCheckers {
-		k.wg.Go(func() {
+		f.owner.Go(func() {
 			for {
 				select {
 				case l := <-queue:
@@ -133,17 +133,6 @@ func (f *FS) startKernelChecks() {
 	}
 }
 
-func (f *FS) stopKernelChecks() {
-	k := &f.kernel
-	k.mu.Lock()
-	if k.done != nil {
-		close(k.done)
-		k.done = nil
-	}
-	k.mu.Unlock()
-	k.wg.Wait()
-}
-
 // listed drops the pages of the files a listing just read completely from
 // the store shows changed (dropChangedPages), then queues it for
 // checkKernel. Without a mount, or with the queue full, it does not queue
@@ -153,7 +142,7 @@ func (f *FS) listed(l *namespace.Listing) {
 	k := &f.kernel
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.queue == nil || k.done == nil {
+	if k.queue == nil || f.owner.Context().Err() != nil {
 		return
 	}
 	select {

@@ -3,6 +3,8 @@ package fs
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -78,4 +80,43 @@ func TestTreeCloseLeavesNoGoroutine(t *testing.T) {
 	f.Close()
 	f.Close()   // twice is fine
 	f.p.Close() // the read's extraction is the pipeline's: its owner closes it after the tree
+}
+
+// TestUnmountEndsTheTreesGoroutines: once the mount is gone the tree's
+// goroutines (the kernel checkers, listings' detached runs) end without a
+// Close, and the tree refuses new ones: the mount's watcher
+// (lifetime.Owner.CloseAfter) closes the tree's owner.
+func TestUnmountEndsTheTreesGoroutines(t *testing.T) {
+	fb := newFakeBucket(100)
+	fb.put("d/a.jpg", []byte("abcd"))
+	defer leakcheck.Check(t)()
+	f, err := newTree(t, testConfig{pipelineConfig: pipelineConfig{Bucket: fb, Extractor: newFakeExtractor(), Cache: newFakeCache()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := f.Mount(mnt, MountOptions{FsName: "fake", DirectMount: true})
+	if err != nil {
+		t.Fatalf("mount: %v (the tests need /dev/fuse and root)", err)
+	}
+	if _, err := os.ReadFile(filepath.Join(mnt, "features", "tiny", "layer0", "d", "a.npy")); err != nil {
+		srv.Unmount()
+		t.Fatalf("read through the mount: %v", err)
+	}
+	if !f.owner.Go(func() {}) {
+		t.Error("the mounted tree refused a goroutine")
+	}
+	if err := srv.Unmount(); err != nil {
+		t.Fatalf("unmount: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.owner.Go(func() {}) {
+		if time.Now().After(deadline) {
+			t.Fatal("5s after the unmount the tree still starts goroutines")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

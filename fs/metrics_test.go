@@ -11,7 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // scrape GETs url and parses the Prometheus text exposition.
@@ -116,7 +116,7 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 		{"featurefs_device_info", []string{"device", "fake", "dtype", "float32", "source", "fake://bucket"}, 1, dto.MetricType_GAUGE},
 	}
 	for i, n := range st.FS.ReadSizes.Counts() {
-		wants = append(wants, want{"featurefs_read_requests_total", []string{"size", features.ReadSizeLabels[i]}, float64(n), dto.MetricType_COUNTER})
+		wants = append(wants, want{"featurefs_read_requests_total", []string{"size", figures.ReadSizeLabels[i]}, float64(n), dto.MetricType_COUNTER})
 	}
 	for kind, n := range st.Errors.ByKind() {
 		wants = append(wants, want{"featurefs_errors_total", []string{"kind", kind}, float64(n), dto.MetricType_COUNTER})
@@ -145,7 +145,7 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 	if v, _ := metricValue(fams, "featurefs_read_requests_total", "size", "le_4k"); v == 0 {
 		t.Error("no READ request of at most 4K counted after reads of small files")
 	}
-	if v, _ := metricValue(fams, "featurefs_errors_total", "kind", features.ErrKindTimeout); v == 0 {
+	if v, _ := metricValue(fams, "featurefs_errors_total", "kind", figures.ErrKindTimeout); v == 0 {
 		t.Error("no timeout counted after a read past the timeout")
 	}
 	if _, ok := fams["go_goroutines"]; !ok {
@@ -153,11 +153,11 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 	}
 
 	// Counters move on the next scrape.
-	before, _ := metricValue(fams, "featurefs_errors_total", "kind", features.ErrKindBadImage)
+	before, _ := metricValue(fams, "featurefs_errors_total", "kind", figures.ErrKindBadImage)
 	if _, err := os.ReadFile(s.path("features", "tiny", "layer0", "d", "bad.npy")); err == nil {
 		t.Fatal("bad.npy read without error")
 	}
-	after, _ := metricValue(scrape(t, srv.URL), "featurefs_errors_total", "kind", features.ErrKindBadImage)
+	after, _ := metricValue(scrape(t, srv.URL), "featurefs_errors_total", "kind", figures.ErrKindBadImage)
 	if after <= before {
 		t.Errorf("bad_image errors %v after another bad read, were %v", after, before)
 	}

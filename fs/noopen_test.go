@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -42,14 +42,14 @@ func TestFilesAreNeverOpened(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	readStats := func() features.Stats {
+	readStats := func() figures.Stats {
 		t.Helper()
 		time.Sleep(20 * time.Millisecond) // past the kernel's clock tick (statsAttrTimeout)
 		b, err := os.ReadFile(e.path(".featurefs", "stats"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st features.Stats
+		var st figures.Stats
 		if err := json.Unmarshal(b, &st); err != nil {
 			t.Fatalf("stats: %v\n%s", err, b)
 		}

@@ -425,7 +425,7 @@ func TestPrefetchOffIsOnDemand(t *testing.T) {
 	if n := e.x.Calls.Load(); n != 1 {
 		t.Errorf("one read with prefetch off: %d extractions, want 1", n)
 	}
-	if st := e.fs.p.PrefetchStats(); st.Mode != features.PrefetchOff || st.Walks != 0 {
+	if st := e.fs.p.PrefetchStats(); st.Mode != string(features.PrefetchOff) || st.Walks != 0 {
 		t.Errorf("prefetch stats %+v", st)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // faultyBucket fails Gets of keys containing "fail" with a store error and
@@ -124,13 +124,13 @@ func statsScenario(t *testing.T) *scenario {
 }
 
 // readStatsFile reads and decodes MOUNT/.featurefs/stats.
-func readStatsFile(t *testing.T, e *env) features.Stats {
+func readStatsFile(t *testing.T, e *env) figures.Stats {
 	t.Helper()
 	b, err := os.ReadFile(e.path(".featurefs", "stats"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st features.Stats
+	var st figures.Stats
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatalf("stats file: %v\n%s", err, b)
 	}
@@ -153,7 +153,7 @@ func TestStatsFieldsAfterReads(t *testing.T) {
 	// twice. Every EIO is counted under exactly one kind.
 	for kind, n := range st.Errors.ByKind() {
 		lo, hi := int64(1), int64(2)
-		if kind == features.ErrKindBadImage {
+		if kind == figures.ErrKindBadImage {
 			lo, hi = 2, 4
 		}
 		if n < lo || n > hi {
@@ -163,8 +163,8 @@ func TestStatsFieldsAfterReads(t *testing.T) {
 	if eio := st.Errors.Total() - st.Errors.NotFound; eio != st.FS.IOErrors {
 		t.Errorf("errors other than not_found sum to %d, but %d reads were answered EIO", eio, st.FS.IOErrors)
 	}
-	if len(st.Errors.ByKind()) != len(features.ErrorKinds()) {
-		t.Errorf("ByKind has %d kinds, features.ErrorKinds %d", len(st.Errors.ByKind()), len(features.ErrorKinds()))
+	if len(st.Errors.ByKind()) != len(figures.ErrorKinds()) {
+		t.Errorf("ByKind has %d kinds, figures.ErrorKinds %d", len(st.Errors.ByKind()), len(figures.ErrorKinds()))
 	}
 	if st.Store.BytesFetched != s.okBytes.Load() || st.Store.BytesFetched == 0 {
 		t.Errorf("bytes fetched = %d, the bucket returned %d", st.Store.BytesFetched, s.okBytes.Load())
@@ -189,7 +189,7 @@ func TestStatsFieldsAfterReads(t *testing.T) {
 	if st.Extraction.MeanBatchSize != 2.5 || st.Extraction.Batches != 4 || st.Extraction.BatchedItems != 10 {
 		t.Errorf("batching = %+v, want 10 items in 4 batches, mean 2.5", st.Extraction)
 	}
-	wantQ := features.QueueStats{Foreground: 2, Background: 7, DecodedWaiting: 3, Running: 1, InFlight: 13}
+	wantQ := figures.QueueStats{Foreground: 2, Background: 7, DecodedWaiting: 3, Running: 1, InFlight: 13}
 	if st.Queue != wantQ {
 		t.Errorf("queue = %+v, want %+v", st.Queue, wantQ)
 	}
@@ -206,6 +206,23 @@ func TestStatsFieldsAfterReads(t *testing.T) {
 	s.clock.Advance(30 * time.Second)
 	if st := s.fs.Stats(); st.Extraction.RatePerSecond != 0 || st.Extraction.RateWindowSeconds != rateWindow.Seconds() {
 		t.Errorf("after 35s idle: rate %v/s over %vs, want 0 over %v", st.Extraction.RatePerSecond, st.Extraction.RateWindowSeconds, rateWindow)
+	}
+}
+
+// The tree counts the errors it answers itself (its counters, in fs): the
+// pipeline below it, which a feature server reads through too, counts none
+// of them, and the tree's Stats, the stats file's, has them all.
+func TestTreeCountsItsOwnErrors(t *testing.T) {
+	s := statsScenario(t)
+	tree, pipe := s.fs.Stats(), s.fs.p.Stats()
+	if pipe.Errors.Total() != 0 || pipe.FS.IOErrors != 0 || pipe.FS.Reads != 0 {
+		t.Errorf("the pipeline counted the tree's figures: errors %+v, io_errors %d, reads %d", pipe.Errors, pipe.FS.IOErrors, pipe.FS.Reads)
+	}
+	if tree.Errors.Total() == 0 || tree.Errors.Total()-tree.Errors.NotFound != tree.FS.IOErrors {
+		t.Errorf("the tree's errors %+v, io_errors %d: want its failed reads, each EIO counted once", tree.Errors, tree.FS.IOErrors)
+	}
+	if got, want := readStatsFile(t, s.env).Errors, s.fs.Stats().Errors; got != want {
+		t.Errorf("the stats file's errors %+v, the tree's %+v", got, want)
 	}
 }
 
@@ -248,7 +265,7 @@ func TestStatsReadSizesAndCPU(t *testing.T) {
 	b := newFakeBucket(1000)
 	b.put("x/1.jpg", []byte("one"))
 	e := testMountWith(t, b, newFakeExtractor(m))
-	total := func(r features.ReadSizes) (n int64) {
+	total := func(r figures.ReadSizes) (n int64) {
 		for _, c := range r.Counts() {
 			n += c
 		}
@@ -310,10 +327,10 @@ func TestStatsReadSizesAndCPU(t *testing.T) {
 		t.Errorf("cpu_seconds %v, want within the process's %v..%v", doc.CPUSeconds, before, after)
 	}
 	counts := st2.ReadSizes.Counts()
-	if len(doc.FS.ReadSizes) != len(features.ReadSizeLabels) {
-		t.Errorf("fs.read_sizes has %d buckets %v, want %v", len(doc.FS.ReadSizes), doc.FS.ReadSizes, features.ReadSizeLabels)
+	if len(doc.FS.ReadSizes) != len(figures.ReadSizeLabels) {
+		t.Errorf("fs.read_sizes has %d buckets %v, want %v", len(doc.FS.ReadSizes), doc.FS.ReadSizes, figures.ReadSizeLabels)
 	}
-	for i, l := range features.ReadSizeLabels {
+	for i, l := range figures.ReadSizeLabels {
 		if n, ok := doc.FS.ReadSizes[l]; !ok || n != counts[i] {
 			t.Errorf("fs.read_sizes.%s = %d (present %v), want %d", l, n, ok, counts[i])
 		}
@@ -325,8 +342,8 @@ func TestReadSizeBucket(t *testing.T) {
 		{0, 0}, {1, 0}, {4096, 0}, {4097, 1}, {32 << 10, 1}, {32<<10 + 1, 2}, {128 << 10, 2},
 		{128<<10 + 1, 3}, {512 << 10, 3}, {512<<10 + 1, 4}, {1 << 20, 4}, {1<<20 + 1, 5}, {64 << 20, 5},
 	} {
-		if got := features.ReadSizeBucket(c.size); got != c.want {
-			t.Errorf("ReadSizeBucket(%d) = %d (%s), want %d (%s)", c.size, got, features.ReadSizeLabels[got], c.want, features.ReadSizeLabels[c.want])
+		if got := figures.ReadSizeBucket(c.size); got != c.want {
+			t.Errorf("ReadSizeBucket(%d) = %d (%s), want %d (%s)", c.size, got, figures.ReadSizeLabels[got], c.want, figures.ReadSizeLabels[c.want])
 		}
 	}
 }

@@ -11,12 +11,13 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // Stats returns the current figures: the pipeline's, with the tree's own
-// (lookups, opens, reads, listings) filled in.
-func (f *FS) Stats() features.Stats {
+// (counters: lookups, opens, reads, listings, errors answered by kind)
+// filled in.
+func (f *FS) Stats() figures.Stats {
 	c := &f.stats
 	n := f.ns.Counts()
 	st := f.p.Stats()
@@ -25,13 +26,14 @@ func (f *FS) Stats() features.Stats {
 	t.StatCalls, t.Opens, t.Reads, t.ReadBytes = n.StatCalls, c.opens.Load(), c.reads.Load(), c.readBytes.Load()
 	t.KernelInvalidations, t.KernelPageDrops, t.IOErrors = c.invalidations.Load(), c.contentDrops.Load(), c.ioErrors.Load()
 	t.RecentReads = c.recentReads.Load()
-	var sizes [len(features.ReadSizeBounds) + 1]int64
+	var sizes [len(figures.ReadSizeBounds) + 1]int64
 	for i := range sizes {
 		sizes[i] = c.readSizes[i].Load()
 	}
-	t.ReadSizes = features.ReadSizesOf(sizes)
+	t.ReadSizes = figures.ReadSizesOf(sizes)
 	t.ListingsCached, t.ListingEntries = n.Listings, n.ListingEntries
 	st.BytesServed = st.FS.ReadBytes
+	st.Errors = c.errors.Counts()
 	return st
 }
 

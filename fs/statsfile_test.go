@@ -3,7 +3,7 @@ package fs
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 	"io"
 	"os"
 	"os/exec"
@@ -33,7 +33,7 @@ func TestStatsFileSizeIsWhatAReadReturns(t *testing.T) {
 	}
 	valid := func(what string, data []byte) {
 		t.Helper()
-		var st features.Stats
+		var st figures.Stats
 		if err := json.Unmarshal(data, &st); err != nil {
 			t.Fatalf("%s: not JSON (%v):\n%s", what, err, data)
 		}
@@ -118,7 +118,7 @@ func TestStatsFileSizeIsWhatAReadReturns(t *testing.T) {
 		t.Errorf("cp copied %d bytes, stat said %d", len(copied), fi2.Size())
 	}
 	const maxRecentErrors = 20 // the pipeline keeps the last 20 (features' maxRecentErrors)
-	var st features.Stats
+	var st figures.Stats
 	if err := json.Unmarshal(copied, &st); err != nil || len(st.RecentErrors) != maxRecentErrors {
 		t.Errorf("cp copy holds %d recent errors (%v), want %d", len(st.RecentErrors), err, maxRecentErrors)
 	}

@@ -2,7 +2,7 @@ package fs
 
 import (
 	"encoding/json"
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 	"os"
 	"testing"
 
@@ -61,7 +61,7 @@ func TestTreeShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st features.Stats
+	var st figures.Stats
 	if err := json.Unmarshal(raw, &st); err != nil {
 		t.Fatalf("stats is not JSON: %v\n%s", err, raw)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -73,7 +73,7 @@ func TestStatsCommandAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatalf("featurefs stats --json: %v", err)
 	}
-	var st features.Stats
+	var st figures.Stats
 	if err := json.Unmarshal(raw, &st); err != nil {
 		t.Fatalf("stats --json: %v\n%s", err, raw)
 	}
@@ -161,7 +161,7 @@ func TestStatsCommandAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st2 features.Stats
+	var st2 figures.Stats
 	err = json.NewDecoder(resp.Body).Decode(&st2)
 	resp.Body.Close()
 	if err != nil || st2.Extraction.Completed != st.Extraction.Completed || st2.Source != st.Source {

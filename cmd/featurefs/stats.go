@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 const statsUsage = `Usage: featurefs stats [--json] MOUNTPOINT
@@ -73,7 +73,7 @@ var knownStatsKeys = map[string]bool{
 
 // printStats renders the stats file's JSON as aligned sections.
 func printStats(w io.Writer, mnt string, data []byte) error {
-	var s features.Stats
+	var s figures.Stats
 	if err := json.Unmarshal(data, &s); err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 
 	section("errors")
 	by := s.Errors.ByKind()
-	for _, k := range features.ErrorKinds() {
+	for _, k := range figures.ErrorKinds() {
 		row(k, "%d", by[k])
 	}
 

@@ -7,19 +7,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 func TestPrintStatsSections(t *testing.T) {
-	var s features.Stats
+	var s figures.Stats
 	s.Source, s.Device, s.UptimeSeconds, s.CPUSeconds = "s3://host/bkt", "cuda:0", 75, 12.34
-	s.FS.ReadSizes = features.ReadSizes{Le4K: 1, Le32K: 2, Le128K: 3, Le512K: 4, Le1M: 5, Over1M: 6}
-	s.Extraction = features.ExtractionStats{RatePerSecond: 12.5, RateWindowSeconds: 10, Completed: 300, MeanBatchSize: 7.5, Batches: 40, BatchedItems: 300}
-	s.Queue = features.QueueStats{Foreground: 3, Background: 120}
+	s.FS.ReadSizes = figures.ReadSizes{Le4K: 1, Le32K: 2, Le128K: 3, Le512K: 4, Le1M: 5, Over1M: 6}
+	s.Extraction = figures.ExtractionStats{RatePerSecond: 12.5, RateWindowSeconds: 10, Completed: 300, MeanBatchSize: 7.5, Batches: 40, BatchedItems: 300}
+	s.Queue = figures.QueueStats{Foreground: 3, Background: 120}
 	s.CacheHitRatio, s.FS.CacheHits, s.FS.CacheMisses = 0.25, 100, 300
 	s.Store.BytesFetched, s.Store.Gets = 3<<20, 300
 	s.BytesServed = 5 << 30
-	s.Errors = features.ErrorCounts{BadImage: 2, Timeout: 4}
+	s.Errors = figures.ErrorCounts{BadImage: 2, Timeout: 4}
 	data, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)

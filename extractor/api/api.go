@@ -87,11 +87,14 @@ var ErrBadImage = errors.New("bad image")
 // ErrUnknownModel is matched by Extract errors for a model name not loaded.
 var ErrUnknownModel = errors.New("unknown model")
 
-// ErrUnknownLayer is matched by Extract errors for a layer index out of range.
-var ErrUnknownLayer = errors.New("unknown layer")
+// ErrUnknownLayer is matched by Extract errors for a layer index out of
+// range. It is split.ErrUnknownLayer (the split planner's, for a freeze
+// layer its profiles lack): one error, defined in the package below.
+var ErrUnknownLayer = split.ErrUnknownLayer
 
-// ErrClosed is returned by Extract and ExtractFrom after Close.
-var ErrClosed = errors.New("extractor: service closed")
+// ErrClosed is returned by Extract and ExtractFrom after Close. It wraps
+// spec.ErrClosed, which every "used after Close" error matches.
+var ErrClosed = fmt.Errorf("extractor: service %w", spec.ErrClosed)
 
 // ErrBadTensor is matched by ExtractFrom errors caused by the input tensor
 // itself: not a .npy file, or not the shape of the layer it claims to be.

@@ -41,8 +41,9 @@ import (
 var ErrNoProfile = errors.New("no usable compute profile")
 
 // ErrUnknownLayer is matched by Candidates and Choose errors for a freeze
-// layer the profiles do not have. It is not extractor.ErrUnknownLayer
-// (package split does not import extractor); it has the same message.
+// layer the profiles do not have, and by the extractor's errors for a
+// layer index out of range: extractor/api's ErrUnknownLayer (and
+// extractor's) is this one.
 var ErrUnknownLayer = errors.New("unknown layer")
 
 // CostModel scores split points for one model between a server and a mount.

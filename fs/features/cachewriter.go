@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/fs/figures"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
 // Cache write-behind defaults (Config.CacheWriteBytes, Config.CacheWriters,
@@ -36,37 +38,6 @@ const (
 // cores, between 1 and maxCacheWriters.
 func defaultCacheWriters() int {
 	return min(max(runtime.NumCPU()/4, 1), maxCacheWriters)
-}
-
-// CacheWriteStats are the figures of the cache's write-behind queue (the
-// cache_write fields of the stats file's "fs" object).
-type CacheWriteStats struct {
-	// WriteQueued is the features waiting for, or in, their cache write
-	// now; WriteQueuedBytes their bytes.
-	WriteQueued      int   `json:"cache_write_queued"`
-	WriteQueuedBytes int64 `json:"cache_write_queued_bytes"`
-	// WriteQueuePeakBytes is the most bytes queued at once (the
-	// high-water mark); WriteQueueMaxBytes the bound.
-	WriteQueuePeakBytes int64 `json:"cache_write_queue_peak_bytes"`
-	WriteQueueMaxBytes  int64 `json:"cache_write_queue_max_bytes"`
-	// BackgroundWrites counts the cache writes done by the writers, off
-	// the read path; InlineWrites those done by the producer itself,
-	// because the queue had no room for a reader's feature (or the
-	// feature is larger than the bound, or the queue is closed).
-	BackgroundWrites int64 `json:"cache_writes_background"`
-	InlineWrites     int64 `json:"cache_writes_inline"`
-	// SkippedWrites counts features a read computed while the queue was
-	// full: served, not cached.
-	SkippedWrites int64 `json:"cache_writes_skipped"`
-	// WriteWaits counts background producers (prefetch, warm-up) that
-	// waited for room in the queue.
-	WriteWaits int64 `json:"cache_write_waits"`
-	// WriteQueueReads counts feature lookups answered from the queue: a
-	// feature computed but not yet written (counted as cache hits too).
-	WriteQueueReads int64 `json:"cache_write_queue_reads"`
-	// DroppedWrites counts queued features never written: Close's wait
-	// for the writes timed out (the cache was stuck).
-	DroppedWrites int64 `json:"cache_writes_dropped"`
 }
 
 // pendingWrite is one feature waiting for its cache write.
@@ -119,7 +90,10 @@ type cacheWriter struct {
 	changed chan struct{}            // GUARDED_BY(mu): closed (and replaced) when a write ends
 
 	closeOnce sync.Once
-	wg        sync.WaitGroup // the writer goroutines
+	// owner counts the writer goroutines (run); close waits for them once
+	// the queue is written, and not past its timeout: a writer stuck in
+	// the cache is left behind, as its feature is.
+	owner *lifetime.Owner
 
 	background, inline, skipped, waits, reads, dropped atomic.Int64
 	skipOnce                                           sync.Once
@@ -130,7 +104,7 @@ type cacheWriter struct {
 func newCacheWriter(put func(*pendingWrite), log *slog.Logger, maxBytes int64, writers int) *cacheWriter {
 	return &cacheWriter{
 		put: put, log: log, maxBytes: maxBytes, bgBytes: maxBytes / 4 * 3, writers: max(writers, 1),
-		pending: map[string]*pendingWrite{}, changed: make(chan struct{}),
+		pending: map[string]*pendingWrite{}, changed: make(chan struct{}), owner: lifetime.New(),
 	}
 }
 
@@ -192,8 +166,7 @@ func (c *cacheWriter) enqueue(ctx context.Context, w *pendingWrite, wait bool) e
 	c.peak = max(c.peak, c.bytes)
 	if c.running < c.writers {
 		c.running++
-		c.wg.Add(1)
-		go c.run()
+		c.owner.Go(c.run) // open: close marks closed first, under mu
 	}
 	c.mu.Unlock()
 	return queued
@@ -201,7 +174,6 @@ func (c *cacheWriter) enqueue(ctx context.Context, w *pendingWrite, wait bool) e
 
 // run writes queued features until the queue is empty.
 func (c *cacheWriter) run() {
-	defer c.wg.Done()
 	for {
 		c.mu.Lock()
 		if len(c.queue) == 0 {
@@ -270,7 +242,7 @@ func (c *cacheWriter) close(timeout time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if c.flush(ctx) == nil {
-			c.wg.Wait() // the writers are leaving: nothing is queued
+			c.owner.Close() // the writers are leaving: nothing is queued
 			return
 		}
 		c.mu.Lock()
@@ -289,10 +261,10 @@ func (c *cacheWriter) close(timeout time.Duration) {
 }
 
 // stats returns the queue's figures.
-func (c *cacheWriter) stats() CacheWriteStats {
+func (c *cacheWriter) stats() figures.CacheWriteStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CacheWriteStats{
+	return figures.CacheWriteStats{
 		WriteQueued: len(c.pending), WriteQueuedBytes: c.bytes, WriteQueuePeakBytes: c.peak, WriteQueueMaxBytes: c.maxBytes,
 		BackgroundWrites: c.background.Load(), InlineWrites: c.inline.Load(), SkippedWrites: c.skipped.Load(), WriteWaits: c.waits.Load(),
 		WriteQueueReads: c.reads.Load(), DroppedWrites: c.dropped.Load(),

@@ -27,7 +27,8 @@
 // Prefetch (Touch) and warm-up (Warm) walk the bucket and send what is not
 // cached to step 4 at Background priority, within one budget of count and
 // bytes. The bucket and the extractor are wrapped so that every call is
-// counted once; Stats (the figures of MOUNT/.featurefs/stats, of GET
-// /v1/stats and, through NewCollector, of the Prometheus metrics) reads
-// them. Errors become errnos in the tree (package fs), not here.
+// counted once; Stats (its part of the figures.Stats of
+// MOUNT/.featurefs/stats, of GET /v1/stats and of the Prometheus metrics)
+// reads them, and its Journal keeps the recent errors. Errors become
+// errnos, and are counted by kind, in the tree (package fs), not here.
 package features

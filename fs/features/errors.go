@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // ErrObjectChanged is matched by Feature's error when the object's ETag is
@@ -46,9 +45,9 @@ func (p *Pipeline) badKey(key, etag string) string { return key + "\x00" + etag 
 func (p *Pipeline) recordBad(key, etag string, err error) {
 	id := p.badKey(key, etag)
 	_, known := p.bad.Get(id)
-	reason := ErrReason(key, err)
+	reason := figures.ErrReason(key, err)
 	p.bad.Put(id, badEntry{until: p.now().Add(p.cfg.NegativeTTL), reason: reason}, 1)
-	p.recordError(key, reason)
+	p.journal.Record(key, reason)
 	if known {
 		return
 	}
@@ -64,58 +63,4 @@ func (p *Pipeline) isBad(key, etag string) (string, bool) {
 		return "", false
 	}
 	return e.reason, true
-}
-
-// LogOnce logs an error for key unless the same key and error were logged
-// recently (a bounded set), and records it in the stats' recent errors.
-func (p *Pipeline) LogOnce(key, reason string, err error) {
-	msg := ErrReason(key, err)
-	p.recordError(key, reason+": "+msg)
-	if !p.FirstLog(key + "\x00" + err.Error()) {
-		return
-	}
-	p.log.Error("featurefs: "+reason, slog.String("key", key), slog.String("err", msg))
-}
-
-// FirstLog reports whether id was not logged recently, and remembers it (a
-// bounded set shared with LogOnce): the caller logs only when it is true.
-func (p *Pipeline) FirstLog(id string) bool {
-	if _, seen := p.logged.Get(id); seen {
-		return false
-	}
-	p.logged.Put(id, struct{}{}, 1)
-	return true
-}
-
-// ErrReason is err's message for a record or log line that names key in a
-// field of its own: without the "KEY: " or `get "KEY": ` that the layers
-// below put in front, so that the key shows once.
-func ErrReason(key string, err error) string {
-	msg := err.Error()
-	if key == "" {
-		return msg
-	}
-	q := strconv.Quote(key)
-	for {
-		rest := msg
-		for _, p := range []string{key + ": ", q + ": ", "get " + q + ": "} {
-			rest = strings.TrimPrefix(rest, p)
-		}
-		if rest == msg {
-			return msg
-		}
-		msg = rest
-	}
-}
-
-// recordError keeps the last few errors for the stats file. msg must not
-// repeat key (see ErrReason).
-func (p *Pipeline) recordError(key, msg string) {
-	p.errMu.Lock()
-	defer p.errMu.Unlock()
-	if len(p.recent) >= maxRecentErrors {
-		copy(p.recent, p.recent[1:])
-		p.recent = p.recent[:len(p.recent)-1]
-	}
-	p.recent = append(p.recent, ErrorRecord{Time: p.now().UTC().Format(time.RFC3339), Key: key, Error: msg})
 }

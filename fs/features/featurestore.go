@@ -106,7 +106,7 @@ func (p *Pipeline) fromFeatureStore(ctx context.Context, v *View, obj bucket.Obj
 	}
 	ref = p.storeRef(ctx, v, obj, key)
 	data, ok, err = fst.Get(ctx, ref, v.Size)
-	if err != nil && ctx.Err() == nil && p.FirstLog("featurestore\x00"+ref.Key()+"\x00"+err.Error()) {
+	if err != nil && ctx.Err() == nil && p.journal.FirstLog("featurestore\x00"+ref.Key()+"\x00"+err.Error()) {
 		// Say what follows, which depends on the mode: only a mount that
 		// may compute computes it again.
 		what, then := "feature store read failed", "computing the feature here"

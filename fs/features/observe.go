@@ -15,33 +15,13 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/figures"
 )
-
-// Error kinds counted in Stats.Errors and the featurefs_errors_total metric.
-const (
-	// ErrKindBadImage is a read refused because of the object's content
-	// (not an image, corrupt, truncated, too large).
-	ErrKindBadImage = "bad_image"
-	// ErrKindNotFound is a read of an object that was listed but is gone.
-	ErrKindNotFound = "not_found"
-	// ErrKindTimeout is a read that ran past --read-timeout.
-	ErrKindTimeout = "timeout"
-	// ErrKindStore is a read or listing the object store failed
-	// (unreachable, access denied, server errors).
-	ErrKindStore = "store"
-	// ErrKindOther is any other failed read or listing.
-	ErrKindOther = "other"
-)
-
-// ErrorKinds lists the error kinds in the order they are shown.
-func ErrorKinds() []string {
-	return []string{ErrKindBadImage, ErrKindNotFound, ErrKindTimeout, ErrKindStore, ErrKindOther}
-}
 
 // rateWindow is the span the extraction rate is measured over.
 const rateWindow = 10 * time.Second
 
-// observer holds the figures counted by the wrappers and by CountError.
+// observer holds the figures counted by the wrappers.
 type observer struct {
 	gets, getErrors, bytesFetched atomic.Int64
 	lists, listErrors             atomic.Int64
@@ -51,45 +31,7 @@ type observer struct {
 	rate                     rateMeter
 	flightMu                 sync.Mutex
 	flights                  map[string]*flight // GUARDED_BY(flightMu); features being extracted
-
-	errBadImage, errNotFound, errTimeout, errStore, errOther atomic.Int64
 }
-
-// CountError counts an error answered to a reader by its kind (one of
-// ErrorKinds; "" counts nothing). A reader's interrupt and a lookup of a name
-// the bucket does not hold are not errors. The tree's errno calls it.
-func (p *Pipeline) CountError(kind string) { p.obs.countError(kind) }
-
-// countError counts an error by its kind.
-func (o *observer) countError(kind string) {
-	switch kind {
-	case ErrKindBadImage:
-		o.errBadImage.Add(1)
-	case ErrKindNotFound:
-		o.errNotFound.Add(1)
-	case ErrKindTimeout:
-		o.errTimeout.Add(1)
-	case ErrKindStore:
-		o.errStore.Add(1)
-	case ErrKindOther:
-		o.errOther.Add(1)
-	}
-}
-
-// StoreError marks an error returned by the object store (the pipeline's
-// Bucket). It is transparent: same message, and errors.Is/As see through it.
-type StoreError struct {
-	// Op is the call that failed: get, list or stat.
-	Op string
-	// Err is the store's error.
-	Err error
-}
-
-// Error is the store's message.
-func (e *StoreError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the store's error.
-func (e *StoreError) Unwrap() error { return e.Err }
 
 // countingBucket counts the calls, errors and bytes of a bucket, and tells
 // the store's health every outcome.
@@ -106,7 +48,7 @@ func (b countingBucket) List(ctx context.Context, prefix, token string) (bucket.
 	b.h.observe(err)
 	if err != nil {
 		b.o.listErrors.Add(1)
-		return p, &StoreError{Op: "list", Err: err}
+		return p, &figures.StoreError{Op: "list", Err: err}
 	}
 	return p, nil
 }
@@ -118,7 +60,7 @@ func (b countingBucket) Peek(ctx context.Context, prefix string, n int) (bucket.
 	b.h.observe(err)
 	if err != nil {
 		b.o.listErrors.Add(1)
-		return p, &StoreError{Op: "list", Err: err}
+		return p, &figures.StoreError{Op: "list", Err: err}
 	}
 	return p, nil
 }
@@ -132,7 +74,7 @@ func (b countingBucket) Stat(ctx context.Context, key string) (bucket.Object, er
 		if !errors.Is(err, bucket.ErrNotFound) {
 			b.o.statErrors.Add(1)
 		}
-		return obj, &StoreError{Op: "stat", Err: err}
+		return obj, &figures.StoreError{Op: "stat", Err: err}
 	}
 	return obj, nil
 }
@@ -144,7 +86,7 @@ func (b countingBucket) Get(ctx context.Context, key string, maxBytes int64) ([]
 	b.h.observe(err)
 	if err != nil {
 		b.o.getErrors.Add(1)
-		return data, obj, &StoreError{Op: "get", Err: err}
+		return data, obj, &figures.StoreError{Op: "get", Err: err}
 	}
 	b.o.bytesFetched.Add(int64(len(data)))
 	return data, obj, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/featurestore"
+	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
@@ -131,9 +131,6 @@ type Config struct {
 // byte, or when newer ones need the room.
 const defaultHandoffBytes = 64 << 20
 
-// maxRecentErrors is how many errors the stats file shows.
-const maxRecentErrors = 20
-
 // Pipeline is the read path of features, FUSE-free: the negative cache of
 // bad objects, in-flight sharing, the cache lookup, the extraction and the
 // cache write, the handling of objects changed since they were listed,
@@ -155,7 +152,6 @@ type Pipeline struct {
 	given Config
 
 	bad      *lru.LRU[string, badEntry]   // object version -> why it is bad
-	logged   *lru.LRU[string, struct{}]   // key+error already logged
 	versions *lru.LRU[string, objVersion] // key -> a version newer than its listing's
 	features inflight.Group[[]byte]       // reads in flight
 	// handoff holds features just computed (by a read or by prefetch)
@@ -167,10 +163,10 @@ type Pipeline struct {
 	writes *cacheWriter
 
 	stats counters
-	obs   observer // figures of the wrapped bucket and extractor, errors by kind
-
-	errMu  sync.Mutex
-	recent []ErrorRecord // GUARDED_BY(errMu)
+	obs   observer // figures of the wrapped bucket and extractor
+	// journal holds the recent errors and logs each once in a while; the
+	// tree and the server over the pipeline tell theirs to it too.
+	journal *figures.Journal
 
 	pf    *prefetcher     // background extraction; stopped by Close
 	owner *lifetime.Owner // owns the detached reads (features); closed by Close
@@ -236,7 +232,7 @@ func New(cfg Config) (*Pipeline, error) {
 		dtype:    cfg.Extractor.DType(),
 		naming:   naming.New(cfg.ImageExtensions),
 		bad:      lru.New[string, badEntry](cfg.MaxBadObjects),
-		logged:   lru.New[string, struct{}](4096),
+		journal:  figures.NewJournal(cfg.Logger, cfg.Now),
 		versions: lru.New[string, objVersion](4096),
 		handoff:  lru.New[string, []byte](cfg.HandoffBytes),
 		owner:    lifetime.New(),
@@ -279,6 +275,10 @@ func (p *Pipeline) isImage(base string) bool {
 func (p *Pipeline) splitImage(base string) (stem, ext string, ok bool) {
 	return p.naming.Parts(base)
 }
+
+// Journal returns the pipeline's journal of errors (the stats' recent
+// errors, the log-once set): the tree logs its errors there too.
+func (p *Pipeline) Journal() *figures.Journal { return p.journal }
 
 // Health returns the store's health, as the pipeline's bucket sees it.
 func (p *Pipeline) Health() *StoreHealth { return &p.health }

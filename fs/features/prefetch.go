@@ -14,6 +14,8 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/figures"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 	"github.com/featurefs/featurefs/fs/naming"
 )
@@ -99,45 +101,6 @@ const (
 	// batchRefresh is how often the extractor's batch sizes are re-read.
 	batchRefresh = 2 * time.Second
 )
-
-// PrefetchStats are prefetch's figures (the "prefetch" object of
-// .featurefs/stats).
-type PrefetchStats struct {
-	// Mode is off, dir or tree.
-	Mode PrefetchMode `json:"mode"`
-	// Walks counts walks started; WalksDone those finished (cancelled ones
-	// included).
-	Walks     int64 `json:"walks"`
-	WalksDone int64 `json:"walks_done"`
-	// WalksDropped counts touches dropped because the walk queue was full.
-	WalksDropped int64 `json:"walks_dropped"`
-	// WalksLimited counts walks stopped by the limit or the cache size.
-	WalksLimited int64 `json:"walks_limited"`
-	// Queued is the walks waiting now; PeakQueued the most seen.
-	Queued     int `json:"queued"`
-	PeakQueued int `json:"peak_queued"`
-	// ListPages counts listing pages walks read.
-	ListPages int64 `json:"list_pages"`
-	// Objects counts image objects walks found; Cached those skipped as
-	// already cached; Bad those skipped as known bad.
-	Objects int64 `json:"objects"`
-	Cached  int64 `json:"cached"`
-	Bad     int64 `json:"bad"`
-	// Extracted, Failed and Cancelled count extractions prefetch finished.
-	Extracted int64 `json:"extracted"`
-	Failed    int64 `json:"failed"`
-	Cancelled int64 `json:"cancelled"`
-	// InFlight is the extractions in flight now, PeakInFlight the most
-	// seen, InFlightLimit the current bound.
-	InFlight      int `json:"in_flight"`
-	PeakInFlight  int `json:"peak_in_flight"`
-	InFlightLimit int `json:"in_flight_limit"`
-	// InFlightBytes is the bytes they hold (estimated), PeakInFlightBytes
-	// the most seen, MaxBytes the bound.
-	InFlightBytes     int64 `json:"in_flight_bytes"`
-	PeakInFlightBytes int64 `json:"peak_in_flight_bytes"`
-	MaxBytes          int64 `json:"max_bytes"`
-}
 
 // budget bounds work in flight by count and bytes. Safe for concurrent use.
 type budget struct {
@@ -229,13 +192,14 @@ type prefetchCounters struct {
 // reader of a file being prefetched sends its own Foreground request, which
 // the extractor merges with the background one and moves ahead of the queue.
 type prefetcher struct {
-	pipe   *Pipeline
-	cfg    PrefetchConfig
-	ctx    context.Context
-	cancel context.CancelFunc
+	pipe *Pipeline
+	cfg  PrefetchConfig
+	// owner owns the walkers (a child of the pipeline's owner); its
+	// context is the walks' and their extractions'. Closed by close.
+	owner  *lifetime.Owner
+	ctx    context.Context // owner.Context()
 	jobs   chan walkJob
 	budget *budget
-	wg     sync.WaitGroup
 	n      prefetchCounters
 
 	mu     sync.Mutex
@@ -259,12 +223,12 @@ func newPrefetcher(pipe *Pipeline, cfg PrefetchConfig) *prefetcher {
 	if cfg.Walkers <= 0 {
 		cfg.Walkers = defaultPrefetchWalkers
 	}
-	ctx, cancel := context.WithCancel(pipe.owner.Context())
+	owner := pipe.owner.Child()
 	p := &prefetcher{
 		pipe:   pipe,
 		cfg:    cfg,
-		ctx:    ctx,
-		cancel: cancel,
+		owner:  owner,
+		ctx:    owner.Context(),
 		jobs:   make(chan walkJob, cfg.MaxQueued),
 		states: lru.New[string, *walkState](maxWalkStates),
 	}
@@ -273,8 +237,7 @@ func newPrefetcher(pipe *Pipeline, cfg PrefetchConfig) *prefetcher {
 		return p
 	}
 	for range cfg.Walkers {
-		p.wg.Add(1)
-		go p.walker()
+		owner.Go(p.walker)
 	}
 	return p
 }
@@ -284,20 +247,29 @@ func (p *prefetcher) maxInFlight() int {
 	if p.cfg.MaxInFlight > 0 {
 		return p.cfg.MaxInFlight
 	}
+	// The extractor's figures are read with no lock held: one caller
+	// claims the refresh (batchAt), the others use the size they find
+	// (until the first refresh, each reads them).
+	now := time.Now()
 	p.batchMu.Lock()
-	defer p.batchMu.Unlock()
-	if now := time.Now(); p.batchSize == 0 || now.Sub(p.batchAt) > batchRefresh {
+	bs, refresh := p.batchSize, p.batchSize == 0 || now.Sub(p.batchAt) > batchRefresh
+	if refresh {
 		p.batchAt = now
-		bs := 0
+	}
+	p.batchMu.Unlock()
+	if refresh {
+		bs = 0
 		for _, b := range p.pipe.cfg.Extractor.Stats().BatchSizes {
 			bs = max(bs, b)
 		}
 		if bs <= 0 {
 			bs = defaultBatchGuess
 		}
+		p.batchMu.Lock()
 		p.batchSize = bs
+		p.batchMu.Unlock()
 	}
-	return min(max(4*p.batchSize, minPrefetchInFlight), maxPrefetchInFlight)
+	return min(max(4*bs, minPrefetchInFlight), maxPrefetchInFlight)
 }
 
 // maxBytes is the byte bound for extractions of cost bytes each, n of
@@ -356,7 +328,6 @@ func (p *prefetcher) finished(id string) {
 
 // walker runs walks until close.
 func (p *prefetcher) walker() {
-	defer p.wg.Done()
 	for {
 		select {
 		case <-p.ctx.Done():
@@ -420,7 +391,7 @@ func (p *prefetcher) run(job walkJob) {
 				// Bad objects are logged where recorded; a feature a
 				// store-only mount lacks, when a reader asks for it.
 				if !BadObject(err) && !errors.Is(err, ErrNotExtracted) {
-					p.pipe.LogOnce(obj.Key, "prefetch failed", err)
+					p.pipe.journal.LogOnce(obj.Key, "prefetch failed", err)
 				}
 			}
 		})
@@ -432,7 +403,7 @@ func (p *prefetcher) run(job walkJob) {
 		p.pipe.log.Info("featurefs: prefetch stopped at its limit", slog.String("model", v.Model.Name),
 			slog.String("layer", v.Layer.Name), slog.String("key", job.prefix), slog.Int("objects", sent))
 	case err != nil && p.ctx.Err() == nil:
-		p.pipe.LogOnce(job.prefix, "prefetch listing failed", err)
+		p.pipe.journal.LogOnce(job.prefix, "prefetch listing failed", err)
 	}
 }
 
@@ -444,15 +415,14 @@ func (p *prefetcher) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	p.cancel()
-	p.wg.Wait()
+	p.owner.Close()
 }
 
 // stats returns the prefetcher's figures.
-func (p *prefetcher) stats() PrefetchStats {
+func (p *prefetcher) stats() figures.PrefetchStats {
 	n, peakN, b, peakB, maxB := p.budget.figures()
-	return PrefetchStats{
-		Mode: p.cfg.Mode, Walks: p.n.walks.Load(), WalksDone: p.n.walksDone.Load(),
+	return figures.PrefetchStats{
+		Mode: string(p.cfg.Mode), Walks: p.n.walks.Load(), WalksDone: p.n.walksDone.Load(),
 		WalksDropped: p.n.dropped.Load(), WalksLimited: p.n.limited.Load(),
 		Queued: len(p.jobs), PeakQueued: int(p.n.peakQueued.Load()), ListPages: p.n.pages.Load(),
 		Objects: p.n.objects.Load(), Cached: p.n.cached.Load(), Bad: p.n.bad.Load(),
@@ -543,4 +513,4 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 func (p *Pipeline) Touch(v *View, prefix string) { p.pf.touch(v, prefix) }
 
 // PrefetchStats returns prefetch's figures.
-func (p *Pipeline) PrefetchStats() PrefetchStats { return p.pf.stats() }
+func (p *Pipeline) PrefetchStats() figures.PrefetchStats { return p.pf.stats() }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
 
@@ -46,6 +47,39 @@ func TestPrefetchByteBoundFollowsBatches(t *testing.T) {
 	}
 	if n, _, _, _, maxB := b.figures(); n < 256 || maxB != 1024*layer12 {
 		t.Errorf("a budget of the GPU's bound took %d layer12 extractions (bound %d bytes), want at least a batch of 256", n, maxB)
+	}
+}
+
+// statsUnderLock is an extractor whose Stats reports whether the
+// prefetcher's batchMu was held when it was called.
+type statsUnderLock struct {
+	*fakeExtractor
+	pf   *prefetcher
+	held []bool
+}
+
+func (x *statsUnderLock) Stats() api.Stats {
+	free := x.pf.batchMu.TryLock()
+	if free {
+		x.pf.batchMu.Unlock()
+	}
+	x.held = append(x.held, !free)
+	return api.Stats{BatchSizes: map[string]int{"tiny": 8}}
+}
+
+// TestPrefetchBoundReadsStatsUnlocked: the in-flight bound follows the
+// extractor's batch sizes, read with no lock held (docs/ARCHITECTURE.md,
+// "Locks": no lock is held across a call into the extractor), and read
+// again only after batchRefresh.
+func TestPrefetchBoundReadsStatsUnlocked(t *testing.T) {
+	x := &statsUnderLock{fakeExtractor: newFakeExtractor()}
+	x.pf = &prefetcher{pipe: &Pipeline{cfg: Config{Extractor: x}}}
+	if got, want := x.pf.maxInFlight(), min(max(4*8, minPrefetchInFlight), maxPrefetchInFlight); got != want {
+		t.Errorf("in-flight bound %d, want %d (4 batches of 8)", got, want)
+	}
+	x.pf.maxInFlight() // within batchRefresh: the size found is used
+	if len(x.held) != 1 || x.held[0] {
+		t.Errorf("Stats calls (true: batchMu held) %v, want one, unlocked", x.held)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // WarmOptions says what Pipeline.Warm extracts.
@@ -115,7 +116,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 			}
 			_, err := p.extractStore(ctx, v, obj, key, forWarm)
 			if err != nil {
-				w.fail(obj.Key, ErrReason(obj.Key, err), BadObject(err))
+				w.fail(obj.Key, figures.ErrReason(obj.Key, err), BadObject(err))
 				return
 			}
 			w.update(func(r *WarmResult) { r.Extracted++ })

@@ -44,6 +44,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
 // Metadata names of a feature object (S3 user metadata, lower case).
@@ -163,10 +164,11 @@ type Store struct {
 	log   *slog.Logger
 	store bucket.Store
 
-	queue  chan item
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	queue chan item
+	// owner owns the writers; ctx is its context, the PUTs' root,
+	// cancelled by Close.
+	owner *lifetime.Owner
+	ctx   context.Context
 
 	mu        sync.Mutex
 	closed    bool                // GUARDED_BY(mu)
@@ -223,10 +225,10 @@ func New(cfg Config) (*Store, error) {
 		manifests: map[string][]byte{},
 		written:   map[string]struct{}{},
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.owner = lifetime.New()
+	s.ctx = s.owner.Context()
 	for range cfg.MaxPuts {
-		s.wg.Add(1)
-		go s.writer()
+		s.owner.Go(s.writer)
 	}
 	return s, nil
 }
@@ -396,7 +398,6 @@ func (s *Store) drop(key string) {
 
 // writer writes queued features until Close.
 func (s *Store) writer() {
-	defer s.wg.Done()
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -512,8 +513,7 @@ func (s *Store) Close() {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
+	s.owner.Close()
 	for {
 		select {
 		case it := <-s.queue:

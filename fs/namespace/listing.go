@@ -203,7 +203,7 @@ func (s *listStream) revive(err error) *Listing {
 	if cur, ok := s.ns.listings.Get(s.l.prefix); !ok || cur == s.l {
 		s.ns.listings.Put(s.l.prefix, r, r.cost())
 	}
-	s.ns.p.LogOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
+	s.ns.p.Journal().LogOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
 		s.ns.now().Sub(old.listedAt).Round(time.Second).String()+" ago", err)
 	return r
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 )
 
 // What a feature file's reads remember between them: which version of its
@@ -116,7 +117,7 @@ func (ns *Namespace) ReadDone(k FileKey, file string, data []byte) {
 // record, and when it took SlowFailure or longer, for the kernel's retry
 // of that request (Retry).
 func (ns *Namespace) ReadFailed(k FileKey, file string, off int64, size int, err error, started time.Time) {
-	ns.failed.add(file, k.Key, features.ErrReason(k.Key, err), ns.now())
+	ns.failed.add(file, k.Key, figures.ErrReason(k.Key, err), ns.now())
 	now := time.Now()
 	if now.Sub(started) < SlowFailure {
 		return

@@ -185,7 +185,7 @@ func (ns *Namespace) listCtx(ctx context.Context) (context.Context, context.Canc
 // logRename logs once (a bounded set) that an object or prefix is shown
 // under a name other than the plain rule's, and why (fs/naming).
 func (ns *Namespace) logRename(key, name, why string) {
-	if !ns.p.FirstLog("rename\x00" + key + "\x00" + name) {
+	if !ns.p.Journal().FirstLog("rename\x00" + key + "\x00" + name) {
 		return
 	}
 	ns.log.Warn("featurefs: renamed to avoid a collision or an unusable name", slog.String("key", key), slog.String("name", name), slog.String("why", why))

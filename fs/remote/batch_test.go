@@ -13,6 +13,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // postBatch sends a raw batch request and returns the item frames by index
@@ -106,8 +107,8 @@ func TestBatchPerItemErrors(t *testing.T) {
 	if _, err := ex.Extract(ctx, featureReq("a/missing.jpg", 0, "")); !errors.Is(err, bucket.ErrNotFound) {
 		t.Errorf("missing: %v, want bucket.ErrNotFound", err)
 	}
-	if _, err := ex.Extract(ctx, featureReq("a/good.jpg", 0, "stale")); !errors.Is(err, ErrChanged) {
-		t.Errorf("stale etag: %v, want ErrChanged", err)
+	if _, err := ex.Extract(ctx, featureReq("a/good.jpg", 0, "stale")); !errors.Is(err, features.ErrObjectChanged) {
+		t.Errorf("stale etag: %v, want features.ErrObjectChanged", err)
 	}
 	if _, err := ex.Extract(ctx, api.Request{Model: "nope", Key: "a/good.jpg"}); !errors.Is(err, api.ErrUnknownModel) {
 		t.Errorf("unknown model: %v", err)

@@ -319,11 +319,6 @@ func (unauthorizedError) Error() string { return "feature server refused the tok
 // Is makes ErrUnauthorized match bucket.ErrAccessDenied.
 func (unauthorizedError) Is(target error) bool { return target == bucket.ErrAccessDenied }
 
-// ErrChanged is matched when the object's ETag is no longer the one asked
-// for. It is the pipeline's sentinel, so that a mount of servers treats a
-// changed object as a local mount does (it reads the new version).
-var ErrChanged = features.ErrObjectChanged
-
 // StatusOf maps a server-side error to the status reported for it.
 func StatusOf(err error) int {
 	switch {
@@ -334,7 +329,7 @@ func StatusOf(err error) int {
 	case errors.Is(err, bucket.ErrNotFound), errors.Is(err, syscall.ENAMETOOLONG):
 		// A name too long for the source's file system names no object.
 		return StatusNotFound
-	case errors.Is(err, ErrChanged):
+	case errors.Is(err, features.ErrObjectChanged):
 		return StatusChanged
 	case errors.Is(err, bucket.ErrTooLarge):
 		return StatusTooLarge
@@ -361,7 +356,9 @@ func ErrorOf(status int, msg, server, key string) error {
 	case StatusNotFound:
 		return fmt.Errorf("%s: %s: %w", where, msg, bucket.ErrNotFound)
 	case StatusChanged:
-		return fmt.Errorf("%s: %s: %w", where, msg, ErrChanged)
+		// The pipeline's own error, so that a mount of servers treats a
+		// changed object as a local mount does (it reads the new version).
+		return fmt.Errorf("%s: %s: %w", where, msg, features.ErrObjectChanged)
 	case StatusTooLarge:
 		return fmt.Errorf("%s: %s: %w", where, msg, bucket.ErrTooLarge)
 	case StatusBadRequest:

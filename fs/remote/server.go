@@ -22,6 +22,7 @@ import (
 	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/httplimit"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
@@ -361,8 +362,8 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, struct {
-		Server ServerStats    `json:"server"`
-		FS     features.Stats `json:"fs"`
+		Server ServerStats   `json:"server"`
+		FS     figures.Stats `json:"fs"`
 	}{s.Stats(), s.pipe.Stats()})
 }
 
@@ -581,11 +582,11 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.buffered.release(n)
 		mine.release(n)
 	}
+	// The workers and the feeder are this handler's: it waits for them
+	// all before it returns (the deferred wg.Wait, after cancel).
 	var wg sync.WaitGroup
 	for range min(len(jobs), s.cfg.MaxConcurrent) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for j := range queue {
 				held, err := reserve(s.itemBytes(j.it))
 				if err != nil {
@@ -599,9 +600,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 				}
 				results <- res
 			}
-		}()
+		})
 	}
-	go func() {
+	wg.Go(func() {
 		defer close(queue)
 		for _, j := range jobs {
 			select {
@@ -611,7 +612,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 				results <- itemResult{idx: j.idx, err: ctx.Err()}
 			}
 		}
-	}()
+	})
 	defer func() {
 		cancel()
 		wg.Wait()

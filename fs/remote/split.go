@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"path"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 )
 
 // SplitConfig configures split execution.
@@ -89,11 +89,11 @@ type SplitExtractor struct {
 	log      *slog.Logger
 	planners map[string]*split.Planner // by model; constant after Split
 	rawSem   chan struct{}
-	maxRaw   int64           // bytes of one raw image
-	exts     []string        // image extensions (SplitConfig.ImageExtensions)
-	ctx      context.Context // the probes'; under the client's root, cancelled by Close
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	maxRaw   int64    // bytes of one raw image
+	exts     []string // image extensions (SplitConfig.ImageExtensions)
+	// owner owns the periodic probes: a child of the client's owner, so
+	// that closing either stops them and waits for them.
+	owner *lifetime.Owner
 
 	received atomic.Int64 // feature and image bytes received
 	rawSum   atomic.Int64 // listed image bytes
@@ -129,7 +129,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 	}
 	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*split.Planner{},
 		rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, exts: cfg.ImageExtensions}
-	x.ctx, x.cancel = context.WithCancel(c.owner.Context())
+	x.owner = c.owner.Child()
 	if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
 		// Nothing to plan: no probe, no profile (a short --remote-timeout
 		// must not fail the mount on a profile it does not need).
@@ -182,8 +182,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 			slog.Float64("server_ms_per_sample", sp.Layers[len(sp.Layers)-1].CumSeconds*1000),
 			slog.Float64("local_ms_per_sample", lp.Layers[len(lp.Layers)-1].CumSeconds*1000))
 	}
-	x.wg.Add(1)
-	go x.reprobe(cfg.ProbeEvery, cfg.ProbeBytes)
+	x.owner.Go(func() { x.reprobe(cfg.ProbeEvery, cfg.ProbeBytes) })
 	return x, nil
 }
 
@@ -217,8 +216,7 @@ func (c *Client) serverProfile(ctx context.Context, model string, total time.Dur
 // Close stops the periodic bandwidth probes (a probe in flight is
 // cancelled) and waits for them. Closing the client stops them too.
 func (x *SplitExtractor) Close() error {
-	x.cancel()
-	x.wg.Wait()
+	x.owner.Close()
 	return nil
 }
 
@@ -257,16 +255,16 @@ func (x *SplitExtractor) probe(ctx context.Context, n int64) (float64, error) {
 
 // reprobe measures the bandwidth again every period and feeds the planners.
 func (x *SplitExtractor) reprobe(period time.Duration, n int64) {
-	defer x.wg.Done()
+	ctx := x.owner.Context()
 	tk := time.NewTicker(period)
 	defer tk.Stop()
 	for {
 		select {
-		case <-x.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-tk.C:
 		}
-		bw, err := x.probe(x.ctx, n)
+		bw, err := x.probe(ctx, n)
 		if err != nil {
 			x.log.Debug("featurefs: bandwidth probe failed", slog.Any("err", err))
 			continue

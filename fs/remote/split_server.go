@@ -175,7 +175,7 @@ func (s *Server) handleObject(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.buffered.release(held)
 	if etag := r.URL.Query().Get("etag"); etag != "" && obj.ETag != "" && etag != obj.ETag {
-		writeError(w, StatusChanged, fmt.Errorf("%s: %w", key, ErrChanged))
+		writeError(w, StatusChanged, fmt.Errorf("%s: %w", key, features.ErrObjectChanged))
 		return
 	}
 	s.n.bytesOut.Add(int64(len(data)))

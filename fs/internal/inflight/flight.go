@@ -17,11 +17,11 @@ import (
 // The number of runs is bounded by the number of waiting callers, which
 // go-fuse bounds, or by the admit function of Start.
 //
-// With an Owner, every run is one of its goroutines: its context is also
+// Every run is one of its Owner's goroutines: its context is also
 // cancelled by the owner's Close, which waits for it, and a run is refused
 // once the owner is closed (its callers get lifetime.ErrClosed).
 type Group[V any] struct {
-	// Owner, if set before the first call, owns the runs.
+	// Owner owns the runs; it must be set before the first call.
 	Owner *lifetime.Owner
 
 	mu    sync.Mutex
@@ -57,36 +57,28 @@ func (g *Group[V]) Start(ctx context.Context, key string, admit func() bool, fn 
 	if c, ok := g.calls[key]; ok {
 		return c
 	}
-	if g.Owner != nil && !g.Owner.Add() {
+	if !g.Owner.Add() {
 		c := &Call[V]{done: make(chan struct{}), err: lifetime.ErrClosed}
 		close(c.done)
 		return c
 	}
 	if admit != nil && !admit() {
-		if g.Owner != nil {
-			g.Owner.Done()
-		}
+		g.Owner.Done()
 		return nil
 	}
 	c := &Call[V]{done: make(chan struct{})}
 	g.calls[key] = c
-	runCtx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
-	if g.Owner != nil {
-		runCtx, cancel = g.Owner.Detach(ctx)
-	}
-	go func() {
+	runCtx, cancel := g.Owner.Detach(ctx)
+	g.Owner.Start(func() { // counted by the Add above
 		defer func() {
 			cancel()
 			g.mu.Lock()
 			delete(g.calls, key)
 			g.mu.Unlock()
 			close(c.done)
-			if g.Owner != nil {
-				g.Owner.Done()
-			}
 		}()
 		c.val, c.err = fn(runCtx)
-	}()
+	})
 	return c
 }
 

@@ -1,4 +1,4 @@
-package features
+package figures
 
 import (
 	"net/http"
