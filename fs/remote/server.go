@@ -514,119 +514,186 @@ type itemResult struct {
 	held  int64 // bytes reserved in the request's and the server's budgets
 }
 
+// handleBatch answers POST /v1/batch: the request read within its limits,
+// one computation per distinct item on at most --max-concurrent workers,
+// and the results streamed as they come (streamBatch).
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	req, ok := s.readBatchRequest(w, r)
+	if !ok {
+		return
+	}
+	s.n.batches.Add(1)
+	compress := s.cfg.WireCompression != 0 && slices.Contains(req.Encodings, EncodingFFZ1)
+	jobs := s.distinctJobs(req.Items)
+	run := s.newBatchRun(r.Context(), len(jobs), compress)
+	// The workers and the feeder are this handler's: it waits for them
+	// all before it returns (the deferred wg.Wait, after cancel).
+	var wg sync.WaitGroup
+	queue := make(chan *batchJob)
+	for range min(len(jobs), s.cfg.MaxConcurrent) {
+		wg.Go(func() { run.work(queue) })
+	}
+	wg.Go(func() { run.feed(queue, jobs) })
+	defer func() {
+		run.cancel()
+		wg.Wait()
+		run.releaseUnwritten()
+	}()
+	failed, ok := s.streamBatch(w, r, req.Items, run, len(jobs))
+	if !ok {
+		return
+	}
+	s.log.Debug("featurefs serve: batch", slog.String("remote", r.RemoteAddr), slog.Int("items", len(req.Items)),
+		slog.Int("distinct", len(jobs)), slog.Int("failed", failed), slog.Duration("took", time.Since(start)))
+}
+
+// readBatchRequest decodes a batch request within --max-request-bytes and
+// --max-batch-items, reading the body to its end (its read deadline is
+// lifted there, and the server then notices a client going away). On an
+// error it answers it and returns false.
+func (s *Server) readBatchRequest(w http.ResponseWriter, r *http.Request) (BatchRequest, bool) {
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes)
 	var req BatchRequest
 	err := json.NewDecoder(body).Decode(&req)
 	if err == nil {
-		// To the body's end: its read deadline is lifted there, and the
-		// server then notices a client going away.
 		_, err = io.Copy(io.Discard, body)
 	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes (--max-request-bytes)", s.cfg.MaxRequestBytes))
-			return
+			return req, false
 		}
 		writeError(w, StatusBadRequest, fmt.Errorf("batch request: %w", err))
-		return
+		return req, false
 	}
 	if len(req.Items) > s.cfg.MaxBatchItems {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%d items: at most %d per batch (--max-batch-items)", len(req.Items), s.cfg.MaxBatchItems))
-		return
+		return req, false
 	}
-	s.n.batches.Add(1)
-	compress := s.cfg.WireCompression != 0 && slices.Contains(req.Encodings, EncodingFFZ1)
+	return req, true
+}
 
-	// One computation per distinct item.
-	type job struct {
-		it  BatchItem
-		idx []int
-	}
-	var jobs []*job
-	seen := map[BatchItem]*job{}
-	for i, it := range req.Items {
+// batchJob is one distinct item of a batch and the indexes it answers.
+type batchJob struct {
+	it  BatchItem
+	idx []int
+}
+
+// distinctJobs returns one job per distinct item, in first-seen order,
+// counting the repeats as shared.
+func (s *Server) distinctJobs(items []BatchItem) []*batchJob {
+	var jobs []*batchJob
+	seen := map[BatchItem]*batchJob{}
+	for i, it := range items {
 		if j, ok := seen[it]; ok {
 			j.idx = append(j.idx, i)
 			s.n.shared.Add(1)
 			continue
 		}
-		j := &job{it: it, idx: []int{i}}
+		j := &batchJob{it: it, idx: []int{i}}
 		seen[it] = j
 		jobs = append(jobs, j)
 	}
+	return jobs
+}
 
-	// Cancelled when the handler returns (before the workers are waited
-	// for), so that a client that went away stops its items.
-	ctx, cancel := context.WithCancel(r.Context())
-	results := make(chan itemResult, len(jobs))
-	queue := make(chan *job)
-	// An item reserves its feature's bytes before it is computed and
-	// gives them back once written: a client that reads slowly (or not at
-	// all) holds at most MaxBufferedBytesPerRequest.
-	mine := newByteBudget(s.cfg.MaxBufferedBytesPerRequest)
-	reserve := func(n int64) (int64, error) {
-		n, err := mine.acquire(ctx, n)
+// batchRun is one batch's computations (its handler runs the workers
+// and the feeder, and waits for them) and the bytes its computed features
+// hold.
+type batchRun struct {
+	s        *Server
+	ctx      context.Context
+	cancel   context.CancelFunc
+	compress bool
+	results  chan itemResult // one per job; buffered, so no worker blocks on it
+	// mine bounds this request's computed and unwritten features: a
+	// client that reads slowly (or not at all) holds at most
+	// MaxBufferedBytesPerRequest, and all requests together the server's
+	// buffered budget.
+	mine *byteBudget
+}
+
+// newBatchRun returns the run of a batch of n distinct items under a
+// context cancelled when the handler returns (before the workers are
+// waited for), so that a client that went away stops its items.
+func (s *Server) newBatchRun(parent context.Context, n int, compress bool) *batchRun {
+	ctx, cancel := context.WithCancel(parent)
+	return &batchRun{s: s, ctx: ctx, cancel: cancel, compress: compress,
+		results: make(chan itemResult, n), mine: newByteBudget(s.cfg.MaxBufferedBytesPerRequest)}
+}
+
+// work computes the jobs of queue until it is closed, each within the
+// request's and the server's byte budgets.
+func (run *batchRun) work(queue <-chan *batchJob) {
+	for j := range queue {
+		held, err := run.reserve(run.s.itemBytes(j.it))
 		if err != nil {
-			return 0, err
+			run.results <- itemResult{idx: j.idx, err: err}
+			continue
 		}
-		if _, err := s.buffered.acquire(ctx, n); err != nil {
-			mine.release(n)
-			return 0, err
+		data, err := run.s.feature(run.ctx, j.it)
+		res := itemResult{idx: j.idx, data: data, raw: len(data), err: err, held: held}
+		if run.compress && err == nil {
+			res.data, res.flags = run.s.compress(data)
 		}
-		return n, nil
+		run.results <- res
 	}
-	release := func(n int64) {
-		s.buffered.release(n)
-		mine.release(n)
-	}
-	// The workers and the feeder are this handler's: it waits for them
-	// all before it returns (the deferred wg.Wait, after cancel).
-	var wg sync.WaitGroup
-	for range min(len(jobs), s.cfg.MaxConcurrent) {
-		wg.Go(func() {
-			for j := range queue {
-				held, err := reserve(s.itemBytes(j.it))
-				if err != nil {
-					results <- itemResult{idx: j.idx, err: err}
-					continue
-				}
-				data, err := s.feature(ctx, j.it)
-				res := itemResult{idx: j.idx, data: data, raw: len(data), err: err, held: held}
-				if compress && err == nil {
-					res.data, res.flags = s.compress(data)
-				}
-				results <- res
-			}
-		})
-	}
-	wg.Go(func() {
-		defer close(queue)
-		for _, j := range jobs {
-			select {
-			case queue <- j:
-			case <-ctx.Done():
-				// Answer the rest at once; the client is gone anyway.
-				results <- itemResult{idx: j.idx, err: ctx.Err()}
-			}
-		}
-	})
-	defer func() {
-		cancel()
-		wg.Wait()
-		// What was computed and never written.
-		for {
-			select {
-			case res := <-results:
-				release(res.held)
-			default:
-				return
-			}
-		}
-	}()
+}
 
+// feed hands the jobs to the workers, and closes queue; once the batch is
+// cancelled it answers the rest at once (the client is gone anyway).
+func (run *batchRun) feed(queue chan<- *batchJob, jobs []*batchJob) {
+	defer close(queue)
+	for _, j := range jobs {
+		select {
+		case queue <- j:
+		case <-run.ctx.Done():
+			run.results <- itemResult{idx: j.idx, err: run.ctx.Err()}
+		}
+	}
+}
+
+// reserve takes n bytes (or what is left of the request's budget) from
+// the request's budget and then the server's.
+func (run *batchRun) reserve(n int64) (int64, error) {
+	n, err := run.mine.acquire(run.ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := run.s.buffered.acquire(run.ctx, n); err != nil {
+		run.mine.release(n)
+		return 0, err
+	}
+	return n, nil
+}
+
+// release gives back what reserve took.
+func (run *batchRun) release(n int64) {
+	run.s.buffered.release(n)
+	run.mine.release(n)
+}
+
+// releaseUnwritten releases what was computed and never written (the
+// workers are done).
+func (run *batchRun) releaseUnwritten() {
+	for {
+		select {
+		case res := <-run.results:
+			run.release(res.held)
+		default:
+			return
+		}
+	}
+}
+
+// streamBatch answers the batch: the stream header, then each result as
+// it comes (several per flush when ready together), with a heartbeat frame
+// while none comes. It returns how many items failed, and false when the
+// client went away or stopped reading (logged once; the deferred stop
+// cancels the rest).
+func (s *Server) streamBatch(w http.ResponseWriter, r *http.Request, items []BatchItem, run *batchRun, jobs int) (failed int, ok bool) {
 	w.Header().Set("Content-Type", BatchContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
@@ -639,51 +706,46 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush()
 	}
 	answered := 0
-	gone := func(err error) {
+	gone := func(err error) (int, bool) {
 		s.log.Info("featurefs serve: batch client gone or not reading: its work is cancelled", slog.String("remote", r.RemoteAddr),
-			slog.Int("items", len(req.Items)), slog.Int("answered", answered), slog.Any("err", err))
+			slog.Int("items", len(items)), slog.Int("answered", answered), slog.Any("err", err))
+		return failed, false
 	}
-	if err := writeStreamHeader(bw, len(req.Items)); err != nil {
-		gone(err)
-		return
+	if err := writeStreamHeader(bw, len(items)); err != nil {
+		return gone(err)
 	}
 	if err := flush(); err != nil {
-		gone(err)
-		return
+		return gone(err)
 	}
 	hb := time.NewTicker(s.cfg.Heartbeat)
 	defer hb.Stop()
-	failed := 0
 	write := func(res itemResult) error {
-		err := s.writeResult(bw, req.Items, res, &failed)
-		release(res.held)
+		err := s.writeResult(bw, items, res, &failed)
+		run.release(res.held)
 		if err == nil {
 			answered++
 		}
 		return err
 	}
-	for answered < len(jobs) {
+	for answered < jobs {
 		select {
-		case res := <-results:
+		case res := <-run.results:
 			if err := write(res); err != nil {
-				gone(err)
-				return
+				return gone(err)
 			}
 			// Write whatever else is ready before flushing.
-			for more := true; more && answered < len(jobs); {
+			for more := true; more && answered < jobs; {
 				select {
-				case res := <-results:
+				case res := <-run.results:
 					if err := write(res); err != nil {
-						gone(err)
-						return
+						return gone(err)
 					}
 				default:
 					more = false
 				}
 			}
 			if err := flush(); err != nil {
-				gone(err)
-				return
+				return gone(err)
 			}
 			hb.Reset(s.cfg.Heartbeat)
 		case <-hb.C:
@@ -693,13 +755,11 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 				err = flush()
 			}
 			if err != nil {
-				gone(err)
-				return
+				return gone(err)
 			}
 		}
 	}
-	s.log.Debug("featurefs serve: batch", slog.String("remote", r.RemoteAddr), slog.Int("items", len(req.Items)),
-		slog.Int("distinct", len(jobs)), slog.Int("failed", failed), slog.Duration("took", time.Since(start)))
+	return failed, true
 }
 
 // compress returns the cache/codec blob of a feature and FrameCompressed,
