@@ -76,108 +76,30 @@ type extractArgs struct {
 
 // runExtract implements "featurefs extract".
 func runExtract(args []string) int {
-	fl := flag.NewFlagSet("featurefs extract", flag.ContinueOnError)
-	fl.Usage = func() { fmt.Fprint(fl.Output(), extractUsage); fl.PrintDefaults() }
-	def := extractor.DefaultConfig()
-	var a extractArgs
-	fl.StringVar(&a.model, "model", "", "model .onnx file")
-	fl.StringVar(&a.layer, "layer", "", "layer: index, layerK or alias")
-	fl.StringVar(&a.out, "o", "", "output directory")
-	fl.StringVar(&a.out, "out", "", "output directory (same as -o)")
-	fl.StringVar(&a.relTo, "relative-to", "", "mirror the images' paths relative to this `directory` under -o (default: their common parent; a directory argument counts as its own parent)")
-	fl.StringVar(&a.filesFrom, "files-from", "", "read images and directories from this `file`, one per line (\"-\": stdin), besides the arguments")
-	fl.BoolVar(&a.null, "null", false, "--files-from entries end with NUL bytes (find -print0), not newlines")
-	fl.StringVar(&a.imageExts, "image-extensions", strings.Join(spec.DefaultImageExtensions(), ","), "the files a directory argument stands for, by extension, comma-separated")
-	rt := extractorFlags(fl, mountopts.Extract)
-	fl.DurationVar(&a.interval, "progress-interval", 5*time.Second, "how often a progress line is printed when stderr is not a terminal")
-	fl.StringVar(&a.logLevel, "log-level", "warn", "debug, info, warn or error")
-	pos, err := parseInterspersed(fl, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if a.model == "" || a.layer == "" || a.out == "" || (len(pos) == 0 && a.filesFrom == "") {
-		fmt.Fprint(os.Stderr, extractUsage)
-		return exitUsage
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs extract: --log-level %q: %v\n", a.logLevel, err)
-		return exitUsage
-	}
-	if err := checkExtractor(rt); err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
-		return exitUsage
-	}
-	if a.interval <= 0 {
-		fmt.Fprintf(os.Stderr, "featurefs extract: --progress-interval %v: must be positive\n", a.interval)
-		return exitUsage
-	}
-	var eo mountopts.Options
-	if err := eo.SetImageExtensions(a.imageExts); err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
-		return exitUsage
-	}
-	in, err := collectInputs(pos, a.filesFrom, a.null, os.Stdin, eo.ImageExtensions)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
-		return exitCode(err)
-	}
-	for _, d := range in.empty {
-		fmt.Fprintf(os.Stderr, "featurefs extract: warning: %s holds no image (%s)\n", d, strings.Join(eo.ImageExtensions, ", "))
-	}
-	if len(in.images) == 0 {
-		fmt.Fprintf(os.Stderr, "featurefs extract: no image to extract (a directory stands for its files ending in %s)\n", strings.Join(eo.ImageExtensions, ", "))
-		return exitUsage
-	}
-	names, err := outputPathsUnder(in.images, in.dirs, a.relTo)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs extract: "))
-		return exitUsage
-	}
-	cfg := def
-	applyExtractor(rt, &cfg)
-	cfg.AllowCPUFallback, cfg.BatchSize = rt.AllowCPUFallback, rt.BatchSize
-	cfg.DType = rt.DType
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	name := strings.TrimSuffix(filepath.Base(a.model), filepath.Ext(a.model))
-	pre := extractor.DefaultPreprocess()
-	pre.FastDecode = rt.FastDecode
-	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: name, Path: a.model, Preprocess: &pre}})
-	if errors.Is(err, extractor.ErrNoDevice) {
-		fmt.Fprintf(os.Stderr, "featurefs extract: --%v %s\n", err, noDeviceHint(cfg.Device, cfg.TensorRT))
-		return exitModel
+	a, rt, pos, level, err := parseExtract(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
-		return exitModel
+		return reportExtract(err)
+	}
+	images, names, err := extractImages(a, pos)
+	if err != nil {
+		return reportExtract(err)
+	}
+	svc, name, layer, err := openExtractModel(a, rt, level)
+	if err != nil {
+		return reportExtract(err)
 	}
 	defer svc.Close()
-	if why := svc.Fallback(); why != "" {
-		fmt.Fprintf(os.Stderr, "featurefs extract: warning: --%s (--allow-cpu-fallback)\n", why)
-	}
-	m, _ := svc.Model(name)
-	layer, ok := m.Lookup(a.layer)
-	if !ok {
-		if i, err := strconv.Atoi(a.layer); err == nil {
-			layer, ok = m.Lookup(spec.LayerName(i))
-		}
-	}
-	if !ok {
-		fmt.Fprintf(os.Stderr, "featurefs extract: model %s has no layer %q (it has %s..%s; see featurefs layers)\n", a.model, a.layer, spec.LayerName(0), spec.LayerName(len(m.Layers)-1))
-		return exitUsage
-	}
 	if err := os.MkdirAll(a.out, 0o755); err != nil {
-		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
-		return exitOther
+		return reportExtract(failf(exitOther, "%v", err))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	prog := newProgressFor(os.Stderr, a.interval, "extract")
-	res := extractAll(ctx, in.images, names, a.out, prog, func(ctx context.Context, img string) ([]byte, error) {
+	res := extractAll(ctx, images, names, a.out, prog, func(ctx context.Context, img string) ([]byte, error) {
 		return svc.Extract(ctx, extractor.Request{
 			Model: name, Layer: layer.Index, Key: img, Priority: extractor.Foreground,
 			Fetch: func(context.Context) ([]byte, error) { return os.ReadFile(img) },
@@ -193,6 +115,125 @@ func runExtract(args []string) int {
 		return exitOther
 	}
 	return exitOK
+}
+
+// errExtractUsage is a command line without what extract needs: the usage
+// is printed, and nothing else. errExtractFlags is one the flag package
+// refused, and has said why.
+var (
+	errExtractUsage = failf(exitUsage, "usage")
+	errExtractFlags = failf(exitUsage, "bad flags")
+)
+
+// reportExtract prints err as extract's message (the usage for
+// errExtractUsage) and returns its exit code.
+func reportExtract(err error) int {
+	switch err {
+	case errExtractUsage:
+		fmt.Fprint(os.Stderr, extractUsage)
+	case errExtractFlags:
+	default:
+		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
+	}
+	return exitCode(err)
+}
+
+// parseExtract parses extract's command line and checks its values;
+// flag.ErrHelp when -h was asked (the flag package printed the help).
+func parseExtract(args []string) (a extractArgs, rt *mountopts.Options, pos []string, level slog.Level, err error) {
+	fl := flag.NewFlagSet("featurefs extract", flag.ContinueOnError)
+	fl.Usage = func() { fmt.Fprint(fl.Output(), extractUsage); fl.PrintDefaults() }
+	fl.StringVar(&a.model, "model", "", "model .onnx file")
+	fl.StringVar(&a.layer, "layer", "", "layer: index, layerK or alias")
+	fl.StringVar(&a.out, "o", "", "output directory")
+	fl.StringVar(&a.out, "out", "", "output directory (same as -o)")
+	fl.StringVar(&a.relTo, "relative-to", "", "mirror the images' paths relative to this `directory` under -o (default: their common parent; a directory argument counts as its own parent)")
+	fl.StringVar(&a.filesFrom, "files-from", "", "read images and directories from this `file`, one per line (\"-\": stdin), besides the arguments")
+	fl.BoolVar(&a.null, "null", false, "--files-from entries end with NUL bytes (find -print0), not newlines")
+	fl.StringVar(&a.imageExts, "image-extensions", strings.Join(spec.DefaultImageExtensions(), ","), "the files a directory argument stands for, by extension, comma-separated")
+	rt = extractorFlags(fl, mountopts.Extract)
+	fl.DurationVar(&a.interval, "progress-interval", 5*time.Second, "how often a progress line is printed when stderr is not a terminal")
+	fl.StringVar(&a.logLevel, "log-level", "warn", "debug, info, warn or error")
+	pos, err = parseInterspersed(fl, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return a, rt, pos, level, err
+		}
+		return a, rt, pos, level, errExtractFlags
+	}
+	if a.model == "" || a.layer == "" || a.out == "" || (len(pos) == 0 && a.filesFrom == "") {
+		return a, rt, pos, level, errExtractUsage
+	}
+	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
+		return a, rt, pos, level, failf(exitUsage, "--log-level %q: %v", a.logLevel, err)
+	}
+	if err := checkExtractor(rt); err != nil {
+		return a, rt, pos, level, failf(exitUsage, "%v", err)
+	}
+	if a.interval <= 0 {
+		return a, rt, pos, level, failf(exitUsage, "--progress-interval %v: must be positive", a.interval)
+	}
+	return a, rt, pos, level, nil
+}
+
+// extractImages returns the images the arguments and --files-from name
+// (a directory: its files with an image extension) and their output
+// paths under -o.
+func extractImages(a extractArgs, pos []string) (images, names []string, err error) {
+	var eo mountopts.Options
+	if err := eo.SetImageExtensions(a.imageExts); err != nil {
+		return nil, nil, failf(exitUsage, "%v", err)
+	}
+	in, err := collectInputs(pos, a.filesFrom, a.null, os.Stdin, eo.ImageExtensions)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, d := range in.empty {
+		fmt.Fprintf(os.Stderr, "featurefs extract: warning: %s holds no image (%s)\n", d, strings.Join(eo.ImageExtensions, ", "))
+	}
+	if len(in.images) == 0 {
+		return nil, nil, failf(exitUsage, "no image to extract (a directory stands for its files ending in %s)", strings.Join(eo.ImageExtensions, ", "))
+	}
+	names, err = outputPathsUnder(in.images, in.dirs, a.relTo)
+	if err != nil {
+		return nil, nil, failf(exitUsage, "%s", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs extract: "))
+	}
+	return in.images, names, nil
+}
+
+// openExtractModel starts the extractor with --model (named after its file)
+// and finds --layer in it (an index, layerK or an alias).
+func openExtractModel(a extractArgs, rt *mountopts.Options, level slog.Level) (*extractor.Service, string, extractor.Layer, error) {
+	cfg := extractor.DefaultConfig()
+	applyExtractor(rt, &cfg)
+	cfg.AllowCPUFallback, cfg.BatchSize = rt.AllowCPUFallback, rt.BatchSize
+	cfg.DType = rt.DType
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	name := strings.TrimSuffix(filepath.Base(a.model), filepath.Ext(a.model))
+	pre := extractor.DefaultPreprocess()
+	pre.FastDecode = rt.FastDecode
+	svc, err := extractor.New(cfg, []extractor.ModelSpec{{Name: name, Path: a.model, Preprocess: &pre}})
+	if errors.Is(err, extractor.ErrNoDevice) {
+		return nil, "", extractor.Layer{}, failf(exitModel, "--%v %s", err, noDeviceHint(cfg.Device, cfg.TensorRT))
+	}
+	if err != nil {
+		return nil, "", extractor.Layer{}, failf(exitModel, "%v", err)
+	}
+	if why := svc.Fallback(); why != "" {
+		fmt.Fprintf(os.Stderr, "featurefs extract: warning: --%s (--allow-cpu-fallback)\n", why)
+	}
+	m, _ := svc.Model(name)
+	layer, ok := m.Lookup(a.layer)
+	if !ok {
+		if i, err := strconv.Atoi(a.layer); err == nil {
+			layer, ok = m.Lookup(spec.LayerName(i))
+		}
+	}
+	if !ok {
+		svc.Close()
+		return nil, "", extractor.Layer{}, failf(exitUsage, "model %s has no layer %q (it has %s..%s; see featurefs layers)", a.model, a.layer, spec.LayerName(0), spec.LayerName(len(m.Layers)-1))
+	}
+	return svc, name, layer, nil
 }
 
 // extractAll extracts images[i] to out/names[i], extractFanOut at a time
