@@ -112,7 +112,7 @@ type testConfig struct {
 // the test's own clean-ups.
 func newTestServer(t testing.TB, cfg testConfig) (*Server, error) {
 	if cfg.ReadTimeout == 0 {
-		cfg.ReadTimeout = 5 * time.Minute
+		cfg.ReadTimeout = mountopts.DefaultServe().ItemTimeout // serve's --item-timeout
 	}
 	p, err := features.New(cfg.pipelineConfig)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // Dial and NewServer take their limits as given (featurefs passes its
@@ -58,5 +60,18 @@ func TestLimitsAreTakenAsGiven(t *testing.T) {
 			}
 			t.Errorf("NewServer with %s 0: %v, want an error naming it", name, err)
 		}
+	}
+	// The items' bound is the pipeline's ReadTimeout (serve's
+	// --item-timeout): none is refused, not replaced by a default.
+	p, err := features.New(features.Config{Bucket: ts.Pipeline().Config().Bucket, Extractor: ts.Ex, Cache: newMemCache()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if s, err := NewServer(p, ts.cfg); err == nil || !strings.Contains(err.Error(), "ReadTimeout") {
+		if s != nil {
+			s.Close()
+		}
+		t.Errorf("NewServer over a pipeline without ReadTimeout: %v, want an error naming it", err)
 	}
 }

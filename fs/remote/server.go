@@ -2,7 +2,6 @@ package remote
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -84,9 +83,6 @@ const (
 	// MaxKeyBytes bounds an object key in a request (S3's bound); a longer
 	// one is 400.
 	MaxKeyBytes = 1024
-	// defaultItemTimeout bounds an item when the pipeline has no
-	// ReadTimeout.
-	defaultItemTimeout = 5 * time.Minute
 	// npyHeaderBytes is more than a .npy header of any layer takes.
 	npyHeaderBytes = 512
 )
@@ -191,13 +187,18 @@ func NewServer(p *features.Pipeline, cfg ServerConfig) (*Server, error) {
 	}
 	cfg.MaxBufferedBytesPerRequest = min(cfg.MaxBufferedBytesPerRequest, cfg.MaxBufferedBytes)
 	pc := p.Config()
+	if pc.ReadTimeout <= 0 {
+		// Every item is bounded: the pipeline's ReadTimeout is serve's
+		// --item-timeout.
+		return nil, fmt.Errorf("remote.NewServer: the pipeline's ReadTimeout (--item-timeout) must be positive")
+	}
 	s := &Server{
 		cfg:           cfg,
 		log:           pc.Logger,
 		pipe:          p,
 		bucket:        pc.Bucket,
 		ex:            pc.Extractor,
-		itemTimeout:   cmp.Or(pc.ReadTimeout, defaultItemTimeout),
+		itemTimeout:   pc.ReadTimeout,
 		maxObjectSize: pc.MaxObjectSize,
 		imageExts:     pc.ImageExtensions,
 		tokenHash:     sha256.Sum256([]byte(cfg.Token)),
