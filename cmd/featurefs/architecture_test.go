@@ -371,6 +371,53 @@ func intConsts(t *testing.T, dir string) map[string]int64 {
 	return vals
 }
 
+// testRef is a test the page names.
+var testRef = regexp.MustCompile(`\bTest[A-Z]\w*`)
+
+// Every test the page names is a test function of the module: a renamed or
+// deleted test fails here until the page follows.
+func TestArchitectureNamesRealTests(t *testing.T) {
+	doc := readArchitecture(t)
+	root := filepath.Join("..", "..")
+	tests := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func (Test\w+)\(`)
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "bin" || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			tests[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := 0
+	for _, name := range testRef.FindAllString(doc, -1) {
+		named++
+		if !tests[name] {
+			t.Errorf("docs/ARCHITECTURE.md names %s, which no test file declares", name)
+		}
+	}
+	if named < 10 || !tests["TestArchitectureNamesRealTests"] {
+		t.Fatalf("found %d test names in docs/ARCHITECTURE.md and %d test functions; the patterns are wrong", named, len(tests))
+	}
+}
+
 // The page's patterns find what they should (and a stats field such as
 // `fs.cache_writes_skipped` is not a Go name).
 func TestArchitecturePatterns(t *testing.T) {
