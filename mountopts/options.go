@@ -179,6 +179,13 @@ type Options struct {
 	// file's models: NAME: prefetch-limit: N).
 	ModelPrefetchLimits map[string]int
 
+	// Shard is the part of the source featurefs warm --source fills,
+	// "K/N" (--shard; warm alone, a flag only: each host or Job pod gives
+	// its own): the K-th of N disjoint parts by a stable hash of each
+	// object's key (spec.Shard); "" for the whole source. It holds the
+	// text given until Validate has accepted it (spec.ParseShard).
+	Shard string
+
 	// Remote mounts feature servers instead of a SOURCE (--remote and the
 	// --remote-* flags; see remote.go and docs/SERVE.md). Models then come
 	// from the servers.

@@ -460,6 +460,19 @@ var table = []*Option{
 		Help: "most objects one prefetch walk of a layer extracts (0: no limit)",
 		v:    num(func(o *Options) *int { return &o.PrefetchLimit }, 0, notNegative[int]("prefetch-limit", "%d", "must be 0 (no limit) or positive"))},
 
+	// featurefs warm's own.
+	{Name: "shard", In: Warm,
+		Help: "with --source: extract only part `K/N` (0 <= K < N) of the objects, by a stable hash of each key (an archive whole): N hosts given 0/N..N-1/N, or a Kubernetes Indexed Job's $(JOB_COMPLETION_INDEX)/N, fill one feature store with no overlap",
+		v: str(func(o *Options) *string { return &o.Shard }, "", func(s string) error {
+			if s == "" {
+				return nil
+			}
+			if _, err := spec.ParseShard(s); err != nil {
+				return failf("--shard %q: %v", s, err)
+			}
+			return nil
+		})},
+
 	// featurefs serve's own.
 	{Name: "listen", In: Serve, group: serveGroup,
 		Help: "`HOST:PORT` to listen on",

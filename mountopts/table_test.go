@@ -129,7 +129,7 @@ func TestEveryCheckNamesItsFlag(t *testing.T) {
 		"listen": "nohost", "token-file": "/nonexistent", "tls-cert": "/nonexistent", "tls-key": "/nonexistent",
 		"max-concurrent": "0", "max-batch-items": "0", "max-request-bytes": "10", "item-timeout": "0s",
 		"wire-compression": "zeros", "heartbeat": "0s", "max-conns": "-1", "max-conns-per-peer": "0",
-		"write-timeout": "0s", "max-buffered-bytes": "10",
+		"write-timeout": "0s", "max-buffered-bytes": "10", "shard": "3/3",
 	}
 	for _, opt := range Table() {
 		text, ok := bad[opt.Name]

@@ -34,6 +34,18 @@ func bindOptions(fl *flag.FlagSet, o *mountopts.Options, c mountopts.Command) {
 	}
 }
 
+// bindWarmOnly defines on fl the flags of the options of featurefs warm
+// that mount lacks (warm's flag set is mount's plus these and its own).
+func bindWarmOnly(fl *flag.FlagSet, o *mountopts.Options) {
+	only := flag.NewFlagSet("warm", flag.ContinueOnError)
+	bindOptions(only, o, mountopts.Warm)
+	only.VisitAll(func(f *flag.Flag) {
+		if opt := mountopts.Lookup(f.Name); opt != nil && opt.In&mountopts.Mount == 0 {
+			fl.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+}
+
 // mountOnly reports whether flag name is one of mount's that warm takes
 // only to reject it (warm reads no FUSE tree of its own).
 func mountOnly(name string) bool {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/extractor/spec"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/namespace"
@@ -27,7 +28,7 @@ import (
 )
 
 const warmUsage = `Usage: featurefs warm [--jobs N] PATH
-       featurefs warm --source SOURCE --model NAME=PATH.onnx --layer LAYER [flags] [PREFIX]
+       featurefs warm --source SOURCE --model NAME=PATH.onnx --layer LAYER [--shard K/N] [flags] [PREFIX]
 
 Extracts every feature under a feature directory into the cache, showing
 progress (done/total, rate, ETA; plain log lines when stdout is not a
@@ -47,6 +48,14 @@ the cache and the feature store apply (--endpoint-url, --device,
 (--remote and --remote-*, --split, --allow-other, --allow-nonempty,
 --foreground, --metrics-addr, --prefetch, --prefetch-limit,
 --show-empty-dirs) are refused (exit 2): warm through such a mount's PATH.
+
+--shard K/N (with --source) extracts only the K-th of N disjoint parts of
+the objects, the same on every host (a hash of each object's key, FNV-1a
+64 with a finalizer, mod N; an archive goes whole to one part): N hosts,
+or the pods of a Kubernetes Indexed Job (--shard $(JOB_COMPLETION_INDEX)/N),
+sharing one --feature-store fill it once, and a rerun of a part skips what
+the store has (docs/FEATURE-STORE.md, docs/KUBERNETES.md). Progress,
+summary and failures name the part.
 
 Exit codes: 0 everything extracted, 1 some objects failed (or another
 error), 2 bad usage (nothing is walked, no summary is printed); without a
@@ -93,6 +102,7 @@ type warmArgs struct {
 // to reject them: rejectMountOnly).
 func warmFlags(o *mountopts.Options, w *warmArgs) *flag.FlagSet {
 	fl := mountFlags(o)
+	bindWarmOnly(fl, o)
 	fl.StringVar(&w.source, "source", w.source, "without a mount: the `SOURCE` to read (s3://BUCKET[/PREFIX] or a directory)")
 	fl.StringVar(&w.layer, "layer", w.layer, "without a mount: the layer directory name, e.g. layer12 or an alias")
 	fl.IntVar(&w.jobs, "jobs", w.jobs, "files read at once through a mount")
@@ -146,9 +156,24 @@ func runWarm(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs warm: --jobs %d: must be at least 1\n", w.jobs)
 		return exitUsage
 	}
+	var shard spec.Shard
+	if o.Shard != "" {
+		if w.source == "" {
+			fmt.Fprintf(os.Stderr, "featurefs warm: --shard %s needs --source: a part is a set of the source's objects, which a mount's PATH does not name\n", o.Shard)
+			return exitUsage
+		}
+		if shard, err = spec.ParseShard(o.Shard); err != nil {
+			fmt.Fprintf(os.Stderr, "featurefs warm: --shard %q: %v\n", o.Shard, err)
+			return exitUsage
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	prog := newProgress(os.Stdout, w.interval)
+	label := "warm"
+	if shard.Count > 0 {
+		label = "warm shard " + shard.String()
+	}
+	prog := newProgressFor(os.Stdout, w.interval, label)
 	var res warmOutcome
 	if w.source != "" {
 		if len(pos) > 1 {
@@ -159,7 +184,7 @@ func runWarm(args []string) int {
 		if len(pos) == 1 {
 			prefix = pos[0]
 		}
-		res, err = warmSource(ctx, o, w, prefix, prog)
+		res, err = warmSource(ctx, o, w, shard, prefix, prog)
 	} else {
 		if len(pos) != 1 {
 			fmt.Fprintf(os.Stderr, "featurefs warm: want one PATH inside a mount (or --source), got %d arguments\n\n%s", len(pos), warmUsage)
@@ -176,7 +201,7 @@ func runWarm(args []string) int {
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
-		fmt.Fprintf(os.Stderr, "featurefs warm: interrupted after %d of %d; run it again to resume\n", res.done, res.total)
+		fmt.Fprintf(os.Stderr, "featurefs %s: interrupted after %d of %d; run it again to resume\n", label, res.done, res.total)
 		return exitOther
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "featurefs warm: %v\n", err)
@@ -198,6 +223,12 @@ type warmOutcome struct {
 	failures            []warmFailure
 	elapsed             time.Duration
 	store               string // the feature store's line, if there is one
+	// Without a mount: the part warmed ("" for all), and how many
+	// objects were extracted now, found (cached or in the feature store)
+	// and left to other parts.
+	shard                    string
+	counted                  bool // extracted, found and others are known
+	extracted, found, others int64
 }
 
 // print writes the summary and the failures.
@@ -206,14 +237,26 @@ func (r warmOutcome) print(w io.Writer) { r.printAs(w, "warm") }
 // printAs writes the summary and the failures as command cmd (warm,
 // extract).
 func (r warmOutcome) printAs(w io.Writer, cmd string) {
+	of := ""
+	if r.shard != "" {
+		cmd += " shard " + r.shard
+		of = " of shard " + r.shard
+	}
 	fmt.Fprintf(w, "featurefs %s: %d of %d done in %v, %d failed\n", cmd, r.done-r.failed, r.total, r.elapsed.Round(time.Millisecond), r.failed)
+	if r.counted {
+		line := fmt.Sprintf("%d extracted, %d found cached or in the feature store", r.extracted, r.found)
+		if r.shard != "" {
+			line += fmt.Sprintf("; %d objects left to the other shards", r.others)
+		}
+		fmt.Fprintf(w, "featurefs %s: %s\n", cmd, line)
+	}
 	if r.store != "" {
 		fmt.Fprintf(w, "featurefs %s: %s\n", cmd, r.store)
 	}
 	if r.failed == 0 {
 		return
 	}
-	fmt.Fprintf(w, "failed objects (%d):\n", r.failed)
+	fmt.Fprintf(w, "failed objects%s (%d):\n", of, r.failed)
 	for _, f := range r.failures {
 		fmt.Fprintf(w, "  %s: %s\n", f.key, f.reason)
 	}
@@ -227,7 +270,7 @@ const maxListedFailures = 1000
 
 // warmSource extracts without a mount: the stack opened here (no FUSE
 // tree), the work done by features.Pipeline.Warm.
-func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix string, prog *progress) (warmOutcome, error) {
+func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, shard spec.Shard, prefix string, prog *progress) (warmOutcome, error) {
 	start := time.Now()
 	if w.layer == "" {
 		return warmOutcome{}, failf(exitUsage, "--source needs --layer (e.g. layer12; see featurefs layers MODEL.onnx)")
@@ -257,10 +300,11 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, prefix str
 	}
 	defer st.Close()
 	res, err := st.pipe.Warm(ctx, features.WarmOptions{
-		Model: o.Models[0].Name, Layer: w.layer, Prefix: prefix, MaxFailures: maxListedFailures,
+		Model: o.Models[0].Name, Layer: w.layer, Prefix: prefix, MaxFailures: maxListedFailures, Shard: shard,
 		Progress: func(p features.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
 	})
-	out := warmOutcome{total: res.Total, done: res.Done, failed: res.Failed, elapsed: time.Since(start)}
+	out := warmOutcome{total: res.Total, done: res.Done, failed: res.Failed, elapsed: time.Since(start),
+		shard: shard.String(), counted: true, extracted: res.Extracted, found: res.Cached, others: res.OtherShards}
 	if fst := st.store; fst != nil {
 		st.closeTo("the feature store") // nothing more is queued for the store: wait for what is
 		sst := fst.Stats()

@@ -246,6 +246,14 @@ func (r requester) priority() api.Priority {
 // the extractor merges identical requests in flight, and a reader's
 // Foreground request moves a queued Background one ahead.
 func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object, key cache.Key, r requester) ([]byte, error) {
+	data, _, err := p.findOrExtract(ctx, v, obj, key, r)
+	return data, err
+}
+
+// findOrExtract is extractStore, also reporting whether the feature was
+// found in the feature store (true) rather than extracted (warm counts
+// them apart).
+func (p *Pipeline) findOrExtract(ctx context.Context, v *View, obj bucket.Object, key cache.Key, r requester) (_ []byte, found bool, _ error) {
 	if p.cfg.ReadTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
@@ -253,7 +261,7 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 	}
 	data, ref, ok, err := p.fromFeatureStore(ctx, v, obj, key)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	prio := r.priority()
 	if ok {
@@ -261,7 +269,7 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 			p.handOff(string(key.ID()), data)
 		}
 		p.putCache(ctx, obj, key, data, prio)
-		return data, nil
+		return data, true, nil
 	}
 	p.stats.extractions.Add(1)
 	data, err = p.cfg.Extractor.Extract(ctx, api.Request{
@@ -286,10 +294,10 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 		if BadObject(err) {
 			p.recordBad(obj.Key, obj.ETag, err)
 		}
-		return nil, err
+		return nil, false, err
 	}
 	if int64(len(data)) != v.Size {
-		return nil, fmt.Errorf("model %s %s: %w: %d bytes, the layer's shape %v gives %d",
+		return nil, false, fmt.Errorf("model %s %s: %w: %d bytes, the layer's shape %v gives %d",
 			v.Model.Name, v.Layer.Name, errBadFeature, len(data), v.Layer.Shape, v.Size)
 	}
 	if r == forPrefetch {
@@ -297,7 +305,7 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 	}
 	p.putCache(ctx, obj, key, data, prio)
 	p.toFeatureStore(ctx, ref, data, r == forWarm)
-	return data, nil
+	return data, false, nil
 }
 
 // putCache queues a feature for the local cache (the write-behind queue,

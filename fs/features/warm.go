@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/figures"
 )
@@ -29,6 +30,11 @@ type WarmOptions struct {
 	// MaxFailures bounds the failures listed in the result (default 1000);
 	// WarmProgress.Failed counts them all.
 	MaxFailures int
+	// Shard, when split (spec.Shard.Split), is the part of the objects
+	// warmed: those whose shard unit (ShardUnit) it owns. The others are
+	// listed and skipped, counted in WarmResult.OtherShards, not in
+	// WarmProgress.Total. The zero Shard is every object.
+	Shard spec.Shard
 }
 
 // WarmProgress is how far a warm-up is.
@@ -39,8 +45,8 @@ type WarmProgress struct {
 	Listing bool
 	// Done is Extracted + Cached + Failed.
 	Done int64
-	// Extracted counts objects extracted now; Cached those already cached;
-	// Failed those that failed.
+	// Extracted counts objects extracted now; Cached those already cached
+	// or found in the feature store; Failed those that failed.
 	Extracted, Cached, Failed int64
 }
 
@@ -61,12 +67,25 @@ type WarmResult struct {
 	// Failures lists failed objects in the order they failed (at most
 	// WarmOptions.MaxFailures).
 	Failures []WarmFailure
+	// OtherShards counts the image objects listed that belong to other
+	// parts than WarmOptions.Shard (0 when it is not split).
+	OtherShards int64
 }
 
+// ShardUnit is the shard unit of the object key key: what
+// WarmOptions.Shard hashes to decide which part an object is in
+// (spec.Shard.Owns). A loose object is its own unit. An archive's members
+// must share the archive's unit, so that one host reads the archive once
+// (in one streaming GET) and warms it whole: the archive support returns
+// the archive's key here for a member, and only here.
+func ShardUnit(key string) string { return key }
+
 // Warm extracts every image under opts.Prefix at a layer into the cache,
-// without a mount, skipping what is cached already (so a warm-up cut short
-// resumes where it stopped), and returns once what it extracted is written
-// there. It lists page by page and keeps extractions in
+// without a mount, skipping what is cached already, or, with a feature
+// store, what the store has (so a warm-up cut short resumes where it
+// stopped, on any host), and returns once what it extracted is written
+// there. With a split opts.Shard it extracts only that part's images. It
+// lists page by page and keeps extractions in
 // flight within the prefetch bounds (count and bytes) at Background
 // priority. Objects that fail are reported in the result, not as an error;
 // the error is for the listing failing or ctx ending (the result then says
@@ -92,7 +111,12 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 	b := newBudget(p.pf.maxInFlight, p.pf.maxBytes)
 	var wg sync.WaitGroup
 	var pages atomic.Int64
+	var others int64 // the walk calls visit one object at a time
 	err := p.walk(ctx, prefix, true, &pages, func(obj bucket.Object) error {
+		if !opts.Shard.Owns(ShardUnit(obj.Key)) {
+			others++
+			return nil
+		}
 		w.update(func(r *WarmResult) { r.Total++ })
 		if reason, bad := p.isBad(obj.Key, obj.ETag); bad {
 			w.fail(obj.Key, reason, true)
@@ -114,12 +138,15 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 				w.update(func(r *WarmResult) { r.Cached++ })
 				return
 			}
-			_, err := p.extractStore(ctx, v, obj, key, forWarm)
-			if err != nil {
+			_, found, err := p.findOrExtract(ctx, v, obj, key, forWarm)
+			switch {
+			case err != nil:
 				w.fail(obj.Key, figures.ErrReason(obj.Key, err), BadObject(err))
-				return
+			case found: // in the feature store: a rerun, or another host's
+				w.update(func(r *WarmResult) { r.Cached++ })
+			default:
+				w.update(func(r *WarmResult) { r.Extracted++ })
 			}
-			w.update(func(r *WarmResult) { r.Extracted++ })
 		})
 		return nil
 	})
@@ -132,6 +159,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.res.OtherShards = others
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return w.res, fmt.Errorf("warm %s %s %q: %w", m.Name, opts.Layer, prefix, err)
