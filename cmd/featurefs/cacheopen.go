@@ -11,6 +11,7 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/mountopts"
@@ -26,8 +27,11 @@ import (
 // after it should not fail for that.
 const lockWait = 5 * time.Second
 
-// openSource opens the bucket SOURCE names with the options' S3 settings.
-func openSource(ctx context.Context, source string, o mountopts.Options) (bucket.Bucket, error) {
+// openSource opens the bucket SOURCE names with the options' S3 settings,
+// its archives shown as prefixes (--archives; fs/archive): mount, serve
+// and warm see the same keys, so a --remote mount, the cache and the
+// feature store name a member alike.
+func openSource(ctx context.Context, source string, o mountopts.Options, log *slog.Logger) (bucket.Bucket, error) {
 	b, err := bucket.Open(ctx, source, bucket.S3Options{
 		Endpoint:       o.EndpointURL,
 		Region:         o.Region,
@@ -37,7 +41,12 @@ func openSource(ctx context.Context, source string, o mountopts.Options) (bucket
 	if err != nil {
 		return nil, failf(exitSource, "source %s: %w", source, err)
 	}
-	return b, nil
+	return archive.Wrap(b, archive.Config{
+		Formats:         o.ArchiveFormats(),
+		ImageExtensions: o.ImageExtensions,
+		MaxMemberBytes:  o.MaxObjectSize,
+		Logger:          log,
+	}), nil
 }
 
 // openCache opens the feature cache the options name, retrying for up to

@@ -87,7 +87,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		s.opened("split execution", func() error { closeSplit(); return nil })
 		s.source, s.ex = b, ex
 	} else {
-		if s.source, err = openSource(ctx, so.source, o); err != nil {
+		if s.source, err = openSource(ctx, so.source, o, so.log); err != nil {
 			return nil, err
 		}
 		warnIfEmpty(ctx, s.source, so.source, so.log, so.warn)
@@ -124,6 +124,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		MaxObjectSize:   o.MaxObjectSize,
 		MetadataTTL:     o.MetadataTTL,
 		ImageExtensions: o.ImageExtensions,
+		Archives:        o.ArchiveFormats(),
 		FeatureStore:    s.store,
 		StoreOnly:       o.FeatureStoreOnly,
 	}
