@@ -39,6 +39,10 @@ type Config struct {
 	MaxMemberBytes int64
 	// MaxIndexBytes bounds the indexes kept; 0 means DefaultMaxIndexBytes.
 	MaxIndexBytes int
+	// ReadaheadBytes bounds the read-ahead chunks kept (readahead.go); 0
+	// means DefaultReadaheadBytes, negative none (every member is read
+	// with its own GET).
+	ReadaheadBytes int
 	// Logger gets one line per bad archive; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -53,10 +57,13 @@ type Bucket struct {
 	cfg  Config
 	log  *slog.Logger
 
-	indexes *lru.LRU[string, *index] // archive key -> its last index
+	indexes *lru.LRU[string, *index]   // archive key -> its last index
+	chunks  *lru.LRU[chunkKey, []byte] // read-ahead chunks
 
-	mu       sync.Mutex
-	building map[string]*build // GUARDED_BY(mu): one index read per archive at a time
+	mu         sync.Mutex
+	building   map[string]*build          // GUARDED_BY(mu): one index read per archive at a time
+	chunkReads map[chunkKey]chan struct{} // GUARDED_BY(mu): one read per chunk at a time
+	seq        map[string]seqState        // GUARDED_BY(mu): each archive's last read, at most maxSeqArchives
 
 	// Gets counts the ranged GETs of the archives (indexes and members).
 	Gets atomic.Int64
@@ -90,8 +97,13 @@ func Wrap(b bucket.Bucket, cfg Config) bucket.Bucket {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ReadaheadBytes == 0 {
+		cfg.ReadaheadBytes = DefaultReadaheadBytes
+	}
 	w := &Bucket{b: b, r: r, cfg: cfg, log: cfg.Logger, building: map[string]*build{},
-		indexes: lru.New[string, *index](cfg.MaxIndexBytes)}
+		indexes:    lru.New[string, *index](cfg.MaxIndexBytes),
+		chunks:     lru.New[chunkKey, []byte](max(cfg.ReadaheadBytes, 0)),
+		chunkReads: map[chunkKey]chan struct{}{}, seq: map[string]seqState{}}
 	for _, f := range cfg.Formats {
 		w.exts = append(w.exts, "."+strings.ToLower(f))
 	}
@@ -359,6 +371,10 @@ func (w *Bucket) get(ctx context.Context, key string, maxBytes int64) ([]byte, b
 		return nil, bucket.Object{}, fmt.Errorf("archive %s: member %q: %d bytes, limit %d: %w", x.key, path, m.usize, lim, bucket.ErrTooLarge)
 	}
 	get := w.getter(x)
+	if w.cfg.ReadaheadBytes > 0 {
+		raw := get
+		get = func(ctx context.Context, off, n int64) ([]byte, error) { return w.readMember(ctx, x, raw, off, n) }
+	}
 	var data []byte
 	if m.zip {
 		data, _, err = readZipMember(ctx, get, m)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -389,9 +390,10 @@ func TestRangeReaderSeeks(t *testing.T) {
 	}
 }
 
-// TestGetsPerSample counts the ranged GETs of an epoch over a class tar
-// shaped like ImageNet's (members of about 110 KB): the index reads the
-// archive once in BlockSize pieces, then each member is one GET.
+// TestGetsPerSample counts the ranged GETs over a class tar shaped like
+// ImageNet's (members of about 110 KB): a walk in key order (prefetch,
+// warm) reads the index in growing blocks and the members through
+// read-ahead chunks; reads out of order read each member with one GET.
 func TestGetsPerSample(t *testing.T) {
 	const n = 300
 	var files []file
@@ -402,14 +404,71 @@ func TestGetsPerSample(t *testing.T) {
 	_, keys, _ := listAll(t, w, "train/n01.tar/")
 	index := w.Gets.Load()
 	for _, k := range keys {
-		if _, _, err := w.Get(ctx, k, 0); err != nil {
-			t.Fatal(err)
+		data, _, err := w.Get(ctx, k, 0)
+		if err != nil || len(data) != 110_000 {
+			t.Fatal(len(data), err)
 		}
 	}
-	total := w.Gets.Load()
+	walk := w.Gets.Load() - index
 	size := int64(n) * (512 + 110_080)
-	if maxIndex := size/BlockSize + 3; index > maxIndex || total-index != n {
-		t.Errorf("index %d GETs (want at most %d), members %d GETs (want %d)", index, maxIndex, total-index, n)
+	if maxIndex := int64(7); index > maxIndex || walk > size/ChunkSize+1+seqStreak {
+		t.Errorf("index %d GETs (want at most %d), walk of the members %d GETs (want at most %d)", index, maxIndex, walk, size/ChunkSize+1+seqStreak)
 	}
-	t.Logf("%d members of 110,000 bytes: index %d GETs, members %d GETs: %.3f GETs per sample", n, index, total-index, float64(total)/n)
+	for i, f := range files {
+		data, _, err := w.Get(ctx, keys[i], 0)
+		if err != nil || !bytes.Equal(data, f.data) {
+			t.Fatalf("%s: %v, or other bytes", keys[i], err)
+		}
+	}
+	// Far apart: the first half and the second in turn.
+	r, _ := newBucket(t, map[string][]byte{"train/n01.tar": tarBytes(t, files)})
+	listAll(t, r, "train/n01.tar/")
+	before := r.Gets.Load()
+	for i := range n / 2 {
+		for _, k := range []string{keys[i], keys[n/2+i]} {
+			if _, _, err := r.Get(ctx, k, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if random := r.Gets.Load() - before; random != n {
+		t.Errorf("reads out of order: %d GETs for %d members, want one each", random, n)
+	}
+	t.Logf("%d members of 110,000 bytes: index %d GETs, walk %d GETs: %.3f GETs per sample; out of order 1 per sample", n, index, walk, float64(index+walk)/n)
+}
+
+// TestConcurrentReads: many readers of one archive (a walk's concurrent
+// extractions) share one index read and one read per chunk, and each gets
+// its member's bytes.
+func TestConcurrentReads(t *testing.T) {
+	const n = 200
+	var files []file
+	for i := range n {
+		files = append(files, file{"m" + itoa(1000+i) + ".jpg", payload(i, 200_000)})
+	}
+	w, _ := newBucket(t, map[string][]byte{"c.tar": tarBytes(t, files), "c.zip": zipBytes(t, files, zip.Deflate)})
+	for _, arch := range []string{"c.tar", "c.zip"} {
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for _, f := range files {
+			wg.Go(func() {
+				data, _, err := w.Get(ctx, arch+"/"+f.name, 0)
+				if err == nil && !bytes.Equal(data, f.data) {
+					err = errors.New(f.name + ": other bytes")
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("%s: %v", arch, err)
+			}
+		}
+		x, _ := w.indexes.Get(arch)
+		if x == nil || len(x.members) != n {
+			t.Fatalf("%s: index %+v", arch, x)
+		}
+	}
 }

@@ -14,11 +14,13 @@
 //
 // Reads: an archive's index (member path, offset, size) is read once, from
 // the zip central directory (one ranged GET of the tail, a second when the
-// directory is larger) or by walking the tar headers (ranged GETs of
-// BlockSize), and kept in an LRU bounded by Config.MaxIndexBytes. A member
-// read is one ranged GET of its bytes (a deflated member: of its compressed
-// bytes, inflated up to its declared size). Every read checks the archive's
-// ETag; an archive that changed is indexed again.
+// directory is larger) or by walking the tar headers (ranged GETs from
+// BlockSize growing to MaxBlockSize), and kept in an LRU bounded by
+// Config.MaxIndexBytes. A member read is one ranged GET of its bytes (a
+// deflated member: of its compressed bytes, inflated up to its declared
+// size), or, once the archive's reads follow each other, a read through
+// ChunkSize read-ahead chunks (readahead.go). Every read checks the
+// archive's ETag; an archive that changed is indexed again.
 //
 // Bad archives fail alone: a truncated archive, a member past the end, an
 // absurd size, an absolute or ".." member path, an encrypted or zip64

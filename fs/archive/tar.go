@@ -8,10 +8,17 @@ import (
 	"io"
 )
 
-// BlockSize is how much one ranged GET of a tar header walk reads: the
-// headers of members smaller than it come in one request, and a member
-// larger is skipped with a seek (at most BlockSize read for it).
+// BlockSize is how much the first ranged GET of a tar header walk reads,
+// and the next after a seek: the headers of members smaller than it come
+// in one request, and a member larger is skipped with a seek (at most
+// BlockSize read for it). Each GET that follows the last one's end reads
+// twice as much, up to MaxBlockSize: a tar of small members is read in
+// few requests.
 const BlockSize = 1 << 20
+
+// MaxBlockSize bounds one GET of a header walk (and the memory of one
+// index read).
+const MaxBlockSize = 16 << 20
 
 // rangeReader reads an archive version through ranged GETs of BlockSize,
 // keeping the last block (an io.ReadSeeker for archive/tar, which then
@@ -23,6 +30,7 @@ type rangeReader struct {
 	pos  int64
 	buf  []byte
 	at   int64 // buf's offset
+	next int64 // the next GET's size
 	gets int
 	err  error // the last GET's error: the store's, not the archive's
 }
@@ -35,7 +43,13 @@ func (r *rangeReader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if r.pos < r.at || r.pos >= r.at+int64(len(r.buf)) {
-		b, err := r.get(r.ctx, r.pos, min(BlockSize, r.size-r.pos))
+		switch {
+		case r.buf != nil && r.pos >= r.at+int64(len(r.buf)) && r.pos < r.at+int64(len(r.buf))+r.next:
+			r.next = min(2*r.next, MaxBlockSize) // reading on past small members: larger GETs
+		default:
+			r.next = BlockSize
+		}
+		b, err := r.get(r.ctx, r.pos, min(r.next, r.size-r.pos))
 		r.gets++
 		if err != nil {
 			r.err = err
