@@ -49,6 +49,32 @@ func openSource(ctx context.Context, source string, o mountopts.Options, log *sl
 	}), nil
 }
 
+// archiveIndexes keeps fs/archive's indexes in the feature cache, under
+// the source's identity, the archive key and its ETag, so that a remount
+// with the same cache reads no archive to list it.
+type archiveIndexes struct {
+	cache  *cache.Store
+	source string
+	log    *slog.Logger
+}
+
+func (a archiveIndexes) key(key, etag string) cache.Key {
+	return cache.Key{Source: a.source, Object: key, ETag: etag, ModelDigest: "fs/archive index"}
+}
+
+// GetIndex returns a kept index.
+func (a archiveIndexes) GetIndex(key, etag string) ([]byte, bool) {
+	b, ok, err := a.cache.Get(a.key(key, etag))
+	return b, ok && err == nil
+}
+
+// PutIndex keeps an index; a failure is logged and forgotten.
+func (a archiveIndexes) PutIndex(key, etag string, v []byte) {
+	if err := a.cache.Put(a.key(key, etag), v); err != nil {
+		a.log.Debug("featurefs: archive index not cached", slog.String("key", key), slog.Any("err", err))
+	}
+}
+
 // openCache opens the feature cache the options name, retrying for up to
 // lockWait while another process holds its lock. The error of the last try
 // matches cache.ErrLocked when the lock never came free.

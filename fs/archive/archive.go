@@ -64,6 +64,9 @@ type Bucket struct {
 	building   map[string]*build          // GUARDED_BY(mu): one index read per archive at a time
 	chunkReads map[chunkKey]chan struct{} // GUARDED_BY(mu): one read per chunk at a time
 	seq        map[string]seqState        // GUARDED_BY(mu): each archive's last read, at most maxSeqArchives
+	listed     map[string]listedObj       // GUARDED_BY(mu): archives' versions as listed, at most maxListed
+
+	store IndexStore // nil: none; set before use (SetIndexStore)
 
 	// Gets counts the ranged GETs of the archives (indexes and members).
 	Gets atomic.Int64
@@ -103,7 +106,7 @@ func Wrap(b bucket.Bucket, cfg Config) bucket.Bucket {
 	w := &Bucket{b: b, r: r, cfg: cfg, log: cfg.Logger, building: map[string]*build{},
 		indexes:    lru.New[string, *index](cfg.MaxIndexBytes),
 		chunks:     lru.New[chunkKey, []byte](max(cfg.ReadaheadBytes, 0)),
-		chunkReads: map[chunkKey]chan struct{}{}, seq: map[string]seqState{}}
+		chunkReads: map[chunkKey]chan struct{}{}, seq: map[string]seqState{}, listed: map[string]listedObj{}}
 	for _, f := range cfg.Formats {
 		w.exts = append(w.exts, "."+strings.ToLower(f))
 	}
@@ -186,14 +189,42 @@ func (w *Bucket) index(ctx context.Context, arch string) (*index, error) {
 // read reads the index of archive arch. A bad archive gives an index with
 // err set (kept, so that it is not read again until it changes).
 func (w *Bucket) read(ctx context.Context, arch string) (*index, error) {
-	obj, err := w.b.Stat(ctx, arch)
-	if errors.Is(err, bucket.ErrNotFound) {
-		return nil, errNotArchive
+	lo, ok := w.listedVersion(arch)
+	if ok && w.store != nil {
+		if b, ok := w.store.GetIndex(arch, lo.etag); ok {
+			if x, err := decodeIndex(arch, lo.etag, b); err == nil {
+				return x, nil
+			}
+		}
 	}
-	if err != nil {
-		return nil, err
+	if !ok {
+		obj, err := w.b.Stat(ctx, arch)
+		if errors.Is(err, bucket.ErrNotFound) {
+			return nil, errNotArchive
+		}
+		if err != nil {
+			return nil, err
+		}
+		lo = listedObj{etag: obj.ETag, size: obj.Size, modTime: obj.ModTime}
+		if w.store != nil {
+			if b, ok := w.store.GetIndex(arch, lo.etag); ok {
+				if x, err := decodeIndex(arch, lo.etag, b); err == nil {
+					return x, nil
+				}
+			}
+		}
 	}
-	x := &index{key: arch, etag: obj.ETag, size: obj.Size, modTime: obj.ModTime}
+	x, err := w.build(ctx, arch, lo)
+	if err == nil && w.store != nil {
+		w.store.PutIndex(arch, x.etag, x.encode())
+	}
+	return x, err
+}
+
+// build reads the index of archive arch at version lo from the archive.
+func (w *Bucket) build(ctx context.Context, arch string, lo listedObj) (*index, error) {
+	var err error
+	x := &index{key: arch, etag: lo.etag, size: lo.size, modTime: lo.modTime}
 	get := w.getter(x)
 	var first string
 	note := func(name, why string) {
@@ -230,6 +261,14 @@ func (w *Bucket) read(ctx context.Context, arch string) (*index, error) {
 	return x, nil
 }
 
+// forget drops the listed version of archive key: the next index read
+// asks the store.
+func (w *Bucket) forget(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.listed, key)
+}
+
 // errChanged: the archive changed while it was read.
 var errChanged = errors.New("archive changed while read")
 
@@ -243,6 +282,7 @@ func (w *Bucket) getter(x *index) getRange {
 		}
 		if obj.ETag != x.etag {
 			w.indexes.RemoveIf(x.key, func(y *index) bool { return y == x })
+			w.forget(x.key)
 			return nil, fmt.Errorf("archive %s: ETag %s, indexed as %s: %w", x.key, obj.ETag, x.etag, errChanged)
 		}
 		return b, nil
@@ -311,6 +351,7 @@ func (w *Bucket) rewrite(p bucket.Page) bucket.Page {
 			continue
 		}
 		w.indexes.RemoveIf(o.Key, func(x *index) bool { return x.etag != o.ETag })
+		w.remember(o.Key, listedObj{etag: o.ETag, size: o.Size, modTime: o.ModTime})
 		p.Prefixes = append(p.Prefixes, o.Key+"/")
 		moved = true
 	}

@@ -472,3 +472,68 @@ func TestConcurrentReads(t *testing.T) {
 		}
 	}
 }
+
+// memStore is an IndexStore in memory.
+type memStore struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memStore) GetIndex(key, etag string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.m[key+"\x00"+etag]
+	return b, ok
+}
+
+func (s *memStore) PutIndex(key, etag string, v []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[key+"\x00"+etag] = v
+}
+
+// TestIndexesOutliveTheMount: a second Bucket over the same source and
+// index store (a remount with the same cache) lists the archives with no
+// request for them (the ETag comes from the parent's listing), the same
+// members, and a bad archive fails the same way; a changed archive is read
+// again.
+func TestIndexesOutliveTheMount(t *testing.T) {
+	files := []file{{"a.jpg", payload(1, 5000)}, {"a.cls", []byte("1")}, {"sub/b.png", payload(2, 300)}}
+	objects := map[string][]byte{"d/t.tar": tarBytes(t, files), "d/z.zip": zipBytes(t, files, zip.Deflate), "d/bad.zip": []byte("no zip")}
+	w1, _ := newBucket(t, objects)
+	store := &memStore{m: map[string][]byte{}}
+	w1.SetIndexStore(store)
+	listAll(t, w1, "d/")
+	var want [][]string
+	for _, p := range []string{"d/t.tar/", "d/t.tar/sub/", "d/z.zip/"} {
+		dirs, keys, _ := listAll(t, w1, p)
+		want = append(want, append(dirs, keys...))
+	}
+	if w1.Gets.Load() == 0 || len(store.m) != 2 {
+		t.Fatalf("first mount: %d GETs, %d indexes stored", w1.Gets.Load(), len(store.m))
+	}
+	w1.List(ctx, "d/bad.zip/", "")
+	if len(store.m) != 3 {
+		t.Errorf("%d indexes stored, want the bad archive's too", len(store.m))
+	}
+
+	b, _ := bucket.Open(ctx, strings.TrimPrefix(w1.Identity(), "file://"), bucket.S3Options{})
+	w2 := Wrap(b, Config{Formats: Formats, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).(*Bucket)
+	w2.SetIndexStore(store)
+	listAll(t, w2, "d/")
+	for i, p := range []string{"d/t.tar/", "d/t.tar/sub/", "d/z.zip/"} {
+		dirs, keys, _ := listAll(t, w2, p)
+		if got := append(dirs, keys...); !slices.Equal(got, want[i]) {
+			t.Errorf("remount lists %s as %q, want %q", p, got, want[i])
+		}
+	}
+	if _, err := w2.List(ctx, "d/bad.zip/", ""); !errors.Is(err, ErrBadArchive) {
+		t.Errorf("remount: bad archive: %v", err)
+	}
+	if n := w2.Gets.Load(); n != 0 {
+		t.Errorf("remount: %d GETs of the archives to list them, want 0", n)
+	}
+	if data, _, err := w2.Get(ctx, "d/z.zip/sub/b.png", 0); err != nil || !bytes.Equal(data, files[2].data) {
+		t.Errorf("remount: member read: %v", err)
+	}
+}

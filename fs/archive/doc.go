@@ -16,7 +16,8 @@
 // the zip central directory (one ranged GET of the tail, a second when the
 // directory is larger) or by walking the tar headers (ranged GETs from
 // BlockSize growing to MaxBlockSize), and kept in an LRU bounded by
-// Config.MaxIndexBytes. A member read is one ranged GET of its bytes (a
+// Config.MaxIndexBytes, and in an IndexStore when one is set (persist.go:
+// the feature cache, so a remount reads no archive to list it). A member read is one ranged GET of its bytes (a
 // deflated member: of its compressed bytes, inflated up to its declared
 // size), or, once the archive's reads follow each other, a read through
 // ChunkSize read-ahead chunks (readahead.go). Every read checks the
