@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -283,5 +284,55 @@ func TestArchivesThroughFeatureStoreAndServe(t *testing.T) {
 		if !bytes.Equal(fromA[key], fromB[key]) || !bytes.Equal(fromA[key], fromR[key]) {
 			t.Errorf("%s: the mounts disagree (store %v, remote %v)", key, bytes.Equal(fromA[key], fromB[key]), bytes.Equal(fromA[key], fromR[key]))
 		}
+	}
+}
+
+// TestWarmArchives: `featurefs warm --source` over a directory of
+// per-class tars and a bad archive computes every member (the bad archive
+// is skipped, not the end of the walk), and a mount over the warmed cache
+// reads every member with no extraction.
+func TestWarmArchives(t *testing.T) {
+	d := genDataset(t, "--classes", "2", "--train", "3", "--val", "0")
+	src := t.TempDir()
+	byClass := map[string]map[string][]byte{}
+	var names []string
+	looseNames := featureNames(d.keys(t))
+	for _, o := range d.images("train/") {
+		b, err := os.ReadFile(filepath.Join(d.Dir, filepath.FromSlash(o.Key)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if byClass[o.Class] == nil {
+			byClass[o.Class] = map[string][]byte{}
+		}
+		byClass[o.Class][path.Base(o.Key)] = b
+		names = append(names, filepath.Join("train", o.Class, path.Base(looseNames[o.Key])))
+	}
+	if err := os.MkdirAll(filepath.Join(src, "train"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for c, files := range byClass {
+		if err := os.WriteFile(filepath.Join(src, "train", c+".tar"), packTar(t, files), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(src, "train", "aaa-broken.zip"), []byte("not a zip"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cacheDir := filepath.Join(t.TempDir(), "cache")
+	out, code := runWarm(t, "--source", src, "--model", modelName+"="+testenv.Model(t, modelName), "--layer", testLayer,
+		"--cache-dir", cacheDir, "--device", "cpu")
+	t.Logf("featurefs warm --source:\n%s", out)
+	if want := fmt.Sprintf("%d of %d done", len(names), len(names)); code != 0 || !strings.Contains(out, want) {
+		t.Errorf("warm over per-class tars and a bad archive: exit %d, want 0 and %q", code, want)
+	}
+	m := testMount(t, mountConfig{Source: src, CacheDir: cacheDir, Args: []string{"--prefetch", "off"}})
+	for _, n := range names {
+		if _, err := os.ReadFile(filepath.Join(m.Layer(testLayer), n)); err != nil {
+			t.Fatalf("read %s: %v", n, err)
+		}
+	}
+	if n := extractionCount(t, mountStats(t, m)); n != 0 {
+		t.Errorf("mount over the warmed cache extracted %d times, want 0", n)
 	}
 }
