@@ -230,7 +230,8 @@ func itoaTest(i int) string {
 // feature store (a mount writes each member's feature to
 // PREFIX/<model>-<digest12>/<layer>/<archive key>/<member>.npy and a
 // second mount with a cold cache reads them all with no extraction) and
-// through `featurefs serve` + `mount --remote` (the same bytes).
+// through `featurefs serve` + `mount --remote` (the same bytes, and a
+// WebDataset shard's label file beside its feature).
 func TestArchivesThroughFeatureStoreAndServe(t *testing.T) {
 	d := genDataset(t, "--classes", "2", "--train", "2", "--val", "0")
 	srv, env := minioBucket(t, "packs", "loose/", d.Dir)
@@ -252,6 +253,7 @@ func TestArchivesThroughFeatureStoreAndServe(t *testing.T) {
 	for c, files := range byClass {
 		srv.Put(t, "packs", "packed/train/"+c+".tar", packTar(t, files))
 	}
+	srv.Put(t, "packs", "shards/000000.tar", packTar(t, map[string][]byte{"k.jpg": byClass[d.images("train/")[0].Class][path.Base(d.images("train/")[0].Key)], "k.cls": []byte("7")}))
 	store := []string{"--endpoint-url", srv.Endpoint, "--feature-store", "s3://features/shared", "--prefetch", "off"}
 
 	a := testMount(t, mountConfig{Source: "s3://packs", Env: env, Args: store})
@@ -280,6 +282,13 @@ func TestArchivesThroughFeatureStoreAndServe(t *testing.T) {
 	s := startServe(t, "s3://packs", env, "--endpoint-url", srv.Endpoint)
 	r := testMount(t, mountConfig{Args: s.remoteArgs(), NoModel: true})
 	fromR := readLayer(t, r, names)
+	// The shard's label through the server (GET /v1/object), beside its feature.
+	if got, err := readDirNames(filepath.Join(r.Layer(testLayer), "shards", "000000")); err != nil || !slices.Equal(got, []string{"k.cls", "k.npy"}) {
+		t.Errorf("remote mount lists the shard as %q, %v; want k.cls, k.npy", got, err)
+	}
+	if cls, err := os.ReadFile(filepath.Join(r.Layer(testLayer), "shards", "000000", "k.cls")); err != nil || string(cls) != "7" {
+		t.Errorf("remote mount: k.cls = %q, %v; want 7", cls, err)
+	}
 	for key := range names {
 		if !bytes.Equal(fromA[key], fromB[key]) || !bytes.Equal(fromA[key], fromR[key]) {
 			t.Errorf("%s: the mounts disagree (store %v, remote %v)", key, bytes.Equal(fromA[key], fromB[key]), bytes.Equal(fromA[key], fromR[key]))
