@@ -537,3 +537,72 @@ func TestIndexesOutliveTheMount(t *testing.T) {
 		t.Errorf("remount: member read: %v", err)
 	}
 }
+
+// TestZip64: a zip of more than 65,535 members has a zip64 end record;
+// its members are listed and read.
+func TestZip64(t *testing.T) {
+	const n = 70_000
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for i := range n {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: "d/" + itoa(i) + ".jpg", Method: zip.Store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(itoa(i)))
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := newBucket(t, map[string][]byte{"big.zip": buf.Bytes()})
+	_, keys, _ := listAll(t, w, "big.zip/d/")
+	if len(keys) != n {
+		t.Fatalf("%d members listed, want %d", len(keys), n)
+	}
+	if data, _, err := w.Get(ctx, "big.zip/d/69999.jpg", 0); err != nil || string(data) != "69999" {
+		t.Errorf("member of a zip64 archive: %q, %v", data, err)
+	}
+}
+
+// TestCorruptArchivesNeverPanic indexes and reads thousands of corrupted
+// and truncated tars and zips (bytes flipped at pseudo-random places): each
+// gives members or an error, never a panic or a read past its end.
+func TestCorruptArchivesNeverPanic(t *testing.T) {
+	files := []file{{"a.jpg", payload(1, 3000)}, {"b/c.png", payload(2, 700)}, {"b/c.cls", []byte("1")}}
+	originals := [][]byte{tarBytes(t, files), zipBytes(t, files, zip.Deflate), zipBytes(t, files, zip.Store)}
+	x := uint32(12345)
+	rnd := func(n int) int {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		return int(x % uint32(n))
+	}
+	for iter := range 3000 {
+		orig := originals[iter%len(originals)]
+		b := slices.Clone(orig)
+		for range 1 + rnd(8) {
+			b[rnd(len(b))] ^= byte(1 + rnd(255))
+		}
+		if rnd(4) == 0 {
+			b = b[:rnd(len(b))]
+		}
+		get := func(_ context.Context, off, n int64) ([]byte, error) {
+			if off < 0 || n < 0 || off > int64(len(b)) {
+				t.Fatalf("iteration %d: read of %d+%d past the end (%d)", iter, off, n, len(b))
+			}
+			return b[off:min(off+n, int64(len(b)))], nil
+		}
+		note := func(string, string) {}
+		var members []member
+		if iter%len(originals) == 0 {
+			members, _, _ = indexTar(ctx, get, int64(len(b)), note)
+		} else {
+			members, _, _ = indexZip(ctx, get, int64(len(b)), note)
+		}
+		for i := range members {
+			if members[i].zip {
+				readZipMember(ctx, get, &members[i])
+			}
+		}
+	}
+}

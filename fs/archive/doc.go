@@ -24,8 +24,8 @@
 // archive's ETag; an archive that changed is indexed again.
 //
 // Bad archives fail alone: a truncated archive, a member past the end, an
-// absurd size, an absolute or ".." member path, an encrypted or zip64
-// archive or a deflated member of over 1 MiB whose declared size is over
+// absurd size, an absolute or ".." member path, an encrypted member,
+// a multi-disk archive or a deflated member of over 1 MiB whose declared size is over
 // MaxRatio times its compressed size (a zip bomb) fail for that archive or member only,
 // with one log line per archive naming its key.
 package archive

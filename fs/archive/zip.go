@@ -59,11 +59,19 @@ func indexZip(ctx context.Context, get getRange, size int64, note func(name, why
 	if binary.LittleEndian.Uint16(rec[4:]) != 0 || binary.LittleEndian.Uint16(rec[6:]) != 0 {
 		return nil, gets, fmt.Errorf("multi-disk archive: %w", ErrBadArchive)
 	}
-	if entries == 0xffff || dirSize == 0xffffffff || dirAt == 0xffffffff {
-		return nil, gets, fmt.Errorf("zip64 archive (not supported): %w", ErrBadArchive)
-	}
 	eocdAt := tailAt + int64(e)
-	if dirAt+dirSize > eocdAt || dirSize > MaxDirectoryBytes || entries > MaxMembers {
+	if entries == 0xffff || dirSize == 0xffffffff || dirAt == 0xffffffff {
+		// zip64: the locator just before the end record names the zip64
+		// end record, which has the real figures.
+		var n int
+		var err error
+		entries, dirSize, dirAt, eocdAt, n, err = zip64End(ctx, get, tail, tailAt, eocdAt)
+		gets += n
+		if err != nil {
+			return nil, gets, err
+		}
+	}
+	if dirSize > MaxDirectoryBytes || entries > MaxMembers || dirAt > eocdAt || dirAt+dirSize > eocdAt {
 		return nil, gets, fmt.Errorf("central directory of %d bytes at %d, %d entries, end record at %d: %w", dirSize, dirAt, entries, eocdAt, ErrBadArchive)
 	}
 	var dir []byte
@@ -97,6 +105,9 @@ func indexZip(ctx context.Context, get getRange, size int64, note func(name, why
 			return nil, gets, fmt.Errorf("central directory entry %d: truncated: %w", n, ErrBadArchive)
 		}
 		name := string(dir[centralLen : centralLen+nameLen])
+		if usize == 0xffffffff || csize == 0xffffffff || off == 0xffffffff {
+			zip64Sizes(dir[centralLen+nameLen:centralLen+nameLen+extraLen], &usize, &csize, &off)
+		}
 		dir = dir[recLen:]
 		if len(name) > 0 && name[len(name)-1] == '/' {
 			continue // a directory
@@ -108,10 +119,10 @@ func indexZip(ctx context.Context, get getRange, size int64, note func(name, why
 		case method != 0 && method != 8:
 			note(name, fmt.Sprintf("compression method %d (only stored and deflated)", method))
 			continue
-		case csize == 0xffffffff || usize == 0xffffffff || off == 0xffffffff:
-			note(name, "zip64 sizes (not supported)")
+		case csize == 0xffffffff || usize == 0xffffffff || off == 0xffffffff || csize < 0 || usize < 0 || off < 0:
+			note(name, "zip64 sizes missing or absurd")
 			continue
-		case off+localLen+int64(nameLen)+csize > dirAt:
+		case off > dirAt || csize > dirAt || off+localLen+int64(nameLen)+csize > dirAt:
 			note(name, fmt.Sprintf("%d bytes at %d: past the archive's data (%d)", csize, off, dirAt))
 			continue
 		case method == 0 && usize != csize:
@@ -163,7 +174,7 @@ func readZipMember(ctx context.Context, get getRange, m *member) ([]byte, int, e
 		data = raw
 	} else {
 		zr := flate.NewReader(bytes.NewReader(raw))
-		data = make([]byte, 0, m.usize)
+		data = make([]byte, 0, min(m.usize, 64<<20)) // grows past it only as the bytes come
 		buf := bytes.NewBuffer(data)
 		n, err := io.Copy(buf, io.LimitReader(zr, m.usize+1))
 		zr.Close()
@@ -179,4 +190,79 @@ func readZipMember(ctx context.Context, get getRange, m *member) ([]byte, int, e
 		return nil, gets, fmt.Errorf("member %s: CRC-32 mismatch: %w", m.path, ErrBadArchive)
 	}
 	return data, gets, nil
+}
+
+// zip64 record signatures and sizes.
+const (
+	zip64LocatorSig = 0x07064b50
+	zip64LocatorLen = 20
+	zip64EndSig     = 0x06064b50
+	zip64EndLen     = 56
+	zip64ExtraID    = 0x0001
+)
+
+// zip64End reads the zip64 end record that the locator before the end
+// record at eocdAt names (from the tail when it holds it, else with one
+// more GET): entries, the directory's size and offset, and where the
+// directory must end (the zip64 end record).
+func zip64End(ctx context.Context, get getRange, tail []byte, tailAt, eocdAt int64) (entries, dirSize, dirAt, end int64, gets int, err error) {
+	bad := func(what string) error { return fmt.Errorf("zip64 archive: %s: %w", what, ErrBadArchive) }
+	loc := eocdAt - zip64LocatorLen - tailAt
+	if loc < 0 || binary.LittleEndian.Uint32(tail[loc:]) != zip64LocatorSig {
+		return 0, 0, 0, 0, 0, bad("no zip64 end locator")
+	}
+	recAt := int64(binary.LittleEndian.Uint64(tail[loc+8:]))
+	if recAt < 0 || recAt+zip64EndLen > eocdAt-zip64LocatorLen {
+		return 0, 0, 0, 0, 0, bad(fmt.Sprintf("zip64 end record at %d", recAt))
+	}
+	var rec []byte
+	if recAt >= tailAt {
+		rec = tail[recAt-tailAt : recAt-tailAt+zip64EndLen]
+	} else {
+		if rec, err = get(ctx, recAt, zip64EndLen); err != nil {
+			return 0, 0, 0, 0, 1, err
+		}
+		gets = 1
+		if len(rec) != zip64EndLen {
+			return 0, 0, 0, 0, gets, bad("short zip64 end record")
+		}
+	}
+	if binary.LittleEndian.Uint32(rec) != zip64EndSig {
+		return 0, 0, 0, 0, gets, bad("bad zip64 end record")
+	}
+	entries = int64(binary.LittleEndian.Uint64(rec[32:]))
+	dirSize = int64(binary.LittleEndian.Uint64(rec[40:]))
+	dirAt = int64(binary.LittleEndian.Uint64(rec[48:]))
+	if entries < 0 || dirSize < 0 || dirAt < 0 {
+		return 0, 0, 0, 0, gets, bad("absurd sizes")
+	}
+	return entries, dirSize, dirAt, recAt, gets, nil
+}
+
+// zip64Sizes takes a central entry's sizes and offset that are 0xffffffff
+// from its zip64 extra field (in the order usize, csize, offset, each
+// present only when its 32-bit field is 0xffffffff); one it cannot find
+// stays 0xffffffff.
+func zip64Sizes(extra []byte, usize, csize, off *int64) {
+	for len(extra) >= 4 {
+		id, n := binary.LittleEndian.Uint16(extra), int(binary.LittleEndian.Uint16(extra[2:]))
+		if len(extra) < 4+n {
+			return
+		}
+		if id == zip64ExtraID {
+			f := extra[4 : 4+n]
+			for _, p := range []*int64{usize, csize, off} {
+				if *p != 0xffffffff {
+					continue
+				}
+				if len(f) < 8 {
+					return
+				}
+				*p = int64(binary.LittleEndian.Uint64(f))
+				f = f[8:]
+			}
+			return
+		}
+		extra = extra[4+n:]
+	}
 }
