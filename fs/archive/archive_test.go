@@ -24,7 +24,7 @@ type file struct {
 	data []byte
 }
 
-func tarBytes(t *testing.T, files []file) []byte {
+func tarBytes(t testing.TB, files []file) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -42,7 +42,7 @@ func tarBytes(t *testing.T, files []file) []byte {
 	return buf.Bytes()
 }
 
-func zipBytes(t *testing.T, files []file, method uint16) []byte {
+func zipBytes(t testing.TB, files []file, method uint16) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
