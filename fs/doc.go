@@ -63,7 +63,8 @@
 // a prefix NAME/ or another archive of that NAME is beside it (each then
 // keeps its own name; NAME.tar/ sorts before NAME/, so it waits until the
 // listing has passed NAME/, as a stem's images do); a lookup of NAME also
-// lists NAME.<ext>/ for each archive extension. An archive's sidecar
+// lists NAME.<ext>/ for each archive extension (and, inside an archive,
+// Stats NAME: a plain file). An archive's sidecar
 // members (bucket.Object.Plain) are plain files of their own name
 // (plainfile.go), never a name ending in .npy.
 //

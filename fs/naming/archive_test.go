@@ -73,6 +73,9 @@ func TestPlainObjectsKeepTheirNames(t *testing.T) {
 	if len(got) != 2 || !got["a.cls"] || got["a.npy"] {
 		t.Errorf("entries %v, want a.cls (plain) and a.npy (the feature)", got)
 	}
+	if p, _ := n.Probe("plain/", "a.cls"); len(p.Keys) != 0 {
+		t.Errorf("a lookup outside archives Stats %q: plain files are only in archives", p.Keys)
+	}
 	p, _ := n.Probe("s.tar/", "a.cls")
 	e, ok := n.Resolve("s.tar/", "a.cls", []bucket.Object{{Key: p.Keys[len(p.Keys)-1], Plain: true}}, nil, nil)
 	if !ok || e.Name != "a.cls" || !e.Obj.Plain {

@@ -299,7 +299,9 @@ func (n Rule) Probe(prefix, name string) (p Probe, ok bool) {
 			for _, e := range n.archives {
 				p.Dirs = append(p.Dirs, prefix+stem+"."+e+"/")
 			}
-			p.Keys = append(p.Keys, prefix+name)
+			if n.inArchive(prefix) {
+				p.Keys = append(p.Keys, prefix+name) // plain files are archive members
+			}
 		}
 		return p, true
 	}

@@ -56,6 +56,17 @@ func (n Rule) WithArchives(exts []string) Rule {
 	return n
 }
 
+// inArchive reports whether prefix ("a/b/") has a component named like
+// an archive: only there can an object be plain (an archive's sidecar).
+func (n Rule) inArchive(prefix string) bool {
+	for c := range strings.SplitSeq(strings.TrimSuffix(prefix, "/"), "/") {
+		if i := strings.LastIndexByte(c, '.'); i > 0 && slices.Contains(n.archives, asciiLower(c[i+1:])) {
+			return true
+		}
+	}
+	return false
+}
+
 // archiveStem returns the name a prefix component d is shown under when
 // it is an archive's: d without its archive extension. A stem that could
 // be a feature file's name (X.npy) or is no valid name keeps d.
