@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -191,6 +193,10 @@ func TestArchivesAreDirectories(t *testing.T) {
 		}
 	}
 
+	// README's Dataset over the shard (.npy + .cls) yields every sample
+	// with its label.
+	shardDataset(t, dir, labels, shard)
+
 	// Bad archives fail alone.
 	bad := filepath.Join(layer, "bad")
 	if got, _ := readDirNames(filepath.Join(bad, "trunc")); !slices.Equal(got, []string{"a.npy", "b.npy"}) {
@@ -344,4 +350,58 @@ func TestWarmArchives(t *testing.T) {
 	if n := extractionCount(t, mountStats(t, m)); n != 0 {
 		t.Errorf("mount over the warmed cache extracted %d times, want 0", n)
 	}
+}
+
+// shardDataset runs README's WebDataset example (the Shard class, as
+// printed there) over dir with Debian's PyTorch and checks each sample's
+// label and shape.
+func shardDataset(t *testing.T, dir string, labels map[string]string, shard map[string][]byte) {
+	t.Helper()
+	py := testenv.RequireTorch(t)
+	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```python\nimport os, numpy as np, torch\n")
+	code, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 || !strings.Contains(code, "class Shard") {
+		t.Fatal("README has no Shard example")
+	}
+	script := "import os, json, numpy as np, torch\n" + code + `
+import sys
+ds = Shard(sys.argv[1])
+print(json.dumps([[list(x.shape), y] for x, y in (ds[i] for i in range(len(ds)))]))
+`
+	out, err := exec.Command(py, "-c", script, dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("README's Shard example: %v\n%s", err, out)
+	}
+	var got [][2]any
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("README's Shard example printed %s: %v", out, err)
+	}
+	var keys []string
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(got) != len(keys) {
+		t.Fatalf("README's Shard example: %d samples, want %d", len(got), len(keys))
+	}
+	for i, k := range keys {
+		if lab, _ := got[i][1].(float64); fmt.Sprint(int(lab)) != string(shard[k+".cls"]) {
+			t.Errorf("sample %s: label %v, want %s", k, got[i][1], shard[k+".cls"])
+		}
+		if shape := fmt.Sprint(got[i][0]); shape != fmt.Sprint(toAny(testLayerShape)) {
+			t.Errorf("sample %s: shape %s, want %v", k, shape, testLayerShape)
+		}
+	}
+}
+
+func toAny(s []int64) []any {
+	var out []any
+	for _, v := range s {
+		out = append(out, float64(v))
+	}
+	return out
 }
