@@ -58,6 +58,16 @@
 // same rule to what exists; a shortened name cannot be reversed and is
 // looked up in a complete listing of its directory.
 //
+// Archives (fs/archive, --archives): the source lists an archive NAME.tar
+// or NAME.zip as the prefix NAME.tar/, shown as the directory NAME unless
+// a prefix NAME/ or another archive of that NAME is beside it (each then
+// keeps its own name; NAME.tar/ sorts before NAME/, so it waits until the
+// listing has passed NAME/, as a stem's images do); a lookup of NAME also
+// lists NAME.<ext>/ for each archive extension (and, inside an archive,
+// Stats NAME: a plain file). An archive's sidecar
+// members (bucket.Object.Plain) are plain files of their own name
+// (plainfile.go), never a name ending in .npy.
+//
 // # Caching
 //
 // The tree of features/, the models and their layers is built once at mount.

@@ -57,6 +57,8 @@ func (d *prefixDir) child(ctx context.Context, e naming.Entry, out *fuse.EntryOu
 	if e.Dir {
 		id.Mode = syscall.S_IFDIR
 		d.fs.dirAttr(&out.Attr)
+	} else if e.Obj.Plain {
+		fileAttr(&out.Attr, e.Obj.Size, e.Obj.ModTime)
 	} else {
 		fileAttr(&out.Attr, d.view.Size, e.Obj.ModTime)
 		if t := d.fs.fileTimeout(); t > 0 {
@@ -69,6 +71,9 @@ func (d *prefixDir) child(ctx context.Context, e naming.Entry, out *fuse.EntryOu
 	}
 	if e.Dir {
 		return d.NewInode(ctx, &prefixDir{fs: d.fs, view: d.view, prefix: e.Sub}, id)
+	}
+	if e.Obj.Plain {
+		return d.NewInode(ctx, &plainFile{fs: d.fs, noOpen: noOpen{d.fs}, obj: e.Obj}, id)
 	}
 	return d.NewInode(ctx, &featureFile{fs: d.fs, noOpen: noOpen{d.fs}, view: d.view, prefix: d.prefix, name: e.Name, obj: e.Obj}, id)
 }

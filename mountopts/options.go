@@ -144,6 +144,9 @@ type Options struct {
 	// the dot, lower case; matching is case-insensitive
 	// (--image-extensions jpg,jpeg,png).
 	ImageExtensions []string
+	// Archives are the archive formats shown as directories, comma-separated
+	// ("tar,zip", the default), or "off" (--archives).
+	Archives string
 	// MaxPixels rejects images with more pixels than this before decoding
 	// them (--max-pixels; default spec.DefaultMaxPixels, PIL's limit).
 	MaxPixels int64
@@ -428,6 +431,37 @@ func checkPreprocess(p spec.Preprocess) error {
 	for i, s := range p.Std {
 		if s <= 0 {
 			return fmt.Errorf("std[%d] = %g: must be positive", i, s)
+		}
+	}
+	return nil
+}
+
+// ArchiveFormats returns the formats --archives names ("tar", "zip"), none
+// for "off".
+func (o *Options) ArchiveFormats() []string {
+	if o.Archives == "off" || o.Archives == "" {
+		return nil
+	}
+	var out []string
+	for f := range strings.SplitSeq(o.Archives, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// checkArchives checks --archives: off, or formats among tar and zip.
+func checkArchives(s string) error {
+	if s == "off" {
+		return nil
+	}
+	if strings.TrimSpace(s) == "" {
+		return failf("--archives %q: want tar,zip, tar, zip or off", s)
+	}
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "tar" && f != "zip" {
+			return failf("--archives %q: unknown format %q: want tar,zip, tar, zip or off", s, f)
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor"
+	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/featurestore"
 	"github.com/featurefs/featurefs/mountopts"
@@ -26,8 +27,11 @@ import (
 // after it should not fail for that.
 const lockWait = 5 * time.Second
 
-// openSource opens the bucket SOURCE names with the options' S3 settings.
-func openSource(ctx context.Context, source string, o mountopts.Options) (bucket.Bucket, error) {
+// openSource opens the bucket SOURCE names with the options' S3 settings,
+// its archives shown as prefixes (--archives; fs/archive): mount, serve
+// and warm see the same keys, so a --remote mount, the cache and the
+// feature store name a member alike.
+func openSource(ctx context.Context, source string, o mountopts.Options, log *slog.Logger) (bucket.Bucket, error) {
 	b, err := bucket.Open(ctx, source, bucket.S3Options{
 		Endpoint:       o.EndpointURL,
 		Region:         o.Region,
@@ -37,7 +41,38 @@ func openSource(ctx context.Context, source string, o mountopts.Options) (bucket
 	if err != nil {
 		return nil, failf(exitSource, "source %s: %w", source, err)
 	}
-	return b, nil
+	return archive.Wrap(b, archive.Config{
+		Formats:         o.ArchiveFormats(),
+		ImageExtensions: o.ImageExtensions,
+		MaxMemberBytes:  o.MaxObjectSize,
+		Logger:          log,
+	}), nil
+}
+
+// archiveIndexes keeps fs/archive's indexes in the feature cache, under
+// the source's identity, the archive key and its ETag, so that a remount
+// with the same cache reads no archive to list it.
+type archiveIndexes struct {
+	cache  *cache.Store
+	source string
+	log    *slog.Logger
+}
+
+func (a archiveIndexes) key(key, etag string) cache.Key {
+	return cache.Key{Source: a.source, Object: key, ETag: etag, ModelDigest: "fs/archive index"}
+}
+
+// GetIndex returns a kept index.
+func (a archiveIndexes) GetIndex(key, etag string) ([]byte, bool) {
+	b, ok, err := a.cache.Get(a.key(key, etag))
+	return b, ok && err == nil
+}
+
+// PutIndex keeps an index; a failure is logged and forgotten.
+func (a archiveIndexes) PutIndex(key, etag string, v []byte) {
+	if err := a.cache.Put(a.key(key, etag), v); err != nil {
+		a.log.Debug("featurefs: archive index not cached", slog.String("key", key), slog.Any("err", err))
+	}
 }
 
 // openCache opens the feature cache the options name, retrying for up to

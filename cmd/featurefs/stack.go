@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/featurestore"
@@ -87,7 +88,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		s.opened("split execution", func() error { closeSplit(); return nil })
 		s.source, s.ex = b, ex
 	} else {
-		if s.source, err = openSource(ctx, so.source, o); err != nil {
+		if s.source, err = openSource(ctx, so.source, o, so.log); err != nil {
 			return nil, err
 		}
 		warnIfEmpty(ctx, s.source, so.source, so.log, so.warn)
@@ -97,6 +98,9 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		return nil, err
 	}
 	s.opened("the cache", s.cache.Close)
+	if w, ok := s.source.(*archive.Bucket); ok {
+		w.SetIndexStore(archiveIndexes{cache: s.cache, source: w.Identity(), log: so.log})
+	}
 
 	if s.store, err = openFeatureStore(ctx, o, so.log, so.warn); err != nil {
 		return nil, err
@@ -124,6 +128,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		MaxObjectSize:   o.MaxObjectSize,
 		MetadataTTL:     o.MetadataTTL,
 		ImageExtensions: o.ImageExtensions,
+		Archives:        o.ArchiveFormats(),
 		FeatureStore:    s.store,
 		StoreOnly:       o.FeatureStoreOnly,
 	}

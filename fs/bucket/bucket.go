@@ -27,6 +27,11 @@ type Object struct {
 	// real path, so that its feature is computed and cached once however
 	// many keys reach it. Empty: the object is Key.
 	Identity string
+	// Plain marks an object the tree shows as it is, a plain read-only
+	// file, rather than as a feature: an archive member beside an image
+	// of the same sample (WebDataset's key.cls, key.json, key.txt; set
+	// by fs/archive).
+	Plain bool
 }
 
 // Page is one page of a one-level listing.
@@ -82,4 +87,14 @@ func Peek(ctx context.Context, b Bucket, prefix string, n int) (Page, error) {
 		return p.Peek(ctx, prefix, n)
 	}
 	return b.List(ctx, prefix, "")
+}
+
+// Ranger is implemented by buckets that can read part of an object (S3: a
+// Range header; a local directory: ReadAt). fs/archive reads archive
+// indexes and members with it.
+type Ranger interface {
+	// GetRange returns up to n bytes of key from offset off (fewer at the
+	// object's end, none past it) and the object's metadata (Size is the
+	// whole object's). It waits for one of the bucket's GET slots.
+	GetRange(ctx context.Context, key string, off, n int64) ([]byte, Object, error)
 }

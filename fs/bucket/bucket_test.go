@@ -84,6 +84,29 @@ func testConformance(t *testing.T, s store) {
 	}
 	b := s.open(t, "", opts)
 
+	t.Run("GetRange", func(t *testing.T) {
+		r, ok := b.(bucket.Ranger)
+		if !ok {
+			t.Fatal("not a bucket.Ranger")
+		}
+		st, err := b.Stat(ctx, "b/c.jpg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			off, n int64
+			want   string
+		}{{0, 7, "charlie"}, {2, 3, "arl"}, {5, 100, "ie"}, {6, 1, "e"}} {
+			data, obj, err := r.GetRange(ctx, "b/c.jpg", c.off, c.n)
+			if err != nil || string(data) != c.want || obj.Size != 7 || obj.ETag != st.ETag {
+				t.Errorf("GetRange(%d, %d) = %q, %+v, %v; want %q, size 7, ETag %s", c.off, c.n, data, obj, err, c.want, st.ETag)
+			}
+		}
+		if _, _, err := r.GetRange(ctx, "nope.jpg", 0, 1); !errors.Is(err, bucket.ErrNotFound) {
+			t.Errorf("GetRange of a missing key: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("ListOneLevel", func(t *testing.T) {
 		prefixes, objects, _ := listAll(t, b, "", 0)
 		if got, want := sorted(prefixes), []string{"b/", "sp ace/", "sub/"}; !slices.Equal(got, want) {

@@ -404,3 +404,40 @@ func (b *localBucket) remember(d *dirNames) {
 	}
 	b.dirs = append(b.dirs, d)
 }
+
+var _ Ranger = (*localBucket)(nil)
+
+// GetRange reads n bytes of the regular file key from off (pread).
+func (b *localBucket) GetRange(ctx context.Context, key string, off, n int64) ([]byte, Object, error) {
+	if !cleanKey(key) {
+		return nil, Object{}, fmt.Errorf("bucket: get %q: %w", key, ErrNotFound)
+	}
+	if off < 0 || n <= 0 {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: bad range %d+%d", b.url(key), off, n)
+	}
+	if err := b.sem.acquire(ctx); err != nil {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
+	}
+	defer b.sem.release()
+	f, err := b.root.OpenFile(key, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, Object{}, b.notFound("get", key, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: not a regular file: %w", b.url(key), ErrNotFound)
+	}
+	n = max(0, min(n, fi.Size()-off))
+	buf := make([]byte, n)
+	if n > 0 {
+		m, err := f.ReadAt(buf, off)
+		if err != nil && !(errors.Is(err, io.EOF) && int64(m) == n) {
+			return nil, Object{}, fmt.Errorf("bucket: get %s: file shrank while reading: %w", b.url(key), err)
+		}
+	}
+	return buf, objectFromInfo(key, fi), nil
+}

@@ -376,3 +376,50 @@ func (b *s3Bucket) get(ctx context.Context, key string, maxBytes int64, meta *ma
 	obj.Size = int64(len(data))
 	return data, obj, nil
 }
+
+var _ Ranger = (*s3Bucket)(nil)
+
+// GetRange reads n bytes of key from off (one GetObject with a Range
+// header), waiting for one of the bucket's GET slots first.
+func (b *s3Bucket) GetRange(ctx context.Context, key string, off, n int64) ([]byte, Object, error) {
+	if key == "" {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), ErrNotFound)
+	}
+	if off < 0 || n <= 0 {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: bad range %d+%d", b.url(key), off, n)
+	}
+	if err := b.sem.acquire(ctx); err != nil {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
+	}
+	defer b.sem.release()
+	out, err := b.client.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(b.name),
+		Key:    aws.String(b.prefix + key),
+		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1)),
+	})
+	if err != nil {
+		return nil, Object{}, b.wrap("get", key, err)
+	}
+	defer out.Body.Close()
+	obj := Object{Key: key, ETag: etag(out.ETag), ModTime: aws.ToTime(out.LastModified), Size: -1}
+	// Content-Range: "bytes START-END/TOTAL".
+	if cr := aws.ToString(out.ContentRange); cr != "" {
+		if i := strings.LastIndexByte(cr, '/'); i >= 0 {
+			var total int64
+			if _, err := fmt.Sscan(cr[i+1:], &total); err == nil {
+				obj.Size = total
+			}
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(out.Body, n+1))
+	if err != nil {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: reading body: %w", b.url(key), err)
+	}
+	if int64(len(data)) > n {
+		return nil, Object{}, fmt.Errorf("bucket: get %s: range %d+%d: the store sent more", b.url(key), off, n)
+	}
+	if obj.Size < 0 {
+		obj.Size = off + int64(len(data))
+	}
+	return data, obj, nil
+}

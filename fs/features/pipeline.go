@@ -88,6 +88,10 @@ type Config struct {
 	// Feature refuses others (ErrNotImage), and the feature store's names
 	// split them (spec.SplitImage). The tree shows the same ones.
 	ImageExtensions []string
+	// Archives are the archive formats the bucket shows as prefixes
+	// (fs/archive; "tar", "zip"): the naming rule shows "NAME.tar/" as
+	// NAME (naming.Rule.WithArchives). None: archives are objects.
+	Archives []string
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
 
@@ -230,7 +234,7 @@ func New(cfg Config) (*Pipeline, error) {
 		log:      cfg.Logger,
 		identity: cfg.Bucket.Identity(),
 		dtype:    cfg.Extractor.DType(),
-		naming:   naming.New(cfg.ImageExtensions),
+		naming:   naming.New(cfg.ImageExtensions).WithArchives(cfg.Archives),
 		bad:      lru.New[string, badEntry](cfg.MaxBadObjects),
 		journal:  figures.NewJournal(cfg.Logger, cfg.Now),
 		versions: lru.New[string, objVersion](4096),

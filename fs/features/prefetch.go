@@ -13,6 +13,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
@@ -453,7 +454,9 @@ func (p *Pipeline) costOf(v *View, obj bucket.Object) int64 {
 
 // walk lists prefix page by page (and, with tree, every prefix under it,
 // depth first, holding one page per level) and calls visit for each image
-// object in key order. visit's error stops the walk and is returned.
+// object in key order. visit's error stops the walk and is returned; so
+// does a listing's, except a bad archive's (archive.ErrBadArchive), which
+// is skipped.
 func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, visit func(bucket.Object) error) error {
 	var rec func(prefix string, depth int) error
 	rec = func(prefix string, depth int) error {
@@ -493,6 +496,9 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 						continue
 					}
 					if err := rec(sub, depth+1); err != nil {
+						if errors.Is(err, archive.ErrBadArchive) {
+							continue // logged once by fs/archive; the walk goes on
+						}
 						return err
 					}
 				}

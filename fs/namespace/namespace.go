@@ -139,7 +139,7 @@ func New(p *features.Pipeline, cfg Config, listed func(*Listing)) *Namespace {
 		clock:       pc.Now,
 		metadataTTL: pc.MetadataTTL,
 		readTimeout: pc.ReadTimeout,
-		naming:      naming.New(pc.ImageExtensions),
+		naming:      naming.New(pc.ImageExtensions).WithArchives(pc.Archives),
 		listed:      listed,
 		statSem:     make(chan struct{}, statParallel),
 		refreshing:  make(chan struct{}, maxRefreshes),

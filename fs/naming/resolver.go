@@ -49,20 +49,30 @@ type Resolver struct {
 	note   Note // may be nil
 
 	lastKey string
-	groups  map[string]*group // prefix+stem -> group
-	lones   map[string]*group // key -> group of a mixed-case image
-	imgs    []string          // image keys, each a prefix of the next
-	npyDirs []string          // prefix+X+"." of directories called X.npy, each a prefix of the next
+	groups  map[string]*group     // prefix+stem -> group
+	lones   map[string]*group     // key -> group of a mixed-case image
+	imgs    []string              // image keys, each a prefix of the next
+	npyDirs []string              // prefix+X+"." of directories called X.npy, each a prefix of the next
+	archs   map[string]*archGroup // prefix+NAME -> the archives NAME.<ext>/ waiting for their names
+}
+
+// archGroup is the archive prefixes of one NAME, held until the listing
+// has gone past NAME/ (which sorts after them).
+type archGroup struct {
+	hi    string   // prefix+NAME+"/"
+	subs  []string // the archives' prefixes
+	comps []string // their components (NAME.<ext>)
+	clash bool     // a prefix NAME/ exists
 }
 
 // NewResolver returns a resolver for the listing of prefix under rule n;
 // note, if not nil, is told of every name other than the plain one.
 func NewResolver(n Rule, prefix string, note Note) *Resolver {
-	return &Resolver{naming: n, prefix: prefix, note: note, groups: map[string]*group{}, lones: map[string]*group{}}
+	return &Resolver{naming: n, prefix: prefix, note: note, groups: map[string]*group{}, lones: map[string]*group{}, archs: map[string]*archGroup{}}
 }
 
 // Pending returns how many groups wait for their names.
-func (r *Resolver) Pending() int { return len(r.groups) + len(r.lones) }
+func (r *Resolver) Pending() int { return len(r.groups) + len(r.lones) + len(r.archs) }
 
 // Add takes one page and returns the entries decided so far: the page's
 // directories and every held-back object whose names are decided. With
@@ -77,7 +87,9 @@ func (r *Resolver) Add(p bucket.Page, complete bool) []Entry {
 			}
 			i++
 		} else {
-			r.addObject(p.Objects[j])
+			if e, ok := r.addObject(p.Objects[j]); ok {
+				out = append(out, e)
+			}
 			j++
 		}
 	}
@@ -101,6 +113,19 @@ func (r *Resolver) addDir(pre string) (Entry, bool) {
 	d, ok2 := strings.CutSuffix(d, "/")
 	if !ok || !ok2 || !ValidName(d) {
 		return Entry{}, false // "", "." and "..": hidden, never followed
+	}
+	if g := r.archs[r.prefix+d]; g != nil {
+		g.clash = true // NAME/ beside NAME.tar/: each keeps its own name
+	}
+	if stem, ok := r.naming.archiveStem(d); ok {
+		g := r.archs[r.prefix+stem]
+		if g == nil {
+			g = &archGroup{hi: r.prefix + stem + "/"}
+			r.archs[r.prefix+stem] = g
+		}
+		g.subs = append(g.subs, pre)
+		g.comps = append(g.comps, d)
+		return Entry{}, false // named by decide
 	}
 	name := DirName(d)
 	if name != d && r.note != nil {
@@ -128,21 +153,28 @@ func (r *Resolver) addDir(pre string) (Entry, bool) {
 	return Entry{Name: name, Dir: true, Sub: pre}, true
 }
 
-func (r *Resolver) addObject(o bucket.Object) {
+// addObject takes one object; a plain object (bucket.Object.Plain) is
+// an entry of its own name at once, an image waits in its group.
+func (r *Resolver) addObject(o bucket.Object) (Entry, bool) {
 	r.see(o.Key)
 	base, ok := strings.CutPrefix(o.Key, r.prefix)
 	if !ok || !ValidName(base) {
-		return
+		return Entry{}, false
 	}
 	stem, ext, ok := r.naming.Parts(base)
 	if !ok {
-		return
+		// A plain file keeps its name; one that ends in .npy or is of the
+		// shortened form could take a feature's: not shown.
+		if o.Plain && Usable(base) && !strings.HasSuffix(asciiLower(base), NPYExt) {
+			return Entry{Name: base, Obj: o}, true
+		}
+		return Entry{}, false
 	}
 	m := &member{obj: o, base: base, stem: stem}
 	r.imgs = append(r.imgs, o.Key)
 	if !PlainCase(ext) {
 		r.lones[o.Key] = &group{hi: o.Key + NPYExt + "/", members: []*member{m}, lone: true}
-		return
+		return Entry{}, false
 	}
 	sk := r.prefix + stem
 	g := r.groups[sk]
@@ -153,6 +185,7 @@ func (r *Resolver) addObject(o bucket.Object) {
 		r.groups[sk] = g
 	}
 	g.members = append(g.members, m)
+	return Entry{}, false
 }
 
 // decide names the members of every group the listing has gone past (all
@@ -169,6 +202,7 @@ func (r *Resolver) decide(complete bool) []Entry {
 	}
 	slices.SortFunc(done, func(a, b *group) int { return cmp.Compare(a.members[0].obj.Key, b.members[0].obj.Key) })
 	var out []Entry
+	out = append(out, r.decideArchives(complete)...)
 	for _, g := range done {
 		for _, m := range g.members {
 			name, why := g.name(m)
@@ -178,6 +212,30 @@ func (r *Resolver) decide(complete bool) []Entry {
 			out = append(out, Entry{Name: name, Obj: m.obj})
 		}
 	}
+	return out
+}
+
+// decideArchives names the archives whose NAME/ the listing has gone past
+// (all when complete): NAME alone, else each its own component.
+func (r *Resolver) decideArchives(complete bool) []Entry {
+	var out []Entry
+	for k, g := range r.archs {
+		if !complete && r.lastKey < g.hi {
+			continue
+		}
+		delete(r.archs, k)
+		for i, sub := range g.subs {
+			name := DirName(strings.TrimSuffix(g.hi[len(r.prefix):], "/"))
+			if g.clash || len(g.subs) > 1 {
+				name = DirName(g.comps[i])
+				if r.note != nil {
+					r.note(sub, name, "a directory or another archive has the name without the extension")
+				}
+			}
+			out = append(out, Entry{Name: name, Dir: true, Sub: sub})
+		}
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return cmp.Compare(a.Sub, b.Sub) })
 	return out
 }
 
@@ -229,6 +287,22 @@ func (n Rule) Probe(prefix, name string) (p Probe, ok bool) {
 	p.Dirs = append(p.Dirs, prefix+name+"/")
 	x, isFile := strings.CutSuffix(name, NPYExt)
 	if !isFile {
+		if len(n.archives) > 0 {
+			// An archive shown as name, the archives and the directory that
+			// decide whether name.<ext> keeps its extension, and a plain
+			// file called name.
+			stem := name
+			if s, ok := n.archiveStem(name); ok {
+				stem = s
+				p.Dirs = append(p.Dirs, prefix+s+"/")
+			}
+			for _, e := range n.archives {
+				p.Dirs = append(p.Dirs, prefix+stem+"."+e+"/")
+			}
+			if n.inArchive(prefix) {
+				p.Keys = append(p.Keys, prefix+name) // plain files are archive members
+			}
+		}
 		return p, true
 	}
 	// The short name of an image X.<ext>: the group of stem X, and whether

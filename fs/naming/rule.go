@@ -37,6 +37,49 @@ type Rule struct {
 	// maxTail is the largest "<ext>.npy/" (or "npy/"): every key that can
 	// decide the names of stem S sorts at or below "S."+maxTail.
 	maxTail string
+	// archives are the archive extensions (lower case, no dot) whose
+	// prefixes are shown without them (WithArchives).
+	archives []string
+}
+
+// WithArchives returns the rule that also shows a prefix "NAME.<ext>/" of
+// an archive extension (tar, zip; any ASCII case) as the directory NAME,
+// as fs/archive lists an archive object: unless a prefix NAME/ or another
+// archive of the same NAME is beside it, where each keeps its own name.
+func (n Rule) WithArchives(exts []string) Rule {
+	n.archives = nil
+	for _, e := range exts {
+		if e = asciiLower(strings.TrimPrefix(e, ".")); e != "" && !slices.Contains(n.archives, e) {
+			n.archives = append(n.archives, e)
+		}
+	}
+	return n
+}
+
+// inArchive reports whether prefix ("a/b/") has a component named like
+// an archive: only there can an object be plain (an archive's sidecar).
+func (n Rule) inArchive(prefix string) bool {
+	for c := range strings.SplitSeq(strings.TrimSuffix(prefix, "/"), "/") {
+		if i := strings.LastIndexByte(c, '.'); i > 0 && slices.Contains(n.archives, asciiLower(c[i+1:])) {
+			return true
+		}
+	}
+	return false
+}
+
+// archiveStem returns the name a prefix component d is shown under when
+// it is an archive's: d without its archive extension. A stem that could
+// be a feature file's name (X.npy) or is no valid name keeps d.
+func (n Rule) archiveStem(d string) (string, bool) {
+	i := strings.LastIndexByte(d, '.')
+	if i <= 0 || !slices.Contains(n.archives, asciiLower(d[i+1:])) {
+		return "", false
+	}
+	stem := d[:i]
+	if !ValidName(stem) || strings.HasSuffix(asciiLower(stem), NPYExt) {
+		return "", false
+	}
+	return stem, true
 }
 
 // New returns the rule for image extensions exts (any ASCII case, with or

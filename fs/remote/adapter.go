@@ -5,9 +5,10 @@ package remote
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -18,7 +19,7 @@ import (
 
 // Bucket returns the servers' source as a read-only bucket: List and Stat
 // go to the servers (routed by prefix or key, falling over in rank order);
-// Get is not supported (features are computed on the servers).
+// Get reads images and sidecars (GET /v1/object).
 func (c *Client) Bucket() *Bucket { return &Bucket{c: c} }
 
 // Extractor returns the servers' models as an features.Extractor whose Extract
@@ -89,13 +90,40 @@ func (b *Bucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
 	return bucket.Object{}, fmt.Errorf("stat %q: %w", key, lastErr)
 }
 
-// ErrNoGet is matched by Bucket.Get: a remote source's objects are not
-// fetched by the mount.
-var ErrNoGet = fmt.Errorf("remote bucket: objects are read on the feature servers: %w", errors.ErrUnsupported)
-
-// Get is not supported: it returns an error matching ErrNoGet.
+// Get reads an object with GET /v1/object from the server key is routed
+// to: the servers send images (split raw) and archives' sidecars
+// (bucket.Object.Plain, which a mount shows as plain files), nothing else.
+// At most maxBytes are read (<= 0: bucket.DefaultMaxObjectBytes).
 func (b *Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
-	return nil, bucket.Object{}, ErrNoGet
+	c := b.c
+	if maxBytes <= 0 {
+		maxBytes = bucket.DefaultMaxObjectBytes
+	}
+	u := c.route(key).url
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u+"/v1/object?"+url.Values{"key": {key}}.Encode(), nil)
+	if err != nil {
+		return nil, bucket.Object{}, err
+	}
+	c.authorize(req)
+	c.n.httpRequests.Add(1)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, bucket.Object{}, c.unavailable(u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, bucket.Object{}, responseError(resp, u, key)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
+	if err != nil {
+		return nil, bucket.Object{}, c.unavailable(u, fmt.Errorf("reading %s: %w", key, err))
+	}
+	if int64(len(data)) > maxBytes {
+		return nil, bucket.Object{}, tooLarge(u, key, fmt.Sprintf("more than %d bytes", maxBytes))
+	}
+	return data, bucket.Object{Key: key, Size: int64(len(data))}, nil
 }
 
 // Keys lists none: the servers list no keys, and a --remote mount has no

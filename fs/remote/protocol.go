@@ -106,6 +106,9 @@ type ObjectInfo struct {
 	Size    int64     `json:"size"`
 	ETag    string    `json:"etag"`
 	ModTime time.Time `json:"mtime"`
+	// Plain marks an archive's sidecar member (bucket.Object.Plain): the
+	// mount shows it as it is and reads it with GET /v1/object.
+	Plain bool `json:"plain,omitempty"`
 }
 
 // ListResponse is the body of GET /v1/list: one page.
@@ -159,11 +162,11 @@ type Frame struct {
 }
 
 func objectInfo(o bucket.Object) ObjectInfo {
-	return ObjectInfo{Key: o.Key, Size: o.Size, ETag: o.ETag, ModTime: o.ModTime}
+	return ObjectInfo{Key: o.Key, Size: o.Size, ETag: o.ETag, ModTime: o.ModTime, Plain: o.Plain}
 }
 
 func (o ObjectInfo) object() bucket.Object {
-	return bucket.Object{Key: o.Key, Size: o.Size, ETag: o.ETag, ModTime: o.ModTime}
+	return bucket.Object{Key: o.Key, Size: o.Size, ETag: o.ETag, ModTime: o.ModTime, Plain: o.Plain}
 }
 
 // writeStreamHeader starts a batch stream of n items.

@@ -4,7 +4,8 @@ package remote
 //
 //	GET /v1/profile?model=M   the server's compute profile of M (JSON split.Profile)
 //	GET /v1/probe?bytes=N     N bytes of filler, to measure the bandwidth
-//	GET /v1/object?key=K      the object's bytes (split "raw": the mount extracts)
+//	GET /v1/object?key=K      the object's bytes (split "raw": the mount extracts;
+//	                          an archive's sidecar: the mount shows it)
 
 import (
 	"context"
@@ -155,12 +156,15 @@ func (s *Server) handleObject(w http.ResponseWriter, r *http.Request) {
 		writeError(w, StatusBadRequest, err)
 		return
 	}
-	if !spec.IsImage(path.Base(key), s.imageExts) {
-		writeError(w, StatusOf(features.ErrNotImage), fmt.Errorf("object %s: %w", key, features.ErrNotImage))
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.itemTimeout)
 	defer cancel()
+	if !spec.IsImage(path.Base(key), s.imageExts) {
+		// An archive's sidecar (bucket.Object.Plain) is sent too.
+		if o, err := s.bucket.Stat(ctx, key); err != nil || !o.Plain {
+			writeError(w, StatusOf(features.ErrNotImage), fmt.Errorf("object %s: %w", key, features.ErrNotImage))
+			return
+		}
+	}
 	data, obj, err := s.bucket.Get(ctx, key, s.maxObjectSize)
 	if err != nil {
 		s.logItemError("object", key, err)

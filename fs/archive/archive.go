@@ -1,0 +1,445 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/lru"
+)
+
+// Formats are the archive formats Wrap can show, as --archives names them.
+var Formats = []string{"tar", "zip"}
+
+// DefaultMaxIndexBytes bounds the memory of the archive indexes kept (about
+// 72 bytes and the path per member: some 800,000 members).
+const DefaultMaxIndexBytes = 64 << 20
+
+// pageSize is the most entries one listing page of an archive holds.
+const pageSize = 1000
+
+// Config configures Wrap.
+type Config struct {
+	// Formats are the archive formats shown as directories ("tar", "zip");
+	// none: Wrap returns the bucket as it is.
+	Formats []string
+	// ImageExtensions are the image extensions (nil: spec's defaults):
+	// members with one are listed, and their sidecars.
+	ImageExtensions []string
+	// MaxMemberBytes bounds a member a Get called with maxBytes <= 0
+	// reads; 0 means spec.DefaultMaxObjectSize.
+	MaxMemberBytes int64
+	// MaxIndexBytes bounds the indexes kept; 0 means DefaultMaxIndexBytes.
+	MaxIndexBytes int
+	// ReadaheadBytes bounds the read-ahead chunks kept (readahead.go); 0
+	// means DefaultReadaheadBytes, negative none (every member is read
+	// with its own GET).
+	ReadaheadBytes int
+	// Logger gets one line per bad archive; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Bucket is a bucket.Bucket that shows the archives of another as
+// prefixes (package doc). Safe for concurrent use.
+type Bucket struct {
+	// Constant data.
+	b    bucket.Bucket
+	r    bucket.Ranger
+	exts []string // lower case, with the dot: ".tar", ".zip"
+	cfg  Config
+	log  *slog.Logger
+
+	indexes *lru.LRU[string, *index]   // archive key -> its last index
+	chunks  *lru.LRU[chunkKey, []byte] // read-ahead chunks
+
+	mu         sync.Mutex
+	building   map[string]*build          // GUARDED_BY(mu): one index read per archive at a time
+	chunkReads map[chunkKey]chan struct{} // GUARDED_BY(mu): one read per chunk at a time
+	seq        map[string]seqState        // GUARDED_BY(mu): each archive's last read, at most maxSeqArchives
+	listed     map[string]listedObj       // GUARDED_BY(mu): archives' versions as listed, at most maxListed
+
+	store IndexStore // nil: none; set before use (SetIndexStore)
+
+	// Gets counts the ranged GETs of the archives (indexes and members).
+	Gets atomic.Int64
+}
+
+// build is one index read in flight; its waiters get its result.
+type build struct {
+	done chan struct{}
+	idx  *index
+	err  error
+}
+
+var (
+	_ bucket.Bucket = (*Bucket)(nil)
+	_ bucket.Peeker = (*Bucket)(nil)
+)
+
+// Wrap returns b with the archives of cfg.Formats shown as prefixes, or b
+// itself when there are none or b cannot read ranges (bucket.Ranger).
+func Wrap(b bucket.Bucket, cfg Config) bucket.Bucket {
+	r, ok := b.(bucket.Ranger)
+	if len(cfg.Formats) == 0 || !ok {
+		return b
+	}
+	if cfg.MaxMemberBytes <= 0 {
+		cfg.MaxMemberBytes = spec.DefaultMaxObjectSize
+	}
+	if cfg.MaxIndexBytes <= 0 {
+		cfg.MaxIndexBytes = DefaultMaxIndexBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ReadaheadBytes == 0 {
+		cfg.ReadaheadBytes = DefaultReadaheadBytes
+	}
+	w := &Bucket{b: b, r: r, cfg: cfg, log: cfg.Logger, building: map[string]*build{},
+		indexes:    lru.New[string, *index](cfg.MaxIndexBytes),
+		chunks:     lru.New[chunkKey, []byte](max(cfg.ReadaheadBytes, 0)),
+		chunkReads: map[chunkKey]chan struct{}{}, seq: map[string]seqState{}, listed: map[string]listedObj{}}
+	for _, f := range cfg.Formats {
+		w.exts = append(w.exts, "."+strings.ToLower(f))
+	}
+	return w
+}
+
+// Unwrap returns the bucket w shows.
+func (w *Bucket) Unwrap() bucket.Bucket { return w.b }
+
+// Identity is the wrapped bucket's: a member's key names its archive.
+func (w *Bucket) Identity() string { return w.b.Identity() }
+
+// Close closes the wrapped bucket if it has a Close.
+func (w *Bucket) Close() error {
+	if c, ok := w.b.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// isArchive reports whether a key's base name is an archive's (an
+// extension of Formats in any ASCII case, after a non-empty stem).
+func (w *Bucket) isArchive(key string) bool {
+	base := key[strings.LastIndexByte(key, '/')+1:]
+	for _, e := range w.exts {
+		if len(base) > len(e) && strings.EqualFold(base[len(base)-len(e):], e) {
+			return true
+		}
+	}
+	return false
+}
+
+// split finds the first component of key that names an archive and is
+// followed by '/': the archive's key and the rest (relative to it).
+func (w *Bucket) split(key string) (arch, rest string, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '/' && w.isArchive(key[:i]) {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// errNotArchive: the archive key is no object (a real prefix "x.tar/").
+var errNotArchive = errors.New("not an archive")
+
+// index returns the index of archive arch, reading it unless one is kept
+// (one read per archive at a time; concurrent callers share it).
+func (w *Bucket) index(ctx context.Context, arch string) (*index, error) {
+	if x, ok := w.indexes.Get(arch); ok {
+		return x, nil
+	}
+	w.mu.Lock()
+	if b, ok := w.building[arch]; ok {
+		w.mu.Unlock()
+		select {
+		case <-b.done:
+			if b.err != nil && ctx.Err() == nil && (errors.Is(b.err, context.Canceled) || errors.Is(b.err, context.DeadlineExceeded)) {
+				return w.index(ctx, arch) // its reader gave up; try again
+			}
+			return b.idx, b.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b := &build{done: make(chan struct{})}
+	w.building[arch] = b
+	w.mu.Unlock()
+	b.idx, b.err = w.read(ctx, arch)
+	if b.err == nil {
+		w.indexes.Put(arch, b.idx, b.idx.cost())
+	}
+	w.mu.Lock()
+	delete(w.building, arch)
+	w.mu.Unlock()
+	close(b.done)
+	return b.idx, b.err
+}
+
+// read reads the index of archive arch. A bad archive gives an index with
+// err set (kept, so that it is not read again until it changes).
+func (w *Bucket) read(ctx context.Context, arch string) (*index, error) {
+	lo, ok := w.listedVersion(arch)
+	if ok && w.store != nil {
+		if b, ok := w.store.GetIndex(arch, lo.etag); ok {
+			if x, err := decodeIndex(arch, lo.etag, b); err == nil {
+				return x, nil
+			}
+		}
+	}
+	if !ok {
+		obj, err := w.b.Stat(ctx, arch)
+		if errors.Is(err, bucket.ErrNotFound) {
+			return nil, errNotArchive
+		}
+		if err != nil {
+			return nil, err
+		}
+		lo = listedObj{etag: obj.ETag, size: obj.Size, modTime: obj.ModTime}
+		if w.store != nil {
+			if b, ok := w.store.GetIndex(arch, lo.etag); ok {
+				if x, err := decodeIndex(arch, lo.etag, b); err == nil {
+					return x, nil
+				}
+			}
+		}
+	}
+	x, err := w.build(ctx, arch, lo)
+	if err == nil && w.store != nil {
+		w.store.PutIndex(arch, x.etag, x.encode())
+	}
+	return x, err
+}
+
+// build reads the index of archive arch at version lo from the archive.
+func (w *Bucket) build(ctx context.Context, arch string, lo listedObj) (*index, error) {
+	var err error
+	x := &index{key: arch, etag: lo.etag, size: lo.size, modTime: lo.modTime}
+	get := w.getter(x)
+	var first string
+	note := func(name, why string) {
+		if x.skipped == 0 {
+			first = fmt.Sprintf("%q: %s", name, why)
+		}
+		x.skipped++
+	}
+	var members []member
+	if strings.HasSuffix(strings.ToLower(arch), ".zip") {
+		members, x.gets, err = indexZip(ctx, get, x.size, note)
+	} else {
+		members, x.gets, err = indexTar(ctx, get, x.size, note)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, errChanged):
+		w.indexes.Remove(arch)
+		return nil, err
+	case err != nil && !errors.Is(err, ErrBadArchive):
+		return nil, err // the store failed: not the archive's fault
+	case err != nil:
+		x.err = fmt.Errorf("archive %s: %w", arch, err)
+		w.log.Warn("featurefs: bad archive: its directory fails (EIO)", slog.String("key", arch), slog.Any("err", err))
+		return x, nil
+	}
+	x.members = members
+	x.finish(w.cfg.ImageExtensions)
+	if x.skipped > 0 {
+		w.log.Warn("featurefs: archive members left out", slog.String("key", arch),
+			slog.Int("members", x.skipped), slog.String("first", first))
+	}
+	return x, nil
+}
+
+// forget drops the listed version of archive key: the next index read
+// asks the store.
+func (w *Bucket) forget(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.listed, key)
+}
+
+// errChanged: the archive changed while it was read.
+var errChanged = errors.New("archive changed while read")
+
+// getter returns ranged reads of index x's archive version.
+func (w *Bucket) getter(x *index) getRange {
+	return func(ctx context.Context, off, n int64) ([]byte, error) {
+		w.Gets.Add(1)
+		b, obj, err := w.r.GetRange(ctx, x.key, off, n)
+		if err != nil {
+			return nil, err
+		}
+		if obj.ETag != x.etag {
+			w.indexes.RemoveIf(x.key, func(y *index) bool { return y == x })
+			w.forget(x.key)
+			return nil, fmt.Errorf("archive %s: ETag %s, indexed as %s: %w", x.key, obj.ETag, x.etag, errChanged)
+		}
+		return b, nil
+	}
+}
+
+// archiveIndex returns the index of the archive that key (a prefix or a
+// key inside it) is in, and key relative to it; ok is false when key is
+// in no archive.
+func (w *Bucket) archiveIndex(ctx context.Context, key string) (x *index, rest string, ok bool, err error) {
+	arch, rest, ok := w.split(key)
+	if !ok {
+		return nil, "", false, nil
+	}
+	x, err = w.index(ctx, arch)
+	if errors.Is(err, errNotArchive) {
+		return nil, "", false, nil
+	}
+	if err == nil && x.err != nil {
+		err = x.err
+	}
+	return x, rest, true, err
+}
+
+// List lists an archive's directory from its index, and elsewhere the
+// wrapped bucket's page with its archives as prefixes.
+func (w *Bucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
+	x, dir, ok, err := w.archiveIndex(ctx, prefix)
+	switch {
+	case err != nil:
+		return bucket.Page{}, err
+	case ok:
+		return x.list(dir, token, pageSize), nil
+	}
+	p, err := w.b.List(ctx, prefix, token)
+	if err != nil {
+		return p, err
+	}
+	return w.rewrite(p), nil
+}
+
+// Peek is List with at most n entries.
+func (w *Bucket) Peek(ctx context.Context, prefix string, n int) (bucket.Page, error) {
+	x, dir, ok, err := w.archiveIndex(ctx, prefix)
+	switch {
+	case err != nil:
+		return bucket.Page{}, err
+	case ok:
+		return x.list(dir, "", max(n, 1)), nil
+	}
+	p, err := bucket.Peek(ctx, w.b, prefix, n)
+	if err != nil {
+		return p, err
+	}
+	return w.rewrite(p), nil
+}
+
+// rewrite shows a page's archives as prefixes, and forgets the index of
+// an archive listed with another ETag.
+func (w *Bucket) rewrite(p bucket.Page) bucket.Page {
+	moved := false
+	objs := p.Objects[:0:0]
+	for _, o := range p.Objects {
+		if !w.isArchive(o.Key) {
+			objs = append(objs, o)
+			continue
+		}
+		w.indexes.RemoveIf(o.Key, func(x *index) bool { return x.etag != o.ETag })
+		w.remember(o.Key, listedObj{etag: o.ETag, size: o.Size, modTime: o.ModTime})
+		p.Prefixes = append(p.Prefixes, o.Key+"/")
+		moved = true
+	}
+	if moved {
+		p.Objects = objs
+		slices.Sort(p.Prefixes)
+		p.Prefixes = slices.Compact(p.Prefixes)
+	}
+	return p
+}
+
+// Stat returns a member's metadata from its archive's index, or the
+// wrapped bucket's answer.
+func (w *Bucket) Stat(ctx context.Context, key string) (bucket.Object, error) {
+	x, path, ok, err := w.archiveIndex(ctx, key)
+	switch {
+	case err != nil:
+		return bucket.Object{}, err
+	case !ok:
+		return w.b.Stat(ctx, key)
+	}
+	m, found := x.find(path)
+	if !found {
+		return bucket.Object{}, fmt.Errorf("archive %s: member %q: %w", x.key, path, bucket.ErrNotFound)
+	}
+	return x.object(m), nil
+}
+
+// Get reads a member with one ranged GET (a zip member whose local header
+// is longer than guessed: two), or an object of the wrapped bucket. A
+// member of an archive that changed since it was indexed is read again
+// from the new index.
+func (w *Bucket) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
+	data, obj, err := w.get(ctx, key, maxBytes)
+	if errors.Is(err, errChanged) {
+		return w.get(ctx, key, maxBytes)
+	}
+	return data, obj, err
+}
+
+func (w *Bucket) get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
+	x, path, ok, err := w.archiveIndex(ctx, key)
+	switch {
+	case err != nil:
+		return nil, bucket.Object{}, err
+	case !ok:
+		return w.b.Get(ctx, key, maxBytes)
+	}
+	m, found := x.find(path)
+	if !found {
+		return nil, bucket.Object{}, fmt.Errorf("archive %s: member %q: %w", x.key, path, bucket.ErrNotFound)
+	}
+	lim := maxBytes
+	if lim <= 0 {
+		lim = w.cfg.MaxMemberBytes
+	}
+	if m.usize > lim {
+		return nil, bucket.Object{}, fmt.Errorf("archive %s: member %q: %d bytes, limit %d: %w", x.key, path, m.usize, lim, bucket.ErrTooLarge)
+	}
+	get := w.getter(x)
+	if w.cfg.ReadaheadBytes > 0 {
+		raw := get
+		get = func(ctx context.Context, off, n int64) ([]byte, error) { return w.readMember(ctx, x, raw, off, n) }
+	}
+	var data []byte
+	if m.zip {
+		data, _, err = readZipMember(ctx, get, m)
+	} else {
+		data, err = get(ctx, m.off, m.size)
+		if err == nil && int64(len(data)) != m.size {
+			err = fmt.Errorf("member %s: %d of %d bytes: past the archive's end: %w", m.path, len(data), m.size, ErrBadArchive)
+		}
+	}
+	if err != nil {
+		return nil, bucket.Object{}, fmt.Errorf("archive %s: %w", x.key, err)
+	}
+	return data, x.object(m), nil
+}
+
+// Keys returns member keys from an archive's index, or the wrapped
+// bucket's keys.
+func (w *Bucket) Keys(ctx context.Context, keyPrefix string, n int) ([]string, error) {
+	x, rest, ok, err := w.archiveIndex(ctx, keyPrefix)
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok:
+		return w.b.Keys(ctx, keyPrefix, n)
+	}
+	return x.keys(rest, n), nil
+}

@@ -1,0 +1,31 @@
+// Package archive presents packed archives in a bucket as prefixes: an
+// object NAME.tar (uncompressed tar) or NAME.zip (stored or deflated
+// members) is listed as the prefix "NAME.tar/", and its members as
+// objects "NAME.tar/<member path>" whose ETag is the archive's ETag and a
+// digest of the member path. The rest of the stack (the namespace, the
+// read path, the cache key, the feature store's names and the remote
+// protocol) sees ordinary keys; fs/naming shows the prefix as NAME/.
+//
+// Image members are listed as objects; other members whose sample key
+// (the base name up to its first dot) is an image's in the same directory
+// (WebDataset's key.cls, key.json, key.txt) are listed with
+// bucket.Object.Plain set, and the tree shows them as plain files. Other
+// members are left out.
+//
+// Reads: an archive's index (member path, offset, size) is read once, from
+// the zip central directory (one ranged GET of the tail, a second when the
+// directory is larger) or by walking the tar headers (ranged GETs from
+// BlockSize growing to MaxBlockSize), and kept in an LRU bounded by
+// Config.MaxIndexBytes, and in an IndexStore when one is set (persist.go:
+// the feature cache, so a remount reads no archive to list it). A member read is one ranged GET of its bytes (a
+// deflated member: of its compressed bytes, inflated up to its declared
+// size), or, once the archive's reads follow each other, a read through
+// ChunkSize read-ahead chunks (readahead.go). Every read checks the
+// archive's ETag; an archive that changed is indexed again.
+//
+// Bad archives fail alone: a truncated archive, a member past the end, an
+// absurd size, an absolute or ".." member path, an encrypted member,
+// a multi-disk archive or a deflated member of over 1 MiB whose declared size is over
+// MaxRatio times its compressed size (a zip bomb) fail for that archive or member only,
+// with one log line per archive naming its key.
+package archive
