@@ -301,6 +301,7 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, shard spec
 	defer st.Close()
 	res, err := st.pipe.Warm(ctx, features.WarmOptions{
 		Model: o.Models[0].Name, Layer: w.layer, Prefix: prefix, MaxFailures: maxListedFailures, Shard: shard,
+		Archives: o.ArchiveFormats(),
 		Progress: func(p features.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
 	})
 	out := warmOutcome{total: res.Total, done: res.Done, failed: res.Failed, elapsed: time.Since(start),

@@ -150,6 +150,20 @@ func (w *Bucket) split(key string) (arch, rest string, ok bool) {
 	return "", "", false
 }
 
+// ArchiveOf returns the key of the archive that key is a member of, when
+// archives of formats ("tar", "zip": --archives) are shown as directories:
+// the first component of key that names such an archive and is followed by
+// '/'. ok is false for a key in no archive. It is the rule Bucket.List and
+// Get apply, for callers that hold keys and no Bucket (warm's shards).
+func ArchiveOf(formats []string, key string) (arch string, ok bool) {
+	w := Bucket{}
+	for _, f := range formats {
+		w.exts = append(w.exts, "."+strings.ToLower(f))
+	}
+	arch, _, ok = w.split(key)
+	return arch, ok
+}
+
 // errNotArchive: the archive key is no object (a real prefix "x.tar/").
 var errNotArchive = errors.New("not an archive")
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/figures"
 )
@@ -35,6 +36,9 @@ type WarmOptions struct {
 	// listed and skipped, counted in WarmResult.OtherShards, not in
 	// WarmProgress.Total. The zero Shard is every object.
 	Shard spec.Shard
+	// Archives are the archive formats the source shows as directories
+	// (--archives); a member's shard unit is its archive's (ShardUnit).
+	Archives []string
 }
 
 // WarmProgress is how far a warm-up is.
@@ -74,11 +78,16 @@ type WarmResult struct {
 
 // ShardUnit is the shard unit of the object key key: what
 // WarmOptions.Shard hashes to decide which part an object is in
-// (spec.Shard.Owns). A loose object is its own unit. An archive's members
-// must share the archive's unit, so that one host reads the archive once
-// (in one streaming GET) and warms it whole: the archive support returns
-// the archive's key here for a member, and only here.
-func ShardUnit(key string) string { return key }
+// (spec.Shard.Owns). A loose object is its own unit. A member of an archive
+// shown as a directory (archives: the --archives formats) has its
+// archive's key, so that one host reads the archive (its index once, its
+// members in order through the read-ahead) and warms it whole.
+func ShardUnit(key string, archives []string) string {
+	if arch, ok := archive.ArchiveOf(archives, key); ok {
+		return arch
+	}
+	return key
+}
 
 // Warm extracts every image under opts.Prefix at a layer into the cache,
 // without a mount, skipping what is cached already, or, with a feature
@@ -113,7 +122,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 	var pages atomic.Int64
 	var others int64 // the walk calls visit one object at a time
 	err := p.walk(ctx, prefix, true, &pages, func(obj bucket.Object) error {
-		if !opts.Shard.Owns(ShardUnit(obj.Key)) {
+		if !opts.Shard.Owns(ShardUnit(obj.Key, opts.Archives)) {
 			others++
 			return nil
 		}
