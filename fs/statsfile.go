@@ -32,6 +32,10 @@ func (f *FS) Stats() figures.Stats {
 	}
 	t.ReadSizes = figures.ReadSizesOf(sizes)
 	t.ListingsCached, t.ListingEntries = n.Listings, n.ListingEntries
+	t.ListingBytes, t.ListingsDropped = n.ListingBytes, n.ListingsDropped
+	t.KernelNodes, t.KernelForgets = f.budget.nodes.Load(), f.budget.forgotten.Load()
+	t.NodeBytes = t.KernelNodes * nodeBytes
+	t.MetadataBytes, t.MetadataMaxBytes = t.ListingBytes+t.NodeBytes, f.ns.MetadataBytes()
 	st.BytesServed = st.FS.ReadBytes
 	st.Errors = c.errors.Counts()
 	return st

@@ -18,7 +18,7 @@
 //
 // Every fan-out is bounded: the Stat calls and directory looks of all
 // lookups together (statParallel), the background listing refreshes
-// (maxRefreshes), the listings (Config.MaxListingEntries), the recent
+// (maxRefreshes), the listings (Config.MetadataBytes, with what the tree holds; budget.go), the recent
 // features (recentBytes) and the failures record (maxFailedFiles). No lock
 // is held across a call into the bucket.
 package namespace

@@ -22,13 +22,18 @@ type Listing struct {
 	// listing served again while the store fails, the original's. Constant.
 	listedAt time.Time
 
+	// maxBytes and maxEntries bound what the listing keeps (the listing
+	// cache's bounds): past either, it keeps no entry (overflow). Constant.
+	maxBytes   int64
+	maxEntries int
+
 	mu       sync.Mutex
-	entries  []naming.Entry // GUARDED_BY(mu), in the order decided
-	byName   map[string]int // GUARDED_BY(mu), index into entries
-	complete bool           // GUARDED_BY(mu)
-	failed   bool           // GUARDED_BY(mu): a page failed; never complete
-	pages    int            // GUARDED_BY(mu): pages read
-	prev     *Listing       // GUARDED_BY(mu): the complete listing this one replaces; nil once complete
+	p        packed   // GUARDED_BY(mu): the entries, in the order decided
+	overflow bool     // GUARDED_BY(mu): too large to keep; never complete
+	complete bool     // GUARDED_BY(mu)
+	failed   bool     // GUARDED_BY(mu): a page failed; never complete
+	pages    int      // GUARDED_BY(mu): pages read
+	prev     *Listing // GUARDED_BY(mu): the complete listing this one replaces; nil once complete
 
 	// checked is closed once the check the tree runs on a listing read from
 	// the store (CheckOnce: the kernel's entries of feature files in this
@@ -64,26 +69,43 @@ func (l *Listing) CheckOnce(check func()) {
 // Checked is closed once CheckOnce's check is done.
 func (l *Listing) Checked() <-chan struct{} { return l.checked }
 
-func newListing(prefix string, at time.Time) *Listing {
-	return &Listing{prefix: prefix, at: at, listedAt: at, byName: map[string]int{}, checked: make(chan struct{})}
+func (ns *Namespace) newListing(prefix string, at time.Time) *Listing {
+	return &Listing{prefix: prefix, at: at, listedAt: at, p: packed{prefix: prefix},
+		maxBytes: ns.listings.maxBytes, maxEntries: ns.listings.maxEntries, checked: make(chan struct{})}
 }
 
 // append adds entries and returns those added. The naming rule gives
 // distinct names; a name already there (two shortened names whose hashes
-// collide) is dropped, so that no listing repeats a name.
+// collide) is dropped, so that no listing repeats a name. A listing that
+// grows past its bounds drops its entries and keeps none after (overflow):
+// it still hands out the entries each page adds (without that check).
 func (l *Listing) append(es []naming.Entry) []naming.Entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.overflow {
+		return es
+	}
 	added := es[:0:0]
 	for _, e := range es {
-		if _, dup := l.byName[e.Name]; dup {
-			continue
+		ok, full := l.p.add(e)
+		if full {
+			l.overflowLocked()
+			return es
 		}
-		l.byName[e.Name] = len(l.entries)
-		l.entries = append(l.entries, e)
-		added = append(added, e)
+		if ok {
+			added = append(added, e)
+		}
+	}
+	if int64(l.p.bytes()) > l.maxBytes || l.p.len() > l.maxEntries {
+		l.overflowLocked()
 	}
 	return added
+}
+
+// overflowLocked drops the entries of a listing past its bounds.
+func (l *Listing) overflowLocked() {
+	l.overflow = true
+	l.p = packed{prefix: l.prefix}
 }
 
 // find returns the entry called name, and whether the listing is complete
@@ -91,17 +113,31 @@ func (l *Listing) append(es []naming.Entry) []naming.Entry {
 func (l *Listing) find(name string) (e naming.Entry, found, complete bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if i, ok := l.byName[name]; ok {
-		return l.entries[i], true, l.complete
+	if i, ok := l.p.index(name); ok {
+		return l.p.entry(i), true, l.complete
 	}
 	return naming.Entry{}, false, l.complete
 }
 
-// snapshot returns the entries and whether they are complete.
-func (l *Listing) snapshot() ([]naming.Entry, bool) {
+// from returns up to n entries from the i-th on, and whether the listing
+// is complete.
+func (l *Listing) from(i, n int) ([]naming.Entry, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.entries, l.complete
+	end := min(l.p.len(), i+n)
+	out := make([]naming.Entry, 0, max(0, end-i))
+	for ; i < end; i++ {
+		out = append(out, l.p.entry(i))
+	}
+	return out, l.complete
+}
+
+// snapshot returns whether the listing is complete and how many entries
+// it has.
+func (l *Listing) snapshot() (n int, complete bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.p.len(), l.complete
 }
 
 // size returns the pages read and whether the listing is complete.
@@ -114,7 +150,7 @@ func (l *Listing) size() (pages int, complete bool) {
 func (l *Listing) len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.entries)
+	return l.p.len()
 }
 
 // lastComplete returns l if it is complete, else the complete listing it
@@ -128,23 +164,31 @@ func (l *Listing) lastComplete() *Listing {
 	return l.prev
 }
 
-// cost is the listing's weight in the listing cache: its entries and those
-// of the listing it still keeps.
-func (l *Listing) cost() int {
+// listingOverhead is what a listing costs beyond its entries' bytes (its
+// structs, its cache element), in bytes.
+const listingOverhead = 256
+
+// cost is the listing's weight in the listing cache: its bytes and entries
+// and those of the listing it still keeps (bytes at least listingOverhead,
+// entries at least 1).
+func (l *Listing) cost() (bytes int64, entries int) {
 	l.mu.Lock()
-	n, prev := len(l.entries), l.prev
+	b, n, prev := int64(l.p.bytes()), l.p.len(), l.prev
 	l.mu.Unlock()
 	if prev != nil {
-		n += prev.len()
+		pb, pn := prev.cost()
+		b, n = b+pb, n+pn
 	}
-	return max(1, n)
+	return b + listingOverhead, max(1, n)
 }
 
-// markComplete makes the listing complete, dropping the one it replaces.
+// markComplete makes the listing complete, dropping the one it replaces;
+// a listing that overflowed its bounds stays incomplete (it has no
+// entries to answer from).
 func (l *Listing) markComplete() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.complete = true
+	l.complete = !l.overflow
 	l.prev = nil
 }
 
@@ -167,11 +211,11 @@ type listStream struct {
 // newListStream starts reading prefix again; the listing it publishes keeps
 // the last complete listing of prefix until it is complete itself.
 func (ns *Namespace) newListStream(prefix string) *listStream {
-	l := newListing(prefix, ns.now())
+	l := ns.newListing(prefix, ns.now())
 	if o, ok := ns.listings.Get(prefix); ok {
 		l.prev = o.lastComplete()
 	}
-	ns.listings.Put(prefix, l, l.cost())
+	ns.listings.Put(prefix, l)
 	return &listStream{ns: ns, l: l, r: naming.NewResolver(ns.naming, prefix, ns.logRename)}
 }
 
@@ -190,18 +234,19 @@ func (s *listStream) revive(err error) *Listing {
 		s.ns.listings.RemoveIf(s.l.prefix, func(l *Listing) bool { return l == s.l })
 		return nil
 	}
-	es, _ := old.snapshot()
 	pages, _ := old.size()
-	r := newListing(s.l.prefix, s.ns.now())
+	r := s.ns.newListing(s.l.prefix, s.ns.now())
 	r.listedAt = old.listedAt
-	r.append(es)
+	old.mu.Lock()
+	r.p = old.p // a complete listing's entries never change: shared
+	old.mu.Unlock()
 	r.pages = pages
 	r.markComplete()
 	// What the kernel holds came from this listing or an older one: nothing
 	// to check.
 	r.CheckOnce(func() {})
 	if cur, ok := s.ns.listings.Get(s.l.prefix); !ok || cur == s.l {
-		s.ns.listings.Put(s.l.prefix, r, r.cost())
+		s.ns.listings.Put(s.l.prefix, r)
 	}
 	s.ns.p.Journal().LogOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
 		s.ns.now().Sub(old.listedAt).Round(time.Second).String()+" ago", err)
@@ -232,7 +277,7 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 			s.l = r
 			if !s.handedOut {
 				s.done, s.handedOut = true, true
-				es, _ := r.snapshot()
+				es, _ := r.from(0, r.len())
 				return es, nil
 			}
 			s.err = err // entries of the failed read are out: no mixing
@@ -248,7 +293,7 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	if complete {
 		s.done = true
 		s.l.markComplete()
-		if s.ns.listed != nil {
+		if s.ns.listed != nil && s.l.Complete() {
 			s.ns.listed(s.l)
 		}
 	}
@@ -256,7 +301,7 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	// Re-publish with the new cost; a listing larger than the whole cache
 	// bound is dropped from it (lookups then Stat) but still streams.
 	if cur, ok := s.ns.listings.Get(s.l.prefix); ok && cur == s.l {
-		s.ns.listings.Put(s.l.prefix, s.l, s.l.cost())
+		s.ns.listings.Put(s.l.prefix, s.l)
 	}
 	return es, nil
 }
@@ -357,13 +402,17 @@ func (ns *Namespace) Revalidate(ctx context.Context, prefix string) *Listing {
 	return ns.refreshListing(ctx, prefix, pages)
 }
 
-// DirReader reads one directory for a reader: a snapshot of a complete
-// cached listing, or a stream reading the bucket page by page as the
-// reader asks. Not safe for concurrent use.
+// dirBatch is how many entries of a cached listing a DirReader decodes
+// at a time.
+const dirBatch = 256
+
+// DirReader reads one directory for a reader: a complete cached listing,
+// decoded dirBatch entries at a time, or a stream reading the bucket page
+// by page as the reader asks. Not safe for concurrent use.
 type DirReader struct {
-	entries []naming.Entry // the snapshot, handed out by the first Next
-	stream  *listStream    // nil when serving a snapshot
-	done    bool
+	l      *Listing    // the complete listing served; nil when streaming
+	pos    int         // the next entry of l to hand out
+	stream *listStream // nil when serving a listing
 }
 
 // OpenDir starts reading prefix's directory: a fresh complete listing from
@@ -372,22 +421,17 @@ type DirReader struct {
 // refreshStale); else a stream reading the bucket page by page.
 func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
 	l, ok := ns.listings.Get(prefix)
-	if ok && ns.fresh(l) {
-		if es, complete := l.snapshot(); complete {
-			return &DirReader{entries: es}
-		}
+	if ok && ns.fresh(l) && l.Complete() {
+		return &DirReader{l: l}
 	}
 	if ok {
 		// Stale, or being read again: the last complete listing, unless the
 		// new one comes within the grace.
 		if old := l.lastComplete(); old != nil {
-			if nl := ns.refreshStale(ctx, prefix); nl != nil {
-				if es, complete := nl.snapshot(); complete {
-					return &DirReader{entries: es}
-				}
+			if nl := ns.refreshStale(ctx, prefix); nl != nil && nl.Complete() {
+				return &DirReader{l: nl}
 			}
-			es, _ := old.snapshot()
-			return &DirReader{entries: es}
+			return &DirReader{l: old}
 		}
 	}
 	return &DirReader{stream: ns.newListStream(prefix)}
@@ -398,18 +442,17 @@ func (r *DirReader) Done() bool {
 	if r.stream != nil {
 		return r.stream.done
 	}
-	return r.done
+	return r.pos >= r.l.len()
 }
 
-// Next returns the next entries: the snapshot, or those a page newly
-// decided (possibly none while the directory is not done; see listStream).
+// Next returns the next entries: the listing's next dirBatch, or those a
+// page newly decided (possibly none while the directory is not done; see
+// listStream).
 func (r *DirReader) Next(ctx context.Context) ([]naming.Entry, error) {
 	if r.stream != nil {
 		return r.stream.next(ctx)
 	}
-	if r.done {
-		return nil, nil
-	}
-	r.done = true
-	return r.entries, nil
+	es, _ := r.l.from(r.pos, dirBatch)
+	r.pos += len(es)
+	return es, nil
 }

@@ -3,6 +3,7 @@ package namespace
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +26,12 @@ type Config struct {
 	// hidden.
 	ShowEmptyDirs bool
 
-	// MaxListingEntries bounds the listing cache, in entries over all
-	// prefixes (default 1<<20, roughly 200MB).
+	// MetadataBytes is the metadata budget: the bytes of the cached
+	// listings and of the entries the tree holds for the kernel together
+	// (budget.go; default 256 MiB).
+	MetadataBytes int64
+	// MaxListingEntries bounds the listing cache in entries over all
+	// prefixes too (default: none beyond MetadataBytes).
 	MaxListingEntries int
 	// RelistPages is how many listing pages a lookup reads before it falls
 	// back to Stat calls (default 10).
@@ -86,8 +91,8 @@ type Namespace struct {
 	p      *features.Pipeline
 	bucket bucket.Bucket
 
-	listings *lru.LRU[string, *Listing] // prefix -> listing
-	lists    inflight.Group[*Listing]   // lookups' listings in flight
+	listings *listingCache            // prefix -> listing, within the metadata budget
+	lists    inflight.Group[*Listing] // lookups' listings in flight
 
 	counts counts
 	failed *failedFiles // feature files whose last read failed
@@ -114,18 +119,29 @@ type Counts struct {
 	ListPages int64
 	// StatCalls counts Stat calls of lookups.
 	StatCalls int64
-	// Listings and ListingEntries are the listing cache's size.
+	// Listings and ListingEntries are the listing cache's size;
+	// ListingBytes its bytes.
 	Listings, ListingEntries int
+	ListingBytes             int64
+	// ListingsDropped counts listings dropped from the cache for the
+	// metadata budget (coldest first).
+	ListingsDropped int64
 }
 
 // New fills cfg's defaults and returns the namespace over p's bucket.
 // listed, if not nil, is called with every listing read completely from
-// the store (see Namespace.listed). The caller owns p and closes it after
-// the namespace.
-func New(p *features.Pipeline, cfg Config, listed func(*Listing)) *Namespace {
+// the store (see Namespace.listed); dropped, if not nil, with the prefix of
+// every listing dropped for the metadata budget (the tree then tells the
+// kernel to forget the entries it holds there), from the goroutine that
+// stored or trimmed listings, without a lock held. The caller owns p and
+// closes it after the namespace.
+func New(p *features.Pipeline, cfg Config, listed func(*Listing), dropped func(prefix string)) *Namespace {
 	pc := p.Config()
+	if cfg.MetadataBytes <= 0 {
+		cfg.MetadataBytes = defaultMetadataBytes
+	}
 	if cfg.MaxListingEntries <= 0 {
-		cfg.MaxListingEntries = 1 << 20
+		cfg.MaxListingEntries = math.MaxInt
 	}
 	if cfg.RelistPages <= 0 {
 		cfg.RelistPages = 10
@@ -145,7 +161,7 @@ func New(p *features.Pipeline, cfg Config, listed func(*Listing)) *Namespace {
 		refreshing:  make(chan struct{}, maxRefreshes),
 		p:           p,
 		bucket:      p.Bucket(),
-		listings:    lru.New[string, *Listing](cfg.MaxListingEntries),
+		listings:    newListingCache(cfg.MetadataBytes, cfg.MaxListingEntries, dropped),
 		failed:      newFailedFiles(maxFailedFiles),
 		recent:      lru.New[FileKey, recentFeature](recentBytes),
 		owner:       lifetime.New(),
@@ -162,15 +178,41 @@ func (ns *Namespace) now() time.Time { return ns.clock() }
 
 // Counts returns the namespace's figures.
 func (ns *Namespace) Counts() Counts {
-	n, e := ns.listings.Size()
+	n, e, b := ns.listings.Size()
 	return Counts{
-		StatLookups:    ns.counts.statLookups.Load(),
-		ListPages:      ns.counts.listPages.Load(),
-		StatCalls:      ns.counts.stats.Load(),
-		Listings:       n,
-		ListingEntries: e,
+		StatLookups:     ns.counts.statLookups.Load(),
+		ListPages:       ns.counts.listPages.Load(),
+		StatCalls:       ns.counts.stats.Load(),
+		Listings:        n,
+		ListingEntries:  e,
+		ListingBytes:    b,
+		ListingsDropped: ns.listings.drops.Load(),
 	}
 }
+
+// MetadataBytes is the metadata budget (Config.MetadataBytes).
+func (ns *Namespace) MetadataBytes() int64 { return ns.cfg.MetadataBytes }
+
+// AddHeld adds delta to the bytes the tree holds for the kernel's entries
+// (its inodes), counted in the metadata budget with the listings, and
+// returns the new total. Listings beyond what is left are dropped by
+// Trim, or by the next listing stored.
+func (ns *Namespace) AddHeld(delta int64) int64 { return ns.listings.held.Add(delta) }
+
+// NodeShare is the part of the metadata budget the tree's entries may
+// take before listings give way to them no more: all but the quarter kept
+// for listings.
+func (ns *Namespace) NodeShare() int64 {
+	return ns.cfg.MetadataBytes - ns.cfg.MetadataBytes/listingShare
+}
+
+// Trim drops the coldest listings while the listings and what the tree
+// holds pass the metadata budget (listings keep at least a quarter of it).
+func (ns *Namespace) Trim() { ns.listings.Trim() }
+
+// Cached reports whether prefix's listing is cached (without marking it
+// used).
+func (ns *Namespace) Cached(prefix string) bool { return ns.listings.Has(prefix) }
 
 // listCtx bounds one List or Stat call, or one whole lookup, by ReadTimeout
 // (a stalled store fails the lookup or readdir with EIO then, not after the
