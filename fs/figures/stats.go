@@ -199,6 +199,9 @@ type TreeStats struct {
 	// KernelForgets counts the kernel's entries of feature files it was
 	// told to drop for the budget (it then forgets their inodes).
 	KernelForgets int64 `json:"kernel_entries_forgotten"`
+	// ListedAhead counts directories listed in the background ahead of a
+	// walk (the subdirectories after the one being read).
+	ListedAhead int64 `json:"listings_read_ahead"`
 	// BadObjectsKnown is the size of the negative cache.
 	BadObjectsKnown int `json:"bad_objects_known"`
 	// CacheWriteStats are the figures of the cache's write-behind queue:

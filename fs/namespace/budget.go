@@ -121,6 +121,17 @@ func (c *listingCache) tell(prefixes []string) {
 	}
 }
 
+// Peek returns prefix's listing without marking it used.
+func (c *listingCache) Peek(prefix string) (*Listing, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[prefix]
+	if !ok {
+		return nil, false
+	}
+	return e.Value.(*cached).l, true
+}
+
 // Has reports whether prefix's listing is cached, without marking it used.
 func (c *listingCache) Has(prefix string) bool {
 	c.mu.Lock()

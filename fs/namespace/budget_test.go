@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/fakes"
 	"github.com/featurefs/featurefs/fs/naming"
 )
 
@@ -170,5 +171,62 @@ func BenchmarkListingMemory(b *testing.B) {
 				runtime.KeepAlive(c)
 			}
 		})
+	}
+}
+
+// A directory read lists the subdirectories that follow it in its parent
+// in the background (up to aheadDirs, aheadRuns at a time): a walk then
+// finds them listed, and reads each one from the store once.
+func TestDirectoryReadListsSiblingsAhead(t *testing.T) {
+	b := fakes.NewBucket(1000)
+	for d := range 10 {
+		for i := range 5 {
+			b.Put(fmt.Sprintf("d%d/%d.jpg", d, i), []byte{byte(d), byte(i)})
+		}
+	}
+	ns := newNS(t, b, Config{})
+	if got := readDir(t, ns.Namespace, ""); len(got) != 10 {
+		t.Fatalf("root lists %v", got)
+	}
+	ahead := func(prefix string) bool {
+		l, ok := ns.listings.Peek(prefix)
+		return ok && l.Complete()
+	}
+	waitAhead := func(prefixes ...string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for _, p := range prefixes {
+			for !ahead(p) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s not listed ahead after 10s", p)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	// Looking into the 10 subdirectories (are they shown?) listed them
+	// once each: count from here.
+	before := b.Lists.Load()
+	if got := readDir(t, ns.Namespace, "d0/"); len(got) != 5 {
+		t.Fatalf("d0/ lists %v", got)
+	}
+	waitAhead("d1/", "d2/")
+	for _, p := range []string{"d5/", "d9/"} {
+		if ahead(p) {
+			t.Errorf("%s listed ahead, further than %d directories after d0/", p, aheadDirs)
+		}
+	}
+	for d := 1; d < 10; d++ {
+		lists := b.Lists.Load()
+		if got := readDir(t, ns.Namespace, fmt.Sprintf("d%d/", d)); len(got) != 5 {
+			t.Fatalf("d%d/ lists %v", d, got)
+		}
+		if n := b.Lists.Load() - lists; d < 3 && n != 0 {
+			t.Errorf("reading d%d/ after it was listed ahead called List %d more times", d, n)
+		}
+	}
+	waitAhead() // nothing: the runs end with the reads
+	if c := ns.Counts(); c.ListedAhead < 2 || b.Lists.Load()-before != 10 {
+		t.Errorf("%d listed ahead, %d List calls for 10 directories; want 2 or more, and one per directory", c.ListedAhead, b.Lists.Load()-before)
 	}
 }

@@ -3,6 +3,7 @@ package namespace
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -130,6 +131,26 @@ func (l *Listing) from(i, n int) ([]naming.Entry, bool) {
 		out = append(out, l.p.entry(i))
 	}
 	return out, l.complete
+}
+
+// dirsAfter returns the prefixes of up to n subdirectories that follow the
+// subdirectory of prefix sub in the listing.
+func (l *Listing) dirsAfter(sub string, n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	found := false
+	for i := 0; i < l.p.len() && len(out) < n; i++ {
+		s, ok := l.p.sub(i)
+		switch {
+		case !ok:
+		case found:
+			out = append(out, s)
+		case s == sub:
+			found = true
+		}
+	}
+	return out
 }
 
 // snapshot returns whether the listing is complete and how many entries
@@ -406,6 +427,57 @@ func (ns *Namespace) Revalidate(ctx context.Context, prefix string) *Listing {
 // at a time.
 const dirBatch = 256
 
+// A directory read lists the aheadDirs subdirectories that follow it in
+// its parent's listing ahead, in the background, as a walk (os.walk,
+// DatasetFolder's scan, find) reads them next; aheadRuns bounds those
+// listings in flight for the whole mount (a directory finding no slot
+// free lists nothing ahead), and none is started while the listings take
+// more than half of what the metadata budget leaves them, or for a parent
+// of more than aheadParent entries (finding the directory in it would cost
+// more than it saves).
+const (
+	aheadDirs   = 4
+	aheadRuns   = 2
+	aheadParent = 1 << 16
+)
+
+// listAhead starts listing, in the background, the subdirectories that
+// follow prefix in its parent's complete listing and are not cached.
+func (ns *Namespace) listAhead(prefix string) {
+	if prefix == "" {
+		return
+	}
+	parent := prefix[:strings.LastIndexByte(prefix[:len(prefix)-1], '/')+1]
+	pl, ok := ns.listings.Peek(parent)
+	if !ok || !pl.Complete() || pl.len() > aheadParent {
+		return
+	}
+	if _, _, b := ns.listings.Size(); b > ns.listings.limit()/2 {
+		return
+	}
+	for _, sub := range pl.dirsAfter(prefix, aheadDirs) {
+		if l, ok := ns.listings.Peek(sub); ok && ns.fresh(l) {
+			continue
+		}
+		ns.lists.Start(context.Background(), sub, ns.aheadSlot, func(ctx context.Context) (*Listing, error) {
+			defer func() { <-ns.ahead }()
+			ns.counts.listedAhead.Add(1)
+			return ns.relist(sub, 0)(ctx)
+		})
+	}
+}
+
+// aheadSlot takes one of the slots of the listings read ahead, if one is
+// free.
+func (ns *Namespace) aheadSlot() bool {
+	select {
+	case ns.ahead <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
 // DirReader reads one directory for a reader: a complete cached listing,
 // decoded dirBatch entries at a time, or a stream reading the bucket page
 // by page as the reader asks. Not safe for concurrent use.
@@ -420,9 +492,20 @@ type DirReader struct {
 // the store answers within StaleGrace, else the stale one (see
 // refreshStale); else a stream reading the bucket page by page.
 func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
+	ns.listAhead(prefix)
 	l, ok := ns.listings.Get(prefix)
 	if ok && ns.fresh(l) && l.Complete() {
 		return &DirReader{l: l}
+	}
+	if !ok || ns.fresh(l) {
+		// A listing of it in flight (read ahead, or a lookup's): its end,
+		// rather than a second read of the same pages.
+		if c := ns.lists.Start(ctx, prefix, func() bool { return false }, nil); c != nil {
+			if l, err := c.Wait(ctx); err == nil && l.Complete() {
+				return &DirReader{l: l}
+			}
+			l, ok = ns.listings.Get(prefix)
+		}
 	}
 	if ok {
 		// Stale, or being read again: the last complete listing, unless the

@@ -84,6 +84,8 @@ type Namespace struct {
 	statSem chan struct{}
 	// refreshing holds a token per background listing refresh.
 	refreshing chan struct{}
+	// ahead holds a token per listing read ahead (listAhead).
+	ahead chan struct{}
 
 	// p is the read path: its bucket (which counts every call), the store's
 	// health, the log-once set and the newer versions reads found; its
@@ -108,7 +110,7 @@ type Namespace struct {
 
 // counts are the namespace's figures of the store's use.
 type counts struct {
-	statLookups, listPages, stats atomic.Int64
+	statLookups, listPages, stats, listedAhead atomic.Int64
 }
 
 // Counts are the namespace's figures (the tree's stats file shows them).
@@ -126,6 +128,8 @@ type Counts struct {
 	// ListingsDropped counts listings dropped from the cache for the
 	// metadata budget (coldest first).
 	ListingsDropped int64
+	// ListedAhead counts directories listed ahead of a walk (listAhead).
+	ListedAhead int64
 }
 
 // New fills cfg's defaults and returns the namespace over p's bucket.
@@ -159,6 +163,7 @@ func New(p *features.Pipeline, cfg Config, listed func(*Listing), dropped func(p
 		listed:      listed,
 		statSem:     make(chan struct{}, statParallel),
 		refreshing:  make(chan struct{}, maxRefreshes),
+		ahead:       make(chan struct{}, aheadRuns),
 		p:           p,
 		bucket:      p.Bucket(),
 		listings:    newListingCache(cfg.MetadataBytes, cfg.MaxListingEntries, dropped),
@@ -187,6 +192,7 @@ func (ns *Namespace) Counts() Counts {
 		ListingEntries:  e,
 		ListingBytes:    b,
 		ListingsDropped: ns.listings.drops.Load(),
+		ListedAhead:     ns.counts.listedAhead.Load(),
 	}
 }
 

@@ -121,6 +121,21 @@ func (p *packed) name(n int) []byte {
 	return b[k : k+int(l)]
 }
 
+// sub returns record n's prefix if it is a directory.
+func (p *packed) sub(n int) (string, bool) {
+	b := p.blob[p.off[n]:]
+	flags := b[0]
+	if flags&entryDir == 0 {
+		return "", false
+	}
+	_, b = readString(b[1:]) // the name
+	s, _ := readString(b)
+	if flags&entryKeyRest != 0 {
+		s = p.prefix + s
+	}
+	return s, true
+}
+
 // encode appends e's record to b.
 func (p *packed) encode(b []byte, e naming.Entry) []byte {
 	var flags byte
