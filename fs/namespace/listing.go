@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/featurefs/featurefs/fs/naming"
@@ -35,6 +36,10 @@ type Listing struct {
 	failed   bool     // GUARDED_BY(mu): a page failed; never complete
 	pages    int      // GUARDED_BY(mu): pages read
 	prev     *Listing // GUARDED_BY(mu): the complete listing this one replaces; nil once complete
+
+	// walked is whether a directory reader read it (OpenDir): a walk
+	// reads a directory, then its subdirectories (listAhead).
+	walked atomic.Bool
 
 	// checked is closed once the check the tree runs on a listing read from
 	// the store (CheckOnce: the kernel's entries of feature files in this
@@ -427,9 +432,11 @@ func (ns *Namespace) Revalidate(ctx context.Context, prefix string) *Listing {
 // at a time.
 const dirBatch = 256
 
-// A directory read lists the aheadDirs subdirectories that follow it in
-// its parent's listing ahead, in the background, as a walk (os.walk,
-// DatasetFolder's scan, find) reads them next; aheadRuns bounds those
+// A directory read whose parent was read too (a walk: os.walk,
+// DatasetFolder's scan, find, which read a directory, then each of its
+// subdirectories) lists the aheadDirs subdirectories that follow it in its
+// parent's listing ahead, in the background, as the walk reads them next
+// (a path walk through the parent reads no subdirectory ahead); aheadRuns bounds those
 // listings in flight for the whole mount (a directory finding no slot
 // free lists nothing ahead), and none is started while the listings take
 // more than half of what the metadata budget leaves them, or for a parent
@@ -449,7 +456,7 @@ func (ns *Namespace) listAhead(prefix string) {
 	}
 	parent := prefix[:strings.LastIndexByte(prefix[:len(prefix)-1], '/')+1]
 	pl, ok := ns.listings.Peek(parent)
-	if !ok || !pl.Complete() || pl.len() > aheadParent {
+	if !ok || !pl.walked.Load() || !pl.Complete() || pl.len() > aheadParent {
 		return
 	}
 	if _, _, b := ns.listings.Size(); b > ns.listings.limit()/2 {
@@ -495,14 +502,14 @@ func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
 	ns.listAhead(prefix)
 	l, ok := ns.listings.Get(prefix)
 	if ok && ns.fresh(l) && l.Complete() {
-		return &DirReader{l: l}
+		return ns.reader(l)
 	}
 	if !ok || ns.fresh(l) {
 		// A listing of it in flight (read ahead, or a lookup's): its end,
 		// rather than a second read of the same pages.
 		if c := ns.lists.Start(ctx, prefix, func() bool { return false }, nil); c != nil {
 			if l, err := c.Wait(ctx); err == nil && l.Complete() {
-				return &DirReader{l: l}
+				return ns.reader(l)
 			}
 			l, ok = ns.listings.Get(prefix)
 		}
@@ -512,12 +519,20 @@ func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
 		// new one comes within the grace.
 		if old := l.lastComplete(); old != nil {
 			if nl := ns.refreshStale(ctx, prefix); nl != nil && nl.Complete() {
-				return &DirReader{l: nl}
+				return ns.reader(nl)
 			}
-			return &DirReader{l: old}
+			return ns.reader(old)
 		}
 	}
-	return &DirReader{stream: ns.newListStream(prefix)}
+	s := ns.newListStream(prefix)
+	s.l.walked.Store(true)
+	return &DirReader{stream: s}
+}
+
+// reader returns a reader of the complete listing l, marked walked.
+func (ns *Namespace) reader(l *Listing) *DirReader {
+	l.walked.Store(true)
+	return &DirReader{l: l}
 }
 
 // Done reports whether the reader has handed out every entry.
