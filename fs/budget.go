@@ -29,8 +29,10 @@ import (
 //   - when that is not enough (the kernel holds entries of directories
 //     whose listing is long gone, or more than the budget in the
 //     directories still listed), a sweep drops the kernel's file entries in
-//     every directory with no cached listing, and, if it found none, in
-//     every directory; sweeps run at most every sweepEvery.
+//     every directory with no cached listing, and, if the kernel held none
+//     there, in every directory; sweeps run at most every sweepEvery, again
+//     while the budget is passed and they find entries to drop or FORGETs
+//     come in.
 //
 // The notifications run in the trimmer goroutine only, never in a request
 // (the kernel holds a directory's lock during LOOKUP and READDIR in it, and
@@ -44,8 +46,8 @@ import (
 // with the kernel's entries, 787 MiB once the kernel dropped them).
 const nodeBytes = 1 << 10
 
-// trimEvery is how many new nodes the tree counts between two checks of
-// the budget.
+// trimEvery is how many new nodes the tree counts between two trims of the
+// listings (the trimmer trims them too whenever the budget is passed).
 const trimEvery = 256
 
 // forgetQueue bounds the prefixes waiting for their kernel entries to be
@@ -58,6 +60,7 @@ const sweepEvery = 200 * time.Millisecond
 // budget is the tree's part of the metadata budget.
 type budget struct {
 	nodes     atomic.Int64  // nodes held (OnAdd less OnForget)
+	adds      atomic.Int64  // nodes added (OnAdd)
 	forgotten atomic.Int64  // kernel entries dropped for the budget
 	prefixes  chan string   // prefixes whose listing was dropped: drop the kernel's entries there
 	sweep     chan struct{} // capacity 1: a sweep is wanted
@@ -70,15 +73,13 @@ func newBudget() budget {
 // nodeAdded counts a new node (go-fuse's OnAdd of a prefixDir or
 // featureFile) and checks the budget every trimEvery nodes.
 func (f *FS) nodeAdded() {
-	n := f.budget.nodes.Add(1)
-	held := f.ns.AddHeld(nodeBytes)
-	if n%trimEvery != 0 {
-		return
+	f.budget.nodes.Add(1)
+	f.ns.AddHeld(nodeBytes)
+	if f.budget.adds.Add(1)%trimEvery == 0 {
+		f.ns.Trim()
 	}
-	f.ns.Trim()
-	c := f.ns.Counts()
-	if held+c.ListingBytes > f.ns.MetadataBytes() {
-		f.wantSweep()
+	if f.ns.Over() {
+		f.wantSweep() // the trimmer trims the listings, then the nodes
 	}
 }
 
@@ -113,6 +114,7 @@ func (f *FS) startTrimmer() {
 	done := f.owner.Context().Done()
 	f.owner.Go(func() {
 		var last time.Time
+		lastNodes := int64(-1) // nodes after the last sweep
 		for {
 			select {
 			case p := <-f.budget.prefixes:
@@ -128,10 +130,15 @@ func (f *FS) startTrimmer() {
 					}
 				}
 				// Another sweep while the budget is passed and this one
-				// found entries to drop (their FORGETs come later).
-				if f.sweepKernel(f.owner.Context()) > 0 && f.over() {
+				// found entries to drop, or FORGETs of earlier ones came
+				// since (they come after the notifications); else the next
+				// nodes added ask again.
+				nodes := f.budget.nodes.Load()
+				n := f.sweepKernel(f.owner.Context())
+				if f.over() && (n > 0 || lastNodes < 0 || nodes < lastNodes) {
 					f.wantSweep()
 				}
+				lastNodes = nodes
 				last = time.Now()
 			case <-done:
 				return
@@ -141,14 +148,13 @@ func (f *FS) startTrimmer() {
 }
 
 // over reports whether the listings and the nodes pass the budget.
-func (f *FS) over() bool {
-	return f.ns.AddHeld(0)+f.ns.Counts().ListingBytes > f.ns.MetadataBytes()
-}
+func (f *FS) over() bool { return f.ns.Over() }
 
 // sweepKernel drops the kernel's file entries in every directory with no
-// cached listing, or, when there is none, in every directory, while the
-// budget is passed. It returns how many the kernel held.
+// cached listing, or, when the kernel held none there, in every directory,
+// while the budget is passed. It returns how many the kernel held.
 func (f *FS) sweepKernel(ctx context.Context) int {
+	f.ns.Trim()
 	if !f.over() {
 		return 0
 	}
@@ -183,10 +189,10 @@ func (f *FS) sweepKernel(ctx context.Context) int {
 		}
 		walk(l)
 	}
-	if len(cold) == 0 {
-		cold = all
+	if n := f.forgetFiles(cold); n > 0 {
+		return n
 	}
-	return f.forgetFiles(cold)
+	return f.forgetFiles(all)
 }
 
 // forgetFiles tells the kernel to drop its entries of the feature files in

@@ -62,10 +62,18 @@ func TestMetadataBudgetHolds(t *testing.T) {
 	}
 	settled := func() {
 		t.Helper()
-		waitFor(t, 20*time.Second, "the metadata figure to come under the budget", func() bool {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
 			st := e.fs.Stats().FS
-			return st.MetadataBytes <= st.MetadataMaxBytes
-		})
+			if st.MetadataBytes <= st.MetadataMaxBytes {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("metadata %d bytes (listings %d, %d nodes) still over the budget %d after 30s",
+					st.MetadataBytes, st.ListingBytes, st.KernelNodes, st.MetadataMaxBytes)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 
 	scan(1)

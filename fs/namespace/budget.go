@@ -38,6 +38,8 @@ type listingCache struct {
 	held atomic.Int64
 	// drops counts listings evicted for the bounds.
 	drops atomic.Int64
+	// total mirrors bytes, for reads without the lock.
+	total atomic.Int64
 
 	mu      sync.Mutex
 	ll      *list.List               // GUARDED_BY(mu): front = most recently used
@@ -87,6 +89,7 @@ func (c *listingCache) Put(prefix string, l *Listing) {
 		c.m[prefix] = c.ll.PushFront(&cached{prefix: prefix, l: l, bytes: b, entries: n})
 		c.bytes += b
 		c.entries += n
+		c.total.Store(c.bytes)
 	}
 	out := c.evictLocked()
 	c.mu.Unlock()
@@ -155,6 +158,7 @@ func (c *listingCache) removeLocked(e *list.Element) {
 	delete(c.m, it.prefix)
 	c.bytes -= it.bytes
 	c.entries -= it.entries
+	c.total.Store(c.bytes)
 }
 
 // Size returns the listings cached, their entries and their bytes.

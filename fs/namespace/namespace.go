@@ -212,6 +212,12 @@ func (ns *Namespace) NodeShare() int64 {
 	return ns.cfg.MetadataBytes - ns.cfg.MetadataBytes/listingShare
 }
 
+// Over reports whether the listings and what the tree holds pass the
+// metadata budget (without taking a lock).
+func (ns *Namespace) Over() bool {
+	return ns.listings.total.Load()+ns.listings.held.Load() > ns.cfg.MetadataBytes
+}
+
 // Trim drops the coldest listings while the listings and what the tree
 // holds pass the metadata budget (listings keep at least a quarter of it).
 func (ns *Namespace) Trim() { ns.listings.Trim() }
