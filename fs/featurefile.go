@@ -32,6 +32,14 @@ type featureFile struct {
 
 var _ = (gofs.NodeGetattrer)((*featureFile)(nil))
 var _ = (gofs.NodeReader)((*featureFile)(nil))
+var _ = (gofs.NodeOnAdder)((*featureFile)(nil))
+var _ = (gofs.NodeOnForgetter)((*featureFile)(nil))
+
+// OnAdd counts the node in the metadata budget (budget.go).
+func (ff *featureFile) OnAdd(ctx context.Context) { ff.fs.nodeAdded() }
+
+// OnForget takes the node out of the metadata budget.
+func (ff *featureFile) OnForget() { ff.fs.nodeForgotten() }
 
 // Getattr reports the size the layer's shape gives; it never computes.
 // The attributes are those of one object version, so the kernel keeps them

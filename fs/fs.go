@@ -3,7 +3,6 @@ package fs
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"os"
 	"strconv"
@@ -57,6 +56,7 @@ type FS struct {
 	stats counters
 
 	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
+	budget budget      // the nodes' part of the metadata budget (budget.go)
 
 	// owner owns the tree's own goroutines: kernel checks and
 	// invalidations; closed by Close.
@@ -91,6 +91,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		owner:       lifetime.New(),
 		p:           p,
 		journal:     p.Journal(),
+		budget:      newBudget(),
 	}
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")
@@ -102,7 +103,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		}
 		seen[m.Name] = true
 	}
-	f.ns = namespace.New(p, cfg, f.listed)
+	f.ns = namespace.New(p, cfg, f.listed, f.listingDropped)
 	return f, nil
 }
 
@@ -179,6 +180,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	}
 	f.raiseReadAhead(dir)
 	f.startKernelChecks()
+	f.startTrimmer()
 	f.owner.CloseAfter(srv.Wait) // the mount is gone: stop the kernel checks and listings
 	return srv, nil
 }
@@ -204,13 +206,18 @@ func (f *FS) raiseReadAhead(dir string) {
 // ino derives a stable inode number from a node's kind and path, so that
 // numbers survive forgets and remounts.
 func ino(kind byte, parts ...string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte{kind})
+	// FNV-1a, 64 bits (hash/fnv's New64a), without its allocations: a
+	// READDIRPLUS of a large directory computes one per entry.
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	h := uint64(offset64)
+	h = (h ^ uint64(kind)) * prime64
 	for _, p := range parts {
-		h.Write([]byte{0})
-		h.Write([]byte(p))
+		h *= prime64 // the 0 separator: h ^ 0 == h
+		for i := 0; i < len(p); i++ {
+			h = (h ^ uint64(p[i])) * prime64
+		}
 	}
-	return inoFrom(h.Sum64())
+	return inoFrom(h)
 }
 
 // inoFrom keeps a hash off the inode numbers go-fuse reserves: 0, the

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"fmt"
+	"hash/fnv"
 	"os"
 	"strings"
 	"syscall"
@@ -120,6 +121,22 @@ func TestListingCacheIsBounded(t *testing.T) {
 	}
 	if _, err := os.Stat(e.path("features", "tiny", "layer0", "d", "150.npy")); err != nil {
 		t.Error(err)
+	}
+}
+
+// ino is FNV-1a over the kind and the 0-separated parts, as it was with
+// hash/fnv: inode numbers stay those of earlier releases.
+func TestInoIsFNV1a(t *testing.T) {
+	for _, parts := range [][]string{nil, {""}, {"features", "tiny", "layer0", "d/"}, {"features", "m", "pool", "a/b.jpg", `"0123abc"`}} {
+		h := fnv.New64a()
+		h.Write([]byte{'f'})
+		for _, p := range parts {
+			h.Write([]byte{0})
+			h.Write([]byte(p))
+		}
+		if got, want := ino('f', parts...), inoFrom(h.Sum64()); got != want {
+			t.Errorf("ino(f, %q) = %d, want %d", parts, got, want)
+		}
 	}
 }
 

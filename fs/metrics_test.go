@@ -113,6 +113,12 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 		{"featurefs_cache_writes_total", []string{"mode", "dropped"}, float64(st.FS.DroppedWrites), dto.MetricType_COUNTER},
 		{"featurefs_cache_write_waits_total", nil, float64(st.FS.WriteWaits), dto.MetricType_COUNTER},
 		{"featurefs_cache_write_queue_reads_total", nil, float64(st.FS.WriteQueueReads), dto.MetricType_COUNTER},
+		{"featurefs_metadata_bytes", []string{"part", "listings"}, float64(st.FS.ListingBytes), dto.MetricType_GAUGE},
+		{"featurefs_metadata_bytes", []string{"part", "nodes"}, float64(st.FS.NodeBytes), dto.MetricType_GAUGE},
+		{"featurefs_metadata_max_bytes", nil, float64(st.FS.MetadataMaxBytes), dto.MetricType_GAUGE},
+		{"featurefs_kernel_nodes", nil, float64(st.FS.KernelNodes), dto.MetricType_GAUGE},
+		{"featurefs_listings_dropped_total", nil, float64(st.FS.ListingsDropped), dto.MetricType_COUNTER},
+		{"featurefs_kernel_entries_forgotten_total", nil, float64(st.FS.KernelForgets), dto.MetricType_COUNTER},
 		{"featurefs_device_info", []string{"device", "fake", "dtype", "float32", "source", "fake://bucket"}, 1, dto.MetricType_GAUGE},
 	}
 	for i, n := range st.FS.ReadSizes.Counts() {

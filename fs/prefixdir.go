@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -21,11 +22,22 @@ type prefixDir struct {
 	fs     *FS
 	view   *layerView
 	prefix string // "" or "a/b/"
+	// lookups counts the kernel's LOOKUPs in the directory (a reader
+	// stat'ing entries READDIRPLUS handed out without attributes).
+	lookups atomic.Int64
 }
 
 var _ = (gofs.NodeGetattrer)((*prefixDir)(nil))
 var _ = (gofs.NodeLookuper)((*prefixDir)(nil))
 var _ = (gofs.NodeOpendirHandler)((*prefixDir)(nil))
+var _ = (gofs.NodeOnAdder)((*prefixDir)(nil))
+var _ = (gofs.NodeOnForgetter)((*prefixDir)(nil))
+
+// OnAdd counts the node in the metadata budget (budget.go).
+func (d *prefixDir) OnAdd(ctx context.Context) { d.fs.nodeAdded() }
+
+// OnForget takes the node out of the metadata budget.
+func (d *prefixDir) OnForget() { d.fs.nodeForgotten() }
 
 // Getattr reports a read-only directory.
 func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -39,6 +51,7 @@ func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 // fresh listing before the walk goes on (FS.revalidateDir).
 func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
+	d.lookups.Add(1)
 	e, err := d.fs.ns.Lookup(ctx, d.prefix, name)
 	if err != nil {
 		return nil, d.fs.errno(err, d.prefix+name)
@@ -90,7 +103,7 @@ func (d *prefixDir) entryIno(e naming.Entry) uint64 {
 // fresh, else streamed from the bucket page by page as the reader asks
 // (namespace.Namespace.OpenDir).
 func (d *prefixDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	h := &dirHandle{d: d}
+	h := &dirHandle{d: d, lookupsAtOpen: d.lookups.Load()}
 	h.start(ctx)
 	return h, 0, 0
 }
@@ -98,7 +111,8 @@ func (d *prefixDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileH
 // dirHandle is one open directory: its namespace's reader (a snapshot of a
 // complete cached listing, or a stream reading the bucket page by page).
 type dirHandle struct {
-	d *prefixDir
+	d             *prefixDir
+	lookupsAtOpen int64 // d.lookups when the handle was opened. Constant.
 
 	mu      sync.Mutex
 	r       *namespace.DirReader // GUARDED_BY(mu)
@@ -146,15 +160,36 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	return &fuse.DirEntry{Name: e.Name, Mode: mode, Ino: h.d.entryIno(e), Off: h.off}, 0
 }
 
+// plusFirst is how many entries of an open directory READDIRPLUS hands
+// out with their attributes (and a node) before it looks at what the reader
+// does: `ls -l` of a small directory stats nothing itself.
+const plusFirst = 128
+
 // Lookup answers READDIRPLUS's lookup of the entry Readdirent has just
 // returned, from that entry: the listing is not searched again, and a
 // subdirectory's own listing is not read (listing a directory lists none of
 // its subdirectories). Any other name (go-fuse replaying an interrupted
 // READDIRPLUS) is looked up as usual.
+//
+// Attributes cost a node in the process and an inode in the kernel per
+// entry, which a reader that only wants names (os.walk, DatasetFolder's
+// scan) never uses: past the handle's first plusFirst entries, entries go
+// without them unless the kernel has looked a name of this directory up
+// since the handle was opened (a reader stat'ing what it lists, as the
+// kernel's own readdirplus_auto decides), and always while the nodes fill
+// their share of the metadata budget (FS.nodesFull).
 func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	h.mu.Lock()
 	e, ok := h.last, h.hasLast && h.last.Name == name
+	attrs := h.off <= plusFirst || h.d.lookups.Load() != h.lookupsAtOpen
 	h.mu.Unlock()
+	if ok && (!attrs || h.d.fs.nodesFull()) {
+		// The name without attributes or a node: go-fuse answers an entry
+		// whose lookup failed with node ID 0, which the kernel takes as
+		// "no attributes offered", not as a missing name. A reader that
+		// wants them looks the name up.
+		return nil, syscall.EAGAIN
+	}
 	if !ok {
 		var err error
 		if e, err = h.d.fs.ns.Lookup(ctx, h.d.prefix, name); err != nil {

@@ -32,6 +32,10 @@ func (f *FS) Stats() figures.Stats {
 	}
 	t.ReadSizes = figures.ReadSizesOf(sizes)
 	t.ListingsCached, t.ListingEntries = n.Listings, n.ListingEntries
+	t.ListingBytes, t.ListingsDropped, t.ListedAhead = n.ListingBytes, n.ListingsDropped, n.ListedAhead
+	t.KernelNodes, t.KernelForgets = f.budget.nodes.Load(), f.budget.forgotten.Load()
+	t.NodeBytes = t.KernelNodes * nodeBytes
+	t.MetadataBytes, t.MetadataMaxBytes = t.ListingBytes+t.NodeBytes, f.ns.MetadataBytes()
 	st.BytesServed = st.FS.ReadBytes
 	st.Errors = c.errors.Counts()
 	return st

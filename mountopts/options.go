@@ -99,6 +99,11 @@ type Options struct {
 	// with their object's ETag, longer: a listing read again drops those it
 	// shows changed (fs/kernelcache.go).
 	MetadataTTL time.Duration
+	// MetadataCacheSize is the metadata budget in bytes: the cached
+	// listings and the entries the mount holds for the kernel together;
+	// past it the coldest listings are dropped and the kernel told to
+	// forget cold entries, read again when needed (--metadata-cache-size).
+	MetadataCacheSize int64
 	// NegativeTTL is how long an object that failed extraction because of
 	// its content (not an image, corrupt, too large) keeps failing without
 	// being fetched again (--negative-ttl).

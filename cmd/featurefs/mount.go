@@ -359,7 +359,7 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	}
 	defer func() { err = errors.Join(err, st.Close()) }() // after the tree (deferred below) has closed
 
-	tree, err := featurefs.New(st.pipe, featurefs.Config{ShowEmptyDirs: o.ShowEmptyDirs})
+	tree, err := featurefs.New(st.pipe, featurefs.Config{ShowEmptyDirs: o.ShowEmptyDirs, MetadataBytes: o.MetadataCacheSize})
 	if err != nil {
 		return failf(exitModel, "%w", err)
 	}

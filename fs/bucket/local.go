@@ -230,6 +230,20 @@ func (b *localBucket) Get(ctx context.Context, key string, maxBytes int64) ([]by
 // List returns up to the page size of entries of directory prefix whose
 // names sort after token (the last name of the previous page).
 func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, error) {
+	return b.list(ctx, prefix, token, b.pageSize)
+}
+
+var _ Peeker = (*localBucket)(nil)
+
+// Peek returns the first n entries of directory prefix: a look into a
+// directory (is it shown?) stats n files, not a page of them. List
+// continues it from its Next.
+func (b *localBucket) Peek(ctx context.Context, prefix string, n int) (Page, error) {
+	return b.list(ctx, prefix, "", min(max(n, 1), b.pageSize))
+}
+
+// list is List with a page of size entries.
+func (b *localBucket) list(ctx context.Context, prefix, token string, size int) (Page, error) {
 	if err := checkPrefix(prefix); err != nil {
 		return Page{}, err
 	}
@@ -257,7 +271,7 @@ func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, err
 		i++
 	}
 	var page Page
-	end := min(i+b.pageSize, len(names))
+	end := min(i+size, len(names))
 	dirfd := int(f.Fd())
 	realDir := "" // the listed directory's real path, once a symlinked directory needs it
 	// A directory reached through a symbolic link holds objects whose

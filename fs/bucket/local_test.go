@@ -249,3 +249,29 @@ func TestLocalSymlinkLoopsListedOnce(t *testing.T) {
 		}
 	}
 }
+
+// A look into a local directory (bucket.Peek, whether the tree shows it)
+// reads its first n entries, not a page of them (each costs a stat), and
+// List goes on from its Next.
+func TestLocalPeekReadsFirstEntries(t *testing.T) {
+	s := localStore{dir: t.TempDir()}
+	for i := range 50 {
+		s.put(t, fmt.Sprintf("d/%02d.jpg", i), []byte{byte(i)})
+	}
+	b := s.open(t, "", bucket.S3Options{})
+	ctx := context.Background()
+	p, err := bucket.Peek(ctx, b, "d/", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Objects) != 5 || p.Objects[0].Key != "d/00.jpg" || p.Objects[4].Key != "d/04.jpg" || p.Next == "" {
+		t.Fatalf("Peek(d/, 5) = %d objects, next %q; want d/00.jpg..d/04.jpg and a next token", len(p.Objects), p.Next)
+	}
+	rest, err := b.List(ctx, "d/", p.Next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest.Objects) != 45 || rest.Objects[0].Key != "d/05.jpg" || rest.Next != "" {
+		t.Errorf("List after the peek: %d objects from %v, next %q; want the other 45", len(rest.Objects), rest.Objects[0].Key, rest.Next)
+	}
+}

@@ -169,6 +169,18 @@ func newCollector(stats func() Stats) *collector {
 				}
 				return out
 			}},
+		{d("metadata_bytes", "Bytes the metadata budget counts now, by part (listings: cached listings; nodes: entries held for the kernel).", "part"), prometheus.GaugeValue,
+			func(s *Stats) []sample {
+				return []sample{{float64(s.FS.ListingBytes), []string{"listings"}}, {float64(s.FS.NodeBytes), []string{"nodes"}}}
+			}},
+		{d("metadata_max_bytes", "The metadata budget (--metadata-cache-size): listings and the kernel's entries together."), prometheus.GaugeValue,
+			func(s *Stats) []sample { return one(float64(s.FS.MetadataMaxBytes)) }},
+		{d("kernel_nodes", "Entries the tree holds for the kernel (inodes under the layer directories)."), prometheus.GaugeValue,
+			func(s *Stats) []sample { return one(float64(s.FS.KernelNodes)) }},
+		{d("listings_dropped_total", "Listings dropped, coldest first, for the metadata budget."), prometheus.CounterValue,
+			func(s *Stats) []sample { return one(float64(s.FS.ListingsDropped)) }},
+		{d("kernel_entries_forgotten_total", "Kernel entries of feature files the kernel was told to drop for the metadata budget."), prometheus.CounterValue,
+			func(s *Stats) []sample { return one(float64(s.FS.KernelForgets)) }},
 		{d("errors_total", "Errors answered to reads and listings, by kind.", "kind"), prometheus.CounterValue,
 			func(s *Stats) []sample {
 				by := s.Errors.ByKind()

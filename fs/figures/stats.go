@@ -181,6 +181,27 @@ type TreeStats struct {
 	ListingsCached int `json:"listings_cached"`
 	// ListingEntries is the number of entries in those listings.
 	ListingEntries int `json:"listing_entries"`
+	// MetadataBytes is what the metadata budget counts now: ListingBytes
+	// and NodeBytes; MetadataMaxBytes is the budget
+	// (--metadata-cache-size).
+	MetadataBytes    int64 `json:"metadata_bytes"`
+	MetadataMaxBytes int64 `json:"metadata_max_bytes"`
+	// ListingBytes is the bytes of the cached listings.
+	ListingBytes int64 `json:"listing_bytes"`
+	// KernelNodes is the entries the tree holds for the kernel (go-fuse
+	// inodes under the layer directories); NodeBytes what they count in
+	// the budget.
+	KernelNodes int64 `json:"kernel_nodes"`
+	NodeBytes   int64 `json:"node_bytes"`
+	// ListingsDropped counts listings dropped, coldest first, for the
+	// budget.
+	ListingsDropped int64 `json:"listings_dropped"`
+	// KernelForgets counts the kernel's entries of feature files it was
+	// told to drop for the budget (it then forgets their inodes).
+	KernelForgets int64 `json:"kernel_entries_forgotten"`
+	// ListedAhead counts directories listed in the background ahead of a
+	// walk (the subdirectories after the one being read).
+	ListedAhead int64 `json:"listings_read_ahead"`
 	// BadObjectsKnown is the size of the negative cache.
 	BadObjectsKnown int `json:"bad_objects_known"`
 	// CacheWriteStats are the figures of the cache's write-behind queue:

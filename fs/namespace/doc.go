@@ -1,7 +1,8 @@
 // Package namespace is what the FUSE tree (package fs) knows of the bucket,
 // with no FUSE in it: the listings of the bucket's '/'-delimited prefixes,
-// read page by page and cached for MetadataTTL in one bounded LRU
-// (listing.go); the answer to a lookup of a name, from a listing or by Stat
+// read page by page and cached for MetadataTTL in one LRU bounded by the
+// metadata budget with the tree's nodes (listing.go, budget.go), each kept
+// packed in one byte blob (packed.go), and listed ahead of a walk; the answer to a lookup of a name, from a listing or by Stat
 // calls (lookup.go); which directories are shown (emptydir.go); which
 // version of an object a read serves, the features and slow failures of
 // recent reads (memo.go); and the record of failed files behind
@@ -18,7 +19,8 @@
 //
 // Every fan-out is bounded: the Stat calls and directory looks of all
 // lookups together (statParallel), the background listing refreshes
-// (maxRefreshes), the listings (Config.MaxListingEntries), the recent
+// (maxRefreshes), the listings read ahead (aheadRuns), the listings
+// (Config.MetadataBytes, with what the tree holds; budget.go), the recent
 // features (recentBytes) and the failures record (maxFailedFiles). No lock
 // is held across a call into the bucket.
 package namespace

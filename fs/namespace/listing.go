@@ -3,7 +3,9 @@ package namespace
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/featurefs/featurefs/fs/naming"
@@ -22,13 +24,22 @@ type Listing struct {
 	// listing served again while the store fails, the original's. Constant.
 	listedAt time.Time
 
+	// maxBytes and maxEntries bound what the listing keeps (the listing
+	// cache's bounds): past either, it keeps no entry (overflow). Constant.
+	maxBytes   int64
+	maxEntries int
+
 	mu       sync.Mutex
-	entries  []naming.Entry // GUARDED_BY(mu), in the order decided
-	byName   map[string]int // GUARDED_BY(mu), index into entries
-	complete bool           // GUARDED_BY(mu)
-	failed   bool           // GUARDED_BY(mu): a page failed; never complete
-	pages    int            // GUARDED_BY(mu): pages read
-	prev     *Listing       // GUARDED_BY(mu): the complete listing this one replaces; nil once complete
+	p        packed   // GUARDED_BY(mu): the entries, in the order decided
+	overflow bool     // GUARDED_BY(mu): too large to keep; never complete
+	complete bool     // GUARDED_BY(mu)
+	failed   bool     // GUARDED_BY(mu): a page failed; never complete
+	pages    int      // GUARDED_BY(mu): pages read
+	prev     *Listing // GUARDED_BY(mu): the complete listing this one replaces; nil once complete
+
+	// walked is whether a directory reader read it (OpenDir): a walk
+	// reads a directory, then its subdirectories (listAhead).
+	walked atomic.Bool
 
 	// checked is closed once the check the tree runs on a listing read from
 	// the store (CheckOnce: the kernel's entries of feature files in this
@@ -64,26 +75,43 @@ func (l *Listing) CheckOnce(check func()) {
 // Checked is closed once CheckOnce's check is done.
 func (l *Listing) Checked() <-chan struct{} { return l.checked }
 
-func newListing(prefix string, at time.Time) *Listing {
-	return &Listing{prefix: prefix, at: at, listedAt: at, byName: map[string]int{}, checked: make(chan struct{})}
+func (ns *Namespace) newListing(prefix string, at time.Time) *Listing {
+	return &Listing{prefix: prefix, at: at, listedAt: at, p: packed{prefix: prefix},
+		maxBytes: ns.listings.maxBytes, maxEntries: ns.listings.maxEntries, checked: make(chan struct{})}
 }
 
 // append adds entries and returns those added. The naming rule gives
 // distinct names; a name already there (two shortened names whose hashes
-// collide) is dropped, so that no listing repeats a name.
+// collide) is dropped, so that no listing repeats a name. A listing that
+// grows past its bounds drops its entries and keeps none after (overflow):
+// it still hands out the entries each page adds (without that check).
 func (l *Listing) append(es []naming.Entry) []naming.Entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.overflow {
+		return es
+	}
 	added := es[:0:0]
 	for _, e := range es {
-		if _, dup := l.byName[e.Name]; dup {
-			continue
+		ok, full := l.p.add(e)
+		if full {
+			l.overflowLocked()
+			return es
 		}
-		l.byName[e.Name] = len(l.entries)
-		l.entries = append(l.entries, e)
-		added = append(added, e)
+		if ok {
+			added = append(added, e)
+		}
+	}
+	if int64(l.p.bytes()) > l.maxBytes || l.p.len() > l.maxEntries {
+		l.overflowLocked()
 	}
 	return added
+}
+
+// overflowLocked drops the entries of a listing past its bounds.
+func (l *Listing) overflowLocked() {
+	l.overflow = true
+	l.p = packed{prefix: l.prefix}
 }
 
 // find returns the entry called name, and whether the listing is complete
@@ -91,17 +119,51 @@ func (l *Listing) append(es []naming.Entry) []naming.Entry {
 func (l *Listing) find(name string) (e naming.Entry, found, complete bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if i, ok := l.byName[name]; ok {
-		return l.entries[i], true, l.complete
+	if i, ok := l.p.index(name); ok {
+		return l.p.entry(i), true, l.complete
 	}
 	return naming.Entry{}, false, l.complete
 }
 
-// snapshot returns the entries and whether they are complete.
-func (l *Listing) snapshot() ([]naming.Entry, bool) {
+// from returns up to n entries from the i-th on, and whether the listing
+// is complete.
+func (l *Listing) from(i, n int) ([]naming.Entry, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.entries, l.complete
+	end := min(l.p.len(), i+n)
+	out := make([]naming.Entry, 0, max(0, end-i))
+	for ; i < end; i++ {
+		out = append(out, l.p.entry(i))
+	}
+	return out, l.complete
+}
+
+// dirsAfter returns the prefixes of up to n subdirectories that follow the
+// subdirectory of prefix sub in the listing.
+func (l *Listing) dirsAfter(sub string, n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	found := false
+	for i := 0; i < l.p.len() && len(out) < n; i++ {
+		s, ok := l.p.sub(i)
+		switch {
+		case !ok:
+		case found:
+			out = append(out, s)
+		case s == sub:
+			found = true
+		}
+	}
+	return out
+}
+
+// snapshot returns whether the listing is complete and how many entries
+// it has.
+func (l *Listing) snapshot() (n int, complete bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.p.len(), l.complete
 }
 
 // size returns the pages read and whether the listing is complete.
@@ -114,7 +176,7 @@ func (l *Listing) size() (pages int, complete bool) {
 func (l *Listing) len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.entries)
+	return l.p.len()
 }
 
 // lastComplete returns l if it is complete, else the complete listing it
@@ -128,23 +190,31 @@ func (l *Listing) lastComplete() *Listing {
 	return l.prev
 }
 
-// cost is the listing's weight in the listing cache: its entries and those
-// of the listing it still keeps.
-func (l *Listing) cost() int {
+// listingOverhead is what a listing costs beyond its entries' bytes (its
+// structs, its cache element), in bytes.
+const listingOverhead = 256
+
+// cost is the listing's weight in the listing cache: its bytes and entries
+// and those of the listing it still keeps (bytes at least listingOverhead,
+// entries at least 1).
+func (l *Listing) cost() (bytes int64, entries int) {
 	l.mu.Lock()
-	n, prev := len(l.entries), l.prev
+	b, n, prev := int64(l.p.bytes()), l.p.len(), l.prev
 	l.mu.Unlock()
 	if prev != nil {
-		n += prev.len()
+		pb, pn := prev.cost()
+		b, n = b+pb, n+pn
 	}
-	return max(1, n)
+	return b + listingOverhead, max(1, n)
 }
 
-// markComplete makes the listing complete, dropping the one it replaces.
+// markComplete makes the listing complete, dropping the one it replaces;
+// a listing that overflowed its bounds stays incomplete (it has no
+// entries to answer from).
 func (l *Listing) markComplete() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.complete = true
+	l.complete = !l.overflow
 	l.prev = nil
 }
 
@@ -167,11 +237,11 @@ type listStream struct {
 // newListStream starts reading prefix again; the listing it publishes keeps
 // the last complete listing of prefix until it is complete itself.
 func (ns *Namespace) newListStream(prefix string) *listStream {
-	l := newListing(prefix, ns.now())
+	l := ns.newListing(prefix, ns.now())
 	if o, ok := ns.listings.Get(prefix); ok {
 		l.prev = o.lastComplete()
 	}
-	ns.listings.Put(prefix, l, l.cost())
+	ns.listings.Put(prefix, l)
 	return &listStream{ns: ns, l: l, r: naming.NewResolver(ns.naming, prefix, ns.logRename)}
 }
 
@@ -190,18 +260,19 @@ func (s *listStream) revive(err error) *Listing {
 		s.ns.listings.RemoveIf(s.l.prefix, func(l *Listing) bool { return l == s.l })
 		return nil
 	}
-	es, _ := old.snapshot()
 	pages, _ := old.size()
-	r := newListing(s.l.prefix, s.ns.now())
+	r := s.ns.newListing(s.l.prefix, s.ns.now())
 	r.listedAt = old.listedAt
-	r.append(es)
+	old.mu.Lock()
+	r.p = old.p // a complete listing's entries never change: shared
+	old.mu.Unlock()
 	r.pages = pages
 	r.markComplete()
 	// What the kernel holds came from this listing or an older one: nothing
 	// to check.
 	r.CheckOnce(func() {})
 	if cur, ok := s.ns.listings.Get(s.l.prefix); !ok || cur == s.l {
-		s.ns.listings.Put(s.l.prefix, r, r.cost())
+		s.ns.listings.Put(s.l.prefix, r)
 	}
 	s.ns.p.Journal().LogOnce(s.l.prefix, "listing failed; serving the last complete listing, read "+
 		s.ns.now().Sub(old.listedAt).Round(time.Second).String()+" ago", err)
@@ -232,7 +303,7 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 			s.l = r
 			if !s.handedOut {
 				s.done, s.handedOut = true, true
-				es, _ := r.snapshot()
+				es, _ := r.from(0, r.len())
 				return es, nil
 			}
 			s.err = err // entries of the failed read are out: no mixing
@@ -248,7 +319,7 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	if complete {
 		s.done = true
 		s.l.markComplete()
-		if s.ns.listed != nil {
+		if s.ns.listed != nil && s.l.Complete() {
 			s.ns.listed(s.l)
 		}
 	}
@@ -256,7 +327,7 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	// Re-publish with the new cost; a listing larger than the whole cache
 	// bound is dropped from it (lookups then Stat) but still streams.
 	if cur, ok := s.ns.listings.Get(s.l.prefix); ok && cur == s.l {
-		s.ns.listings.Put(s.l.prefix, s.l, s.l.cost())
+		s.ns.listings.Put(s.l.prefix, s.l)
 	}
 	return es, nil
 }
@@ -357,13 +428,70 @@ func (ns *Namespace) Revalidate(ctx context.Context, prefix string) *Listing {
 	return ns.refreshListing(ctx, prefix, pages)
 }
 
-// DirReader reads one directory for a reader: a snapshot of a complete
-// cached listing, or a stream reading the bucket page by page as the
-// reader asks. Not safe for concurrent use.
+// dirBatch is how many entries of a cached listing a DirReader decodes
+// at a time.
+const dirBatch = 256
+
+// A directory read whose parent was read too (a walk: os.walk,
+// DatasetFolder's scan, find, which read a directory, then each of its
+// subdirectories) lists the aheadDirs subdirectories that follow it in its
+// parent's listing ahead, in the background, as the walk reads them next
+// (a path walk through the parent reads no subdirectory ahead); aheadRuns bounds those
+// listings in flight for the whole mount (a directory finding no slot
+// free lists nothing ahead), and none is started while the listings take
+// more than half of what the metadata budget leaves them, or for a parent
+// of more than aheadParent entries (finding the directory in it would cost
+// more than it saves).
+const (
+	aheadDirs   = 4
+	aheadRuns   = 2
+	aheadParent = 1 << 16
+)
+
+// listAhead starts listing, in the background, the subdirectories that
+// follow prefix in its parent's complete listing and are not cached.
+func (ns *Namespace) listAhead(prefix string) {
+	if prefix == "" {
+		return
+	}
+	parent := prefix[:strings.LastIndexByte(prefix[:len(prefix)-1], '/')+1]
+	pl, ok := ns.listings.Peek(parent)
+	if !ok || !pl.walked.Load() || !pl.Complete() || pl.len() > aheadParent {
+		return
+	}
+	if _, _, b := ns.listings.Size(); b > ns.listings.limit()/2 {
+		return
+	}
+	for _, sub := range pl.dirsAfter(prefix, aheadDirs) {
+		if l, ok := ns.listings.Peek(sub); ok && ns.fresh(l) {
+			continue
+		}
+		ns.lists.Start(context.Background(), sub, ns.aheadSlot, func(ctx context.Context) (*Listing, error) {
+			defer func() { <-ns.ahead }()
+			ns.counts.listedAhead.Add(1)
+			return ns.relist(sub, 0)(ctx)
+		})
+	}
+}
+
+// aheadSlot takes one of the slots of the listings read ahead, if one is
+// free.
+func (ns *Namespace) aheadSlot() bool {
+	select {
+	case ns.ahead <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// DirReader reads one directory for a reader: a complete cached listing,
+// decoded dirBatch entries at a time, or a stream reading the bucket page
+// by page as the reader asks. Not safe for concurrent use.
 type DirReader struct {
-	entries []naming.Entry // the snapshot, handed out by the first Next
-	stream  *listStream    // nil when serving a snapshot
-	done    bool
+	l      *Listing    // the complete listing served; nil when streaming
+	pos    int         // the next entry of l to hand out
+	stream *listStream // nil when serving a listing
 }
 
 // OpenDir starts reading prefix's directory: a fresh complete listing from
@@ -371,26 +499,40 @@ type DirReader struct {
 // the store answers within StaleGrace, else the stale one (see
 // refreshStale); else a stream reading the bucket page by page.
 func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
+	ns.listAhead(prefix)
 	l, ok := ns.listings.Get(prefix)
-	if ok && ns.fresh(l) {
-		if es, complete := l.snapshot(); complete {
-			return &DirReader{entries: es}
+	if ok && ns.fresh(l) && l.Complete() {
+		return ns.reader(l)
+	}
+	if !ok || ns.fresh(l) {
+		// A listing of it in flight (read ahead, or a lookup's): its end,
+		// rather than a second read of the same pages.
+		if c := ns.lists.Start(ctx, prefix, func() bool { return false }, nil); c != nil {
+			if l, err := c.Wait(ctx); err == nil && l.Complete() {
+				return ns.reader(l)
+			}
+			l, ok = ns.listings.Get(prefix)
 		}
 	}
 	if ok {
 		// Stale, or being read again: the last complete listing, unless the
 		// new one comes within the grace.
 		if old := l.lastComplete(); old != nil {
-			if nl := ns.refreshStale(ctx, prefix); nl != nil {
-				if es, complete := nl.snapshot(); complete {
-					return &DirReader{entries: es}
-				}
+			if nl := ns.refreshStale(ctx, prefix); nl != nil && nl.Complete() {
+				return ns.reader(nl)
 			}
-			es, _ := old.snapshot()
-			return &DirReader{entries: es}
+			return ns.reader(old)
 		}
 	}
-	return &DirReader{stream: ns.newListStream(prefix)}
+	s := ns.newListStream(prefix)
+	s.l.walked.Store(true)
+	return &DirReader{stream: s}
+}
+
+// reader returns a reader of the complete listing l, marked walked.
+func (ns *Namespace) reader(l *Listing) *DirReader {
+	l.walked.Store(true)
+	return &DirReader{l: l}
 }
 
 // Done reports whether the reader has handed out every entry.
@@ -398,18 +540,17 @@ func (r *DirReader) Done() bool {
 	if r.stream != nil {
 		return r.stream.done
 	}
-	return r.done
+	return r.pos >= r.l.len()
 }
 
-// Next returns the next entries: the snapshot, or those a page newly
-// decided (possibly none while the directory is not done; see listStream).
+// Next returns the next entries: the listing's next dirBatch, or those a
+// page newly decided (possibly none while the directory is not done; see
+// listStream).
 func (r *DirReader) Next(ctx context.Context) ([]naming.Entry, error) {
 	if r.stream != nil {
 		return r.stream.next(ctx)
 	}
-	if r.done {
-		return nil, nil
-	}
-	r.done = true
-	return r.entries, nil
+	es, _ := r.l.from(r.pos, dirBatch)
+	r.pos += len(es)
+	return es, nil
 }

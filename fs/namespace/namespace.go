@@ -3,6 +3,7 @@ package namespace
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +26,12 @@ type Config struct {
 	// hidden.
 	ShowEmptyDirs bool
 
-	// MaxListingEntries bounds the listing cache, in entries over all
-	// prefixes (default 1<<20, roughly 200MB).
+	// MetadataBytes is the metadata budget: the bytes of the cached
+	// listings and of the entries the tree holds for the kernel together
+	// (budget.go; default 256 MiB).
+	MetadataBytes int64
+	// MaxListingEntries bounds the listing cache in entries over all
+	// prefixes too (default: none beyond MetadataBytes).
 	MaxListingEntries int
 	// RelistPages is how many listing pages a lookup reads before it falls
 	// back to Stat calls (default 10).
@@ -79,6 +84,8 @@ type Namespace struct {
 	statSem chan struct{}
 	// refreshing holds a token per background listing refresh.
 	refreshing chan struct{}
+	// ahead holds a token per listing read ahead (listAhead).
+	ahead chan struct{}
 
 	// p is the read path: its bucket (which counts every call), the store's
 	// health, the log-once set and the newer versions reads found; its
@@ -86,8 +93,8 @@ type Namespace struct {
 	p      *features.Pipeline
 	bucket bucket.Bucket
 
-	listings *lru.LRU[string, *Listing] // prefix -> listing
-	lists    inflight.Group[*Listing]   // lookups' listings in flight
+	listings *listingCache            // prefix -> listing, within the metadata budget
+	lists    inflight.Group[*Listing] // lookups' listings in flight
 
 	counts counts
 	failed *failedFiles // feature files whose last read failed
@@ -103,7 +110,7 @@ type Namespace struct {
 
 // counts are the namespace's figures of the store's use.
 type counts struct {
-	statLookups, listPages, stats atomic.Int64
+	statLookups, listPages, stats, listedAhead atomic.Int64
 }
 
 // Counts are the namespace's figures (the tree's stats file shows them).
@@ -114,18 +121,31 @@ type Counts struct {
 	ListPages int64
 	// StatCalls counts Stat calls of lookups.
 	StatCalls int64
-	// Listings and ListingEntries are the listing cache's size.
+	// Listings and ListingEntries are the listing cache's size;
+	// ListingBytes its bytes.
 	Listings, ListingEntries int
+	ListingBytes             int64
+	// ListingsDropped counts listings dropped from the cache for the
+	// metadata budget (coldest first).
+	ListingsDropped int64
+	// ListedAhead counts directories listed ahead of a walk (listAhead).
+	ListedAhead int64
 }
 
 // New fills cfg's defaults and returns the namespace over p's bucket.
 // listed, if not nil, is called with every listing read completely from
-// the store (see Namespace.listed). The caller owns p and closes it after
-// the namespace.
-func New(p *features.Pipeline, cfg Config, listed func(*Listing)) *Namespace {
+// the store (see Namespace.listed); dropped, if not nil, with the prefix of
+// every listing dropped for the metadata budget (the tree then tells the
+// kernel to forget the entries it holds there), from the goroutine that
+// stored or trimmed listings, without a lock held. The caller owns p and
+// closes it after the namespace.
+func New(p *features.Pipeline, cfg Config, listed func(*Listing), dropped func(prefix string)) *Namespace {
 	pc := p.Config()
+	if cfg.MetadataBytes <= 0 {
+		cfg.MetadataBytes = defaultMetadataBytes
+	}
 	if cfg.MaxListingEntries <= 0 {
-		cfg.MaxListingEntries = 1 << 20
+		cfg.MaxListingEntries = math.MaxInt
 	}
 	if cfg.RelistPages <= 0 {
 		cfg.RelistPages = 10
@@ -143,9 +163,10 @@ func New(p *features.Pipeline, cfg Config, listed func(*Listing)) *Namespace {
 		listed:      listed,
 		statSem:     make(chan struct{}, statParallel),
 		refreshing:  make(chan struct{}, maxRefreshes),
+		ahead:       make(chan struct{}, aheadRuns),
 		p:           p,
 		bucket:      p.Bucket(),
-		listings:    lru.New[string, *Listing](cfg.MaxListingEntries),
+		listings:    newListingCache(cfg.MetadataBytes, cfg.MaxListingEntries, dropped),
 		failed:      newFailedFiles(maxFailedFiles),
 		recent:      lru.New[FileKey, recentFeature](recentBytes),
 		owner:       lifetime.New(),
@@ -162,15 +183,48 @@ func (ns *Namespace) now() time.Time { return ns.clock() }
 
 // Counts returns the namespace's figures.
 func (ns *Namespace) Counts() Counts {
-	n, e := ns.listings.Size()
+	n, e, b := ns.listings.Size()
 	return Counts{
-		StatLookups:    ns.counts.statLookups.Load(),
-		ListPages:      ns.counts.listPages.Load(),
-		StatCalls:      ns.counts.stats.Load(),
-		Listings:       n,
-		ListingEntries: e,
+		StatLookups:     ns.counts.statLookups.Load(),
+		ListPages:       ns.counts.listPages.Load(),
+		StatCalls:       ns.counts.stats.Load(),
+		Listings:        n,
+		ListingEntries:  e,
+		ListingBytes:    b,
+		ListingsDropped: ns.listings.drops.Load(),
+		ListedAhead:     ns.counts.listedAhead.Load(),
 	}
 }
+
+// MetadataBytes is the metadata budget (Config.MetadataBytes).
+func (ns *Namespace) MetadataBytes() int64 { return ns.cfg.MetadataBytes }
+
+// AddHeld adds delta to the bytes the tree holds for the kernel's entries
+// (its inodes), counted in the metadata budget with the listings, and
+// returns the new total. Listings beyond what is left are dropped by
+// Trim, or by the next listing stored.
+func (ns *Namespace) AddHeld(delta int64) int64 { return ns.listings.held.Add(delta) }
+
+// NodeShare is the part of the metadata budget the tree's entries may
+// take before listings give way to them no more: all but the quarter kept
+// for listings.
+func (ns *Namespace) NodeShare() int64 {
+	return ns.cfg.MetadataBytes - ns.cfg.MetadataBytes/listingShare
+}
+
+// Over reports whether the listings and what the tree holds pass the
+// metadata budget (without taking a lock).
+func (ns *Namespace) Over() bool {
+	return ns.listings.total.Load()+ns.listings.held.Load() > ns.cfg.MetadataBytes
+}
+
+// Trim drops the coldest listings while the listings and what the tree
+// holds pass the metadata budget (listings keep at least a quarter of it).
+func (ns *Namespace) Trim() { ns.listings.Trim() }
+
+// Cached reports whether prefix's listing is cached (without marking it
+// used).
+func (ns *Namespace) Cached(prefix string) bool { return ns.listings.Has(prefix) }
 
 // listCtx bounds one List or Stat call, or one whole lookup, by ReadTimeout
 // (a stalled store fails the lookup or readdir with EIO then, not after the

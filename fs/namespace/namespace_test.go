@@ -55,7 +55,7 @@ func newNS(t testing.TB, b bucket.Bucket, cfg Config, modify ...func(*pipelineCo
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := New(p, cfg, nil)
+	ns := New(p, cfg, nil, nil)
 	t.Cleanup(func() {
 		ns.Close()
 		p.Close()
