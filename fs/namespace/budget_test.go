@@ -27,7 +27,7 @@ func TestPackedKeepsEveryField(t *testing.T) {
 	if got, want := fields(naming.Entry{}), []string{"Name", "Dir", "Sub", "Obj"}; !slices.Equal(got, want) {
 		t.Errorf("naming.Entry has fields %v; packed records keep %v", got, want)
 	}
-	if got, want := fields(bucket.Object{}), []string{"Key", "Size", "ETag", "ModTime", "Identity"}; !slices.Equal(got, want) {
+	if got, want := fields(bucket.Object{}), []string{"Key", "Size", "ETag", "ModTime", "Identity", "Plain"}; !slices.Equal(got, want) {
 		t.Errorf("bucket.Object has fields %v; packed records keep %v", got, want)
 	}
 }
@@ -37,6 +37,7 @@ func TestPackedRoundTrip(t *testing.T) {
 	es := []naming.Entry{
 		{Name: "cat.npy", Obj: bucket.Object{Key: "train/cat.jpg", Size: 12345, ETag: `"0123456789abcdef"`, ModTime: local.UTC()}},
 		{Name: "dog.jpg.npy", Obj: bucket.Object{Key: "train/dog.jpg", Size: 0, ETag: "7-1700000000", ModTime: local, Identity: "real/dog.jpg"}},
+		{Name: "cat.cls", Obj: bucket.Object{Key: "train/s.tar/cat.cls", Size: 2, ETag: "m-1", ModTime: local.UTC(), Plain: true}},
 		{Name: "sub", Dir: true, Sub: "train/sub/"},
 		{Name: "odd", Dir: true, Sub: "elsewhere/odd/"}, // a sub not under the prefix
 		{Name: "zero.npy", Obj: bucket.Object{Key: "other/zero.png"}},

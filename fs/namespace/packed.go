@@ -14,7 +14,7 @@ import (
 // by name through an open-addressing table of record numbers. What a
 // record holds, in order:
 //
-//	flags     byte: entryDir, entryUTC, entryKeyRest
+//	flags     byte: entryDir, entryUTC, entryKeyRest, entryPlain
 //	name      uvarint length, bytes
 //	directory: sub (uvarint length, bytes; without the listing's prefix
 //	           when entryKeyRest)
@@ -37,6 +37,7 @@ const (
 	entryDir     = 1 << iota // a directory: sub instead of an object
 	entryUTC                 // the object's ModTime is in UTC (else local time)
 	entryKeyRest             // the key or sub starts with the listing's prefix, left out
+	entryPlain               // the object is shown as it is (bucket.Object.Plain: an archive's sidecar)
 )
 
 // maxBlob bounds a listing's blob (offsets are 32-bit); a listing that
@@ -146,6 +147,9 @@ func (p *packed) encode(b []byte, e naming.Entry) []byte {
 	} else if e.Obj.ModTime.Location() == time.UTC {
 		flags |= entryUTC
 	}
+	if !e.Dir && e.Obj.Plain {
+		flags |= entryPlain
+	}
 	if rest, ok := strings.CutPrefix(key, p.prefix); ok && p.prefix != "" {
 		flags |= entryKeyRest
 		key = rest
@@ -183,6 +187,7 @@ func (p *packed) entry(n int) naming.Entry {
 		return e
 	}
 	e.Obj.Key = key
+	e.Obj.Plain = flags&entryPlain != 0
 	size, k := binary.Uvarint(b)
 	b = b[k:]
 	e.Obj.Size = int64(size)
