@@ -203,6 +203,10 @@ summary() {
       while IFS='|' read -r name r; do
         row "near-data batching: features/s batched vs one request per feature ($name)" "${r}x" "no target" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| ([^|(]*[^ (]) \([^|]*\) \| [^|]* \| [^|]* \| \*\*([0-9.]+)x\*\* \|.*/\1|\2/p' "$f") ;;
+    ab)
+      while IFS='|' read -r name fig r; do
+        row "same-run A/B of two builds, new/old: $name, $fig" "${r}x" "no target (~1.00x: no speed change)" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| ([^|]*[^ |]) \| ([^|]*[^ |]) \| [^|]* \| [^|]* \| ([0-9.]+)x \|$/\1|\2|\3/p' "$f") ;;
     gpu)
       while IFS='|' read -r layer r s; do
         row "GPU extraction, featurefs vs PyTorch on the same GPU (ResNet-50 $layer)" "${r}x" ">= 1.5x: $(verdict "$r" 1.5)" "$area"; n=$((n + 1))
