@@ -195,19 +195,11 @@ func (b *localBucket) Get(ctx context.Context, key string, maxBytes int64) ([]by
 	if err := ctx.Err(); err != nil {
 		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
 	}
-	// O_NONBLOCK: opening a FIFO must not hang; no effect on regular files.
-	f, err := b.root.OpenFile(key, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := b.openRegular(key)
 	if err != nil {
-		return nil, Object{}, b.notFound("get", key, err)
+		return nil, Object{}, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, Object{}, fmt.Errorf("bucket: get %s: not a regular file: %w", b.url(key), ErrNotFound)
-	}
 	lim := limit(maxBytes, b.maxBytes)
 	if fi.Size() > lim {
 		return nil, Object{}, fmt.Errorf("bucket: get %s: %d bytes, limit %d: %w", b.url(key), fi.Size(), lim, ErrTooLarge)
@@ -433,18 +425,11 @@ func (b *localBucket) GetRange(ctx context.Context, key string, off, n int64) ([
 		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
 	}
 	defer b.sem.release()
-	f, err := b.root.OpenFile(key, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := b.openRegular(key)
 	if err != nil {
-		return nil, Object{}, b.notFound("get", key, err)
+		return nil, Object{}, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, Object{}, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, Object{}, fmt.Errorf("bucket: get %s: not a regular file: %w", b.url(key), ErrNotFound)
-	}
 	n = max(0, min(n, fi.Size()-off))
 	buf := make([]byte, n)
 	if n > 0 {
@@ -454,4 +439,24 @@ func (b *localBucket) GetRange(ctx context.Context, key string, off, n int64) ([
 		}
 	}
 	return buf, objectFromInfo(key, fi), nil
+}
+
+// openRegular opens key's file for Get and GetRange, only a regular file
+// (else ErrNotFound). O_NONBLOCK: opening a FIFO must not hang; it has no
+// effect on regular files.
+func (b *localBucket) openRegular(key string) (*os.File, os.FileInfo, error) {
+	f, err := b.root.OpenFile(key, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, b.notFound("get", key, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("bucket: get %s: %w", b.url(key), err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("bucket: get %s: not a regular file: %w", b.url(key), ErrNotFound)
+	}
+	return f, fi, nil
 }
