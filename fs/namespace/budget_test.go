@@ -217,13 +217,12 @@ func TestDirectoryReadListsSiblingsAhead(t *testing.T) {
 			t.Errorf("%s listed ahead, further than %d directories after d0/", p, aheadDirs)
 		}
 	}
+	// Reading d1/ and d2/ (listed ahead) calls no List for them, but starts
+	// the next ones' in the background: counting List calls per read would
+	// count those. That no directory is read twice is the total below.
 	for d := 1; d < 10; d++ {
-		lists := b.Lists.Load()
 		if got := readDir(t, ns.Namespace, fmt.Sprintf("d%d/", d)); len(got) != 5 {
 			t.Fatalf("d%d/ lists %v", d, got)
-		}
-		if n := b.Lists.Load() - lists; d < 3 && n != 0 {
-			t.Errorf("reading d%d/ after it was listed ahead called List %d more times", d, n)
 		}
 	}
 	waitAhead() // nothing: the runs end with the reads

@@ -504,9 +504,12 @@ func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
 	if ok && ns.fresh(l) && l.Complete() {
 		return ns.reader(l)
 	}
-	if !ok || ns.fresh(l) {
+	if !ok || (ns.fresh(l) && l.lastComplete() == nil) {
 		// A listing of it in flight (read ahead, or a lookup's): its end,
-		// rather than a second read of the same pages.
+		// rather than a second read of the same pages. Not where a complete
+		// listing is kept: that one is served after at most the grace
+		// (below), as a store that stalls would keep the reader waiting
+		// for the run's whole timeout.
 		if c := ns.lists.Start(ctx, prefix, func() bool { return false }, nil); c != nil {
 			if l, err := c.Wait(ctx); err == nil && l.Complete() {
 				return ns.reader(l)
