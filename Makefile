@@ -207,6 +207,25 @@ summary() {
       while IFS='|' read -r name fig r; do
         row "same-run A/B of two builds, new/old: $name, $fig" "${r}x" "no target (~1.00x: no speed change)" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| ([^|]*[^ |]) \| ([^|]*[^ |]) \| [^|]* \| [^|]* \| ([0-9.]+)x \|$/\1|\2|\3/p' "$f") ;;
+    scale)
+      while read -r t r; do
+        row "scale: DatasetFolder scan through the mount vs the source directory (ImageNet-shaped local source)" "${r}x" "<= ${t}x: $(verdict "$t" "$r")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| DatasetFolder scan of the mount <= ([0-9.]+)x the source directory.s \| \*\*([0-9.]+)x\*\*.*/\1 \2/p' "$f")
+      while IFS='|' read -r t r at v; do
+        row "scale: mount RSS after the scan and the reads ($at)" "$r MiB" "<= $t MiB at 1M entries: $v" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| mount RSS after the scan and the reads <= ([0-9]+) MiB at 1M entries \| \*\*([0-9]+) MiB\*\* at ([0-9,]+ entries) \| ([^(|]*[^ (|]).*/\1|\2|\3|\4/p' "$f")
+      while IFS='|' read -r name r; do
+        row "scale, MinIO bucket: $name, mount vs a direct boto3 list" "${r}x" "no target" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| (first full listing \([0-9,]+ objects|`ls -l` of a [0-9,]+-entry directory, first)[^|]* \| [^|]* \| [^|]* \| \*\*([0-9.]+)x\*\*.*/\1|\2/p' "$f" | sed 's/^first full listing (/first full listing of /')
+      while read -r t r; do
+        row "scale: \`warm\` of images packed one tar per class vs loose objects from MinIO, images/s" "${r}x" ">= ${t}x: $(verdict "$r" "$t")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| `warm` of the packed set >= ([0-9.]+)x the loose set, images\/s \| \*\*([0-9.]+)x\*\*.*/\1 \2/p' "$f")
+      while read -r t r; do
+        row "scale: MinIO GETs per sample of the packed set (\`warm\`)" "$r" "<= $t: $(verdict "$t" "$r")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| GETs per sample of the packed set <= ([0-9.]+) \| \*\*([0-9.]+)\*\*.*/\1 \2/p' "$f")
+      while IFS='|' read -r r v; do
+        row "scale: features of archive members byte-identical to the loose images'" "$r" "all: $v" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| features byte-identical, packed vs loose [^|]* \| \*\*([0-9]+ of [0-9]+)\*\* identical \| ([A-Za-z]+) \|$/\1|\2/p' "$f") ;;
     gpu)
       while IFS='|' read -r layer r s; do
         row "GPU extraction, featurefs vs PyTorch on the same GPU (ResNet-50 $layer)" "${r}x" ">= 1.5x: $(verdict "$r" 1.5)" "$area"; n=$((n + 1))
