@@ -32,6 +32,32 @@ func readArchitecture(t *testing.T) string {
 	return string(b)
 }
 
+// repoTree walks the module once and returns its directories and files
+// (paths from the package's directory), skipping hidden directories, bin/
+// and testdata/: the tree the page's claims are checked against.
+func repoTree(t *testing.T) (root string, dirs, files []string) {
+	t.Helper()
+	root = filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			files = append(files, p)
+			return nil
+		}
+		if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "bin" || n == "testdata") {
+			return filepath.SkipDir
+		}
+		dirs = append(dirs, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, dirs, files
+}
+
 // layerLine is one row of the page's layer picture: "layer N  pkg pkg ...",
 // or the "tests" and "tools" rows of packages outside the layers.
 var layerLine = regexp.MustCompile(`(?m)^(layer (\d+)|tests|tools)\s+(.+)$`)
@@ -109,31 +135,20 @@ var identRef = regexp.MustCompile("`([a-z][a-z0-9]*)\\.([A-Za-z][A-Za-z0-9]*)(?:
 // function renamed fails here until the page follows.
 func TestArchitectureCitesWhatExists(t *testing.T) {
 	doc := readArchitecture(t)
-	root := filepath.Join("..", "..")
+	root, dirs, paths := repoTree(t)
 	bases := map[string]bool{}
 	pkgDirs := map[string][]string{} // last path element -> package directories
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "bin" || n == "testdata") {
-				return filepath.SkipDir
+	for _, p := range dirs {
+		if ms, _ := filepath.Glob(filepath.Join(p, "*.go")); len(ms) > 0 {
+			name := filepath.Base(p)
+			if p == root {
+				name = "featurefs"
 			}
-			if ms, _ := filepath.Glob(filepath.Join(p, "*.go")); len(ms) > 0 {
-				name := d.Name()
-				if p == root {
-					name = "featurefs"
-				}
-				pkgDirs[name] = append(pkgDirs[name], p)
-			}
-			return nil
+			pkgDirs[name] = append(pkgDirs[name], p)
 		}
-		bases[d.Name()] = true
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	}
+	for _, p := range paths {
+		bases[filepath.Base(p)] = true
 	}
 	files := 0
 	for _, m := range codeRef.FindAllStringSubmatch(doc, -1) {
@@ -239,23 +254,14 @@ var boundRef = regexp.MustCompile("`(?:([a-z]\\w*)\\.)?([A-Za-z_]\\w*)` \\(([0-9
 // constant's value.
 func TestArchitectureBoundsAreTheCode(t *testing.T) {
 	doc := readArchitecture(t)
-	root := filepath.Join("..", "..")
-	consts := map[string]int64{} // name -> value, over the packages of fs/
+	root, all, _ := repoTree(t)
+	consts := map[string]int64{} // name -> value, over the module's packages but test/ and scripts/
 	var dirs []string
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
+	for _, p := range all {
+		if rel, _ := filepath.Rel(root, p); rel == "test" || rel == "scripts" || strings.HasPrefix(rel, "test"+string(filepath.Separator)) || strings.HasPrefix(rel, "scripts"+string(filepath.Separator)) {
+			continue
 		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "bin" || n == "testdata" || n == "test" || n == "scripts") {
-				return filepath.SkipDir
-			}
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		dirs = append(dirs, p)
 	}
 	for _, dir := range dirs {
 		for name, v := range intConsts(t, dir) {
@@ -378,33 +384,20 @@ var testRef = regexp.MustCompile(`\bTest[A-Z]\w*`)
 // deleted test fails here until the page follows.
 func TestArchitectureNamesRealTests(t *testing.T) {
 	doc := readArchitecture(t)
-	root := filepath.Join("..", "..")
+	_, _, paths := repoTree(t)
 	tests := map[string]bool{}
 	decl := regexp.MustCompile(`(?m)^func (Test\w+)\(`)
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "bin" || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	for _, p := range paths {
 		if !strings.HasSuffix(p, "_test.go") {
-			return nil
+			continue
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
 			tests[m[1]] = true
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	named := 0
 	for _, name := range testRef.FindAllString(doc, -1) {
