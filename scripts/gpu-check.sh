@@ -334,34 +334,39 @@ for p in ("fp32", "tf32"):
                 fid_ok &= ok
             print(f"| {p} | {layer} | {v['images']} | {v['mean']:.6f} | {v['min']:.6f} ({v['worst']}) | {'holds' if ok else 'MISSED'} |")
 print()
-print(f"### Throughput ({nimg} ImageNet-like JPEGs, 300-800 px; {rounds} interleaved round(s), medians (min-max); --precision {prec})")
-print()
-print("featurefs: `featurefs bench --modes extract` (every image through the extractor at once, after a warm-up image and a warm-up batch). "
-      f"PyTorch: the model truncated at the same layer, a DataLoader with {ncpu} PIL workers, pin_memory, the same batch "
-      "size and TF32 setting, cudnn.benchmark, mean of epochs 2-3 (workers kept). GPU ceiling: `featurefs bench --modes ort` "
-      "(bare ONNX Runtime CUDA on random input, same batch size and batches in flight). CPU ceiling: `featurefs bench --modes decode` "
-      f"(decode and preprocess on {ncpu} cores, no model).")
-print()
-print("| layer | batch | featurefs images/s | PyTorch images/s | **featurefs / PyTorch** (target >= 1.5x) | GPU ceiling images/s | CPU ceiling images/s | **featurefs / lower ceiling** (target >= 80%) | featurefs GPU util | featurefs GPU memory | PyTorch GPU memory |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
 dec = [r["images_per_s"] for r in of("decode")]
-verdicts = []
-for layer in ("layer12", "layer18"):
-    f = of("featurefs", layer)
-    p = of("pytorch", layer)
-    o = of("ort", layer)
-    fv, pv, ov = [r["images_per_s"] for r in f], [r["images_per_s"] for r in p], [r["images_per_s"] for r in o]
-    ratio = med(fv) / med(pv)
-    ceil = min(med(ov), med(dec))
-    share = med(fv) / ceil
-    util = med([r["gpu_util_percent"] for r in f if "gpu_util_percent" in r])
-    mem = max([r.get("gpu_mem_max_bytes", 0) for r in f] or [0]) / 2**30
-    pmem = max([r.get("gpu_mem_max_bytes", 0) for r in p] or [0]) / 2**30
-    gib = lambda b: f"{b:.1f} GiB" if b > 0 else "n/a"
-    print(f"| {layer} | {f[0]['batch'] if f else '?'} | {num(med(fv))} ({rng(fv)}) | {num(med(pv))} ({rng(pv)}) | **{ratio:.2f}x** "
-          f"({'met' if ratio >= 1.5 else 'MISSED'}) | {num(med(ov))} ({rng(ov)}) | {num(med(dec))} ({rng(dec)}) | **{100 * share:.0f}%** "
-          f"({'met' if share >= 0.8 else 'MISSED'}) | {num(util)}{'%' if util == util else ''} | {gib(mem)} | {gib(pmem)} |")
-print()
+if not of("featurefs"):
+    # GPU_CHECK_STEPS without throughput: no section of n/a figures and false verdicts
+    print("### Throughput: not run (GPU_CHECK_STEPS)")
+    print()
+else:
+    print(f"### Throughput ({nimg} ImageNet-like JPEGs, 300-800 px; {rounds} interleaved round(s), medians (min-max); --precision {prec})")
+    print()
+    print("featurefs: `featurefs bench --modes extract` (every image through the extractor at once, after a warm-up image and a warm-up batch). "
+          f"PyTorch: the model truncated at the same layer, a DataLoader with {ncpu} PIL workers, pin_memory, the same batch "
+          "size and TF32 setting, cudnn.benchmark, mean of epochs 2-3 (workers kept). GPU ceiling: `featurefs bench --modes ort` "
+          "(bare ONNX Runtime CUDA on random input, same batch size and batches in flight). CPU ceiling: `featurefs bench --modes decode` "
+          f"(decode and preprocess on {ncpu} cores, no model).")
+    print()
+    print("| layer | batch | featurefs images/s | PyTorch images/s | **featurefs / PyTorch** (target >= 1.5x) | GPU ceiling images/s | CPU ceiling images/s | **featurefs / lower ceiling** (target >= 80%) | featurefs GPU util | featurefs GPU memory | PyTorch GPU memory |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    verdicts = []
+    for layer in ("layer12", "layer18"):
+        f = of("featurefs", layer)
+        p = of("pytorch", layer)
+        o = of("ort", layer)
+        fv, pv, ov = [r["images_per_s"] for r in f], [r["images_per_s"] for r in p], [r["images_per_s"] for r in o]
+        ratio = med(fv) / med(pv)
+        ceil = min(med(ov), med(dec))
+        share = med(fv) / ceil
+        util = med([r["gpu_util_percent"] for r in f if "gpu_util_percent" in r])
+        mem = max([r.get("gpu_mem_max_bytes", 0) for r in f] or [0]) / 2**30
+        pmem = max([r.get("gpu_mem_max_bytes", 0) for r in p] or [0]) / 2**30
+        gib = lambda b: f"{b:.1f} GiB" if b > 0 else "n/a"
+        print(f"| {layer} | {f[0]['batch'] if f else '?'} | {num(med(fv))} ({rng(fv)}) | {num(med(pv))} ({rng(pv)}) | **{ratio:.2f}x** "
+              f"({'met' if ratio >= 1.5 else 'MISSED'}) | {num(med(ov))} ({rng(ov)}) | {num(med(dec))} ({rng(dec)}) | **{100 * share:.0f}%** "
+              f"({'met' if share >= 0.8 else 'MISSED'}) | {num(util)}{'%' if util == util else ''} | {gib(mem)} | {gib(pmem)} |")
+    print()
 print(f"### End to end: an unmodified DataLoader through a `--device cuda` mount vs PyTorch ({e2e_n} ImageNet-like JPEGs; {rounds} interleaved round(s), medians (min-max))")
 print()
 print(f"What a user compares. featurefs: a fresh mount with the defaults (`--prefetch tree`, a fresh cache) of the JPEGs, "
