@@ -97,6 +97,9 @@ type Config struct {
 	// scores, by model name (--labels): predictions name their classes
 	// with them. New checks each has one name per class (CheckLabels).
 	Labels map[string][]string
+	// PredictionsTop is the classes a prediction lists (default 5;
+	// --predictions-top).
+	PredictionsTop int
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
 
@@ -227,6 +230,9 @@ func New(cfg Config) (*Pipeline, error) {
 		if mb := cfg.Prefetch.MaxBytes; mb > 0 && mb < cfg.CacheWriteBytes {
 			cfg.CacheWriteBytes = mb
 		}
+	}
+	if cfg.PredictionsTop <= 0 {
+		cfg.PredictionsTop = 5
 	}
 	if cfg.CacheWriters <= 0 {
 		cfg.CacheWriters = defaultCacheWriters()
