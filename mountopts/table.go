@@ -268,7 +268,7 @@ var table = []*Option{
 			},
 			ok: func(o *Options) error { return o.checkModels() },
 		}},
-	{Name: "labels", Key: "labels", In: sourceCmds,
+	{Name: "labels", Key: "labels", In: mountCmds,
 		Help: "`NAME=FILE`: class names (one per line, or a JSON list) of model NAME, whose last layer is class scores: predictions/NAME/ names its classes (repeatable; docs/MODELS.md)",
 		v: custom{
 			set:  func(o *Options, s string) error { return o.AddLabels(s) },

@@ -1,12 +1,17 @@
 package features
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
 
 func TestTopKIsSoftmaxHighestFirst(t *testing.T) {
@@ -81,5 +86,94 @@ func TestCheckLabelsCountsClasses(t *testing.T) {
 	err := CheckLabels(m, []string{"a", "b"})
 	if err == nil || !strings.Contains(err.Error(), "2 class names for model m") || !strings.Contains(err.Error(), "has 3 classes") {
 		t.Errorf("CheckLabels = %v", err)
+	}
+}
+
+// PredictTree predicts every image under the prefix from the last layer
+// (the fake's logits are an object's first bytes), emits a bad image as an
+// error and lists it as failed, skips what Skip says, and counts them;
+// PredictAll keeps its input's order.
+func TestPredictTreeAndAll(t *testing.T) {
+	objs := map[string]string{"notes.txt": "not an image"}
+	for i := range 40 {
+		objs[fmt.Sprintf("train/c%d/%03d.jpg", i%3, i)] = string([]byte{byte(i), byte(40 - i)})
+	}
+	objs["train/c0/zz-bad.jpg"] = "BAD image"
+	b, _ := localBucket(t, objs)
+	p, err := New(Config{Bucket: b, Extractor: newFakeExtractor(), Cache: fakes.NewCache(),
+		Labels: map[string][]string{"tiny": {"first", "second"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	var mu sync.Mutex
+	got := map[string]Prediction{}
+	res, err := p.PredictTree(ctx, PredictOptions{Model: "tiny", Prefix: "train", TopK: 1,
+		Skip: func(key string) bool { return key == "train/c1/001.jpg" }},
+		func(pr Prediction) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if _, dup := got[pr.Key]; dup {
+				t.Errorf("%s emitted twice", pr.Key)
+			}
+			got[pr.Key] = pr
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total != 41 || res.Cached != 1 || res.Extracted != 39 || res.Failed != 1 || len(res.Failures) != 1 || !res.Failures[0].BadObject {
+		t.Errorf("result %+v", res)
+	}
+	if len(got) != 40 {
+		t.Errorf("%d emitted, want 40", len(got))
+	}
+	for k, pr := range got {
+		if k == "train/c0/zz-bad.jpg" {
+			if pr.Err == "" || pr.Top != nil {
+				t.Errorf("bad image: %+v", pr)
+			}
+			continue
+		}
+		data := objs[k]
+		want := 0
+		if data[1] > data[0] {
+			want = 1
+		}
+		if pr.Err != "" || len(pr.Top) != 1 || pr.Top[0].Index != want {
+			t.Errorf("%s (logits %v): %+v, want class %d", k, []byte(data), pr, want)
+		}
+	}
+	if p.Labels("tiny")[1] != "second" {
+		t.Errorf("labels %q", p.Labels("tiny"))
+	}
+
+	m, _ := p.cfg.Extractor.Model("tiny")
+	v := p.PredictionView(m)
+	var list []bucket.Object
+	for _, k := range []string{"train/c0/000.jpg", "train/c0/zz-bad.jpg", "train/c2/038.jpg"} {
+		o, err := b.Stat(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, o)
+	}
+	all := p.PredictAll(ctx, v, list, 2)
+	if len(all) != 3 || all[0].Key != list[0].Key || all[1].Err == "" || all[2].Top[0].Index != 0 || len(all[2].Top) != 2 {
+		t.Errorf("PredictAll = %+v", all)
+	}
+}
+
+// New refuses labels whose count is not the model's class count, and
+// labels of a model it does not serve.
+func TestNewChecksLabels(t *testing.T) {
+	b, _ := localBucket(t, map[string]string{"a.jpg": "x"})
+	for _, labels := range []map[string][]string{{"tiny": {"one"}}, {"other": {"a", "b"}}} {
+		p, err := New(Config{Bucket: b, Extractor: newFakeExtractor(), Cache: fakes.NewCache(), Labels: labels})
+		if err == nil {
+			p.Close()
+			t.Errorf("labels %v accepted", labels)
+		}
 	}
 }
