@@ -3,9 +3,9 @@ package fs
 import (
 	"context"
 	"sort"
-	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -34,7 +34,9 @@ import (
 // of lines, so memory per request is bounded whatever the prefix's size;
 // a whole-file read is a stream of such requests. The listing is the
 // snapshot stat last took (taken again after --metadata-ttl), so a file's
-// size and lines agree.
+// size and lines agree; the snapshots are kept in one LRU for the whole
+// tree (FS.predSnaps, predSnapshotBytes), and one evicted, or too large
+// for it, is taken again from the namespace's listing.
 type predFile struct {
 	gofs.Inode
 	readOnly
@@ -42,9 +44,17 @@ type predFile struct {
 	fs     *FS
 	pv     *predView
 	prefix string
+}
 
-	mu   sync.Mutex
-	snap *predSnapshot // GUARDED_BY(mu)
+// predSnapshotBytes bounds the predictions files' listing snapshots kept
+// between requests, all files together (FS.predSnaps): about 700,000
+// images' records and line offsets.
+const predSnapshotBytes = 64 << 20
+
+// predSnapshotCost is the bytes a snapshot of n images holds (an
+// object record and a line offset each; the strings are the listing's).
+func predSnapshotCost(n int) int {
+	return 64 + n*int(unsafe.Sizeof(bucket.Object{})+8)
 }
 
 var _ = (gofs.NodeGetattrer)((*predFile)(nil))
@@ -64,10 +74,9 @@ type predSnapshot struct {
 // than the mount's --metadata-ttl (or when fresh is false), else a new one
 // read through the namespace.
 func (pf *predFile) snapshot(ctx context.Context, fresh bool) (*predSnapshot, error) {
-	pf.mu.Lock()
-	s := pf.snap
-	pf.mu.Unlock()
-	if s != nil && (!fresh || pf.fs.now().Sub(s.taken) < pf.fs.metadataTTL) {
+	id := pf.pv.model.Name + "\x00" + pf.prefix
+	s, ok := pf.fs.predSnaps.Get(id)
+	if ok && (!fresh || pf.fs.now().Sub(s.taken) < pf.fs.metadataTTL) {
 		return s, nil
 	}
 	s = &predSnapshot{taken: pf.fs.now(), mtime: pf.fs.p.Started()}
@@ -89,9 +98,7 @@ func (pf *predFile) snapshot(ctx context.Context, fresh bool) (*predSnapshot, er
 			}
 		}
 	}
-	pf.mu.Lock()
-	pf.snap = s
-	pf.mu.Unlock()
+	pf.fs.predSnaps.Put(id, s, predSnapshotCost(len(s.objs)))
 	return s, nil
 }
 
