@@ -387,3 +387,27 @@ func argmax(p []float64) int {
 	}
 	return best
 }
+
+// TestPredictionsThroughServe: a --remote mount of `featurefs serve` over
+// MinIO, with the labels on the mount and the model only on the server,
+// shows the same predictions (PyTorch's, the labels' names, the corrupt
+// image's error line): the last layer is computed near the data, softmax
+// and top-k in the mount.
+func TestPredictionsThroughServe(t *testing.T) {
+	f := newPredictionsFixture(t)
+	s := startServe(t, "s3://data", f.env, "--endpoint-url", f.srv.Endpoint, "--model", "v1="+f.models["v1"])
+	m := testMount(t, mountConfig{Args: s.remoteArgs("--labels", "v1="+f.labels, "--prefetch", "off"), NoModel: true})
+	p := m.Path("predictions", "v1", "cls", "predictions.jsonl")
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(content)) != st.Size() {
+		t.Errorf("read %d bytes, stat said %d", len(content), st.Size())
+	}
+	f.checkPredictions(t, content, "v1", 5, f.names)
+}
