@@ -226,6 +226,10 @@ summary() {
       while IFS='|' read -r r v; do
         row "scale: features of archive members byte-identical to the loose images'" "$r" "all: $v" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| features byte-identical, packed vs loose [^|]* \| \*\*([0-9]+ of [0-9]+)\*\* identical \| ([A-Za-z]+) \|$/\1|\2/p' "$f") ;;
+    predictions)
+      while IFS='|' read -r name r; do
+        row "predictions: $name, vs a cold read of the same images' last-layer .npy files" "${r}x" "no target (~1.00x: the same extractions)" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| (cold: `cat predictions[^|]*[^ |]|`featurefs warm --predictions`[^|]*[^ |]) \| [^|]* \| [^|]* \| [^|]* \| ([0-9.]+)x \|$/\1|\2/p' "$f") ;;
     gpu)
       while IFS='|' read -r layer r s; do
         row "GPU extraction, featurefs vs PyTorch on the same GPU (ResNet-50 $layer)" "${r}x" ">= 1.5x: $(verdict "$r" 1.5)" "$area"; n=$((n + 1))

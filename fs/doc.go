@@ -2,6 +2,7 @@
 //
 //	features/<model>/<layer>/<prefix>.../<name>.npy   one feature tensor per image object
 //	features/<model>/layers                           the model's layer table
+//	predictions/<model>/<prefix>.../predictions.jsonl the top classes of the prefix's images
 //	.featurefs/stats                                  JSON figures (cache, extraction, errors)
 //
 // # Data flow

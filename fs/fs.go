@@ -19,6 +19,7 @@ import (
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
+	"github.com/featurefs/featurefs/fs/internal/lru"
 	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/fs/naming"
 )
@@ -54,6 +55,10 @@ type FS struct {
 	journal *figures.Journal
 
 	stats counters
+
+	// predSnaps are the predictions files' listing snapshots, by model
+	// and prefix, bounded by predSnapshotBytes (predictionsfile.go).
+	predSnaps *lru.LRU[string, *predSnapshot]
 
 	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
 	budget budget      // the nodes' part of the metadata budget (budget.go)
@@ -92,6 +97,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		p:           p,
 		journal:     p.Journal(),
 		budget:      newBudget(),
+		predSnaps:   lru.New[string, *predSnapshot](predSnapshotBytes),
 	}
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")

@@ -17,7 +17,7 @@ import (
 // once.
 const FailuresFile = "failures"
 
-// rootDir is the mount's root: features/ and .featurefs/. The whole tree
+// rootDir is the mount's root: features/, predictions/ and .featurefs/. The whole tree
 // down to the layer directories is built once, when the root is attached,
 // from persistent inodes.
 type rootDir struct {
@@ -29,13 +29,20 @@ type rootDir struct {
 var _ = (gofs.NodeOnAdder)((*rootDir)(nil))
 var _ = (gofs.NodeGetattrer)((*rootDir)(nil))
 
-// OnAdd builds features/<model>/..., .featurefs/stats and .featurefs/failures.
+// OnAdd builds features/<model>/..., predictions/<model>/, .featurefs/stats
+// and .featurefs/failures.
 func (r *rootDir) OnAdd(ctx context.Context) {
 	features := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "features")})
 	r.AddChild("features", features, true)
 	for _, m := range r.fs.models {
 		md := features.NewPersistentInode(ctx, &modelDir{fs: r.fs, model: m}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "features", m.Name)})
 		features.AddChild(m.Name, md, true)
+	}
+	preds := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "predictions")})
+	r.AddChild("predictions", preds, true)
+	for _, m := range r.fs.models {
+		pd := preds.NewPersistentInode(ctx, newPredModelDir(r.fs, m), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('p', m.Name, "")})
+		preds.AddChild(m.Name, pd, true)
 	}
 	meta := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', ".featurefs")})
 	r.AddChild(".featurefs", meta, true)

@@ -17,7 +17,7 @@ func TestTreeShape(t *testing.T) {
 	b.put("top.jpeg", []byte("top"))
 	e := testMount(t, b)
 
-	if got := names(t, e.mnt); !same(got, []string{"features/", ".featurefs/"}) {
+	if got := names(t, e.mnt); !same(got, []string{"features/", "predictions/", ".featurefs/"}) {
 		t.Errorf("root = %q", got)
 	}
 	if got := names(t, e.path("features")); !same(got, []string{"tiny/"}) {

@@ -3,8 +3,10 @@ package mountopts
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +20,16 @@ type Options struct {
 	// NAME=PATH.onnx (repeatable) adds one or replaces the path of one named
 	// in the config file, keeping its preprocessing and aliases.
 	Models []spec.ModelSpec
+
+	// Labels maps a model's name to its labels file: the class names of a
+	// model whose last layer is class scores, one per line or a JSON list
+	// (--labels NAME=FILE, repeatable; the config file's labels: map, paths
+	// relative to the file). The predictions view names classes with them;
+	// their count must be the last layer's size (checked at start).
+	Labels map[string]string
+	// PredictionsTop is how many classes each line of a predictions file
+	// lists, highest softmax score first (--predictions-top).
+	PredictionsTop int
 
 	// ConfigFile is the YAML file the other settings were read from, if any
 	// (--config).
@@ -264,6 +276,33 @@ func (o *Options) AddModel(value string) error {
 	}
 	o.Models = append(o.Models, spec.ModelSpec{Name: name, Path: path})
 	return nil
+}
+
+// AddLabels parses one --labels NAME=FILE: the labels file of model NAME
+// (a later one for the same model replaces it).
+func (o *Options) AddLabels(value string) error {
+	name, path, ok := strings.Cut(value, "=")
+	if !ok || name == "" || path == "" {
+		return fmt.Errorf("--labels %q: want NAME=FILE, e.g. resnet50=/models/imagenet-classes.txt", value)
+	}
+	if o.Labels == nil {
+		o.Labels = map[string]string{}
+	}
+	o.Labels[name] = path
+	return nil
+}
+
+// checkLabels checks that every labels file reads as class names
+// (spec.ReadLabels); that their count matches the model is checked once
+// the models are loaded.
+func (o *Options) checkLabels() error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(o.Labels)) {
+		if _, err := spec.ReadLabels(o.Labels[name]); err != nil {
+			errs = append(errs, fmt.Errorf("--labels %s=%s: %w", name, o.Labels[name], errors.Unwrap(err)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // SetImageExtensions parses a comma-separated --image-extensions value

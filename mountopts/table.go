@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -267,6 +268,27 @@ var table = []*Option{
 			},
 			ok: func(o *Options) error { return o.checkModels() },
 		}},
+	{Name: "labels", Key: "labels", In: mountCmds,
+		Help: "`NAME=FILE`: class names (one per line, or a JSON list) of model NAME, whose last layer is class scores: predictions/NAME/ names its classes (repeatable; docs/MODELS.md)",
+		v: custom{
+			set:  func(o *Options, s string) error { return o.AddLabels(s) },
+			file: reflect.TypeFor[map[string]string](),
+			loadFile: func(o *Options, v reflect.Value, dir string) error {
+				for name, p := range v.Interface().(map[string]string) {
+					if p != "" && !filepath.IsAbs(p) && dir != "" {
+						p = filepath.Join(dir, p)
+					}
+					if err := o.AddLabels(name + "=" + p); err != nil {
+						return fmt.Errorf("labels: %w", err)
+					}
+				}
+				return nil
+			},
+			ok: func(o *Options) error { return o.checkLabels() },
+		}},
+	{Name: "predictions-top", Key: "predictions-top", In: mountCmds,
+		Help: "classes per line of a predictions file, highest softmax score first",
+		v:    num(func(o *Options) *int { return &o.PredictionsTop }, 5, positive[int]("predictions-top", "%d"))},
 	{Name: "config", In: sourceCmds,
 		Help: "YAML config `file` (models with preprocessing and aliases, and any option)",
 		v:    str(func(o *Options) *string { return &o.ConfigFile }, "", nil)},

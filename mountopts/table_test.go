@@ -19,6 +19,8 @@ func sampleOf(t *testing.T, opt *Option) (flagText, yamlText string) {
 		return "r50=/m/r50.onnx", "{r50: {path: /m/r50.onnx}}"
 	case "image-extensions":
 		return "tif,bmp", "[tif, bmp]"
+	case "labels":
+		return "r50=/m/classes.txt", "{r50: /m/classes.txt}"
 	case "remote":
 		return "http://h:7070", ""
 	}
@@ -130,6 +132,7 @@ func TestEveryCheckNamesItsFlag(t *testing.T) {
 		"max-concurrent": "0", "max-batch-items": "0", "max-request-bytes": "10", "item-timeout": "0s",
 		"wire-compression": "zeros", "heartbeat": "0s", "max-conns": "-1", "max-conns-per-peer": "0",
 		"write-timeout": "0s", "max-buffered-bytes": "10", "shard": "3/3",
+		"labels": "r=/nonexistent/classes.txt", "predictions-top": "0",
 	}
 	for _, opt := range Table() {
 		text, ok := bad[opt.Name]

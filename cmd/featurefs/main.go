@@ -23,6 +23,9 @@ Usage:
   featurefs warm PATH                         extract everything under a feature directory, with progress
   featurefs warm --source SOURCE --model NAME=M.onnx --layer LAYER [PREFIX]
                                               the same without a mount: into --cache-dir (and --feature-store)
+  featurefs warm --source SOURCE --model NAME=M.onnx --predictions OUT.jsonl [PREFIX]
+                                              top classes of every image, one JSON line each (resumable)
+  featurefs diff-predictions A.jsonl B.jsonl  images whose top-1 class changed between two predictions files
   featurefs serve [flags] SOURCE              near-data feature server (docs/SERVE.md)
   featurefs doctor [--json]                   ONNX Runtime, GPUs, CUDA libraries: what --device auto runs on
   featurefs bench --model M.onnx [flags] DIR  extraction throughput on the images in DIR (JSON)
@@ -58,6 +61,8 @@ func run(args []string) int {
 		return runWarm(rest)
 	case "stats":
 		return runStats(rest)
+	case "diff-predictions":
+		return runDiffPredictions(rest)
 	case "serve":
 		privateUmask()
 		return runServe(rest)

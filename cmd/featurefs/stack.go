@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
@@ -118,7 +121,13 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		s.ex = svc
 	}
 
+	labels, err := loadLabels(o, s.ex)
+	if err != nil {
+		return nil, err
+	}
 	cfg := features.Config{
+		Labels:          labels,
+		PredictionsTop:  o.PredictionsTop,
 		Bucket:          s.source,
 		Extractor:       s.ex,
 		Cache:           s.cache,
@@ -143,6 +152,32 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 	// queued cache writes drain, before the extractor and the cache close.
 	s.opened("the pipeline", s.pipe.Close)
 	return s, nil
+}
+
+// loadLabels reads the --labels files (Validate read each once already)
+// and checks each against its model's class count, failing with one line
+// that names the flag, the file and the counts.
+func loadLabels(o mountopts.Options, ex features.Extractor) (map[string][]string, error) {
+	if len(o.Labels) == 0 {
+		return nil, nil
+	}
+	out := map[string][]string{}
+	for _, name := range slices.Sorted(maps.Keys(o.Labels)) {
+		path := o.Labels[name]
+		names, err := spec.ReadLabels(path)
+		if err != nil {
+			return nil, failf(exitUsage, "--labels %s=%s: %w", name, path, errors.Unwrap(err))
+		}
+		m, ok := ex.Model(name)
+		if !ok {
+			return nil, failf(exitUsage, "--labels %s=%s: no model %s is served", name, path, name)
+		}
+		if err := features.CheckLabels(m, names); err != nil {
+			return nil, failf(exitUsage, "--labels %s=%s: %w", name, path, err)
+		}
+		out[name] = names
+	}
+	return out, nil
 }
 
 // opened records a part, to be closed in reverse order.

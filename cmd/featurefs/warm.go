@@ -29,6 +29,7 @@ import (
 
 const warmUsage = `Usage: featurefs warm [--jobs N] PATH
        featurefs warm --source SOURCE --model NAME=PATH.onnx --layer LAYER [--shard K/N] [flags] [PREFIX]
+       featurefs warm --source SOURCE --model NAME=PATH.onnx --predictions OUT.jsonl [--labels NAME=FILE] [--shard K/N] [PREFIX]
 
 Extracts every feature under a feature directory into the cache, showing
 progress (done/total, rate, ETA; plain log lines when stdout is not a
@@ -56,6 +57,13 @@ or the pods of a Kubernetes Indexed Job (--shard $(JOB_COMPLETION_INDEX)/N),
 sharing one --feature-store fill it once, and a rerun of a part skips what
 the store has (docs/FEATURE-STORE.md, docs/KUBERNETES.md). Progress,
 summary and failures name the part.
+
+--predictions OUT.jsonl (with --source) writes, instead of a layer, each
+image's top classes (--predictions-top, softmax of the model's last layer,
+named with --labels) as one JSON line, {"key": ..., "top": [[class, name,
+score], ...]}, or {"key": ..., "error": ...} for an image that failed
+(also in the failure list). A rerun appends only the keys OUT lacks: its
+error lines are dropped and tried again (docs/MODELS.md).
 
 Exit codes: 0 everything extracted, 1 some objects failed (or another
 error), 2 bad usage (nothing is walked, no summary is printed); without a
@@ -94,6 +102,7 @@ func rejectMountOnly(args []string) error {
 // warmArgs are warm's own flags.
 type warmArgs struct {
 	source, layer string
+	predictions   string
 	jobs          int
 	interval      time.Duration
 }
@@ -105,6 +114,7 @@ func warmFlags(o *mountopts.Options, w *warmArgs) *flag.FlagSet {
 	bindWarmOnly(fl, o)
 	fl.StringVar(&w.source, "source", w.source, "without a mount: the `SOURCE` to read (s3://BUCKET[/PREFIX] or a directory)")
 	fl.StringVar(&w.layer, "layer", w.layer, "without a mount: the layer directory name, e.g. layer12 or an alias")
+	fl.StringVar(&w.predictions, "predictions", w.predictions, "without a mount: write the top classes (--predictions-top) of every image to this JSON-lines `file` instead of extracting a layer; a rerun skips the keys it has")
 	fl.IntVar(&w.jobs, "jobs", w.jobs, "files read at once through a mount")
 	fl.DurationVar(&w.interval, "progress-interval", w.interval, "how often a progress line is printed when stdout is not a terminal")
 	return fl
@@ -157,6 +167,10 @@ func runWarm(args []string) int {
 		return exitUsage
 	}
 	var shard spec.Shard
+	if w.predictions != "" && w.source == "" {
+		fmt.Fprintf(os.Stderr, "featurefs warm: --predictions needs --source (through a mount, read MOUNT/predictions/MODEL/.../%s)\n", featurefs.PredictionsFile)
+		return exitUsage
+	}
 	if o.Shard != "" {
 		if w.source == "" {
 			fmt.Fprintf(os.Stderr, "featurefs warm: --shard %s needs --source: a part is a set of the source's objects, which a mount's PATH does not name\n", o.Shard)
@@ -271,6 +285,12 @@ const maxListedFailures = 1000
 // warmSource extracts without a mount: the stack opened here (no FUSE
 // tree), the work done by features.Pipeline.Warm.
 func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, shard spec.Shard, prefix string, prog *progress) (warmOutcome, error) {
+	if w.predictions != "" {
+		if w.layer != "" {
+			return warmOutcome{}, failf(exitUsage, "--predictions reads the model's last layer: give no --layer")
+		}
+		return warmPredictions(ctx, o, w, shard, prefix, prog)
+	}
 	start := time.Now()
 	if w.layer == "" {
 		return warmOutcome{}, failf(exitUsage, "--source needs --layer (e.g. layer12; see featurefs layers MODEL.onnx)")

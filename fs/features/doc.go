@@ -31,4 +31,9 @@
 // MOUNT/.featurefs/stats, of GET /v1/stats and of the Prometheus metrics)
 // reads them, and its Journal keeps the recent errors. Errors become
 // errnos, and are counted by kind, in the tree (package fs), not here.
+//
+// Predictions (predict.go) read a model's last layer through Read and
+// compute the softmax top-k here: PredictAll for the tree's
+// predictions.jsonl files, PredictTree for featurefs warm --predictions,
+// both within one budget shared by every caller.
 package features

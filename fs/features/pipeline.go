@@ -3,6 +3,7 @@ package features
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,13 @@ type Config struct {
 	// (fs/archive; "tar", "zip"): the naming rule shows "NAME.tar/" as
 	// NAME (naming.Rule.WithArchives). None: archives are objects.
 	Archives []string
+	// Labels are the class names of models whose last layer is class
+	// scores, by model name (--labels): predictions name their classes
+	// with them. New checks each has one name per class (CheckLabels).
+	Labels map[string][]string
+	// PredictionsTop is the classes a prediction lists (default 5;
+	// --predictions-top).
+	PredictionsTop int
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
 
@@ -172,8 +180,11 @@ type Pipeline struct {
 	// tree and the server over the pipeline tell theirs to it too.
 	journal *figures.Journal
 
-	pf    *prefetcher     // background extraction; stopped by Close
-	owner *lifetime.Owner // owns the detached reads (features); closed by Close
+	pf *prefetcher // background extraction; stopped by Close
+	// predicting bounds the predictions in flight (PredictAll,
+	// PredictTree), all callers together: prefetch's bounds.
+	predicting *budget
+	owner      *lifetime.Owner // owns the detached reads (features); closed by Close
 }
 
 // ErrClosed is matched by the error of a read of a closed pipeline.
@@ -220,11 +231,23 @@ func New(cfg Config) (*Pipeline, error) {
 			cfg.CacheWriteBytes = mb
 		}
 	}
+	if cfg.PredictionsTop <= 0 {
+		cfg.PredictionsTop = 5
+	}
 	if cfg.CacheWriters <= 0 {
 		cfg.CacheWriters = defaultCacheWriters()
 	}
 	if cfg.CacheDrainTimeout <= 0 {
 		cfg.CacheDrainTimeout = defaultCacheDrainTimeout
+	}
+	for name, labels := range cfg.Labels {
+		m, ok := cfg.Extractor.Model(name)
+		if !ok {
+			return nil, fmt.Errorf("features.New: labels for model %q, which is not served", name)
+		}
+		if err := CheckLabels(m, labels); err != nil {
+			return nil, fmt.Errorf("features.New: %w", err)
+		}
 	}
 	if cfg.StoreOnly && cfg.FeatureStore == nil {
 		return nil, errors.New("features.New: StoreOnly needs a FeatureStore")
@@ -251,6 +274,7 @@ func New(cfg Config) (*Pipeline, error) {
 	p.cfg.Bucket = countingBucket{Bucket: cfg.Bucket, o: &p.obs, h: &p.health}
 	p.cfg.Extractor = observedExtractor{Extractor: cfg.Extractor, o: &p.obs, now: cfg.Now}
 	p.pf = newPrefetcher(p, cfg.Prefetch)
+	p.predicting = newBudget(p.pf.maxInFlight, p.pf.maxBytes)
 	return p, nil
 }
 

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/mountopts"
+)
+
+// warmPredictions writes the predictions of every image under prefix (of
+// the shard) to w.predictions, one JSON line each, without a mount. It
+// resumes: the keys already predicted in the file are skipped; its error
+// lines (tried again) and a last line cut short are dropped first.
+func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard spec.Shard, prefix string, prog *progress) (warmOutcome, error) {
+	start := time.Now()
+	if err := o.Validate(); err != nil {
+		return warmOutcome{}, failf(validateCode(err), "%w", err)
+	}
+	if len(o.Models) != 1 {
+		return warmOutcome{}, failf(exitUsage, "--predictions needs exactly one --model NAME=PATH.onnx, got %d", len(o.Models))
+	}
+	done, err := resumePredictions(w.predictions)
+	if err != nil {
+		return warmOutcome{}, failf(exitUsage, "--predictions %s: %w", w.predictions, err)
+	}
+	log, logc, err := newLogger(o)
+	if err != nil {
+		return warmOutcome{}, err
+	}
+	defer logc.Close()
+	warn := func(msg string) { fmt.Fprintf(os.Stderr, "featurefs warm: warning: %s\n", oneLine(msg)) }
+	st, err := openStack(ctx, o, stackOptions{source: w.source, log: log, warn: warn,
+		readTimeout: o.ReadTimeout, storeWait: time.Hour})
+	if errors.Is(err, cache.ErrLocked) {
+		return warmOutcome{}, failf(exitCache, "%w (a mount is using it: read MOUNT/predictions/... instead)", err)
+	}
+	if err != nil {
+		return warmOutcome{}, err
+	}
+	defer st.Close()
+	name := o.Models[0].Name
+	m, _ := st.ex.Model(name)
+	layout := features.NewPredictionLayout(m, st.pipe.Labels(name), o.PredictionsTop)
+
+	f, err := os.OpenFile(w.predictions, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return warmOutcome{}, failf(exitUsage, "--predictions: %w", err)
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 64<<10) // the lines of a run cut short: at most this much is lost, and predicted again
+	var line []byte
+	res, err := st.pipe.PredictTree(ctx, features.PredictOptions{
+		Model: name, Prefix: prefix, TopK: o.PredictionsTop, Shard: shard, Archives: o.ArchiveFormats(),
+		MaxFailures: maxListedFailures,
+		Skip:        func(key string) bool { _, ok := done[key]; return ok },
+		Progress:    func(p features.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
+	}, func(pr features.Prediction) error {
+		line = layout.Append(line[:0], pr, false)
+		_, err := bw.Write(line)
+		return err
+	})
+	if ferr := bw.Flush(); ferr != nil && err == nil {
+		err = ferr
+	}
+	if cerr := f.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	out := warmOutcome{total: res.Total, done: res.Done, failed: res.Failed, elapsed: time.Since(start), shard: shard.String(),
+		store: fmt.Sprintf("%d predicted now, %d already in %s", res.Extracted, res.Cached, w.predictions)}
+	for _, fl := range res.Failures {
+		out.failures = append(out.failures, warmFailure{key: fl.Key, reason: fl.Reason})
+	}
+	return out, err
+}
+
+// resumePredictions reads a predictions file written before, if there is
+// one, and returns the keys it has predictions for. Error lines and a
+// last line without its newline (a run cut short) are dropped from the
+// file, so that a rerun tries those images again and appends one line
+// each. It holds one key per predicted image.
+func resumePredictions(path string) (map[string]struct{}, error) {
+	done := map[string]struct{}{}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return done, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var keep bytes.Buffer
+	dropped := 0
+	for n := 1; len(b) > 0; n++ {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			dropped++ // cut short
+			break
+		}
+		line := b[:i+1]
+		b = b[i+1:]
+		var pl features.PredictionLine
+		if err := json.Unmarshal(line, &pl); err != nil {
+			return nil, fmt.Errorf("line %d is not a prediction (%v): not a predictions file?", n, err)
+		}
+		if pl.Error != "" || pl.Key == "" {
+			dropped++
+			continue
+		}
+		done[pl.Key] = struct{}{}
+		keep.Write(line)
+	}
+	if dropped == 0 {
+		return done, nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, keep.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	return done, os.Rename(tmp, path)
+}
+
+const diffUsage = `Usage: featurefs diff-predictions [--list N] A.jsonl B.jsonl
+
+Compares two predictions files (featurefs warm --predictions, or
+MOUNT/predictions/MODEL/.../predictions.jsonl), typically a model's
+previous version (A) and its new one (B): counts the images in both, those
+whose top-1 class changed, and those only in one or with an error line in
+either, and lists the changed ones (the first --list, in key order) as
+KEY: A-CLASS (NAME) -> B-CLASS (NAME). Exit code 0 when the comparison
+ran (whatever it found), 2 for bad usage or an unreadable file.
+
+Flags:
+`
+
+// runDiffPredictions is featurefs diff-predictions.
+func runDiffPredictions(args []string) int {
+	fl := flag.NewFlagSet("diff-predictions", flag.ContinueOnError)
+	list := fl.Int("list", 20, "changed images listed (0: none, -1: all)")
+	fl.SetOutput(io.Discard)
+	pos, err := parseInterspersed(fl, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(os.Stderr, diffUsage)
+		fl.SetOutput(os.Stderr)
+		fl.PrintDefaults()
+		return exitOK
+	}
+	if err == nil && len(pos) != 2 {
+		err = fmt.Errorf("want two predictions files A and B, got %d arguments", len(pos))
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs diff-predictions: %v\nRun 'featurefs diff-predictions -h' for the flags.\n", err)
+		return exitUsage
+	}
+	d, err := diffPredictions(pos[0], pos[1])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs diff-predictions: %v\n", err)
+		return exitUsage
+	}
+	d.print(os.Stdout, *list)
+	return exitOK
+}
+
+// top1 is one image's top class in a predictions file.
+type top1 struct {
+	class int
+	name  string
+	ok    bool // false: an error line
+}
+
+// predDiff is what diffPredictions found.
+type predDiff struct {
+	a, b               string
+	both, same         int
+	onlyA, onlyB, errs int
+	changed            []predChange
+}
+
+// predChange is one image whose top-1 class changed.
+type predChange struct {
+	key      string
+	from, to top1
+}
+
+// readTop1 reads a predictions file's top-1 classes by key (a later line
+// of a key wins).
+func readTop1(path string) (map[string]top1, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]top1{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var pl features.PredictionLine
+		if err := json.Unmarshal(sc.Bytes(), &pl); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", path, n, err)
+		}
+		c, name, ok := pl.Top1()
+		out[pl.Key] = top1{class: c, name: name, ok: ok}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
+}
+
+// diffPredictions compares the top-1 classes of two predictions files.
+func diffPredictions(a, b string) (*predDiff, error) {
+	ta, err := readTop1(a)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := readTop1(b)
+	if err != nil {
+		return nil, err
+	}
+	d := &predDiff{a: a, b: b}
+	for k, pa := range ta {
+		pb, ok := tb[k]
+		switch {
+		case !ok:
+			d.onlyA++
+		case !pa.ok || !pb.ok:
+			d.errs++
+		case pa.class == pb.class:
+			d.both++
+			d.same++
+		default:
+			d.both++
+			d.changed = append(d.changed, predChange{key: k, from: pa, to: pb})
+		}
+	}
+	for k := range tb {
+		if _, ok := ta[k]; !ok {
+			d.onlyB++
+		}
+	}
+	sort.Slice(d.changed, func(i, j int) bool { return d.changed[i].key < d.changed[j].key })
+	return d, nil
+}
+
+// print writes the counts and the first list changed images.
+func (d *predDiff) print(w io.Writer, list int) {
+	pct := 0.0
+	if d.both > 0 {
+		pct = 100 * float64(len(d.changed)) / float64(d.both)
+	}
+	fmt.Fprintf(w, "%d images in both: %d top-1 changed (%.2f%%), %d unchanged\n", d.both, len(d.changed), pct, d.same)
+	fmt.Fprintf(w, "%d only in %s, %d only in %s, %d with an error line in either\n", d.onlyA, filepath.Base(d.a), d.onlyB, filepath.Base(d.b), d.errs)
+	for i, c := range d.changed {
+		if list >= 0 && i >= list {
+			fmt.Fprintf(w, "... and %d more\n", len(d.changed)-i)
+			break
+		}
+		fmt.Fprintf(w, "%s: %s -> %s\n", c.key, c.from, c.to)
+	}
+}
+
+// String is "CLASS (NAME)", or CLASS without a name.
+func (t top1) String() string {
+	if t.name == "" {
+		return fmt.Sprint(t.class)
+	}
+	return fmt.Sprintf("%d (%s)", t.class, t.name)
+}

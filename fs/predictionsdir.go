@@ -1,0 +1,119 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/fs/features"
+)
+
+// PredictionsFile is the file, in every directory under
+// predictions/<model>/, that holds the top classes of the images directly
+// in that directory's bucket prefix, one JSON line each
+// (predictionsfile.go).
+const PredictionsFile = "predictions.jsonl"
+
+// predView is what every node under predictions/<model>/ shares: the
+// model, the view of its last layer (class scores) and the lines' layout.
+// Constant.
+type predView struct {
+	model  *api.Model
+	view   *features.View
+	layout *features.PredictionLayout
+}
+
+// predDir is predictions/<model>/<prefix>: the bucket prefix's
+// subdirectories, as the feature directories show them, and its
+// predictions file. A subdirectory named predictions.jsonl is hidden by
+// the file.
+type predDir struct {
+	gofs.Inode
+	readOnly
+	fs     *FS
+	pv     *predView
+	prefix string // "" or "a/b/"
+}
+
+var _ = (gofs.NodeGetattrer)((*predDir)(nil))
+var _ = (gofs.NodeLookuper)((*predDir)(nil))
+var _ = (gofs.NodeReaddirer)((*predDir)(nil))
+var _ = (gofs.NodeOnAdder)((*predDir)(nil))
+var _ = (gofs.NodeOnForgetter)((*predDir)(nil))
+
+// newPredModelDir returns predictions/<model>.
+func newPredModelDir(f *FS, m *api.Model) *predDir {
+	k := f.p.Config().PredictionsTop
+	pv := &predView{model: m, view: f.p.PredictionView(m), layout: features.NewPredictionLayout(m, f.p.Labels(m.Name), k)}
+	return &predDir{fs: f, pv: pv}
+}
+
+// OnAdd counts the node in the metadata budget (budget.go).
+func (d *predDir) OnAdd(ctx context.Context) { d.fs.nodeAdded() }
+
+// OnForget takes the node out of the metadata budget.
+func (d *predDir) OnForget() { d.fs.nodeForgotten() }
+
+// Getattr reports a read-only directory.
+func (d *predDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.fs.dirAttr(&out.Attr)
+	return 0
+}
+
+// Lookup finds the predictions file or a subdirectory (through the
+// namespace's listings, shared with the feature directories).
+func (d *predDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	d.fs.stats.lookups.Add(1)
+	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('j', d.pv.model.Name, d.prefix)}
+	if name == PredictionsFile {
+		pf := &predFile{fs: d.fs, noOpen: noOpen{d.fs}, pv: d.pv, prefix: d.prefix}
+		if ch := d.GetChild(name); ch != nil && ch.StableAttr() == id {
+			pf = ch.Operations().(*predFile)
+		}
+		snap, err := pf.snapshot(ctx, true)
+		if err != nil {
+			return nil, d.fs.errno(err, d.prefix)
+		}
+		pf.attr(&out.Attr, snap)
+		if ch := d.GetChild(name); ch != nil && ch.StableAttr() == id {
+			return ch, 0
+		}
+		return d.NewInode(ctx, pf, id), 0
+	}
+	e, err := d.fs.ns.Lookup(ctx, d.prefix, name)
+	if err != nil {
+		return nil, d.fs.errno(err, d.prefix+name)
+	}
+	if !e.Dir {
+		return nil, syscall.ENOENT
+	}
+	d.fs.dirAttr(&out.Attr)
+	id = gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('p', d.pv.model.Name, e.Sub)}
+	if ch := d.GetChild(name); ch != nil && ch.StableAttr() == id {
+		return ch, 0
+	}
+	return d.NewInode(ctx, &predDir{fs: d.fs, pv: d.pv, prefix: e.Sub}, id), 0
+}
+
+// Readdir lists the predictions file and the subdirectories. It reads the
+// whole listing (the namespace keeps it, within the metadata budget) and
+// hands out only directories: their number, not the images', is held.
+func (d *predDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	entries := []fuse.DirEntry{{Name: PredictionsFile, Mode: syscall.S_IFREG, Ino: ino('j', d.pv.model.Name, d.prefix)}}
+	r := d.fs.ns.OpenDir(ctx, d.prefix)
+	for !r.Done() {
+		es, err := r.Next(ctx)
+		if err != nil {
+			return nil, d.fs.errno(err, d.prefix)
+		}
+		for _, e := range es {
+			if e.Dir && e.Name != PredictionsFile {
+				entries = append(entries, fuse.DirEntry{Name: e.Name, Mode: syscall.S_IFDIR, Ino: ino('p', d.pv.model.Name, e.Sub)})
+			}
+		}
+	}
+	return gofs.NewListDirStream(entries), 0
+}
