@@ -3,7 +3,8 @@ package archive
 import "sync/atomic"
 
 // Stats are an archive Bucket's figures (.featurefs/stats "archives",
-// Prometheus featurefs_archive_*).
+// Prometheus featurefs_archive_*: fs/figures.ArchiveStats, which has the
+// same fields).
 type Stats struct {
 	// IndexMemoryHits counts index lookups answered by the indexes kept in
 	// memory.
