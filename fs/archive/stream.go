@@ -449,7 +449,6 @@ func (r *seqReader) get(_ context.Context, off, n int64) ([]byte, error) {
 	if d := off - r.pos; d <= int64(len(r.buf)) {
 		r.buf = r.buf[d:]
 	} else {
-		// Returned slices share buf's array: it is dropped, never reused.
 		skip := d - int64(len(r.buf))
 		r.buf = nil
 		if r.err == nil && r.body == nil {
@@ -471,7 +470,9 @@ func (r *seqReader) get(_ context.Context, off, n int64) ([]byte, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	return r.buf[:min(n, int64(len(r.buf)))], nil
+	// A copy: what is handed over owns its bytes (an extraction holds
+	// them), and buf's array is not kept alive by it.
+	return slices.Clone(r.buf[:min(n, int64(len(r.buf)))]), nil
 }
 
 // Read is the stream for the tar walk (which reads it only through Read;
