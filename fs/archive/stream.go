@@ -307,18 +307,14 @@ func (s *streamer) tar(ctx context.Context, lo listedObj) error {
 			w.indexes.Put(s.arch, x, x.cost())
 			return x.err
 		}
-		m := member{path: path, off: off, size: h.Size, usize: h.Size}
+		m := member{path: path, off: off, size: h.Size, usize: h.Size, repeated: seen[path]}
 		out = append(out, m)
-		if !s.in(path) || seen[path] {
-			// A path seen before: the index keeps the last one, which the
-			// feature of the first handed over does not match (a tar
-			// appended to; rare): said in the log.
-			if seen[path] {
-				w.log.Warn("featurefs: archive repeats a member path; the stream handed over its first copy",
-					slog.String("key", s.arch), slog.String("member", path))
-			}
+		if !s.in(path) {
 			continue
 		}
+		// A path seen before is handed over again, under an ETag that
+		// names its offset (index.object): the index keeps the last
+		// copy, and the feature of an earlier one is never taken for it.
 		seen[path] = true
 		wanted := s.want(x.object(&m))
 		var data []byte
