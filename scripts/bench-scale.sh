@@ -12,7 +12,9 @@
 #     list of the same prefix.
 #  3. The same BENCH_SCALE_IMAGES generated JPEGs (10 classes, 375-800 px) as
 #     loose objects and as one tar per class in MinIO: `featurefs warm
-#     --source` images/s and MinIO's GetObject count per sample, and the
+#     --source` images/s and MinIO's GetObject count per sample, the
+#     ceilings (warm of the same images as a local directory: no store;
+#     `featurefs bench --modes decode`: decode + preprocess alone), and the
 #     features of both compared byte for byte through a mount of each.
 # Each in BENCH_ROUNDS interleaved rounds (the order rotating every round),
 # the near-free tiny model of scripts/bench_delivery.py. Prints three
@@ -129,11 +131,18 @@ $S upload-dir --endpoint "$ENDPOINT" --bucket packed --dir "$WORK/packed" >/dev/
 run_kind() {
   local kind=$1 out=$2 tag
   tag=$(basename "$out" .json)
-  $S warm --bin "$BIN" --model "$MODEL" --endpoint "$ENDPOINT" --bucket "$kind" --cache-dir "$WORK/cache-$tag" >"$out"
-  rm -rf "$WORK/cache-$tag"
+  case $kind in
+  decode) "$BIN" bench --model "$MODEL" --modes decode --layers layer0 --device cpu "$WORK/images" 2>/dev/null >"$out" ;;
+  local)
+    $S warm --bin "$BIN" --model "$MODEL" --endpoint "$ENDPOINT" --bucket none --source "$WORK/images" --cache-dir "$WORK/cache-$tag" >"$out"
+    rm -rf "$WORK/cache-$tag" ;;
+  *)
+    $S warm --bin "$BIN" --model "$MODEL" --endpoint "$ENDPOINT" --bucket "$kind" --cache-dir "$WORK/cache-$tag" >"$out"
+    rm -rf "$WORK/cache-$tag" ;;
+  esac
 }
 LOAD_4=$(cut -d' ' -f1-3 /proc/loadavg)
-run_rounds --load bench-scale-archives "$ROUNDS" "$WORK/s3" loose packed
+run_rounds --load bench-scale-archives "$ROUNDS" "$WORK/s3" loose packed local decode
 WARM_ARGS=("${ROUND_ARGS[@]}")
 # byte-identical features: the first files of one class through a mount of each
 mkdir -p "$WORK/mnt2"

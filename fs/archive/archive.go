@@ -13,6 +13,8 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/inflight"
+	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
 
@@ -60,23 +62,22 @@ type Bucket struct {
 	indexes *lru.LRU[string, *index]   // archive key -> its last index
 	chunks  *lru.LRU[chunkKey, []byte] // read-ahead chunks
 
-	mu         sync.Mutex
-	building   map[string]*build          // GUARDED_BY(mu): one index read per archive at a time
-	chunkReads map[chunkKey]chan struct{} // GUARDED_BY(mu): one read per chunk at a time
-	seq        map[string]seqState        // GUARDED_BY(mu): each archive's last read, at most maxSeqArchives
-	listed     map[string]listedObj       // GUARDED_BY(mu): archives' versions as listed, at most maxListed
+	// owner owns the index and chunk reads in flight (builds,
+	// chunkReads): each runs detached from its callers, so a caller may
+	// stop waiting; Close cancels and waits for them.
+	owner      *lifetime.Owner
+	builds     inflight.Group[*index] // one index read per archive at a time
+	chunkReads inflight.Group[[]byte] // one read per read-ahead chunk at a time
+
+	mu     sync.Mutex
+	seq    map[string]seqState  // GUARDED_BY(mu): each archive's last read, at most maxSeqArchives
+	listed map[string]listedObj // GUARDED_BY(mu): archives' versions as listed, at most maxListed
 
 	store IndexStore // nil: none; set before use (SetIndexStore)
 
 	// Gets counts the ranged GETs of the archives (indexes and members).
 	Gets atomic.Int64
-}
-
-// build is one index read in flight; its waiters get its result.
-type build struct {
-	done chan struct{}
-	idx  *index
-	err  error
+	n    counters
 }
 
 var (
@@ -103,10 +104,11 @@ func Wrap(b bucket.Bucket, cfg Config) bucket.Bucket {
 	if cfg.ReadaheadBytes == 0 {
 		cfg.ReadaheadBytes = DefaultReadaheadBytes
 	}
-	w := &Bucket{b: b, r: r, cfg: cfg, log: cfg.Logger, building: map[string]*build{},
-		indexes:    lru.New[string, *index](cfg.MaxIndexBytes),
-		chunks:     lru.New[chunkKey, []byte](max(cfg.ReadaheadBytes, 0)),
-		chunkReads: map[chunkKey]chan struct{}{}, seq: map[string]seqState{}, listed: map[string]listedObj{}}
+	w := &Bucket{b: b, r: r, cfg: cfg, log: cfg.Logger, owner: lifetime.New(),
+		indexes: lru.New[string, *index](cfg.MaxIndexBytes),
+		chunks:  lru.New[chunkKey, []byte](max(cfg.ReadaheadBytes, 0)),
+		seq:     map[string]seqState{}, listed: map[string]listedObj{}}
+	w.builds.Owner, w.chunkReads.Owner = w.owner, w.owner
 	for _, f := range cfg.Formats {
 		w.exts = append(w.exts, "."+strings.ToLower(f))
 	}
@@ -119,8 +121,10 @@ func (w *Bucket) Unwrap() bucket.Bucket { return w.b }
 // Identity is the wrapped bucket's: a member's key names its archive.
 func (w *Bucket) Identity() string { return w.b.Identity() }
 
-// Close closes the wrapped bucket if it has a Close.
+// Close cancels the index and chunk reads in flight, waits for them, and
+// closes the wrapped bucket if it has a Close.
 func (w *Bucket) Close() error {
+	w.owner.Close()
 	if c, ok := w.b.(io.Closer); ok {
 		return c.Close()
 	}
@@ -168,71 +172,62 @@ func ArchiveOf(formats []string, key string) (arch string, ok bool) {
 var errNotArchive = errors.New("not an archive")
 
 // index returns the index of archive arch, reading it unless one is kept
-// (one read per archive at a time; concurrent callers share it).
+// (one read per archive at a time, detached from its callers: concurrent
+// callers share it, and each may stop waiting on its own context).
 func (w *Bucket) index(ctx context.Context, arch string) (*index, error) {
 	if x, ok := w.indexes.Get(arch); ok {
+		w.n.indexMemory.Add(1)
 		return x, nil
 	}
-	w.mu.Lock()
-	if b, ok := w.building[arch]; ok {
-		w.mu.Unlock()
-		select {
-		case <-b.done:
-			if b.err != nil && ctx.Err() == nil && (errors.Is(b.err, context.Canceled) || errors.Is(b.err, context.DeadlineExceeded)) {
-				return w.index(ctx, arch) // its reader gave up; try again
-			}
-			return b.idx, b.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	return w.builds.Do(ctx, arch, func(ctx context.Context) (*index, error) {
+		if x, ok := w.indexes.Get(arch); ok { // read while this run was starting
+			return x, nil
 		}
-	}
-	b := &build{done: make(chan struct{})}
-	w.building[arch] = b
-	w.mu.Unlock()
-	b.idx, b.err = w.read(ctx, arch)
-	if b.err == nil {
-		w.indexes.Put(arch, b.idx, b.idx.cost())
-	}
-	w.mu.Lock()
-	delete(w.building, arch)
-	w.mu.Unlock()
-	close(b.done)
-	return b.idx, b.err
+		x, err := w.read(ctx, arch)
+		if err == nil {
+			w.indexes.Put(arch, x, x.cost())
+		}
+		return x, err
+	})
 }
 
 // read reads the index of archive arch. A bad archive gives an index with
 // err set (kept, so that it is not read again until it changes).
 func (w *Bucket) read(ctx context.Context, arch string) (*index, error) {
-	lo, ok := w.listedVersion(arch)
-	if ok && w.store != nil {
-		if b, ok := w.store.GetIndex(arch, lo.etag); ok {
-			if x, err := decodeIndex(arch, lo.etag, b); err == nil {
-				return x, nil
-			}
-		}
+	lo, x, err := w.stored(ctx, arch)
+	if err != nil || x != nil {
+		return x, err
 	}
-	if !ok {
-		obj, err := w.b.Stat(ctx, arch)
-		if errors.Is(err, bucket.ErrNotFound) {
-			return nil, errNotArchive
-		}
-		if err != nil {
-			return nil, err
-		}
-		lo = listedObj{etag: obj.ETag, size: obj.Size, modTime: obj.ModTime}
-		if w.store != nil {
-			if b, ok := w.store.GetIndex(arch, lo.etag); ok {
-				if x, err := decodeIndex(arch, lo.etag, b); err == nil {
-					return x, nil
-				}
-			}
-		}
-	}
-	x, err := w.build(ctx, arch, lo)
+	x, err = w.build(ctx, arch, lo)
 	if err == nil && w.store != nil {
 		w.store.PutIndex(arch, x.etag, x.encode())
 	}
 	return x, err
+}
+
+// stored returns the version of archive arch (its parent's listing's, or
+// a Stat's) and its index when the IndexStore keeps it (x nil: not kept).
+func (w *Bucket) stored(ctx context.Context, arch string) (lo listedObj, x *index, err error) {
+	lo, ok := w.listedVersion(arch)
+	if !ok {
+		obj, err := w.b.Stat(ctx, arch)
+		if errors.Is(err, bucket.ErrNotFound) {
+			return lo, nil, errNotArchive
+		}
+		if err != nil {
+			return lo, nil, err
+		}
+		lo = listedObj{etag: obj.ETag, size: obj.Size, modTime: obj.ModTime}
+	}
+	if w.store != nil {
+		if b, ok := w.store.GetIndex(arch, lo.etag); ok {
+			if x, err := decodeIndex(arch, lo.etag, b); err == nil {
+				w.n.indexStore.Add(1)
+				return lo, x, nil
+			}
+		}
+	}
+	return lo, nil, nil
 }
 
 // build reads the index of archive arch at version lo from the archive.
@@ -262,17 +257,30 @@ func (w *Bucket) build(ctx context.Context, arch string, lo listedObj) (*index, 
 	case err != nil && !errors.Is(err, ErrBadArchive):
 		return nil, err // the store failed: not the archive's fault
 	case err != nil:
-		x.err = fmt.Errorf("archive %s: %w", arch, err)
-		w.log.Warn("featurefs: bad archive: its directory fails (EIO)", slog.String("key", arch), slog.Any("err", err))
+		w.bad(x, err)
 		return x, nil
 	}
+	w.n.indexBuilds.Add(1)
+	w.finish(x, members, first)
+	return x, nil
+}
+
+// bad marks index x as a bad archive's, with its one log line.
+func (w *Bucket) bad(x *index, err error) {
+	w.n.badArchives.Add(1)
+	x.err = fmt.Errorf("archive %s: %w", x.key, err)
+	w.log.Warn("featurefs: bad archive: its directory fails (EIO)", slog.String("key", x.key), slog.Any("err", err))
+}
+
+// finish completes index x with its members (index.finish), with one
+// log line for the members left out (the first named).
+func (w *Bucket) finish(x *index, members []member, first string) {
 	x.members = members
 	x.finish(w.cfg.ImageExtensions)
 	if x.skipped > 0 {
-		w.log.Warn("featurefs: archive members left out", slog.String("key", arch),
+		w.log.Warn("featurefs: archive members left out", slog.String("key", x.key),
 			slog.Int("members", x.skipped), slog.String("first", first))
 	}
-	return x, nil
 }
 
 // forget drops the listed version of archive key: the next index read
@@ -294,6 +302,7 @@ func (w *Bucket) getter(x *index) getRange {
 		if err != nil {
 			return nil, err
 		}
+		w.n.bytesRead.Add(int64(len(b)))
 		if obj.ETag != x.etag {
 			w.indexes.RemoveIf(x.key, func(y *index) bool { return y == x })
 			w.forget(x.key)
@@ -418,31 +427,46 @@ func (w *Bucket) get(ctx context.Context, key string, maxBytes int64) ([]byte, b
 	if !found {
 		return nil, bucket.Object{}, fmt.Errorf("archive %s: member %q: %w", x.key, path, bucket.ErrNotFound)
 	}
-	lim := maxBytes
-	if lim <= 0 {
-		lim = w.cfg.MaxMemberBytes
-	}
-	if m.usize > lim {
-		return nil, bucket.Object{}, fmt.Errorf("archive %s: member %q: %d bytes, limit %d: %w", x.key, path, m.usize, lim, bucket.ErrTooLarge)
+	if err := w.tooLarge(x, m, maxBytes); err != nil {
+		return nil, bucket.Object{}, err
 	}
 	get := w.getter(x)
 	if w.cfg.ReadaheadBytes > 0 {
 		raw := get
 		get = func(ctx context.Context, off, n int64) ([]byte, error) { return w.readMember(ctx, x, raw, off, n) }
 	}
-	var data []byte
-	if m.zip {
-		data, _, err = readZipMember(ctx, get, m)
-	} else {
-		data, err = get(ctx, m.off, m.size)
-		if err == nil && int64(len(data)) != m.size {
-			err = fmt.Errorf("member %s: %d of %d bytes: past the archive's end: %w", m.path, len(data), m.size, ErrBadArchive)
-		}
-	}
+	data, err := memberBytes(ctx, get, m)
 	if err != nil {
 		return nil, bucket.Object{}, fmt.Errorf("archive %s: %w", x.key, err)
 	}
 	return data, x.object(m), nil
+}
+
+// tooLarge is the error of member m of x when it is larger than maxBytes
+// (<= 0: Config.MaxMemberBytes), or nil.
+func (w *Bucket) tooLarge(x *index, m *member, maxBytes int64) error {
+	lim := maxBytes
+	if lim <= 0 {
+		lim = w.cfg.MaxMemberBytes
+	}
+	if m.usize > lim {
+		return fmt.Errorf("archive %s: member %q: %d bytes, limit %d: %w", x.key, m.path, m.usize, lim, bucket.ErrTooLarge)
+	}
+	return nil
+}
+
+// memberBytes reads member m's bytes through get: a tar member's, or a zip
+// member's local header and data, inflated and checked.
+func memberBytes(ctx context.Context, get getRange, m *member) ([]byte, error) {
+	if m.zip {
+		data, _, err := readZipMember(ctx, get, m)
+		return data, err
+	}
+	data, err := get(ctx, m.off, m.size)
+	if err == nil && int64(len(data)) != m.size {
+		err = fmt.Errorf("member %s: %d of %d bytes: past the archive's end: %w", m.path, len(data), m.size, ErrBadArchive)
+	}
+	return data, err
 }
 
 // Keys returns member keys from an archive's index, or the wrapped

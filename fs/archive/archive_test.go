@@ -93,8 +93,9 @@ func newBucket(t *testing.T, objects map[string][]byte) (*Bucket, *bytes.Buffer)
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	w := Wrap(b, Config{Formats: Formats, Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	return w.(*Bucket), &log
+	w := Wrap(b, Config{Formats: Formats, Logger: slog.New(slog.NewTextHandler(&log, nil))}).(*Bucket)
+	t.Cleanup(func() { w.Close() })
+	return w, &log
 }
 
 func listAll(t *testing.T, b bucket.Bucket, prefix string) (dirs, keys []string, objs []bucket.Object) {

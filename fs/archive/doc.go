@@ -20,8 +20,13 @@
 // the feature cache, so a remount reads no archive to list it). A member read is one ranged GET of its bytes (a
 // deflated member: of its compressed bytes, inflated up to its declared
 // size), or, once the archive's reads follow each other, a read through
-// ChunkSize read-ahead chunks (readahead.go). Every read checks the
-// archive's ETag; an archive that changed is indexed again.
+// ChunkSize read-ahead chunks (readahead.go). A walk of a whole archive
+// (warm, prefetch) reads it once, in one streaming GET, its members in
+// offset order (Stream, stream.go; a tar's index built in the same pass
+// when none is kept). Every read checks the archive's ETag; an archive
+// that changed is indexed again. Index reads and read-ahead chunk reads
+// are one-flight (fs/internal/inflight) under the Bucket's lifetime.Owner,
+// which Close ends.
 //
 // Bad archives fail alone: a truncated archive, a member past the end, an
 // absurd size, an absolute or ".." member path, an encrypted member,

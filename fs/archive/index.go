@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,11 @@ type member struct {
 	method uint16 // zip: 0 stored, 8 deflate
 	zip    bool
 	plain  bool
+	// repeated: the archive has other members at this path before it
+	// (the last one wins); its ETag names its offset too, so that a
+	// feature computed from an earlier copy (a stream hands over each
+	// copy as it comes) is never taken for it.
+	repeated bool
 }
 
 // index is what is known of one archive version: its members, sorted by
@@ -77,13 +83,18 @@ func (x *index) find(path string) (*member, bool) {
 	return nil, false
 }
 
-// object is member m as a bucket object.
+// object is member m as a bucket object. Its ETag is the archive's and a
+// digest of its path, and its offset when the path is repeated.
 func (x *index) object(m *member) bucket.Object {
 	sum := sha256.Sum256([]byte(m.path))
+	etag := x.etag + "-m" + hex.EncodeToString(sum[:6])
+	if m.repeated {
+		etag += "-o" + strconv.FormatInt(m.off, 10)
+	}
 	return bucket.Object{
 		Key:     x.key + "/" + m.path,
 		Size:    m.usize,
-		ETag:    x.etag + "-m" + hex.EncodeToString(sum[:6]),
+		ETag:    etag,
 		ModTime: x.modTime,
 		Plain:   m.plain,
 	}
@@ -200,6 +211,7 @@ func (x *index) finish(imageExts []string) {
 		if i+1 < len(x.members) && x.members[i+1].path == m.path {
 			continue
 		}
+		m.repeated = m.repeated || (i > 0 && x.members[i-1].path == m.path)
 		out = append(out, m)
 	}
 	x.members = out

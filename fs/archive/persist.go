@@ -75,12 +75,15 @@ func (x *index) encode() []byte {
 		b = binary.AppendVarint(b, m.size)
 		b = binary.AppendVarint(b, m.usize)
 		b = binary.LittleEndian.AppendUint32(b, m.crc)
-		flags := m.method << 2
+		flags := uint64(m.method) << 2
 		if m.zip {
 			flags |= 1
 		}
 		if m.plain {
 			flags |= 2
+		}
+		if m.repeated {
+			flags |= 1 << 18 // above the method's 16 bits
 		}
 		b = binary.AppendUvarint(b, uint64(flags))
 	}
@@ -112,7 +115,7 @@ func decodeIndex(key, etag string, b []byte) (*index, error) {
 	for range n {
 		m := member{path: r.string(), off: r.varint(), size: r.varint(), usize: r.varint(), crc: r.uint32()}
 		flags := r.uvarint()
-		m.zip, m.plain, m.method = flags&1 != 0, flags&2 != 0, uint16(flags>>2)
+		m.zip, m.plain, m.method, m.repeated = flags&1 != 0, flags&2 != 0, uint16(flags>>2), flags&(1<<18) != 0
 		if r.err != nil {
 			return nil, errBadIndex
 		}

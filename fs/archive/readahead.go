@@ -100,39 +100,21 @@ func (w *Bucket) readMember(ctx context.Context, x *index, get getRange, off, n 
 }
 
 // chunk returns chunk i of x, kept or read now (one read per chunk at a
-// time; concurrent callers share it).
+// time, detached from its callers: concurrent callers share it).
 func (w *Bucket) chunk(ctx context.Context, x *index, get getRange, i int64) ([]byte, error) {
 	k := chunkKey{x.key, x.etag, i}
-	for {
+	if c, ok := w.chunks.Get(k); ok {
+		return c, nil
+	}
+	id := fmt.Sprintf("%s\x00%s\x00%d", k.arch, k.etag, k.i)
+	return w.chunkReads.Do(ctx, id, func(ctx context.Context) ([]byte, error) {
 		if c, ok := w.chunks.Get(k); ok {
 			return c, nil
 		}
-		w.mu.Lock()
-		if ch, ok := w.chunkReads[k]; ok {
-			w.mu.Unlock()
-			select {
-			case <-ch:
-				if _, ok := w.chunks.Get(k); !ok {
-					// Its reader failed, or the chunk was evicted at once:
-					// read just what is needed.
-					return get(ctx, i*ChunkSize, min(ChunkSize, x.size-i*ChunkSize))
-				}
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		ch := make(chan struct{})
-		w.chunkReads[k] = ch
-		w.mu.Unlock()
 		c, err := get(ctx, i*ChunkSize, min(ChunkSize, x.size-i*ChunkSize))
 		if err == nil {
 			w.chunks.Put(k, c, len(c))
 		}
-		w.mu.Lock()
-		delete(w.chunkReads, k)
-		w.mu.Unlock()
-		close(ch)
 		return c, err
-	}
+	})
 }

@@ -358,7 +358,11 @@ func (p *prefetcher) run(job walkJob) {
 	var sent int
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	err := p.pipe.walk(p.ctx, job.prefix, job.tree, &p.n.pages, func(obj bucket.Object) error {
+	want := func(obj bucket.Object) bool {
+		_, bad := p.pipe.isBad(obj.Key, obj.ETag)
+		return !bad && !p.pipe.cached(p.pipe.cacheKey(v, obj))
+	}
+	err := p.pipe.walk(p.ctx, job.prefix, job.tree, &p.n.pages, want, func(obj bucket.Object, g *given) error {
 		p.n.objects.Add(1)
 		if _, bad := p.pipe.isBad(obj.Key, obj.ETag); bad {
 			p.n.bad.Add(1)
@@ -381,7 +385,7 @@ func (p *prefetcher) run(job walkJob) {
 		wg.Go(func() {
 			defer p.n.running.Add(-1)
 			defer p.budget.release(cost)
-			_, err := p.pipe.extractStore(p.ctx, v, obj, key, forPrefetch)
+			_, _, err := p.pipe.findOrExtractFrom(p.ctx, v, obj, key, forPrefetch, g)
 			switch {
 			case err == nil:
 				p.n.extracted.Add(1)
@@ -454,12 +458,19 @@ func (p *Pipeline) costOf(v *View, obj bucket.Object) int64 {
 
 // walk lists prefix page by page (and, with tree, every prefix under it,
 // depth first, holding one page per level) and calls visit for each image
-// object in key order. visit's error stops the walk and is returned; so
-// does a listing's, except a bad archive's (archive.ErrBadArchive), which
-// is skipped.
-func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, visit func(bucket.Object) error) error {
+// object in key order. An archive's directory (one the source streams:
+// archive.Bucket.StreamPrefix) is not listed but read in one streaming
+// GET (archive.Bucket.Stream): visit gets its image members in the
+// archive's order with their bytes (g), or, those want declined (nil
+// want: none), with g nil. visit's error stops the walk and is returned;
+// so does a listing's, except a bad archive's (archive.ErrBadArchive),
+// which is skipped.
+func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, want func(bucket.Object) bool, visit func(obj bucket.Object, g *given) error) error {
 	var rec func(prefix string, depth int) error
 	rec = func(prefix string, depth int) error {
+		if done, err := p.stream(ctx, prefix, tree, want, visit); done {
+			return err
+		}
 		token := ""
 		for {
 			if err := ctx.Err(); err != nil {
@@ -481,7 +492,7 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 				if !p.isImage(base) {
 					continue
 				}
-				if err := visit(o); err != nil {
+				if err := visit(o, nil); err != nil {
 					return err
 				}
 			}
@@ -510,6 +521,54 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 		}
 	}
 	return rec(prefix, 0)
+}
+
+// given is an object's bytes handed over by a streamed archive, or why
+// they could not be read (the object alone fails).
+type given struct {
+	data []byte
+	err  error
+}
+
+// stream reads the archive directory prefix in one streaming GET (walk),
+// when the source is an archive.Bucket and prefix one of its archives'
+// directories; done is false when it is not (or the archive cannot be
+// streamed and nothing was visited): list it.
+func (p *Pipeline) stream(ctx context.Context, prefix string, tree bool, want func(bucket.Object) bool, visit func(bucket.Object, *given) error) (done bool, err error) {
+	ab, ok := p.given.Bucket.(*archive.Bucket)
+	if !ok {
+		return false, nil
+	}
+	arch, dir, ok := ab.StreamPrefix(prefix)
+	if !ok {
+		return false, nil
+	}
+	err = ab.Stream(ctx, arch, dir, tree, want, func(m archive.StreamMember) error {
+		rest, ok := strings.CutPrefix(m.Object.Key, prefix)
+		if !ok {
+			return nil
+		}
+		for name := range strings.SplitSeq(rest, "/") {
+			if !naming.ValidName(name) {
+				return nil
+			}
+		}
+		if !p.isImage(rest[strings.LastIndexByte(rest, '/')+1:]) {
+			return nil
+		}
+		var g *given
+		if !m.Skipped {
+			g = &given{data: m.Data, err: m.Err}
+		}
+		return visit(m.Object, g)
+	})
+	if errors.Is(err, archive.ErrNoStream) {
+		return false, nil
+	}
+	if err != nil {
+		err = fmt.Errorf("reading archive %q: %w", arch, err)
+	}
+	return true, err
 }
 
 // Touch tells prefetch that a reader read a feature in directory prefix of

@@ -254,6 +254,12 @@ func (p *Pipeline) extractStore(ctx context.Context, v *View, obj bucket.Object,
 // found in the feature store (true) rather than extracted (warm counts
 // them apart).
 func (p *Pipeline) findOrExtract(ctx context.Context, v *View, obj bucket.Object, key cache.Key, r requester) (_ []byte, found bool, _ error) {
+	return p.findOrExtractFrom(ctx, v, obj, key, r, nil)
+}
+
+// findOrExtractFrom is findOrExtract with the object's bytes given (a
+// streamed archive's member: g), not fetched; nil g fetches them.
+func (p *Pipeline) findOrExtractFrom(ctx context.Context, v *View, obj bucket.Object, key cache.Key, r requester, g *given) (_ []byte, found bool, _ error) {
 	if p.cfg.ReadTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
@@ -280,6 +286,12 @@ func (p *Pipeline) findOrExtract(ctx context.Context, v *View, obj bucket.Object
 		ID:       p.identity + "\x00" + objectID(obj) + "\x00" + obj.ETag,
 		Priority: prio,
 		Fetch: func(ctx context.Context) ([]byte, error) {
+			if g != nil {
+				if g.err != nil {
+					return nil, fmt.Errorf("get %q: %w", obj.Key, g.err)
+				}
+				return g.data, nil
+			}
 			b, o, err := p.cfg.Bucket.Get(ctx, obj.Key, p.cfg.MaxObjectSize)
 			if err != nil {
 				return nil, fmt.Errorf("get %q: %w", obj.Key, err)

@@ -1,6 +1,9 @@
 package features
 
-import "github.com/featurefs/featurefs/fs/figures"
+import (
+	"github.com/featurefs/featurefs/fs/archive"
+	"github.com/featurefs/featurefs/fs/figures"
+)
 
 // Stats returns the pipeline's figures. The tree's own (lookups, opens,
 // reads, listings in figures.TreeStats; BytesServed; Errors, the errors
@@ -49,6 +52,10 @@ func (p *Pipeline) Stats() figures.Stats {
 		StatCalls: o.statCalls.Load(), StatErrors: o.statErrors.Load(),
 	}
 	st.Prefetch = p.pf.stats()
+	if ab, ok := p.given.Bucket.(*archive.Bucket); ok {
+		a := figures.ArchiveStats(ab.Stats())
+		st.Archives = &a
+	}
 	if fst := p.cfg.FeatureStore; fst != nil {
 		st.FeatureStore = &figures.FeatureStoreStats{Store: fst.Identity(), StoreOnly: p.cfg.StoreOnly, Stats: fst.Stats()}
 	}

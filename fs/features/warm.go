@@ -121,7 +121,19 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 	var wg sync.WaitGroup
 	var pages atomic.Int64
 	var others int64 // the walk calls visit one object at a time
-	err := p.walk(ctx, prefix, true, &pages, func(obj bucket.Object) error {
+	fst := p.cfg.FeatureStore
+	// want: whether a streamed archive's member is read (the checks
+	// below, but for the feature store's, which the extraction asks).
+	want := func(obj bucket.Object) bool {
+		if !opts.Shard.Owns(ShardUnit(obj.Key, opts.Archives)) {
+			return false
+		}
+		if _, bad := p.isBad(obj.Key, obj.ETag); bad {
+			return false
+		}
+		return fst != nil || !p.cached(p.cacheKey(v, obj))
+	}
+	err := p.walk(ctx, prefix, true, &pages, want, func(obj bucket.Object, g *given) error {
 		if !opts.Shard.Owns(ShardUnit(obj.Key, opts.Archives)) {
 			others++
 			return nil
@@ -132,7 +144,6 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 			return nil
 		}
 		key := p.cacheKey(v, obj)
-		fst := p.cfg.FeatureStore
 		if fst == nil && p.cached(key) {
 			w.update(func(r *WarmResult) { r.Cached++ })
 			return nil
@@ -147,7 +158,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 				w.update(func(r *WarmResult) { r.Cached++ })
 				return
 			}
-			_, found, err := p.findOrExtract(ctx, v, obj, key, forWarm)
+			_, found, err := p.findOrExtractFrom(ctx, v, obj, key, forWarm, g)
 			switch {
 			case err != nil:
 				w.fail(obj.Key, figures.ErrReason(obj.Key, err), BadObject(err))

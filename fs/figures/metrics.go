@@ -181,6 +181,50 @@ func newCollector(stats func() Stats) *collector {
 			func(s *Stats) []sample { return one(float64(s.FS.ListingsDropped)) }},
 		{d("kernel_entries_forgotten_total", "Kernel entries of feature files the kernel was told to drop for the metadata budget."), prometheus.CounterValue,
 			func(s *Stats) []sample { return one(float64(s.FS.KernelForgets)) }},
+		{d("archive_index_reads_total", "Archive indexes looked up, by where they came from (memory: kept in memory; store: the feature cache; ranged: built with ranged GETs; stream: built in a streaming read's pass); none without archives.", "source"), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				a := s.Archives
+				if a == nil {
+					return nil
+				}
+				return []sample{{float64(a.IndexMemoryHits), []string{"memory"}}, {float64(a.IndexStoreHits), []string{"store"}},
+					{float64(a.IndexBuilds), []string{"ranged"}}, {float64(a.IndexStreamBuilds), []string{"stream"}}}
+			}},
+		{d("archive_gets_total", "GETs of archives, by kind (ranged: indexes, members, read-ahead chunks; stream: one whole-archive read by warm or prefetch).", "kind"), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				if a := s.Archives; a != nil {
+					return []sample{{float64(a.RangedGets), []string{"ranged"}}, {float64(a.StreamGets), []string{"stream"}}}
+				}
+				return nil
+			}},
+		{d("archive_read_bytes_total", "Archive bytes those GETs returned."), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				if a := s.Archives; a != nil {
+					return one(float64(a.BytesRead))
+				}
+				return nil
+			}},
+		{d("archive_streamed_members_total", "Archive members streaming reads handed over with their bytes."), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				if a := s.Archives; a != nil {
+					return one(float64(a.StreamedMembers))
+				}
+				return nil
+			}},
+		{d("archive_stream_breaks_total", "Streaming archive reads that broke part way (the members left read with ranged GETs)."), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				if a := s.Archives; a != nil {
+					return one(float64(a.StreamBreaks))
+				}
+				return nil
+			}},
+		{d("archive_bad_total", "Archives found bad (each logged once)."), prometheus.CounterValue,
+			func(s *Stats) []sample {
+				if a := s.Archives; a != nil {
+					return one(float64(a.BadArchives))
+				}
+				return nil
+			}},
 		{d("errors_total", "Errors answered to reads and listings, by kind.", "kind"), prometheus.CounterValue,
 			func(s *Stats) []sample {
 				by := s.Errors.ByKind()

@@ -53,6 +53,10 @@ type Stats struct {
 	// FeatureStore is the feature store's figures (--feature-store); absent
 	// without one.
 	FeatureStore *FeatureStoreStats `json:"feature_store,omitempty"`
+	// Archives is the archive figures of a source showing archives as
+	// directories (fs/archive: index lookups and builds, GETs, bytes,
+	// streams); absent for one that shows none (--archives off).
+	Archives *ArchiveStats `json:"archives,omitempty"`
 }
 
 // FeatureStoreStats are the feature store's figures as this process sees
@@ -335,4 +339,37 @@ func ProcessCPUSeconds() float64 {
 	}
 	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+// ArchiveStats are an archive source's figures (fs/archive
+// Bucket.Stats; .featurefs/stats "archives", Prometheus featurefs_archive_*).
+type ArchiveStats struct {
+	// IndexMemoryHits counts index lookups answered by the indexes kept in
+	// memory.
+	IndexMemoryHits int64 `json:"index_memory_hits"`
+	// IndexStoreHits counts indexes read from the IndexStore (the feature
+	// cache: Badger) instead of the archive.
+	IndexStoreHits int64 `json:"index_store_hits"`
+	// IndexBuilds counts indexes read from archives with ranged GETs (a
+	// tar header walk, a zip central directory).
+	IndexBuilds int64 `json:"index_builds"`
+	// IndexStreamBuilds counts tar indexes built in the pass of a
+	// streaming read (Stream).
+	IndexStreamBuilds int64 `json:"index_stream_builds"`
+	// RangedGets counts the ranged GETs of archives (indexes, members,
+	// read-ahead chunks).
+	RangedGets int64 `json:"ranged_gets"`
+	// StreamGets counts the streaming GETs of archives (Stream: one per
+	// archive read by warm or prefetch).
+	StreamGets int64 `json:"stream_gets"`
+	// BytesRead counts the archive bytes those GETs returned.
+	BytesRead int64 `json:"bytes_read"`
+	// StreamedMembers counts the members Stream handed over with their
+	// bytes.
+	StreamedMembers int64 `json:"streamed_members"`
+	// StreamBreaks counts streams that broke part way (the members left
+	// were read with ranged GETs).
+	StreamBreaks int64 `json:"stream_breaks"`
+	// BadArchives counts archives found bad (each with one log line).
+	BadArchives int64 `json:"bad_archives"`
 }

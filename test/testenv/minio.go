@@ -234,6 +234,7 @@ func (m *MinIO) start() error {
 		"MINIO_CALLHOME_ENABLE=off",
 		"MINIO_CI_CD=1",
 		"MINIO_SCANNER_SPEED=slowest",
+		"MINIO_PROMETHEUS_AUTH_TYPE=public", // GetObjects reads the request counters
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -325,4 +326,30 @@ func randHex(t testing.TB, n int) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// GetObjects returns the GetObject requests the server has answered since
+// it started (its Prometheus metrics, minio_api_requests_total of
+// /minio/metrics/v3/api/requests, read fresh: v2's are cached a while).
+func (m *MinIO) GetObjects(t testing.TB) int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + m.addr + "/minio/metrics/v3/api/requests")
+	if err != nil {
+		t.Fatalf("testenv: MinIO metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("testenv: MinIO metrics: %s, %v", resp.Status, err)
+	}
+	var n float64
+	for line := range strings.SplitSeq(buf.String(), "\n") {
+		if strings.HasPrefix(line, "minio_api_requests_total{") && strings.Contains(line, `name="GetObject"`) {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+				n += v
+			}
+		}
+	}
+	return int64(n)
 }
