@@ -9,10 +9,13 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -25,6 +28,7 @@ type streamSet struct {
 	env     []string
 	looseOf map[string]string // packed feature path (under the layer) -> its loose image's
 	tars    int
+	tarKeys []string // the tars' object keys
 }
 
 func newStreamSet(t *testing.T) streamSet {
@@ -52,10 +56,12 @@ func newStreamSet(t *testing.T) streamSet {
 	for c, files := range byClass {
 		srv.Put(t, "packs", "packed/train/"+c+".tar", packTar(t, files))
 		s.tars++
+		s.tarKeys = append(s.tarKeys, "packed/train/"+c+".tar")
 	}
 	three := packTar(t, map[string][]byte{"a.jpg": first, "b.jpg": first, "c.jpg": first})
 	srv.Put(t, "packs", "packed/train/cut.tar", three[:len(three)-1024-512-10]) // in c.jpg's bytes
 	s.tars++
+	s.tarKeys = append(s.tarKeys, "packed/train/cut.tar")
 	return s
 }
 
@@ -117,6 +123,54 @@ func TestWarmStreamsEachArchiveOnce(t *testing.T) {
 		if !bytes.Equal(packed[p], loose) {
 			t.Errorf("%s: %d bytes, not %s's feature", p, len(packed[p]), lp)
 		}
+	}
+}
+
+// TestShardedWarmReadsOnlyItsArchives (issue 27, item 4 with item 3): a
+// `featurefs warm --shard K/N` reads only the archives its part owns (an
+// archive is one shard unit): one GetObject per owned tar by MinIO's
+// count, none for the others' (not listed, not streamed), which the
+// summary counts as left to the other shards; the parts together warm
+// every member once.
+func TestShardedWarmReadsOnlyItsArchives(t *testing.T) {
+	s := newStreamSet(t)
+	model := testenv.Model(t, modelName)
+	const n = 3
+	owned := make([]int, n)
+	for _, k := range s.tarKeys {
+		owned[spec.ShardOf(k, n)]++
+	}
+	if slices.Contains(owned, len(s.tarKeys)) {
+		t.Fatalf("one part of %d owns all %d tars %v: the test would prove nothing", n, len(s.tarKeys), owned)
+	}
+	members := len(s.looseOf) + 2 // and a.jpg, b.jpg of cut.tar
+	extracted := 0
+	for k := range n {
+		before := s.srv.GetObjects(t)
+		cmd := exec.Command(featurefsBin(t), "warm", "--source", "s3://packs", "--endpoint-url", s.srv.Endpoint,
+			"--model", modelName+"="+model, "--layer", testLayer, "--cache-dir", filepath.Join(t.TempDir(), "cache"),
+			"--device", "cpu", "--shard", fmt.Sprintf("%d/%d", k, n), "packed/")
+		cmd.Env = append(append(os.Environ(), "FEATUREFS_ORT_LIB="+testenv.ORTLib(t)), s.env...)
+		out, err := cmd.CombinedOutput()
+		t.Logf("featurefs warm --shard %d/%d:\n%s", k, n, out)
+		if err != nil {
+			t.Fatalf("warm --shard %d/%d: %v", k, n, err)
+		}
+		if gets := s.srv.GetObjects(t) - before; gets != int64(owned[k]) {
+			t.Errorf("warm --shard %d/%d took %d GetObject requests, want %d: one per tar it owns, none for the others'", k, n, gets, owned[k])
+		}
+		m := shardSummary.FindStringSubmatch(string(out))
+		if m == nil {
+			t.Fatalf("warm --shard %d/%d: no count line", k, n)
+		}
+		x, _ := strconv.Atoi(m[3])
+		extracted += x
+		if others, _ := strconv.Atoi(m[5]); others != len(s.tarKeys)-owned[k] {
+			t.Errorf("warm --shard %d/%d: %d left to the other shards, want %d (their tars, each counted once)", k, n, others, len(s.tarKeys)-owned[k])
+		}
+	}
+	if extracted != members {
+		t.Errorf("the %d parts extracted %d features, want %d: every member once", n, extracted, members)
 	}
 }
 

@@ -198,7 +198,10 @@ func (p *Pipeline) PredictTree(ctx context.Context, opts PredictOptions, emit fu
 	var wg sync.WaitGroup
 	var pages atomic.Int64
 	var others int64 // the walk calls visit one object at a time
-	err := p.walk(ctx, prefix, true, &pages, func(obj bucket.Object) error {
+	// Members of archives are predicted through their own reads: the
+	// stream hands over no bytes (want declines every member).
+	none := func(bucket.Object) bool { return false }
+	err := p.walk(ctx, prefix, true, &pages, otherShardsArchives(opts.Shard, opts.Archives, &others), none, func(obj bucket.Object, _ *given) error {
 		if !opts.Shard.Owns(ShardUnit(obj.Key, opts.Archives)) {
 			others++
 			return nil

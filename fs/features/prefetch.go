@@ -362,7 +362,7 @@ func (p *prefetcher) run(job walkJob) {
 		_, bad := p.pipe.isBad(obj.Key, obj.ETag)
 		return !bad && !p.pipe.cached(p.pipe.cacheKey(v, obj))
 	}
-	err := p.pipe.walk(p.ctx, job.prefix, job.tree, &p.n.pages, want, func(obj bucket.Object, g *given) error {
+	err := p.pipe.walk(p.ctx, job.prefix, job.tree, &p.n.pages, nil, want, func(obj bucket.Object, g *given) error {
 		p.n.objects.Add(1)
 		if _, bad := p.pipe.isBad(obj.Key, obj.ETag); bad {
 			p.n.bad.Add(1)
@@ -464,10 +464,15 @@ func (p *Pipeline) costOf(v *View, obj bucket.Object) int64 {
 // archive's order with their bytes (g), or, those want declined (nil
 // want: none), with g nil. visit's error stops the walk and is returned;
 // so does a listing's, except a bad archive's (archive.ErrBadArchive),
-// which is skipped.
-func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, want func(bucket.Object) bool, visit func(obj bucket.Object, g *given) error) error {
+// which is skipped. skip (nil: none) is asked for each prefix before it is
+// listed or streamed: true leaves out everything under it, unread (a
+// sharded warm's archives of other parts: no GET of them at all).
+func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, skip func(prefix string) bool, want func(bucket.Object) bool, visit func(obj bucket.Object, g *given) error) error {
 	var rec func(prefix string, depth int) error
 	rec = func(prefix string, depth int) error {
+		if skip != nil && skip(prefix) {
+			return nil
+		}
 		if done, err := p.stream(ctx, prefix, tree, want, visit); done {
 			return err
 		}

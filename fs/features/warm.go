@@ -71,8 +71,9 @@ type WarmResult struct {
 	// Failures lists failed objects in the order they failed (at most
 	// WarmOptions.MaxFailures).
 	Failures []WarmFailure
-	// OtherShards counts the image objects listed that belong to other
-	// parts than WarmOptions.Shard (0 when it is not split).
+	// OtherShards counts the loose image objects listed that belong to
+	// other parts than WarmOptions.Shard, and their archives, each
+	// counted once and not read (0 when it is not split).
 	OtherShards int64
 }
 
@@ -87,6 +88,24 @@ func ShardUnit(key string, archives []string) string {
 		return arch
 	}
 	return key
+}
+
+// otherShardsArchives is walk's skip for a sharded run: true for the
+// directory of an archive that another part owns (its unit, ShardUnit, is
+// the archive's key), so that the walk neither lists nor streams it; each
+// such archive adds one to *others. nil when shard is not split.
+func otherShardsArchives(shard spec.Shard, archives []string, others *int64) func(prefix string) bool {
+	if !shard.Split() || len(archives) == 0 {
+		return nil
+	}
+	return func(prefix string) bool {
+		arch, ok := archive.ArchiveOf(archives, prefix)
+		if !ok || shard.Owns(arch) {
+			return false
+		}
+		*others++
+		return true
+	}
 }
 
 // Warm extracts every image under opts.Prefix at a layer into the cache,
@@ -133,7 +152,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 		}
 		return fst != nil || !p.cached(p.cacheKey(v, obj))
 	}
-	err := p.walk(ctx, prefix, true, &pages, want, func(obj bucket.Object, g *given) error {
+	err := p.walk(ctx, prefix, true, &pages, otherShardsArchives(opts.Shard, opts.Archives, &others), want, func(obj bucket.Object, g *given) error {
 		if !opts.Shard.Owns(ShardUnit(obj.Key, opts.Archives)) {
 			others++
 			return nil
