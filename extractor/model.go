@@ -138,6 +138,14 @@ func loadModel(ms ModelSpec) (*model, error) {
 		prefix[i+1] = prefix[i] + n*4
 	}
 
+	tensors := make([]string, len(gl))
+	for i, l := range gl {
+		tensors[i] = l.Tensor
+	}
+	digests, err := layerDigests(g, m.Digest, tensors, m.Preprocess)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: layer digests: %w", ms.Name, err)
+	}
 	for i, l := range gl {
 		s, ok := shapes[l.Tensor]
 		if !ok {
@@ -153,6 +161,7 @@ func loadModel(ms ModelSpec) (*model, error) {
 			Shape:     s,
 			Bytes:     shapeElems(s) * 4,
 			CumGFLOPs: flops[l.Tensor] / 1e9,
+			Digest:    digests[i],
 		})
 		act := int64(0)
 		if p, ok := pos[l.Tensor]; ok {

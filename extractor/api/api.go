@@ -48,6 +48,13 @@ type Layer struct {
 	// CumGFLOPs is the compute from the input up to and including this layer,
 	// in GFLOPs per sample (multiply-adds counted as 2).
 	CumGFLOPs float64
+	// Digest is the hex SHA-256 identity of the layer's features: of the
+	// part of the graph that computes it and of the preprocessing
+	// (docs/MODELS.md). Features are keyed, cached and stored by it, so a
+	// model version that computes a layer the same way keeps its
+	// features. Empty for a layer a feature server that predates digests
+	// describes: its features are then keyed by the model's file digest.
+	Digest string
 }
 
 // Elements returns the number of elements per sample.
