@@ -133,7 +133,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 		}
 		key := p.cacheKey(v, obj)
 		fst := p.cfg.FeatureStore
-		if fst == nil && p.cached(key) {
+		if fst == nil && p.cachedAny(v, obj, key) {
 			w.update(func(r *WarmResult) { r.Cached++ })
 			return nil
 		}
