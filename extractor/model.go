@@ -28,6 +28,8 @@ type model struct {
 	actBytes []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
 
 	bufs floatPool // one sample's input buffers, shared by the model's image lanes
+
+	spec ModelSpec // what it was loaded from (Reload loads it again)
 }
 
 // LayersTable loads the model at path under name as `featurefs layers`

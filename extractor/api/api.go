@@ -84,7 +84,16 @@ type Request struct {
 	Fetch func(ctx context.Context) ([]byte, error)
 	// Priority orders the request against others.
 	Priority Priority
+	// Digest is the model file's digest (Model.Digest) the request was
+	// made for: an extractor that has replaced the model since (a reload)
+	// computes it with that version while it keeps it, else fails with
+	// ErrModelReplaced; never with another version. Empty: the current.
+	Digest string
 }
+
+// ErrModelReplaced is matched by an Extract error for a model version the
+// extractor no longer keeps (replaced twice since the request was made).
+var ErrModelReplaced = errors.New("model version replaced")
 
 // ErrBadImage is matched (errors.Is) by every error caused by the input
 // object itself: not an image, corrupt, truncated, empty or too large. Such an

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/featurefs/featurefs/extractor/spec"
 )
@@ -42,6 +43,9 @@ type Model struct {
 	// axes), or 0 when the batch dimension is symbolic. Every run of a
 	// model with a fixed batch feeds exactly that many inputs.
 	FixedBatch int
+	// Loaded is when this version was loaded (a reload replaces the
+	// model: docs/MODELS.md); zero for a model feature servers run.
+	Loaded time.Time
 	// ServersTable is the layers table of a model that feature servers run,
 	// as they wrote it (fs/remote's client sets it); Table returns it. Empty
 	// for a model loaded here.
