@@ -56,6 +56,14 @@ type manifestLayer struct {
 	Digest string  `json:"digest,omitempty"`
 }
 
+// ModelsChanged tells the pipeline that the extractor's models changed
+// (a reload): the feature store gets the new versions' manifests.
+func (p *Pipeline) ModelsChanged() {
+	if p.cfg.FeatureStore != nil {
+		p.registerManifests()
+	}
+}
+
 // registerManifests gives the feature store the _model.json of each
 // model's layer directories.
 func (p *Pipeline) registerManifests() {

@@ -318,6 +318,7 @@ func (p *Pipeline) findOrExtract(ctx context.Context, v *View, obj bucket.Object
 		ETag:     obj.ETag,
 		ID:       p.identity + "\x00" + objectID(obj) + "\x00" + obj.ETag,
 		Priority: prio,
+		Digest:   v.Model.Digest,
 		Fetch: func(ctx context.Context) ([]byte, error) {
 			b, o, err := p.cfg.Bucket.Get(ctx, obj.Key, p.cfg.MaxObjectSize)
 			if err != nil {

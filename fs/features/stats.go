@@ -1,6 +1,10 @@
 package features
 
-import "github.com/featurefs/featurefs/fs/figures"
+import (
+	"time"
+
+	"github.com/featurefs/featurefs/fs/figures"
+)
 
 // Stats returns the pipeline's figures. The tree's own (lookups, opens,
 // reads, listings in figures.TreeStats; BytesServed; Errors, the errors
@@ -25,6 +29,14 @@ func (p *Pipeline) Stats() figures.Stats {
 			CacheWriteStats: p.writes.stats(),
 		},
 		RecentErrors: p.journal.Recent(),
+	}
+	for _, m := range p.cfg.Extractor.Models() {
+		ms := figures.ModelStats{Name: m.Name, Digest: m.Digest}
+		if !m.Loaded.IsZero() {
+			ms.LoadedAt = m.Loaded.UTC().Format(time.RFC3339Nano)
+			ms.LoadedUnix = float64(m.Loaded.UnixNano()) / 1e9
+		}
+		st.Models = append(st.Models, ms)
 	}
 	o := &p.obs
 	st.UptimeSeconds = now.Sub(p.started).Seconds()
