@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/featurefs/featurefs/extractor"
 	"log/slog"
 	"time"
 
@@ -28,7 +29,10 @@ type stack struct {
 	store  *featurestore.Store // nil without --feature-store
 	// ex is the pipeline's extractor: the local extraction service, or
 	// with --remote the servers' (through split execution with --split).
-	ex   features.Extractor
+	ex features.Extractor
+	// svc is the local extraction service (ex without --remote), whose
+	// models a mount watches and reloads (reload.go); nil with --remote.
+	svc  *extractor.Service
 	pipe *features.Pipeline
 
 	closers []stackPart // in the order opened
@@ -115,7 +119,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 			return nil, err
 		}
 		s.opened("the extractor", svc.Close)
-		s.ex = svc
+		s.ex, s.svc = svc, svc
 	}
 
 	cfg := features.Config{
