@@ -15,8 +15,8 @@ const SchemaVersion = 1
 const IDLen = 16
 
 // Key names one computed feature. Every field takes part in the ID: a changed
-// object (ETag), model (digest), layer, preprocessing or dtype gives a
-// different ID, so nothing stale is ever served.
+// object (ETag), computation of the layer (digest), preprocessing or dtype
+// gives a different ID, so nothing stale is ever served.
 type Key struct {
 	// Source is the identity of the bucket or root directory, e.g.
 	// "s3://bucket/prefix" with its endpoint, or an absolute directory.
@@ -25,9 +25,12 @@ type Key struct {
 	Object string
 	// ETag is the object's ETag, or size+mtime where there is no ETag.
 	ETag string
-	// ModelDigest is the hex sha256 of the ONNX model bytes.
+	// ModelDigest is the layer's digest (api.Layer.Digest: what computes
+	// the layer, docs/MODELS.md); for a layer without one, and in keys
+	// written before layer digests, the hex sha256 of the ONNX model bytes.
 	ModelDigest string
-	// Layer is the layer's ONNX tensor name.
+	// Layer is empty with a layer digest (it names the layer); with the
+	// model file's sha256, the layer's ONNX tensor name.
 	Layer string
 	// Preprocess is the preprocessing settings' canonical string
 	// (extractor.Preprocess.Key()).

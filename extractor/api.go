@@ -79,6 +79,9 @@ var (
 	ErrBadTensor = api.ErrBadTensor
 	// ErrBadNPY is matched by every DecodeNPY error.
 	ErrBadNPY = api.ErrBadNPY
+	// ErrModelReplaced is matched by an Extract error for a model version
+	// no longer kept (Reload).
+	ErrModelReplaced = api.ErrModelReplaced
 )
 
 // ErrBadModel is matched (errors.Is) by every error New returns for a

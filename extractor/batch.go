@@ -67,7 +67,7 @@ type segment struct {
 
 // key names the segment's session (and lane).
 func (g segment) key() sessionKey {
-	k := sessionKey{model: g.m.Name, layer: g.l.Index}
+	k := sessionKey{model: g.m.Name, version: g.m.Digest, layer: g.l.Index}
 	if g.from != nil {
 		k.from = g.from.Tensor
 	}
@@ -96,6 +96,7 @@ const (
 // own (tensor, a serial number): it is never shared.
 type callKey struct {
 	model  string
+	digest string // the layer's digest: versions never share a call
 	layer  int
 	id     string
 	tensor uint64
@@ -370,7 +371,7 @@ func (s *scheduler) extract(ctx context.Context, m *model, l Layer, req Request)
 	if id == "" {
 		id = req.Key
 	}
-	return s.submit(ctx, callKey{model: m.Name, layer: l.Index, id: id}, segment{m: m, l: l}, req, nil)
+	return s.submit(ctx, callKey{model: m.Name, digest: l.Digest, layer: l.Index, id: id}, segment{m: m, l: l}, req, nil)
 }
 
 // extractFrom runs one tensor of layer g.from (its header and size checked

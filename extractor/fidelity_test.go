@@ -90,7 +90,7 @@ func TestLayer12MatchesTorchvision(t *testing.T) {
 	}
 
 	svc := newCPUService(t, nil, ModelSpec{Name: "resnet50", Path: modelPath})
-	m := svc.models["resnet50"]
+	m := svc.reg.Load().models["resnet50"]
 	l, ok := m.Lookup("layer12")
 	if !ok {
 		t.Fatal("no layer12")

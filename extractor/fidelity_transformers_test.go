@@ -69,7 +69,7 @@ func TestTransformersMatchTorchvision(t *testing.T) {
 			t.Logf("torchvision reference: %v", time.Since(start).Round(time.Millisecond))
 			start = time.Now()
 			svc := newCPUService(t, nil, ModelSpec{Name: c.model, Path: testenv.Model(t, c.model)})
-			m := svc.models[c.model]
+			m := svc.reg.Load().models[c.model]
 			ctx := context.Background()
 			for _, lc := range c.layers {
 				l, ok := m.Lookup(lc.layer)

@@ -28,6 +28,8 @@ type model struct {
 	actBytes []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
 
 	bufs floatPool // one sample's input buffers, shared by the model's image lanes
+
+	spec ModelSpec // what it was loaded from (Reload loads it again)
 }
 
 // LayersTable loads the model at path under name as `featurefs layers`
@@ -138,6 +140,14 @@ func loadModel(ms ModelSpec) (*model, error) {
 		prefix[i+1] = prefix[i] + n*4
 	}
 
+	tensors := make([]string, len(gl))
+	for i, l := range gl {
+		tensors[i] = l.Tensor
+	}
+	digests, err := layerDigests(g, m.Digest, tensors, m.Preprocess)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: layer digests: %w", ms.Name, err)
+	}
 	for i, l := range gl {
 		s, ok := shapes[l.Tensor]
 		if !ok {
@@ -153,6 +163,7 @@ func loadModel(ms ModelSpec) (*model, error) {
 			Shape:     s,
 			Bytes:     shapeElems(s) * 4,
 			CumGFLOPs: flops[l.Tensor] / 1e9,
+			Digest:    digests[i],
 		})
 		act := int64(0)
 		if p, ok := pos[l.Tensor]; ok {

@@ -409,8 +409,8 @@ func TestServiceStatsPerDevice(t *testing.T) {
 	m := testModel()
 	rs := []runner{&devRunner{dev: 0}, &devRunner{dev: 1}}
 	s := &Service{cfg: Config{DType: Float32}, log: slog.New(slog.DiscardHandler),
-		pick:   devicePick{devs: []deviceChoice{{gpu: true, index: 0}, {gpu: true, index: 2}}},
-		models: map[string]*model{"m": m}, order: []*model{m}}
+		pick: devicePick{devs: []deviceChoice{{gpu: true, index: 0}, {gpu: true, index: 2}}}}
+	s.reg.Store(&registry{models: map[string]*model{"m": m}, order: []*model{m}})
 	for range rs {
 		s.pools = append(s.pools, newSessionPool(2, func(sessionKey) (inferSession, error) { return nil, errors.New("unused") }))
 	}
@@ -433,7 +433,8 @@ func TestServiceStatsPerDevice(t *testing.T) {
 	}
 
 	one := &Service{cfg: Config{DType: Float32}, log: s.log, pick: devicePick{devs: []deviceChoice{{gpu: true, index: 1}}},
-		models: s.models, order: s.order, pools: s.pools[:1], pool: s.pools[0]}
+		pools: s.pools[:1], pool: s.pools[0]}
+	one.reg.Store(s.reg.Load())
 	one.sched = newScheduler(schedConfig{workers: 1, dtype: Float32, log: s.log, batchSize: func(context.Context, segment, int) int { return 1 }}, rs[0])
 	defer one.sched.close()
 	if st := one.Stats(); st.Device != "cuda:1" || st.Devices != nil {

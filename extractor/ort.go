@@ -468,9 +468,10 @@ func (o *ortSession) close() error {
 // from the model's input, or from the intermediate tensor from when it is
 // set (split execution, splitexec.go).
 type sessionKey struct {
-	model string
-	layer int
-	from  string
+	model   string
+	version string // the model file's digest: versions never share a session
+	layer   int
+	from    string
 }
 
 func (k sessionKey) String() string {

@@ -37,7 +37,7 @@ type profileState struct {
 // from memory, else from opts.Dir, else measured (then saved to opts.Dir).
 // Measuring runs one batch through every layer segment in turn.
 func (s *Service) Profile(ctx context.Context, model string, opts ProfileOptions) (*split.Profile, error) {
-	m, ok := s.models[model]
+	m, ok := s.reg.Load().models[model]
 	if !ok {
 		return nil, fmt.Errorf("profile: %w %q", ErrUnknownModel, model)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -159,18 +160,20 @@ const maxAutoBatch = 16
 // Service extracts features: it owns the models, the ONNX Runtime sessions
 // and the scheduler. It is safe for concurrent use.
 type Service struct {
-	cfg    Config
-	log    *slog.Logger
-	pick   devicePick   // every device inference runs on
-	dev    deviceChoice // pick.devs[0]: RunBatch, profiles, HostBuffer
-	noGPU  string       // why an asked-for GPU is not used (Fallback)
-	models map[string]*model
-	order  []*model
-	pools  []*sessionPool // one per device, in pick.devs' order
-	pool   *sessionPool   // pools[0]
-	sched  *scheduler
-	once   sync.Once
-	prof   profileState // compute profiles (profile.go)
+	cfg   Config
+	log   *slog.Logger
+	pick  devicePick   // every device inference runs on
+	dev   deviceChoice // pick.devs[0]: RunBatch, profiles, HostBuffer
+	noGPU string       // why an asked-for GPU is not used (Fallback)
+	// reg is the models: a new registry replaces it on each Reload
+	// (reload.go); readers load it without a lock.
+	reg     atomic.Pointer[registry]
+	reloads sync.Mutex     // serializes Reload
+	pools   []*sessionPool // one per device, in pick.devs' order
+	pool    *sessionPool   // pools[0]
+	sched   *scheduler
+	once    sync.Once
+	prof    profileState // compute profiles (profile.go)
 }
 
 // New loads the models and starts the service. The ONNX Runtime library is
@@ -199,19 +202,22 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 			cfg.InFlight = gpuInflight
 		}
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, pick: pick, dev: pick.devs[0], noGPU: noGPU, models: map[string]*model{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, pick: pick, dev: pick.devs[0], noGPU: noGPU}
+	reg := &registry{models: map[string]*model{}, prev: map[string]*model{}}
 	for _, spec := range specs {
-		if _, dup := s.models[spec.Name]; dup {
+		if _, dup := reg.models[spec.Name]; dup {
 			return nil, fmt.Errorf("model %q given twice", spec.Name)
 		}
 		m, err := loadModel(spec)
 		if err != nil {
 			return nil, &modelError{err}
 		}
-		s.models[m.Name] = m
-		s.order = append(s.order, m)
+		m.spec, m.Loaded = spec, time.Now()
+		reg.models[m.Name] = m
+		reg.order = append(reg.order, m)
 		s.logFixedBatch(m)
 	}
+	s.reg.Store(reg)
 	releaseMemory()
 	var runs []runner
 	for _, dev := range pick.devs {
@@ -228,7 +234,10 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 func (s *Service) newPool(dev deviceChoice) *sessionPool {
 	sc := sessionConfig{threads: s.cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT, precision: s.cfg.Precision}
 	return newSessionPool(s.cfg.MaxSessions, func(k sessionKey) (inferSession, error) {
-		m := s.models[k.model]
+		m, ok := s.reg.Load().version(k.model, k.version)
+		if !ok {
+			return nil, fmt.Errorf("model %s (%.12s): %w", k.model, k.version, ErrModelReplaced)
+		}
 		if k.from != "" {
 			return s.openSplitSession(m, k, sc)
 		}
@@ -255,7 +264,7 @@ func (s *Service) schedConfig() schedConfig {
 	if s.dev.gpu && s.cfg.BatchSize == 0 {
 		largest = maxGPUBatch
 	}
-	for _, m := range s.order {
+	for _, m := range s.reg.Load().order {
 		largest = max(largest, m.FixedBatch)
 	}
 	allocs := make([]func(int) ([]float32, func()), len(s.pick.devs))
@@ -391,7 +400,7 @@ func (r ortRunner) run(ctx context.Context, g segment, n int, in, out []float32)
 // ONNX Runtime path, for benchmarks and tools. It may run concurrently with
 // itself and with Extract.
 func (s *Service) RunBatch(ctx context.Context, model string, layer, n int, in, out []float32) error {
-	m, ok := s.models[model]
+	m, ok := s.reg.Load().models[model]
 	if !ok {
 		return fmt.Errorf("run batch: %w %q", ErrUnknownModel, model)
 	}
@@ -416,8 +425,9 @@ func (s *Service) InFlight() int { return s.cfg.InFlight }
 
 // Models returns the loaded models in the order given to New.
 func (s *Service) Models() []*Model {
-	out := make([]*Model, len(s.order))
-	for i, m := range s.order {
+	order := s.reg.Load().order
+	out := make([]*Model, len(order))
+	for i, m := range order {
 		out[i] = &m.Model
 	}
 	return out
@@ -425,7 +435,7 @@ func (s *Service) Models() []*Model {
 
 // Model returns the model called name.
 func (s *Service) Model(name string) (*Model, bool) {
-	m, ok := s.models[name]
+	m, ok := s.reg.Load().models[name]
 	if !ok {
 		return nil, false
 	}
@@ -438,9 +448,16 @@ func (s *Service) Model(name string) (*Model, bool) {
 // error caused by the image itself is an *ImageError matching ErrBadImage.
 // The returned bytes may be shared between callers and must not be modified.
 func (s *Service) Extract(ctx context.Context, req Request) ([]byte, error) {
-	m, ok := s.models[req.Model]
+	reg := s.reg.Load()
+	m, ok := reg.models[req.Model]
 	if !ok {
 		return nil, fmt.Errorf("extract %s: %w %q", req.Key, ErrUnknownModel, req.Model)
+	}
+	if req.Digest != "" && req.Digest != m.Digest {
+		// A read that began before a Reload finishes on its version.
+		if m, ok = reg.version(req.Model, req.Digest); !ok {
+			return nil, fmt.Errorf("extract %s: model %s (%.12s): %w", req.Key, req.Model, req.Digest, ErrModelReplaced)
+		}
 	}
 	if req.Layer < 0 || req.Layer >= len(m.Layers) {
 		return nil, fmt.Errorf("extract %s: %w %d of model %s (it has %d)", req.Key, ErrUnknownLayer, req.Layer, m.Name, len(m.Layers))

@@ -62,7 +62,7 @@ func (s *scheduler) splitStats() SplitStats {
 // re-encodes the input. A tensor of the wrong shape or a malformed file is an
 // error matching ErrBadTensor. The returned bytes are the caller's.
 func (s *Service) ExtractFrom(ctx context.Context, model string, from, to int, npy []byte) ([]byte, error) {
-	m, ok := s.models[model]
+	m, ok := s.reg.Load().models[model]
 	if !ok {
 		return nil, fmt.Errorf("extract from: %w %q", ErrUnknownModel, model)
 	}

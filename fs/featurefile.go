@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/namespace"
 )
@@ -25,9 +26,10 @@ type featureFile struct {
 	noOpen
 	fs     *FS
 	view   *layerView
-	prefix string        // the directory's bucket prefix
-	name   string        // the file's name in it
-	obj    bucket.Object // the version it was looked up as
+	fv     *features.View // the model version it was looked up at: its reads finish on it
+	prefix string         // the directory's bucket prefix
+	name   string         // the file's name in it
+	obj    bucket.Object  // the version it was looked up as
 }
 
 var _ = (gofs.NodeGetattrer)((*featureFile)(nil))
@@ -45,7 +47,7 @@ func (ff *featureFile) OnForget() { ff.fs.nodeForgotten() }
 // The attributes are those of one object version, so the kernel keeps them
 // as long as the entry (FS.fileTimeout).
 func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	fileAttr(&out.Attr, ff.view.Size, ff.obj.ModTime)
+	fileAttr(&out.Attr, ff.fv.Size, ff.obj.ModTime)
 	if t := ff.fs.fileTimeout(); t > 0 {
 		out.SetTimeout(t)
 	}
@@ -83,11 +85,11 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 	if obj.Key != ff.obj.Key || obj.ETag != ff.obj.ETag {
 		ff.fs.dropPagesLater(&ff.Inode, &ff.fs.stats.contentDrops)
 	}
-	k := namespace.FileKey{View: ff.view.View, Key: obj.Key, ETag: obj.ETag}
+	k := namespace.FileKey{View: ff.fv, Key: obj.Key, ETag: obj.ETag}
 	if data, ok := ns.Recent(k); ok {
 		// A feature a read of this file just computed: its next reads
 		// copy it from memory, not decompress it back out of the cache.
-		ff.fs.p.Touch(ff.view.View, ff.prefix)
+		ff.fs.p.Touch(ff.fv, ff.prefix)
 		ns.ReadDone(k, ff.prefix+ff.name, nil)
 		out := sliceAt(data, dest, off)
 		ff.fs.stats.recentReads.Add(1)
@@ -95,8 +97,8 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 		ff.fs.stats.readBytes.Add(int64(len(out)))
 		return fuse.ReadResultData(out), 0
 	}
-	if n, ok := ff.fs.p.ReadCachedAt(ff.view.View, obj, dest, off); ok {
-		ff.fs.p.Touch(ff.view.View, ff.prefix)
+	if n, ok := ff.fs.p.ReadCachedAt(ff.fv, obj, dest, off); ok {
+		ff.fs.p.Touch(ff.fv, ff.prefix)
 		ns.ReadDone(k, ff.prefix+ff.name, nil)
 		ff.fs.stats.reads.Add(1)
 		ff.fs.stats.readBytes.Add(int64(n))
@@ -129,8 +131,8 @@ func (ff *featureFile) content(ctx context.Context, k namespace.FileKey, obj buc
 		return nil, classify(err).errno
 	}
 	t0 := time.Now()
-	data, err := ff.fs.p.Read(ctx, ff.view.View, obj)
-	ff.fs.p.Touch(ff.view.View, ff.prefix)
+	data, err := ff.fs.p.Read(ctx, ff.fv, obj)
+	ff.fs.p.Touch(ff.fv, ff.prefix)
 	file := ff.prefix + ff.name
 	switch {
 	case err != nil && ctx.Err() != nil:

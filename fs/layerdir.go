@@ -1,32 +1,43 @@
 package fs
 
 import (
+	"sync/atomic"
+
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/features"
 )
 
 // layerView is what every node under features/<model>/<dir>/ shares: the
-// pipeline's view (the model, the layer and the size of its .npy files) and
-// the directory's name. Constant.
+// pipeline's view of the model's current version (the model, the layer and
+// the size of its .npy files), which a model reload replaces
+// (FS.ModelReplaced), and the directory's name. A feature file keeps the
+// view it was looked up with (featureFile.fv).
 type layerView struct {
-	*features.View
-	dir string // "layer12", or an alias such as "pool"
+	cur   atomic.Pointer[features.View]
+	model string // the model's name
+	dir   string // "layer12", or an alias such as "pool"
 }
 
 func newLayerView(f *FS, m *api.Model, l api.Layer, dir string) *layerView {
-	return &layerView{View: f.p.NewView(m, l), dir: dir}
+	v := &layerView{model: m.Name, dir: dir}
+	v.cur.Store(f.p.NewView(m, l))
+	return v
 }
+
+// view returns the view of the model's current version.
+func (v *layerView) view() *features.View { return v.cur.Load() }
 
 // dirIno is the inode number of the directory of bucket prefix ("" for the
 // layer directory itself).
 func (v *layerView) dirIno(prefix string) uint64 {
-	return ino('d', "features", v.Model.Name, v.dir, prefix)
+	return ino('d', "features", v.model, v.dir, prefix)
 }
 
-// fileIno is the inode number of the feature file of one object version:
-// an overwritten object is a new file.
-func (v *layerView) fileIno(key, etag string) uint64 {
-	return ino('f', "features", v.Model.Name, v.dir, key, etag)
+// fileIno is the inode number of the feature file of one object version
+// at one version of the layer (fv's digest): an overwritten object, or a
+// model version that computes the layer otherwise, is a new file.
+func (v *layerView) fileIno(fv *features.View, key, etag string) uint64 {
+	return ino('f', "features", v.model, v.dir, key, etag, fv.Layer.Digest)
 }
 
 // newLayerDir returns features/<model>/<dir>: the bucket's root prefix seen

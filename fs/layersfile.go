@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -9,13 +10,21 @@ import (
 )
 
 // layersFile is features/<model>/layers: the model's layer table (index,
-// tensor, shape, bytes per sample, cumulative GFLOPs). Fixed at mount.
+// tensor, shape, bytes per sample, cumulative GFLOPs, digest). Replaced
+// when the model is (FS.ModelReplaced).
 type layersFile struct {
 	gofs.Inode
 	readOnly
 	noOpen
 	fs   *FS
-	data []byte
+	data atomic.Pointer[[]byte]
+}
+
+func newLayersFile(f *FS, table string) *layersFile {
+	lf := &layersFile{fs: f, noOpen: noOpen{f}}
+	b := []byte(table)
+	lf.data.Store(&b)
+	return lf
 }
 
 var _ = (gofs.NodeGetattrer)((*layersFile)(nil))
@@ -23,14 +32,14 @@ var _ = (gofs.NodeReader)((*layersFile)(nil))
 
 // Getattr reports the table's size.
 func (lf *layersFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	fileAttr(&out.Attr, int64(len(lf.data)), lf.fs.p.Started())
+	fileAttr(&out.Attr, int64(len(*lf.data.Load())), lf.fs.p.Started())
 	return 0
 }
 
-// Read returns part of the table. It never changes, so the kernel keeps its
-// pages (noOpen).
+// Read returns part of the table. The kernel keeps its pages (noOpen)
+// until a reload replaces it.
 func (lf *layersFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	return fuse.ReadResultData(sliceAt(lf.data, dest, off)), 0
+	return fuse.ReadResultData(sliceAt(*lf.data.Load(), dest, off)), 0
 }
 
 // sliceAt returns the part of data a read of len(dest) bytes at off sees.

@@ -121,6 +121,12 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 		{"featurefs_kernel_entries_forgotten_total", nil, float64(st.FS.KernelForgets), dto.MetricType_COUNTER},
 		{"featurefs_device_info", []string{"device", "fake", "dtype", "float32", "source", "fake://bucket"}, 1, dto.MetricType_GAUGE},
 	}
+	if len(st.Models) == 0 {
+		t.Fatal("the stats list no model")
+	}
+	for _, m := range st.Models {
+		wants = append(wants, want{"featurefs_model_loaded_timestamp_seconds", []string{"model", m.Name, "digest", m.Digest}, m.LoadedUnix, dto.MetricType_GAUGE})
+	}
 	for i, n := range st.FS.ReadSizes.Counts() {
 		wants = append(wants, want{"featurefs_read_requests_total", []string{"size", figures.ReadSizeLabels[i]}, float64(n), dto.MetricType_COUNTER})
 	}

@@ -45,7 +45,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 		}
 		d.addLayer(ctx, a, l)
 	}
-	lf := d.NewPersistentInode(ctx, &layersFile{fs: d.fs, noOpen: noOpen{d.fs}, data: []byte(m.Table())}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
+	lf := d.NewPersistentInode(ctx, newLayersFile(d.fs, m.Table()), gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
 	d.AddChild(spec.LayersFile, lf, true)
 }
 

@@ -141,7 +141,8 @@ func TestSlowFailureAnswersOnlyTheKernelsRetry(t *testing.T) {
 	}
 	defer f.Close()
 	m := f.models[0]
-	ff := &featureFile{fs: f, view: newLayerView(f, m, m.Layers[0], m.Layers[0].Name), prefix: "d/", name: "a.npy", obj: b.objectFor(t, "d/a.jpg")}
+	lv := newLayerView(f, m, m.Layers[0], m.Layers[0].Name)
+	ff := &featureFile{fs: f, view: lv, fv: lv.view(), prefix: "d/", name: "a.npy", obj: b.objectFor(t, "d/a.jpg")}
 	read := func(off int64, size int) (syscall.Errno, time.Duration) {
 		t0 := time.Now()
 		_, errno := ff.Read(context.Background(), nil, make([]byte, size), off)

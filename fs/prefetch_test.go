@@ -683,7 +683,7 @@ func TestPrefetchStopsOnUnmount(t *testing.T) {
 	}
 	// A touch after Close schedules nothing.
 	m := f.models[0]
-	f.p.Touch(newLayerView(f, m, m.Layers[0], m.Layers[0].Name).View, "")
+	f.p.Touch(newLayerView(f, m, m.Layers[0], m.Layers[0].Name).view(), "")
 	if st2 := f.p.PrefetchStats(); st2.Walks != st.Walks || st2.Queued != 0 {
 		t.Errorf("a touch after Close scheduled a walk: %+v", st2)
 	}

@@ -9,6 +9,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/fs/naming"
 )
@@ -66,14 +67,15 @@ func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 // it is the same node), filling its attributes and, for a feature file, its
 // kernel timeouts (FS.fileTimeout; directories keep the mount's).
 func (d *prefixDir) child(ctx context.Context, e naming.Entry, out *fuse.EntryOut) *gofs.Inode {
-	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: d.entryIno(e)}
+	fv := d.view.view()
+	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: d.entryIno(fv, e)}
 	if e.Dir {
 		id.Mode = syscall.S_IFDIR
 		d.fs.dirAttr(&out.Attr)
 	} else if e.Obj.Plain {
 		fileAttr(&out.Attr, e.Obj.Size, e.Obj.ModTime)
 	} else {
-		fileAttr(&out.Attr, d.view.Size, e.Obj.ModTime)
+		fileAttr(&out.Attr, fv.Size, e.Obj.ModTime)
 		if t := d.fs.fileTimeout(); t > 0 {
 			out.SetEntryTimeout(t)
 			out.SetAttrTimeout(t)
@@ -88,15 +90,16 @@ func (d *prefixDir) child(ctx context.Context, e naming.Entry, out *fuse.EntryOu
 	if e.Obj.Plain {
 		return d.NewInode(ctx, &plainFile{fs: d.fs, noOpen: noOpen{d.fs}, obj: e.Obj}, id)
 	}
-	return d.NewInode(ctx, &featureFile{fs: d.fs, noOpen: noOpen{d.fs}, view: d.view, prefix: d.prefix, name: e.Name, obj: e.Obj}, id)
+	return d.NewInode(ctx, &featureFile{fs: d.fs, noOpen: noOpen{d.fs}, view: d.view, fv: fv, prefix: d.prefix, name: e.Name, obj: e.Obj}, id)
 }
 
-// entryIno is the inode number readdir reports for an entry.
-func (d *prefixDir) entryIno(e naming.Entry) uint64 {
+// entryIno is the inode number readdir reports for an entry, at the
+// layer's version fv.
+func (d *prefixDir) entryIno(fv *features.View, e naming.Entry) uint64 {
 	if e.Dir {
 		return d.view.dirIno(e.Sub)
 	}
-	return d.view.fileIno(e.Obj.Key, e.Obj.ETag)
+	return d.view.fileIno(fv, e.Obj.Key, e.Obj.ETag)
 }
 
 // OpendirHandle starts a listing: from the cache when a complete one is
@@ -157,7 +160,7 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	if e.Dir {
 		mode = syscall.S_IFDIR
 	}
-	return &fuse.DirEntry{Name: e.Name, Mode: mode, Ino: h.d.entryIno(e), Off: h.off}, 0
+	return &fuse.DirEntry{Name: e.Name, Mode: mode, Ino: h.d.entryIno(h.d.view.view(), e), Off: h.off}, 0
 }
 
 // plusFirst is how many entries of an open directory READDIRPLUS hands

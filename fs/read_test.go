@@ -116,7 +116,8 @@ func TestSecondReaderOfAFileIsInterruptible(t *testing.T) {
 	defer f.Close()
 	m := f.models[0]
 	obj := b.objectFor(t, "d/a.jpg")
-	ff := &featureFile{fs: f, view: newLayerView(f, m, m.Layers[0], m.Layers[0].Name), prefix: "d/", name: "a.npy", obj: obj}
+	lv := newLayerView(f, m, m.Layers[0], m.Layers[0].Name)
+	ff := &featureFile{fs: f, view: lv, fv: lv.view(), prefix: "d/", name: "a.npy", obj: obj}
 	var h gofs.FileHandle // reads come without a handle (noOpen)
 	first := make(chan syscall.Errno, 1)
 	go func() {

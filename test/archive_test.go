@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"archive/zip"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -265,12 +263,7 @@ func TestArchivesThroughFeatureStoreAndServe(t *testing.T) {
 	a := testMount(t, mountConfig{Source: "s3://packs", Env: env, Args: store})
 	fromA := readLayer(t, a, names)
 	waitStoreField(t, a, "puts", int64(len(names)))
-	onnx, err := os.ReadFile(testenv.Model(t, modelName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(onnx)
-	layerDir := "shared/" + modelName + "-" + hex.EncodeToString(sum[:])[:12] + "/" + testLayer + "/"
+	layerDir := "shared/" + modelName + "-" + layerDigest12(t, testenv.Model(t, modelName), testLayer) + "/" + testLayer + "/"
 	for key := range names {
 		stem := strings.TrimSuffix(key, path.Ext(key))
 		b, _ := storeFeature(t, srv, "features", layerDir+stem+".npy")

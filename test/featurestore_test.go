@@ -111,15 +111,16 @@ func TestFeatureStoreSharedByTwoMounts(t *testing.T) {
 		t.Errorf("mount A: %d extractions for %d files", n, len(names))
 	}
 
-	// The layout: PREFIX/<model>-<digest12>/_model.json and
-	// PREFIX/<model>-<digest12>/<layer>/<name>, each with its metadata.
+	// The layout: PREFIX/<model>-<layer digest12>/_model.json and
+	// PREFIX/<model>-<layer digest12>/<layer>/<name>, each with its
+	// metadata; the manifest gives the model file's digest.
 	onnx, err := os.ReadFile(testenv.Model(t, modelName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(onnx)
 	digest := hex.EncodeToString(sum[:])
-	modelDir := "shared/" + modelName + "-" + digest[:12]
+	modelDir := "shared/" + modelName + "-" + layerDigest12(t, testenv.Model(t, modelName), testLayer)
 	mf, _ := storeObject(t, srv, "features", modelDir+"/_model.json")
 	var manifest struct {
 		Digest string `json:"digest"`
@@ -416,9 +417,7 @@ func TestFeatureStoreWarmThenStoreOnly(t *testing.T) {
 	if n := extractionCount(t, mountStats(t, m)); n != 0 {
 		t.Errorf("store-only mount after warm: %d extractions, want 0", n)
 	}
-	onnx, _ := os.ReadFile(testenv.Model(t, modelName))
-	sum := sha256.Sum256(onnx)
-	dir := "w/" + modelName + "-" + hex.EncodeToString(sum[:])[:12] + "/" + testLayer + "/"
+	dir := "w/" + modelName + "-" + layerDigest12(t, testenv.Model(t, modelName), testLayer) + "/" + testLayer + "/"
 	for key, name := range names {
 		b, _ := storeFeature(t, srv, "features", dir+name)
 		if !bytes.Equal(b, got[key]) {

@@ -219,6 +219,9 @@ type mountConfig struct {
 	Args []string
 	// NoModel leaves out --model (a --remote mount takes the servers').
 	NoModel bool
+	// Model is the ONNX file mounted as modelName; empty means the test
+	// model (testenv.Model).
+	Model string
 	// NoFile, if not 0, is the mount process's descriptor limit
 	// (RLIMIT_NOFILE, soft and hard).
 	NoFile int
@@ -241,7 +244,10 @@ type mounted struct {
 func testMount(t testing.TB, cfg mountConfig) *mounted {
 	t.Helper()
 	bin := featurefsBin(t)
-	model := testenv.Model(t, modelName)
+	model := cfg.Model
+	if model == "" {
+		model = testenv.Model(t, modelName)
+	}
 	ort := testenv.ORTLib(t)
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Fatalf("/dev/fuse: %v (install fuse3; the tests need root and a FUSE-capable kernel)", err)

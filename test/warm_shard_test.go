@@ -3,8 +3,6 @@ package test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -108,13 +106,9 @@ func TestWarmShardsFillOneStore(t *testing.T) {
 	}
 
 	// The store holds every feature, once.
-	onnx, err := os.ReadFile(model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(onnx)
+	digest12 := layerDigest12(t, model, testLayer)
 	layerDir := func(store string) string {
-		return store + "/" + modelName + "-" + hex.EncodeToString(sum[:])[:12] + "/" + testLayer + "/"
+		return store + "/" + modelName + "-" + digest12 + "/" + testLayer + "/"
 	}
 	// holds checks that the store under prefix store holds the features
 	// of keys, and nothing else.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/featurefs/featurefs/extractor/api"
 	"io"
 	"log/slog"
 	"os"
@@ -48,7 +49,9 @@ Mounts SOURCE (s3://BUCKET[/PREFIX] or a directory) read-only on MOUNTPOINT:
   MOUNTPOINT/features/<model>/layers
   MOUNTPOINT/.featurefs/stats
 Returns once the mount answers and serves in the background (--foreground to
-stay attached). Unmount with 'umount MOUNTPOINT' or SIGTERM.
+stay attached). Unmount with 'umount MOUNTPOINT' or SIGTERM. A changed
+model file is reloaded without a restart, as is every model on SIGHUP
+(docs/MODELS.md).
 
 Flags override the config file (--config), which overrides the defaults.
 Exit codes: 2 bad options, 3 mount point (missing, not empty, in use),
@@ -393,17 +396,46 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	rep.done("OK")
 
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// SIGHUP reloads the model files (a mount with local models); the
+	// watcher also reloads a file that changed.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
+	hup := make(chan struct{}, 1)
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	if st.svc != nil {
+		go watchModels(watchCtx, st.svc, log, hup, func(m *api.Model) { tree.ModelReplaced(m) })
+	}
 	done := make(chan struct{})
 	go func() {
 		srv.Wait()
 		close(done)
 	}()
-	select {
-	case <-done:
+	var s os.Signal
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-hups:
+			if st.svc == nil {
+				log.Info("featurefs: SIGHUP ignored: the models are the servers' (--remote)")
+				continue
+			}
+			select {
+			case hup <- struct{}{}:
+			default: // a reload is already asked for
+			}
+		case s = <-sigs:
+			break wait
+		}
+	}
+	if s == nil {
 		log.Info("featurefs: unmounted", slog.String("mountpoint", mnt))
-	case s := <-sigs:
+	} else {
 		log.Info("featurefs: unmounting", slog.String("signal", s.String()), slog.String("mountpoint", mnt))
 		mountpoint.Unmount(srv.Unmount, mnt, log)
 		select {

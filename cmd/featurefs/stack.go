@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/featurefs/featurefs/extractor"
 	"log/slog"
 	"maps"
 	"slices"
@@ -31,7 +32,10 @@ type stack struct {
 	store  *featurestore.Store // nil without --feature-store
 	// ex is the pipeline's extractor: the local extraction service, or
 	// with --remote the servers' (through split execution with --split).
-	ex   features.Extractor
+	ex features.Extractor
+	// svc is the local extraction service (ex without --remote), whose
+	// models a mount watches and reloads (reload.go); nil with --remote.
+	svc  *extractor.Service
 	pipe *features.Pipeline
 
 	closers []stackPart // in the order opened
@@ -118,7 +122,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 			return nil, err
 		}
 		s.opened("the extractor", svc.Close)
-		s.ex = svc
+		s.ex, s.svc = svc, svc
 	}
 
 	labels, err := loadLabels(o, s.ex)

@@ -68,7 +68,7 @@ var knownStatsKeys = map[string]bool{
 	"source": true, "device": true, "dtype": true, "cache": true, "extractor": true, "fs": true,
 	"recent_errors": true, "uptime_seconds": true, "extraction": true, "queue": true,
 	"cache_hit_ratio": true, "store": true, "bytes_served": true, "errors": true,
-	"feature_store": true, "cpu_seconds": true,
+	"feature_store": true, "cpu_seconds": true, "models": true,
 }
 
 // printStats renders the stats file's JSON as aligned sections.
@@ -128,6 +128,17 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 			c.Compression, c.CompressionRatio, humanBytes(c.PutRawBytes), humanBytes(c.PutStoredBytes), c.CompressSeconds, c.DecompressSeconds)
 	}
 	row("on disk", "%s (%s evicted, reclaimed after %s)", humanBytes(c.DiskBytes), humanBytes(c.EvictedSinceReclaimBytes), humanBytes(c.ReclaimAfterBytes))
+
+	if len(s.Models) > 0 {
+		section("models")
+		for _, m := range s.Models {
+			loaded := m.LoadedAt
+			if loaded == "" {
+				loaded = "the servers'"
+			}
+			row(m.Name, "sha256 %.12s, loaded %s", m.Digest, loaded)
+		}
+	}
 
 	st := s.Store
 	section("store")

@@ -48,6 +48,13 @@ type Layer struct {
 	// CumGFLOPs is the compute from the input up to and including this layer,
 	// in GFLOPs per sample (multiply-adds counted as 2).
 	CumGFLOPs float64
+	// Digest is the hex SHA-256 identity of the layer's features: of the
+	// part of the graph that computes it and of the preprocessing
+	// (docs/MODELS.md). Features are keyed, cached and stored by it, so a
+	// model version that computes a layer the same way keeps its
+	// features. Empty for a layer a feature server that predates digests
+	// describes: its features are then keyed by the model's file digest.
+	Digest string
 }
 
 // Elements returns the number of elements per sample.
@@ -77,7 +84,16 @@ type Request struct {
 	Fetch func(ctx context.Context) ([]byte, error)
 	// Priority orders the request against others.
 	Priority Priority
+	// Digest is the model file's digest (Model.Digest) the request was
+	// made for: an extractor that has replaced the model since (a reload)
+	// computes it with that version while it keeps it, else fails with
+	// ErrModelReplaced; never with another version. Empty: the current.
+	Digest string
 }
+
+// ErrModelReplaced is matched by an Extract error for a model version the
+// extractor no longer keeps (replaced twice since the request was made).
+var ErrModelReplaced = errors.New("model version replaced")
 
 // ErrBadImage is matched (errors.Is) by every error caused by the input
 // object itself: not an image, corrupt, truncated, empty or too large. Such an

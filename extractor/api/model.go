@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/featurefs/featurefs/extractor/spec"
 )
@@ -24,7 +25,8 @@ type Model struct {
 	Name string
 	// Path is the .onnx file it was loaded from.
 	Path string
-	// Digest is the hex sha256 of the ONNX bytes.
+	// Digest is the hex sha256 of the ONNX bytes: the model's version.
+	// Features are keyed by each layer's own digest (Layer.Digest).
 	Digest string
 	// Layers are the model's block boundaries, by index.
 	Layers []Layer
@@ -41,6 +43,9 @@ type Model struct {
 	// axes), or 0 when the batch dimension is symbolic. Every run of a
 	// model with a fixed batch feeds exactly that many inputs.
 	FixedBatch int
+	// Loaded is when this version was loaded (a reload replaces the
+	// model: docs/MODELS.md); zero for a model feature servers run.
+	Loaded time.Time
 	// ServersTable is the layers table of a model that feature servers run,
 	// as they wrote it (fs/remote's client sets it); Table returns it. Empty
 	// for a model loaded here.
@@ -73,8 +78,9 @@ func (m *Model) lookup(dir string, depth int) (Layer, bool) {
 }
 
 // Table returns the layers as a text table: index, directory name, ONNX
-// tensor name, per-sample shape, bytes per sample (float32) and cumulative
-// GFLOPs per sample. For a model that feature servers run, it is their
+// tensor name, per-sample shape, bytes per sample (float32), cumulative
+// GFLOPs per sample, the first 12 hex digits of the layer's digest
+// (Layer.Digest, "-" where there is none) and aliases. For a model that feature servers run, it is their
 // table (ServersTable).
 func (m *Model) Table() string {
 	if m.ServersTable != "" {
@@ -87,7 +93,7 @@ func (m *Model) Table() string {
 	}
 	b.WriteString("\n")
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "index\tname\ttensor\tshape\tbytes/sample\tcum GFLOPs\taliases")
+	fmt.Fprintln(w, "index\tname\ttensor\tshape\tbytes/sample\tcum GFLOPs\tdigest\taliases")
 	for _, l := range m.Layers {
 		var al []string
 		for a, t := range m.Aliases {
@@ -96,7 +102,11 @@ func (m *Model) Table() string {
 			}
 		}
 		slices.Sort(al)
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%.3f\t%s\n", l.Index, l.Name, l.Tensor, ShapeString(l.Shape), l.Bytes, l.CumGFLOPs, strings.Join(al, ","))
+		d := l.Digest
+		if d == "" {
+			d = "-"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%.3f\t%.12s\t%s\n", l.Index, l.Name, l.Tensor, ShapeString(l.Shape), l.Bytes, l.CumGFLOPs, d, strings.Join(al, ","))
 	}
 	w.Flush()
 	return b.String()

@@ -70,6 +70,7 @@ type attr struct {
 	floats []float64
 	t      *tensor
 	graphs [][]byte
+	raw    []byte // the AttributeProto message (digest.go)
 }
 
 // tensor is a TensorProto (initializer or Constant value).
@@ -435,7 +436,7 @@ func parseAttr(b []byte) (*attr, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &attr{}
+	a := &attr{raw: b}
 	for _, f := range fs {
 		switch f.num {
 		case fAttrName:

@@ -50,6 +50,7 @@ const (
 	fAttrInts    = 8
 	fAttrStrings = 9
 	fAttrGraphs  = 11
+	fAttrDoc     = 13
 	fAttrType    = 20
 
 	// TensorProto
@@ -61,6 +62,7 @@ const (
 	fTensorName       = 8
 	fTensorRawData    = 9
 	fTensorDoubleData = 10
+	fTensorDoc        = 12
 	fTensorDataLoc    = 14
 
 	// ValueInfoProto

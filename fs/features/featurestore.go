@@ -35,7 +35,9 @@ func (e *unusableError) Error() string {
 func (e *unusableError) Unwrap() error        { return e.err }
 func (e *unusableError) Is(target error) bool { return target == ErrNotExtracted }
 
-// manifest is a model directory's _model.json in the feature store.
+// manifest is a model directory's _model.json in the feature store. A
+// directory holds one layer's features (its name carries the layer's
+// digest); its manifest describes the model version that first wrote it.
 type manifest struct {
 	Schema     string          `json:"schema_version"`
 	Model      string          `json:"model"`
@@ -51,22 +53,44 @@ type manifestLayer struct {
 	Tensor string  `json:"tensor"`
 	Shape  []int64 `json:"shape"`
 	Bytes  int64   `json:"bytes"`
+	Digest string  `json:"digest,omitempty"`
 }
 
-// registerManifests gives the feature store the _model.json of each model.
+// ModelsChanged tells the pipeline that the extractor's models changed
+// (a reload): the feature store gets the new versions' manifests.
+func (p *Pipeline) ModelsChanged() {
+	if p.cfg.FeatureStore != nil {
+		p.registerManifests()
+	}
+}
+
+// registerManifests gives the feature store the _model.json of each
+// model's layer directories.
 func (p *Pipeline) registerManifests() {
 	for _, m := range p.cfg.Extractor.Models() {
 		mf := manifest{Schema: featurestore.SchemaVersion, Model: m.Name, Digest: m.Digest, DType: p.dtype, Preprocess: m.Preprocess}
 		for _, l := range m.Layers {
 			mf.Layers = append(mf.Layers, manifestLayer{Index: l.Index, Name: l.Name, Tensor: l.Tensor,
-				Shape: l.Shape, Bytes: api.NPYSize(l.Shape, p.dtype)})
+				Shape: l.Shape, Bytes: api.NPYSize(l.Shape, p.dtype), Digest: l.Digest})
 		}
 		b, err := json.MarshalIndent(mf, "", "  ")
 		if err != nil {
 			continue // plain data: cannot fail
 		}
-		p.cfg.FeatureStore.SetManifest(featurestore.ModelDir(m.Name, m.Digest), append(b, '\n'))
+		for _, l := range m.Layers {
+			p.cfg.FeatureStore.SetManifest(featurestore.ModelDir(m.Name, layerDigest(m, l)), append(b, '\n'))
+		}
 	}
+}
+
+// layerDigest is the digest naming a layer's features in the feature
+// store: the layer's own, else (a feature server that predates them) the
+// model file's.
+func layerDigest(m *api.Model, l api.Layer) string {
+	if l.Digest != "" {
+		return l.Digest
+	}
+	return m.Digest
 }
 
 // storeRef names obj's feature in the feature store. Its name follows the
@@ -91,10 +115,64 @@ func (p *Pipeline) storeRef(ctx context.Context, v *View, obj bucket.Object, key
 	key.Source = hostless(key.Source)
 	id := key.ID()
 	return featurestore.Ref{
-		Model: v.Model.Name, ModelDigest: v.Model.Digest, Layer: v.Layer.Name,
+		Model: v.Model.Name, ModelDigest: layerDigest(v.Model, v.Layer), Layer: v.Layer.Name,
 		Name: p.naming.StoreName(obj.Key, siblings),
 		ETag: obj.ETag, Digest: hex.EncodeToString(id[:]),
 	}
+}
+
+// legacyRef is where a feature store written before layer digests keeps
+// ref's feature: under the model file's digest, with the cache-key digest
+// of legacyKey, so that it answers only for the very file this pipeline
+// loaded. Zero when the layer has no digest of its own (it is ref).
+func (p *Pipeline) legacyRef(v *View, obj bucket.Object, ref featurestore.Ref) (featurestore.Ref, bool) {
+	if v.Layer.Digest == "" {
+		return featurestore.Ref{}, false
+	}
+	k := p.legacyKey(v, obj)
+	k.Source = hostless(k.Source)
+	id := k.ID()
+	ref.ModelDigest, ref.Digest = v.Model.Digest, hex.EncodeToString(id[:])
+	return ref, true
+}
+
+// hasLegacyDir reports whether the feature store has the directory a
+// featurefs before layer digests wrote for the model file (its
+// _model.json), asking the store once per directory per pipeline (at most
+// one entry per model): a store without one costs no second GET per miss.
+// An error is not remembered; the next miss asks again.
+func (p *Pipeline) hasLegacyDir(ctx context.Context, dir string) bool {
+	p.legacyMu.Lock()
+	ok, known := p.legacyDirs[dir]
+	p.legacyMu.Unlock()
+	if known {
+		return ok
+	}
+	ok, err := p.cfg.FeatureStore.Exists(ctx, dir+"/"+featurestore.ManifestName)
+	if err != nil {
+		return false
+	}
+	p.legacyMu.Lock()
+	p.legacyDirs[dir] = ok
+	p.legacyMu.Unlock()
+	return ok
+}
+
+// fromLegacyStore looks for a feature the store missed under its layer
+// digest in the directory written before layer digests, and on a hit
+// queues it under ref (the store migrates as it is read; warm migrates a
+// whole prefix).
+func (p *Pipeline) fromLegacyStore(ctx context.Context, v *View, obj bucket.Object, ref featurestore.Ref) ([]byte, bool) {
+	old, ok := p.legacyRef(v, obj, ref)
+	if !ok || !p.hasLegacyDir(ctx, featurestore.ModelDir(old.Model, old.ModelDigest)) {
+		return nil, false
+	}
+	data, hit, _ := p.cfg.FeatureStore.Get(ctx, old, v.Size)
+	if !hit {
+		return nil, false
+	}
+	p.toFeatureStore(ctx, ref, data, false)
+	return data, true
 }
 
 // fromFeatureStore returns obj's feature from the feature store, if there
@@ -121,6 +199,11 @@ func (p *Pipeline) fromFeatureStore(ctx context.Context, v *View, obj bucket.Obj
 	}
 	if ok {
 		return data, ref, true, nil
+	}
+	if err == nil {
+		if data, ok := p.fromLegacyStore(ctx, v, obj, ref); ok {
+			return data, ref, true, nil
+		}
 	}
 	if p.cfg.StoreOnly {
 		if ctx.Err() != nil {
@@ -171,7 +254,7 @@ func hostless(identity string) string {
 // so that warming a host that computed before it had a store fills the
 // store. It reports whether the feature is in the local cache.
 func (p *Pipeline) storeCached(ctx context.Context, v *View, obj bucket.Object, key cache.Key) bool {
-	data, ok, err := p.cacheGet(key)
+	data, ok, err := p.cacheGetAny(ctx, v, obj, key)
 	if err != nil || !ok || int64(len(data)) != v.Size {
 		return false
 	}

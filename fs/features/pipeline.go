@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -180,6 +181,11 @@ type Pipeline struct {
 	// tree and the server over the pipeline tell theirs to it too.
 	journal *figures.Journal
 
+	// legacyDirs remembers which feature store directories written
+	// before layer digests exist (hasLegacyDir): one entry per model.
+	legacyMu   sync.Mutex
+	legacyDirs map[string]bool // GUARDED_BY(legacyMu)
+
 	pf *prefetcher // background extraction; stopped by Close
 	// predicting bounds the predictions in flight (PredictAll,
 	// PredictTree), all callers together: prefetch's bounds.
@@ -253,16 +259,17 @@ func New(cfg Config) (*Pipeline, error) {
 		return nil, errors.New("features.New: StoreOnly needs a FeatureStore")
 	}
 	p := &Pipeline{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		identity: cfg.Bucket.Identity(),
-		dtype:    cfg.Extractor.DType(),
-		naming:   naming.New(cfg.ImageExtensions).WithArchives(cfg.Archives),
-		bad:      lru.New[string, badEntry](cfg.MaxBadObjects),
-		journal:  figures.NewJournal(cfg.Logger, cfg.Now),
-		versions: lru.New[string, objVersion](4096),
-		handoff:  lru.New[string, []byte](cfg.HandoffBytes),
-		owner:    lifetime.New(),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		legacyDirs: map[string]bool{},
+		identity:   cfg.Bucket.Identity(),
+		dtype:      cfg.Extractor.DType(),
+		naming:     naming.New(cfg.ImageExtensions).WithArchives(cfg.Archives),
+		bad:        lru.New[string, badEntry](cfg.MaxBadObjects),
+		journal:    figures.NewJournal(cfg.Logger, cfg.Now),
+		versions:   lru.New[string, objVersion](4096),
+		handoff:    lru.New[string, []byte](cfg.HandoffBytes),
+		owner:      lifetime.New(),
 	}
 	p.features.Owner = p.owner
 	p.writes = newCacheWriter(p.storeCache, p.log, cfg.CacheWriteBytes, cfg.CacheWriters)

@@ -369,7 +369,7 @@ func (p *prefetcher) run(job walkJob) {
 			return nil
 		}
 		key := p.pipe.cacheKey(v, obj)
-		if p.pipe.cached(key) {
+		if p.pipe.cachedAny(v, obj, key) {
 			p.n.cached.Add(1)
 			return nil
 		}

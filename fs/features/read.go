@@ -144,8 +144,25 @@ func (p *Pipeline) NewerVersion(key string) (bucket.Object, time.Time, bool) {
 	return nv.obj, nv.seen, ok
 }
 
-// cacheKey is the cache key of one object version's feature at one layer.
+// cacheKey is the cache key of one object version's feature at one layer:
+// keyed by the layer's digest (what computes it, docs/MODELS.md), so a
+// model version that computes the layer the same way shares its features.
+// A layer without a digest (a feature server that predates them) is keyed
+// as before digests (legacyKey).
 func (p *Pipeline) cacheKey(v *View, obj bucket.Object) cache.Key {
+	k := p.legacyKey(v, obj)
+	if v.Layer.Digest != "" {
+		k.ModelDigest, k.Layer = v.Layer.Digest, ""
+	}
+	return k
+}
+
+// legacyKey is the key features had before layer digests: the whole model
+// file's sha256 and the layer's tensor name. It names features of exactly
+// the file this pipeline's model was loaded from, so a feature found under
+// it is never stale: reads look there on a miss and move what they find
+// under cacheKey (cacheGetAny).
+func (p *Pipeline) legacyKey(v *View, obj bucket.Object) cache.Key {
 	return cache.Key{
 		Source:      p.identity,
 		Object:      objectID(obj),
@@ -155,6 +172,28 @@ func (p *Pipeline) cacheKey(v *View, obj bucket.Object) cache.Key {
 		Preprocess:  v.Model.Preprocess.Key(),
 		DType:       string(p.dtype),
 	}
+}
+
+// cacheGetAny is cacheGet of key, else of the feature's legacyKey: a
+// feature cached before layer digests is served and queued for the cache
+// under key (dropped when the write queue is full; the old entry ages out).
+func (p *Pipeline) cacheGetAny(ctx context.Context, v *View, obj bucket.Object, key cache.Key) ([]byte, bool, error) {
+	data, ok, err := p.cacheGet(key)
+	if ok || err != nil || v.Layer.Digest == "" {
+		return data, ok, err
+	}
+	data, ok, err = p.cacheGet(p.legacyKey(v, obj))
+	if !ok || err != nil || int64(len(data)) != v.Size {
+		return nil, false, nil // a miss; a damaged old entry is not this key's error
+	}
+	p.putCache(ctx, obj, key, data, api.Foreground)
+	return data, true, nil
+}
+
+// cachedAny reports whether obj's feature at v is cached under key or,
+// from before layer digests, under its legacyKey.
+func (p *Pipeline) cachedAny(v *View, obj bucket.Object, key cache.Key) bool {
+	return p.cached(key) || (v.Layer.Digest != "" && p.cached(p.legacyKey(v, obj)))
 }
 
 // objectID is what identifies obj's content in cache keys and extraction
@@ -195,7 +234,7 @@ func (p *Pipeline) cacheGet(key cache.Key) ([]byte, bool, error) {
 // compute reads the cache, else extracts and stores. It runs detached from
 // the reader (see inflight.Group) under ReadTimeout.
 func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key cache.Key) ([]byte, error) {
-	data, ok, err := p.cacheGet(key)
+	data, ok, err := p.cacheGetAny(ctx, v, obj, key)
 	switch {
 	case err != nil:
 		p.stats.cacheErrors.Add(1)
@@ -285,6 +324,7 @@ func (p *Pipeline) findOrExtractFrom(ctx context.Context, v *View, obj bucket.Ob
 		ETag:     obj.ETag,
 		ID:       p.identity + "\x00" + objectID(obj) + "\x00" + obj.ETag,
 		Priority: prio,
+		Digest:   v.Model.Digest,
 		Fetch: func(ctx context.Context) ([]byte, error) {
 			if g != nil {
 				if g.err != nil {

@@ -1,6 +1,8 @@
 package features
 
 import (
+	"time"
+
 	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/figures"
 )
@@ -28,6 +30,14 @@ func (p *Pipeline) Stats() figures.Stats {
 			CacheWriteStats: p.writes.stats(),
 		},
 		RecentErrors: p.journal.Recent(),
+	}
+	for _, m := range p.cfg.Extractor.Models() {
+		ms := figures.ModelStats{Name: m.Name, Digest: m.Digest}
+		if !m.Loaded.IsZero() {
+			ms.LoadedAt = m.Loaded.UTC().Format(time.RFC3339Nano)
+			ms.LoadedUnix = float64(m.Loaded.UnixNano()) / 1e9
+		}
+		st.Models = append(st.Models, ms)
 	}
 	o := &p.obs
 	st.UptimeSeconds = now.Sub(p.started).Seconds()

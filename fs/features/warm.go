@@ -150,7 +150,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 		if _, bad := p.isBad(obj.Key, obj.ETag); bad {
 			return false
 		}
-		return fst != nil || !p.cached(p.cacheKey(v, obj))
+		return fst != nil || !p.cachedAny(v, obj, p.cacheKey(v, obj))
 	}
 	err := p.walk(ctx, prefix, true, &pages, otherShardsArchives(opts.Shard, opts.Archives, &others), want, func(obj bucket.Object, g *given) error {
 		if !opts.Shard.Owns(ShardUnit(obj.Key, opts.Archives)) {
@@ -163,7 +163,7 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 			return nil
 		}
 		key := p.cacheKey(v, obj)
-		if fst == nil && p.cached(key) {
+		if fst == nil && p.cachedAny(v, obj, key) {
 			w.update(func(r *WarmResult) { r.Cached++ })
 			return nil
 		}

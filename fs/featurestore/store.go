@@ -535,3 +535,22 @@ func (s *Store) Stats() Stats {
 		Dropped: s.dropped.Load(), Queued: int64(len(s.queue)), QueuedBytes: s.queuedBytes.Load(),
 	}
 }
+
+// Exists reports whether the store has an object at key (a model
+// directory's _model.json): false for a definite miss, an error when the
+// store could not say.
+func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	_, _, _, err := s.store.GetMeta(ctx, key, maxManifestBytes)
+	switch {
+	case err == nil, errors.Is(err, bucket.ErrTooLarge):
+		return true, nil
+	case errors.Is(err, bucket.ErrNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("feature store: %s: %w", key, err)
+}
+
+// maxManifestBytes bounds what Exists reads of an object.
+const maxManifestBytes = 1 << 20

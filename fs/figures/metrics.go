@@ -47,6 +47,14 @@ func newCollector(stats func() Stats) *collector {
 			func(s *Stats) []sample { return one(s.UptimeSeconds) }},
 		{d("device_info", "Where models run (value 1).", "device", "dtype", "source"), prometheus.GaugeValue,
 			func(s *Stats) []sample { return []sample{{1, []string{s.Device, string(s.DType), s.Source}}} }},
+		{d("model_loaded_timestamp_seconds", "When each model's version was loaded (Unix seconds; 0 for a model feature servers run), labelled with the model file's SHA-256.", "model", "digest"), prometheus.GaugeValue,
+			func(s *Stats) []sample {
+				var out []sample
+				for _, m := range s.Models {
+					out = append(out, sample{m.LoadedUnix, []string{m.Name, m.Digest}})
+				}
+				return out
+			}},
 		{d("extractions_total", "Extractions finished, by outcome.", "outcome"), prometheus.CounterValue,
 			func(s *Stats) []sample {
 				return []sample{{float64(s.Extraction.Completed), []string{"completed"}}, {float64(s.Extraction.Failed), []string{"failed"}}}

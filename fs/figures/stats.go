@@ -50,6 +50,9 @@ type Stats struct {
 	BytesServed int64 `json:"bytes_served"`
 	// Errors counts the errors answered to readers, by kind.
 	Errors ErrorCounts `json:"errors"`
+	// Models are the models served, each at its current version
+	// (docs/MODELS.md: a reload replaces one).
+	Models []ModelStats `json:"models"`
 	// FeatureStore is the feature store's figures (--feature-store); absent
 	// without one.
 	FeatureStore *FeatureStoreStats `json:"feature_store,omitempty"`
@@ -372,4 +375,17 @@ type ArchiveStats struct {
 	StreamBreaks int64 `json:"stream_breaks"`
 	// BadArchives counts archives found bad (each with one log line).
 	BadArchives int64 `json:"bad_archives"`
+}
+
+// ModelStats is one model's version in the stats.
+type ModelStats struct {
+	// Name is the model's directory name.
+	Name string `json:"name"`
+	// Digest is the SHA-256 of the model file served.
+	Digest string `json:"digest"`
+	// LoadedAt is when that version was loaded (RFC 3339); empty for a
+	// model feature servers run.
+	LoadedAt string `json:"loaded_at,omitempty"`
+	// LoadedUnix is LoadedAt in seconds since 1970; 0 when empty.
+	LoadedUnix float64 `json:"loaded_unix"`
 }

@@ -267,7 +267,7 @@ func (c *Client) buildModels() error {
 			elems := (sizes[i] - int64(len(api.NPYHeader(l.Shape, c.info.DType)))) / c.info.DType.Size()
 			// Bytes is the layer's float32 activation, computed here, not
 			// taken from the server.
-			m.Layers = append(m.Layers, api.Layer{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: slices.Clone(l.Shape), Bytes: elems * 4, CumGFLOPs: l.CumGFLOPs})
+			m.Layers = append(m.Layers, api.Layer{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: slices.Clone(l.Shape), Bytes: elems * 4, CumGFLOPs: l.CumGFLOPs, Digest: l.Digest})
 		}
 		c.models = append(c.models, m)
 		c.byName[m.Name] = m

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func newFakeExtractorShape(shape []int64) *fakeExtractor {
 		Aliases: map[string]string{"pool": "layer1"}}
 	for i := range 2 {
 		m.Layers = append(m.Layers, api.Layer{Index: i, Name: "layer" + string(rune('0'+i)), Tensor: "t" + string(rune('0'+i)),
-			Shape: shape, Bytes: 4 * api.Layer{Shape: shape}.Elements()})
+			Shape: shape, Bytes: 4 * api.Layer{Shape: shape}.Elements(), Digest: strings.Repeat(string(rune('a'+i)), 64)})
 	}
 	x := fakes.NewExtractor(func(l api.Layer, b []byte, _ api.DType) []byte {
 		if !slices.Equal(l.Shape, fakeShape) {

@@ -58,6 +58,8 @@ func hostileModels() ModelsResponse {
 	badLayer.Layers[0].Name = "a/b"
 	flops := modelInfo("negflops", []int64{1})
 	flops.Layers[0].CumGFLOPs = -1
+	badDigest := modelInfo("baddigest", []int64{1})
+	badDigest.Layers[0].Digest = "../../../../other-model" // would name another feature store directory
 	return ModelsResponse{Protocol: ProtocolVersion, Source: "hostile", DType: api.Float32, Models: []ModelInfo{
 		modelInfo("huge", []int64{1 << 20, 1 << 20, 1 << 10}),
 		modelInfo("good", goodShapes...),
@@ -74,11 +76,12 @@ func hostileModels() ModelsResponse {
 		modelInfo("good", []int64{8}), // listed twice
 		badLayer,
 		flops,
+		badDigest,
 	}}
 }
 
 // refusedModels is how many models of hostileModels are refused.
-const refusedModels = 14
+const refusedModels = 15
 
 // fakeServer is an http.RoundTripper playing a feature server: models is
 // the body of GET /v1/models, batch the body of POST /v1/batch given its

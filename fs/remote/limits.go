@@ -99,6 +99,9 @@ func checkModel(mi ModelInfo, dt api.DType) ([]int64, error) {
 			return nil, fmt.Errorf("%w: layer %d's name %.64q is not a usable, unique directory name", errBadModel, i, l.Name)
 		}
 		names[l.Name] = true
+		if !validDigest(l.Digest) {
+			return nil, fmt.Errorf("%w: layer %d (%s): digest %.80q is not 64 lower-case hex digits", errBadModel, i, l.Name, l.Digest)
+		}
 		n, err := featureBytes(l.Shape, dt)
 		if err != nil {
 			return nil, fmt.Errorf("%w: layer %d (%s): %w", errBadModel, i, l.Name, err)
@@ -134,4 +137,22 @@ func featureBytes(shape []int64, dt api.DType) (int64, error) {
 		return 0, fmt.Errorf("shape %v: %d bytes per sample (at most %d)", shape, n, MaxFeatureBytes)
 	}
 	return n, nil
+}
+
+// validDigest reports whether d is a layer digest a client can key by (and
+// name feature store directories with): empty (a server that predates
+// digests) or 64 lower-case hex digits.
+func validDigest(d string) bool {
+	if d == "" {
+		return true
+	}
+	if len(d) != 64 {
+		return false
+	}
+	for _, c := range d {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -67,6 +67,11 @@ type LayerInfo struct {
 	Shape     []int64 `json:"shape"`
 	Bytes     int64   `json:"bytes"`
 	CumGFLOPs float64 `json:"cum_gflops"`
+	// Digest is the layer's digest (api.Layer.Digest), the identity of its
+	// features: a client keys its cache and the feature store by it. A
+	// server that predates digests sends none, and its features are keyed
+	// by the model's Digest.
+	Digest string `json:"digest,omitempty"`
 }
 
 // ModelInfo is one model in GET /v1/models.

@@ -299,7 +299,7 @@ func (s *Server) modelsResponse() ModelsResponse {
 			Aliases: m.Aliases, Table: m.Table(),
 		}
 		for _, l := range m.Layers {
-			mi.Layers = append(mi.Layers, LayerInfo{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: l.Shape, Bytes: l.Bytes, CumGFLOPs: l.CumGFLOPs})
+			mi.Layers = append(mi.Layers, LayerInfo{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: l.Shape, Bytes: l.Bytes, CumGFLOPs: l.CumGFLOPs, Digest: l.Digest})
 		}
 		resp.Models = append(resp.Models, mi)
 	}

@@ -1,0 +1,147 @@
+package extractor
+
+// Replacing a model without a restart (docs/MODELS.md, "Reload").
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+)
+
+// registry is the models a Service serves: replaced whole by Reload, never
+// changed once published.
+type registry struct {
+	models map[string]*model // by name: the current version
+	order  []*model          // the order given to New
+	// prev is each replaced model's previous version, kept so that the
+	// requests made for it (Request.Digest) finish on it: one per model.
+	prev map[string]*model
+}
+
+// version returns model name at the file digest, current or previous;
+// digest "" is the current.
+func (r *registry) version(name, digest string) (*model, bool) {
+	if m, ok := r.models[name]; ok && (digest == "" || m.Digest == digest) {
+		return m, true
+	}
+	if m, ok := r.prev[name]; ok && m.Digest == digest {
+		return m, true
+	}
+	return nil, false
+}
+
+// ErrReloadRefused is matched by Reload's error when the new file cannot
+// replace the model; the old version keeps serving.
+var ErrReloadRefused = errors.New("the new file cannot replace the running version")
+
+// ModelVersion is one model's version: its file's digest and when it was
+// loaded.
+type ModelVersion struct {
+	Name   string
+	Path   string
+	Digest string
+	Loaded time.Time
+}
+
+// Versions returns each model's current version, in the order given to New.
+func (s *Service) Versions() []ModelVersion {
+	var out []ModelVersion
+	for _, m := range s.reg.Load().order {
+		out = append(out, ModelVersion{Name: m.Name, Path: m.Path, Digest: m.Digest, Loaded: m.Loaded})
+	}
+	return out
+}
+
+// Reload loads model name's file again and, if its bytes changed, replaces
+// the model with it: requests made from then on (and those naming no
+// Digest) use the new version; requests made for the old one (Request.Digest)
+// finish on it, which is kept until the next replacement. The new file is
+// parsed, its layers found, and one ONNX Runtime session opened on its last
+// layer before anything changes, all on the caller's goroutine; it must have
+// the old version's layers (count and shapes), input and fixed batch, which
+// the mounted tree and the feature files' sizes are made of: otherwise, or
+// when it does not load, the error matches ErrReloadRefused and the old
+// version keeps serving. changed is false when the file's digest is the
+// current one's.
+func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
+	s.reloads.Lock()
+	defer s.reloads.Unlock()
+	old, ok := s.reg.Load().models[name]
+	if !ok {
+		return nil, false, fmt.Errorf("reload: %w %q", ErrUnknownModel, name)
+	}
+	data, err := os.ReadFile(old.spec.Path)
+	if err != nil {
+		return nil, false, fmt.Errorf("model %s: %w: %w", name, ErrReloadRefused, err)
+	}
+	sum := sha256.Sum256(data)
+	if hex.EncodeToString(sum[:]) == old.Digest {
+		return &old.Model, false, nil
+	}
+	nm, err := loadModel(old.spec)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrReloadRefused, err)
+	}
+	if why := incompatible(old, nm); why != "" {
+		return nil, false, fmt.Errorf("model %s: %w: %s (a restart serves it)", name, ErrReloadRefused, why)
+	}
+	if err := s.checkSession(nm); err != nil {
+		return nil, false, fmt.Errorf("model %s: %w: %w", name, ErrReloadRefused, err)
+	}
+	nm.spec, nm.Loaded = old.spec, time.Now()
+	cur := s.reg.Load()
+	next := &registry{models: map[string]*model{}, prev: map[string]*model{}}
+	for k, v := range cur.models {
+		next.models[k] = v
+	}
+	for k, v := range cur.prev {
+		next.prev[k] = v
+	}
+	next.models[name] = nm
+	next.prev[name] = old
+	for _, o := range cur.order {
+		if o.Name == name {
+			o = nm
+		}
+		next.order = append(next.order, o)
+	}
+	s.reg.Store(next)
+	return &nm.Model, true, nil
+}
+
+// incompatible says why nm cannot replace old in a running tree, or "".
+func incompatible(old, nm *model) string {
+	switch {
+	case len(nm.Layers) != len(old.Layers):
+		return fmt.Sprintf("%d layers, the running version has %d", len(nm.Layers), len(old.Layers))
+	case !slices.Equal(nm.InputShape, old.InputShape) || nm.FixedBatch != old.FixedBatch:
+		return "another input shape or fixed batch"
+	}
+	for i, l := range nm.Layers {
+		if !slices.Equal(l.Shape, old.Layers[i].Shape) {
+			return fmt.Sprintf("%s has shape %v, the running version's %v", l.Name, l.Shape, old.Layers[i].Shape)
+		}
+	}
+	return ""
+}
+
+// checkSession opens (and closes) a session of m's last layer on the
+// service's first device: ONNX Runtime accepts the new file.
+func (s *Service) checkSession(m *model) error {
+	l := m.Layers[len(m.Layers)-1]
+	b, err := m.pruned(l)
+	if err != nil {
+		return err
+	}
+	sc := sessionConfig{threads: s.cfg.IntraOpThreads, gpu: s.dev.gpu, gpuIndex: s.dev.index, tensorRT: s.dev.tensorRT, precision: s.cfg.Precision}
+	sess, err := newORTSession(b, m.Input, l.Tensor, m.InputShape, l.Shape, m.FixedBatch, sc)
+	if err != nil {
+		return fmt.Errorf("ONNX Runtime: %w", err)
+	}
+	sess.close()
+	return nil
+}

@@ -1,0 +1,219 @@
+package test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/featurefs/featurefs/test/testenv"
+)
+
+// replaceFile writes src's bytes to dst: by a rename, or in place.
+func replaceFile(t *testing.T, src, dst string, rename bool) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rename {
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := os.WriteFile(dst+".new", b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dst+".new", dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLog waits until the mount's log holds n lines containing s.
+func waitLog(t *testing.T, m *mounted, s string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		b, _ := os.ReadFile(m.Log)
+		if strings.Count(string(b), s) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d lines %q in the log after 90s:\n%s", n, s, tail(m.Log, 4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestModelReplacedWithoutRestart: a mount watches its model file. While
+// a reader reads layer4 and layer15 over and over, the file is replaced by
+// a rename with a version that changes torchvision's layer4 and fc: the
+// mount reloads it, no read fails, every file read is one version's whole
+// feature, layer15 then serves the new version's features, and layer4's
+// files keep their inode and are not computed again. A bad file written in
+// place is refused with one log line and the new version keeps serving.
+// The first version written back and a SIGHUP bring its features back
+// from the cache, with no extraction.
+func TestModelReplacedWithoutRestart(t *testing.T) {
+	versions := testenv.ModelVersions(t)
+	modelPath := filepath.Join(t.TempDir(), "model.onnx")
+	replaceFile(t, filepath.Join(versions, "base.onnx"), modelPath, true)
+	d := genDataset(t, "--classes", "1", "--train", "3", "--val", "0")
+	names := featureNames(d.keys(t))
+	n := int64(len(names))
+	m := testMount(t, mountConfig{Source: d.Dir, Model: modelPath, Args: []string{"--prefetch", "off"}})
+
+	read := func(layer string) map[string][]byte {
+		t.Helper()
+		out := map[string][]byte{}
+		for key, name := range names {
+			b, err := os.ReadFile(filepath.Join(m.Layer(layer), filepath.FromSlash(name)))
+			if err != nil {
+				t.Fatalf("read %s %s: %v", layer, name, err)
+			}
+			out[key] = b
+		}
+		return out
+	}
+	inos := func(layer string) map[string]uint64 {
+		out := map[string]uint64{}
+		for key, name := range names {
+			fi, err := os.Stat(filepath.Join(m.Layer(layer), filepath.FromSlash(name)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[key] = fi.Sys().(*syscall.Stat_t).Ino
+		}
+		return out
+	}
+	old4, old15 := read("layer4"), read("layer15")
+	ino4 := inos("layer4")
+	if got := extractionCount(t, mountStats(t, m)); got != 2*n {
+		t.Fatalf("%d extractions, want %d", got, 2*n)
+	}
+
+	// A reader under load: every file read must be one version's whole
+	// feature (checked once the new version is known).
+	var stop atomic.Bool
+	var failed atomic.Int64
+	var mu sync.Mutex
+	seen := map[string]map[string]bool{} // layer/key -> contents read
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !stop.Load() {
+			for _, layer := range []string{"layer4", "layer15"} {
+				for key, name := range names {
+					b, err := os.ReadFile(filepath.Join(m.Layer(layer), filepath.FromSlash(name)))
+					if err != nil {
+						failed.Add(1)
+						t.Errorf("read %s %s during the reload: %v", layer, name, err)
+						continue
+					}
+					mu.Lock()
+					k := layer + "/" + key
+					if seen[k] == nil {
+						seen[k] = map[string]bool{}
+					}
+					seen[k][string(b)] = true
+					mu.Unlock()
+				}
+			}
+		}
+	})
+
+	replaceFile(t, filepath.Join(versions, "layer4fc.onnx"), modelPath, true)
+	waitLog(t, m, "model reloaded", 1)
+	new15 := read("layer15")
+	time.Sleep(500 * time.Millisecond) // the reader reads the new version too
+	stop.Store(true)
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d reads failed during the reload", failed.Load())
+	}
+	for key := range names {
+		if bytes.Equal(new15[key], old15[key]) {
+			t.Errorf("layer15 %s: the old version's feature after the reload", key)
+		}
+		for c := range seen["layer15/"+key] {
+			if c != string(old15[key]) && c != string(new15[key]) {
+				t.Errorf("layer15 %s: a read returned neither version's feature (%d bytes)", key, len(c))
+			}
+		}
+		for c := range seen["layer4/"+key] {
+			if c != string(old4[key]) {
+				t.Errorf("layer4 %s: a read returned another feature; its digest did not change", key)
+			}
+		}
+	}
+	if got := extractionCount(t, mountStats(t, m)); got != 3*n {
+		t.Errorf("after the reload: %d extractions, want %d (layer15 again, layer4 never)", got, 3*n)
+	}
+	for key, ino := range inos("layer4") {
+		if ino != ino4[key] {
+			t.Errorf("layer4 %s: inode %d, was %d: an unchanged layer lost its kernel entry", key, ino, ino4[key])
+		}
+	}
+	layers := layersFileDigests(t, m)
+	models, _ := mountStats(t, m)["models"].([]any)
+	if len(models) != 1 || models[0].(map[string]any)["digest"] != fileDigest(t, filepath.Join(versions, "layer4fc.onnx")) || models[0].(map[string]any)["loaded_at"] == "" {
+		t.Errorf("stats file's models after the reload: %v", models)
+	}
+
+	// A bad file, written in place: refused with one line, the new version serves.
+	if err := os.WriteFile(modelPath, []byte("not an onnx model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, m, "model file refused", 1)
+	if got, k := read("layer15"), firstKey(names); !bytes.Equal(got[k], new15[k]) {
+		t.Error("after a refused file, layer15 is not the new version's")
+	}
+	if l := layersFileDigests(t, m); l["layer15"] != layers["layer15"] {
+		t.Error("after a refused file, the layers file changed")
+	}
+
+	// The first version back, in place, and a SIGHUP: from the cache.
+	replaceFile(t, filepath.Join(versions, "base.onnx"), modelPath, false)
+	if err := syscall.Kill(m.PID(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, m, "model reloaded", 2)
+	back := read("layer15")
+	for key := range names {
+		if !bytes.Equal(back[key], old15[key]) {
+			t.Errorf("layer15 %s: not the first version's feature after it came back", key)
+		}
+	}
+	if got := extractionCount(t, mountStats(t, m)); got != 3*n {
+		t.Errorf("after the first version came back: %d extractions, want %d (all cached)", got, 3*n)
+	}
+	b, _ := os.ReadFile(m.Log)
+	if c := strings.Count(string(b), "model file refused"); c != 1 {
+		t.Errorf("%d refusal lines, want 1", c)
+	}
+}
+
+func firstKey(m map[string]string) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+// fileDigest is the hex SHA-256 of a file.
+func fileDigest(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
