@@ -88,6 +88,7 @@ const (
 type kernelCache struct {
 	mu     sync.Mutex
 	layers []*gofs.Inode           // GUARDED_BY(mu): every layer and alias directory of every model
+	preds  []*gofs.Inode           // GUARDED_BY(mu): predictions/<model> of every model
 	queue  chan *namespace.Listing // GUARDED_BY(mu): listings to check; nil unless mounted
 }
 
@@ -106,6 +107,14 @@ func (f *FS) addLayerDir(n *gofs.Inode) {
 	f.kernel.mu.Lock()
 	defer f.kernel.mu.Unlock()
 	f.kernel.layers = append(f.kernel.layers, n)
+}
+
+// addPredModelDir records predictions/<model>'s inode (rootDir.OnAdd), for
+// ModelReplaced.
+func (f *FS) addPredModelDir(n *gofs.Inode) {
+	f.kernel.mu.Lock()
+	defer f.kernel.mu.Unlock()
+	f.kernel.preds = append(f.kernel.preds, n)
 }
 
 // startKernelChecks starts the checker goroutines, the tree's owner's:

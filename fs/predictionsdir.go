@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -19,12 +20,17 @@ const PredictionsFile = "predictions.jsonl"
 
 // predView is what every node under predictions/<model>/ shares: the
 // model, the view of its last layer (class scores) and the lines' layout.
-// Constant.
+// model (its name) and layout are constant: a reload keeps the name and
+// the layers' shapes (so the class count), and the labels are the
+// mount's. The view is the version served: FS.ModelReplaced swaps it.
 type predView struct {
 	model  *api.Model
-	view   *features.View
+	cur    atomic.Pointer[features.View]
 	layout *features.PredictionLayout
 }
+
+// view returns the last layer's view of the model version served now.
+func (pv *predView) view() *features.View { return pv.cur.Load() }
 
 // predDir is predictions/<model>/<prefix>: the bucket prefix's
 // subdirectories, as the feature directories show them, and its
@@ -47,7 +53,8 @@ var _ = (gofs.NodeOnForgetter)((*predDir)(nil))
 // newPredModelDir returns predictions/<model>.
 func newPredModelDir(f *FS, m *api.Model) *predDir {
 	k := f.p.Config().PredictionsTop
-	pv := &predView{model: m, view: f.p.PredictionView(m), layout: features.NewPredictionLayout(m, f.p.Labels(m.Name), k)}
+	pv := &predView{model: m, layout: features.NewPredictionLayout(m, f.p.Labels(m.Name), k)}
+	pv.cur.Store(f.p.PredictionView(m))
 	return &predDir{fs: f, pv: pv}
 }
 

@@ -134,8 +134,9 @@ func (pf *predFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, o
 	if first > 0 {
 		start = s.ends[first-1]
 	}
-	pf.fs.p.Touch(pf.pv.view, pf.prefix)
-	preds := pf.fs.p.PredictAll(ctx, pf.pv.view, s.objs[first:last+1], pf.pv.layout.TopK)
+	v := pf.pv.view() // one version for the whole read
+	pf.fs.p.Touch(v, pf.prefix)
+	preds := pf.fs.p.PredictAll(ctx, v, s.objs[first:last+1], pf.pv.layout.TopK)
 	if ctx.Err() != nil {
 		return nil, syscall.EINTR
 	}

@@ -41,6 +41,9 @@ func (f *FS) ModelReplaced(m *api.Model) []string {
 		changed = append(changed, d.view.dir)
 		f.dropTree(n)
 	}
+	if f.predictionsReplaced(m) {
+		changed = append(changed, "predictions")
+	}
 	if md := f.modelDirNode(m.Name); md != nil {
 		if ch := md.GetChild(spec.LayersFile); ch != nil {
 			if lf, ok := ch.Operations().(*layersFile); ok {
@@ -52,6 +55,44 @@ func (f *FS) ModelReplaced(m *api.Model) []string {
 	}
 	f.log.Info("featurefs: model replaced", slog.String("model", m.Name), slog.String("digest", m.Digest), slog.Any("layers_changed", changed))
 	return changed
+}
+
+// predictionsReplaced points predictions/<m.Name> at m's last layer and,
+// when that layer's digest changed, drops the kernel's pages of every
+// predictions file under it (their sizes stay: a reload keeps the class
+// count). It reports whether the digest changed.
+func (f *FS) predictionsReplaced(m *api.Model) bool {
+	f.kernel.mu.Lock()
+	preds := f.kernel.preds
+	f.kernel.mu.Unlock()
+	for _, n := range preds {
+		d, ok := n.Operations().(*predDir)
+		if !ok || d.pv.model.Name != m.Name {
+			continue
+		}
+		v := f.p.PredictionView(m)
+		old := d.pv.cur.Swap(v)
+		if old.Layer.Digest == v.Layer.Digest && old.Layer.Digest != "" {
+			return false
+		}
+		f.dropPredictions(n)
+		return true
+	}
+	return false
+}
+
+// dropPredictions tells the kernel to drop the pages of every predictions
+// file it holds under directory n, at any depth.
+func (f *FS) dropPredictions(n *gofs.Inode) {
+	for _, ch := range n.Children() {
+		switch ch.Operations().(type) {
+		case *predFile:
+			ch.NotifyContent(0, 0)
+			f.stats.invalidations.Add(1)
+		case *predDir:
+			f.dropPredictions(ch)
+		}
+	}
 }
 
 // dropTree tells the kernel to drop the pages and the entries of every

@@ -43,6 +43,7 @@ func (r *rootDir) OnAdd(ctx context.Context) {
 	for _, m := range r.fs.models {
 		pd := preds.NewPersistentInode(ctx, newPredModelDir(r.fs, m), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('p', m.Name, "")})
 		preds.AddChild(m.Name, pd, true)
+		r.fs.addPredModelDir(pd)
 	}
 	meta := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', ".featurefs")})
 	r.AddChild(".featurefs", meta, true)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -95,9 +96,20 @@ func TestModelReplacedWithoutRestart(t *testing.T) {
 		return out
 	}
 	old4, old15 := read("layer4"), read("layer15")
+	// The predictions view follows the version too (its last layer).
+	predPath := m.Path("predictions", modelName, filepath.FromSlash(path.Dir(firstKey(names))), "predictions.jsonl")
+	readPreds := func() string {
+		t.Helper()
+		b, err := os.ReadFile(predPath)
+		if err != nil {
+			t.Fatalf("read %s: %v", predPath, err)
+		}
+		return string(b)
+	}
+	oldPreds := readPreds()
 	ino4 := inos("layer4")
-	if got := extractionCount(t, mountStats(t, m)); got != 2*n {
-		t.Fatalf("%d extractions, want %d", got, 2*n)
+	if got := extractionCount(t, mountStats(t, m)); got != 3*n {
+		t.Fatalf("%d extractions, want %d (layer4, layer15 and the predictions' layer19)", got, 3*n)
 	}
 
 	// A reader under load: every file read must be one version's whole
@@ -132,6 +144,9 @@ func TestModelReplacedWithoutRestart(t *testing.T) {
 	replaceFile(t, filepath.Join(versions, "layer4fc.onnx"), modelPath, true)
 	waitLog(t, m, "model reloaded", 1)
 	new15 := read("layer15")
+	if readPreds() == oldPreds {
+		t.Error("predictions.jsonl after the reload is the old version's: its last layer changed")
+	}
 	time.Sleep(500 * time.Millisecond) // the reader reads the new version too
 	stop.Store(true)
 	wg.Wait()
@@ -153,8 +168,8 @@ func TestModelReplacedWithoutRestart(t *testing.T) {
 			}
 		}
 	}
-	if got := extractionCount(t, mountStats(t, m)); got != 3*n {
-		t.Errorf("after the reload: %d extractions, want %d (layer15 again, layer4 never)", got, 3*n)
+	if got := extractionCount(t, mountStats(t, m)); got != 5*n {
+		t.Errorf("after the reload: %d extractions, want %d (layer15 and layer19 again, layer4 never)", got, 5*n)
 	}
 	for key, ino := range inos("layer4") {
 		if ino != ino4[key] {
@@ -191,8 +206,11 @@ func TestModelReplacedWithoutRestart(t *testing.T) {
 			t.Errorf("layer15 %s: not the first version's feature after it came back", key)
 		}
 	}
-	if got := extractionCount(t, mountStats(t, m)); got != 3*n {
-		t.Errorf("after the first version came back: %d extractions, want %d (all cached)", got, 3*n)
+	if readPreds() != oldPreds {
+		t.Error("predictions.jsonl with the first version back is not the first version's")
+	}
+	if got := extractionCount(t, mountStats(t, m)); got != 5*n {
+		t.Errorf("after the first version came back: %d extractions, want %d (all cached)", got, 5*n)
 	}
 	b, _ := os.ReadFile(m.Log)
 	if c := strings.Count(string(b), "model file refused"); c != 1 {
