@@ -532,6 +532,20 @@ func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
 	return &DirReader{stream: s}
 }
 
+// InWalk reports whether prefix's parent directory was read by a directory
+// reader (OpenDir) while its listing is cached: a read of prefix's
+// directory is then likely a step of a walk (os.walk, DatasetFolder's
+// scan, find, ls -R), which reads a directory, then each of its
+// subdirectories. The root ("") is never in a walk.
+func (ns *Namespace) InWalk(prefix string) bool {
+	if prefix == "" {
+		return false
+	}
+	parent := prefix[:strings.LastIndexByte(prefix[:len(prefix)-1], '/')+1]
+	pl, ok := ns.listings.Peek(parent)
+	return ok && pl.walked.Load()
+}
+
 // reader returns a reader of the complete listing l, marked walked.
 func (ns *Namespace) reader(l *Listing) *DirReader {
 	l.walked.Store(true)
