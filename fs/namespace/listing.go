@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/naming"
 )
 
@@ -232,6 +233,10 @@ type listStream struct {
 	// err is the failure that ended a stream after it had handed out
 	// entries and its listing was revived: every later next returns it.
 	err error
+	// first and last are the first page's first and last names, relative
+	// to the prefix (where its key ranges split: fanout.go); seen is the
+	// last name read so far.
+	first, last, seen string
 }
 
 // newListStream starts reading prefix again; the listing it publishes keeps
@@ -298,20 +303,35 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 		err = fmt.Errorf("the bucket returned the same continuation token twice")
 	}
 	if err != nil {
-		err = fmt.Errorf("listing %q: %w", s.l.prefix, err)
-		if r := s.revive(err); r != nil {
-			s.l = r
-			if !s.handedOut {
-				s.done, s.handedOut = true, true
-				es, _ := r.from(0, r.len())
-				return es, nil
-			}
-			s.err = err // entries of the failed read are out: no mixing
-		}
-		return nil, err
+		return s.fail(fmt.Errorf("listing %q: %w", s.l.prefix, err))
 	}
 	s.token = p.Next
-	complete := p.Next == ""
+	if f, l, ok := firstLast(s.l.prefix, p); ok {
+		if s.first == "" && s.last == "" {
+			s.first, s.last = f, l
+		}
+		s.seen = l
+	}
+	return s.take(ctx, p, p.Next == ""), nil
+}
+
+// fail ends the stream after the store failed a page with err: see next.
+func (s *listStream) fail(err error) ([]naming.Entry, error) {
+	if r := s.revive(err); r != nil {
+		s.l = r
+		if !s.handedOut {
+			s.done, s.handedOut = true, true
+			es, _ := r.from(0, r.len())
+			return es, nil
+		}
+		s.err = err // entries of the failed read are out: no mixing
+	}
+	return nil, err
+}
+
+// take records a page read from the store (the last one when complete)
+// and returns the entries it newly decided.
+func (s *listStream) take(ctx context.Context, p bucket.Page, complete bool) []naming.Entry {
 	s.l.mu.Lock()
 	s.l.pages++
 	s.l.mu.Unlock()
@@ -329,14 +349,35 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	if cur, ok := s.ns.listings.Get(s.l.prefix); ok && cur == s.l {
 		s.ns.listings.Put(s.l.prefix, s.l)
 	}
-	return es, nil
+	return es
 }
 
 // all reads the stream to the end, or up to maxPages more pages (0: no
-// bound); it returns whether the listing is complete.
+// bound); it returns whether the listing is complete. Read to the end, a
+// prefix of more than two pages is read in key ranges at once after its
+// second where the store allows (fanout.go): the second page is read on
+// its own, as a prefix of exactly one page's entries often ends in a
+// truncated page and an empty one (MinIO), which ranges would multiply.
 func (s *listStream) all(ctx context.Context, maxPages int) (bool, error) {
 	for i := 0; !s.done && (maxPages <= 0 || i < maxPages); i++ {
+		if maxPages <= 0 && i > 1 && s.ns.cfg.ListFanout > 1 && s.last != "" {
+			return s.rest(ctx)
+		}
 		if _, err := s.next(ctx); err != nil {
+			return false, err
+		}
+	}
+	return s.done, nil
+}
+
+// rest reads the rest of the stream in key ranges at once (fanOut).
+func (s *listStream) rest(ctx context.Context) (bool, error) {
+	err := s.fanOut(ctx, s.first, s.last, s.seen, func(p bucket.Page, complete bool) error {
+		s.take(ctx, p, complete)
+		return nil
+	})
+	if err != nil {
+		if _, err := s.fail(err); err != nil {
 			return false, err
 		}
 	}
@@ -437,7 +478,8 @@ const dirBatch = 256
 // subdirectories) lists the aheadDirs subdirectories that follow it in its
 // parent's listing ahead, in the background, as the walk reads them next
 // (a path walk through the parent reads no subdirectory ahead); aheadRuns bounds those
-// listings in flight for the whole mount (a directory finding no slot
+// listings in flight for the whole mount (with Config.ListFanout set, that
+// many of them, and twice as many subdirectories ahead) (a directory finding no slot
 // free lists nothing ahead), and none is started while the listings take
 // more than half of what the metadata budget leaves them, or for a parent
 // of more than aheadParent entries (finding the directory in it would cost
@@ -462,7 +504,7 @@ func (ns *Namespace) listAhead(prefix string) {
 	if _, _, b := ns.listings.Size(); b > ns.listings.limit()/2 {
 		return
 	}
-	for _, sub := range pl.dirsAfter(prefix, aheadDirs) {
+	for _, sub := range pl.dirsAfter(prefix, ns.aheadDirs) {
 		if l, ok := ns.listings.Peek(sub); ok && ns.fresh(l) {
 			continue
 		}
