@@ -135,6 +135,9 @@ var _ = (gofs.FileReleasedirer)((*dirHandle)(nil))
 // start (re)opens the directory (namespace.Namespace.OpenDir). Callers
 // hold mu or own h.
 func (h *dirHandle) start(ctx context.Context) {
+	if h.r != nil {
+		h.r.Close()
+	}
 	h.entries, h.pos, h.off, h.hasLast = nil, 0, 0, false
 	h.r = h.d.fs.ns.OpenDir(ctx, h.d.prefix)
 }
@@ -226,5 +229,8 @@ func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 func (h *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.r != nil {
+		h.r.Close()
+	}
 	h.entries, h.r, h.hasLast = nil, nil, false
 }

@@ -23,8 +23,9 @@ const parallelListingObjects = 4_500
 // ahead, whole, in key ranges read at once (StartAfter) rather than one
 // continuation token after another, and the directory read then lists
 // every object once, in key order, as a listing one page at a time would.
-// The mount's count of List calls shows the ranges were read: more
-// requests than the five pages.
+// Then ls of that directory alone through a fresh mount (a directory
+// reader streaming it) lists the same. The mount's count of List calls
+// shows the ranges were read: more requests than the five pages.
 func TestParallelListingOfALargePrefix(t *testing.T) {
 	srv, env := minioBucket(t, "wide", "", "")
 	put := func(keys <-chan string, errc chan<- error) {
@@ -86,5 +87,31 @@ func TestParallelListingOfALargePrefix(t *testing.T) {
 	// a/ is one call; b/ read a page at a time would be five.
 	if calls <= 6 {
 		t.Errorf("listing a/ and b/ made %d List calls: b/ was read one page at a time, not in key ranges", calls)
+	}
+
+	// ls of b/ on its own (a fresh mount, no walk): the directory reader
+	// reads its third page on in key ranges, in the background.
+	m2 := testMount(t, mountConfig{Source: "s3://wide", Env: env, Args: []string{"--endpoint-url", srv.Endpoint, "--prefetch", "off"}})
+	b := filepath.Join(m2.Layer(testLayer), "b")
+	if _, err := os.Stat(b); err != nil {
+		t.Fatal(err)
+	}
+	before = statsField(t, mountStats(t, m2), "store.list_calls")
+	des, err = os.ReadDir(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(des) != parallelListingObjects {
+		t.Fatalf("ls b (fresh mount): %d entries, want %d", len(des), parallelListingObjects)
+	}
+	for i, de := range des {
+		if want := fmt.Sprintf("img%05d.npy", i); de.Name() != want {
+			t.Fatalf("ls b (fresh mount): entry %d = %q, want %q (key order, each once)", i, de.Name(), want)
+		}
+	}
+	calls = statsField(t, mountStats(t, m2), "store.list_calls") - before
+	t.Logf("ls of b/ (%d objects) on its own made %d List calls", parallelListingObjects, calls)
+	if calls <= 5 {
+		t.Errorf("ls of b/ on its own made %d List calls: read one page at a time, not in key ranges", calls)
 	}
 }

@@ -27,6 +27,16 @@ import (
 // most the bucket's GET bound, bucket.DefaultListFanout); a range reads at
 // most rangeBuffer pages ahead of the listing taking them; a listing is
 // split into at most maxRanges ranges.
+//
+// A directory reader streaming a prefix page by page (OpenDir with no
+// listing kept) reads its third page on in key ranges too, in the
+// background (listStream.background), ahead of the reader by the buffers
+// above; at most streamFanOuts readers at once do (the others read on page
+// by page), and Close (the kernel's RELEASEDIR) stops it.
+
+// streamFanOuts bounds the directory readers reading key ranges in the
+// background.
+const streamFanOuts = 4
 
 // maxRanges bounds the key ranges one listing is split into.
 const maxRanges = 64
@@ -97,16 +107,15 @@ type rangePage struct {
 	err  error
 }
 
-// fanOut reads the rest of the stream's prefix in key ranges after the
-// name seen (the last read), split where the first page's names (from
+// fanOut reads the rest of prefix in key ranges from token (after the
+// name seen, the last read), split where the first page's names (from
 // first to last, relative to the prefix) say, taking the pages in key order
 // (take); it reads on page by page when the names give no split. It
 // returns take's or the store's first error.
-func (s *listStream) fanOut(ctx context.Context, first, last, seen string, take func(bucket.Page, bool) error) error {
-	prefix := s.l.prefix
+func (ns *Namespace) fanOut(ctx context.Context, prefix, token, first, last, seen string, take func(bucket.Page, bool) error) error {
 	splits := slices.DeleteFunc(splitPoints(first, last), func(sp string) bool { return sp <= seen })
 	ranges := make([]*keyRange, len(splits)+1)
-	ranges[0] = &keyRange{token: s.token}
+	ranges[0] = &keyRange{token: token}
 	for i, sp := range splits {
 		ranges[i].hi = prefix + sp
 		ranges[i+1] = &keyRange{token: bucket.AfterToken(prefix + sp)}
@@ -121,12 +130,12 @@ func (s *listStream) fanOut(ctx context.Context, first, last, seen string, take 
 		wg.Wait()
 	}()
 	var nextRange atomic.Int64
-	for range min(s.ns.cfg.ListFanout, len(ranges)) {
+	for range min(ns.cfg.ListFanout, len(ranges)) {
 		wg.Go(func() {
 			// Ranges in key order: the range being taken always has a
 			// worker (it was handed out before any later one).
 			for i := int(nextRange.Add(1) - 1); i < len(ranges); i = int(nextRange.Add(1) - 1) {
-				if !s.ns.readRange(ctx, prefix, ranges[i]) {
+				if !ns.readRange(ctx, prefix, ranges[i]) {
 					return
 				}
 			}
@@ -238,4 +247,10 @@ func firstLast(prefix string, p bucket.Page) (first, last string, ok bool) {
 	}
 	first, last = slices.Min(names), slices.Max(names)
 	return strings.TrimPrefix(first, prefix), strings.TrimPrefix(last, prefix), true
+}
+
+// pagesRead returns how many pages the stream's listing has read.
+func (s *listStream) pagesRead() int {
+	pages, _ := s.l.size()
+	return pages
 }

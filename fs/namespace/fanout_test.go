@@ -118,3 +118,57 @@ func TestSplitPoints(t *testing.T) {
 		t.Errorf("splitPoints(ab00x, ab09y) = %v", got)
 	}
 }
+
+// TestDirectoryReaderReadsRangesInBackground reads a 2,500-object prefix
+// with a directory reader (ls of a directory never listed): from its third
+// page on, the reader's pages come from key ranges read at once in the
+// background, and it hands out the entries a reader of one page at a time
+// gets. A reader closed after its first pages stops its background read
+// and frees its slot.
+func TestDirectoryReaderReadsRangesInBackground(t *testing.T) {
+	fill := func(b *fakes.Bucket) {
+		for i := range 2500 {
+			b.Put(fmt.Sprintf("big/img%06d.jpg", i), []byte(fmt.Sprint(i)))
+		}
+	}
+	seqB, parB := fakes.NewBucket(100), fakes.NewBucket(100)
+	fill(seqB)
+	fill(parB)
+	parB.ListDelay = 2 * time.Millisecond
+	seq := newNS(t, seqB, Config{ShowEmptyDirs: true})
+	par := newNS(t, parB, Config{ShowEmptyDirs: true, ListFanout: 4})
+	want, got := readDir(t, seq.Namespace, "big/"), readDir(t, par.Namespace, "big/")
+	slices.Sort(want)
+	slices.Sort(got)
+	if len(want) != 2500 || !slices.Equal(got, want) {
+		t.Fatalf("ranges read in the background gave %d entries, one page at a time %d", len(got), len(want))
+	}
+	if m := parB.MaxListsInFlight.Load(); m < 2 || m > 4 {
+		t.Errorf("the reader had at most %d List calls in flight, want 2..4 (ListFanout)", m)
+	}
+
+	// Closed early: the slot comes back, and nothing is listed after.
+	par.listings.RemoveIf("big/", func(*Listing) bool { return true })
+	r := par.OpenDir(t.Context(), "big/")
+	for range 3 {
+		if _, err := r.Next(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(par.streamSlots) != 1 {
+		t.Fatalf("a reader past its second page holds %d background slots, want 1", len(par.streamSlots))
+	}
+	r.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(par.streamSlots) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a closed reader still holds its background slot after 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	lists := parB.Lists.Load()
+	time.Sleep(50 * time.Millisecond)
+	if n := parB.Lists.Load() - lists; n != 0 {
+		t.Errorf("%d List calls after the reader was closed", n)
+	}
+}

@@ -237,6 +237,78 @@ type listStream struct {
 	// to the prefix (where its key ranges split: fanout.go); seen is the
 	// last name read so far.
 	first, last, seen string
+	// reader is whether a directory reader reads the stream (OpenDir): it
+	// reads its key ranges in the background (background).
+	reader bool
+	// bg, when not nil, hands the pages read in the background in key
+	// order (the last one marked last), or the error that ended them;
+	// stopBg stops that read and frees its slot.
+	bg     chan rangePage
+	stopBg context.CancelFunc
+}
+
+// background starts reading the rest of the stream in key ranges for a
+// directory reader, if a slot is free (streamFanOuts), and reports whether
+// it did.
+func (s *listStream) background() bool {
+	select {
+	case s.ns.streamSlots <- struct{}{}:
+	default:
+		return false
+	}
+	ctx, cancel := context.WithCancel(s.ns.owner.Context())
+	bg := make(chan rangePage)
+	prefix, token, first, last, seen := s.l.prefix, s.token, s.first, s.last, s.seen
+	ok := s.ns.owner.Go(func() {
+		defer func() { <-s.ns.streamSlots }()
+		err := s.ns.fanOut(ctx, prefix, token, first, last, seen, func(p bucket.Page, complete bool) error {
+			select {
+			case bg <- rangePage{p: p, last: complete}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		if err != nil {
+			select {
+			case bg <- rangePage{err: err}:
+			case <-ctx.Done():
+			}
+		}
+	})
+	if !ok {
+		cancel()
+		<-s.ns.streamSlots
+		return false
+	}
+	s.bg, s.stopBg = bg, cancel
+	return true
+}
+
+// nextBackground takes the next page read in the background.
+func (s *listStream) nextBackground(ctx context.Context) ([]naming.Entry, error) {
+	var rp rangePage
+	select {
+	case rp = <-s.bg:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("listing %q: %w", s.l.prefix, ctx.Err())
+	}
+	if rp.err != nil {
+		s.close()
+		return s.fail(rp.err)
+	}
+	if rp.last {
+		s.close()
+	}
+	return s.take(ctx, rp.p, rp.last), nil
+}
+
+// close stops a background read of the stream, if any.
+func (s *listStream) close() {
+	if s.stopBg != nil {
+		s.stopBg()
+		s.stopBg = nil
+	}
 }
 
 // newListStream starts reading prefix again; the listing it publishes keeps
@@ -294,6 +366,12 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	}
 	if s.done {
 		return nil, nil
+	}
+	if s.bg != nil {
+		return s.nextBackground(ctx)
+	}
+	if s.reader && s.ns.cfg.ListFanout > 1 && s.last != "" && s.pagesRead() >= 2 && s.background() {
+		return s.nextBackground(ctx)
 	}
 	lctx, cancel := s.ns.listCtx(ctx)
 	p, err := s.ns.bucket.List(lctx, s.l.prefix, s.token)
@@ -372,7 +450,7 @@ func (s *listStream) all(ctx context.Context, maxPages int) (bool, error) {
 
 // rest reads the rest of the stream in key ranges at once (fanOut).
 func (s *listStream) rest(ctx context.Context) (bool, error) {
-	err := s.fanOut(ctx, s.first, s.last, s.seen, func(p bucket.Page, complete bool) error {
+	err := s.ns.fanOut(ctx, s.l.prefix, s.token, s.first, s.last, s.seen, func(p bucket.Page, complete bool) error {
 		s.take(ctx, p, complete)
 		return nil
 	})
@@ -571,7 +649,16 @@ func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
 	}
 	s := ns.newListStream(prefix)
 	s.l.walked.Store(true)
+	s.reader = true
 	return &DirReader{stream: s}
+}
+
+// Close stops what the reader reads in the background (a stream's key
+// ranges). The reader is not used after.
+func (r *DirReader) Close() {
+	if r.stream != nil {
+		r.stream.close()
+	}
 }
 
 // InWalk reports whether prefix's parent directory was read by a directory

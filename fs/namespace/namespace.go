@@ -100,6 +100,9 @@ type Namespace struct {
 	// rangeSlots holds a token per list request of a key range in flight
 	// (fanout.go): Config.ListFanout of them.
 	rangeSlots chan struct{}
+	// streamSlots holds a token per directory reader reading key ranges in
+	// the background (fanout.go): streamFanOuts of them.
+	streamSlots chan struct{}
 
 	// p is the read path: its bucket (which counts every call), the store's
 	// health, the log-once set and the newer versions reads found; its
@@ -180,6 +183,7 @@ func New(p *features.Pipeline, cfg Config, listed func(*Listing), dropped func(p
 		ahead:       make(chan struct{}, max(aheadRuns, cfg.ListFanout)),
 		aheadDirs:   max(aheadDirs, 2*cfg.ListFanout),
 		rangeSlots:  make(chan struct{}, max(1, cfg.ListFanout)),
+		streamSlots: make(chan struct{}, streamFanOuts),
 		p:           p,
 		bucket:      p.Bucket(),
 		listings:    newListingCache(cfg.MetadataBytes, cfg.MaxListingEntries, dropped),
