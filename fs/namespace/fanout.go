@@ -12,21 +12,27 @@ import (
 )
 
 // A listing read whole (a lookup's, a refresh's, a directory read ahead of
-// a walk) of a prefix larger than one page, from a store that can start a
+// a walk) of a prefix larger than two pages, from a store that can start a
 // page at any key (Config.ListFanout > 1: S3's StartAfter), reads the rest
-// of the prefix after its first page in key ranges at once rather than one
-// continuation token after another: the first page's names tell where the
-// names vary (splitPoints), each range is listed page by page from its
-// start (bucket.AfterToken) up to the next range's, and the pages are taken
-// in key order, so that the listing is the one a sequential read gives.
+// of the prefix after its second page in key ranges at once rather than
+// one continuation token after another: the first page's names tell where
+// the names vary and split the key space after it into splitWidth ranges
+// of about a page each (splitPoints), the last range, without an end,
+// splits again after its own first page, each range is listed page by
+// page from its start (bucket.AfterToken) up to the next range's, and the
+// pages are taken in key order, so that the listing is the one a
+// sequential read gives (TestFanOutListsAsSequential). The cost: about
+// twice the requests of the pages (a range's end is seen on a page past
+// it), and up to splitWidth empty ranges past the prefix's end.
 //
 // Bounds: at most ListFanout ranges of one listing are read at once, and
 // the range requests of all listings together hold one of ListFanout slots
 // each (Namespace.rangeSlots), so that the mount has at most ListFanout
 // of them in flight whatever the listings (the mount sets ListFanout at
 // most the bucket's GET bound, bucket.DefaultListFanout); a range reads at
-// most rangeBuffer pages ahead of the listing taking them; a listing is
-// split into at most maxRanges ranges.
+// most rangeBuffer pages ahead of the listing taking them (at most
+// ListFanout x (rangeBuffer+1) pages held per listing); a listing is split
+// into at most maxRanges ranges.
 //
 // A directory reader streaming a prefix page by page (OpenDir with no
 // listing kept) reads its third page on in key ranges too, in the
@@ -38,44 +44,71 @@ import (
 // background.
 const streamFanOuts = 4
 
-// maxRanges bounds the key ranges one listing is split into.
-const maxRanges = 64
+// maxRanges bounds the key ranges one listing is split into (past it, the
+// last range reads on page by page).
+const maxRanges = 4096
 
-// splitLevels is how many name positions above the one where a first
-// page's names vary are split (ranges of about one page, ten, a hundred
-// for decimal names).
-const splitLevels = 3
+// splitWidth is how many ranges a split makes (the last range splits
+// again after its first page): twice the default ListFanout, so that the
+// readers have ranges ahead while the last one's first page comes.
+const splitWidth = 16
 
 // rangeBuffer is how many pages a range reads ahead of the listing.
 const rangeBuffer = 2
 
 // splitPoints returns the names (relative to the listed prefix) that start
-// the key ranges after a first page whose names run from first to last:
-// at each of up to splitLevels positions before the first one where they
-// differ, while those hold characters of that one's class (digits, lower-
-// or upper-case letters), every later character of the class after their
-// common start, in key order, all after last. E.g. img000000.jpg ..
-// img000999.jpg gives img001 .. img009, img01 .. img09, img1 .. img9: the
-// last range (img9 and after) is read page by page. Names that share no
-// start give none. A range of whole pages costs one request more (its end
-// is seen on a page past it), an empty one a request.
+// the key ranges after a page whose names run from first to last: their
+// common start up to where they differ, counted on splitWidth times as an
+// odometer whose digits are the characters of its last positions (digits,
+// lower- or upper-case letters: each counts within its class, carrying to
+// the position before), in key order, all after last. E.g. img000000.jpg
+// .. img000999.jpg gives img001 .. img016, ranges of about a page each.
+// Names that share no start, or whose start ends in another character,
+// give none. A range of whole pages costs one request more (its end is
+// seen on a page past it), an empty one (past the prefix's end) a request.
 func splitPoints(first, last string) []string {
 	n := 0
 	for n < len(first) && n < len(last) && first[n] == last[n] {
 		n++
 	}
-	if n == len(last) {
-		return nil
-	}
-	c, class := last[:n], charClass(last[n])
+	c := []byte(last[:n])
 	var out []string
-	for j := n - 1; j >= 0 && j >= n-splitLevels && class != 0 && charClass(c[j]) == class; j-- {
-		for v := c[j] + 1; v <= class; v++ {
-			out = append(out, c[:j]+string(v))
+	for range splitWidth {
+		if !increment(c) {
+			break
 		}
+		out = append(out, string(c))
 	}
-	slices.Sort(out)
-	return out[:min(len(out), maxRanges-1)]
+	return out
+}
+
+// increment counts c on by one in its last positions' classes (charClass),
+// and reports whether it could (false: a position out of any class, or the
+// first position, would have to carry).
+func increment(c []byte) bool {
+	for j := len(c) - 1; j >= 0; j-- {
+		hi := charClass(c[j])
+		if hi == 0 {
+			return false
+		}
+		if c[j] < hi {
+			c[j]++
+			return true
+		}
+		c[j] = classLow(hi) // carry
+	}
+	return false
+}
+
+// classLow returns the first character of the class that ends at hi.
+func classLow(hi byte) byte {
+	switch hi {
+	case '9':
+		return '0'
+	case 'z':
+		return 'a'
+	}
+	return 'A'
 }
 
 // charClass returns the last character of ch's class (digits, lower-case
@@ -92,56 +125,99 @@ func charClass(ch byte) byte {
 	return 0
 }
 
-// keyRange is one range of a split listing: the names after after (or
-// from token) up to and including hi ("" for no end).
+// keyRange is one range of a split listing: the names from token up to
+// and including hi ("" for no end: the last range, which splits again
+// after its first page while the ranges number fewer than maxRanges).
 type keyRange struct {
 	token string // where its first page starts: a continuation or AfterToken
-	hi    string // the last key it may hold (a full key); "" for none
+	hi    string // the last key it may hold (a full key); "" for none. Set before the range is handed out, or by its reader.
 	pages chan rangePage
 }
 
 // rangePage is a page of a range, or the error that ended it.
 type rangePage struct {
-	p    bucket.Page
-	last bool // the range's last page
-	err  error
+	p     bucket.Page
+	last  bool // the range's last page
+	final bool // and the listing's
+	err   error
+}
+
+// fan is one split listing: the ranges in key order, handed to the
+// readers (work) and to the taker (order) alike.
+type fan struct {
+	ns          *Namespace
+	prefix      string
+	work, order chan *keyRange // capacity maxRanges: never block
+	ranges      atomic.Int64   // ranges handed out
+}
+
+// split ends r (a range without an end) at the first of the split points
+// after seen that first and last (a page's first and last names, relative
+// to the prefix) give, and hands out r, if not yet, and the ranges after
+// it, the last without an end. It reports whether r was split.
+func (f *fan) split(r *keyRange, first, last, seen string, handOut bool) bool {
+	splits := slices.DeleteFunc(splitPoints(first, last), func(sp string) bool { return sp <= seen })
+	splits = splits[:min(len(splits), maxRanges-int(f.ranges.Load())-1)]
+	if len(splits) > 0 {
+		r.hi = f.prefix + splits[0]
+	}
+	if handOut {
+		f.handOut(r)
+	}
+	for i, sp := range splits {
+		nr := &keyRange{token: bucket.AfterToken(f.prefix + sp), pages: make(chan rangePage, rangeBuffer)}
+		if i+1 < len(splits) {
+			nr.hi = f.prefix + splits[i+1]
+		}
+		f.handOut(nr)
+	}
+	return len(splits) > 0
+}
+
+func (f *fan) handOut(r *keyRange) {
+	f.ranges.Add(1)
+	f.work <- r
+	f.order <- r
 }
 
 // fanOut reads the rest of prefix in key ranges from token (after the
 // name seen, the last read), split where the first page's names (from
-// first to last, relative to the prefix) say, taking the pages in key order
-// (take); it reads on page by page when the names give no split. It
+// first to last, relative to the prefix) say, the last range splitting
+// again where its own first page says; it takes the pages in key order
+// (take), and reads on page by page when the names give no split. It
 // returns take's or the store's first error.
 func (ns *Namespace) fanOut(ctx context.Context, prefix, token, first, last, seen string, take func(bucket.Page, bool) error) error {
-	splits := slices.DeleteFunc(splitPoints(first, last), func(sp string) bool { return sp <= seen })
-	ranges := make([]*keyRange, len(splits)+1)
-	ranges[0] = &keyRange{token: token}
-	for i, sp := range splits {
-		ranges[i].hi = prefix + sp
-		ranges[i+1] = &keyRange{token: bucket.AfterToken(prefix + sp)}
-	}
-	for _, r := range ranges {
-		r.pages = make(chan rangePage, rangeBuffer)
-	}
+	f := &fan{ns: ns, prefix: prefix, work: make(chan *keyRange, maxRanges), order: make(chan *keyRange, maxRanges)}
+	f.split(&keyRange{token: token, pages: make(chan rangePage, rangeBuffer)}, first, last, seen, true)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
 		wg.Wait()
 	}()
-	var nextRange atomic.Int64
-	for range min(ns.cfg.ListFanout, len(ranges)) {
+	for range max(1, ns.cfg.ListFanout) {
 		wg.Go(func() {
 			// Ranges in key order: the range being taken always has a
-			// worker (it was handed out before any later one).
-			for i := int(nextRange.Add(1) - 1); i < len(ranges); i = int(nextRange.Add(1) - 1) {
-				if !ns.readRange(ctx, prefix, ranges[i]) {
+			// reader (it was handed out before any later one).
+			for {
+				select {
+				case r, ok := <-f.work:
+					if !ok || !f.read(ctx, r) {
+						return
+					}
+				case <-ctx.Done():
 					return
 				}
 			}
 		})
 	}
-	for i, r := range ranges {
+	for {
+		var r *keyRange
+		select {
+		case r = <-f.order:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		for done := false; !done; {
 			var rp rangePage
 			select {
@@ -153,17 +229,21 @@ func (ns *Namespace) fanOut(ctx context.Context, prefix, token, first, last, see
 				return rp.err
 			}
 			done = rp.last
-			if err := take(rp.p, done && i == len(ranges)-1); err != nil {
+			if err := take(rp.p, rp.final); err != nil {
 				return err
+			}
+			if rp.final {
+				return nil
 			}
 		}
 	}
-	return nil
 }
 
-// readRange lists one key range page by page into r.pages, each request
-// holding one of the range slots; it returns false when ctx ended.
-func (ns *Namespace) readRange(ctx context.Context, prefix string, r *keyRange) bool {
+// read lists one key range page by page into r.pages, each request
+// holding one of the range slots; a range without an end splits after its
+// first page (split). It returns false when ctx ended or the range failed.
+func (f *fan) read(ctx context.Context, r *keyRange) bool {
+	ns, prefix := f.ns, f.prefix
 	send := func(rp rangePage) bool {
 		select {
 		case r.pages <- rp:
@@ -172,7 +252,7 @@ func (ns *Namespace) readRange(ctx context.Context, prefix string, r *keyRange) 
 			return false
 		}
 	}
-	token := r.token
+	token, first := r.token, true
 	for {
 		select {
 		case ns.rangeSlots <- struct{}{}:
@@ -191,12 +271,19 @@ func (ns *Namespace) readRange(ctx context.Context, prefix string, r *keyRange) 
 			send(rangePage{err: fmt.Errorf("listing %q: %w", prefix, err)})
 			return false
 		}
+		if first && r.hi == "" && p.Next != "" {
+			if pf, pl, ok := firstLast(prefix, p); ok {
+				f.split(r, pf, pl, pl, false)
+			}
+		}
+		first = false
 		past := false
 		if r.hi != "" {
 			p, past = trimAfter(p, r.hi)
 		}
 		last := past || p.Next == ""
-		if !send(rangePage{p: p, last: last}) {
+		final := last && r.hi == ""
+		if !send(rangePage{p: p, last: last, final: final}) {
 			return false
 		}
 		if last {
