@@ -378,7 +378,7 @@ def report_s3(args, rounds):
         fm, fb = per(lambda r: r["mount"]["flat"]), per(lambda r: r["flat"]["seconds"])
         rfl = [a / b for a, b in zip(fm, fb)]
         fcalls = per(lambda r: r["mount"]["flat_list_calls"])
-        flat_row = (f"| first `ls` of a {nf:,}-object prefix (`{args.flat}/`, one directory: the mount lists it in key ranges at once) | "
+        flat_row = (f"| first `ls` of a {nf:,}-object prefix (`{args.flat}/`, one directory) | "
                     f"{cell(fm)} | {cell(fb)} | **{med(rfl):.2f}x** ({min(rfl):.2f}-{max(rfl):.2f}) |\n")
         flat_text = (f" The `{args.flat}/` prefix ({nf:,} empty objects `{args.flat}/iNNNNNNN.jpg`, uploaded with the bucket) is"
                      f" listed by `ls` (os.listdir) last in each `mount` run and by `flat` (boto3, that prefix) in each round;"

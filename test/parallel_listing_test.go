@@ -60,7 +60,7 @@ func TestParallelListingOfALargePrefix(t *testing.T) {
 	default:
 	}
 
-	m := testMount(t, mountConfig{Source: "s3://wide", Env: env, Args: []string{"--endpoint-url", srv.Endpoint, "--prefetch", "off"}})
+	m := testMount(t, mountConfig{Source: "s3://wide", Env: env, Args: []string{"--endpoint-url", srv.Endpoint, "--prefetch", "off", "--list-ranges"}})
 	root := m.Layer(testLayer)
 	// A walk: the root, then a/ (which lists b/ ahead), then b/.
 	if des, err := os.ReadDir(root); err != nil || len(des) != 2 {
@@ -91,7 +91,7 @@ func TestParallelListingOfALargePrefix(t *testing.T) {
 
 	// ls of b/ on its own (a fresh mount, no walk): the directory reader
 	// reads its third page on in key ranges, in the background.
-	m2 := testMount(t, mountConfig{Source: "s3://wide", Env: env, Args: []string{"--endpoint-url", srv.Endpoint, "--prefetch", "off"}})
+	m2 := testMount(t, mountConfig{Source: "s3://wide", Env: env, Args: []string{"--endpoint-url", srv.Endpoint, "--prefetch", "off", "--list-ranges"}})
 	b := filepath.Join(m2.Layer(testLayer), "b")
 	if _, err := os.Stat(b); err != nil {
 		t.Fatal(err)

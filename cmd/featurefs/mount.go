@@ -365,6 +365,7 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		// S3 pages come one at a time per token: list key ranges and
 		// directories at once (a local directory lists in one read).
 		cfg.ListFanout = bucket.DefaultListFanout
+		cfg.ListRanges = o.ListRanges
 	}
 	tree, err := featurefs.New(st.pipe, cfg)
 	if err != nil {

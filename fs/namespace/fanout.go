@@ -13,7 +13,9 @@ import (
 
 // A listing read whole (a lookup's, a refresh's, a directory read ahead of
 // a walk) of a prefix larger than two pages, from a store that can start a
-// page at any key (Config.ListFanout > 1: S3's StartAfter), reads the rest
+// page at any key (Config.ListRanges and ListFanout > 1: S3's StartAfter,
+// --list-ranges; off by default, as MinIO walks the prefix from its start
+// for each such page), reads the rest
 // of the prefix after its second page in key ranges at once rather than
 // one continuation token after another: the first page's names tell where
 // the names vary and split the key space after it into splitWidth ranges
@@ -341,3 +343,7 @@ func (s *listStream) pagesRead() int {
 	pages, _ := s.l.size()
 	return pages
 }
+
+// ranges reports whether listings read key ranges at once
+// (Config.ListRanges with ListFanout > 1).
+func (ns *Namespace) ranges() bool { return ns.cfg.ListRanges && ns.cfg.ListFanout > 1 }

@@ -63,7 +63,7 @@ func TestFanOutListsAsSequential(t *testing.T) {
 	// ShowEmptyDirs: no looks into subdirectories, so that every List
 	// call in flight is one of a key range.
 	seq := newNS(t, seqB, Config{ShowEmptyDirs: true})
-	par := newNS(t, parB, Config{ShowEmptyDirs: true, ListFanout: 4})
+	par := newNS(t, parB, Config{ShowEmptyDirs: true, ListFanout: 4, ListRanges: true})
 	for _, prefix := range []string{"big/", "abc/", "odd/"} {
 		want := listAll(t, seq.Namespace, prefix)
 		got := listAll(t, par.Namespace, prefix)
@@ -138,7 +138,7 @@ func TestDirectoryReaderReadsRangesInBackground(t *testing.T) {
 	fill(parB)
 	parB.ListDelay = 2 * time.Millisecond
 	seq := newNS(t, seqB, Config{ShowEmptyDirs: true})
-	par := newNS(t, parB, Config{ShowEmptyDirs: true, ListFanout: 4})
+	par := newNS(t, parB, Config{ShowEmptyDirs: true, ListFanout: 4, ListRanges: true})
 	want, got := readDir(t, seq.Namespace, "big/"), readDir(t, par.Namespace, "big/")
 	slices.Sort(want)
 	slices.Sort(got)
@@ -224,7 +224,7 @@ func BenchmarkLatencyBoundListing(b *testing.B) {
 		fanout int
 	}{{"seq", 0}, {"fanout8", 8}} {
 		b.Run(c.name, func(b *testing.B) {
-			ns := newNS(b, bk, Config{ShowEmptyDirs: true, ListFanout: c.fanout})
+			ns := newNS(b, bk, Config{ShowEmptyDirs: true, ListFanout: c.fanout, ListRanges: true})
 			lists := bk.lists.Load()
 			for b.Loop() {
 				ns.listings.RemoveIf("flat/", func(*Listing) bool { return true })

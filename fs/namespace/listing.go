@@ -370,7 +370,7 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	if s.bg != nil {
 		return s.nextBackground(ctx)
 	}
-	if s.reader && s.ns.cfg.ListFanout > 1 && s.last != "" && s.pagesRead() >= 2 && s.background() {
+	if s.reader && s.ns.ranges() && s.last != "" && s.pagesRead() >= 2 && s.background() {
 		return s.nextBackground(ctx)
 	}
 	lctx, cancel := s.ns.listCtx(ctx)
@@ -438,7 +438,7 @@ func (s *listStream) take(ctx context.Context, p bucket.Page, complete bool) []n
 // truncated page and an empty one (MinIO), which ranges would multiply.
 func (s *listStream) all(ctx context.Context, maxPages int) (bool, error) {
 	for i := 0; !s.done && (maxPages <= 0 || i < maxPages); i++ {
-		if maxPages <= 0 && i > 1 && s.ns.cfg.ListFanout > 1 && s.last != "" {
+		if maxPages <= 0 && i > 1 && s.ns.ranges() && s.last != "" {
 			return s.rest(ctx)
 		}
 		if _, err := s.next(ctx); err != nil {

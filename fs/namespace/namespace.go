@@ -50,6 +50,11 @@ type Config struct {
 	// directory lists in one read). The mount sets it for an S3 source
 	// (bucket.DefaultListFanout, at most the bucket's GET bound).
 	ListFanout int
+	// ListRanges enables the key ranges (with ListFanout > 1): for stores
+	// where a page started at a key (StartAfter) costs what a continued
+	// one does (AWS S3); a local MinIO answers each such page with a walk
+	// of the prefix from its start (docs/bench/scale.md).
+	ListRanges bool
 }
 
 // statParallel bounds the Stat calls of all lookups together.
