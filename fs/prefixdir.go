@@ -106,7 +106,7 @@ func (d *prefixDir) entryIno(fv *features.View, e naming.Entry) uint64 {
 // fresh, else streamed from the bucket page by page as the reader asks
 // (namespace.Namespace.OpenDir).
 func (d *prefixDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	h := &dirHandle{d: d, lookupsAtOpen: d.lookups.Load()}
+	h := &dirHandle{d: d, lookupsAtOpen: d.lookups.Load(), walk: d.fs.ns.InWalk(d.prefix)}
 	h.start(ctx)
 	return h, 0, 0
 }
@@ -116,6 +116,10 @@ func (d *prefixDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileH
 type dirHandle struct {
 	d             *prefixDir
 	lookupsAtOpen int64 // d.lookups when the handle was opened. Constant.
+	// walk is whether the directory was opened as a step of a walk (its
+	// parent read by a directory reader: namespace.Namespace.InWalk).
+	// Constant.
+	walk bool
 
 	mu      sync.Mutex
 	r       *namespace.DirReader // GUARDED_BY(mu)
@@ -134,6 +138,9 @@ var _ = (gofs.FileReleasedirer)((*dirHandle)(nil))
 // start (re)opens the directory (namespace.Namespace.OpenDir). Callers
 // hold mu or own h.
 func (h *dirHandle) start(ctx context.Context) {
+	if h.r != nil {
+		h.r.Close()
+	}
 	h.entries, h.pos, h.off, h.hasLast = nil, 0, 0, false
 	h.r = h.d.fs.ns.OpenDir(ctx, h.d.prefix)
 }
@@ -165,7 +172,11 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 
 // plusFirst is how many entries of an open directory READDIRPLUS hands
 // out with their attributes (and a node) before it looks at what the reader
-// does: `ls -l` of a small directory stats nothing itself.
+// does: `ls -l` of a small directory stats nothing itself. A directory
+// opened as a step of a walk (dirHandle.walk) gets none up front: a walk
+// that only wants names (os.walk, DatasetFolder's scan) then costs no node
+// per file, and one that stats (ls -lR, find -ls) gets attributes from its
+// first lookup in the directory on.
 const plusFirst = 128
 
 // Lookup answers READDIRPLUS's lookup of the entry Readdirent has just
@@ -180,11 +191,12 @@ const plusFirst = 128
 // without them unless the kernel has looked a name of this directory up
 // since the handle was opened (a reader stat'ing what it lists, as the
 // kernel's own readdirplus_auto decides), and always while the nodes fill
-// their share of the metadata budget (FS.nodesFull).
+// their share of the metadata budget (FS.nodesFull). In a walk (walk),
+// no entry gets them before such a lookup.
 func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	h.mu.Lock()
 	e, ok := h.last, h.hasLast && h.last.Name == name
-	attrs := h.off <= plusFirst || h.d.lookups.Load() != h.lookupsAtOpen
+	attrs := (h.off <= plusFirst && !h.walk) || h.d.lookups.Load() != h.lookupsAtOpen
 	h.mu.Unlock()
 	if ok && (!attrs || h.d.fs.nodesFull()) {
 		// The name without attributes or a node: go-fuse answers an entry
@@ -220,5 +232,8 @@ func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 func (h *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.r != nil {
+		h.r.Close()
+	}
 	h.entries, h.r, h.hasLast = nil, nil, false
 }

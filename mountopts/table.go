@@ -476,6 +476,9 @@ var table = []*Option{
 	{Name: "show-empty-dirs", Key: "show-empty-dirs", In: Mount,
 		Help: "show directories that hold no image and no subdirectory (folder markers, only other files)",
 		v:    boolean(func(o *Options) *bool { return &o.ShowEmptyDirs })},
+	{Name: "list-ranges", Key: "list-ranges", In: Mount,
+		Help: "S3: read a prefix of more than two listing pages in key ranges at once (StartAfter) rather than page after page; for stores where that costs no more per page (AWS S3), not MinIO",
+		v:    boolean(func(o *Options) *bool { return &o.ListRanges })},
 	{Name: "prefetch", Key: "prefetch", In: Mount,
 		Help: "what the first read of a feature file starts extracting in the background: off, dir (its directory) or tree (its layer directory)",
 		v: str(func(o *Options) *string { return (*string)(&o.Prefetch) }, string(spec.PrefetchTree), func(s string) error {

@@ -9,7 +9,8 @@
 #  2. A MinIO bucket of BENCH_SCALE_OBJECTS empty objects (1,000 per class
 #     prefix): the first full listing through a fresh mount (a DatasetFolder
 #     scan) and `ls -l` of a 1,000-entry directory, against a direct boto3
-#     list of the same prefix.
+#     list of the same prefix; and BENCH_SCALE_FLAT more under one prefix
+#     flat/: the mount's first `ls` of it against a boto3 list of it.
 #  3. The same BENCH_SCALE_IMAGES generated JPEGs (10 classes, 375-800 px) as
 #     loose objects and as one tar per class in MinIO: `featurefs warm
 #     --source` images/s and MinIO's GetObject count per sample, the
@@ -24,7 +25,7 @@
 #   scripts/bench-scale.sh     (after make build)
 # Env: BENCH_SCALE_ENTRIES (200000; the issue's figure is 1000000),
 #      BENCH_SCALE_SAMPLES (10000), BENCH_SCALE_OBJECTS (100000),
-#      BENCH_SCALE_IMAGES (2000), BENCH_SCALE_CLASSES (10: section 3's
+#      BENCH_SCALE_FLAT (50000), BENCH_SCALE_IMAGES (2000), BENCH_SCALE_CLASSES (10: section 3's
 #      classes, one tar each), BENCH_ROUNDS (3; fewer than 3 gives figures
 #      but no verdict), BENCH_SCALE_SECTIONS ("1 2 3": which to run).
 set -euo pipefail
@@ -32,11 +33,12 @@ set -euo pipefail
 ENTRIES=${BENCH_SCALE_ENTRIES:-200000}
 SAMPLES=${BENCH_SCALE_SAMPLES:-10000}
 OBJECTS=${BENCH_SCALE_OBJECTS:-100000}
+FLAT=${BENCH_SCALE_FLAT:-50000}
 IMAGES=${BENCH_SCALE_IMAGES:-2000}
 ROUNDS=${BENCH_ROUNDS:-3}
 CLASSES=${BENCH_SCALE_CLASSES:-10}
 SECTIONS=" ${BENCH_SCALE_SECTIONS:-1 2 3} "
-for v in ENTRIES SAMPLES OBJECTS IMAGES ROUNDS CLASSES; do
+for v in ENTRIES SAMPLES OBJECTS FLAT IMAGES ROUNDS CLASSES; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v=${!v}: want a positive integer" >&2; exit 1; }
 done
 SCAN_CLASSES=$(( ENTRIES >= 1000 ? 1000 : 1 ))
@@ -94,9 +96,10 @@ fi
 
 # 2. A bucket of OBJECTS objects.
 if want 2; then
-echo "bench-scale: uploading $OBJECTS objects..." >&2
+echo "bench-scale: uploading $OBJECTS + $FLAT objects..." >&2
 UP=$($S upload-empty --endpoint "$ENDPOINT" --bucket many --entries "$OBJECTS" --classes "$OBJ_CLASSES")
 UP_S=$("$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["seconds"])' "$UP")
+$S upload-empty --endpoint "$ENDPOINT" --bucket many --entries "$FLAT" --classes 1 --flat flat >/dev/null
 LS_DIR=$(printf 'c%04d' $((OBJ_CLASSES / 2)))
 run_kind() {
   local kind=$1 out=$2 tag
@@ -104,18 +107,19 @@ run_kind() {
   case $kind in
   mount)
     $S s3mount --bin "$BIN" --model "$MODEL" --endpoint "$ENDPOINT" --bucket many --mnt "$MNT" \
-      --cache-dir "$WORK/cache-$tag" --log "$WORK/featurefs-$tag.log" --dir "$LS_DIR" >"$out"
+      --cache-dir "$WORK/cache-$tag" --log "$WORK/featurefs-$tag.log" --dir "$LS_DIR" --flat flat >"$out"
     rm -rf "$WORK/cache-$tag" ;;
-  list) $S s3list --endpoint "$ENDPOINT" --bucket many >"$out" ;;
+  list) $S s3list --endpoint "$ENDPOINT" --bucket many --prefix train/ >"$out" ;;
   prefix) $S s3list --endpoint "$ENDPOINT" --bucket many --prefix "train/$LS_DIR/" >"$out" ;;
+  flat) $S s3list --endpoint "$ENDPOINT" --bucket many --prefix flat/ >"$out" ;;
   esac
 }
 LOAD_2=$(cut -d' ' -f1-3 /proc/loadavg)
-run_rounds --load bench-scale-s3 "$ROUNDS" "$WORK/s2" mount list prefix
+run_rounds --load bench-scale-s3 "$ROUNDS" "$WORK/s2" mount list prefix flat
 S3_ARGS=("${ROUND_ARGS[@]}")
 LOAD_3=$(cut -d' ' -f1-3 /proc/loadavg)
 $S report "${S3_ARGS[@]/#--round/--s3}" --upload-s "$UP_S" --command "make bench" \
-  --env "$ENV_DESC, BENCH_SCALE_OBJECTS=$OBJECTS, load average $LOAD_2 before, $LOAD_3 after"
+  --env "$ENV_DESC, BENCH_SCALE_OBJECTS=$OBJECTS, BENCH_SCALE_FLAT=$FLAT, load average $LOAD_2 before, $LOAD_3 after"
 echo
 fi
 

@@ -3,12 +3,12 @@
 
     /usr/bin/python3 scripts/bench_scale.py tree --out DIR --entries N --classes C --jpeg FILE
     /usr/bin/python3 scripts/bench_scale.py scan --root DIR --ext .jpg|.npy [--pid PID --mnt MNT --samples S --epochs E]
-    /usr/bin/python3 scripts/bench_scale.py upload-empty --endpoint URL --bucket B --entries N --classes C
+    /usr/bin/python3 scripts/bench_scale.py upload-empty --endpoint URL --bucket B --entries N --classes C [--flat P]
     /usr/bin/python3 scripts/bench_scale.py upload-dir --endpoint URL --bucket B --dir DIR
     /usr/bin/python3 scripts/bench_scale.py pack --dir DIR --out DIR
     /usr/bin/python3 scripts/bench_scale.py s3list --endpoint URL --bucket B --prefix P
     /usr/bin/python3 scripts/bench_scale.py s3mount --bin BIN --model M --endpoint URL --bucket B --mnt DIR
-        --cache-dir DIR --log FILE --dir CLASSDIR
+        --cache-dir DIR --log FILE --dir CLASSDIR [--flat P]
     /usr/bin/python3 scripts/bench_scale.py warm --bin BIN --model M --endpoint URL --bucket B --cache-dir DIR
     /usr/bin/python3 scripts/bench_scale.py same --a DIR --b DIR [--n 5]
     /usr/bin/python3 scripts/bench_scale.py report --scan ... --s3 ... --warm ... [...]
@@ -21,12 +21,14 @@ twice (first and second scan: seconds each); with --pid, the mount process's
 RSS (/proc/PID/status VmRSS) and its stats file after the scans, then E
 epochs of S random samples read with np.load, and the RSS and stats after.
 
-upload-empty, upload-dir: PUTs from 16 threads (boto3). pack: one
+upload-empty, upload-dir: PUTs from 16 threads (boto3); upload-empty --flat P puts
+the N objects under one prefix P/ instead of C class prefixes. pack: one
 uncompressed tar per class directory (members under their base names).
 s3list: a direct boto3 ListObjectsV2 of PREFIX (every page), seconds.
 s3mount: a fresh mount of s3://B; `ls -l` of MOUNT/features/tiny/layer0/
 CLASSDIR (the first, cold), a DatasetFolder scan of the whole train
-directory (the first full listing), then `ls -l` again (warm).
+directory (the first full listing), then `ls -l` again (warm); with --flat P,
+then a first `ls` (os.listdir) of MOUNT/features/tiny/layer0/P.
 warm: `featurefs warm --source s3://B` into a fresh cache directory, its
 seconds and the GETs MinIO counted (its Prometheus metrics, public).
 same: the first N .npy files of A and B (same relative paths) byte-equal.
@@ -125,7 +127,10 @@ def s3_client(endpoint):
 def put_all(endpoint, bucket, items):
     """PUT (key, body-or-path) items from 16 threads; returns the count."""
     s3 = s3_client(endpoint)
-    s3.create_bucket(Bucket=bucket)
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass  # a second upload into the same bucket
 
     def put(kv):
         k, v = kv
@@ -142,6 +147,8 @@ def put_all(endpoint, bucket, items):
 def cmd_upload_empty(args):
     per = (args.entries + args.classes - 1) // args.classes
     items = ((f"train/c{i // per:04d}/i{i:07d}.jpg", b"") for i in range(args.entries))
+    if args.flat:
+        items = ((f"{args.flat}/i{i:07d}.jpg", b"") for i in range(args.entries))
     n, s = put_all(args.endpoint, args.bucket, items)
     json.dump({"objects": n, "seconds": s}, sys.stdout)
 
@@ -213,12 +220,19 @@ def cmd_s3mount(args):
         ds = torchvision.datasets.DatasetFolder(train, loader=noload, extensions=(".npy",))
         scan = time.perf_counter() - t0
         ls_warm, _ = ls_l(os.path.join(train, args.dir))
+        flat, n_flat, flat_calls = 0, 0, 0
+        if args.flat:
+            calls0 = read_stats(args.mnt)["store"].get("list_calls", 0)
+            t0 = time.perf_counter()
+            n_flat = len(os.listdir(os.path.join(args.mnt, "features", "tiny", "layer0", args.flat)))
+            flat = time.perf_counter() - t0
+            flat_calls = read_stats(args.mnt)["store"].get("list_calls", 0) - calls0
         st = read_stats(args.mnt)
         rss = rss_kib(pid)
     finally:
         unmount(args.mnt, pid)
     json.dump({"ls_cold": ls_cold, "ls_entries": n_ls, "scan": scan, "samples": len(ds), "ls_warm": ls_warm,
-               "rss_kib": rss, "stats": st, "load_start": load0, "load_end": loadavg()}, sys.stdout)
+               "flat": flat, "flat_entries": n_flat, "flat_list_calls": flat_calls, "rss_kib": rss, "stats": st, "load_start": load0, "load_end": loadavg()}, sys.stdout)
 
 
 def minio_gets(endpoint):
@@ -361,6 +375,17 @@ def report_s3(args, rounds):
     n, nl = rounds[0]["mount"]["samples"], rounds[0]["mount"]["ls_entries"]
     pages = per(lambda r: r["mount"]["stats"]["store"].get("list_calls", 0))
     rss = per(lambda r: r["mount"]["rss_kib"] / 1024)
+    nf = rounds[0]["mount"].get("flat_entries", 0)
+    flat_row, flat_text = "", ""
+    if nf and all("flat" in r for r in rounds):
+        fm, fb = per(lambda r: r["mount"]["flat"]), per(lambda r: r["flat"]["seconds"])
+        rfl = [a / b for a, b in zip(fm, fb)]
+        fcalls = per(lambda r: r["mount"]["flat_list_calls"])
+        flat_row = (f"| first `ls` of a {nf:,}-object prefix (`{args.flat}/`, one directory) | "
+                    f"{cell(fm)} | {cell(fb)} | **{med(rfl):.2f}x** ({min(rfl):.2f}-{max(rfl):.2f}) |\n")
+        flat_text = (f" The `{args.flat}/` prefix ({nf:,} empty objects `{args.flat}/iNNNNNNN.jpg`, uploaded with the bucket) is"
+                     f" listed by `ls` (os.listdir) last in each `mount` run and by `flat` (boto3, that prefix) in each round;"
+                     f" the mount's List calls for it: {cell(fcalls, '{:.0f}')} ({-(-nf // 1000):,} pages of 1,000 one at a time).")
     loads = ", ".join(f"{min(x['load_start'] for x in r.values()):.1f}-{max(x['load_end'] for x in r.values()):.1f}"
                       for r in rounds)
     print(f"""## Scale: a MinIO bucket of {n:,} objects, first listing and `ls -l` of a {nl:,}-entry directory
@@ -371,7 +396,7 @@ baseline exists for S3: the mount's times are given absolute and against a direc
 one thread) of the same prefix. {nr} interleaved rounds, each running, in an order that rotates every round, `mount` (a
 fresh mount of `s3://BUCKET` with a fresh cache directory, `--prefetch off`: `LC_ALL=C ls -l` of one class directory,
 the first listing of that prefix; a `DatasetFolder(MOUNT/features/tiny/layer0/train, extensions=(".npy",))` scan, the
-first full listing; `ls -l` again), `list` (boto3, the whole bucket) and `prefix` (boto3, the class directory's prefix).
+first full listing; `ls -l` again), `list` (boto3, the `train/` prefix) and `prefix` (boto3, the class directory's prefix).{flat_text}
 Figures: the median over the rounds (min-max). Load average (1 min) over each round: {loads}.
 
 | figure | mount, s | boto3 list of the same prefix, s | mount / boto3 |
@@ -379,7 +404,7 @@ Figures: the median over the rounds (min-max). Load average (1 min) over each ro
 | first full listing ({n:,} objects: DatasetFolder scan through the mount) | {cell(scan)} | {cell(full)} | **{med(rf):.2f}x** ({min(rf):.2f}-{max(rf):.2f}) |
 | `ls -l` of a {nl:,}-entry directory, first (the mount lists the prefix) | {cell(lsc, '{:.3f}')} | {cell(pre, '{:.3f}')} | **{med(rl):.2f}x** ({min(rl):.2f}-{max(rl):.2f}) |
 | `ls -l` of the same directory again (listing cached) | {cell(lsw, '{:.3f}')} | | |
-
+{flat_row}
 Listing pages the mount asked the store for (stats `store.list_calls`): {cell(pages, '{:.0f}')}; the mount's RSS
 after the scan: {cell(rss, '{:.0f}')} MiB. No target (issue 27 asks for these figures; its listing target is the
 local-source scan above).
@@ -467,6 +492,7 @@ def main():
         s.add_argument(a, required=True)
     s.add_argument("--entries", type=int, required=True)
     s.add_argument("--classes", type=int, required=True)
+    s.add_argument("--flat", default="")
     s = sub.add_parser("upload-dir")
     for a in ("--endpoint", "--bucket", "--dir"):
         s.add_argument(a, required=True)
@@ -480,6 +506,7 @@ def main():
     s = sub.add_parser("s3mount")
     for a in ("--bin", "--model", "--endpoint", "--bucket", "--mnt", "--cache-dir", "--log", "--dir"):
         s.add_argument(a, required=True)
+    s.add_argument("--flat", default="")
     s = sub.add_parser("warm")
     for a in ("--bin", "--model", "--endpoint", "--bucket", "--cache-dir"):
         s.add_argument(a, required=True)
@@ -495,6 +522,7 @@ def main():
     s.add_argument("--same", default='{"compared": 0, "identical": 0}')
     s.add_argument("--classes", type=int, default=10)
     s.add_argument("--upload-s", type=float, default=0)
+    s.add_argument("--flat", default="flat")
     s.add_argument("--command", default="make bench")
     s.add_argument("--env", default="")
     args = p.parse_args()

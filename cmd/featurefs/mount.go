@@ -21,6 +21,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/spec"
 	featurefs "github.com/featurefs/featurefs/fs"
+	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/mountpoint"
 	"github.com/featurefs/featurefs/mountopts"
 )
@@ -362,7 +363,14 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	}
 	defer func() { err = errors.Join(err, st.Close()) }() // after the tree (deferred below) has closed
 
-	tree, err := featurefs.New(st.pipe, featurefs.Config{ShowEmptyDirs: o.ShowEmptyDirs, MetadataBytes: o.MetadataCacheSize})
+	cfg := featurefs.Config{ShowEmptyDirs: o.ShowEmptyDirs, MetadataBytes: o.MetadataCacheSize}
+	if strings.HasPrefix(source, "s3://") {
+		// S3 pages come one at a time per token: list key ranges and
+		// directories at once (a local directory lists in one read).
+		cfg.ListFanout = bucket.DefaultListFanout
+		cfg.ListRanges = o.ListRanges
+	}
+	tree, err := featurefs.New(st.pipe, cfg)
 	if err != nil {
 		return failf(exitModel, "%w", err)
 	}

@@ -3,6 +3,7 @@ package bucket
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -98,3 +99,18 @@ type Ranger interface {
 	// whole object's). It waits for one of the bucket's GET slots.
 	GetRange(ctx context.Context, key string, off, n int64) ([]byte, Object, error)
 }
+
+// afterMark starts the List tokens made by AfterToken; no store's own
+// continuation token starts with a NUL byte.
+const afterMark = "\x00after:"
+
+// AfterToken returns a List token that starts a page of a prefix's listing
+// right after key (a key or sub-prefix relative to the source, as
+// Object.Key; it need not exist): S3's StartAfter. The page's own Next
+// continues it as usual. fs/namespace reads a large prefix in key ranges at
+// once with it (ListObjectsV2 pages otherwise come one at a time).
+func AfterToken(key string) string { return afterMark + key }
+
+// AfterKey returns the key of a token made by AfterToken, and whether token
+// is one.
+func AfterKey(token string) (string, bool) { return strings.CutPrefix(token, afterMark) }

@@ -84,6 +84,36 @@ func testConformance(t *testing.T, s store) {
 	}
 	b := s.open(t, "", opts)
 
+	t.Run("AfterToken", func(t *testing.T) {
+		// A page from AfterToken(key) starts right after key, existing or
+		// not, objects and prefixes alike (S3's StartAfter).
+		for _, c := range []struct {
+			prefix, after string
+			want          []string
+		}{
+			{"", "a", []string{"a.jpg", "b/", "sp ace/", "sub/", "z.txt"}},
+			{"", "a.jpg", []string{"b/", "sp ace/", "sub/", "z.txt"}},
+			{"", "b/", []string{"sp ace/", "sub/", "z.txt"}},
+			{"", "su", []string{"sub/", "z.txt"}},
+			{"b/", "b/c", []string{"b/c.jpg", "b/d/"}},
+			{"b/", "b/c.jpg", []string{"b/d/"}},
+		} {
+			p, err := b.List(ctx, c.prefix, bucket.AfterToken(c.after))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			got = append(got, p.Prefixes...)
+			for _, o := range p.Objects {
+				got = append(got, o.Key)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, c.want) || p.Next != "" {
+				t.Errorf("List(%q, AfterToken(%q)) = %v (next %q), want %v", c.prefix, c.after, got, p.Next, c.want)
+			}
+		}
+	})
+
 	t.Run("GetRange", func(t *testing.T) {
 		r, ok := b.(bucket.Ranger)
 		if !ok {

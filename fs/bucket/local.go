@@ -220,7 +220,8 @@ func (b *localBucket) Get(ctx context.Context, key string, maxBytes int64) ([]by
 }
 
 // List returns up to the page size of entries of directory prefix whose
-// names sort after token (the last name of the previous page).
+// names sort after token (the last name of the previous page, or
+// AfterToken's key).
 func (b *localBucket) List(ctx context.Context, prefix, token string) (Page, error) {
 	return b.list(ctx, prefix, token, b.pageSize)
 }
@@ -257,6 +258,14 @@ func (b *localBucket) list(ctx context.Context, prefix, token string, size int) 
 	names, err := b.sortedNames(ctx, rel, f)
 	if err != nil {
 		return Page{}, err
+	}
+	if key, ok := AfterKey(token); ok {
+		// AfterToken's key, relative to the source: its name in this
+		// directory (a key before the directory starts it from the top).
+		token = strings.TrimSuffix(strings.TrimPrefix(key, prefix), "/")
+		if !strings.HasPrefix(key, prefix) {
+			token = ""
+		}
 	}
 	i := sort.SearchStrings(names, token)
 	if token != "" && i < len(names) && names[i] == token {

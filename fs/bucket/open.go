@@ -27,6 +27,13 @@ const (
 	DefaultListPageSize = 1000
 	// DefaultProbeTimeout bounds the reachability check Open makes.
 	DefaultProbeTimeout = 10 * time.Second
+	// DefaultListFanout is how many list requests a mount of an S3 source
+	// has in flight at once for its listings (fs/namespace's
+	// Config.ListFanout: key ranges of a large prefix, directories listed
+	// ahead of a walk); a small share of DefaultMaxConcurrentGets, the
+	// bound the bucket puts on its GETs, so that listing never takes more
+	// of the store than reads may.
+	DefaultListFanout = 8
 )
 
 // Errors Open returns (wrapped, with the cause) when an S3 source cannot be

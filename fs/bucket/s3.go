@@ -246,7 +246,8 @@ func (b *s3Bucket) wrap(op, key string, err error) error {
 
 func etag(s *string) string { return strings.Trim(aws.ToString(s), `"`) }
 
-// List returns one ListObjectsV2 page of the entries directly under prefix.
+// List returns one ListObjectsV2 page of the entries directly under prefix,
+// from a continuation token or, for a token of AfterToken, its StartAfter.
 // Keys ending in '/' (folder markers) are left out.
 func (b *s3Bucket) List(ctx context.Context, prefix, token string) (Page, error) {
 	return b.list(ctx, prefix, token, b.pageSize)
@@ -269,7 +270,9 @@ func (b *s3Bucket) list(ctx context.Context, prefix, token string, maxKeys int32
 		Delimiter: aws.String("/"),
 		MaxKeys:   aws.Int32(maxKeys),
 	}
-	if token != "" {
+	if key, ok := AfterKey(token); ok {
+		in.StartAfter = aws.String(b.prefix + key)
+	} else if token != "" {
 		in.ContinuationToken = aws.String(token)
 	}
 	out, err := b.client.ListObjectsV2(ctx, in)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/naming"
 )
 
@@ -232,6 +233,82 @@ type listStream struct {
 	// err is the failure that ended a stream after it had handed out
 	// entries and its listing was revived: every later next returns it.
 	err error
+	// first and last are the first page's first and last names, relative
+	// to the prefix (where its key ranges split: fanout.go); seen is the
+	// last name read so far.
+	first, last, seen string
+	// reader is whether a directory reader reads the stream (OpenDir): it
+	// reads its key ranges in the background (background).
+	reader bool
+	// bg, when not nil, hands the pages read in the background in key
+	// order (the last one marked last), or the error that ended them;
+	// stopBg stops that read and frees its slot.
+	bg     chan rangePage
+	stopBg context.CancelFunc
+}
+
+// background starts reading the rest of the stream in key ranges for a
+// directory reader, if a slot is free (streamFanOuts), and reports whether
+// it did.
+func (s *listStream) background() bool {
+	select {
+	case s.ns.streamSlots <- struct{}{}:
+	default:
+		return false
+	}
+	ctx, cancel := context.WithCancel(s.ns.owner.Context())
+	bg := make(chan rangePage)
+	prefix, token, first, last, seen := s.l.prefix, s.token, s.first, s.last, s.seen
+	ok := s.ns.owner.Go(func() {
+		defer func() { <-s.ns.streamSlots }()
+		err := s.ns.fanOut(ctx, prefix, token, first, last, seen, func(p bucket.Page, complete bool) error {
+			select {
+			case bg <- rangePage{p: p, last: complete}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		if err != nil {
+			select {
+			case bg <- rangePage{err: err}:
+			case <-ctx.Done():
+			}
+		}
+	})
+	if !ok {
+		cancel()
+		<-s.ns.streamSlots
+		return false
+	}
+	s.bg, s.stopBg = bg, cancel
+	return true
+}
+
+// nextBackground takes the next page read in the background.
+func (s *listStream) nextBackground(ctx context.Context) ([]naming.Entry, error) {
+	var rp rangePage
+	select {
+	case rp = <-s.bg:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("listing %q: %w", s.l.prefix, ctx.Err())
+	}
+	if rp.err != nil {
+		s.close()
+		return s.fail(rp.err)
+	}
+	if rp.last {
+		s.close()
+	}
+	return s.take(ctx, rp.p, rp.last), nil
+}
+
+// close stops a background read of the stream, if any.
+func (s *listStream) close() {
+	if s.stopBg != nil {
+		s.stopBg()
+		s.stopBg = nil
+	}
 }
 
 // newListStream starts reading prefix again; the listing it publishes keeps
@@ -290,6 +367,12 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	if s.done {
 		return nil, nil
 	}
+	if s.bg != nil {
+		return s.nextBackground(ctx)
+	}
+	if s.reader && s.ns.ranges() && s.last != "" && s.pagesRead() >= 2 && s.background() {
+		return s.nextBackground(ctx)
+	}
 	lctx, cancel := s.ns.listCtx(ctx)
 	p, err := s.ns.bucket.List(lctx, s.l.prefix, s.token)
 	cancel()
@@ -298,20 +381,35 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 		err = fmt.Errorf("the bucket returned the same continuation token twice")
 	}
 	if err != nil {
-		err = fmt.Errorf("listing %q: %w", s.l.prefix, err)
-		if r := s.revive(err); r != nil {
-			s.l = r
-			if !s.handedOut {
-				s.done, s.handedOut = true, true
-				es, _ := r.from(0, r.len())
-				return es, nil
-			}
-			s.err = err // entries of the failed read are out: no mixing
-		}
-		return nil, err
+		return s.fail(fmt.Errorf("listing %q: %w", s.l.prefix, err))
 	}
 	s.token = p.Next
-	complete := p.Next == ""
+	if f, l, ok := firstLast(s.l.prefix, p); ok {
+		if s.first == "" && s.last == "" {
+			s.first, s.last = f, l
+		}
+		s.seen = l
+	}
+	return s.take(ctx, p, p.Next == ""), nil
+}
+
+// fail ends the stream after the store failed a page with err: see next.
+func (s *listStream) fail(err error) ([]naming.Entry, error) {
+	if r := s.revive(err); r != nil {
+		s.l = r
+		if !s.handedOut {
+			s.done, s.handedOut = true, true
+			es, _ := r.from(0, r.len())
+			return es, nil
+		}
+		s.err = err // entries of the failed read are out: no mixing
+	}
+	return nil, err
+}
+
+// take records a page read from the store (the last one when complete)
+// and returns the entries it newly decided.
+func (s *listStream) take(ctx context.Context, p bucket.Page, complete bool) []naming.Entry {
 	s.l.mu.Lock()
 	s.l.pages++
 	s.l.mu.Unlock()
@@ -329,14 +427,35 @@ func (s *listStream) next(ctx context.Context) ([]naming.Entry, error) {
 	if cur, ok := s.ns.listings.Get(s.l.prefix); ok && cur == s.l {
 		s.ns.listings.Put(s.l.prefix, s.l)
 	}
-	return es, nil
+	return es
 }
 
 // all reads the stream to the end, or up to maxPages more pages (0: no
-// bound); it returns whether the listing is complete.
+// bound); it returns whether the listing is complete. Read to the end, a
+// prefix of more than two pages is read in key ranges at once after its
+// second where the store allows (fanout.go): the second page is read on
+// its own, as a prefix of exactly one page's entries often ends in a
+// truncated page and an empty one (MinIO), which ranges would multiply.
 func (s *listStream) all(ctx context.Context, maxPages int) (bool, error) {
 	for i := 0; !s.done && (maxPages <= 0 || i < maxPages); i++ {
+		if maxPages <= 0 && i > 1 && s.ns.ranges() && s.last != "" {
+			return s.rest(ctx)
+		}
 		if _, err := s.next(ctx); err != nil {
+			return false, err
+		}
+	}
+	return s.done, nil
+}
+
+// rest reads the rest of the stream in key ranges at once (fanOut).
+func (s *listStream) rest(ctx context.Context) (bool, error) {
+	err := s.ns.fanOut(ctx, s.l.prefix, s.token, s.first, s.last, s.seen, func(p bucket.Page, complete bool) error {
+		s.take(ctx, p, complete)
+		return nil
+	})
+	if err != nil {
+		if _, err := s.fail(err); err != nil {
 			return false, err
 		}
 	}
@@ -437,7 +556,8 @@ const dirBatch = 256
 // subdirectories) lists the aheadDirs subdirectories that follow it in its
 // parent's listing ahead, in the background, as the walk reads them next
 // (a path walk through the parent reads no subdirectory ahead); aheadRuns bounds those
-// listings in flight for the whole mount (a directory finding no slot
+// listings in flight for the whole mount (with Config.ListFanout set, that
+// many of them, and twice as many subdirectories ahead) (a directory finding no slot
 // free lists nothing ahead), and none is started while the listings take
 // more than half of what the metadata budget leaves them, or for a parent
 // of more than aheadParent entries (finding the directory in it would cost
@@ -462,7 +582,7 @@ func (ns *Namespace) listAhead(prefix string) {
 	if _, _, b := ns.listings.Size(); b > ns.listings.limit()/2 {
 		return
 	}
-	for _, sub := range pl.dirsAfter(prefix, aheadDirs) {
+	for _, sub := range pl.dirsAfter(prefix, ns.aheadDirs) {
 		if l, ok := ns.listings.Peek(sub); ok && ns.fresh(l) {
 			continue
 		}
@@ -529,7 +649,30 @@ func (ns *Namespace) OpenDir(ctx context.Context, prefix string) *DirReader {
 	}
 	s := ns.newListStream(prefix)
 	s.l.walked.Store(true)
+	s.reader = true
 	return &DirReader{stream: s}
+}
+
+// Close stops what the reader reads in the background (a stream's key
+// ranges). The reader is not used after.
+func (r *DirReader) Close() {
+	if r.stream != nil {
+		r.stream.close()
+	}
+}
+
+// InWalk reports whether prefix's parent directory was read by a directory
+// reader (OpenDir) while its listing is cached: a read of prefix's
+// directory is then likely a step of a walk (os.walk, DatasetFolder's
+// scan, find, ls -R), which reads a directory, then each of its
+// subdirectories. The root ("") is never in a walk.
+func (ns *Namespace) InWalk(prefix string) bool {
+	if prefix == "" {
+		return false
+	}
+	parent := prefix[:strings.LastIndexByte(prefix[:len(prefix)-1], '/')+1]
+	pl, ok := ns.listings.Peek(parent)
+	return ok && pl.walked.Load()
 }
 
 // reader returns a reader of the complete listing l, marked walked.

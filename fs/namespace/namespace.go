@@ -42,6 +42,19 @@ type Config struct {
 	// listing; the new listing is still read in the background. While the
 	// store is failing, they wait only 50ms. Default 250ms.
 	StaleGrace time.Duration
+	// ListFanout is how many list requests the listings of the mount may
+	// have in flight at once beyond one page at a time: a prefix of more
+	// than a page read whole is read in key ranges at once (fanout.go),
+	// and as many directories are listed ahead of a walk (listAhead).
+	// 0 or 1: one page at a time, two directories ahead (a local
+	// directory lists in one read). The mount sets it for an S3 source
+	// (bucket.DefaultListFanout, at most the bucket's GET bound).
+	ListFanout int
+	// ListRanges enables the key ranges (with ListFanout > 1): for stores
+	// where a page started at a key (StartAfter) costs what a continued
+	// one does (AWS S3); a local MinIO answers each such page with a walk
+	// of the prefix from its start (docs/bench/scale.md).
+	ListRanges bool
 }
 
 // statParallel bounds the Stat calls of all lookups together.
@@ -86,6 +99,15 @@ type Namespace struct {
 	refreshing chan struct{}
 	// ahead holds a token per listing read ahead (listAhead).
 	ahead chan struct{}
+	// aheadDirs is how many subdirectories a walk's directory read lists
+	// ahead (listAhead).
+	aheadDirs int
+	// rangeSlots holds a token per list request of a key range in flight
+	// (fanout.go): Config.ListFanout of them.
+	rangeSlots chan struct{}
+	// streamSlots holds a token per directory reader reading key ranges in
+	// the background (fanout.go): streamFanOuts of them.
+	streamSlots chan struct{}
 
 	// p is the read path: its bucket (which counts every call), the store's
 	// health, the log-once set and the newer versions reads found; its
@@ -163,7 +185,10 @@ func New(p *features.Pipeline, cfg Config, listed func(*Listing), dropped func(p
 		listed:      listed,
 		statSem:     make(chan struct{}, statParallel),
 		refreshing:  make(chan struct{}, maxRefreshes),
-		ahead:       make(chan struct{}, aheadRuns),
+		ahead:       make(chan struct{}, max(aheadRuns, cfg.ListFanout)),
+		aheadDirs:   max(aheadDirs, 2*cfg.ListFanout),
+		rangeSlots:  make(chan struct{}, max(1, cfg.ListFanout)),
+		streamSlots: make(chan struct{}, streamFanOuts),
 		p:           p,
 		bucket:      p.Bucket(),
 		listings:    newListingCache(cfg.MetadataBytes, cfg.MaxListingEntries, dropped),

@@ -24,6 +24,11 @@ type Bucket struct {
 
 	// Lists, Stats and Gets count the calls of List, Stat and Get.
 	Lists, Stats, Gets atomic.Int64
+	// ListsInFlight is the List calls running now; MaxListsInFlight the
+	// most there were at once.
+	ListsInFlight, MaxListsInFlight atomic.Int64
+	// ListDelay, when set before use, is how long each List call takes.
+	ListDelay time.Duration
 }
 
 // object is one stored object.
@@ -61,9 +66,24 @@ func (b *Bucket) Keys(ctx context.Context, keyPrefix string, max int) ([]string,
 	return nil, nil
 }
 
-// List returns one page of prefix's one-level names after token.
+// List returns one page of prefix's one-level names after token (a
+// key: the last of the previous page, or bucket.AfterToken's).
 func (b *Bucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
 	b.Lists.Add(1)
+	n := b.ListsInFlight.Add(1)
+	defer b.ListsInFlight.Add(-1)
+	for m := b.MaxListsInFlight.Load(); n > m && !b.MaxListsInFlight.CompareAndSwap(m, n); m = b.MaxListsInFlight.Load() {
+	}
+	if b.ListDelay > 0 {
+		select {
+		case <-time.After(b.ListDelay):
+		case <-ctx.Done():
+			return bucket.Page{}, ctx.Err()
+		}
+	}
+	if key, ok := bucket.AfterKey(token); ok {
+		token = key
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// One-level names in key order: objects, and prefixes as "dir/".
