@@ -14,7 +14,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/mountopts"
@@ -26,31 +25,15 @@ import (
 // lines (tried again) and a last line cut short are dropped first.
 func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard spec.Shard, prefix string, prog *progress) (warmOutcome, error) {
 	start := time.Now()
-	if err := o.Validate(); err != nil {
-		return warmOutcome{}, failf(validateCode(err), "%w", err)
+	st, closeAll, err := openWarmStack(ctx, o, w.source, "--predictions", "read MOUNT/predictions/... instead")
+	if err != nil {
+		return warmOutcome{}, err
 	}
-	if len(o.Models) != 1 {
-		return warmOutcome{}, failf(exitUsage, "--predictions needs exactly one --model NAME=PATH.onnx, got %d", len(o.Models))
-	}
+	defer closeAll()
 	done, err := resumePredictions(w.predictions)
 	if err != nil {
 		return warmOutcome{}, failf(exitUsage, "--predictions %s: %w", w.predictions, err)
 	}
-	log, logc, err := newLogger(o)
-	if err != nil {
-		return warmOutcome{}, err
-	}
-	defer logc.Close()
-	warn := func(msg string) { fmt.Fprintf(os.Stderr, "featurefs warm: warning: %s\n", oneLine(msg)) }
-	st, err := openStack(ctx, o, stackOptions{source: w.source, log: log, warn: warn,
-		readTimeout: o.ReadTimeout, storeWait: time.Hour})
-	if errors.Is(err, cache.ErrLocked) {
-		return warmOutcome{}, failf(exitCache, "%w (a mount is using it: read MOUNT/predictions/... instead)", err)
-	}
-	if err != nil {
-		return warmOutcome{}, err
-	}
-	defer st.Close()
 	name := o.Models[0].Name
 	m, _ := st.ex.Model(name)
 	layout := features.NewPredictionLayout(m, st.pipe.Labels(name), o.PredictionsTop)

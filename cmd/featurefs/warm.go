@@ -295,30 +295,14 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, shard spec
 	if w.layer == "" {
 		return warmOutcome{}, failf(exitUsage, "--source needs --layer (e.g. layer12; see featurefs layers MODEL.onnx)")
 	}
-	if err := o.Validate(); err != nil {
-		return warmOutcome{}, failf(validateCode(err), "%w", err)
-	}
-	if len(o.Models) != 1 {
-		return warmOutcome{}, failf(exitUsage, "--source needs exactly one --model NAME=PATH.onnx, got %d", len(o.Models))
-	}
-	log, logc, err := newLogger(o)
-	if err != nil {
-		return warmOutcome{}, err
-	}
-	defer logc.Close()
-	warn := func(msg string) { fmt.Fprintf(os.Stderr, "featurefs warm: warning: %s\n", oneLine(msg)) }
 	// Warm fills the feature store: Close waits for its queued writes
 	// (Ctrl-C ends the wait), below once the walk is over, on return if it
 	// never starts.
-	st, err := openStack(ctx, o, stackOptions{source: w.source, log: log, warn: warn,
-		readTimeout: o.ReadTimeout, storeWait: time.Hour})
-	if errors.Is(err, cache.ErrLocked) {
-		return warmOutcome{}, failf(exitCache, "%w (a mount is using it: warm through the mount instead, featurefs warm MOUNT/features/...)", err)
-	}
+	st, closeAll, err := openWarmStack(ctx, o, w.source, "--source", "warm through the mount instead, featurefs warm MOUNT/features/...")
 	if err != nil {
 		return warmOutcome{}, err
 	}
-	defer st.Close()
+	defer closeAll()
 	res, err := st.pipe.Warm(ctx, features.WarmOptions{
 		Model: o.Models[0].Name, Layer: w.layer, Prefix: prefix, MaxFailures: maxListedFailures, Shard: shard,
 		Archives: o.ArchiveFormats(),
@@ -339,6 +323,35 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, shard spec
 		err = failf(exitUsage, "--layer: %w", err)
 	}
 	return out, err
+}
+
+// openWarmStack opens what a warm without a mount works on (warm
+// --source, warm --predictions): the options checked, exactly one model
+// (flagName says who needs it), the log and the stack over source. A
+// cache a mount holds is refused with lockedHint, what to do instead.
+// closeAll closes the stack, then the log.
+func openWarmStack(ctx context.Context, o mountopts.Options, source, flagName, lockedHint string) (st *stack, closeAll func(), err error) {
+	if err := o.Validate(); err != nil {
+		return nil, nil, failf(validateCode(err), "%w", err)
+	}
+	if len(o.Models) != 1 {
+		return nil, nil, failf(exitUsage, "%s needs exactly one --model NAME=PATH.onnx, got %d", flagName, len(o.Models))
+	}
+	log, logc, err := newLogger(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	warn := func(msg string) { fmt.Fprintf(os.Stderr, "featurefs warm: warning: %s\n", oneLine(msg)) }
+	st, err = openStack(ctx, o, stackOptions{source: source, log: log, warn: warn,
+		readTimeout: o.ReadTimeout, storeWait: time.Hour})
+	if err != nil {
+		logc.Close()
+		if errors.Is(err, cache.ErrLocked) {
+			return nil, nil, failf(exitCache, "%w (a mount is using it: %s)", err, lockedHint)
+		}
+		return nil, nil, err
+	}
+	return st, func() { st.Close(); logc.Close() }, nil
 }
 
 // warmMount reads every .npy file under dir, a directory inside a mount,
