@@ -409,6 +409,11 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	if st.svc != nil {
 		go watchModels(watchCtx, st.svc, log, hup, func(m *api.Model) { tree.ModelReplaced(m) })
 	}
+	if st.client != nil && !st.split {
+		// The servers' reloads: the client learns them from their answers
+		// (or on SIGHUP) and the tree follows.
+		st.client.OnModelReplaced(func(m *api.Model) { tree.ModelReplaced(m) })
+	}
 	done := make(chan struct{})
 	go func() {
 		srv.Wait()
@@ -421,8 +426,18 @@ wait:
 		case <-done:
 			break wait
 		case <-hups:
-			if st.svc == nil {
-				log.Info("featurefs: SIGHUP ignored: the models are the servers' (--remote)")
+			if st.client != nil {
+				if st.split {
+					log.Info("featurefs: SIGHUP ignored: split execution does not follow the servers' reloads (remount)")
+					continue
+				}
+				go func() {
+					ctx, cancel := context.WithTimeout(watchCtx, time.Minute)
+					defer cancel()
+					if err := st.client.Refresh(ctx); err != nil {
+						log.Warn("featurefs: SIGHUP: the feature servers' models could not be fetched", slog.Any("err", err))
+					}
+				}()
 				continue
 			}
 			select {
