@@ -101,7 +101,8 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		}
 		s.opened("split execution", func() error { closeSplit(); return nil })
 		s.source, s.ex, s.client = b, ex, rc
-		s.split = ex != features.Extractor(rc.Extractor())
+		_, plain := ex.(*remote.Extractor)
+		s.split = !plain
 	} else {
 		if s.source, err = openSource(ctx, so.source, o, so.log); err != nil {
 			return nil, err

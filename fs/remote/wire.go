@@ -90,6 +90,9 @@ func (c *Client) get(ctx context.Context, u, path string, q url.Values, v any) e
 		return c.unavailable(u, err)
 	}
 	defer resp.Body.Close()
+	if path != "/v1/models" {
+		c.sawVersion(u, resp.Header.Get(ModelsVersionHeader))
+	}
 	if resp.StatusCode != http.StatusOK {
 		return responseError(resp, u, q.Get("key")+q.Get("prefix"))
 	}
