@@ -50,7 +50,8 @@ Mounts SOURCE (s3://BUCKET[/PREFIX] or a directory) read-only on MOUNTPOINT:
   MOUNTPOINT/.featurefs/stats
 Returns once the mount answers and serves in the background (--foreground to
 stay attached). Unmount with 'umount MOUNTPOINT' or SIGTERM. A changed
-model file is reloaded without a restart, as is every model on SIGHUP
+model file is reloaded without a restart, as is every model on SIGHUP; with
+--remote, the servers' new models are followed, and SIGHUP fetches them
 (docs/MODELS.md).
 
 Flags override the config file (--config), which overrides the defaults.
@@ -398,8 +399,8 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	// SIGHUP reloads the model files (a mount with local models); the
-	// watcher also reloads a file that changed.
+	// SIGHUP reloads the model files (a mount with local models) or, with
+	// --remote, fetches the servers' models; the watcher also reloads a file that changed.
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
