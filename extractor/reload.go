@@ -145,3 +145,15 @@ func (s *Service) checkSession(m *model) error {
 	sess.close()
 	return nil
 }
+
+// Previous returns the version of model name that its last Reload replaced,
+// kept for the requests made for it (Request.Digest); false when the model
+// was never replaced. A feature server answers a client that asks for that
+// version from it (fs/remote).
+func (s *Service) Previous(name string) (*Model, bool) {
+	m, ok := s.reg.Load().prev[name]
+	if !ok {
+		return nil, false
+	}
+	return &m.Model, true
+}

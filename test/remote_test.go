@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,9 +58,12 @@ func startServeNoFile(t *testing.T, nofile int, source string, env []string, arg
 	if err := os.WriteFile(s.TokenFile, []byte(s.Token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	full := append([]string{"serve", "--listen", "127.0.0.1:0", "--token-file", s.TokenFile,
-		"--model", modelName + "=" + model, "--cache-dir", filepath.Join(work, "cache"), "--ort-lib", ort,
-		"--device", "cpu", "--log-level", "debug"}, args...)
+	full := []string{"serve", "--listen", "127.0.0.1:0", "--token-file", s.TokenFile,
+		"--cache-dir", filepath.Join(work, "cache"), "--ort-lib", ort, "--device", "cpu", "--log-level", "debug"}
+	if !slices.Contains(args, "--model") { // the test model, unless args name one
+		full = append(full, "--model", modelName+"="+model)
+	}
+	full = append(full, args...)
 	full = append(full, source)
 	s.cmd = commandNoFile(nofile, bin, full...)
 	s.cmd.Env = append(append(os.Environ(), "FEATUREFS_ORT_LIB="+ort), env...)

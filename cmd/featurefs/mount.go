@@ -51,7 +51,8 @@ Mounts SOURCE (s3://BUCKET[/PREFIX] or a directory) read-only on MOUNTPOINT:
   MOUNTPOINT/.featurefs/stats
 Returns once the mount answers and serves in the background (--foreground to
 stay attached). Unmount with 'umount MOUNTPOINT' or SIGTERM. A changed
-model file is reloaded without a restart, as is every model on SIGHUP
+model file is reloaded without a restart, as is every model on SIGHUP; with
+--remote, the servers' new models are followed, and SIGHUP fetches them
 (docs/MODELS.md).
 
 Flags override the config file (--config), which overrides the defaults.
@@ -406,8 +407,8 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	// SIGHUP reloads the model files (a mount with local models); the
-	// watcher also reloads a file that changed.
+	// SIGHUP reloads the model files (a mount with local models) or, with
+	// --remote, fetches the servers' models; the watcher also reloads a file that changed.
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
@@ -416,6 +417,11 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	defer stopWatch()
 	if st.svc != nil {
 		go watchModels(watchCtx, st.svc, log, hup, func(m *api.Model) { tree.ModelReplaced(m) })
+	}
+	if st.client != nil && !st.split {
+		// The servers' reloads: the client learns them from their answers
+		// (or on SIGHUP) and the tree follows.
+		st.client.OnModelReplaced(func(m *api.Model) { tree.ModelReplaced(m) })
 	}
 	done := make(chan struct{})
 	go func() {
@@ -429,8 +435,18 @@ wait:
 		case <-done:
 			break wait
 		case <-hups:
-			if st.svc == nil {
-				log.Info("featurefs: SIGHUP ignored: the models are the servers' (--remote)")
+			if st.client != nil {
+				if st.split {
+					log.Info("featurefs: SIGHUP ignored: split execution does not follow the servers' reloads (remount)")
+					continue
+				}
+				go func() {
+					ctx, cancel := context.WithTimeout(watchCtx, time.Minute)
+					defer cancel()
+					if err := st.client.Refresh(ctx); err != nil {
+						log.Warn("featurefs: SIGHUP: the feature servers' models could not be fetched", slog.Any("err", err))
+					}
+				}()
 				continue
 			}
 			select {

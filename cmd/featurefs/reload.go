@@ -1,7 +1,7 @@
 package main
 
 // Models replaced without a restart (docs/MODELS.md, "Reload"): a mount
-// watches its model files and reloads one that changed, or all on SIGHUP.
+// and a server watch their model files and reload one that changed, or all on SIGHUP.
 
 import (
 	"context"

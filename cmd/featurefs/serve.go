@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/httplimit"
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/mountopts"
@@ -27,6 +28,7 @@ Serves SOURCE's features over HTTP next to the store (near-data mode), for
 'featurefs mount --remote URL MOUNTPOINT' on training hosts. The API and the
 flags are described in docs/SERVE.md. Clients must send the bearer token in
 --token-file (or, without it, the token in $FEATUREFS_TOKEN) unless --no-auth.
+Reloads a model file that changed, or all on SIGHUP (docs/MODELS.md, Reload).
 Stops on SIGTERM/SIGINT.
 Exit codes as featurefs mount: 2 bad options, 4 model/ONNX Runtime/asked-for
 GPU, 5 source, 6 cache directory, 1 other (e.g. the address is in use).
@@ -180,6 +182,33 @@ func serveFeatures(o mountopts.Options, so mountopts.ServeOptions, source string
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// The model files are watched, and reloaded on SIGHUP, as a mount's
+	// (reload.go); GET /v1/models and every answer's version follow.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
+	hup := make(chan struct{}, 1)
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	go func() {
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-hups:
+				select {
+				case hup <- struct{}{}:
+				default: // a reload is already asked for
+				}
+			}
+		}
+	}()
+	go watchModels(watchCtx, st.svc, log, hup, func(m *api.Model) {
+		st.pipe.ModelsChanged()
+		if err := srv.ModelsChanged(); err != nil {
+			log.Warn("featurefs serve: the models answer could not be rebuilt", slog.Any("err", err))
+		}
+	})
 	addr := scheme + "://" + ln.Addr().String()
 	log.Info("featurefs serve: listening", slog.String("addr", addr), slog.String("source", st.source.Identity()),
 		slog.String("device", st.ex.Device()), slog.Int("models", len(o.Models)), slog.Bool("auth", !so.NoAuth))

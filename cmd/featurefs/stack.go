@@ -15,6 +15,7 @@ import (
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/featurestore"
+	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -35,8 +36,14 @@ type stack struct {
 	ex features.Extractor
 	// svc is the local extraction service (ex without --remote), whose
 	// models a mount watches and reloads (reload.go); nil with --remote.
-	svc  *extractor.Service
-	pipe *features.Pipeline
+	svc *extractor.Service
+	// client is the feature servers' client with --remote (nil without):
+	// a mount follows the servers' model reloads through it.
+	client *remote.Client
+	// split is true when client's features go through split execution,
+	// whose plans do not follow a reload (docs/SERVE.md).
+	split bool
+	pipe  *features.Pipeline
 
 	closers []stackPart // in the order opened
 }
@@ -93,7 +100,9 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 			return nil, err
 		}
 		s.opened("split execution", func() error { closeSplit(); return nil })
-		s.source, s.ex = b, ex
+		s.source, s.ex, s.client = b, ex, rc
+		_, plain := ex.(*remote.Extractor)
+		s.split = !plain
 	} else {
 		if s.source, err = openSource(ctx, so.source, o, so.log); err != nil {
 			return nil, err

@@ -34,6 +34,16 @@ func (p *Pipeline) Feature(ctx context.Context, model string, layer int, obj buc
 	return p.feature(ctx, p.NewView(m, m.Layers[layer]), obj)
 }
 
+// FeatureAt is Feature at view v, which may be of a model version the
+// extractor replaced since and still keeps (a feature server answering a
+// client that asked for that version: fs/remote).
+func (p *Pipeline) FeatureAt(ctx context.Context, v *View, obj bucket.Object) ([]byte, error) {
+	if !p.isImage(path.Base(obj.Key)) {
+		return nil, fmt.Errorf("feature %s: %w", obj.Key, ErrNotImage)
+	}
+	return p.feature(ctx, v, obj)
+}
+
 // Read is a reader's feature of obj, the whole read within ReadTimeout. An
 // object overwritten since it was listed (its ETag changed) is a normal
 // event, not an error: the new version is looked up, remembered for later

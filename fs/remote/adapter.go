@@ -5,6 +5,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -142,12 +143,12 @@ type Extractor struct{ c *Client }
 
 // Models returns the servers' models, in their order.
 func (e *Extractor) Models() []*api.Model {
-	return append([]*api.Model(nil), e.c.models...)
+	return append([]*api.Model(nil), e.c.set.Load().models...)
 }
 
 // Model returns the model called name.
 func (e *Extractor) Model(name string) (*api.Model, bool) {
-	m, ok := e.c.byName[name]
+	m, ok := e.c.set.Load().byName[name]
 	return m, ok
 }
 
@@ -184,12 +185,22 @@ func (e *Extractor) Extract(ctx context.Context, req api.Request) ([]byte, error
 // wire (fewer than its length where the server compressed it).
 func (e *Extractor) ExtractWire(ctx context.Context, req api.Request) ([]byte, int, error) {
 	c := e.c
-	m, ok := c.byName[req.Model]
-	if !ok {
-		return nil, 0, fmt.Errorf("extract %s: %w %q", req.Key, api.ErrUnknownModel, req.Model)
+	m, err := c.set.Load().version(req)
+	if err != nil {
+		return nil, 0, err
 	}
-	if req.Layer < 0 || req.Layer >= len(m.Layers) {
-		return nil, 0, fmt.Errorf("extract %s: %w %d of model %s (it has %d)", req.Key, api.ErrUnknownLayer, req.Layer, m.Name, len(m.Layers))
+	data, wire, err := c.extract(ctx, req, m.Layers[req.Layer].Digest)
+	if !errors.Is(err, api.ErrModelReplaced) || ctx.Err() != nil {
+		return data, wire, err
 	}
-	return c.extract(ctx, req)
+	// The server holds that version no more: learn its models, and ask
+	// again when the version asked for is still one it serves.
+	if rerr := c.Refresh(ctx); rerr != nil {
+		return nil, 0, fmt.Errorf("%w; refreshing the models: %w", err, rerr)
+	}
+	want := m.Layers[req.Layer].Digest
+	if cur := c.set.Load().byName[req.Model]; cur == nil || cur.Layers[req.Layer].Digest != want {
+		return nil, 0, err // a changed layer: the tree follows (OnModelReplaced)
+	}
+	return c.extract(ctx, req, want)
 }

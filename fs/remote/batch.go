@@ -39,14 +39,14 @@ func newServer(c *Client, u string) *server {
 		slots: make(chan struct{}, c.cfg.MaxInFlight)}
 }
 
-// extract queues req on the server its key is routed to, in the
+// extract queues req, for the layer at digest, on the server its key is routed to, in the
 // foreground or background queue by its priority, and waits for the answer,
 // counting the request in the client's figures.
-func (c *Client) extract(ctx context.Context, req api.Request) ([]byte, int, error) {
+func (c *Client) extract(ctx context.Context, req api.Request, digest string) ([]byte, int, error) {
 	c.n.requests.Add(1)
 	c.n.inFlight.Add(1)
 	defer c.n.inFlight.Add(-1)
-	cl := &call{item: BatchItem{Model: req.Model, Layer: req.Layer, Key: req.Key, ETag: req.ETag}, ctx: ctx, done: make(chan struct{})}
+	cl := &call{item: BatchItem{Model: req.Model, Layer: req.Layer, Key: req.Key, ETag: req.ETag, Digest: digest}, ctx: ctx, done: make(chan struct{})}
 	s := c.route(req.Key)
 	queue := s.fg
 	if req.Priority == api.Background {

@@ -69,17 +69,22 @@ type Client struct {
 	cfg      ClientConfig
 	log      *slog.Logger
 	http     *http.Client
-	servers  []*server // sorted by URL
-	info     ModelsResponse
-	models   []*api.Model
-	byName   map[string]*api.Model
+	servers  []*server      // sorted by URL
+	info     ModelsResponse // at Dial: the source, dtype, limits and encodings
 	identity string
-	npySizes map[string][]int64 // by model: each layer's .npy size (checkModel)
+	npySizes map[string][]int64 // by model: each layer's .npy size (checkModel; a reload keeps them)
 	stop     chan struct{}
 	stopOnce sync.Once
 	owner    *lifetime.Owner // the queues' loops and the batches in flight
 
 	stale *lru.LRU[string, any] // listing pages and stats, for when no server answers
+
+	// set is the servers' models as last fetched (versions.go): replaced
+	// whole by Refresh.
+	set        atomic.Pointer[modelSet]
+	refreshMu  sync.Mutex                         // serializes Refresh
+	refreshing atomic.Bool                        // a background refresh is running
+	onReplaced atomic.Pointer[func(m *api.Model)] // OnModelReplaced
 
 	n clientCounters
 }
@@ -182,9 +187,12 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if c.info.Protocol != ProtocolVersion {
 		return nil, fmt.Errorf("remote: %s speaks protocol %d, this featurefs %d", urls[first], c.info.Protocol, ProtocolVersion)
 	}
-	if err := c.buildModels(); err != nil {
+	set, sizes, err := c.buildModels(c.info)
+	if err != nil {
 		return nil, err
 	}
+	c.set.Store(set)
+	c.npySizes = sizes
 	if c.info.Limits.MaxBatchItems > 0 && c.cfg.MaxBatch > c.info.Limits.MaxBatchItems {
 		c.cfg.MaxBatch = c.info.Limits.MaxBatchItems
 	}
@@ -232,23 +240,24 @@ func agree(a, b ModelsResponse) string {
 	return ""
 }
 
-// buildModels turns the servers' model list into api.Models. A
+// buildModels turns a model list (info) into api.Models and each layer's
+// .npy size. A
 // model past the client's caps (checkModel: names, layer counts, shapes,
 // sizes) is refused with one log line and the others are served; an
 // answer with more than maxModels models, an unknown dtype or no usable
 // model is an error.
-func (c *Client) buildModels() error {
-	if err := checkDType(c.info.DType); err != nil {
-		return err
+func (c *Client) buildModels(info ModelsResponse) (*modelSet, map[string][]int64, error) {
+	if err := checkDType(info.DType); err != nil {
+		return nil, nil, err
 	}
-	if len(c.info.Models) > maxModels {
-		return fmt.Errorf("remote: the servers list %d models (at most %d)", len(c.info.Models), maxModels)
+	if len(info.Models) > maxModels {
+		return nil, nil, fmt.Errorf("remote: the servers list %d models (at most %d)", len(info.Models), maxModels)
 	}
-	c.byName = map[string]*api.Model{}
-	c.npySizes = map[string][]int64{}
-	for _, mi := range c.info.Models {
-		sizes, err := checkModel(mi, c.info.DType)
-		if err == nil && c.byName[mi.Name] != nil {
+	set := &modelSet{info: info, byName: map[string]*api.Model{}, prev: map[string]*api.Model{}}
+	npySizes := map[string][]int64{}
+	for _, mi := range info.Models {
+		sizes, err := checkModel(mi, info.DType)
+		if err == nil && set.byName[mi.Name] != nil {
 			err = fmt.Errorf("%w: listed twice", errBadModel)
 		}
 		// The servers run the model: it has no file here (Path, Input,
@@ -264,19 +273,19 @@ func (c *Client) buildModels() error {
 			continue
 		}
 		for i, l := range mi.Layers {
-			elems := (sizes[i] - int64(len(api.NPYHeader(l.Shape, c.info.DType)))) / c.info.DType.Size()
+			elems := (sizes[i] - int64(len(api.NPYHeader(l.Shape, info.DType)))) / info.DType.Size()
 			// Bytes is the layer's float32 activation, computed here, not
 			// taken from the server.
 			m.Layers = append(m.Layers, api.Layer{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: slices.Clone(l.Shape), Bytes: elems * 4, CumGFLOPs: l.CumGFLOPs, Digest: l.Digest})
 		}
-		c.models = append(c.models, m)
-		c.byName[m.Name] = m
-		c.npySizes[m.Name] = sizes
+		set.models = append(set.models, m)
+		set.byName[m.Name] = m
+		npySizes[m.Name] = sizes
 	}
-	if len(c.models) == 0 {
-		return errors.New("remote: the servers serve no usable model")
+	if len(set.models) == 0 {
+		return nil, nil, errors.New("remote: the servers serve no usable model")
 	}
-	return nil
+	return set, npySizes, nil
 }
 
 // Close stops the batching queues and cancels the batches in flight, and
@@ -289,8 +298,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Info returns the servers' GET /v1/models answer.
-func (c *Client) Info() ModelsResponse { return c.info }
+// Info returns the servers' GET /v1/models answer, as last fetched.
+func (c *Client) Info() ModelsResponse { return c.set.Load().info }
 
 // URLs returns the servers, sorted.
 func (c *Client) URLs() []string { return append([]string(nil), c.cfg.URLs...) }

@@ -5,7 +5,9 @@ package remote
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -57,7 +59,16 @@ const (
 	StatusInternal    = http.StatusInternalServerError
 	StatusUnavailable = http.StatusServiceUnavailable
 	StatusTimeout     = http.StatusGatewayTimeout
+	// StatusModelChanged refuses an item asked for a model version
+	// (BatchItem.Digest) the server no longer holds: the client refetches
+	// GET /v1/models (docs/SERVE.md, "Model versions").
+	StatusModelChanged = http.StatusPreconditionFailed
 )
+
+// ModelsVersionHeader is the header carrying ModelsResponse.Version on
+// every authenticated answer: a client that sees another version than the
+// one it holds refetches GET /v1/models.
+const ModelsVersionHeader = "X-Featurefs-Models"
 
 // LayerInfo is one layer of a model in GET /v1/models.
 type LayerInfo struct {
@@ -103,6 +114,19 @@ type ModelsResponse struct {
 	Device    string      `json:"device"`
 	Limits    Limits      `json:"limits"`
 	Models    []ModelInfo `json:"models"`
+	// Version names this model set (ModelsVersion): it changes when a
+	// model is reloaded. Empty from a server that predates reloads.
+	Version string `json:"version,omitempty"`
+}
+
+// ModelsVersion is the version of a model set: a digest of each model's
+// name and file digest, in order.
+func ModelsVersion(models []ModelInfo) string {
+	h := sha256.New()
+	for _, m := range models {
+		fmt.Fprintf(h, "%s\x00%s\x00", m.Name, m.Digest)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // ObjectInfo is one object in GET /v1/list and GET /v1/stat.
@@ -130,6 +154,12 @@ type BatchItem struct {
 	Key   string `json:"key"`
 	// ETag is the object version the client listed; empty: the current one.
 	ETag string `json:"etag,omitempty"`
+	// Digest is the layer's digest (LayerInfo.Digest) the client asks for:
+	// the server computes the feature with the model version whose layer has
+	// it (the current one, or the previous one it keeps after a reload), and
+	// refuses the item with StatusModelChanged when it holds neither; it
+	// never answers with another version's feature. Empty: the current.
+	Digest string `json:"digest,omitempty"`
 }
 
 // BatchRequest is the body of POST /v1/batch.
@@ -339,6 +369,8 @@ func StatusOf(err error) int {
 		return StatusNotFound
 	case errors.Is(err, features.ErrObjectChanged):
 		return StatusChanged
+	case errors.Is(err, api.ErrModelReplaced):
+		return StatusModelChanged
 	case errors.Is(err, bucket.ErrTooLarge):
 		return StatusTooLarge
 	case errors.Is(err, api.ErrBadImage):
@@ -369,6 +401,8 @@ func ErrorOf(status int, msg, server, key string) error {
 		return fmt.Errorf("%s: %s: %w", where, msg, features.ErrObjectChanged)
 	case StatusTooLarge:
 		return fmt.Errorf("%s: %s: %w", where, msg, bucket.ErrTooLarge)
+	case StatusModelChanged:
+		return fmt.Errorf("%s: %s: %w", where, msg, api.ErrModelReplaced)
 	case StatusBadRequest:
 		return fmt.Errorf("%s: %s: %w", where, msg, errBadItem)
 	case http.StatusUnauthorized:

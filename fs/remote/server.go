@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/cache/codec"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
@@ -106,7 +107,7 @@ type Server struct {
 	maxObjectSize int64
 	imageExts     []string
 	tokenHash     [sha256.Size]byte
-	models        []byte // the JSON of GET /v1/models
+	models        atomic.Pointer[modelsAnswer] // GET /v1/models (ModelsChanged)
 	mux           *http.ServeMux
 	handler       http.Handler        // mux under the body and write deadlines
 	buffered      *byteBudget         // answer bytes computed and not yet written
@@ -208,9 +209,7 @@ func NewServer(p *features.Pipeline, cfg ServerConfig) (*Server, error) {
 		buffered:      newByteBudget(cfg.MaxBufferedBytes),
 		owner:         lifetime.New(),
 	}
-	var err error
-	s.models, err = json.Marshal(s.modelsResponse())
-	if err != nil {
+	if err := s.ModelsChanged(); err != nil {
 		return nil, fmt.Errorf("remote.NewServer: %w", err)
 	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -303,7 +302,59 @@ func (s *Server) modelsResponse() ModelsResponse {
 		}
 		resp.Models = append(resp.Models, mi)
 	}
+	resp.Version = ModelsVersion(resp.Models)
 	return resp
+}
+
+// modelsAnswer is the body of GET /v1/models and its version.
+type modelsAnswer struct {
+	body    []byte
+	version string
+}
+
+// ModelsChanged makes GET /v1/models, and the ModelsVersionHeader of every
+// answer, show the extractor's models as they are now: call it after a
+// model was reloaded (featurefs serve's watcher does). Clients then learn
+// the new version from their next answer.
+func (s *Server) ModelsChanged() error {
+	resp := s.modelsResponse()
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	s.models.Store(&modelsAnswer{body: b, version: resp.Version})
+	return nil
+}
+
+// previouser is an extractor that keeps a model's previous version after a
+// reload (extractor.Service.Previous).
+type previouser interface {
+	Previous(name string) (*api.Model, bool)
+}
+
+// version returns the view an item is computed with: the layer of the
+// model version whose layer digest is it.Digest (the current version, or
+// the previous one the extractor keeps), the current one when it.Digest is
+// empty. An item naming a version the server no longer holds matches
+// api.ErrModelReplaced (StatusModelChanged).
+func (s *Server) version(it BatchItem) (*features.View, error) {
+	m, ok := s.ex.Model(it.Model)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w %q", it.Key, api.ErrUnknownModel, it.Model)
+	}
+	if it.Layer < 0 || it.Layer >= len(m.Layers) {
+		return nil, fmt.Errorf("%s: %w %d of model %s (it has %d)", it.Key, api.ErrUnknownLayer, it.Layer, it.Model, len(m.Layers))
+	}
+	if it.Digest == "" || m.Layers[it.Layer].Digest == it.Digest {
+		return s.pipe.NewView(m, m.Layers[it.Layer]), nil
+	}
+	if p, ok := s.ex.(previouser); ok {
+		if pm, ok := p.Previous(it.Model); ok && it.Layer < len(pm.Layers) && pm.Layers[it.Layer].Digest == it.Digest {
+			return s.pipe.NewView(pm, pm.Layers[it.Layer]), nil
+		}
+	}
+	return nil, fmt.Errorf("%s: model %s layer %d at digest %.12s: %w (the server serves %.12s; GET /v1/models)",
+		it.Key, it.Model, it.Layer, it.Digest, api.ErrModelReplaced, m.Layers[it.Layer].Digest)
 }
 
 // auth wraps a handler with the bearer-token check (constant time; the
@@ -329,6 +380,7 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 		// The connection now serves an authorized request: the listener
 		// (fs/httplimit) keeps it when making room for new ones.
 		defer httplimit.Admit(r)()
+		w.Header().Set(ModelsVersionHeader, s.models.Load().version)
 		h(w, r)
 	}
 }
@@ -358,7 +410,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(s.models)
+	w.Write(s.models.Load().body)
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
@@ -420,7 +472,7 @@ func (s *Server) handleFeature(w http.ResponseWriter, r *http.Request) {
 		writeError(w, StatusBadRequest, fmt.Errorf("layer %q: want a layer index: %w", q.Get("layer"), errBadItem))
 		return
 	}
-	it := BatchItem{Model: q.Get("model"), Layer: layer, Key: q.Get("key"), ETag: q.Get("etag")}
+	it := BatchItem{Model: q.Get("model"), Layer: layer, Key: q.Get("key"), ETag: q.Get("etag"), Digest: q.Get("digest")}
 	held, err := s.buffered.acquire(r.Context(), s.itemBytes(it))
 	if err != nil {
 		writeError(w, StatusOf(err), s.public(it.Key, err))
@@ -495,14 +547,17 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 // compute stats the item's object if no ETag is given and computes its
 // feature.
 func (s *Server) compute(ctx context.Context, it BatchItem) ([]byte, error) {
+	v, err := s.version(it)
+	if err != nil {
+		return nil, err
+	}
 	obj := bucket.Object{Key: it.Key, ETag: it.ETag}
 	if it.ETag == "" {
-		var err error
 		if obj, err = s.bucket.Stat(ctx, it.Key); err != nil {
 			return nil, err
 		}
 	}
-	return s.pipe.Feature(ctx, it.Model, it.Layer, obj)
+	return s.pipe.FeatureAt(ctx, v, obj)
 }
 
 // itemResult is one computed unique item of a batch.

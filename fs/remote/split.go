@@ -145,7 +145,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 	if err != nil {
 		return nil, fmt.Errorf("split: bandwidth probe: %w", err)
 	}
-	for _, m := range c.models {
+	for _, m := range c.set.Load().models {
 		lm, ok := cfg.Local.Model(m.Name)
 		if !ok || lm.Digest != m.Digest {
 			cfg.Logger.Warn("featurefs: no local copy of the servers' model; it is not split", slog.String("model", m.Name))
@@ -301,7 +301,7 @@ func (x *SplitExtractor) Device() string {
 func (x *SplitExtractor) Stats() api.Stats {
 	st := x.inner.Stats()
 	st.Device = x.Device()
-	for _, m := range x.c.models {
+	for _, m := range x.c.set.Load().models {
 		if p := x.planners[m.Name]; p != nil {
 			ps := p.Stats()
 			st.Split = &ps

@@ -90,6 +90,9 @@ func (c *Client) get(ctx context.Context, u, path string, q url.Values, v any) e
 		return c.unavailable(u, err)
 	}
 	defer resp.Body.Close()
+	if path != "/v1/models" {
+		c.sawVersion(u, resp.Header.Get(ModelsVersionHeader))
+	}
 	if resp.StatusCode != http.StatusOK {
 		return responseError(resp, u, q.Get("key")+q.Get("prefix"))
 	}
@@ -253,6 +256,7 @@ func (c *Client) postBatch(u string, items []BatchItem, answer func(i int, data 
 	}
 	defer resp.Body.Close()
 	watchdog.Reset(c.cfg.Timeout)
+	c.sawVersion(u, resp.Header.Get(ModelsVersionHeader))
 	if resp.StatusCode != http.StatusOK {
 		return responseError(resp, u, "batch")
 	}
@@ -374,7 +378,7 @@ func (c *Client) frameData(f Frame, it BatchItem) ([]byte, error) {
 	if int64(len(data)) != want {
 		return nil, fmt.Errorf("%w: feature of %d bytes, its layer's shape gives %d", ErrBadAnswer, len(data), want)
 	}
-	if m := c.byName[it.Model]; !bytes.HasPrefix(data, api.NPYHeader(m.Layers[it.Layer].Shape, c.info.DType)) {
+	if m := c.set.Load().byName[it.Model]; m == nil || !bytes.HasPrefix(data, api.NPYHeader(m.Layers[it.Layer].Shape, c.info.DType)) {
 		return nil, fmt.Errorf("%w: feature's .npy header is not its layer's", ErrBadAnswer)
 	}
 	c.n.rawBytes.Add(int64(len(data)))

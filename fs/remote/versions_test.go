@@ -1,0 +1,236 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/featurefs/featurefs/extractor/api"
+)
+
+// versionedExtractor is an extractor whose model can be replaced, keeping
+// the previous version as extractor.Service does (Previous,
+// Request.Digest). A feature's last element is the first byte of its
+// layer's digest: a feature of another version of a changed layer is told
+// apart.
+type versionedExtractor struct {
+	*fakeExtractor
+	mu        sync.Mutex
+	cur, prev *api.Model
+	calls     map[string]int // Extract calls per layer digest
+}
+
+// tinyVersion is the fake model "tiny" at file digest d with the given
+// layer digests' first characters.
+func tinyVersion(d string, layers ...byte) *api.Model {
+	m := &api.Model{Name: "tiny", Digest: d, Preprocess: api.DefaultPreprocess()}
+	for i, c := range layers {
+		m.Layers = append(m.Layers, api.Layer{Index: i, Name: fmt.Sprintf("layer%d", i), Tensor: fmt.Sprintf("t%d", i),
+			Shape: fakeShape, Bytes: 4 * api.Layer{Shape: fakeShape}.Elements(), Digest: strings.Repeat(string(c), 64)})
+	}
+	return m
+}
+
+func newVersionedExtractor(m *api.Model) *versionedExtractor {
+	return &versionedExtractor{fakeExtractor: newFakeExtractor(), cur: m, calls: map[string]int{}}
+}
+
+// replace makes m the current version and the current one the previous.
+func (e *versionedExtractor) replace(m *api.Model) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.prev, e.cur = e.cur, m
+}
+
+func (e *versionedExtractor) Models() []*api.Model {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return []*api.Model{e.cur}
+}
+
+func (e *versionedExtractor) Model(name string) (*api.Model, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cur, name == e.cur.Name
+}
+
+func (e *versionedExtractor) Previous(name string) (*api.Model, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.prev, e.prev != nil && name == e.prev.Name
+}
+
+func (e *versionedExtractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
+	e.mu.Lock()
+	m := e.cur
+	switch {
+	case req.Digest == "" || req.Digest == e.cur.Digest:
+	case e.prev != nil && req.Digest == e.prev.Digest:
+		m = e.prev
+	default:
+		e.mu.Unlock()
+		return nil, fmt.Errorf("extract %s: %w", req.Key, api.ErrModelReplaced)
+	}
+	l := m.Layers[req.Layer]
+	e.calls[l.Digest]++
+	e.mu.Unlock()
+	data, err := req.Fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return versionedFeature(data, l), nil
+}
+
+// versionedFeature is the feature of content at layer l of some version.
+func versionedFeature(content []byte, l api.Layer) []byte {
+	_, _, f, _ := api.DecodeNPY(expectedFeature(content, l.Index))
+	f[len(f)-1] = float32(l.Digest[0])
+	return api.EncodeNPY(fakeShape, f, api.Float32)
+}
+
+// The models answer carries a version, in its body and in every answer's
+// header, which changes when the server's models do (ModelsChanged).
+func TestModelsVersionFollowsReload(t *testing.T) {
+	vx := newVersionedExtractor(tinyVersion("v1", 'a', 'b'))
+	ts := startServer(t, map[string]string{"a.jpg": "x"}, func(c *testConfig) { c.Extractor = vx })
+	models := func() (ModelsResponse, string) {
+		resp := authorizedDo(t, "GET", ts.URL+"/v1/models", nil)
+		defer resp.Body.Close()
+		var mr ModelsResponse
+		if err := json.NewDecoder(resp.Body).Decode(&mr); err != nil {
+			t.Fatal(err)
+		}
+		return mr, resp.Header.Get(ModelsVersionHeader)
+	}
+	m1, h1 := models()
+	if m1.Version == "" || h1 != m1.Version {
+		t.Fatalf("version %q, header %q: want one, the same", m1.Version, h1)
+	}
+	vx.replace(tinyVersion("v2", 'a', 'c'))
+	if err := ts.ModelsChanged(); err != nil {
+		t.Fatal(err)
+	}
+	m2, h2 := models()
+	if m2.Version == m1.Version || h2 != m2.Version {
+		t.Fatalf("after a reload: version %q (was %q), header %q", m2.Version, m1.Version, h2)
+	}
+	if m2.Models[0].Layers[1].Digest[0] != 'c' {
+		t.Errorf("after a reload the models answer lists layer1 at %.8s, want the new version's", m2.Models[0].Layers[1].Digest)
+	}
+}
+
+// A batch item names the layer digest it is for: the server answers from
+// the version whose layer has it (current or previous) and refuses one it
+// no longer holds with StatusModelChanged, never another version's feature.
+func TestBatchItemVersionCheck(t *testing.T) {
+	vx := newVersionedExtractor(tinyVersion("v1", 'a', 'b'))
+	ts := startServer(t, map[string]string{"a.jpg": "x"}, func(c *testConfig) { c.Extractor = vx })
+	vx.replace(tinyVersion("v2", 'a', 'c'))
+	ts.ModelsChanged()
+	item := func(layer int, d byte) string {
+		return fmt.Sprintf(`{"model":"tiny","layer":%d,"key":"a.jpg","digest":%q}`, layer, strings.Repeat(string(d), 64))
+	}
+	body := `{"items":[` + strings.Join([]string{item(1, 'b'), item(1, 'c'), item(1, 'z'), item(0, 'a'), `{"model":"tiny","layer":1,"key":"a.jpg"}`}, ",") + `]}`
+	resp, frames := postBatch(t, ts.URL, body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("batch: %s", resp.Status)
+	}
+	for i, want := range []byte{'b', 'c', 0, 'a', 'c'} {
+		f := frames[uint32(i)]
+		if want == 0 {
+			if f.Status != StatusModelChanged {
+				t.Errorf("item %d (a version the server does not hold): status %d, want %d", i, f.Status, StatusModelChanged)
+			}
+			if err := ErrorOf(int(f.Status), f.Message, ts.URL, "a.jpg"); !errors.Is(err, api.ErrModelReplaced) {
+				t.Errorf("item %d: client error %v, want one matching ErrModelReplaced", i, err)
+			}
+			continue
+		}
+		_, _, d, err := api.DecodeNPY(f.Data)
+		if f.Status != StatusOK || err != nil {
+			t.Fatalf("item %d: status %d %s, %v", i, f.Status, f.Message, err)
+		}
+		if got := byte(d[len(d)-1]); got != want {
+			t.Errorf("item %d: feature of the version with digest %c..., want %c...", i, got, want)
+		}
+	}
+}
+
+// A client learns a server's reload from its answers: it refetches the
+// models, hands each replaced model to OnModelReplaced, and reads made for
+// the old version still get the old version's features while the server
+// keeps it; once the server holds it no more, such a read fails with
+// ErrModelReplaced (never another version's feature) and new reads get the
+// new version.
+func TestClientFollowsServerReload(t *testing.T) {
+	vx := newVersionedExtractor(tinyVersion("v1", 'a', 'b'))
+	ts := startServer(t, map[string]string{"a.jpg": "x"}, func(c *testConfig) { c.Extractor = vx })
+	c := dial(t, ClientConfig{URLs: []string{ts.URL}})
+	replaced := make(chan *api.Model, 4)
+	c.OnModelReplaced(func(m *api.Model) { replaced <- m })
+	v1 := c.Version()
+	ex := c.Extractor()
+	read := func(layer int, digest string) (byte, error) {
+		req := featureReq("a.jpg", layer, "")
+		req.Digest = digest
+		req.Fetch = nil
+		data, err := ex.Extract(context.Background(), req)
+		if err != nil {
+			return 0, err
+		}
+		_, _, d, err := api.DecodeNPY(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return byte(d[len(d)-1]), nil
+	}
+	if got, err := read(1, "v1"); err != nil || got != 'b' {
+		t.Fatalf("before the reload: %c, %v", got, err)
+	}
+	vx.replace(tinyVersion("v2", 'a', 'c'))
+	ts.ModelsChanged()
+	// A read made for v1 after the server's reload: v1's feature.
+	if got, err := read(1, "v1"); err != nil || got != 'b' {
+		t.Fatalf("a v1 read after the server's reload: %c, %v; want v1's feature", got, err)
+	}
+	select {
+	case m := <-replaced:
+		if m.Digest != "v2" || m.Layers[1].Digest[0] != 'c' || m.Layers[0].Digest[0] != 'a' {
+			t.Errorf("OnModelReplaced got %s with layers %.4s %.4s, want v2", m.Digest, m.Layers[0].Digest, m.Layers[1].Digest)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client did not learn the server's new models")
+	}
+	if c.Version() == v1 {
+		t.Error("the client's version did not change")
+	}
+	if m, _ := ex.Model("tiny"); m.Digest != "v2" {
+		t.Errorf("client's model at %s after the refresh, want v2", m.Digest)
+	}
+	if got, err := read(1, ""); err != nil || got != 'c' {
+		t.Errorf("a new read: %c, %v; want v2's feature", got, err)
+	}
+	if got, err := read(1, "v1"); err != nil || got != 'b' {
+		t.Errorf("a v1 read, both sides keeping v1: %c, %v; want v1's feature", got, err)
+	}
+	// The server replaces it again: v1 is gone there.
+	vx.replace(tinyVersion("v3", 'a', 'd'))
+	ts.ModelsChanged()
+	got, err := read(1, "v1")
+	if !errors.Is(err, api.ErrModelReplaced) {
+		t.Errorf("a v1 read once no side holds v1: %c, %v; want an error matching ErrModelReplaced", got, err)
+	}
+	// An unchanged layer of v1 is still served: its digest is v3's too.
+	if got, err := read(0, "v2"); err != nil || got != 'a' {
+		t.Errorf("layer0 (unchanged) of v2: %c, %v", got, err)
+	}
+	if m, _ := ex.Model("tiny"); m.Digest != "v3" {
+		t.Errorf("client's model at %s after the refused item, want v3 (the refusal refreshes)", m.Digest)
+	}
+}
