@@ -83,6 +83,7 @@ type Client struct {
 	// whole by Refresh.
 	set        atomic.Pointer[modelSet]
 	refreshMu  sync.Mutex                         // serializes Refresh
+	notifyMu   sync.Mutex                         // serializes the OnModelReplaced calls, outside refreshMu
 	refreshing atomic.Bool                        // a background refresh is running
 	onReplaced atomic.Pointer[func(m *api.Model)] // OnModelReplaced
 

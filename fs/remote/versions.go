@@ -53,7 +53,8 @@ func (s *modelSet) version(req api.Request) (*api.Model, error) {
 // OnModelReplaced sets the function called with each model version a
 // Refresh brings (a mount points its tree at it: fs.FS.ModelReplaced). It
 // is called on the refreshing goroutine, after the client serves the new
-// version.
+// version, one call at a time and outside the lock a read waiting for a
+// refresh holds (f may wait for the kernel, and the kernel for that read).
 func (c *Client) OnModelReplaced(f func(m *api.Model)) { c.onReplaced.Store(&f) }
 
 // Version returns the version of the model set the client holds
@@ -90,6 +91,33 @@ func (c *Client) Refresh(ctx context.Context) error {
 }
 
 func (c *Client) refreshFrom(ctx context.Context, urls []string) error {
+	replaced, err := c.refreshSet(ctx, urls)
+	if err != nil || len(replaced) == 0 {
+		return err
+	}
+	// The tree is told outside refreshMu: telling it drops kernel pages,
+	// which can wait for a read in progress, and such a read may be
+	// waiting for refreshMu (ExtractWire's Refresh after a 412). Calls
+	// are serialized and each hands over the version held now, so a slow
+	// earlier refresh cannot point the tree back at an older one.
+	f := c.onReplaced.Load()
+	if f == nil {
+		return nil
+	}
+	c.notifyMu.Lock()
+	defer c.notifyMu.Unlock()
+	for _, name := range replaced {
+		if m := c.set.Load().byName[name]; m != nil {
+			(*f)(m)
+		}
+	}
+	return nil
+}
+
+// refreshSet is Refresh's part under refreshMu: the models fetched and,
+// when their version is new, the client's set replaced. It returns the
+// names of the models whose digest changed.
+func (c *Client) refreshSet(ctx context.Context, urls []string) ([]string, error) {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
 	var info ModelsResponse
@@ -103,21 +131,21 @@ func (c *Client) refreshFrom(ctx context.Context, urls []string) error {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
 	cur := c.set.Load()
 	if info.Version == cur.info.Version {
-		return nil
+		return nil, nil
 	}
 	if info.DType != cur.info.DType || info.Source != cur.info.Source {
-		return fmt.Errorf("remote: the servers now serve %s as %s, the mount %s as %s: remount", info.Source, info.DType, cur.info.Source, cur.info.DType)
+		return nil, fmt.Errorf("remote: the servers now serve %s as %s, the mount %s as %s: remount", info.Source, info.DType, cur.info.Source, cur.info.DType)
 	}
 	fresh, sizes, err := c.buildModels(info)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	next := &modelSet{info: info, byName: map[string]*api.Model{}, prev: map[string]*api.Model{}}
-	var replaced []*api.Model
+	var replaced []string
 	for _, old := range cur.models {
 		m := fresh.byName[old.Name]
 		switch {
@@ -133,17 +161,12 @@ func (c *Client) refreshFrom(ctx context.Context, urls []string) error {
 		}
 		if m.Digest != old.Digest {
 			next.prev[old.Name] = old
-			replaced = append(replaced, m)
+			replaced = append(replaced, m.Name)
 		}
 		next.models = append(next.models, m)
 		next.byName[m.Name] = m
 	}
 	c.set.Store(next)
 	c.log.Info("featurefs: feature servers' models refreshed", slog.String("version", info.Version), slog.Int("replaced", len(replaced)))
-	if f := c.onReplaced.Load(); f != nil {
-		for _, m := range replaced {
-			(*f)(m)
-		}
-	}
-	return nil
+	return replaced, nil
 }
