@@ -62,9 +62,22 @@ func (s *scheduler) splitStats() SplitStats {
 // re-encodes the input. A tensor of the wrong shape or a malformed file is an
 // error matching ErrBadTensor. The returned bytes are the caller's.
 func (s *Service) ExtractFrom(ctx context.Context, model string, from, to int, npy []byte) ([]byte, error) {
-	m, ok := s.reg.Load().models[model]
-	if !ok {
+	return s.ExtractFromVersion(ctx, model, "", from, to, npy)
+}
+
+// ExtractFromVersion is ExtractFrom on model's version digest (the model
+// file's sha256): the current version or the previous one a Reload keeps;
+// "" is the current one. A version it holds neither of is an error
+// matching ErrModelReplaced, so that split execution never finishes one
+// version's tensor with another's layers.
+func (s *Service) ExtractFromVersion(ctx context.Context, model, digest string, from, to int, npy []byte) ([]byte, error) {
+	reg := s.reg.Load()
+	if _, ok := reg.models[model]; !ok {
 		return nil, fmt.Errorf("extract from: %w %q", ErrUnknownModel, model)
+	}
+	m, ok := reg.version(model, digest)
+	if !ok {
+		return nil, fmt.Errorf("extract from: model %s (%.12s): %w", model, digest, ErrModelReplaced)
 	}
 	for _, l := range []int{from, to} {
 		if l < 0 || l >= len(m.Layers) {

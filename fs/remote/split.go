@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,9 +76,12 @@ type LocalExtractor interface {
 	// Profile returns the compute profile of model on this extractor's
 	// device.
 	Profile(ctx context.Context, model string, opts api.ProfileOptions) (*split.Profile, error)
-	// ExtractFrom computes layer to of model from a .npy file of its
-	// layer from and returns the .npy file of layer to.
-	ExtractFrom(ctx context.Context, model string, from, to int, npy []byte) ([]byte, error)
+	// ExtractFromVersion computes layer to of model's version digest (the
+	// file's sha256: the current version or the previous one kept after a
+	// reload; an error matching api.ErrModelReplaced when it holds neither)
+	// from a .npy file of its layer from and returns the .npy file of
+	// layer to.
+	ExtractFromVersion(ctx context.Context, model, digest string, from, to int, npy []byte) ([]byte, error)
 }
 
 // SplitExtractor is an features.Extractor over a Client that runs part of each
@@ -98,6 +102,11 @@ type SplitExtractor struct {
 	received atomic.Int64 // feature and image bytes received
 	rawSum   atomic.Int64 // listed image bytes
 	rawN     atomic.Int64 // listed images
+
+	// warnMu guards warned: per model, the (local, servers') digest pair
+	// last logged as disagreeing (one entry per model: bounded).
+	warnMu sync.Mutex
+	warned map[string]string
 }
 
 // Split returns the servers' models with split execution. For a policy
@@ -128,7 +137,7 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*split.Planner{},
-		rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, exts: cfg.ImageExtensions}
+		warned: map[string]string{}, rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, exts: cfg.ImageExtensions}
 	x.owner = c.owner.Child()
 	if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
 		// Nothing to plan: no probe, no profile (a short --remote-timeout
@@ -326,6 +335,14 @@ func (x *SplitExtractor) ObserveListing(objs []bucket.Object) {
 
 // Extract returns layer req.Layer of req.Key's object, computed as the
 // model's planner says: all on the server, split, or all on the mount.
+//
+// Never two versions in one feature: req is pinned to the servers' version
+// it was made for (req.Digest, or the current one), and the mount computes
+// part of it only when its own model's digest of layer req.Layer is that
+// version's (the graph up to the layer, its weights and preprocessing are
+// the same), pinned to that local version for the whole computation.
+// Otherwise (a model file replaced on one side only, or a local version
+// gone mid-read) the servers compute the whole layer.
 func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, error) {
 	p := x.planners[req.Model]
 	if p == nil {
@@ -338,22 +355,33 @@ func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, 
 		p.SetRawBytes(float64(x.rawSum.Load()) / float64(n))
 	}
 	split := p.Split(freeze)
+	var local string // the local version computing part of the feature
+	if split != freeze {
+		sm, err := x.c.set.Load().version(req)
+		if err != nil {
+			return nil, err
+		}
+		// Every request below names the servers' version resolved here: a
+		// refresh meanwhile cannot move it to another one.
+		req.Digest = sm.Digest
+		if local = x.agree(sm, freeze); local == "" {
+			split = freeze
+		}
+	}
 	var data []byte
 	var wire int64
 	var err error
 	switch {
 	case split == freeze:
-		var n int
-		data, n, err = x.inner.ExtractWire(ctx, req)
-		wire = int64(n)
 	case split == spec.SplitRaw:
 		var img []byte
 		img, err = x.object(ctx, req.Key, req.ETag)
 		if err == nil {
 			wire = int64(len(img))
-			local := req
-			local.Fetch = func(context.Context) ([]byte, error) { return img, nil }
-			data, err = x.local.Extract(ctx, local)
+			lreq := req
+			lreq.Digest = local
+			lreq.Fetch = func(context.Context) ([]byte, error) { return img, nil }
+			data, err = x.local.Extract(ctx, lreq)
 		}
 	default:
 		sreq := req
@@ -363,17 +391,78 @@ func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, 
 		mid, n, err = x.inner.ExtractWire(ctx, sreq)
 		wire = int64(n)
 		if err == nil {
-			data, err = x.local.ExtractFrom(ctx, req.Model, split, freeze, mid)
+			data, err = x.local.ExtractFromVersion(ctx, req.Model, local, split, freeze, mid)
 			if errors.Is(err, api.ErrBadTensor) {
 				err = fmt.Errorf("%s: the server's %s: %w", req.Key, spec.SplitName(split), err)
 			}
 		}
+	}
+	if split != freeze && errors.Is(err, api.ErrModelReplaced) && ctx.Err() == nil {
+		// The local version was replaced twice during the read: the
+		// servers compute it all.
+		x.received.Add(wire)
+		split = freeze
+	}
+	if split == freeze {
+		var n int
+		data, n, err = x.inner.ExtractWire(ctx, req)
+		wire = int64(n)
 	}
 	x.received.Add(wire)
 	if err == nil {
 		p.ObserveSamples(freeze, 1, wire)
 	}
 	return data, err
+}
+
+// agree returns the digest of the local version of model sm whose layer
+// layer is sm's (the same computation up to it), or "" when the local
+// model differs there (logged once per pair of versions).
+func (x *SplitExtractor) agree(sm *api.Model, layer int) string {
+	lm, ok := x.local.Model(sm.Name)
+	if ok && layer < len(lm.Layers) && layer < len(sm.Layers) && lm.Layers[layer].Digest != "" &&
+		lm.Layers[layer].Digest == sm.Layers[layer].Digest {
+		return lm.Digest
+	}
+	ld := ""
+	if ok {
+		ld = lm.Digest
+	}
+	x.warnMu.Lock()
+	pair := ld + " " + sm.Digest
+	first := x.warned[sm.Name] != pair
+	x.warned[sm.Name] = pair
+	x.warnMu.Unlock()
+	if first {
+		x.log.Warn("featurefs: the mount's model file and the servers' differ at a layer read; the servers compute it whole (not split) until both sides hold the same version",
+			slog.String("model", sm.Name), slog.Int("layer", layer), slog.String("local_digest", ld), slog.String("servers_digest", sm.Digest))
+	}
+	return ""
+}
+
+// Replan tells split execution that model's version changed on one side
+// (the mount's file reloaded, or the servers' refreshed): it logs which of
+// the model's layers the mount can now compute part of (those whose digest
+// both sides share). The check itself is made on every read (Extract), so a
+// read never waits for this.
+func (x *SplitExtractor) Replan(model string) {
+	if x.planners[model] == nil {
+		return
+	}
+	sm, ok := x.inner.Model(model)
+	lm, lok := x.local.Model(model)
+	if !ok || !lok {
+		return
+	}
+	same := 0
+	for i := range min(len(sm.Layers), len(lm.Layers)) {
+		if sm.Layers[i].Digest != "" && sm.Layers[i].Digest == lm.Layers[i].Digest {
+			same++
+		}
+	}
+	x.log.Info("featurefs: split execution follows a model version", slog.String("model", model),
+		slog.String("local_digest", lm.Digest), slog.String("servers_digest", sm.Digest),
+		slog.Int("split_layers", same), slog.Int("layers", len(sm.Layers)))
 }
 
 // object fetches an object's bytes with GET /v1/object (split raw), at
