@@ -53,7 +53,8 @@ Returns once the mount answers and serves in the background (--foreground to
 stay attached). Unmount with 'umount MOUNTPOINT' or SIGTERM. A changed
 model file is reloaded without a restart, as is every model on SIGHUP; with
 --remote, the servers' new models are followed, and SIGHUP fetches them
-(docs/MODELS.md).
+(a --split mount follows its own --model files too, and never splits a
+layer the two sides compute differently; docs/MODELS.md).
 
 Flags override the config file (--config), which overrides the defaults.
 Exit codes: 2 bad options, 3 mount point (missing, not empty, in use),
@@ -407,8 +408,9 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	// SIGHUP reloads the model files (a mount with local models) or, with
-	// --remote, fetches the servers' models; the watcher also reloads a file that changed.
+	// SIGHUP reloads the model files (a mount with local models, and a
+	// split mount's own) and, with --remote, fetches the servers' models;
+	// the watcher also reloads a file that changed.
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
@@ -418,10 +420,21 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	if st.svc != nil {
 		go watchModels(watchCtx, st.svc, log, hup, func(m *api.Model) { tree.ModelReplaced(m) })
 	}
-	if st.client != nil && !st.split {
+	if sx := st.split.x; st.split.local != nil {
+		// The tree follows the servers' versions; the mount's own file
+		// only decides which layers it may compute part of (split.go).
+		go watchModels(watchCtx, st.split.local, log, hup, func(m *api.Model) { sx.Replan(m.Name) })
+	}
+	if st.client != nil {
 		// The servers' reloads: the client learns them from their answers
 		// (or on SIGHUP) and the tree follows.
-		st.client.OnModelReplaced(func(m *api.Model) { tree.ModelReplaced(m) })
+		sx := st.split.x
+		st.client.OnModelReplaced(func(m *api.Model) {
+			tree.ModelReplaced(m)
+			if sx != nil {
+				sx.Replan(m.Name)
+			}
+		})
 	}
 	done := make(chan struct{})
 	go func() {
@@ -436,10 +449,6 @@ wait:
 			break wait
 		case <-hups:
 			if st.client != nil {
-				if st.split {
-					log.Info("featurefs: SIGHUP ignored: split execution does not follow the servers' reloads (remount)")
-					continue
-				}
 				go func() {
 					ctx, cancel := context.WithTimeout(watchCtx, time.Minute)
 					defer cancel()
@@ -447,7 +456,9 @@ wait:
 						log.Warn("featurefs: SIGHUP: the feature servers' models could not be fetched", slog.Any("err", err))
 					}
 				}()
-				continue
+				if st.split.local == nil {
+					continue
+				}
 			}
 			select {
 			case hup <- struct{}{}:

@@ -40,9 +40,10 @@ type stack struct {
 	// client is the feature servers' client with --remote (nil without):
 	// a mount follows the servers' model reloads through it.
 	client *remote.Client
-	// split is true when client's features go through split execution,
-	// whose plans do not follow a reload (docs/SERVE.md).
-	split bool
+	// split is set when client's features go through split execution:
+	// a mount watches its local models too and tells it of either side's
+	// reloads (docs/SERVE.md, "Model versions").
+	split splitParts
 	pipe  *features.Pipeline
 
 	closers []stackPart // in the order opened
@@ -95,14 +96,13 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		// Not under the caller's start-up bound: split's set-up bounds its
 		// own steps (a server's profile within SplitConfig.ProfileTimeout,
 		// 10m, the server heartbeating meanwhile).
-		b, ex, closeSplit, err := remoteSplit(context.Background(), o, rc, so.log, so.warn)
+		b, ex, sp, closeSplit, err := remoteSplit(context.Background(), o, rc, so.log, so.warn)
 		if err != nil {
 			return nil, err
 		}
 		s.opened("split execution", func() error { closeSplit(); return nil })
 		s.source, s.ex, s.client = b, ex, rc
-		_, plain := ex.(*remote.Extractor)
-		s.split = !plain
+		s.split = sp
 	} else {
 		if s.source, err = openSource(ctx, so.source, o, so.log); err != nil {
 			return nil, err
