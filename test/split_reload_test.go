@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +24,8 @@ import (
 // WARN naming both digests) instead of finishing a new-version tensor with
 // the old weights: every read is one version's whole feature, none fails.
 // Then the mount's file is replaced too: the mount reloads it and splits
-// again (a layer not read before is split, with no second WARN).
+// again (a layer not read before is split, with no second WARN). The
+// first version written back on both sides with SIGHUPs comes back.
 func TestSplitMountFollowsReloads(t *testing.T) {
 	versions := testenv.ModelVersions(t)
 	serverModel := filepath.Join(t.TempDir(), "server.onnx")
@@ -128,18 +130,48 @@ func TestSplitMountFollowsReloads(t *testing.T) {
 		t.Errorf("%d reads returned neither version's whole feature", mixed)
 	}
 	t.Logf("%d reads during the reloads, 0 failed, %d mixed", reads.Load(), mixed)
+
+	// The first version written back in place on both sides, a SIGHUP to
+	// the server and one to the mount: the mount's SIGHUP both refreshes
+	// the servers' models (no read in between tells it) and reloads its
+	// own file; the first version's features come back, and a layer not
+	// read before is split.
+	replaceFile(t, filepath.Join(versions, "base.onnx"), serverModel, false)
+	replaceFile(t, filepath.Join(versions, "base.onnx"), mountModel, false)
+	if err := syscall.Kill(s.PID(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitServeLog(t, s, "model reloaded", 2)
+	if err := syscall.Kill(m.PID(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, m, "models refreshed", 2)
+	waitLog(t, m, "model reloaded", 2)
+	back := read("layer15")
+	for key := range names {
+		if !bytes.Equal(back[key], old15[key]) {
+			t.Errorf("layer15 %s: not the first version's feature after it came back", key)
+		}
+	}
+	read("layer17")
+	if n := strings.Count(readLog(m), "servers compute it whole"); n != 1 {
+		t.Errorf("%d disagreement WARN lines after the first version came back, want 1", n)
+	}
 	st := mountStats(t, m)
 	ex, _ := st["extractor"].(map[string]any)
 	sp, _ := ex["split"].(map[string]any)
 	plans, _ := sp["plans"].([]any)
-	found := false
+	found := 0
 	for _, p := range plans {
 		if p, _ := p.(map[string]any); p["freeze"] == 16.0 && p["split"] == 8.0 {
-			found = true
+			found++
+		}
+		if p, _ := p.(map[string]any); p["freeze"] == 17.0 && p["split"] == 8.0 {
+			found++
 		}
 	}
-	if !found {
-		t.Errorf("no split plan layer8 for layer16 in the stats: %v", sp)
+	if found != 2 {
+		t.Errorf("want split plans layer8 for layer16 and layer17 in the stats: %v", sp)
 	}
 }
 
