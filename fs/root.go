@@ -47,9 +47,9 @@ func (r *rootDir) OnAdd(ctx context.Context) {
 	}
 	meta := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', ".featurefs")})
 	r.AddChild(".featurefs", meta, true)
-	stats := meta.NewPersistentInode(ctx, &statsFile{fs: r.fs, noOpen: noOpen{r.fs}, render: r.fs.statsJSON}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('s', ".featurefs/stats")})
+	stats := meta.NewPersistentInode(ctx, newStatsFile(r.fs, r.fs.statsJSON), gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('s', ".featurefs/stats")})
 	meta.AddChild("stats", stats, true)
-	failures := meta.NewPersistentInode(ctx, &statsFile{fs: r.fs, noOpen: noOpen{r.fs}, render: r.fs.failuresJSON}, gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('s', ".featurefs/"+FailuresFile)})
+	failures := meta.NewPersistentInode(ctx, newStatsFile(r.fs, r.fs.failuresJSON), gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('s', ".featurefs/"+FailuresFile)})
 	meta.AddChild(FailuresFile, failures, true)
 }
 

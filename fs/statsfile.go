@@ -12,6 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/fs/figures"
+	"github.com/featurefs/featurefs/fs/internal/lru"
 )
 
 // Stats returns the current figures: the pipeline's, with the tree's own
@@ -69,7 +70,11 @@ func indentJSON(v any) []byte {
 // that only grows, with headroom (statsSize). Figures that change between a
 // stat and a read change the content, not its length; when the JSON
 // outgrows the size, the size grows (whitespace after a JSON value is
-// still valid JSON). The file is a few kilobytes, read in one request.
+// still valid JSON). The file is a few kilobytes, and the kernel may read
+// it in more than one request (a page, then the rest): a read at offset 0
+// takes the snapshot, and the reads after it from the same thread (the
+// request's caller) within statsSnapTTL get the rest of that snapshot,
+// not of a new one, so that no read(2) returns the halves of two.
 //
 // .featurefs/failures (FailuresFile) is served the same way, with its own
 // content (render).
@@ -81,6 +86,29 @@ type statsFile struct {
 	render func() []byte // the content, ending in a newline
 	size   atomic.Int64  // the file's size; never shrinks
 	last   atomic.Int64  // the last mtime reported, in Unix nanoseconds
+	// snaps is the snapshot each recent reader (by the thread id FUSE
+	// gives) read from offset 0, for its reads further on: at most
+	// statsSnapReaders, each kept statsSnapTTL.
+	snaps *lru.LRU[uint32, statsSnap]
+}
+
+// statsSnap is one reader's snapshot: the JSON (no final newline), the
+// size it was padded to, and when it was taken.
+type statsSnap struct {
+	json []byte
+	size int64
+	at   time.Time
+}
+
+// Bounds on the snapshots kept for readers part way through the file.
+const (
+	statsSnapReaders = 64
+	statsSnapTTL     = time.Second
+)
+
+// newStatsFile returns a .featurefs file whose content render makes.
+func newStatsFile(f *FS, render func() []byte) *statsFile {
+	return &statsFile{fs: f, noOpen: noOpen{f}, render: render, snaps: lru.New[uint32, statsSnap](statsSnapReaders)}
 }
 
 var _ = (gofs.NodeGetattrer)((*statsFile)(nil))
@@ -128,6 +156,23 @@ func (sf *statsFile) mtime() time.Time {
 	}
 }
 
+// readerSnapshot returns the snapshot a read at off gets: a new one at
+// offset 0 (kept for the caller), the caller's own from offset 0 further
+// on while it is recent, else a new one.
+func (sf *statsFile) readerSnapshot(ctx context.Context, off int64) ([]byte, int64) {
+	caller, ok := fuse.FromContext(ctx)
+	if ok && off > 0 {
+		if s, kept := sf.snaps.Get(caller.Pid); kept && sf.fs.now().Sub(s.at) < statsSnapTTL {
+			return s.json, s.size
+		}
+	}
+	json, size := sf.snapshot()
+	if ok {
+		sf.snaps.Put(caller.Pid, statsSnap{json: json, size: size, at: sf.fs.now()}, 1)
+	}
+	return json, size
+}
+
 // Getattr reports the file's size, grown first if the figures now need
 // more.
 func (sf *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -140,7 +185,7 @@ func (sf *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.
 // Read returns part of a new snapshot padded to the file's size: the JSON,
 // spaces, and a newline as the last byte.
 func (sf *statsFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	json, size := sf.snapshot()
+	json, size := sf.readerSnapshot(ctx, off)
 	if off < 0 || off >= size {
 		return fuse.ReadResultData(nil), 0
 	}

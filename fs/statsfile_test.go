@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"github.com/featurefs/featurefs/fs/figures"
@@ -8,9 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // TestStatsFileSizeIsWhatAReadReturns: the size stat reports for
@@ -140,5 +144,60 @@ func TestStatsSizeHasHeadroom(t *testing.T) {
 		if s%1024 != 0 || s < int64(n+max(n/4, 1024)) || s >= int64(n+max(n/4, 1024)+1024) {
 			t.Errorf("statsSize(%d) = %d", n, s)
 		}
+	}
+}
+
+// TestStatsFileReadInPiecesIsOneSnapshot: the kernel may read the stats
+// file in more than one request (a page, then the rest). The requests
+// after the first, from the same thread, get the rest of the first's
+// snapshot, so a read(2) never returns the halves of two different
+// documents (a CI run once parsed `"get_e` followed by a newer rendering).
+// Another thread, or the same one after statsSnapTTL, gets a new one.
+func TestStatsFileReadInPiecesIsOneSnapshot(t *testing.T) {
+	e := testMount(t, newFakeBucket(1000))
+	renders := 0
+	var docs []string // every rendering, without its final newline
+	sf := newStatsFile(e.fs, func() []byte {
+		renders++
+		d := fmt.Sprintf("{%q: %d, %q: %q}", "n", renders, "pad", strings.Repeat("x", 5000+renders))
+		docs = append(docs, d)
+		return []byte(d + "\n")
+	})
+	// one checks that doc is one rendering, whole.
+	one := func(what string, doc []byte) {
+		t.Helper()
+		if !slices.Contains(docs, string(doc)) {
+			t.Errorf("%s: %d bytes that are no one rendering (pieces of two)", what, len(doc))
+		}
+	}
+	// read is Read's content for a request from thread pid (the
+	// snapshot it answers from; Read pads it and notifies the kernel,
+	// which needs the file in a mounted tree).
+	read := func(pid uint32, off int64, n int) []byte {
+		ctx := fuse.NewContext(context.Background(), &fuse.Caller{Pid: pid})
+		json, _ := sf.readerSnapshot(ctx, off)
+		if off >= int64(len(json)) {
+			return nil
+		}
+		return json[off:min(off+int64(n), int64(len(json)))]
+	}
+	whole := func(pid uint32) []byte {
+		first := read(pid, 0, 4096)
+		rest := read(pid, 4096, 1<<20)
+		return append(first, rest...)
+	}
+	for pid := uint32(1); pid <= 3; pid++ {
+		one(fmt.Sprintf("reader %d's read in two pieces", pid), whole(pid))
+	}
+	// A second thread starting between another's pieces does not tear it.
+	first := read(7, 0, 4096)
+	one("reader 8", whole(8))
+	one("reader 7 around reader 8's read", append(first, read(7, 4096, 1<<20)...))
+	// After statsSnapTTL a read further on takes a new snapshot.
+	before := renders
+	e.clock.Advance(2 * statsSnapTTL)
+	read(7, 4096, 1<<20)
+	if renders != before+1 {
+		t.Errorf("a read past the snapshot's time rendered %d times, want 1", renders-before)
 	}
 }
