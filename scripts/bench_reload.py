@@ -17,6 +17,8 @@ Each round, on one mounted model whose file MODEL is replaced by a rename:
   4. every read must succeed and return the bytes it returned before the
      swap (layer4's digest does not change between the versions: a read of
      other bytes is a mixed or wrong file).
+A second thread sleeps 1 ms in a loop and records how much longer each
+sleep took: the machine's own stalls in the same windows, a control.
 Rounds alternate the versions (A->B, B->A, ...). Prints one markdown
 section on stdout; --json FILE keeps the raw figures.
 """
@@ -95,9 +97,18 @@ def one_round(args, r, warm, expect, cold, versions):
             except OSError:
                 reads.append((t0, time.time() - t0, None))
 
-    th = threading.Thread(target=reader)
+    naps = []  # (wall start, seconds over 1 ms): the machine's own stalls
+
+    def napper():
+        while not stop.is_set():
+            t0 = time.time()
+            time.sleep(0.001)
+            naps.append((t0, time.time() - t0 - 0.001))
+
+    th, probe = threading.Thread(target=reader), threading.Thread(target=napper)
     before = len(reload_lines(args.log))
     th.start()
+    probe.start()
     time.sleep(args.baseline)
     tmp = args.model + ".next"
     shutil.copyfile(versions[(r + 1) % 2], tmp)
@@ -108,17 +119,21 @@ def one_round(args, r, warm, expect, cold, versions):
         if time.time() > deadline:
             stop.set()
             th.join()
+            probe.join()
             raise SystemExit(f"bench_reload: no 'model reloaded' line {args.timeout}s after the rename (round {r + 1})")
         time.sleep(0.05)
     logged, took = reload_lines(args.log)[before]
     time.sleep(args.after)
     stop.set()
     th.join()
+    probe.join()
     end = logged + args.after
     base = [d for t0, d, ok in reads if swap - args.baseline <= t0 and t0 + d < swap]
     during = [d for t0, d, ok in reads if t0 + d >= swap and t0 <= end]
     load = [d for t0, d, ok in reads if t0 + d >= logged - took and t0 <= logged]
     worst = max((x for x in reads if x[0] + x[1] >= swap and x[0] <= end), key=lambda x: x[1])
+    res["nap_baseline_max_s"] = max(d for t0, d in naps if swap - args.baseline <= t0 and t0 + d < swap)
+    res["nap_reload_max_s"] = max(d for t0, d in naps if t0 + d >= swap and t0 <= end)
     res["worst_at_s"] = worst[0] - (logged - took)  # its start, from the load's start
     res.update(
         baseline_reads=len(base), baseline_max_s=max(base), baseline_median_s=statistics.median(base),
@@ -176,7 +191,9 @@ def main():
     vs_base = [x["reload_max_s"] / x["baseline_max_s"] for x in rounds]
     vs_batch = [x["reload_max_s"] / x["cold_read_s"] for x in rounds]
     failed, mixed = sum(g("failed")), sum(g("mixed"))
-    met = statistics.median(vs_batch) <= 1.0 and failed == 0 and mixed == 0
+    # "No read waits more than one batch": a bound on every read, so the
+    # verdict takes the worst round, not the median.
+    met = max(vs_batch) <= 1.0 and failed == 0 and mixed == 0
     print("## Model reload under reads")
     print()
     print(f"Command: `{args.command}`. {args.env}")
@@ -196,20 +213,24 @@ def main():
     print(f"| longest read, reload window | {med(g('reload_max_s'), ms)} |")
     print(f"| longest read overlapping the load itself | {med(g('load_max_s'), ms)} |")
     print(f"| **longest read, reload / baseline window** | **{med(vs_base, ratio)}** |")
+    print(f"| control: longest oversleep of a 1 ms sleep loop in this process, baseline window | {med(g('nap_baseline_max_s'), ms)} |")
+    print(f"| control: the same, reload window (the machine's stalls, not the mount's) | {med(g('nap_reload_max_s'), ms)} |")
     print(f"| when the reload window's longest read starts, from the load's start | {med(g('worst_at_s'), ms)} |")
     print(f"| the reload's load time (`took` of its log line) | {med(g('load_s'), ms)} |")
     print(f"| longest read overlapping the load / the load time | {med([x['load_max_s'] / x['load_s'] for x in rounds], ratio)} |")
     print(f"| rename to the load's start (the 2 s watcher, one stable interval) | {med(g('detect_s'), ms)} |")
     print(f"| one batch: a cold layer4 read | {med(g('cold_read_s'), ms)} |")
     print(f"| the round's first cold layer4 read (rounds 2+: the first after a reload, opening that version's layer4 session) | {med(g('first_cold_read_s')[1:] or g('first_cold_read_s'), ms)} |")
-    print(f"| **longest read in the reload window / one batch** | **{med(vs_batch, ratio)}** (target <= 1.00x) |")
+    print(f"| **longest read in the reload window / one batch** | **{med(vs_batch, ratio)}** |")
+    print(f"| **worst round: longest read in the reload window / one batch** | **{max(vs_batch):.2f}x** (target <= 1.00x) |")
     print(f"| reads per round (baseline window, reload window) | {med(g('baseline_reads'), str)}, {med(g('reload_reads'), str)} |")
     print(f"| failed reads, all rounds | **{failed}** of {sum(g('reads'))} |")
     print(f"| reads of other bytes than before the swap (mixed), all rounds | **{mixed}** |")
     print()
-    print(f"Verdict: no read waits more than one batch for the reload: **{'met' if met else 'MISSED'}** (median of the")
-    print(f"rounds: the longest read of the reload window is {statistics.median(vs_batch):.2f}x that round's cold layer4 read,")
-    print(f"{min(vs_batch):.2f}x-{max(vs_batch):.2f}x over the rounds; {failed} failed, {mixed} mixed reads).")
+    stalled = sum(1 for v in vs_batch if v > 1.0)
+    print(f"Verdict: no read waits more than one batch for the reload: **{'met' if met else 'MISSED'}** (the worst round's")
+    print(f"longest read of the reload window is {max(vs_batch):.2f}x that round's cold layer4 read, the median round's")
+    print(f"{statistics.median(vs_batch):.2f}x; {stalled} of {len(rounds)} rounds over 1.00x; {failed} failed, {mixed} mixed reads).")
 
 
 if __name__ == "__main__":
