@@ -230,6 +230,14 @@ summary() {
       while IFS='|' read -r name r; do
         row "predictions: $name, vs a cold read of the same images' last-layer .npy files" "${r}x" "no target (~1.00x: the same extractions)" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| (cold: `cat predictions[^|]*[^ |]|`featurefs warm --predictions`[^|]*[^ |]) \| [^|]* \| [^|]* \| [^|]* \| ([0-9.]+)x \|$/\1|\2/p' "$f") ;;
+    reload)
+      while read -r r; do
+        row "model reload under reads: the longest read in the reload window vs one batch (a cold layer4 read), worst round" "${r}x" "<= 1.00x: $(verdict 1 "$r")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| \*\*worst round: longest read in the reload window \/ one batch\*\* \| \*\*([0-9.]+)x\*\*.*/\1/p' "$f")
+      while IFS='|' read -r fl mx; do
+        row "model reload under reads: failed reads, mixed reads" "$fl, $mx" "0, 0: $([ "$fl/$mx" = 0/0 ] && echo met || echo MISSED)" "$area"; n=$((n + 1))
+      done < <(paste -d'|' <(sed -nE 's/^\| failed reads, all rounds \| \*\*([0-9]+)\*\*.*/\1/p' "$f") \
+        <(sed -nE 's/^\| reads of other bytes than before the swap \(mixed\), all rounds \| \*\*([0-9]+)\*\*.*/\1/p' "$f")) ;;
     gpu)
       while IFS='|' read -r layer r s; do
         row "GPU extraction, featurefs vs PyTorch on the same GPU (ResNet-50 $layer)" "${r}x" ">= 1.5x: $(verdict "$r" 1.5)" "$area"; n=$((n + 1))
