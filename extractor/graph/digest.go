@@ -267,7 +267,30 @@ func writeInt(h hash.Hash, v int64) {
 
 func writeBytes(h hash.Hash, b []byte) {
 	writeInt(h, int64(len(b)))
-	h.Write(b)
+	writePreemptible(h, b)
+}
+
+// writePreemptible is h.Write(b) in copyChunk steps: SHA-256 of one slice
+// runs in one assembly call that the Go scheduler cannot preempt (about
+// 250 ms for a 100 MB model file on a CPU without SHA instructions), and a
+// goroutine that cannot be preempted holds up the garbage collector's stack
+// scan and with it the whole process (see pieces).
+func writePreemptible(h hash.Hash, b []byte) {
+	for len(b) > 0 {
+		n := min(len(b), copyChunk)
+		h.Write(b[:n])
+		b = b[n:]
+	}
+}
+
+// Sum256 is sha256.Sum256(b), hashed copyChunk bytes at a time so that a
+// model file's digest does not hold up the process (writePreemptible).
+func Sum256(b []byte) [sha256.Size]byte {
+	h := sha256.New()
+	writePreemptible(h, b)
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
 }
 
 func writeStr(h hash.Hash, s string) {

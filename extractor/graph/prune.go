@@ -57,15 +57,16 @@ func (m *Model) prune(from string, outputs []string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []byte
+	var out pieces
 	for i, f := range m.top {
 		if i == m.graphAt {
-			out = appendMessage(out, fModelGraph, g)
+			out.add(protowire.AppendVarint(protowire.AppendTag(nil, fModelGraph, protowire.BytesType), uint64(g.n)))
+			out.addAll(g)
 			continue
 		}
-		out = append(out, f.raw...)
+		out.add(f.raw)
 	}
-	return out, nil
+	return out.bytes(), nil
 }
 
 // distinctOutputs checks that every output is a tensor of the model and
@@ -138,18 +139,18 @@ func (m *Model) needed(from string, outs []string) (needed map[string]bool, keep
 // prunedGraph re-encodes the GraphProto with only the needed nodes,
 // initializers, inputs and value infos, every other field verbatim, the
 // input from (when set) and the outputs outs.
-func (m *Model) prunedGraph(from string, outs []string, needed map[string]bool, keepNode map[int]bool) ([]byte, error) {
+func (m *Model) prunedGraph(from string, outs []string, needed map[string]bool, keepNode map[int]bool) (*pieces, error) {
 	newIO := map[string]bool{from: from != ""}
 	for _, o := range outs {
 		newIO[o] = true
 	}
-	var g []byte
+	g := &pieces{}
 	nodeIdx := 0
 	for _, f := range m.gfields {
 		switch f.num {
 		case fGraphNode:
 			if keepNode[nodeIdx] {
-				g = append(g, f.raw...)
+				g.add(f.raw)
 			}
 			nodeIdx++
 		case fGraphInitializer:
@@ -159,7 +160,7 @@ func (m *Model) prunedGraph(from string, outs []string, needed map[string]bool, 
 				return nil, err
 			}
 			if needed[t.name] {
-				g = append(g, f.raw...)
+				g.add(f.raw)
 			}
 		case fGraphInput:
 			b, _ := f.msg()
@@ -169,7 +170,7 @@ func (m *Model) prunedGraph(from string, outs []string, needed map[string]bool, 
 			}
 			_, isInit := m.inits[v.name]
 			if needed[v.name] && (from == "" || isInit) {
-				g = append(g, f.raw...)
+				g.add(f.raw)
 			}
 		case fGraphOutput:
 			// replaced below
@@ -180,10 +181,10 @@ func (m *Model) prunedGraph(from string, outs []string, needed map[string]bool, 
 				return nil, err
 			}
 			if needed[v.name] && !newIO[v.name] {
-				g = append(g, f.raw...)
+				g.add(f.raw)
 			}
 		default:
-			g = append(g, f.raw...)
+			g.add(f.raw)
 		}
 	}
 	if from != "" {
@@ -191,14 +192,14 @@ func (m *Model) prunedGraph(from string, outs []string, needed map[string]bool, 
 		if err != nil {
 			return nil, err
 		}
-		g = appendMessage(g, fGraphInput, vi)
+		g.add(appendMessage(nil, fGraphInput, vi))
 	}
 	for _, o := range outs {
 		vi, err := m.valueInfoFor(o)
 		if err != nil {
 			return nil, err
 		}
-		g = appendMessage(g, fGraphOutput, vi)
+		g.add(appendMessage(nil, fGraphOutput, vi))
 	}
 	return g, nil
 }
@@ -306,4 +307,54 @@ func encodeValueInfo(name string, elem int32, hasShape bool, dims []dim) []byte 
 	var vi []byte
 	vi = appendString(vi, fValueName, name)
 	return appendMessage(vi, fValueType, typ)
+}
+
+// pieces is a serialized message kept as the slices it is made of (mostly
+// the source file's own fields) until bytes copies them once into a buffer
+// of the exact size. A model's pruned copy is about as big as the file
+// (100 MB for ResNet-50): appending it field by field regrew and recopied
+// the buffer, each time in one memmove that the Go scheduler cannot
+// preempt, which held up the garbage collector's stack scan and with it
+// every goroutine of a 2-CPU mount for 400 ms (docs/MODELS.md, "Reload").
+type pieces struct {
+	parts [][]byte
+	n     int
+}
+
+func (p *pieces) add(b []byte) {
+	if len(b) > 0 {
+		p.parts = append(p.parts, b)
+		p.n += len(b)
+	}
+}
+
+func (p *pieces) addAll(q *pieces) {
+	p.parts = append(p.parts, q.parts...)
+	p.n += q.n
+}
+
+// copyChunk bounds one copy: a memmove runs without a preemption point, so
+// a goroutine that copies a large buffer in one call holds its CPU (and any
+// garbage collection waiting to scan its stack) until it is done.
+const copyChunk = 256 << 10
+
+// bytes returns the pieces joined, copied at most copyChunk bytes at a time.
+func (p *pieces) bytes() []byte {
+	out := make([]byte, p.n)
+	at := 0
+	for _, b := range p.parts {
+		at += copyPreemptible(out[at:], b)
+	}
+	return out
+}
+
+// copyPreemptible is copy(dst, src) in copyChunk steps.
+func copyPreemptible(dst, src []byte) int {
+	n := 0
+	for n < len(src) && n < len(dst) {
+		end := min(n+copyChunk, len(src), len(dst))
+		copy(dst[n:end], src[n:end])
+		n = end
+	}
+	return n
 }
