@@ -65,11 +65,17 @@ type segment struct {
 	from *Layer // nil: from the model's input
 }
 
-// key names the segment's session (and lane).
+// key names the segment's session (and lane). A layer computed from the
+// model's input is named by its layer digest, which versions of the model
+// that compute it alike share (docs/MODELS.md): a reload that leaves a
+// layer's digest as it was keeps its lane, batch size and session. A split
+// segment is named by the model file's digest.
 func (g segment) key() sessionKey {
 	k := sessionKey{model: g.m.Name, version: g.m.Digest, layer: g.l.Index}
 	if g.from != nil {
 		k.from = g.from.Tensor
+	} else if g.l.Digest != "" {
+		k.version = g.l.Digest
 	}
 	return k
 }
@@ -128,10 +134,14 @@ type call struct {
 	since   time.Time // GUARDED_BY(scheduler.mu); when it entered its lane
 }
 
-// lane holds the decoded inputs of one segment. Lanes are never removed.
+// lane holds the decoded inputs of one segment. A lane lives as long as a
+// version the service holds has its key (forgetLanes).
 type lane struct {
-	key      sessionKey
-	g        segment
+	key sessionKey
+	// seg is the segment it computes, on the newest version seen with its
+	// key (laneLocked): the versions that share a key compute alike, and a
+	// replaced one is not kept alive by a lane that goes on.
+	seg      atomic.Pointer[segment]
 	ie       int        // input elements per sample
 	bufs     *floatPool // where its calls' inputs come from and go back to
 	q        [2][]*call // GUARDED_BY(scheduler.mu); by priority
@@ -465,13 +475,34 @@ func (s *scheduler) laneLocked(g segment) *lane {
 	k := g.key()
 	ln := s.lanes[k]
 	if ln == nil {
-		ln = &lane{key: k, g: g, ie: g.inputElems(), bufs: &g.m.bufs, bs: make([]int, len(s.devs)), choosing: make([]bool, len(s.devs))}
+		ln = &lane{key: k, ie: g.inputElems(), bufs: g.m.bufs, bs: make([]int, len(s.devs)), choosing: make([]bool, len(s.devs))}
 		if g.from != nil {
 			ln.bufs = &floatPool{}
 		}
+		ln.seg.Store(&g)
 		s.lanes[k] = ln
+	} else if cur := ln.g(); cur.m != g.m && cur.m.gen < g.m.gen {
+		ln.seg.Store(&g)
 	}
 	return ln
+}
+
+// g returns the segment ln computes.
+func (ln *lane) g() segment { return *ln.seg.Load() }
+
+// forgetLanes removes the lanes with nothing queued, decoding or choosing
+// a batch size whose key held does not keep: those of versions the
+// service no longer holds. A batch of such a lane that is running finishes
+// on it.
+func (s *scheduler) forgetLanes(held func(sessionKey) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, ln := range s.lanes {
+		if held(k) || ln.len() > 0 || ln.pending > 0 || slices.Contains(ln.choosing, true) {
+			continue
+		}
+		delete(s.lanes, k)
+	}
 }
 
 func removeCall(q []*call, c *call) ([]*call, bool) {
@@ -664,7 +695,7 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	}
 	buf := ln.bufs.get(ln.ie)
 	t1 := time.Now()
-	err = applyPreprocess(c.ctx, ln.g.m.Preprocess, data, s.cfg.maxPixels, buf, s.cfg.decode)
+	err = applyPreprocess(c.ctx, ln.g().m.Preprocess, data, s.cfg.maxPixels, buf, s.cfg.decode)
 	s.n.decodeNanos.Add(int64(time.Since(t1)))
 	if err != nil {
 		ln.bufs.put(buf, ln.ie)
@@ -771,7 +802,7 @@ func (s *scheduler) nextBatch(dev int) (*lane, []*call, int) {
 		if ln.bs[dev] == 0 {
 			ln.choosing[dev] = true
 			s.mu.Unlock()
-			bs := s.cfg.batchSize(s.ctx, ln.g, dev)
+			bs := s.cfg.batchSize(s.ctx, ln.g(), dev)
 			if bs < 1 {
 				bs = 1
 			}
@@ -859,7 +890,8 @@ func (s *scheduler) nextBatch(dev int) (*lane, []*call, int) {
 // own request.
 func (s *scheduler) runBatch(dev int, ln *lane, batch []*call, bs int, inb, outb *hostBuf) {
 	d := s.devs[dev]
-	l := ln.g.l
+	g := ln.g()
+	l := g.l
 	n := len(batch)
 	ie, oe := ln.ie, int(l.Elements())
 	in := inb.get(s.cfg.alloc, dev, n*ie, bs*ie)
@@ -879,14 +911,14 @@ func (s *scheduler) runBatch(dev int, ln *lane, batch []*call, bs int, inb, outb
 	s.mu.Unlock()
 
 	t0 := time.Now()
-	err := d.run.run(s.ctx, ln.g, n, in, out)
+	err := d.run.run(s.ctx, g, n, in, out)
 	s.n.inferNanos.Add(int64(time.Since(t0)))
 	s.n.batches.Add(1)
 	s.n.batchedItems.Add(int64(n))
 	d.batches.Add(1)
 	d.items.Add(int64(n))
 	s.ranSinceIdle.Store(true)
-	if ln.g.from != nil {
+	if g.from != nil {
 		s.n.splitBatches.Add(1)
 		s.n.splitItems.Add(int64(n))
 	}
@@ -913,9 +945,9 @@ func (s *scheduler) runBatch(dev int, ln *lane, batch []*call, bs int, inb, outb
 		return
 	}
 	if n > 1 {
-		attrs := []any{"model", ln.g.m.Name, "layer", l.Name}
-		if ln.g.from != nil {
-			attrs = append(attrs, "from", ln.g.from.Name)
+		attrs := []any{"model", g.m.Name, "layer", l.Name}
+		if g.from != nil {
+			attrs = append(attrs, "from", g.from.Name)
 		}
 		s.cfg.log.Warn("batch failed; retrying its items one by one", append(attrs, "batch", n, "err", err)...)
 		for i, c := range batch {
@@ -925,7 +957,7 @@ func (s *scheduler) runBatch(dev int, ln *lane, batch []*call, bs int, inb, outb
 			}
 			s.n.retries.Add(1)
 			t := time.Now()
-			err := d.run.run(s.ctx, ln.g, 1, in[i*ie:(i+1)*ie], out[:oe])
+			err := d.run.run(s.ctx, g, 1, in[i*ie:(i+1)*ie], out[:oe])
 			s.n.inferNanos.Add(int64(time.Since(t)))
 			if err != nil {
 				s.finish(c, nil, c.runError(err))
@@ -943,7 +975,7 @@ func (s *scheduler) runBatch(dev int, ln *lane, batch []*call, bs int, inb, outb
 // runError names c in an error of its computation: the object key and the
 // layer, or, for a tensor, the model and the split segment.
 func (c *call) runError(err error) error {
-	g := c.ln.g
+	g := c.ln.g()
 	if g.from != nil {
 		return fmt.Errorf("extract %s %s..%s: %w", g.m.Name, g.from.Name, g.l.Name, err)
 	}

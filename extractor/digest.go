@@ -70,6 +70,6 @@ func LayerDigests(path string, pre Preprocess) ([]string, error) {
 	for i, l := range gl {
 		tensors[i] = l.Tensor
 	}
-	sum := sha256.Sum256(data)
+	sum := graph.Sum256(data)
 	return layerDigests(g, hex.EncodeToString(sum[:]), tensors, pre)
 }

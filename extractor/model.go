@@ -4,12 +4,12 @@ package extractor
 // shape of every layer, known before any image is run.
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/graph"
@@ -27,7 +27,13 @@ type model struct {
 	weight   int64   // bytes of the ONNX file
 	actBytes []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
 
-	bufs floatPool // one sample's input buffers, shared by the model's image lanes
+	// bufs holds one sample's input buffers, shared by the model's image
+	// lanes and by the versions that replace it (Reload keeps the input
+	// shape): a lane never keeps a replaced version alive through it.
+	bufs *floatPool
+	// gen orders loads: a lane runs on the newest version it has seen of
+	// its layer's digest (laneLocked).
+	gen uint64
 
 	spec ModelSpec // what it was loaded from (Reload loads it again)
 }
@@ -66,6 +72,9 @@ func (m *model) pruned(l Layer) ([]byte, error) {
 // leaves unknown (goShapes), if any. This is the one path that gives the
 // figures of `featurefs layers`, the layers file of a mount and
 // docs/LAYERS.md (TestLayerDocs). ONNX Runtime must be initialized.
+// loads numbers the models loaded (model.gen).
+var loads atomic.Uint64
+
 func loadModel(ms ModelSpec) (*model, error) {
 	if ms.Name == "" {
 		return nil, fmt.Errorf("model %s: empty name", ms.Path)
@@ -74,14 +83,14 @@ func loadModel(ms ModelSpec) (*model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", ms.Name, err)
 	}
-	sum := sha256.Sum256(data)
+	sum := graph.Sum256(data)
 	m := &model{Model: Model{
 		Name:       ms.Name,
 		Path:       ms.Path,
 		Digest:     hex.EncodeToString(sum[:]),
 		Aliases:    map[string]string{},
 		Preprocess: DefaultPreprocess(),
-	}, weight: int64(len(data))}
+	}, weight: int64(len(data)), bufs: &floatPool{}, gen: loads.Add(1)}
 	if ms.Preprocess != nil {
 		m.Preprocess = *ms.Preprocess
 	}

@@ -589,6 +589,23 @@ func (p *sessionPool) acquire(ctx context.Context, k sessionKey) (*pooled, error
 	}
 }
 
+// forget destroys the sessions nobody holds whose key held does not keep.
+func (p *sessionPool) forget(held func(sessionKey) bool) {
+	var gone []*pooled
+	p.mu.Lock()
+	for k, e := range p.entries {
+		if e.refs == 0 && e.s != nil && !held(k) {
+			delete(p.entries, k)
+			p.evicted++
+			gone = append(gone, e)
+		}
+	}
+	p.mu.Unlock()
+	for _, e := range gone {
+		e.s.close()
+	}
+}
+
 // release gives back a session acquired with acquire.
 func (p *sessionPool) release(e *pooled) {
 	p.mu.Lock()

@@ -3,13 +3,14 @@ package extractor
 // Replacing a model without a restart (docs/MODELS.md, "Reload").
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"time"
+
+	"github.com/featurefs/featurefs/extractor/graph"
 )
 
 // registry is the models a Service serves: replaced whole by Reload, never
@@ -30,6 +31,25 @@ func (r *registry) version(name, digest string) (*model, bool) {
 	}
 	if m, ok := r.prev[name]; ok && m.Digest == digest {
 		return m, true
+	}
+	return nil, false
+}
+
+// forKey returns a version the key of a session or lane (segment.key) was
+// made for: a layer's is any held version whose layer has that digest,
+// the current one first; a split segment's is the version with that file
+// digest.
+func (r *registry) forKey(k sessionKey) (*model, bool) {
+	if k.from != "" {
+		return r.version(k.model, k.version)
+	}
+	for _, m := range []*model{r.models[k.model], r.prev[k.model]} {
+		if m == nil || k.layer < 0 || k.layer >= len(m.Layers) {
+			continue
+		}
+		if (segment{m: m, l: m.Layers[k.layer]}).key() == k {
+			return m, true
+		}
 	}
 	return nil, false
 }
@@ -78,7 +98,7 @@ func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("model %s: %w: %w", name, ErrReloadRefused, err)
 	}
-	sum := sha256.Sum256(data)
+	sum := graph.Sum256(data)
 	if hex.EncodeToString(sum[:]) == old.Digest {
 		return &old.Model, false, nil
 	}
@@ -93,6 +113,7 @@ func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
 		return nil, false, fmt.Errorf("model %s: %w: %w", name, ErrReloadRefused, err)
 	}
 	nm.spec, nm.Loaded = old.spec, time.Now()
+	nm.bufs = old.bufs // the same input shape (incompatible)
 	cur := s.reg.Load()
 	next := &registry{models: map[string]*model{}, prev: map[string]*model{}}
 	for k, v := range cur.models {
@@ -110,7 +131,25 @@ func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
 		next.order = append(next.order, o)
 	}
 	s.reg.Store(next)
+	s.forgetReplaced()
 	return &nm.Model, true, nil
+}
+
+// forgetReplaced drops the lanes and idle sessions of the versions the
+// service no longer holds (the one before the previous): those of layers
+// whose digest the held versions share go on, so the first read of an
+// unchanged layer after a reload opens no session and measures no batch
+// size.
+func (s *Service) forgetReplaced() {
+	reg := s.reg.Load()
+	held := func(k sessionKey) bool {
+		_, ok := reg.forKey(k)
+		return ok
+	}
+	s.sched.forgetLanes(held)
+	for _, p := range s.pools {
+		p.forget(held)
+	}
 }
 
 // incompatible says why nm cannot replace old in a running tree, or "".

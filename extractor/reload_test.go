@@ -86,3 +86,82 @@ func TestReloadReplacesTheModel(t *testing.T) {
 	}
 	extract("") // still serves
 }
+
+// A reload keeps the lanes and sessions of the layers whose digest it
+// leaves as it was: the first request of such a layer after the reload
+// opens no session (and measures no batch size, which is the lane's).
+// The lanes and idle sessions of a version the service no longer holds
+// are dropped, so reloads do not pile up lanes that keep old versions
+// alive.
+func TestReloadKeepsUnchangedLayersSessions(t *testing.T) {
+	versions := testenv.ModelVersions(t)
+	path := filepath.Join(t.TempDir(), "r.onnx")
+	copyFile(t, filepath.Join(versions, "base.onnx"), path)
+	svc := newCPUService(t, nil, ModelSpec{Name: "r", Path: path})
+	ctx := context.Background()
+	img := testJPEG(t, 64, 48)
+	extract := func(layer int) {
+		t.Helper()
+		if _, err := svc.Extract(ctx, Request{Model: "r", Layer: layer, Key: "a.jpg", Fetch: fetchOf(img)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created := func() int64 {
+		_, c, _ := svc.pool.stats()
+		return c
+	}
+	lanes := func() map[sessionKey]*lane {
+		svc.sched.mu.Lock()
+		defer svc.sched.mu.Unlock()
+		out := map[sessionKey]*lane{}
+		for k, ln := range svc.sched.lanes {
+			out[k] = ln
+		}
+		return out
+	}
+	base := svc.reg.Load().models["r"]
+	extract(4)
+	extract(15)
+	before, lanesBefore := created(), lanes()
+	if len(lanesBefore) != 2 {
+		t.Fatalf("%d lanes after two layers, want 2", len(lanesBefore))
+	}
+
+	copyFile(t, filepath.Join(versions, "layer4fc.onnx"), path)
+	if _, changed, err := svc.Reload("r"); err != nil || !changed {
+		t.Fatalf("reload: changed %v, %v", changed, err)
+	}
+	extract(4)
+	if got := created(); got != before {
+		t.Errorf("layer4 (digest unchanged) opened %d sessions after the reload, want 0", got-before)
+	}
+	k4 := segment{m: svc.reg.Load().models["r"], l: base.Layers[4]}.key()
+	if ln := lanes()[k4]; ln == nil || ln != lanesBefore[k4] || ln.g().m != svc.reg.Load().models["r"] {
+		t.Errorf("layer4's lane was not kept, or does not run on the current version")
+	}
+	extract(15)
+	if got := created(); got != before+1 {
+		t.Errorf("layer15 (digest changed) opened %d sessions after the reload, want 1", got-before)
+	}
+
+	// A third version: the first one is held no more, nor its layer15.
+	copyFile(t, filepath.Join(versions, "bn-layer2.onnx"), path)
+	if _, changed, err := svc.Reload("r"); err != nil || !changed {
+		t.Fatalf("second reload: changed %v, %v", changed, err)
+	}
+	k15 := segment{m: base, l: base.Layers[15]}.key()
+	if _, ok := lanes()[k15]; ok {
+		t.Error("the lane of a version no longer held was kept")
+	}
+	svc.pool.mu.Lock()
+	_, ok := svc.pool.entries[k15]
+	svc.pool.mu.Unlock()
+	if ok {
+		t.Error("the idle session of a version no longer held was kept")
+	}
+	extract(4) // bn-layer2 changes layer5 onward: layer4 goes on
+	extract(15)
+	if got := created(); got != before+2 {
+		t.Errorf("%d sessions opened after two reloads, want 2 (layer15 twice)", got-before)
+	}
+}

@@ -78,7 +78,7 @@ func testModel() *model {
 		Aliases:    map[string]string{},
 		Preprocess: Preprocess{Resize: 8, Crop: 8, Mean: [3]float32{0.5, 0.5, 0.5}, Std: [3]float32{0.25, 0.25, 0.25}},
 		InputShape: []int64{3, 8, 8},
-	}}
+	}, bufs: &floatPool{}}
 }
 
 // pngOf returns an 8x8 PNG of gray level v.

@@ -234,7 +234,7 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 func (s *Service) newPool(dev deviceChoice) *sessionPool {
 	sc := sessionConfig{threads: s.cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT, precision: s.cfg.Precision}
 	return newSessionPool(s.cfg.MaxSessions, func(k sessionKey) (inferSession, error) {
-		m, ok := s.reg.Load().version(k.model, k.version)
+		m, ok := s.reg.Load().forKey(k)
 		if !ok {
 			return nil, fmt.Errorf("model %s (%.12s): %w", k.model, k.version, ErrModelReplaced)
 		}

@@ -47,7 +47,7 @@ func (s *scheduler) splitStats() SplitStats {
 	s.mu.Lock()
 	lanes := 0
 	for _, ln := range s.lanes {
-		if ln.g.from != nil {
+		if ln.g().from != nil {
 			lanes++
 		}
 	}
