@@ -3,13 +3,15 @@
 and report what it saw as JSON on stdout (used by featurefs's integration
 tests; run with Debian's /usr/bin/python3):
 
-    /usr/bin/python3 scripts/loader_check.py ROOT [--workers 4] [--batch 4] [--epochs 1]
+    /usr/bin/python3 scripts/loader_check.py ROOT [--workers 4] [--batch 4] [--epochs 1] [--until FILE]
 
 ROOT is e.g. MOUNT/features/resnet50/layer12/train. The dataset is exactly
 
     torchvision.datasets.DatasetFolder(ROOT, loader=np.load, extensions=(".npy",))
 
-read by DataLoader(num_workers=W, shuffle=True). The JSON holds:
+read by DataLoader(num_workers=W, shuffle=True). With --until FILE, epochs
+run until FILE exists: the epoch that begins once it does is the last
+(--epochs stays the most). The JSON holds:
   classes, class_to_idx     as DatasetFolder found them
   samples                   [{path (relative to ROOT), label, shape, dtype,
                               sha256 (of the array's raw bytes), sum}] read
@@ -41,6 +43,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--until", help="stop after the first epoch that begins once this file exists")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -49,6 +52,7 @@ def main() -> int:
                                      num_workers=args.workers)
     loaded, epochs = [], []
     for _ in range(args.epochs):
+        last = args.until is not None and os.path.exists(args.until)
         t0 = time.perf_counter()
         n = nbytes = 0
         for x, y in dl:
@@ -58,6 +62,8 @@ def main() -> int:
                 nbytes += a.nbytes
                 n += 1
         epochs.append({"seconds": time.perf_counter() - t0, "samples": n, "bytes": nbytes})
+        if last:
+            break
 
     samples = []
     for path, label in ds.samples:

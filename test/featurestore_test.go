@@ -30,15 +30,7 @@ import (
 // returns the bytes by object key.
 func readLayer(t *testing.T, m *mounted, names map[string]string) map[string][]byte {
 	t.Helper()
-	out := map[string][]byte{}
-	for key, name := range names {
-		b, err := os.ReadFile(filepath.Join(m.Layer(testLayer), filepath.FromSlash(name)))
-		if err != nil {
-			t.Fatalf("read %s: %v", name, err)
-		}
-		out[key] = b
-	}
-	return out
+	return readLayerFiles(t, m, testLayer, names)
 }
 
 // waitStoreField polls the stats until the feature store's field reaches

@@ -43,11 +43,7 @@ func readLayers(t *testing.T, m *mounted, names map[string]string) map[string][]
 	t.Helper()
 	out := map[string][]byte{}
 	for _, l := range versionLayers {
-		for key, name := range names {
-			b, err := os.ReadFile(filepath.Join(m.Layer(l), filepath.FromSlash(name)))
-			if err != nil {
-				t.Fatalf("read %s %s: %v", l, name, err)
-			}
+		for key, b := range readLayerFiles(t, m, l, names) {
 			out[l+"/"+key] = b
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -48,18 +46,7 @@ func TestServeModelReloadRemoteMount(t *testing.T) {
 	s := startServe(t, "s3://reload-data/imagenet", env, "--endpoint-url", mio.Endpoint, "--model", modelName+"="+modelPath)
 	m := testMount(t, mountConfig{Args: s.remoteArgs("--prefetch", "off"), NoModel: true})
 
-	read := func(layer string) map[string][]byte {
-		t.Helper()
-		out := map[string][]byte{}
-		for key, name := range names {
-			b, err := os.ReadFile(filepath.Join(m.Layer(layer), filepath.FromSlash(name)))
-			if err != nil {
-				t.Fatalf("read %s %s: %v", layer, name, err)
-			}
-			out[key] = b
-		}
-		return out
-	}
+	read := func(layer string) map[string][]byte { t.Helper(); return readLayerFiles(t, m, layer, names) }
 	inos := func(layer string) map[string]uint64 {
 		out := map[string]uint64{}
 		for key, name := range names {
@@ -78,36 +65,8 @@ func TestServeModelReloadRemoteMount(t *testing.T) {
 		t.Fatalf("server: %d extractions, want %d (layer4 and layer15)", got, 2*n)
 	}
 
-	var stop atomic.Bool
-	var failed atomic.Int64
-	var mu sync.Mutex
-	seen := map[string]map[string]bool{} // layer/key -> contents read
-	var wg sync.WaitGroup
-	t.Cleanup(func() { // before the unmount, when the test stops early
-		stop.Store(true)
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for !stop.Load() {
-			for _, layer := range []string{"layer4", "layer15"} {
-				for key, name := range names {
-					b, err := os.ReadFile(filepath.Join(m.Layer(layer), filepath.FromSlash(name)))
-					if err != nil {
-						failed.Add(1)
-						t.Errorf("read %s %s during the reload: %v", layer, name, err)
-						continue
-					}
-					mu.Lock()
-					k := layer + "/" + key
-					if seen[k] == nil {
-						seen[k] = map[string]bool{}
-					}
-					seen[k][string(b)] = true
-					mu.Unlock()
-				}
-			}
-		}
-	})
+	reader := startReloadReader(t, m, names, "layer4", "layer15")
+	loader := startLoader(t, filepath.Join(m.Layer("layer15"), "train"))
 
 	replaceFile(t, filepath.Join(versions, "layer4fc.onnx"), modelPath, true)
 	waitServeLog(t, s, "model reloaded", 1)
@@ -118,26 +77,22 @@ func TestServeModelReloadRemoteMount(t *testing.T) {
 	waitLog(t, m, "model replaced", 1)
 	new15 := read("layer15")
 	time.Sleep(500 * time.Millisecond) // the reader reads the new version too
-	stop.Store(true)
-	wg.Wait()
-	if failed.Load() != 0 {
-		t.Fatalf("%d reads failed during the reload", failed.Load())
+	reader.Stop()
+	if reader.failed.Load() != 0 {
+		t.Fatalf("%d of %d reads failed during the reload", reader.failed.Load(), reader.reads.Load())
 	}
 	for key := range names {
 		if bytes.Equal(new15[key], old15[key]) {
 			t.Errorf("layer15 %s: the old version's feature after the reload", key)
 		}
-		for c := range seen["layer15/"+key] {
-			if c != string(old15[key]) && c != string(new15[key]) {
-				t.Errorf("layer15 %s: a read returned neither version's feature (%d bytes)", key, len(c))
-			}
+		if n := reader.mixed("layer15", key, old15[key], new15[key]); n != 0 {
+			t.Errorf("layer15 %s: %d reads returned neither version's feature", key, n)
 		}
-		for c := range seen["layer4/"+key] {
-			if c != string(old4[key]) {
-				t.Errorf("layer4 %s: a read returned another feature; its digest did not change", key)
-			}
+		if n := reader.mixed("layer4", key, old4[key]); n != 0 {
+			t.Errorf("layer4 %s: %d reads returned another feature; its digest did not change", key, n)
 		}
 	}
+	checkLoaderVersions(t, loader.finish(t), old15, new15)
 	if got := serverExtractions(); got != 4*n {
 		t.Errorf("server after the reload: %d extractions, want %d (layer8 and layer15 again, layer4 never)", got, 4*n)
 	}

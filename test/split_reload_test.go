@@ -5,8 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -38,51 +36,10 @@ func TestSplitMountFollowsReloads(t *testing.T) {
 	s := startServe(t, "s3://split-reload/imagenet", env, "--endpoint-url", mio.Endpoint, "--model", modelName+"="+serverModel)
 	m := testMount(t, mountConfig{Args: s.remoteArgs("--prefetch", "off", "--split", "8", "--model", modelName+"="+mountModel), NoModel: true})
 
-	read := func(layer string) map[string][]byte {
-		t.Helper()
-		out := map[string][]byte{}
-		for key, name := range names {
-			b, err := os.ReadFile(filepath.Join(m.Layer(layer), filepath.FromSlash(name)))
-			if err != nil {
-				t.Fatalf("read %s %s: %v", layer, name, err)
-			}
-			out[key] = b
-		}
-		return out
-	}
+	read := func(layer string) map[string][]byte { t.Helper(); return readLayerFiles(t, m, layer, names) }
 	old4, old15 := read("layer4"), read("layer15")
 
-	var stop atomic.Bool
-	var failed, reads atomic.Int64
-	var mu sync.Mutex
-	seen := map[string]map[string]bool{} // layer/key -> contents read
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		stop.Store(true)
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for !stop.Load() {
-			for _, layer := range []string{"layer4", "layer15"} {
-				for key, name := range names {
-					b, err := os.ReadFile(filepath.Join(m.Layer(layer), filepath.FromSlash(name)))
-					reads.Add(1)
-					if err != nil {
-						failed.Add(1)
-						t.Errorf("read %s %s during the reloads: %v", layer, name, err)
-						continue
-					}
-					mu.Lock()
-					k := layer + "/" + key
-					if seen[k] == nil {
-						seen[k] = map[string]bool{}
-					}
-					seen[k][string(b)] = true
-					mu.Unlock()
-				}
-			}
-		}
-	})
+	reader := startReloadReader(t, m, names, "layer4", "layer15")
 
 	// The server's file first.
 	replaceFile(t, filepath.Join(versions, "layer4fc.onnx"), serverModel, true)
@@ -101,35 +58,25 @@ func TestSplitMountFollowsReloads(t *testing.T) {
 	waitLog(t, m, "model reloaded", 1)
 	waitLog(t, m, "split execution follows", 2)
 	time.Sleep(500 * time.Millisecond)
-	stop.Store(true)
-	wg.Wait()
+	reader.Stop()
 	read("layer16")
 	if n := strings.Count(readLog(m), "servers compute it whole"); n != 1 {
 		t.Errorf("%d disagreement WARN lines, want 1 (both sides agree after the mount's reload)", n)
 	}
-	if failed.Load() != 0 {
-		t.Fatalf("%d of %d reads failed during the reloads", failed.Load(), reads.Load())
+	if reader.failed.Load() != 0 {
+		t.Fatalf("%d of %d reads failed during the reloads", reader.failed.Load(), reader.reads.Load())
 	}
 	mixed := 0
 	for key := range names {
 		if bytes.Equal(new15[key], old15[key]) {
 			t.Errorf("layer15 %s: the old version's feature after the server's reload (the mount's old weights finished it)", key)
 		}
-		for c := range seen["layer15/"+key] {
-			if c != string(old15[key]) && c != string(new15[key]) {
-				mixed++
-			}
-		}
-		for c := range seen["layer4/"+key] {
-			if c != string(old4[key]) {
-				mixed++
-			}
-		}
+		mixed += reader.mixed("layer15", key, old15[key], new15[key]) + reader.mixed("layer4", key, old4[key])
 	}
 	if mixed != 0 {
 		t.Errorf("%d reads returned neither version's whole feature", mixed)
 	}
-	t.Logf("%d reads during the reloads, 0 failed, %d mixed", reads.Load(), mixed)
+	t.Logf("%d reads during the reloads, 0 failed, %d mixed", reader.reads.Load(), mixed)
 
 	// The first version written back in place on both sides, a SIGHUP to
 	// the server and one to the mount: the mount's SIGHUP both refreshes
