@@ -422,3 +422,42 @@ func TestClientRetriesRefusedItemAfterRefresh(t *testing.T) {
 		}
 	}
 }
+
+// A refused item is not asked again when the refresh brings a version the
+// client refuses (its layers' shapes changed: the client keeps the old
+// one, whose digest the servers no longer list): the read fails with
+// ErrModelReplaced after one ask, not two.
+func TestClientNoRetryForRefusedVersion(t *testing.T) {
+	vx := newVersionedExtractor(tinyVersion("v1", 'a', 'b'))
+	ts := startServer(t, map[string]string{"a.jpg": "x"}, func(c *testConfig) { c.Extractor = vx })
+	front := &versionFront{srv: ts.Server}
+	fsrv := httptest.NewServer(front)
+	t.Cleanup(fsrv.Close)
+	c := dial(t, ClientConfig{URLs: []string{fsrv.URL}})
+	ex := c.Extractor()
+	// Two reloads to versions of other shapes: the server holds no
+	// version with v1's layer0.
+	for _, v := range []string{"v2", "v3"} {
+		m := tinyVersion(v, 'f', 'c')
+		for i := range m.Layers {
+			m.Layers[i].Shape = []int64{4, 4}
+			m.Layers[i].Bytes = 4 * 16
+		}
+		vx.replace(m)
+		ts.ModelsChanged()
+	}
+	models := front.modelsFetched()
+	data, err := ex.Extract(context.Background(), featureReq("a.jpg", 0, ""))
+	if !errors.Is(err, api.ErrModelReplaced) || data != nil {
+		t.Fatalf("layer0 of v1, which the server computes no more: %d bytes, %v; want an error matching ErrModelReplaced", len(data), err)
+	}
+	if front.modelsFetched() == models {
+		t.Error("the client did not fetch the models after the refusal")
+	}
+	if m, _ := ex.Model("tiny"); m.Digest != "v1" {
+		t.Errorf("client's model at %s, want v1 (it refuses a version of other shapes)", m.Digest)
+	}
+	if n, batches := front.asked(0, strings.Repeat("a", 64)); n != 1 || batches != 1 {
+		t.Errorf("layer0 at a...: asked %d times in %d batches, want once (no retry: the servers list it no more)", n, batches)
+	}
+}
