@@ -198,8 +198,13 @@ func (e *Extractor) ExtractWire(ctx context.Context, req api.Request) ([]byte, i
 	if rerr := c.Refresh(ctx); rerr != nil {
 		return nil, 0, fmt.Errorf("%w; refreshing the models: %w", err, rerr)
 	}
+	// Asked again only when the client still serves the layer at that
+	// digest and the servers' models answer lists it as what they serve:
+	// a version the client refused (other layers or shapes) leaves the
+	// old digest here though the servers compute it no more.
 	want := m.Layers[req.Layer].Digest
-	if cur := c.set.Load().byName[req.Model]; cur == nil || cur.Layers[req.Layer].Digest != want {
+	set := c.set.Load()
+	if cur := set.byName[req.Model]; cur == nil || cur.Layers[req.Layer].Digest != want || !set.lists(req.Model, req.Layer, want) {
 		return nil, 0, err // a changed layer: the tree follows (OnModelReplaced)
 	}
 	return c.extract(ctx, req, want)

@@ -50,6 +50,18 @@ func (s *modelSet) version(req api.Request) (*api.Model, error) {
 	return nil, fmt.Errorf("extract %s: model %s (%.12s): %w (the servers now serve %.12s)", req.Key, req.Model, req.Digest, api.ErrModelReplaced, m.Digest)
 }
 
+// lists reports whether the models answer the set was built from lists
+// layer of model at digest: whether the servers serve that version of it
+// now (layer is in range: version checked it).
+func (s *modelSet) lists(model string, layer int, digest string) bool {
+	for _, mi := range s.info.Models {
+		if mi.Name == model {
+			return layer < len(mi.Layers) && mi.Layers[layer].Digest == digest
+		}
+	}
+	return false
+}
+
 // OnModelReplaced sets the function called with each model version a
 // Refresh brings (a mount points its tree at it: fs.FS.ModelReplaced). It
 // is called on the refreshing goroutine, after the client serves the new

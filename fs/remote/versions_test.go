@@ -1,11 +1,14 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -232,5 +235,229 @@ func TestClientFollowsServerReload(t *testing.T) {
 	}
 	if m, _ := ex.Model("tiny"); m.Digest != "v3" {
 		t.Errorf("client's model at %s after the refused item, want v3 (the refusal refreshes)", m.Digest)
+	}
+}
+
+// versionFront is a handler in front of a test server that records the
+// items of every POST /v1/batch and counts GET /v1/models; when armed,
+// the next batch is answered by the server in full first, then
+// afterBatch runs (the server reloads between refusing an item and the
+// client's refresh), then the answer goes out.
+type versionFront struct {
+	srv        http.Handler
+	mu         sync.Mutex
+	batches    [][]BatchItem
+	models     int
+	armed      bool
+	afterBatch func(frames map[uint32]Frame)
+}
+
+func (f *versionFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+		f.mu.Lock()
+		f.models++
+		f.mu.Unlock()
+	}
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/batch" {
+		f.srv.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var br BatchRequest
+	if err := json.Unmarshal(body, &br); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	f.mu.Lock()
+	f.batches = append(f.batches, br.Items)
+	armed := f.armed
+	f.armed = false
+	f.mu.Unlock()
+	if !armed {
+		f.srv.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	f.srv.ServeHTTP(rec, r)
+	frames := map[uint32]Frame{}
+	if rec.Code == http.StatusOK {
+		rd := bytes.NewReader(rec.Body.Bytes())
+		if n, err := readStreamHeader(rd); err == nil {
+			for len(frames) < n {
+				fr, err := ReadFrame(rd, 1<<20)
+				if err != nil {
+					break
+				}
+				if fr.Index != HeartbeatIndex {
+					frames[fr.Index] = fr
+				}
+			}
+		}
+	}
+	f.afterBatch(frames)
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+}
+
+// asked returns how many batch items asked for layer at digest, and the
+// number of batches.
+func (f *versionFront) asked(layer int, digest string) (items, batches int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.batches {
+		for _, it := range b {
+			if it.Layer == layer && it.Digest == digest {
+				items++
+			}
+		}
+	}
+	return items, len(f.batches)
+}
+
+func (f *versionFront) modelsFetched() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.models
+}
+
+// A refused item (StatusModelChanged) makes the client refresh its models
+// and ask once more when the version the read was made for still has the
+// layer's digest: here the server, two reloads past the client's version,
+// refuses layer0 of v1, then rolls layer0 back (v4 has v1's layer0) before
+// the client refreshes; the one retry gets v1's layer0 feature. A layer
+// whose digest that refresh changed (layer1: b in v1, e in v4) fails with
+// ErrModelReplaced, asked once, never answered with another version's
+// feature.
+func TestClientRetriesRefusedItemAfterRefresh(t *testing.T) {
+	vx := newVersionedExtractor(tinyVersion("v1", 'a', 'b'))
+	ts := startServer(t, map[string]string{"a.jpg": "x"}, func(c *testConfig) { c.Extractor = vx })
+	front := &versionFront{srv: ts.Server}
+	fsrv := httptest.NewServer(front)
+	t.Cleanup(fsrv.Close)
+	c := dial(t, ClientConfig{URLs: []string{fsrv.URL}})
+	ex := c.Extractor()
+	if m, _ := ex.Model("tiny"); m.Digest != "v1" {
+		t.Fatalf("client's model at %s, want v1", m.Digest)
+	}
+	// Two reloads the client hears nothing of: the server holds v3 and
+	// v2, neither with v1's layer0 (a) or layer1 (b).
+	vx.replace(tinyVersion("v2", 'f', 'c'))
+	ts.ModelsChanged()
+	vx.replace(tinyVersion("v3", 'f', 'd'))
+	ts.ModelsChanged()
+	var refused map[uint32]Frame
+	front.mu.Lock()
+	front.armed = true
+	front.afterBatch = func(frames map[uint32]Frame) {
+		refused = frames
+		vx.replace(tinyVersion("v4", 'a', 'e')) // layer0 rolled back to v1's
+		ts.ModelsChanged()
+	}
+	front.mu.Unlock()
+	read := func(layer int) ([]byte, error) {
+		req := featureReq("a.jpg", layer, "")
+		req.Digest = "v1"
+		return ex.Extract(context.Background(), req)
+	}
+	la, lb := strings.Repeat("a", 64), strings.Repeat("b", 64)
+
+	models := front.modelsFetched()
+	data, err := read(0)
+	if err != nil {
+		t.Fatalf("layer0 of v1 (the server refused it, then holds it again): %v; want its feature after one retry", err)
+	}
+	if f, ok := refused[0]; !ok || f.Status != StatusModelChanged {
+		t.Fatalf("the first ask was not refused by the server: frames %+v", refused)
+	}
+	_, _, d, err := api.DecodeNPY(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := byte(d[len(d)-1]); got != 'a' {
+		t.Errorf("layer0: the feature of the version with digest %c..., want a...", got)
+	}
+	if n, batches := front.asked(0, la); n != 2 || batches != 2 {
+		t.Errorf("layer0 at a...: asked %d times in %d batches, want 2 in 2 (the refused ask and one retry)", n, batches)
+	}
+	if front.modelsFetched() == models {
+		t.Error("the client did not fetch the models after the refusal")
+	}
+	vx.mu.Lock()
+	computed := vx.calls[la]
+	vx.mu.Unlock()
+	if computed != 1 {
+		t.Errorf("the server computed layer0 at a... %d times, want 1 (the retry)", computed)
+	}
+	if m, _ := ex.Model("tiny"); m.Digest != "v4" {
+		t.Errorf("client's model at %s after the refresh, want v4", m.Digest)
+	}
+
+	// Layer1 of v1 (b): the refresh changed it to e; the server holds
+	// neither v1 nor v2.
+	_, before := front.asked(1, lb)
+	models = front.modelsFetched()
+	data, err = read(1)
+	if !errors.Is(err, api.ErrModelReplaced) || data != nil {
+		t.Fatalf("layer1 of v1 (b, changed to e by the refresh): %d bytes, %v; want no data and an error matching ErrModelReplaced", len(data), err)
+	}
+	if n, batches := front.asked(1, lb); n != 1 || batches != before+1 {
+		t.Errorf("layer1 at b...: asked %d times in %d batches, want once (no retry)", n, batches-before)
+	}
+	if front.modelsFetched() == models {
+		t.Error("the client did not fetch the models after the refusal of layer1")
+	}
+	vx.mu.Lock()
+	defer vx.mu.Unlock()
+	for _, l := range []byte{'b', 'c', 'd', 'e', 'f'} {
+		if n := vx.calls[strings.Repeat(string(l), 64)]; n != 0 {
+			t.Errorf("the server computed a layer at %c... %d times, want 0", l, n)
+		}
+	}
+}
+
+// A refused item is not asked again when the refresh brings a version the
+// client refuses (its layers' shapes changed: the client keeps the old
+// one, whose digest the servers no longer list): the read fails with
+// ErrModelReplaced after one ask, not two.
+func TestClientNoRetryForRefusedVersion(t *testing.T) {
+	vx := newVersionedExtractor(tinyVersion("v1", 'a', 'b'))
+	ts := startServer(t, map[string]string{"a.jpg": "x"}, func(c *testConfig) { c.Extractor = vx })
+	front := &versionFront{srv: ts.Server}
+	fsrv := httptest.NewServer(front)
+	t.Cleanup(fsrv.Close)
+	c := dial(t, ClientConfig{URLs: []string{fsrv.URL}})
+	ex := c.Extractor()
+	// Two reloads to versions of other shapes: the server holds no
+	// version with v1's layer0.
+	for _, v := range []string{"v2", "v3"} {
+		m := tinyVersion(v, 'f', 'c')
+		for i := range m.Layers {
+			m.Layers[i].Shape = []int64{4, 4}
+			m.Layers[i].Bytes = 4 * 16
+		}
+		vx.replace(m)
+		ts.ModelsChanged()
+	}
+	models := front.modelsFetched()
+	data, err := ex.Extract(context.Background(), featureReq("a.jpg", 0, ""))
+	if !errors.Is(err, api.ErrModelReplaced) || data != nil {
+		t.Fatalf("layer0 of v1, which the server computes no more: %d bytes, %v; want an error matching ErrModelReplaced", len(data), err)
+	}
+	if front.modelsFetched() == models {
+		t.Error("the client did not fetch the models after the refusal")
+	}
+	if m, _ := ex.Model("tiny"); m.Digest != "v1" {
+		t.Errorf("client's model at %s, want v1 (it refuses a version of other shapes)", m.Digest)
+	}
+	if n, batches := front.asked(0, strings.Repeat("a", 64)); n != 1 || batches != 1 {
+		t.Errorf("layer0 at a...: asked %d times in %d batches, want once (no retry: the servers list it no more)", n, batches)
 	}
 }
