@@ -8,8 +8,9 @@
 # the other version (alternating), and the reads go on through the reload
 # until the mount's `model reloaded` line. Reports the longest read of the
 # reload window vs the baseline window's and vs one batch (a cold layer4
-# read in the same round, after a first one that opens the round's version's
-# layer4 session), the reload's load time, failed and mixed reads.
+# read in the same round, after the round's first, which after a reload
+# shows whether layer4's session was kept), the reload's load time, failed
+# and mixed reads.
 # Prints one markdown section on stdout (make bench stores it in
 # docs/bench/reload.md).
 #

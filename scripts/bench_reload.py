@@ -4,7 +4,8 @@
 Each round, on one mounted model whose file MODEL is replaced by a rename:
   1. two cold layer4 reads (features not extracted before): the first is
      the round's first extraction of layer4 (after the previous round's
-     reload it opens that version's layer4 session); the second, one
+     reload: layer4's digest is unchanged, so it runs on the session and
+     batch size the previous version's reads made); the second, one
      extraction on an open session, is one batch, the most a read may wait
      for the reload;
   2. one thread reads the warm layer4 files in a loop, timing every read
@@ -220,7 +221,7 @@ def main():
     print(f"| longest read overlapping the load / the load time | {med([x['load_max_s'] / x['load_s'] for x in rounds], ratio)} |")
     print(f"| rename to the load's start (the 2 s watcher, one stable interval) | {med(g('detect_s'), ms)} |")
     print(f"| one batch: a cold layer4 read | {med(g('cold_read_s'), ms)} |")
-    print(f"| the round's first cold layer4 read (rounds 2+: the first after a reload, opening that version's layer4 session) | {med(g('first_cold_read_s')[1:] or g('first_cold_read_s'), ms)} |")
+    print(f"| the round's first cold layer4 read (rounds 2+: the first after a reload; layer4's digest is unchanged, so its session is kept) | {med(g('first_cold_read_s')[1:] or g('first_cold_read_s'), ms)} |")
     print(f"| **longest read in the reload window / one batch** | **{med(vs_batch, ratio)}** |")
     print(f"| **worst round: longest read in the reload window / one batch** | **{max(vs_batch):.2f}x** (target <= 1.00x) |")
     print(f"| reads per round (baseline window, reload window) | {med(g('baseline_reads'), str)}, {med(g('reload_reads'), str)} |")
