@@ -36,6 +36,28 @@ func replaceFile(t *testing.T, src, dst string, rename bool) {
 	}
 }
 
+// writeSlowly rewrites dst in place with src's bytes in n writes, pause
+// apart: a deployment copying a model over the old one.
+func writeSlowly(t *testing.T, src, dst string, n int, pause time.Duration) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	step := (len(b) + n - 1) / n
+	for off := 0; off < len(b); off += step {
+		if _, err := f.Write(b[off:min(off+step, len(b))]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause)
+	}
+}
+
 // waitLog waits until the mount's log holds n lines containing s.
 func waitLog(t *testing.T, m *mounted, s string, n int) {
 	t.Helper()
@@ -53,14 +75,16 @@ func waitLog(t *testing.T, m *mounted, s string, n int) {
 }
 
 // TestModelReplacedWithoutRestart: a mount watches its model file. While
-// a reader reads layer4 and layer15 over and over, the file is replaced by
-// a rename with a version that changes torchvision's layer4 and fc: the
-// mount reloads it, no read fails, every file read is one version's whole
-// feature, layer15 then serves the new version's features, and layer4's
-// files keep their inode and are not computed again. A bad file written in
-// place is refused with one log line and the new version keeps serving.
-// The first version written back and a SIGHUP bring its features back
-// from the cache, with no extraction.
+// a reader reads layer4 and layer15 over and over and an unmodified
+// DataLoader reads layer15 epoch after epoch, the file is replaced by a
+// rename with a version that changes torchvision's layer4 and fc: the
+// mount reloads it, layer15 then serves the new version's features, and
+// layer4's files keep their inode and are not computed again. A bad file
+// written in place is refused with one log line and the new version keeps
+// serving. The first version rewritten in place (slowly, found by the
+// watcher) and then the second again with a SIGHUP bring their features
+// back from the cache, with no extraction. Through all of it no read
+// fails and every file read is one version's whole feature.
 func TestModelReplacedWithoutRestart(t *testing.T) {
 	versions := testenv.ModelVersions(t)
 	modelPath := filepath.Join(t.TempDir(), "model.onnx")
@@ -111,23 +135,6 @@ func TestModelReplacedWithoutRestart(t *testing.T) {
 	if readPreds() == oldPreds {
 		t.Error("predictions.jsonl after the reload is the old version's: its last layer changed")
 	}
-	time.Sleep(500 * time.Millisecond) // the reader reads the new version too
-	reader.Stop()
-	if reader.failed.Load() != 0 {
-		t.Fatalf("%d of %d reads failed during the reload", reader.failed.Load(), reader.reads.Load())
-	}
-	for key := range names {
-		if bytes.Equal(new15[key], old15[key]) {
-			t.Errorf("layer15 %s: the old version's feature after the reload", key)
-		}
-		if n := reader.mixed("layer15", key, old15[key], new15[key]); n != 0 {
-			t.Errorf("layer15 %s: %d reads returned neither version's feature", key, n)
-		}
-		if n := reader.mixed("layer4", key, old4[key]); n != 0 {
-			t.Errorf("layer4 %s: %d reads returned another feature; its digest did not change", key, n)
-		}
-	}
-	checkLoaderVersions(t, loader.finish(t), old15, new15)
 	if got := extractionCount(t, mountStats(t, m)); got != 5*n {
 		t.Errorf("after the reload: %d extractions, want %d (layer15 and layer19 again, layer4 never)", got, 5*n)
 	}
@@ -154,11 +161,10 @@ func TestModelReplacedWithoutRestart(t *testing.T) {
 		t.Error("after a refused file, the layers file changed")
 	}
 
-	// The first version back, in place, and a SIGHUP: from the cache.
-	replaceFile(t, filepath.Join(versions, "base.onnx"), modelPath, false)
-	if err := syscall.Kill(m.PID(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	// The first version back, rewritten in place in four writes 300 ms
+	// apart, which the watcher alone notices (it loads a file once it kept
+	// its size, mtime and inode for an interval): from the cache.
+	writeSlowly(t, filepath.Join(versions, "base.onnx"), modelPath, 4, 300*time.Millisecond)
 	waitLog(t, m, "model reloaded", 2)
 	back := read("layer15")
 	for key := range names {
@@ -169,9 +175,40 @@ func TestModelReplacedWithoutRestart(t *testing.T) {
 	if readPreds() != oldPreds {
 		t.Error("predictions.jsonl with the first version back is not the first version's")
 	}
-	if got := extractionCount(t, mountStats(t, m)); got != 5*n {
-		t.Errorf("after the first version came back: %d extractions, want %d (all cached)", got, 5*n)
+
+	// The second version again, in place, with a SIGHUP at once (before
+	// the watcher would): from the cache too.
+	replaceFile(t, filepath.Join(versions, "layer4fc.onnx"), modelPath, false)
+	if err := syscall.Kill(m.PID(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
 	}
+	waitLog(t, m, "model reloaded", 3)
+	if again := read("layer15"); !bytes.Equal(again[firstKey(names)], new15[firstKey(names)]) {
+		t.Error("layer15 after the SIGHUP is not the second version's feature")
+	}
+	if got := extractionCount(t, mountStats(t, m)); got != 5*n {
+		t.Errorf("after the versions came back: %d extractions, want %d (all cached)", got, 5*n)
+	}
+
+	// Through all of it: no read failed, none mixed versions, and the
+	// DataLoader's last epoch (begun after the SIGHUP's reload) read the
+	// second version.
+	reader.Stop()
+	if reader.failed.Load() != 0 {
+		t.Fatalf("%d of %d reads failed during the reloads", reader.failed.Load(), reader.reads.Load())
+	}
+	for key := range names {
+		if bytes.Equal(new15[key], old15[key]) {
+			t.Errorf("layer15 %s: the old version's feature after the reload", key)
+		}
+		if n := reader.mixed("layer15", key, old15[key], new15[key]); n != 0 {
+			t.Errorf("layer15 %s: %d reads returned neither version's feature", key, n)
+		}
+		if n := reader.mixed("layer4", key, old4[key]); n != 0 {
+			t.Errorf("layer4 %s: %d reads returned another feature; its digest did not change", key, n)
+		}
+	}
+	checkLoaderVersions(t, loader.finish(t), old15, new15)
 	b, _ := os.ReadFile(m.Log)
 	if c := strings.Count(string(b), "model file refused"); c != 1 {
 		t.Errorf("%d refusal lines, want 1", c)

@@ -211,5 +211,5 @@ func checkLoaderVersions(t *testing.T, r loaderResult, before, after map[string]
 	if mixed != 0 {
 		t.Errorf("%d of %d samples the DataLoader yielded are neither version's whole feature", mixed, len(r.Loaded))
 	}
-	t.Logf("DataLoader: %d epochs, %d samples through the reload, 0 failed, %d mixed", len(r.Epochs), len(r.Loaded), mixed)
+	t.Logf("DataLoader: %d epochs, %d samples through the reloads, 0 failed, %d mixed", len(r.Epochs), len(r.Loaded), mixed)
 }
