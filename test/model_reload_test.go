@@ -183,8 +183,11 @@ func TestModelReplacedWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLog(t, m, "model reloaded", 3)
-	if again := read("layer15"); !bytes.Equal(again[firstKey(names)], new15[firstKey(names)]) {
-		t.Error("layer15 after the SIGHUP is not the second version's feature")
+	again := read("layer15")
+	for key := range names {
+		if !bytes.Equal(again[key], new15[key]) {
+			t.Errorf("layer15 %s after the SIGHUP is not the second version's feature", key)
+		}
 	}
 	if got := extractionCount(t, mountStats(t, m)); got != 5*n {
 		t.Errorf("after the versions came back: %d extractions, want %d (all cached)", got, 5*n)
