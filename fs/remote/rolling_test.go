@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -248,5 +249,37 @@ func TestClientLaggingServerFailsAfterWait(t *testing.T) {
 	defer r.vxB.mu.Unlock()
 	if n := r.vxB.calls[strings.Repeat("b", 64)]; n != 0 {
 		t.Errorf("b computed layer1 of v1 %d times, want 0", n)
+	}
+}
+
+// Servers that do not say when they loaded a model (no loaded_at: older
+// servers) are followed as before: the client moves to the version of the
+// server that answered, whichever it is.
+func TestClientFollowsServersWithoutLoadedAt(t *testing.T) {
+	r := startRolling(t, ClientConfig{})
+	r.vxA.mu.Lock()
+	r.vxA.untimed = true
+	r.vxA.mu.Unlock()
+	r.vxB.mu.Lock()
+	r.vxB.untimed = true
+	r.vxB.mu.Unlock()
+	v1 := r.c.Version()
+	reload(t, r.vxA, r.tsA, tinyVersion("v2", 'a', 'c'))
+	resp := authorizedDo(t, "GET", r.tsA.URL+"/v1/models", nil)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || strings.Contains(string(body), "loaded_at") {
+		t.Fatalf("models answer of an extractor that does not tell load times: %v, loaded_at in it: %v", err, strings.Contains(string(body), "loaded_at"))
+	}
+	r.mustRead(r.keyA, 0)
+	r.settle()
+	v2 := r.c.Version()
+	if v2 == v1 || r.replaced.Load() != 1 {
+		t.Fatalf("after a's reload: version %s (v1 %s), %d OnModelReplaced calls; want v2 and 1", v2, v1, r.replaced.Load())
+	}
+	r.mustRead(r.keyB, 0) // b's v1, of no known load time: followed, as before
+	r.settle()
+	if got := r.c.Version(); got != v1 || r.replaced.Load() != 2 {
+		t.Errorf("after b's answer (v1, no loaded_at): version %s, %d OnModelReplaced calls; want v1's %s and 2 (followed as before)", got, r.replaced.Load(), v1)
 	}
 }

@@ -27,6 +27,7 @@ type versionedExtractor struct {
 	mu        sync.Mutex
 	cur, prev *api.Model
 	loaded    time.Time      // when cur was loaded (LoadedAt)
+	untimed   bool           // LoadedAt tells nothing (an extractor that predates it)
 	calls     map[string]int // Extract calls per layer digest
 }
 
@@ -58,7 +59,7 @@ func (e *versionedExtractor) replace(m *api.Model) {
 func (e *versionedExtractor) LoadedAt(name, digest string) (time.Time, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.loaded, name == e.cur.Name && digest == e.cur.Digest
+	return e.loaded, !e.untimed && name == e.cur.Name && digest == e.cur.Digest
 }
 
 func (e *versionedExtractor) Models() []*api.Model {
