@@ -201,9 +201,7 @@ func (e *Extractor) ExtractWire(ctx context.Context, req api.Request) ([]byte, i
 		return nil, 0, err
 	}
 	want := m.Layers[req.Layer].Digest
-	s := c.route(req.Key)
-	// The refusing server first: its models say whether it lags.
-	urls := append([]string{s.url}, slices.DeleteFunc(slices.Clone(c.cfg.URLs), func(u string) bool { return u == s.url })...)
+	var urls []string // the refusing server first: its models say whether it lags
 	var lagUntil time.Time
 	wait := lagFirstWait
 	retried := false
@@ -211,6 +209,10 @@ func (e *Extractor) ExtractWire(ctx context.Context, req api.Request) ([]byte, i
 		data, wire, err := c.extract(ctx, req, want)
 		if !errors.Is(err, api.ErrModelReplaced) || ctx.Err() != nil {
 			return data, wire, err
+		}
+		if urls == nil {
+			u := c.route(req.Key).url
+			urls = append([]string{u}, slices.DeleteFunc(slices.Clone(c.cfg.URLs), func(v string) bool { return v == u })...)
 		}
 		older, rerr := c.refreshFrom(ctx, urls, true)
 		if rerr != nil {
@@ -231,10 +233,10 @@ func (e *Extractor) ExtractWire(ctx context.Context, req api.Request) ([]byte, i
 			left := time.Until(lagUntil)
 			if left <= 0 {
 				return nil, 0, fmt.Errorf("extract %s: %s serves an older version of model %s than the mount's and did not reload within %v: %w",
-					req.Key, s.url, req.Model, c.cfg.LagWait, err)
+					req.Key, urls[0], req.Model, c.cfg.LagWait, err)
 			}
 			if werr := c.sleep(ctx, min(wait, left)); werr != nil {
-				return nil, 0, fmt.Errorf("extract %s: waiting for %s, which serves an older version of model %s, to reload: %w", req.Key, s.url, req.Model, werr)
+				return nil, 0, fmt.Errorf("extract %s: waiting for %s, which serves an older version of model %s, to reload: %w", req.Key, urls[0], req.Model, werr)
 			}
 			wait *= 2
 			continue
