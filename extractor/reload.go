@@ -76,6 +76,18 @@ func (s *Service) Versions() []ModelVersion {
 	return out
 }
 
+// LoadedAt returns when the current version of model name was loaded
+// (ModelVersion.Loaded), if its file digest is digest; false for another
+// digest or an unknown model. A feature server reports it per model (GET
+// /v1/models), so that its clients move only to later versions.
+func (s *Service) LoadedAt(name, digest string) (time.Time, bool) {
+	m, ok := s.reg.Load().models[name]
+	if !ok || m.Digest != digest {
+		return time.Time{}, false
+	}
+	return m.Loaded, true
+}
+
 // Reload loads model name's file again and, if its bytes changed, replaces
 // the model with it: requests made from then on (and those naming no
 // Digest) use the new version; requests made for the old one (Request.Digest)

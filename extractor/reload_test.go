@@ -60,6 +60,14 @@ func TestReloadReplacesTheModel(t *testing.T) {
 	if cur, _ := svc.Model("r"); cur != nm || nm.Digest == old.Digest || svc.Versions()[0].Digest != nm.Digest {
 		t.Errorf("after reload the model is not the new version")
 	}
+	// LoadedAt (GET /v1/models' loaded_at on a feature server) tells the
+	// current version's load time, and nothing for the replaced one.
+	if at, ok := svc.LoadedAt("r", nm.Digest); !ok || !at.Equal(svc.Versions()[0].Loaded) || at.IsZero() {
+		t.Errorf("LoadedAt of the new version: %v, %v; want its load time %v", at, ok, svc.Versions()[0].Loaded)
+	}
+	if _, ok := svc.LoadedAt("r", old.Digest); ok {
+		t.Error("LoadedAt answers for the replaced version's digest")
+	}
 	for i, l := range nm.Layers {
 		if (l.Digest == old.Layers[i].Digest) != (i < 15) {
 			t.Errorf("%s keeps its digest: %v", l.Name, l.Digest == old.Layers[i].Digest)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -183,29 +184,84 @@ func (e *Extractor) Extract(ctx context.Context, req api.Request) ([]byte, error
 
 // ExtractWire is Extract, also returning the bytes the feature took on the
 // wire (fewer than its length where the server compressed it).
+//
+// An item the server refuses (StatusModelChanged) makes the client refresh
+// from that server. When that server lags (its models are older than the
+// client's: a rolling deploy has not reached it) and the client still
+// holds the layer's digest, it is asked again after 200 ms, then twice as
+// long each time, for at most ClientConfig.LagWait in all: past it the read
+// fails with an error matching api.ErrModelReplaced naming the server.
+// Otherwise it is asked once more if the client still holds the digest and
+// the servers list it, else the read fails (the tree follows the new
+// version: OnModelReplaced).
 func (e *Extractor) ExtractWire(ctx context.Context, req api.Request) ([]byte, int, error) {
 	c := e.c
 	m, err := c.set.Load().version(req)
 	if err != nil {
 		return nil, 0, err
 	}
-	data, wire, err := c.extract(ctx, req, m.Layers[req.Layer].Digest)
-	if !errors.Is(err, api.ErrModelReplaced) || ctx.Err() != nil {
-		return data, wire, err
-	}
-	// The server holds that version no more: learn its models, and ask
-	// again when the version asked for is still one it serves.
-	if rerr := c.Refresh(ctx); rerr != nil {
-		return nil, 0, fmt.Errorf("%w; refreshing the models: %w", err, rerr)
-	}
-	// Asked again only when the client still serves the layer at that
-	// digest and the servers' models answer lists it as what they serve:
-	// a version the client refused (other layers or shapes) leaves the
-	// old digest here though the servers compute it no more.
 	want := m.Layers[req.Layer].Digest
-	set := c.set.Load()
-	if cur := set.byName[req.Model]; cur == nil || cur.Layers[req.Layer].Digest != want || !set.lists(req.Model, req.Layer, want) {
-		return nil, 0, err // a changed layer: the tree follows (OnModelReplaced)
+	var urls []string // the refusing server first: its models say whether it lags
+	var lagUntil time.Time
+	wait := lagFirstWait
+	retried := false
+	for {
+		data, wire, err := c.extract(ctx, req, want)
+		if !errors.Is(err, api.ErrModelReplaced) || ctx.Err() != nil {
+			return data, wire, err
+		}
+		if urls == nil {
+			u := c.route(req.Key).url
+			urls = append([]string{u}, slices.DeleteFunc(slices.Clone(c.cfg.URLs), func(v string) bool { return v == u })...)
+		}
+		older, rerr := c.refreshFrom(ctx, urls, true)
+		if rerr != nil {
+			return nil, 0, fmt.Errorf("%w; refreshing the models: %w", err, rerr)
+		}
+		// Asked again only while the client still serves the layer at
+		// that digest: a changed layer fails, and the tree follows
+		// (OnModelReplaced).
+		set := c.set.Load()
+		if cur := set.byName[req.Model]; cur == nil || cur.Layers[req.Layer].Digest != want {
+			return nil, 0, err
+		}
+		if older {
+			// The server has not reloaded yet: wait for it.
+			if lagUntil.IsZero() {
+				lagUntil = time.Now().Add(c.cfg.LagWait)
+			}
+			left := time.Until(lagUntil)
+			if left <= 0 {
+				return nil, 0, fmt.Errorf("extract %s: %s serves an older version of model %s than the mount's and did not reload within %v: %w",
+					req.Key, urls[0], req.Model, c.cfg.LagWait, err)
+			}
+			if werr := c.sleep(ctx, min(wait, left)); werr != nil {
+				return nil, 0, fmt.Errorf("extract %s: waiting for %s, which serves an older version of model %s, to reload: %w", req.Key, urls[0], req.Model, werr)
+			}
+			wait *= 2
+			continue
+		}
+		// The servers' models answer must list the digest as what they
+		// serve: a version the client refused (other layers or shapes)
+		// leaves the old digest here though the servers compute it no
+		// more. Asked once more at most.
+		if retried || !set.lists(req.Model, req.Layer, want) {
+			return nil, 0, err
+		}
+		retried = true
 	}
-	return c.extract(ctx, req, want)
+}
+
+// sleep waits d, or until ctx is done or the client closed.
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.stop:
+		return fmt.Errorf("%w: client closed", ErrUnavailable)
+	}
 }

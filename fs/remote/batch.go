@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
@@ -21,6 +22,12 @@ type server struct {
 	c      *Client
 	fg, bg chan *call
 	slots  chan struct{}
+
+	// vmu guards seen, the models version of the server's last answer,
+	// and older, the one version of its that the client judged older
+	// than its own (versions.go; "" when none): one per server.
+	vmu         sync.Mutex
+	seen, older string
 }
 
 // call is one feature request waiting for its batch.

@@ -54,6 +54,12 @@ type ClientConfig struct {
 	// StaleEntries bounds the listing entries kept to answer while no
 	// server does (default 1<<20).
 	StaleEntries int
+	// LagWait bounds how long a read refused by a server that serves an
+	// older model version than the client's (a rolling deploy has not
+	// reached it yet) waits for that server's reload, asking it again
+	// after 200 ms, then twice as long each time (default 10s; never past
+	// the read's context).
+	LagWait time.Duration
 	// Logger receives the client's logs; nil discards.
 	Logger *slog.Logger
 	// Transport overrides the HTTP transport (tests).
@@ -69,7 +75,8 @@ type Client struct {
 	cfg      ClientConfig
 	log      *slog.Logger
 	http     *http.Client
-	servers  []*server      // sorted by URL
+	servers  []*server // sorted by URL
+	byURL    map[string]*server
 	info     ModelsResponse // at Dial: the source, dtype, limits and encodings
 	identity string
 	npySizes map[string][]int64 // by model: each layer's .npy size (checkModel; a reload keeps them)
@@ -124,6 +131,9 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.StaleEntries <= 0 {
 		cfg.StaleEntries = 1 << 20
 	}
+	if cfg.LagWait <= 0 {
+		cfg.LagWait = DefaultLagWait
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -150,8 +160,10 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		owner: lifetime.New(),
 		stale: lru.New[string, any](cfg.StaleEntries),
 	}
+	c.byURL = map[string]*server{}
 	for _, u := range urls {
 		c.servers = append(c.servers, newServer(c, u))
+		c.byURL[u] = c.servers[len(c.servers)-1]
 	}
 
 	// Ask every server for its models.
@@ -254,7 +266,7 @@ func (c *Client) buildModels(info ModelsResponse) (*modelSet, map[string][]int64
 	if len(info.Models) > maxModels {
 		return nil, nil, fmt.Errorf("remote: the servers list %d models (at most %d)", len(info.Models), maxModels)
 	}
-	set := &modelSet{info: info, byName: map[string]*api.Model{}, prev: map[string]*api.Model{}}
+	set := &modelSet{info: info, byName: map[string]*api.Model{}, prev: map[string]*api.Model{}, loaded: map[string]string{}}
 	npySizes := map[string][]int64{}
 	for _, mi := range info.Models {
 		sizes, err := checkModel(mi, info.DType)
@@ -281,6 +293,9 @@ func (c *Client) buildModels(info ModelsResponse) (*modelSet, map[string][]int64
 		}
 		set.models = append(set.models, m)
 		set.byName[m.Name] = m
+		if len(mi.LoadedAt) <= maxLoadedAtLen {
+			set.loaded[m.Name] = mi.LoadedAt
+		}
 		npySizes[m.Name] = sizes
 	}
 	if len(set.models) == 0 {

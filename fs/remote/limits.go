@@ -46,6 +46,9 @@ const (
 	// maxAliases bounds the aliases of one model: each is a directory of
 	// the mount, and the layers table pairs every alias with every layer.
 	maxAliases = maxLayers
+	// maxLoadedAtLen bounds the loaded_at kept of a model (RFC 3339 with
+	// nanoseconds takes 35 bytes): a longer one is taken as none.
+	maxLoadedAtLen = 64
 )
 
 // maxJSONBody bounds the JSON body of the other metadata answers (GET

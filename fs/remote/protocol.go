@@ -94,6 +94,12 @@ type ModelInfo struct {
 	Aliases       map[string]string `json:"aliases,omitempty"`
 	Layers        []LayerInfo       `json:"layers"`
 	Table         string            `json:"table"`
+	// LoadedAt is when the server loaded this version of the model (RFC
+	// 3339 with nanoseconds, UTC): a client holding another version moves
+	// to this one only when it was loaded later (docs/SERVE.md, "Model
+	// versions"). Empty from a server that predates it, or whose extractor
+	// does not tell: the client then moves to any other version.
+	LoadedAt string `json:"loaded_at,omitempty"`
 }
 
 // Limits are the server's request bounds, in GET /v1/models.

@@ -297,6 +297,11 @@ func (s *Server) modelsResponse() ModelsResponse {
 			Name: m.Name, Digest: m.Digest, Preprocess: m.Preprocess, PreprocessKey: m.Preprocess.Key(),
 			Aliases: m.Aliases, Table: m.Table(),
 		}
+		if lt, ok := s.ex.(loadTimer); ok {
+			if at, ok := lt.LoadedAt(m.Name, m.Digest); ok {
+				mi.LoadedAt = at.UTC().Format(time.RFC3339Nano)
+			}
+		}
 		for _, l := range m.Layers {
 			mi.Layers = append(mi.Layers, LayerInfo{Index: l.Index, Name: l.Name, Tensor: l.Tensor, Shape: l.Shape, Bytes: l.Bytes, CumGFLOPs: l.CumGFLOPs, Digest: l.Digest})
 		}
@@ -330,6 +335,13 @@ func (s *Server) ModelsChanged() error {
 // reload (extractor.Service.Previous).
 type previouser interface {
 	Previous(name string) (*api.Model, bool)
+}
+
+// loadTimer is an extractor that tells when it loaded a model's current
+// version (extractor.Service.LoadedAt): GET /v1/models reports it
+// (ModelInfo.LoadedAt).
+type loadTimer interface {
+	LoadedAt(name, digest string) (time.Time, bool)
 }
 
 // version returns the view an item is computed with: the layer of the

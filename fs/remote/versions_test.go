@@ -26,6 +26,8 @@ type versionedExtractor struct {
 	*fakeExtractor
 	mu        sync.Mutex
 	cur, prev *api.Model
+	loaded    time.Time      // when cur was loaded (LoadedAt)
+	untimed   bool           // LoadedAt tells nothing (an extractor that predates it)
 	calls     map[string]int // Extract calls per layer digest
 }
 
@@ -41,14 +43,23 @@ func tinyVersion(d string, layers ...byte) *api.Model {
 }
 
 func newVersionedExtractor(m *api.Model) *versionedExtractor {
-	return &versionedExtractor{fakeExtractor: newFakeExtractor(), cur: m, calls: map[string]int{}}
+	return &versionedExtractor{fakeExtractor: newFakeExtractor(), cur: m, loaded: time.Now(), calls: map[string]int{}}
 }
 
-// replace makes m the current version and the current one the previous.
+// replace makes m the current version, loaded now, and the current one
+// the previous.
 func (e *versionedExtractor) replace(m *api.Model) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.prev, e.cur = e.cur, m
+	e.prev, e.cur, e.loaded = e.cur, m, time.Now()
+}
+
+// LoadedAt is extractor.Service.LoadedAt: when the current version was
+// loaded.
+func (e *versionedExtractor) LoadedAt(name, digest string) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.loaded, !e.untimed && name == e.cur.Name && digest == e.cur.Digest
 }
 
 func (e *versionedExtractor) Models() []*api.Model {
@@ -125,6 +136,12 @@ func TestModelsVersionFollowsReload(t *testing.T) {
 	}
 	if m2.Models[0].Layers[1].Digest[0] != 'c' {
 		t.Errorf("after a reload the models answer lists layer1 at %.8s, want the new version's", m2.Models[0].Layers[1].Digest)
+	}
+	// Each model says when the server loaded it: later after the reload.
+	t1, err1 := time.Parse(time.RFC3339Nano, m1.Models[0].LoadedAt)
+	t2, err2 := time.Parse(time.RFC3339Nano, m2.Models[0].LoadedAt)
+	if err1 != nil || err2 != nil || !t2.After(t1) {
+		t.Errorf("loaded_at %q before the reload, %q after (%v, %v): want two RFC 3339 times, the second later", m1.Models[0].LoadedAt, m2.Models[0].LoadedAt, err1, err2)
 	}
 }
 
