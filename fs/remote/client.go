@@ -181,9 +181,6 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		case err == nil && first < 0:
 			first = i
 		case err == nil:
-			if why := agree(infos[first], infos[i]); why != "" {
-				return nil, fmt.Errorf("remote: %s and %s disagree: %s; all servers must serve the same source and models", urls[first], urls[i], why)
-			}
 		case errors.Is(err, ErrUnauthorized), !errors.Is(err, ErrUnavailable):
 			return nil, err
 		default:
@@ -193,6 +190,21 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if first < 0 {
 		return nil, fmt.Errorf("remote: no server answers: %w", errors.Join(down...))
 	}
+	// The servers must agree; during a rolling deploy they serve different
+	// versions of a model, and the mount starts on the newest (newestOf).
+	newest, lagging, dis := newestOf(infos, errs)
+	if dis != nil {
+		return nil, fmt.Errorf("remote: %s and %s disagree: %s; all servers must serve the same source and models", urls[dis.a], urls[dis.b], dis.why)
+	}
+	if len(lagging) > 0 {
+		var names []string
+		for _, i := range lagging {
+			names = append(names, urls[i])
+		}
+		c.log.Warn("featurefs: feature servers serve different versions of a model (a deploy in progress?); the mount starts on the newest, and reads routed to the others wait for their reload",
+			slog.String("newest", urls[newest]), slog.Any("older", names))
+	}
+	first = newest
 	for _, err := range down {
 		c.log.Warn("featurefs: feature server does not answer; routing to it anyway", slog.Any("err", err))
 	}
@@ -236,6 +248,96 @@ func normalizeURLs(in []string) ([]string, error) {
 }
 
 // agree returns why two servers' answers differ, or "".
+// disagreement names two servers (by index) whose models answers do not
+// agree, and why.
+type disagreement struct {
+	a, b int
+	why  string
+}
+
+// newestOf returns the server (an index into infos; errs[i] != nil: it did
+// not answer) whose models answer the mount starts on, and the servers
+// that serve an older version of some model. Servers must agree (agree),
+// except, during a rolling deploy, in the versions of their models: then
+// one must serve, of every model whose versions differ, the one loaded
+// latest (ModelInfo.LoadedAt), with the same layers and shapes as the
+// others' (every server answers 412 for a version it does not hold, and
+// the client waits for it to reload: Extractor.ExtractWire).
+func newestOf(infos []ModelsResponse, errs []error) (int, []int, *disagreement) {
+	pick := -1
+	for i := range infos {
+		if errs[i] != nil {
+			continue
+		}
+		if pick < 0 {
+			pick = i
+			continue
+		}
+		if why := agree(infos[pick], infos[i]); why != "" {
+			switch {
+			case !versionsOnly(infos[pick], infos[i]):
+				return 0, nil, &disagreement{pick, i, why}
+			case newer(infos[i], infos[pick]):
+				pick = i
+			case !newer(infos[pick], infos[i]):
+				return 0, nil, &disagreement{pick, i, why + " (neither version loaded later than the other's)"}
+			}
+		}
+	}
+	var lagging []int
+	for i := range infos {
+		if errs[i] != nil || i == pick || agree(infos[pick], infos[i]) == "" {
+			continue
+		}
+		if !newer(infos[pick], infos[i]) {
+			return 0, nil, &disagreement{pick, i, agree(infos[pick], infos[i]) + " (neither version loaded later than the other's)"}
+		}
+		lagging = append(lagging, i)
+	}
+	return pick, lagging, nil
+}
+
+// versionsOnly reports whether a and b differ only in their models'
+// versions: the same source, dtype and models (names, preprocessing, layer
+// names and shapes), some at other digests.
+func versionsOnly(a, b ModelsResponse) bool {
+	if a.Source != b.Source || a.DType != b.DType || len(a.Models) != len(b.Models) {
+		return false
+	}
+	for i, ma := range a.Models {
+		mb := b.Models[i]
+		if ma.Name != mb.Name || ma.PreprocessKey != mb.PreprocessKey || len(ma.Layers) != len(mb.Layers) {
+			return false
+		}
+		for j := range ma.Layers {
+			if ma.Layers[j].Name != mb.Layers[j].Name || !slices.Equal(ma.Layers[j].Shape, mb.Layers[j].Shape) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// newer reports whether a serves, of every model whose version differs
+// from b's, a version loaded later (both with loaded_at), and at least
+// one such model.
+func newer(a, b ModelsResponse) bool {
+	n := 0
+	for i, ma := range a.Models {
+		mb := b.Models[i]
+		if ma.Digest == mb.Digest {
+			continue
+		}
+		ta, erra := time.Parse(time.RFC3339Nano, ma.LoadedAt)
+		tb, errb := time.Parse(time.RFC3339Nano, mb.LoadedAt)
+		if erra != nil || errb != nil || !ta.After(tb) {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
 func agree(a, b ModelsResponse) string {
 	switch {
 	case a.Source != b.Source:

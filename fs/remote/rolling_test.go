@@ -32,6 +32,12 @@ type rolling struct {
 
 // startRolling starts both servers at v1 (layers a, b) and dials them.
 func startRolling(t *testing.T, cfg ClientConfig) *rolling {
+	return startRollingAfter(t, cfg, nil)
+}
+
+// startRollingAfter is startRolling, calling before (if not nil) between
+// the servers' start and the dial.
+func startRollingAfter(t *testing.T, cfg ClientConfig, before func(r *rolling)) *rolling {
 	objs := map[string]string{}
 	for i := range 16 {
 		objs[fmt.Sprintf("r/%02d.jpg", i)] = fmt.Sprintf("r%d", i)
@@ -46,6 +52,9 @@ func startRolling(t *testing.T, cfg ClientConfig) *rolling {
 	t.Cleanup(hb.Close)
 	cfg.URLs = []string{ha.URL, hb.URL}
 	cfg.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
+	if before != nil {
+		before(r)
+	}
 	r.c = dial(t, cfg)
 	r.c.OnModelReplaced(func(m *api.Model) {
 		r.replaced.Add(1)
@@ -281,5 +290,56 @@ func TestClientFollowsServersWithoutLoadedAt(t *testing.T) {
 	r.settle()
 	if got := r.c.Version(); got != v1 || r.replaced.Load() != 2 {
 		t.Errorf("after b's answer (v1, no loaded_at): version %s, %d OnModelReplaced calls; want v1's %s and 2 (followed as before)", got, r.replaced.Load(), v1)
+	}
+}
+
+// A mount dialled in the middle of a rolling deploy (server a reloaded to
+// v2, b still at v1) starts on the newest version with one WARN line,
+// instead of refusing to start because the servers disagree; a read of the
+// changed layer routed to b waits for b's reload and gets v2's feature,
+// and b's unchanged layer is served at once. Servers whose versions cannot
+// be ordered (no loaded_at) still disagree.
+func TestDialDuringRollingDeploy(t *testing.T) {
+	r := startRollingAfter(t, ClientConfig{}, func(r *rolling) {
+		time.Sleep(5 * time.Millisecond) // a's v2 loaded after b's v1
+		reload(t, r.vxA, r.tsA, tinyVersion("v2", 'a', 'c'))
+	})
+	if m := r.c.set.Load().byName["tiny"]; m == nil || m.Digest != "v2" {
+		t.Fatalf("dialled during a deploy, the client holds %v, want v2", m)
+	}
+	if !strings.Contains(r.logs.String(), "serve different versions of a model") {
+		t.Errorf("no WARN line for the servers' different versions:\n%s", r.logs.String())
+	}
+	if got := r.mustRead(r.keyB, 0); got != 'a' {
+		t.Errorf("b's unchanged layer0: digest %c..., want a...", got)
+	}
+	time.AfterFunc(500*time.Millisecond, func() { reload(t, r.vxB, r.tsB, tinyVersion("v2", 'a', 'c')) })
+	start := time.Now()
+	if got := r.mustRead(r.keyB, 1); got != 'c' {
+		t.Errorf("b's changed layer1 after b's reload: digest %c..., want c... (v2)", got)
+	}
+	if waited := time.Since(start); waited < 400*time.Millisecond {
+		t.Errorf("layer1 on b came back after %v, before b reloaded", waited)
+	}
+	if got := r.mustRead(r.keyA, 1); got != 'c' {
+		t.Errorf("a's layer1: digest %c..., want c...", got)
+	}
+
+	// No load times: the versions cannot be ordered, and the dial fails.
+	objs := map[string]string{"x.jpg": "x"}
+	dir := writeObjects(t, objs)
+	vx1, vx2 := newVersionedExtractor(tinyVersion("v1", 'a', 'b')), newVersionedExtractor(tinyVersion("v2", 'a', 'c'))
+	vx1.untimed, vx2.untimed = true, true
+	ts1 := startServerIn(t, dir, func(c *testConfig) { c.Extractor = vx1 })
+	ts2 := startServerIn(t, dir, func(c *testConfig) { c.Extractor = vx2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, clientLimits(ClientConfig{URLs: []string{ts1.URL, ts2.URL}, Token: testToken}))
+	if err == nil {
+		c.Close()
+		t.Fatal("servers of unordered versions dialled; want them to disagree")
+	}
+	if !strings.Contains(err.Error(), "disagree") {
+		t.Errorf("dial error %v, want one saying the servers disagree", err)
 	}
 }
