@@ -490,18 +490,28 @@ func (s *scheduler) laneLocked(g segment) *lane {
 // g returns the segment ln computes.
 func (ln *lane) g() segment { return *ln.seg.Load() }
 
-// forgetLanes removes the lanes with nothing queued, decoding or choosing
-// a batch size whose key held does not keep: those of versions the
-// service no longer holds. A batch of such a lane that is running finishes
-// on it.
-func (s *scheduler) forgetLanes(held func(sessionKey) bool) {
+// forgetLanes drops, after a reload, what the lanes hold of versions the
+// service no longer holds. version returns the held version a lane's key
+// is for (registry.forKey): a lane whose key no version holds is removed
+// when it has nothing queued, decoding or choosing a batch size (a batch
+// of it that is running finishes on it); a lane that runs on a version no
+// longer held is moved to the held one with its key, which computes alike,
+// so that it does not keep that version (its file, 100 MB for ResNet-50)
+// alive until its next request.
+func (s *scheduler) forgetLanes(version func(sessionKey) (*model, bool), held func(*model) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, ln := range s.lanes {
-		if held(k) || ln.len() > 0 || ln.pending > 0 || slices.Contains(ln.choosing, true) {
+		m, ok := version(k)
+		if !ok {
+			if ln.len() == 0 && ln.pending == 0 && !slices.Contains(ln.choosing, true) {
+				delete(s.lanes, k)
+			}
 			continue
 		}
-		delete(s.lanes, k)
+		if g := ln.g(); g.m != m && !held(g.m) && g.from == nil {
+			ln.seg.Store(&segment{m: m, l: m.Layers[k.layer]})
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/featurefs/featurefs/extractor/api"
@@ -34,6 +35,9 @@ type model struct {
 	// gen orders loads: a lane runs on the newest version it has seen of
 	// its layer's digest (laneLocked).
 	gen uint64
+
+	pubOnce sync.Once
+	pub     *Model // public's copy
 
 	spec ModelSpec // what it was loaded from (Reload loads it again)
 }
@@ -72,6 +76,21 @@ func (m *model) pruned(l Layer) ([]byte, error) {
 // leaves unknown (goShapes), if any. This is the one path that gives the
 // figures of `featurefs layers`, the layers file of a mount and
 // docs/LAYERS.md (TestLayerDocs). ONNX Runtime must be initialized.
+// public returns the model's description handed out of the service
+// (Service.Model, Models, Reload...): a copy of m.Model made once, after
+// m is published, in an allocation of its own. A pointer into m itself
+// (&m.Model) would keep the whole version alive, its file and parsed
+// graph (100 MB for ResNet-50), as long as any holder of the description
+// does: a mount's kernel nodes and views of a replaced version did, and
+// every reload added a version to the heap.
+func (m *model) public() *Model {
+	m.pubOnce.Do(func() {
+		cp := m.Model
+		m.pub = &cp
+	})
+	return m.pub
+}
+
 // loads numbers the models loaded (model.gen).
 var loads atomic.Uint64
 

@@ -112,8 +112,13 @@ func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
 	}
 	sum := graph.Sum256(data)
 	if hex.EncodeToString(sum[:]) == old.Digest {
-		return &old.Model, false, nil
+		return old.public(), false, nil
 	}
+	// The file read twice, the parse, the pruned copy and the check
+	// session are garbage once this returns, and so is the version before
+	// the previous: handed back to the system, or a mount's resident
+	// memory grows by them with every reload.
+	defer releaseMemory()
 	nm, err := loadModel(old.spec)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %w", ErrReloadRefused, err)
@@ -144,7 +149,7 @@ func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
 	}
 	s.reg.Store(next)
 	s.forgetReplaced()
-	return &nm.Model, true, nil
+	return nm.public(), true, nil
 }
 
 // forgetReplaced drops the lanes and idle sessions of the versions the
@@ -158,7 +163,9 @@ func (s *Service) forgetReplaced() {
 		_, ok := reg.forKey(k)
 		return ok
 	}
-	s.sched.forgetLanes(held)
+	s.sched.forgetLanes(reg.forKey, func(m *model) bool {
+		return reg.models[m.Name] == m || reg.prev[m.Name] == m
+	})
 	for _, p := range s.pools {
 		p.forget(held)
 	}
@@ -206,5 +213,5 @@ func (s *Service) Previous(name string) (*Model, bool) {
 	if !ok {
 		return nil, false
 	}
-	return &m.Model, true
+	return m.public(), true
 }

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -172,4 +176,66 @@ func TestReloadKeepsUnchangedLayersSessions(t *testing.T) {
 	if got := created(); got != before+2 {
 		t.Errorf("%d sessions opened after two reloads, want 2 (layer15 twice)", got-before)
 	}
+}
+
+// Reloads keep no replaced version in memory but the previous one (each
+// holds its file and parsed graph: 100 MB for ResNet-50), even while a
+// lane of an unchanged layer has not been asked for since and a caller
+// still holds an old version's description (Service.Model): a mount's
+// kernel nodes keep theirs.
+func TestReloadKeepsNoReplacedVersion(t *testing.T) {
+	versions := testenv.ModelVersions(t)
+	path := filepath.Join(t.TempDir(), "r.onnx")
+	copyFile(t, filepath.Join(versions, "base.onnx"), path)
+	svc := newCPUService(t, nil, ModelSpec{Name: "r", Path: path})
+	var mu sync.Mutex
+	alive := map[uint64]bool{}
+	track := func() {
+		m := svc.reg.Load().models["r"]
+		mu.Lock()
+		alive[m.gen] = true
+		mu.Unlock()
+		runtime.AddCleanup(m, func(g uint64) {
+			mu.Lock()
+			delete(alive, g)
+			mu.Unlock()
+		}, m.gen)
+	}
+	track()
+	first, _ := svc.Model("r") // held to the end, as a kernel node holds its version's
+	ctx := context.Background()
+	img := testJPEG(t, 64, 48)
+	for i := range 4 {
+		for _, l := range []int{4, 15} {
+			if _, err := svc.Extract(ctx, Request{Model: "r", Layer: l, Key: "a.jpg", Fetch: fetchOf(img)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		src := "layer4fc.onnx"
+		if i%2 == 1 {
+			src = "base.onnx"
+		}
+		copyFile(t, filepath.Join(versions, src), path)
+		if _, _, err := svc.Reload("r"); err != nil {
+			t.Fatal(err)
+		}
+		track()
+	}
+	reg := svc.reg.Load()
+	want := map[uint64]bool{reg.models["r"].gen: true, reg.prev["r"].gen: true}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		runtime.GC()
+		mu.Lock()
+		got := maps.Clone(alive)
+		mu.Unlock()
+		if maps.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versions alive after 4 reloads: %v, want only the current and the previous %v", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	runtime.KeepAlive(first)
 }

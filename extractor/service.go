@@ -428,7 +428,7 @@ func (s *Service) Models() []*Model {
 	order := s.reg.Load().order
 	out := make([]*Model, len(order))
 	for i, m := range order {
-		out[i] = &m.Model
+		out[i] = m.public()
 	}
 	return out
 }
@@ -439,7 +439,7 @@ func (s *Service) Model(name string) (*Model, bool) {
 	if !ok {
 		return nil, false
 	}
-	return &m.Model, true
+	return m.public(), true
 }
 
 // Extract returns the whole .npy file of req's layer output for req's image.
