@@ -196,21 +196,7 @@ func TestModelReplacedWithoutRestart(t *testing.T) {
 	// Through all of it: no read failed, none mixed versions, and the
 	// DataLoader's last epoch (begun after the SIGHUP's reload) read the
 	// second version.
-	reader.Stop()
-	if reader.failed.Load() != 0 {
-		t.Fatalf("%d of %d reads failed during the reloads", reader.failed.Load(), reader.reads.Load())
-	}
-	for key := range names {
-		if bytes.Equal(new15[key], old15[key]) {
-			t.Errorf("layer15 %s: the old version's feature after the reload", key)
-		}
-		if n := reader.mixed("layer15", key, old15[key], new15[key]); n != 0 {
-			t.Errorf("layer15 %s: %d reads returned neither version's feature", key, n)
-		}
-		if n := reader.mixed("layer4", key, old4[key]); n != 0 {
-			t.Errorf("layer4 %s: %d reads returned another feature; its digest did not change", key, n)
-		}
-	}
+	reader.stopAndCheck(t, names, old4, old15, new15)
 	checkLoaderVersions(t, loader.finish(t), old15, new15)
 	b, _ := os.ReadFile(m.Log)
 	if c := strings.Count(string(b), "model file refused"); c != 1 {

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -101,6 +102,29 @@ func (r *reloadReader) mixed(layer, key string, want ...[]byte) int {
 		}
 	}
 	return n
+}
+
+// stopAndCheck stops the reader of layer4 and layer15 and checks what it
+// read through a reload that changed layer15 (old15 to new15) and kept
+// layer4 (old4): no read failed, layer15 changed, and every read was one
+// version's whole feature.
+func (r *reloadReader) stopAndCheck(t *testing.T, names map[string]string, old4, old15, new15 map[string][]byte) {
+	t.Helper()
+	r.Stop()
+	if r.failed.Load() != 0 {
+		t.Fatalf("%d of %d reads failed during the reloads", r.failed.Load(), r.reads.Load())
+	}
+	for key := range names {
+		if bytes.Equal(new15[key], old15[key]) {
+			t.Errorf("layer15 %s: the old version's feature after the reload", key)
+		}
+		if n := r.mixed("layer15", key, old15[key], new15[key]); n != 0 {
+			t.Errorf("layer15 %s: %d reads returned neither version's feature", key, n)
+		}
+		if n := r.mixed("layer4", key, old4[key]); n != 0 {
+			t.Errorf("layer4 %s: %d reads returned another feature; its digest did not change", key, n)
+		}
+	}
 }
 
 // loaderRun is scripts/loader_check.py reading a feature tree epoch after

@@ -77,21 +77,7 @@ func TestServeModelReloadRemoteMount(t *testing.T) {
 	waitLog(t, m, "model replaced", 1)
 	new15 := read("layer15")
 	time.Sleep(500 * time.Millisecond) // the reader reads the new version too
-	reader.Stop()
-	if reader.failed.Load() != 0 {
-		t.Fatalf("%d of %d reads failed during the reload", reader.failed.Load(), reader.reads.Load())
-	}
-	for key := range names {
-		if bytes.Equal(new15[key], old15[key]) {
-			t.Errorf("layer15 %s: the old version's feature after the reload", key)
-		}
-		if n := reader.mixed("layer15", key, old15[key], new15[key]); n != 0 {
-			t.Errorf("layer15 %s: %d reads returned neither version's feature", key, n)
-		}
-		if n := reader.mixed("layer4", key, old4[key]); n != 0 {
-			t.Errorf("layer4 %s: %d reads returned another feature; its digest did not change", key, n)
-		}
-	}
+	reader.stopAndCheck(t, names, old4, old15, new15)
 	checkLoaderVersions(t, loader.finish(t), old15, new15)
 	if got := serverExtractions(); got != 4*n {
 		t.Errorf("server after the reload: %d extractions, want %d (layer8 and layer15 again, layer4 never)", got, 4*n)
