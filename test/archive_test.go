@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/featurefs/featurefs/fs/archive/archivetest"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -126,6 +127,18 @@ func TestArchivesAreDirectories(t *testing.T) {
 	corrupt[30+len("c.jpg")+500] ^= 0xff
 	srv.Put(t, "packs", "bad/corrupt.zip", corrupt)
 	srv.Put(t, "packs", "bad/good.tar", packTar(t, map[string][]byte{"ok.jpg": img}))
+	// The zip64 locator that once panicked the mount (offset 2^63-1), and
+	// members declaring 150 times the bytes they inflate to (an image).
+	z64, err := archivetest.Zip64(z, 1<<63-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Put(t, "packs", "bad/zip64.zip", z64)
+	over, err := archivetest.OverDeclared(4, img, uint64(len(img))*150) // within the bomb ratio
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Put(t, "packs", "bad/over.zip", over)
 
 	m := testMount(t, mountConfig{Source: "s3://packs", Env: env, Args: []string{"--endpoint-url", srv.Endpoint}})
 	layer := m.Layer(testLayer)
@@ -209,6 +222,12 @@ func TestArchivesAreDirectories(t *testing.T) {
 	if _, err := os.ReadFile(filepath.Join(bad, "corrupt", "c.npy")); !errors.Is(err, syscall.EIO) {
 		t.Errorf("member failing its CRC: %v, want EIO", err)
 	}
+	if _, err := readDirNames(filepath.Join(bad, "zip64")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("zip64 locator at 2^63-1: %v, want EIO", err)
+	}
+	if _, err := os.ReadFile(filepath.Join(bad, "over", "m0.npy")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("member declaring 150x the %d bytes it inflates to: %v, want EIO", len(img), err)
+	}
 	for _, p := range []string{"trunc/a.npy", "evil/fine.npy", "corrupt/d.npy", "good/ok.npy"} {
 		b, err := os.ReadFile(filepath.Join(bad, filepath.FromSlash(p)))
 		if err != nil || len(b) == 0 {
@@ -216,7 +235,7 @@ func TestArchivesAreDirectories(t *testing.T) {
 		}
 	}
 	log, _ := os.ReadFile(m.Log)
-	for _, k := range []string{"bad/trunc.tar", "bad/evil.tar", "bad/cut.zip"} {
+	for _, k := range []string{"bad/trunc.tar", "bad/evil.tar", "bad/cut.zip", "bad/zip64.zip"} {
 		if !strings.Contains(string(log), k) {
 			t.Errorf("the log does not name %s", k)
 		}

@@ -242,12 +242,8 @@ func (w *Bucket) build(ctx context.Context, arch string, lo listedObj) (*index, 
 		}
 		x.skipped++
 	}
-	var members []member
-	if strings.HasSuffix(strings.ToLower(arch), ".zip") {
-		members, x.gets, err = indexZip(ctx, get, x.size, note)
-	} else {
-		members, x.gets, err = indexTar(ctx, get, x.size, note)
-	}
+	members, gets, err := indexArchive(ctx, arch, get, x.size, note)
+	x.gets = gets
 	switch {
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
@@ -263,6 +259,17 @@ func (w *Bucket) build(ctx context.Context, arch string, lo listedObj) (*index, 
 	w.n.indexBuilds.Add(1)
 	w.finish(x, members, first)
 	return x, nil
+}
+
+// indexArchive reads the members of archive arch (zip or tar by its
+// name) of size bytes through get; a parser's panic is the archive's
+// error.
+func indexArchive(ctx context.Context, arch string, get getRange, size int64, note func(name, why string)) (members []member, gets int, err error) {
+	defer recoverParse(&err)
+	if strings.HasSuffix(strings.ToLower(arch), ".zip") {
+		return indexZip(ctx, get, size, note)
+	}
+	return indexTar(ctx, get, size, note)
 }
 
 // bad marks index x as a bad archive's, with its one log line.
@@ -449,15 +456,19 @@ func (w *Bucket) tooLarge(x *index, m *member, maxBytes int64) error {
 	if lim <= 0 {
 		lim = w.cfg.MaxMemberBytes
 	}
-	if m.usize > lim {
-		return fmt.Errorf("archive %s: member %q: %d bytes, limit %d: %w", x.key, m.path, m.usize, lim, bucket.ErrTooLarge)
+	// A read holds the member's stored bytes and then its inflated
+	// bytes: a deflated member declaring few bytes but stored in many
+	// is as large as its stored bytes.
+	if n := max(m.usize, m.size); n > lim {
+		return fmt.Errorf("archive %s: member %q: %d bytes, limit %d: %w", x.key, m.path, n, lim, bucket.ErrTooLarge)
 	}
 	return nil
 }
 
 // memberBytes reads member m's bytes through get: a tar member's, or a zip
 // member's local header and data, inflated and checked.
-func memberBytes(ctx context.Context, get getRange, m *member) ([]byte, error) {
+func memberBytes(ctx context.Context, get getRange, m *member) (_ []byte, err error) {
+	defer recoverParse(&err)
 	if m.zip {
 		data, _, err := readZipMember(ctx, get, m)
 		return data, err

@@ -96,8 +96,13 @@ func appendString(b []byte, s string) []byte {
 
 var errBadIndex = errors.New("archive: bad stored index")
 
+// minEncodedMember is the fewest bytes encode writes for a member: a
+// path's length, three varints, the CRC and the flags.
+const minEncodedMember = 1 + 3 + 4 + 1
+
 // decodeIndex is encode's inverse for archive key at etag.
-func decodeIndex(key, etag string, b []byte) (*index, error) {
+func decodeIndex(key, etag string, b []byte) (_ *index, err error) {
+	defer recoverParse(&err)
 	r := reader{b: b}
 	if r.uvarint() != indexFormat {
 		return nil, errBadIndex
@@ -108,15 +113,15 @@ func decodeIndex(key, etag string, b []byte) (*index, error) {
 		x.err = fmt.Errorf("%s: %w", msg, ErrBadArchive)
 	}
 	n := r.uvarint()
-	if r.err != nil || n > MaxMembers {
-		return nil, errBadIndex
+	if r.err != nil || n > MaxMembers || n > uint64(len(r.b))/minEncodedMember {
+		return nil, errBadIndex // no allocation for members the bytes cannot hold
 	}
 	x.members = make([]member, 0, n)
 	for range n {
 		m := member{path: r.string(), off: r.varint(), size: r.varint(), usize: r.varint(), crc: r.uint32()}
 		flags := r.uvarint()
 		m.zip, m.plain, m.method, m.repeated = flags&1 != 0, flags&2 != 0, uint16(flags>>2), flags&(1<<18) != 0
-		if r.err != nil {
+		if r.err != nil || m.off < 0 || m.size < 0 || m.usize < 0 || m.off > x.size || m.size > x.size-m.off {
 			return nil, errBadIndex
 		}
 		x.members = append(x.members, m)

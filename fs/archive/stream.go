@@ -74,7 +74,13 @@ func (w *Bucket) StreamPrefix(prefix string) (arch, dir string, ok bool) {
 // (nil want: every member), else Skipped. visit's error stops the stream
 // and is returned. A bad archive's error matches ErrBadArchive (logged
 // once); ErrNoStream: nothing was visited, list the archive instead.
-func (w *Bucket) Stream(ctx context.Context, arch, dir string, tree bool, want func(bucket.Object) bool, visit func(StreamMember) error) error {
+func (w *Bucket) Stream(ctx context.Context, arch, dir string, tree bool, want func(bucket.Object) bool, visit func(StreamMember) error) (err error) {
+	defer func() {
+		if e := parsePanic(recover()); e != nil {
+			err = fmt.Errorf("archive %s: %w", arch, e)
+			w.log.Warn("featurefs: bad archive: its stream fails", slog.String("key", arch), slog.Any("err", e))
+		}
+	}()
 	st, ok := w.b.(bucket.Streamer)
 	if !ok {
 		return fmt.Errorf("archive %s: %w", arch, ErrNoStream)
@@ -293,7 +299,7 @@ func (s *streamer) tar(ctx context.Context, lo listedObj) error {
 			continue
 		}
 		off := r.at()
-		if h.Size < 0 || off+h.Size > lo.size {
+		if h.Size < 0 || off > lo.size || h.Size > lo.size-off { // off+h.Size could wrap
 			note(h.Name, fmt.Sprintf("%d bytes at %d: past the archive's end (%d)", h.Size, off, lo.size))
 			break
 		}

@@ -114,7 +114,7 @@ func indexTar(ctx context.Context, get getRange, size int64, note func(name, why
 			continue // directories, links, devices: not members
 		}
 		off := r.pos
-		if h.Size < 0 || off+h.Size > size {
+		if h.Size < 0 || off > size || h.Size > size-off { // off+h.Size could wrap
 			note(h.Name, fmt.Sprintf("%d bytes at %d: past the archive's end (%d)", h.Size, off, size))
 			break
 		}

@@ -5,9 +5,11 @@ import (
 	"compress/flate"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 )
 
 // zip record signatures and fixed sizes.
@@ -71,7 +73,9 @@ func indexZip(ctx context.Context, get getRange, size int64, note func(name, why
 			return nil, gets, err
 		}
 	}
-	if dirSize > MaxDirectoryBytes || entries > MaxMembers || dirAt > eocdAt || dirAt+dirSize > eocdAt {
+	// Offsets and sizes come from the archive: compared against lengths,
+	// never added to (an addition of two of them can wrap negative).
+	if dirSize > MaxDirectoryBytes || entries > MaxMembers || dirAt > eocdAt || dirSize > eocdAt-dirAt {
 		return nil, gets, fmt.Errorf("central directory of %d bytes at %d, %d entries, end record at %d: %w", dirSize, dirAt, entries, eocdAt, ErrBadArchive)
 	}
 	var dir []byte
@@ -122,7 +126,7 @@ func indexZip(ctx context.Context, get getRange, size int64, note func(name, why
 		case csize == 0xffffffff || usize == 0xffffffff || off == 0xffffffff || csize < 0 || usize < 0 || off < 0:
 			note(name, "zip64 sizes missing or absurd")
 			continue
-		case off > dirAt || csize > dirAt || off+localLen+int64(nameLen)+csize > dirAt:
+		case off > dirAt || dirAt-off < localLen+int64(nameLen) || csize > dirAt-off-localLen-int64(nameLen):
 			note(name, fmt.Sprintf("%d bytes at %d: past the archive's data (%d)", csize, off, dirAt))
 			continue
 		case method == 0 && usize != csize:
@@ -173,23 +177,56 @@ func readZipMember(ctx context.Context, get getRange, m *member) ([]byte, int, e
 	if m.method == 0 {
 		data = raw
 	} else {
-		zr := flate.NewReader(bytes.NewReader(raw))
-		data = make([]byte, 0, min(m.usize, 64<<20)) // grows past it only as the bytes come
-		buf := bytes.NewBuffer(data)
-		n, err := io.Copy(buf, io.LimitReader(zr, m.usize+1))
-		zr.Close()
-		if err != nil {
-			return nil, gets, fmt.Errorf("member %s: inflating: %v: %w", m.path, err, ErrBadArchive)
+		var err error
+		if data, err = inflate(raw, m.usize); err != nil {
+			return nil, gets, fmt.Errorf("member %s: %w", m.path, err)
 		}
-		if n != m.usize {
-			return nil, gets, fmt.Errorf("member %s: inflates to %d bytes or more, declares %d: %w", m.path, n, m.usize, ErrBadArchive)
-		}
-		data = buf.Bytes()
 	}
 	if crc32.ChecksumIEEE(data) != m.crc {
 		return nil, gets, fmt.Errorf("member %s: CRC-32 mismatch: %w", m.path, ErrBadArchive)
 	}
 	return data, gets, nil
+}
+
+// inflateStart is the most an inflate allocates before the bytes come:
+// a member's declared size is the archive's word, and a member declaring
+// 64 MiB that inflates to 300 KB must not cost 64 MiB.
+const inflateStart = 256 << 10
+
+// inflate inflates raw (deflate) into exactly usize bytes: the buffer
+// grows as the bytes come (from at most inflateStart, or twice raw's
+// length, doubling up to usize+1 to see one byte too many), never from
+// the declared size alone; more or fewer bytes than usize fail with
+// ErrBadArchive.
+func inflate(raw []byte, usize int64) ([]byte, error) {
+	zr := flate.NewReader(bytes.NewReader(raw))
+	defer zr.Close()
+	limit := usize + 1
+	buf := make([]byte, 0, min(limit, max(inflateStart, 2*int64(len(raw)))))
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= limit {
+				return nil, fmt.Errorf("inflates to more than the %d bytes it declares: %w", usize, ErrBadArchive)
+			}
+			buf = slices.Grow(buf, int(min(int64(cap(buf)), limit-int64(cap(buf)))))
+			buf = buf[:len(buf):min(int64(cap(buf)), limit)]
+		}
+		k, err := zr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("inflating: %v: %w", err, ErrBadArchive)
+		}
+	}
+	if n := int64(len(buf)); n != usize {
+		if n > usize {
+			return nil, fmt.Errorf("inflates to more than the %d bytes it declares: %w", usize, ErrBadArchive)
+		}
+		return nil, fmt.Errorf("inflates to only %d bytes, declares %d: %w", n, usize, ErrBadArchive)
+	}
+	return buf, nil
 }
 
 // zip64 record signatures and sizes.
@@ -212,7 +249,7 @@ func zip64End(ctx context.Context, get getRange, tail []byte, tailAt, eocdAt int
 		return 0, 0, 0, 0, 0, bad("no zip64 end locator")
 	}
 	recAt := int64(binary.LittleEndian.Uint64(tail[loc+8:]))
-	if recAt < 0 || recAt+zip64EndLen > eocdAt-zip64LocatorLen {
+	if recAt < 0 || recAt > eocdAt-zip64LocatorLen-zip64EndLen { // recAt+zip64EndLen could wrap
 		return 0, 0, 0, 0, 0, bad(fmt.Sprintf("zip64 end record at %d", recAt))
 	}
 	var rec []byte
