@@ -2,12 +2,16 @@ package test
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -76,7 +80,13 @@ func renameInto(t *testing.T, dir string, data []byte) {
 // feature took to show.
 func (s *archiveSwap) checkSwap(t *testing.T, p string, swap func()) time.Duration {
 	t.Helper()
-	old, err := os.ReadFile(p)
+	return s.checkSwapRead(t, p, func() ([]byte, error) { return os.ReadFile(p) }, swap)
+}
+
+// checkSwapRead is checkSwap with the reads made by read (p names them).
+func (s *archiveSwap) checkSwapRead(t *testing.T, p string, read func() ([]byte, error), swap func()) time.Duration {
+	t.Helper()
+	old, err := read()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +101,7 @@ func (s *archiveSwap) checkSwap(t *testing.T, p string, swap func()) time.Durati
 	var swapped time.Time
 	wg.Go(func() {
 		for !stop.Load() {
-			b, err := os.ReadFile(p)
+			b, err := read()
 			reads.Add(1)
 			if err != nil {
 				if failed.Add(1) <= 3 {
@@ -182,6 +192,55 @@ func TestReplacedArchiveServesNewMembers(t *testing.T) {
 		m := testMount(t, mountConfig{Source: "s3://swap", Env: env, Args: append([]string{"--endpoint-url", srv.Endpoint}, ttl...)})
 		s.checkSwap(t, filepath.Join(m.Layer(testLayer), "good", "k1.npy"), func() { srv.Put(t, "swap", "good.tar", s.newTar) })
 		checkLabel(t, m.Layer(testLayer), "1")
+	})
+
+	// A reader that opens k1.npy relative to good/ (openat on a descriptor
+	// of the directory: no path walk through good's entry, so nothing
+	// looks good up again) and one ls of good/ after the TTL, through a
+	// new descriptor of "." (no lookup either): that listing alone must
+	// bring the new archive's feature.
+	t.Run("openat-ls", func(t *testing.T) {
+		src := t.TempDir()
+		renameInto(t, src, s.oldTar)
+		m := testMount(t, mountConfig{Source: src, Args: ttl})
+		dir := filepath.Join(m.Layer(testLayer), "good")
+		dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(dfd)
+		openAt := func(name string, flags int) (*os.File, error) {
+			fd, err := unix.Openat(dfd, name, flags|unix.O_RDONLY, 0)
+			if err != nil {
+				return nil, err
+			}
+			return os.NewFile(uintptr(fd), filepath.Join(dir, name)), nil
+		}
+		read := func() ([]byte, error) {
+			f, err := openAt("k1.npy", 0)
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			return io.ReadAll(f)
+		}
+		var lsDone sync.WaitGroup
+		defer lsDone.Wait()
+		s.checkSwapRead(t, filepath.Join(dir, "k1.npy"), read, func() {
+			renameInto(t, src, s.newTar)
+			lsDone.Go(func() {
+				time.Sleep(swapTTL + swapTTL/4)
+				d, err := openAt(".", unix.O_DIRECTORY)
+				if err != nil {
+					t.Errorf("open good/.: %v", err)
+					return
+				}
+				defer d.Close()
+				if names, err := d.Readdirnames(-1); err != nil || !slices.Contains(names, "k1.npy") {
+					t.Errorf("ls good/: %q, %v", names, err)
+				}
+			})
+		})
 	})
 
 	// A mount whose model file was replaced (by a rename) twice before the
