@@ -302,6 +302,13 @@ func TestReplacedArchiveNotFromStaleFeatureStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	if bytes.Equal(got, old) {
-		t.Errorf("a fresh mount sharing the feature store read the replaced archive's old member feature")
+		t.Fatalf("a fresh mount sharing the feature store read the replaced archive's old member feature")
+	}
+	f, err := parseNPY(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff, ok := closeEnough(f.Data, s.refNew.Data); !ok {
+		t.Errorf("a fresh mount sharing the feature store: not the new image's feature (max |diff| %g against featurefs extract)", diff)
 	}
 }
