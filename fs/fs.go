@@ -42,6 +42,7 @@ type FS struct {
 	clock       func() time.Time // the pipeline's clock
 	metadataTTL time.Duration    // the pipeline's MetadataTTL
 	models      []*api.Model
+	naming      naming.Rule // the namespace's rule (heldDirs finds directories by it)
 
 	// p is the read path: negative cache, in-flight sharing, cache,
 	// extraction, prefetch, the figures; its owner (New's caller) closes
@@ -93,6 +94,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		clock:       pc.Now,
 		metadataTTL: pc.MetadataTTL,
 		models:      pc.Extractor.Models(),
+		naming:      naming.New(pc.ImageExtensions).WithArchives(pc.Archives),
 		owner:       lifetime.New(),
 		p:           p,
 		journal:     p.Journal(),

@@ -9,7 +9,6 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/featurefs/featurefs/fs/namespace"
-	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // What the kernel caches of a feature file, and how it is kept true.
@@ -162,6 +161,12 @@ func (f *FS) listed(l *namespace.Listing) {
 
 // heldDirs returns the inodes of prefix's directory that the kernel has
 // looked up and that hold feature files, in every layer and alias directory.
+// Each component is found by the names the naming rule can show it under
+// (childDir): an archive's directory (NAME.tar/ shown as NAME) is found as
+// a plain prefix's is, so that a listing of a replaced archive's directory
+// drops the kernel's entries and pages of its old members (before, no
+// archive directory was ever found, and the old member's feature kept
+// being served from the kernel's page cache).
 func (f *FS) heldDirs(prefix string) []*gofs.Inode {
 	f.kernel.mu.Lock()
 	layers := f.kernel.layers
@@ -172,8 +177,10 @@ func (f *FS) heldDirs(prefix string) []*gofs.Inode {
 	}
 	var out []*gofs.Inode
 	for _, n := range layers {
+		sub := ""
 		for _, p := range parts {
-			if n = n.GetChild(naming.DirName(p)); n == nil {
+			sub += p + "/"
+			if n = f.childDir(n, p, sub); n == nil {
 				break
 			}
 		}
@@ -185,6 +192,21 @@ func (f *FS) heldDirs(prefix string) []*gofs.Inode {
 		}
 	}
 	return out
+}
+
+// childDir returns the subdirectory of directory n for bucket prefix sub,
+// whose last component is comp, if the kernel holds it: found by the names
+// the naming rule can give it (an archive NAME.tar is shown as NAME,
+// naming.Rule.DirNames), and checked by its prefix.
+func (f *FS) childDir(n *gofs.Inode, comp, sub string) *gofs.Inode {
+	for _, name := range f.naming.DirNames(comp) {
+		if ch := n.GetChild(name); ch != nil {
+			if d, ok := ch.Operations().(*prefixDir); ok && d.prefix == sub {
+				return ch
+			}
+		}
+	}
+	return nil
 }
 
 // holdsFiles reports whether a directory inode has feature file children.

@@ -338,8 +338,18 @@ func (w *Bucket) archiveIndex(ctx context.Context, key string) (x *index, rest s
 }
 
 // List lists an archive's directory from its index, and elsewhere the
-// wrapped bucket's page with its archives as prefixes.
+// wrapped bucket's page with its archives as prefixes. A listing's first
+// page of an archive's directory first asks the store for the archive's
+// version (current): a listing read again sees an archive replaced since
+// as it sees a replaced object, with its members' new ETags.
 func (w *Bucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
+	if token == "" {
+		if arch, _, ok := w.split(prefix); ok {
+			if gone, err := w.current(ctx, arch); err != nil || gone {
+				return bucket.Page{}, err
+			}
+		}
+	}
 	x, dir, ok, err := w.archiveIndex(ctx, prefix)
 	switch {
 	case err != nil:
@@ -352,6 +362,33 @@ func (w *Bucket) List(ctx context.Context, prefix, token string) (bucket.Page, e
 		return p, err
 	}
 	return w.rewrite(p), nil
+}
+
+// current asks the store for archive arch's version (a Stat) and, when it
+// is not the one the kept index was read at, drops that index and
+// remembers the version, so that the next index read reads the archive
+// again. gone is true when arch is no object any more and its index was
+// kept (a deleted archive lists empty, as a deleted prefix does). An
+// archive with no index kept costs no Stat: its index read asks the store.
+func (w *Bucket) current(ctx context.Context, arch string) (gone bool, err error) {
+	x, ok := w.indexes.Get(arch)
+	if !ok {
+		return false, nil
+	}
+	obj, err := w.b.Stat(ctx, arch)
+	switch {
+	case errors.Is(err, bucket.ErrNotFound):
+		w.indexes.RemoveIf(arch, func(y *index) bool { return y == x })
+		w.forget(arch)
+		return true, nil
+	case err != nil:
+		return false, err
+	case obj.ETag == x.etag:
+		return false, nil
+	}
+	w.indexes.RemoveIf(arch, func(y *index) bool { return y == x })
+	w.remember(arch, listedObj{etag: obj.ETag, size: obj.Size, modTime: obj.ModTime})
+	return false, nil
 }
 
 // Peek is List with at most n entries.

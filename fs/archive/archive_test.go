@@ -356,6 +356,49 @@ func TestChangedArchiveIsIndexedAgain(t *testing.T) {
 	}
 }
 
+// TestReplacedArchiveListsItsNewMembers (issue 36, item 2): an archive
+// replaced by a rename (same member names, other bytes) while its index is
+// kept lists, on its directory's next listing, members with the new
+// archive's ETags, with no listing of its parent and no member read in
+// between (before: the kept index's old ETags, so a relisting of the
+// directory saw no change); a deleted one lists empty.
+func TestReplacedArchiveListsItsNewMembers(t *testing.T) {
+	w, _ := newBucket(t, map[string][]byte{"good.tar": tarBytes(t, []file{{"k1.jpg", []byte("one")}})})
+	_, _, before := listAll(t, w, "good.tar/")
+	if len(before) != 1 {
+		t.Fatalf("listed %v, want k1.jpg", before)
+	}
+	dir := strings.TrimPrefix(w.Identity(), "file://")
+	tmp := filepath.Join(dir, ".tmp.tar")
+	if err := os.WriteFile(tmp, tarBytes(t, []file{{"k1.jpg", []byte("two")}}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(tmp, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "good.tar")); err != nil {
+		t.Fatal(err)
+	}
+	arch, err := w.Unwrap().Stat(ctx, "good.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, after := listAll(t, w, "good.tar/")
+	if len(after) != 1 || after[0].ETag == before[0].ETag || !strings.HasPrefix(after[0].ETag, arch.ETag+"-") {
+		t.Errorf("relisted after the archive was replaced: %+v; want k1.jpg with the new archive's ETag %s (was %s)", after, arch.ETag, before[0].ETag)
+	}
+	if data, obj, err := w.Get(ctx, "good.tar/k1.jpg", 0); err != nil || string(data) != "two" || obj.ETag != after[0].ETag {
+		t.Errorf("read after the relisting: %q (ETag %s), %v; want the new member", data, obj.ETag, err)
+	}
+	if err := os.Remove(filepath.Join(dir, "good.tar")); err != nil {
+		t.Fatal(err)
+	}
+	if dirs, keys, _ := listAll(t, w, "good.tar/"); len(dirs)+len(keys) != 0 {
+		t.Errorf("a deleted archive lists %v %v; want nothing", dirs, keys)
+	}
+}
+
 func TestRealPrefixCalledLikeAnArchiveIsListed(t *testing.T) {
 	w, _ := newBucket(t, map[string][]byte{"d.tar/x.jpg": []byte("x")})
 	_, keys, _ := listAll(t, w, "d.tar/")

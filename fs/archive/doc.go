@@ -24,7 +24,11 @@
 // (warm, prefetch) reads it once, in one streaming GET, its members in
 // offset order (Stream, stream.go; a tar's index built in the same pass
 // when none is kept). Every read checks the archive's ETag; an archive
-// that changed is indexed again. Index reads and read-ahead chunk reads
+// that changed is indexed again. A listing of an archive's directory (its
+// first page) first asks the store for the archive's version (one Stat,
+// when an index is kept): a replaced archive's directory, listed again,
+// lists its members with the new archive's ETags, as a replaced object's
+// prefix lists its new ETag, even when its parent was not listed again. Index reads and read-ahead chunk reads
 // are one-flight (fs/internal/inflight) under the Bucket's lifetime.Owner,
 // which Close ends.
 //

@@ -1,6 +1,7 @@
 package naming
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/featurefs/featurefs/fs/bucket"
@@ -80,5 +81,23 @@ func TestPlainObjectsKeepTheirNames(t *testing.T) {
 	e, ok := n.Resolve("s.tar/", "a.cls", []bucket.Object{{Key: p.Keys[len(p.Keys)-1], Plain: true}}, nil, nil)
 	if !ok || e.Name != "a.cls" || !e.Obj.Plain {
 		t.Errorf("lookup of a.cls = %+v %v", e, ok)
+	}
+}
+
+// TestDirNamesOfAnArchive: the names an archive's directory can be shown
+// under are its stem and its whole name (on a clash); any other prefix
+// component has one.
+func TestDirNamesOfAnArchive(t *testing.T) {
+	n := New(exts).WithArchives([]string{"tar", "zip"})
+	for d, want := range map[string][]string{
+		"good.tar":  {"good", "good.tar"},
+		"Dog.ZIP":   {"Dog", "Dog.ZIP"},
+		"x.npy.tar": {"x.npy.tar"},
+		"plain":     {"plain"},
+		"a.tarx":    {"a.tarx"},
+	} {
+		if got := n.DirNames(d); !slices.Equal(got, want) {
+			t.Errorf("DirNames(%q) = %q, want %q", d, got, want)
+		}
 	}
 }

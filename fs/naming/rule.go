@@ -199,6 +199,19 @@ func DirName(d string) string {
 	return Shortened(d, "")
 }
 
+// DirNames returns the names the directory of prefix component d (a
+// ValidName) can be shown under: for an archive's (WithArchives), its stem
+// first (its usual name), then DirName(d) (what it keeps when the stem
+// clashes with a sibling); for any other, DirName(d). The tree finds the
+// nodes of a prefix with them (fs.FS.heldDirs), checking each node's
+// prefix.
+func (n Rule) DirNames(d string) []string {
+	if stem, ok := n.archiveStem(d); ok {
+		return []string{DirName(stem), DirName(d)}
+	}
+	return []string{DirName(d)}
+}
+
 // ValidName reports whether a key component can be a file name (the tree
 // shows no other; walks descend into no other).
 func ValidName(name string) bool {
