@@ -24,6 +24,11 @@ type IndexStore interface {
 // used.
 func (w *Bucket) SetIndexStore(s IndexStore) { w.store = s }
 
+// CountIndexBytes makes count hear every change of Stats().IndexBytes
+// (the memory of the indexes kept), starting with what is kept now: a
+// mount counts the indexes in its metadata budget (fs.New).
+func (w *Bucket) CountIndexBytes(count func(delta int64)) { w.indexes.countBytes(count) }
+
 // maxListed bounds the archives whose listed version is remembered.
 const maxListed = 1 << 16
 
