@@ -213,7 +213,7 @@ func (w *Bucket) read(ctx context.Context, arch string) (*index, error) {
 	}
 	x, err = w.build(ctx, arch, lo)
 	if err == nil && w.store != nil {
-		w.store.PutIndex(arch, x.etag, x.encode())
+		w.putIndex(x)
 	}
 	return x, err
 }
@@ -233,11 +233,9 @@ func (w *Bucket) stored(ctx context.Context, arch string) (lo listedObj, x *inde
 		lo = listedObj{etag: obj.ETag, size: obj.Size, modTime: obj.ModTime}
 	}
 	if w.store != nil {
-		if b, ok := w.store.GetIndex(arch, lo.etag); ok {
-			if x, err := decodeIndex(arch, lo.etag, b); err == nil {
-				w.n.indexStore.Add(1)
-				return lo, x, nil
-			}
+		if x, ok := w.getIndex(arch, lo.etag); ok {
+			w.n.indexStore.Add(1)
+			return lo, x, nil
 		}
 	}
 	return lo, nil, nil
