@@ -226,6 +226,13 @@ summary() {
       while IFS='|' read -r r v; do
         row "scale: features of archive members byte-identical to the loose images'" "$r" "all: $v" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| features byte-identical, packed vs loose [^|]* \| \*\*([0-9]+ of [0-9]+)\*\* identical \| ([A-Za-z]+) \|$/\1|\2/p' "$f") ;;
+    archive-index)
+      while IFS='|' read -r t name r; do
+        row "archive index: first listing of a 100k-member tar vs the same names as plain files ($name)" "${r}x" "<= ${t}x: $(verdict "$t" "$r")" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| first listing of the tar <= ([0-9.]+)x the plain directory.s, ([^|]*[^ |]) \| \*\*([0-9.]+)x\*\*.*/\1|\2|\3/p' "$f")
+      while IFS='|' read -r name r v; do
+        row "archive index: peak RSS of that listing over the plain one's, within the index kept + 64 MiB ($name)" "+$r MiB" "$v" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| peak RSS of the tar listing <= [^,]*, ([^|]*[^ |]) \| \*\*\+([0-9]+) MiB\*\*[^|]*\| ([A-Za-z ]+) \|$/\1|\2|\3/p' "$f") ;;
     predictions)
       while IFS='|' read -r name r; do
         row "predictions: $name, vs a cold read of the same images' last-layer .npy files" "${r}x" "no target (~1.00x: the same extractions)" "$area"; n=$((n + 1))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
@@ -112,6 +113,11 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		seen[m.Name] = true
 	}
 	f.ns = namespace.New(p, cfg, f.listed, f.listingDropped)
+	if ab, ok := pc.Bucket.(*archive.Bucket); ok {
+		// The archive indexes kept in memory count in the metadata
+		// budget with the kernel's entries (budget.go).
+		ab.CountIndexBytes(func(d int64) { f.ns.AddHeld(d) })
+	}
 	return f, nil
 }
 

@@ -36,7 +36,10 @@ func (f *FS) Stats() figures.Stats {
 	t.ListingBytes, t.ListingsDropped, t.ListedAhead = n.ListingBytes, n.ListingsDropped, n.ListedAhead
 	t.KernelNodes, t.KernelForgets = f.budget.nodes.Load(), f.budget.forgotten.Load()
 	t.NodeBytes = t.KernelNodes * nodeBytes
-	t.MetadataBytes, t.MetadataMaxBytes = t.ListingBytes+t.NodeBytes, f.ns.MetadataBytes()
+	if st.Archives != nil {
+		t.ArchiveIndexBytes = st.Archives.IndexBytes
+	}
+	t.MetadataBytes, t.MetadataMaxBytes = t.ListingBytes+t.NodeBytes+t.ArchiveIndexBytes, f.ns.MetadataBytes()
 	st.BytesServed = st.FS.ReadBytes
 	st.Errors = c.errors.Counts()
 	return st

@@ -384,7 +384,7 @@ var table = []*Option{
 		v: duration(func(o *Options) *time.Duration { return &o.MetadataTTL }, 60*time.Second,
 			notNegative[time.Duration]("metadata-ttl", "%v", "must not be negative"))},
 	{Name: "metadata-cache-size", Key: "metadata-cache-size", In: Mount,
-		Help: "memory for listings and the kernel's entries together, e.g. 256MiB: past it the coldest are dropped and read again when needed",
+		Help: "memory for listings, the kernel's entries and the archive indexes together, e.g. 256MiB: past it the coldest are dropped and read again when needed",
 		v:    size(func(o *Options) *int64 { return &o.MetadataCacheSize }, 256*MiB, atLeast("metadata-cache-size", MiB, "1MiB, e.g. 256MiB"))},
 	{Name: "negative-ttl", Key: "negative-ttl", In: sourceCmds,
 		Help: "how long a bad object fails without being fetched again",

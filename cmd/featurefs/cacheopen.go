@@ -41,11 +41,16 @@ func openSource(ctx context.Context, source string, o mountopts.Options, log *sl
 	if err != nil {
 		return nil, failf(exitSource, "source %s: %w", source, err)
 	}
+	// The indexes kept in memory count in a mount's metadata budget
+	// (fs.New): a quarter of it for the LRU of indexes, half of it for one
+	// larger index (archive.Config).
 	return archive.Wrap(b, archive.Config{
-		Formats:         o.ArchiveFormats(),
-		ImageExtensions: o.ImageExtensions,
-		MaxMemberBytes:  o.MaxObjectSize,
-		Logger:          log,
+		Formats:            o.ArchiveFormats(),
+		ImageExtensions:    o.ImageExtensions,
+		MaxMemberBytes:     o.MaxObjectSize,
+		MaxIndexBytes:      int(o.MetadataCacheSize / 4),
+		MaxLargeIndexBytes: int(o.MetadataCacheSize / 2),
+		Logger:             log,
 	}), nil
 }
 

@@ -25,6 +25,11 @@ var Formats = []string{"tar", "zip"}
 // 72 bytes and the path per member: some 800,000 members).
 const DefaultMaxIndexBytes = 64 << 20
 
+// DefaultMaxLargeIndexBytes bounds the one index kept beside them that is
+// larger than their whole bound (indexcache.go): some 2,800,000 members of
+// short names, 300,000 of 800-byte paths.
+const DefaultMaxLargeIndexBytes = 256 << 20
+
 // pageSize is the most entries one listing page of an archive holds.
 const pageSize = 1000
 
@@ -41,6 +46,11 @@ type Config struct {
 	MaxMemberBytes int64
 	// MaxIndexBytes bounds the indexes kept; 0 means DefaultMaxIndexBytes.
 	MaxIndexBytes int
+	// MaxLargeIndexBytes bounds the one index larger than MaxIndexBytes
+	// kept on its own (the last one read; indexcache.go); 0 means
+	// DefaultMaxLargeIndexBytes. A larger index is not kept (one WARN
+	// line): each lookup reads it again.
+	MaxLargeIndexBytes int
 	// ReadaheadBytes bounds the read-ahead chunks kept (readahead.go); 0
 	// means DefaultReadaheadBytes, negative none (every member is read
 	// with its own GET).
@@ -59,7 +69,7 @@ type Bucket struct {
 	cfg  Config
 	log  *slog.Logger
 
-	indexes *lru.LRU[string, *index]   // archive key -> its last index
+	indexes *indexCache                // archive key -> its last index
 	chunks  *lru.LRU[chunkKey, []byte] // read-ahead chunks
 
 	// owner owns the index and chunk reads in flight (builds,
@@ -98,6 +108,9 @@ func Wrap(b bucket.Bucket, cfg Config) bucket.Bucket {
 	if cfg.MaxIndexBytes <= 0 {
 		cfg.MaxIndexBytes = DefaultMaxIndexBytes
 	}
+	if cfg.MaxLargeIndexBytes <= 0 {
+		cfg.MaxLargeIndexBytes = DefaultMaxLargeIndexBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -105,7 +118,7 @@ func Wrap(b bucket.Bucket, cfg Config) bucket.Bucket {
 		cfg.ReadaheadBytes = DefaultReadaheadBytes
 	}
 	w := &Bucket{b: b, r: r, cfg: cfg, log: cfg.Logger, owner: lifetime.New(),
-		indexes: lru.New[string, *index](cfg.MaxIndexBytes),
+		indexes: newIndexCache(cfg.MaxIndexBytes, cfg.MaxLargeIndexBytes, cfg.Logger),
 		chunks:  lru.New[chunkKey, []byte](max(cfg.ReadaheadBytes, 0)),
 		seq:     map[string]seqState{}, listed: map[string]listedObj{}}
 	w.builds.Owner, w.chunkReads.Owner = w.owner, w.owner
@@ -200,7 +213,7 @@ func (w *Bucket) read(ctx context.Context, arch string) (*index, error) {
 	}
 	x, err = w.build(ctx, arch, lo)
 	if err == nil && w.store != nil {
-		w.store.PutIndex(arch, x.etag, x.encode())
+		w.putIndex(x)
 	}
 	return x, err
 }
@@ -220,11 +233,9 @@ func (w *Bucket) stored(ctx context.Context, arch string) (lo listedObj, x *inde
 		lo = listedObj{etag: obj.ETag, size: obj.Size, modTime: obj.ModTime}
 	}
 	if w.store != nil {
-		if b, ok := w.store.GetIndex(arch, lo.etag); ok {
-			if x, err := decodeIndex(arch, lo.etag, b); err == nil {
-				w.n.indexStore.Add(1)
-				return lo, x, nil
-			}
+		if x, ok := w.getIndex(arch, lo.etag); ok {
+			w.n.indexStore.Add(1)
+			return lo, x, nil
 		}
 	}
 	return lo, nil, nil

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -530,6 +531,19 @@ func (s *memStore) GetIndex(key, etag string) ([]byte, bool) {
 	return b, ok
 }
 
+// heads counts the indexes stored (their heads, not their parts).
+func (s *memStore) heads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k := range s.m {
+		if !strings.Contains(k, "#part") {
+			n++
+		}
+	}
+	return n
+}
+
 func (s *memStore) PutIndex(key, etag string, v []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -553,12 +567,12 @@ func TestIndexesOutliveTheMount(t *testing.T) {
 		dirs, keys, _ := listAll(t, w1, p)
 		want = append(want, append(dirs, keys...))
 	}
-	if w1.Gets.Load() == 0 || len(store.m) != 2 {
-		t.Fatalf("first mount: %d GETs, %d indexes stored", w1.Gets.Load(), len(store.m))
+	if w1.Gets.Load() == 0 || store.heads() != 2 {
+		t.Fatalf("first mount: %d GETs, %d indexes stored", w1.Gets.Load(), store.heads())
 	}
 	w1.List(ctx, "d/bad.zip/", "")
-	if len(store.m) != 3 {
-		t.Errorf("%d indexes stored, want the bad archive's too", len(store.m))
+	if store.heads() != 3 {
+		t.Errorf("%d indexes stored, want the bad archive's too", store.heads())
 	}
 
 	b, _ := bucket.Open(ctx, strings.TrimPrefix(w1.Identity(), "file://"), bucket.S3Options{})
@@ -648,5 +662,117 @@ func TestCorruptArchivesNeverPanic(t *testing.T) {
 				readZipMember(ctx, get, &members[i])
 			}
 		}
+	}
+}
+
+// largeIndexFiles is a tar's worth of n image members with long paths
+// (an index of some n*900 bytes).
+func largeIndexFiles(n int) []file {
+	files := make([]file, n)
+	for i := range files {
+		files[i] = file{strings.Repeat("d", 200) + "/" + strings.Repeat("x", 600) + itoa(i) + ".jpg", []byte{byte(i)}}
+	}
+	return files
+}
+
+// TestIndexOverTheBoundIsKept (issue 36 item 7): an index larger than the
+// LRU's whole bound (Config.MaxIndexBytes) is kept on its own, with one
+// WARN line: lookups after the first are answered from memory, not by
+// reading the index again from the IndexStore (at ca82ffd the LRU dropped
+// it without a word, and every lookup decoded it from the store again).
+func TestIndexOverTheBoundIsKept(t *testing.T) {
+	const n = 300
+	files := largeIndexFiles(n)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "big.tar"), tarBytes(t, files), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bucket.Open(ctx, dir, bucket.S3Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	w := Wrap(b, Config{Formats: Formats, MaxIndexBytes: 64 << 10, Logger: slog.New(slog.NewTextHandler(&log, nil))}).(*Bucket)
+	defer w.Close()
+	w.SetIndexStore(&memStore{m: map[string][]byte{}})
+	_, keys, _ := listAll(t, w, "big.tar/"+strings.Repeat("d", 200)+"/")
+	if len(keys) != n {
+		t.Fatalf("%d members listed, want %d", len(keys), n)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := w.Stat(ctx, keys[i*7]); err != nil {
+			t.Fatal(err)
+		}
+		if data, _, err := w.Get(ctx, keys[i*11], 0); err != nil || len(data) != 1 {
+			t.Fatalf("get %s: %v", keys[i*11], err)
+		}
+	}
+	st := w.Stats()
+	if st.IndexBuilds != 1 || st.IndexStoreHits != 0 || st.IndexMemoryHits < 40 {
+		t.Errorf("index of %d long paths over a 64 KiB bound: %d builds, %d store reads, %d memory hits; want 1, 0 and every lookup after the first from memory",
+			n, st.IndexBuilds, st.IndexStoreHits, st.IndexMemoryHits)
+	}
+	if c := strings.Count(log.String(), "archive index larger than"); c != 1 {
+		t.Errorf("%d WARN lines for the index over the bound, want 1; log:\n%s", c, log.String())
+	}
+}
+
+// TestIndexMemoryIsBoundedAndCounted: the indexes kept cost at most
+// MaxIndexBytes + MaxLargeIndexBytes (one large index at a time: a second
+// replaces the first), Stats.IndexBytes says what they cost and
+// CountIndexBytes hears every change of it; an index over
+// MaxLargeIndexBytes is not kept, with one WARN line however often it is
+// looked up.
+func TestIndexMemoryIsBoundedAndCounted(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a.tar", "b.tar", "c.tar"} {
+		n := 300
+		if name == "c.tar" {
+			n = 1200
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), tarBytes(t, largeIndexFiles(n)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "s.tar"), tarBytes(t, []file{{"a.jpg", []byte("x")}}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bucket.Open(ctx, dir, bucket.S3Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	const maxIndex, maxLarge = 64 << 10, 512 << 10
+	w := Wrap(b, Config{Formats: Formats, MaxIndexBytes: maxIndex, MaxLargeIndexBytes: maxLarge,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))}).(*Bucket)
+	defer w.Close()
+	var counted atomic.Int64
+	w.CountIndexBytes(func(d int64) { counted.Add(d) })
+	d := strings.Repeat("d", 200) + "/"
+	for round := 0; round < 3; round++ {
+		for _, arch := range []string{"s.tar", "a.tar", "b.tar", "c.tar"} {
+			if _, err := w.Peek(ctx, arch+"/"+d, 1); err != nil && arch != "s.tar" {
+				t.Fatal(err)
+			}
+			got := w.Stats().IndexBytes
+			if got > maxIndex+maxLarge || got != counted.Load() {
+				t.Fatalf("after %s: index bytes %d (counted %d), bound %d", arch, got, counted.Load(), maxIndex+maxLarge)
+			}
+		}
+	}
+	if x, ok := w.indexes.Get("b.tar"); !ok || len(x.members) != 300 {
+		t.Errorf("the last large index kept is not b.tar's")
+	}
+	if _, ok := w.indexes.Get("a.tar"); ok {
+		t.Errorf("a.tar's large index kept beside b.tar's")
+	}
+	if _, ok := w.indexes.Get("s.tar"); !ok {
+		t.Errorf("the small index was dropped")
+	}
+	if c := strings.Count(log.String(), "too large to keep in memory"); c != 1 || !strings.Contains(log.String(), "key=c.tar") {
+		t.Errorf("%d WARN lines for c.tar's index over both bounds, want 1; log:\n%s", c, log.String())
+	}
+	if c := strings.Count(log.String(), "kept on its own"); c != 2 {
+		t.Errorf("%d WARN lines for the large indexes kept, want 2 (a.tar, b.tar); log:\n%s", c, log.String())
 	}
 }

@@ -16,8 +16,12 @@
 // the zip central directory (one ranged GET of the tail, a second when the
 // directory is larger) or by walking the tar headers (ranged GETs from
 // BlockSize growing to MaxBlockSize), and kept in an LRU bounded by
-// Config.MaxIndexBytes, and in an IndexStore when one is set (persist.go:
-// the feature cache, so a remount reads no archive to list it). A member read is one ranged GET of its bytes (a
+// Config.MaxIndexBytes, beside which one larger index is kept up to
+// Config.MaxLargeIndexBytes (indexcache.go: one WARN line per archive
+// version kept so, or too large to keep; a mount counts Stats.IndexBytes in
+// its metadata budget), and in an IndexStore when one is set (persist.go:
+// the feature cache, as a head and parts of at most 4 MiB, so a remount
+// reads no archive to list it). A member read is one ranged GET of its bytes (a
 // deflated member: of its compressed bytes, inflated up to its declared
 // size), or, once the archive's reads follow each other, a read through
 // ChunkSize read-ahead chunks (readahead.go). A walk of a whole archive

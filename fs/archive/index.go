@@ -175,6 +175,9 @@ func cleanPath(name string) (path, why string) {
 	case len(name) > MaxPathBytes:
 		return "", fmt.Sprintf("path over %d bytes", MaxPathBytes)
 	}
+	if clean(name) {
+		return name, "" // no copy: the common case
+	}
 	var elems []string
 	for e := range strings.SplitSeq(name, "/") {
 		switch e {
@@ -191,6 +194,20 @@ func cleanPath(name string) (path, why string) {
 	return strings.Join(elems, "/"), ""
 }
 
+// clean reports whether name (not absolute, no NUL) is already as
+// cleanPath returns it: no empty, "." or ".." element.
+func clean(name string) bool {
+	if name == "" || name[len(name)-1] == '/' {
+		return false
+	}
+	for e := range strings.SplitSeq(name, "/") {
+		if e == "" || e == "." || e == ".." {
+			return false
+		}
+	}
+	return true
+}
+
 // sampleKey is a base name up to its first dot (WebDataset's sample key).
 func sampleKey(base string) string {
 	if i := strings.IndexByte(base, '.'); i >= 0 {
@@ -202,7 +219,9 @@ func sampleKey(base string) string {
 // finish sorts the members, drops duplicates (the last one of a path
 // wins, as tar extraction would), file members whose path is also a
 // directory, and members that are neither images nor sidecars, and marks
-// sidecars plain.
+// sidecars plain. It works in place on the sorted members, with binary
+// searches instead of maps of paths (the transient memory of a build is
+// the members themselves: issue 36 item 8).
 func (x *index) finish(imageExts []string) {
 	// Last one wins: stable sort keeps the order of equal paths.
 	slices.SortStableFunc(x.members, func(a, b member) int { return strings.Compare(a.path, b.path) })
@@ -215,40 +234,76 @@ func (x *index) finish(imageExts []string) {
 		out = append(out, m)
 	}
 	x.members = out
-	dirs := map[string]bool{}
-	samples := map[string]bool{} // dir + sample key of every image
-	for _, m := range x.members {
-		d, b := split(m.path)
-		if _, _, ok := spec.SplitImage(b, imageExts); ok {
-			samples[d+sampleKey(b)] = true
+	// What to keep, decided on the sorted members before any moves.
+	const (
+		drop = iota
+		keep
+		plain
+	)
+	fate := make([]uint8, len(x.members))
+	for i := range x.members {
+		// A file that is also a directory: the directory wins.
+		if isDir(x.members, i) {
+			continue
 		}
-		for p := m.path; ; {
-			i := strings.LastIndexByte(p, '/')
-			if i < 0 {
-				break
-			}
-			p = p[:i]
-			if dirs[p] {
-				break
-			}
-			dirs[p] = true
+		d, b := split(x.members[i].path)
+		switch {
+		case isImage(b, imageExts):
+			fate[i] = keep
+		case !strings.HasSuffix(strings.ToLower(b), ".npy") && hasImage(x.members, d, sampleKey(b), imageExts):
+			fate[i] = plain
 		}
 	}
 	out = x.members[:0]
-	for _, m := range x.members {
-		if dirs[m.path] {
-			continue // a file that is also a directory: the directory wins
+	for i, m := range x.members {
+		if fate[i] == drop {
+			continue
 		}
-		d, b := split(m.path)
-		if _, _, ok := spec.SplitImage(b, imageExts); !ok {
-			if !samples[d+sampleKey(b)] || strings.HasSuffix(strings.ToLower(b), ".npy") {
-				continue
-			}
-			m.plain = true
-		}
+		m.plain = fate[i] == plain
 		out = append(out, m)
 	}
+	clear(x.members[len(out):]) // the paths of the members left out
 	x.members = slices.Clip(out)
+}
+
+func isImage(base string, imageExts []string) bool {
+	_, _, ok := spec.SplitImage(base, imageExts)
+	return ok
+}
+
+// isDir reports whether some member of sorted all lies under all[i].path
+// + "/" (they sort after it, maybe after paths like "path-x" and
+// "path.y": the binary search finds the first at or after "path/").
+func isDir(all []member, i int) bool {
+	p := all[i].path
+	// The first path at or after p+"/", compared without building it.
+	after := func(q string) bool {
+		if len(q) > len(p) && q[:len(p)] == p {
+			return q[len(p)] >= '/'
+		}
+		return q >= p
+	}
+	j := i + 1 + sort.Search(len(all)-i-1, func(k int) bool { return after(all[i+1+k].path) })
+	q := ""
+	if j < len(all) {
+		q = all[j].path
+	}
+	return len(q) > len(p) && q[:len(p)] == p && q[len(p)] == '/'
+}
+
+// hasImage reports whether sorted members all hold an image in directory
+// dir whose sample key is key: a member dir+key+".ext..." with no '/'
+// after it, whose base is an image's.
+func hasImage(all []member, dir, key string, imageExts []string) bool {
+	prefix := dir + key + "."
+	j, _ := slices.BinarySearchFunc(all, prefix, func(m member, t string) int { return strings.Compare(m.path, t) })
+	for ; j < len(all) && strings.HasPrefix(all[j].path, prefix); j++ {
+		base := all[j].path[len(dir):]
+		if strings.IndexByte(base, '/') < 0 && isImage(base, imageExts) {
+			return true
+		}
+	}
+	return false
 }
 
 // split cuts a path into its directory ("" or ending in '/') and base.

@@ -34,6 +34,10 @@ type Stats struct {
 	StreamBreaks int64 `json:"stream_breaks"`
 	// BadArchives counts archives found bad (each with one log line).
 	BadArchives int64 `json:"bad_archives"`
+	// IndexBytes is what the indexes kept in memory cost now (at most
+	// Config.MaxIndexBytes + Config.MaxLargeIndexBytes); the mount counts
+	// it in fs.metadata_bytes.
+	IndexBytes int64 `json:"index_bytes"`
 }
 
 // counters are Stats' live counters.
@@ -50,5 +54,6 @@ func (w *Bucket) Stats() Stats {
 		IndexBuilds: w.n.indexBuilds.Load(), IndexStreamBuilds: w.n.streamBuilds.Load(),
 		RangedGets: w.Gets.Load(), StreamGets: w.n.streamGets.Load(), BytesRead: w.n.bytesRead.Load(),
 		StreamedMembers: w.n.streamed.Load(), StreamBreaks: w.n.breaks.Load(), BadArchives: w.n.badArchives.Load(),
+		IndexBytes: w.indexes.Bytes(),
 	}
 }

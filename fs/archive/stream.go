@@ -389,7 +389,7 @@ func (s *streamer) tar(ctx context.Context, lo listedObj) error {
 	w.finish(x, out, first)
 	w.indexes.Put(s.arch, x, x.cost())
 	if w.store != nil {
-		w.store.PutIndex(s.arch, x.etag, x.encode())
+		w.putIndex(x)
 	}
 	return nil
 }

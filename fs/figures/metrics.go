@@ -177,9 +177,10 @@ func newCollector(stats func() Stats) *collector {
 				}
 				return out
 			}},
-		{d("metadata_bytes", "Bytes the metadata budget counts now, by part (listings: cached listings; nodes: entries held for the kernel).", "part"), prometheus.GaugeValue,
+		{d("metadata_bytes", "Bytes the metadata budget counts now, by part (listings: cached listings; nodes: entries held for the kernel; archive_indexes: archive indexes kept in memory).", "part"), prometheus.GaugeValue,
 			func(s *Stats) []sample {
-				return []sample{{float64(s.FS.ListingBytes), []string{"listings"}}, {float64(s.FS.NodeBytes), []string{"nodes"}}}
+				return []sample{{float64(s.FS.ListingBytes), []string{"listings"}}, {float64(s.FS.NodeBytes), []string{"nodes"}},
+					{float64(s.FS.ArchiveIndexBytes), []string{"archive_indexes"}}}
 			}},
 		{d("metadata_max_bytes", "The metadata budget (--metadata-cache-size): listings and the kernel's entries together."), prometheus.GaugeValue,
 			func(s *Stats) []sample { return one(float64(s.FS.MetadataMaxBytes)) }},

@@ -188,8 +188,8 @@ type TreeStats struct {
 	ListingsCached int `json:"listings_cached"`
 	// ListingEntries is the number of entries in those listings.
 	ListingEntries int `json:"listing_entries"`
-	// MetadataBytes is what the metadata budget counts now: ListingBytes
-	// and NodeBytes; MetadataMaxBytes is the budget
+	// MetadataBytes is what the metadata budget counts now: ListingBytes,
+	// NodeBytes and ArchiveIndexBytes; MetadataMaxBytes is the budget
 	// (--metadata-cache-size).
 	MetadataBytes    int64 `json:"metadata_bytes"`
 	MetadataMaxBytes int64 `json:"metadata_max_bytes"`
@@ -200,6 +200,10 @@ type TreeStats struct {
 	// the budget.
 	KernelNodes int64 `json:"kernel_nodes"`
 	NodeBytes   int64 `json:"node_bytes"`
+	// ArchiveIndexBytes is what the archive indexes kept in memory cost
+	// (archives.index_bytes: fs/archive, bounded by a quarter of the
+	// budget, and one larger index by half of it).
+	ArchiveIndexBytes int64 `json:"archive_index_bytes"`
 	// ListingsDropped counts listings dropped, coldest first, for the
 	// budget.
 	ListingsDropped int64 `json:"listings_dropped"`
@@ -375,6 +379,9 @@ type ArchiveStats struct {
 	StreamBreaks int64 `json:"stream_breaks"`
 	// BadArchives counts archives found bad (each with one log line).
 	BadArchives int64 `json:"bad_archives"`
+	// IndexBytes is what the archive indexes kept in memory cost now;
+	// fs.metadata_bytes counts it (as FSStats.ArchiveIndexBytes).
+	IndexBytes int64 `json:"index_bytes"`
 }
 
 // ModelStats is one model's version in the stats.
