@@ -151,7 +151,9 @@ func FuzzIndexTar(f *testing.F) {
 func FuzzDecodeIndex(f *testing.F) {
 	files := []file{{"a.jpg", payload(1, 30)}, {"b/c.png", payload(2, 20)}, {"b/c.cls", []byte("1")}}
 	for _, arch := range [][]byte{tarBytes(f, files), zipBytes(f, files, zip.Deflate)} {
-		get := func(_ context.Context, off, n int64) ([]byte, error) { return arch[off:min(off+n, int64(len(arch)))], nil }
+		get := func(_ context.Context, off, n int64) ([]byte, error) {
+			return arch[off:min(off+n, int64(len(arch)))], nil
+		}
 		name := "x.tar"
 		if arch[0] == 'P' {
 			name = "x.zip"
