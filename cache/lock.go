@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/featurefs/featurefs/internal/safefile"
 )
 
 // lockFileName is the file in Options.Dir that a Store holds an exclusive
@@ -24,14 +26,17 @@ type dirLock struct {
 // holder's pid.
 func lockDir(dir string) (*dirLock, error) {
 	path := filepath.Join(dir, lockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fileMode)
+	// Kept between holders, so not O_EXCL: O_NOFOLLOW and a regular file
+	// only, so a link planted here is never written through.
+	f, err := safefile.OpenLock(path, fileMode)
 	if err != nil {
 		return nil, fmt.Errorf("cache: open lock file: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		pid := ""
-		if b, rerr := os.ReadFile(path); rerr == nil {
-			if p := strings.TrimSpace(string(b)); p != "" {
+		b := make([]byte, 64)
+		if n, _ := f.ReadAt(b, 0); n > 0 {
+			if p := strings.TrimSpace(string(b[:n])); p != "" {
 				if _, perr := strconv.Atoi(p); perr == nil {
 					pid = " (pid " + p + ")"
 				}
@@ -55,4 +60,20 @@ func (l *dirLock) release() error {
 	// opened it and waits to lock it.
 	_ = l.f.Truncate(0)
 	return l.f.Close()
+}
+
+// refuseLinks refuses a cache directory that holds a symbolic link: Badger
+// opens its files with O_CREATE and would write through one planted at
+// the name of a file it creates.
+func refuseLinks(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("cache: %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if e.Type()&os.ModeSymlink != 0 {
+			return fmt.Errorf("cache: %s: %w", dir, safefile.RefuseSymlink(filepath.Join(dir, e.Name())))
+		}
+	}
+	return nil
 }

@@ -274,6 +274,10 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseLinks(opts.Dir); err != nil {
+		lk.release()
+		return nil, err
+	}
 	ident, err := identify(opts.Dir)
 	if err != nil {
 		lk.release()
