@@ -469,6 +469,11 @@ wait:
 			break wait
 		}
 	}
+	if st.cache != nil {
+		// umount has returned: a featurefs cache command run now waits
+		// for this process to close the cache instead of failing.
+		st.cache.MarkClosing()
+	}
 	if s == nil {
 		log.Info("featurefs: unmounted", slog.String("mountpoint", mnt))
 	} else {
