@@ -76,3 +76,44 @@ func TestWarmPredictionsWritesNoLink(t *testing.T) {
 		t.Errorf("OUT a link: want exit 2 and one line naming it a symbolic link, got\n%s", r)
 	}
 }
+
+// TestBenchProfileWritesNoLink: bench --cpuprofile FILE refuses a FILE
+// that is a symbolic link (exit 2, one line) and leaves its target alone,
+// and writes a new FILE through a temporary file renamed into place
+// (issue 36, item 3). On ca82ffd os.Create truncated the link's target
+// and wrote the profile into it.
+func TestBenchProfileWritesNoLink(t *testing.T) {
+	dir := t.TempDir()
+	writeJPEG(t, filepath.Join(dir, "0.jpg"), 64, 48, 0)
+	model := testenv.OddModel(t, "tiny")
+	work := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(work, "cpu.prof")
+	if err := os.Symlink(victim, link); err != nil {
+		t.Fatal(err)
+	}
+	bench := func(prof string) cliResult {
+		return runCLI(t, 3*time.Minute, nil, "bench", "--model", model, "--device", "cpu", "--modes", "decode", "--layers", "layer0",
+			"--workers", "1", "--intra-op-threads", "1", "--cpuprofile", prof, dir)
+	}
+	r := bench(link)
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
+		t.Errorf("victim written through the link: %d bytes, %v", len(b), err)
+	}
+	if r.Code != 2 || !strings.Contains(r.Stderr, "is a symbolic link") {
+		t.Errorf("bench --cpuprofile LINK: want exit 2 and one line naming the link\n%s", r)
+	}
+	prof := filepath.Join(work, "new.prof")
+	if r := bench(prof); r.Code != 0 {
+		t.Fatalf("bench --cpuprofile NEW: %s", r)
+	}
+	if fi, err := os.Lstat(prof); err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+		t.Errorf("profile: %v, %v", fi, err)
+	}
+	if ents, _ := os.ReadDir(work); len(ents) != 2 {
+		t.Errorf("%d files in the profile's directory, want the link and the profile (a temporary file left?)", len(ents))
+	}
+}
