@@ -88,4 +88,22 @@ func TestCacheCommandsAfterUmount(t *testing.T) {
 	if r.Code != 0 || !regexp.MustCompile(`(?m)^entries +0$`).MatchString(r.Stdout) {
 		t.Errorf("cache stats after the clear:\n%s", r)
 	}
+
+	// Mounted again and filled: umount, then at once cache stats gives the
+	// whole figures (it waits for the closing mount as clear does).
+	m = testMount(t, mountConfig{Source: src, Model: model, CacheDir: cacheDir, Args: []string{"--prefetch", "off", "--device", "cpu"}})
+	for i := range images {
+		if _, err := os.ReadFile(filepath.Join(m.Path("features", modelName, "layer0"), "cls", fmt.Sprintf("%02d.npy", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.unmount.Do(func() {})
+	if b, err := exec.Command("umount", m.Dir).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v: %s", err, b)
+	}
+	r = runCLI(t, time.Minute, nil, "cache", "stats", "--cache-dir", cacheDir)
+	<-m.exited
+	if e := regexp.MustCompile(`(?m)^entries +(\d+)$`).FindStringSubmatch(r.Stdout); r.Code != 0 || e == nil || e[1] != strconv.Itoa(images) {
+		t.Errorf("umount && cache stats: want exit 0 and %d entries\n%s", images, r)
+	}
 }
