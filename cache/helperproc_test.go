@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // helperEnv selects what TestHelperProcess does when the test binary runs
@@ -21,6 +22,8 @@ const helperEnv = "FEATUREFS_CACHE_HELPER"
 // kill -9 tests, and does nothing unless helperEnv is set.
 //
 //	FEATUREFS_CACHE_HELPER=lock DIR     open DIR, print "ready", wait for stdin to close
+//	FEATUREFS_CACHE_HELPER=closing DIR  the same, then MarkClosing, print "closing", wait
+//	                                    1.5 s (an unmounted mount closing the rest), Close
 //	FEATUREFS_CACHE_HELPER=writer DIR N  open DIR, Put keys N, N+1, ... from 4 goroutines,
 //	                                    printing "put K" after each Put returns, until killed
 func TestHelperProcess(t *testing.T) {
@@ -38,6 +41,17 @@ func TestHelperProcess(t *testing.T) {
 	case "lock":
 		fmt.Println("ready")
 		io.Copy(io.Discard, os.Stdin)
+	case "closing":
+		fmt.Println("ready")
+		io.Copy(io.Discard, os.Stdin)
+		s.MarkClosing()
+		fmt.Println("closing")
+		time.Sleep(1500 * time.Millisecond)
+		if err := s.Close(); err != nil {
+			fmt.Println("close:", err)
+			os.Exit(4)
+		}
+		os.Exit(0)
 	case "writer":
 		first, _ := strconv.Atoi(args[1])
 		var next atomic.Int64

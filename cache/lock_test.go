@@ -84,3 +84,49 @@ func TestOtherProcessHoldsLock(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestOpenWaitsForClosingHolder: with Options.WaitClosing, Open waits for
+// a process that marked itself closing (an unmounted mount whose process
+// has not exited yet) and succeeds once it has closed, calling OnWait once
+// with its pid; a holder that is not closing is still refused, after the
+// grace of lockGrace; without WaitClosing Open fails at once as before
+// (issue 36, item 14).
+func TestOpenWaitsForClosingHolder(t *testing.T) {
+	dir := t.TempDir()
+	cmd, out, stdin := startHelper(t, "closing", dir)
+	if !out.Scan() || out.Text() != "ready" {
+		t.Fatalf("helper did not open the cache: %q", out.Text())
+	}
+	if pid, closing := Holder(dir); pid != cmd.Process.Pid || closing {
+		t.Errorf("Holder: %d, %v; want %d, not closing", pid, closing, cmd.Process.Pid)
+	}
+	start := time.Now()
+	_, err := Open(Options{Dir: dir, MaxBytes: 64 << 20, Logger: quietLogger(), WaitClosing: 30 * time.Second,
+		OnWait: func(int) { t.Error("OnWait called for a holder that is not closing") }})
+	if d := time.Since(start); !errors.Is(err, ErrLocked) || d < lockGrace/2 || d > 15*time.Second {
+		t.Fatalf("Open while a serving process holds the cache: %v after %v; want ErrLocked after about %v", err, d, lockGrace)
+	}
+	stdin.Close()
+	if !out.Scan() || out.Text() != "closing" {
+		t.Fatalf("helper: %q", out.Text())
+	}
+	if pid, closing := Holder(dir); pid != cmd.Process.Pid || !closing {
+		t.Errorf("Holder of a closing store: %d, %v; want %d, closing", pid, closing, cmd.Process.Pid)
+	}
+	if _, err := openWithin(t, dir); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Open without WaitClosing: %v; want ErrLocked at once", err)
+	}
+	var pids []int
+	s, err := Open(Options{Dir: dir, MaxBytes: 64 << 20, Logger: quietLogger(), WaitClosing: 30 * time.Second,
+		OnWait: func(pid int) { pids = append(pids, pid) }})
+	if err != nil {
+		t.Fatalf("Open waiting for a closing holder: %v", err)
+	}
+	defer s.Close()
+	if len(pids) != 1 || pids[0] != cmd.Process.Pid {
+		t.Errorf("OnWait called with %v; want once with %d", pids, cmd.Process.Pid)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("helper: %v", err)
+	}
+}

@@ -70,6 +70,14 @@ type Options struct {
 	// MaxBytes is zero the budget reported is the one the store was last
 	// opened with for serving.
 	Inspect bool
+	// WaitClosing, if positive, makes Open wait up to this long for a
+	// process holding the directory that is closing its store
+	// (Store.MarkClosing, Store.Close: an unmounted mount whose process
+	// has yet to exit), and lockGrace (2 s) for one not marked yet,
+	// instead of failing with ErrLocked at once. OnWait, if set, is called
+	// once with the holder's pid when Open starts waiting for it.
+	WaitClosing time.Duration
+	OnWait      func(pid int)
 }
 
 // Stats are the store's counters, for the mount's stats file and metrics.
@@ -270,8 +278,12 @@ func Open(opts Options) (*Store, error) {
 		log.Warn("cache: the cache directory is open to other users (features derive from the images): chmod 700 it",
 			"dir", opts.Dir)
 	}
-	lk, err := lockDir(opts.Dir)
+	lk, err := lockDirWait(opts.Dir, opts.WaitClosing, opts.OnWait)
 	if err != nil {
+		return nil, err
+	}
+	if err := refuseLinks(opts.Dir); err != nil {
+		lk.release()
 		return nil, err
 	}
 	ident, err := identify(opts.Dir)
@@ -994,6 +1006,12 @@ func (s *Store) Stats() Stats {
 // Dir returns the cache directory.
 func (s *Store) Dir() string { return s.dir }
 
+// MarkClosing says in the directory's lock file that this process is
+// closing the store (a mount once unmounted, before it closes the rest): a
+// featurefs cache command run meanwhile waits for it (Options.WaitClosing)
+// instead of failing. Close marks it too.
+func (s *Store) MarkClosing() { s.lock.markClosing() }
+
 // Close persists the access order, closes the database and releases the
 // directory lock. Further calls return ErrClosed; a second Close returns nil.
 //
@@ -1005,6 +1023,7 @@ func (s *Store) Dir() string { return s.dir }
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		s.lock.markClosing()
 		close(s.quit)
 		<-s.done
 		s.gate.Lock()

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/featurefs/featurefs/extractor/graph"
 )
@@ -54,7 +53,7 @@ func writeField(h interface{ Write([]byte) (int, error) }, s string) {
 // of its layers, in order, under the preprocessing pre: the
 // api.Layer.Digest a mount of it gives them. It needs no ONNX Runtime.
 func LayerDigests(path string, pre Preprocess) ([]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := readModelFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,9 @@ package extractor
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -94,13 +96,58 @@ func (m *model) public() *Model {
 // loads numbers the models loaded (model.gen).
 var loads atomic.Uint64
 
-func loadModel(ms ModelSpec) (*model, error) {
-	if ms.Name == "" {
-		return nil, fmt.Errorf("model %s: empty name", ms.Path)
+// MaxModelFileBytes is the largest model file read: an ONNX model is one
+// protobuf message, which cannot exceed 2 GiB - 1 bytes; weights beyond
+// that are external data, in files of their own that this does not count
+// (ONNX Runtime reads them).
+const MaxModelFileBytes = 1<<31 - 1
+
+// ErrModelTooLarge is matched by the error for a model file larger than
+// MaxModelFileBytes.
+var ErrModelTooLarge = errors.New("larger than the 2 GiB an ONNX model file can be (protobuf's limit; external data files are not counted)")
+
+// readModelFile reads the model file at path with memory bounded by its
+// size: a regular file only, refused by its size (fstat, before any read)
+// over MaxModelFileBytes, and read into one buffer of that size (a file
+// that grows meanwhile is read to the size it had; its digest and parse
+// see one snapshot). A sparse 3 GB file replacing a model used to be read
+// whole, twice on a reload: 6.38 GB resident for a minute.
+func readModelFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
-	data, err := os.ReadFile(ms.Path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > MaxModelFileBytes {
+		return nil, fmt.Errorf("%s is %d bytes: %w", path, fi.Size(), ErrModelTooLarge)
+	}
+	data := make([]byte, fi.Size())
+	n, err := io.ReadFull(f, data)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return data[:n], nil
+}
+
+func loadModel(ms ModelSpec) (*model, error) {
+	data, err := readModelFile(ms.Path)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", ms.Name, err)
+	}
+	return loadModelData(ms, data)
+}
+
+// loadModelData is loadModel of the file's bytes, read by readModelFile.
+func loadModelData(ms ModelSpec, data []byte) (*model, error) {
+	if ms.Name == "" {
+		return nil, fmt.Errorf("model %s: empty name", ms.Path)
 	}
 	sum := graph.Sum256(data)
 	m := &model{Model: Model{

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -106,7 +105,7 @@ func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
 	if !ok {
 		return nil, false, fmt.Errorf("reload: %w %q", ErrUnknownModel, name)
 	}
-	data, err := os.ReadFile(old.spec.Path)
+	data, err := readModelFile(old.spec.Path)
 	if err != nil {
 		return nil, false, fmt.Errorf("model %s: %w: %w", name, ErrReloadRefused, err)
 	}
@@ -114,12 +113,12 @@ func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
 	if hex.EncodeToString(sum[:]) == old.Digest {
 		return old.public(), false, nil
 	}
-	// The file read twice, the parse, the pruned copy and the check
+	// The file read, the parse, the pruned copy and the check
 	// session are garbage once this returns, and so is the version before
 	// the previous: handed back to the system, or a mount's resident
 	// memory grows by them with every reload.
 	defer releaseMemory()
-	nm, err := loadModel(old.spec)
+	nm, err := loadModelData(old.spec, data) // read once: the digest's bytes are the ones loaded
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %w", ErrReloadRefused, err)
 	}

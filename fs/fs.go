@@ -212,9 +212,23 @@ func (f *FS) raiseReadAhead(dir string) {
 		return
 	}
 	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
-	if err := os.WriteFile(p, []byte(strconv.Itoa(maxRead>>10)), 0); err != nil {
+	if err := writeExisting(p, []byte(strconv.Itoa(maxRead>>10))); err != nil {
 		f.log.Debug("featurefs: readahead left at the kernel's default", slog.String("mountpoint", dir), slog.Any("err", err))
 	}
+}
+
+// writeExisting writes b to the existing file p (a sysfs attribute):
+// never created, never through a symbolic link.
+func writeExisting(p string, b []byte) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // ino derives a stable inode number from a node's kind and path, so that

@@ -23,6 +23,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/internal/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -137,16 +138,22 @@ func runBench(args []string) int {
 	}
 	defer svc.Close()
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+		f, err := safefile.Create(*cpuProfile, 0o644)
 		if err == nil {
-			err = pprof.StartCPUProfile(f)
+			if err = pprof.StartCPUProfile(f); err != nil {
+				f.Abort()
+			}
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "featurefs bench: --cpuprofile: %v\n", err)
 			return exitUsage
 		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Commit(); err != nil {
+				fmt.Fprintf(os.Stderr, "featurefs bench: --cpuprofile: %v\n", err)
+			}
+		}()
 	}
 	m, _ := svc.Model("m")
 	enc := json.NewEncoder(os.Stdout)

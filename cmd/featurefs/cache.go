@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
@@ -19,9 +20,16 @@ const cacheUsage = `Usage:
   featurefs cache stats [--cache-dir DIR] [--json]   show what the cache holds
   featurefs cache clear [--cache-dir DIR]            delete every cached feature
 
-A mounted featurefs holds its cache directory; unmount it first (its live
-figures are in MOUNT/.featurefs/stats).
+A mounted featurefs holds its cache directory: clear waits up to 30 s for
+one that was unmounted and is closing it (saying so in one line), and
+fails while one serves; stats of a cache in use gives what its files show
+(the mount's live figures, entries included, are in MOUNT/.featurefs/stats).
 `
+
+// cacheCloseWait is how long featurefs cache waits for a featurefs that
+// was unmounted to close the cache directory (umount returns before the
+// mount's process has closed its cache and exited).
+const cacheCloseWait = 30 * time.Second
 
 // runCache implements "featurefs cache stats|clear".
 func runCache(args []string) int {
@@ -60,7 +68,15 @@ func runCache(args []string) int {
 		return 1
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := cache.Open(cache.Options{Dir: *dir, Logger: logger, Inspect: true})
+	s, err := cache.Open(cache.Options{Dir: *dir, Logger: logger, Inspect: true, WaitClosing: cacheCloseWait,
+		OnWait: func(pid int) {
+			fmt.Fprintf(os.Stderr, "featurefs cache %s: waiting up to %v for pid %d, which is closing the cache directory %s\n", sub, cacheCloseWait, pid, *dir)
+		}})
+	if sub == "stats" && errors.Is(err, cache.ErrLocked) {
+		// In use by a running mount or server: what its files show,
+		// read without its lock.
+		return cacheLiveStats(os.Stdout, *dir, asJSON)
+	}
 	if sub == "clear" && errors.Is(err, cache.ErrDiskFull) {
 		// Too full to open even read-only: delete the files unopened.
 		if err := cache.ClearDir(*dir); err != nil {
@@ -122,6 +138,51 @@ func cacheStats(w io.Writer, s *cache.Store, asJSON bool) int {
 	fmt.Fprintf(w, "disk overhead    evicted values not reclaimed yet, and up to %s of dead values in the value log's\n", mountopts.FormatSize(st.ValueLogFileBytes))
 	fmt.Fprintf(w, "                 active file; a mount reclaims after %s of evictions, or %s after one (docs/RELIABILITY.md)\n",
 		mountopts.FormatSize(st.ReclaimAfterBytes), time.Duration(st.ReclaimIntervalSeconds*float64(time.Second)))
+	return 0
+}
+
+// cacheLiveJSON is what "featurefs cache stats --json" prints for a cache
+// directory in use by another process.
+type cacheLiveJSON struct {
+	Dir           string `json:"dir"`
+	InUseByPID    int    `json:"in_use_by_pid"`
+	DiskBytes     int64  `json:"disk_bytes"`
+	DiskFreeBytes int64  `json:"disk_free_bytes"`
+}
+
+// cacheLiveStats prints the figures of a cache directory another process
+// holds that its files give without opening it: its size on disk, its
+// filesystem's free space and the holder's pid.
+func cacheLiveStats(w io.Writer, dir string, asJSON bool) int {
+	pid, _ := cache.Holder(dir)
+	disk, err := cache.DiskUsage(dir)
+	var fs syscall.Statfs_t
+	if err == nil {
+		err = syscall.Statfs(dir, &fs)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "featurefs cache stats: %s: %v\n", dir, err)
+		return 1
+	}
+	st := cacheLiveJSON{Dir: dir, InUseByPID: pid, DiskBytes: disk, DiskFreeBytes: int64(fs.Bavail) * int64(fs.Bsize)}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			fmt.Fprintf(os.Stderr, "featurefs cache stats: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	by := "another process"
+	if pid > 0 {
+		by = fmt.Sprintf("pid %d", pid)
+	}
+	fmt.Fprintf(w, "cache directory  %s\n", dir)
+	fmt.Fprintf(w, "in use           by %s: read from its files without the lock; a mount's live figures, entries\n", by)
+	fmt.Fprintf(w, "                 included, are in MOUNT/.featurefs/stats\n")
+	fmt.Fprintf(w, "on disk          %s\n", mountopts.FormatSize(st.DiskBytes))
+	fmt.Fprintf(w, "free on its fs   %s\n", mountopts.FormatSize(st.DiskFreeBytes))
 	return 0
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/internal/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -238,7 +239,9 @@ func openExtractModel(a extractArgs, rt *mountopts.Options, level slog.Level) (*
 
 // extractAll extracts images[i] to out/names[i], extractFanOut at a time
 // (the service batches them), until ctx ends, showing progress. It returns
-// the counts and the first maxListedFailures failures, by image.
+// the counts and the first maxListedFailures failures, by image. Nothing
+// is written outside out (os.Root), and a symbolic link at an output's
+// path fails that image alone (internal/safefile).
 func extractAll(ctx context.Context, images, names []string, out string, prog *progress, extract func(context.Context, string) ([]byte, error)) warmOutcome {
 	start := time.Now()
 	total := int64(len(images))
@@ -255,6 +258,10 @@ func extractAll(ctx context.Context, images, names []string, out string, prog *p
 		}
 	}
 	update()
+	root, rerr := os.OpenRoot(out)
+	if rerr == nil {
+		defer root.Close()
+	}
 	sem := make(chan struct{}, extractFanOut)
 	var wg sync.WaitGroup
 loop:
@@ -266,11 +273,17 @@ loop:
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			b, err := extract(ctx, img)
+			err := rerr
+			var b []byte
 			if err == nil {
-				dst := filepath.Join(out, names[i])
-				if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
-					err = writeFileAtomic(dst, b)
+				b, err = extract(ctx, img)
+			}
+			if err == nil {
+				if dir := filepath.Dir(names[i]); dir != "." {
+					err = root.MkdirAll(dir, 0o755)
+				}
+				if err == nil {
+					err = safefile.WriteFileIn(root, names[i], b, 0o644)
 				}
 			}
 			switch {
@@ -486,27 +499,4 @@ func within(dir, p string) bool {
 		return true
 	}
 	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
-}
-
-// writeFileAtomic writes b to path through a temporary file and a rename.
-func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

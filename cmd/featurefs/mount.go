@@ -23,6 +23,7 @@ import (
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/mountpoint"
+	"github.com/featurefs/featurefs/internal/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -261,7 +262,7 @@ func daemonize(args []string, o mountopts.Options, mnt string) int {
 		fmt.Fprintf(os.Stderr, "featurefs mount: --log-file %s: %v\n", logPath, err)
 		return exitUsage // as in the foreground (newLogger)
 	}
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := safefile.OpenAppend(logPath, 0o600)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs mount: --log-file %s: %v\n", logPath, err)
 		return exitUsage
@@ -335,7 +336,7 @@ func newLogger(o mountopts.Options) (*slog.Logger, io.Closer, error) {
 		if err := os.MkdirAll(filepath.Dir(o.LogFile), 0o700); err != nil {
 			return nil, nil, failf(exitUsage, "--log-file %s: %w", o.LogFile, err)
 		}
-		f, err := os.OpenFile(o.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		f, err := safefile.OpenAppend(o.LogFile, 0o600)
 		if err != nil {
 			return nil, nil, failf(exitUsage, "--log-file %s: %w", o.LogFile, err)
 		}
@@ -467,6 +468,11 @@ wait:
 		case s = <-sigs:
 			break wait
 		}
+	}
+	if st.cache != nil {
+		// umount has returned: a featurefs cache command run now waits
+		// for this process to close the cache instead of failing.
+		st.cache.MarkClosing()
 	}
 	if s == nil {
 		log.Info("featurefs: unmounted", slog.String("mountpoint", mnt))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/internal/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -25,6 +26,9 @@ import (
 // lines (tried again) and a last line cut short are dropped first.
 func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard spec.Shard, prefix string, prog *progress) (warmOutcome, error) {
 	start := time.Now()
+	if err := safefile.RefuseSymlink(w.predictions); err != nil {
+		return warmOutcome{}, failf(exitUsage, "--predictions %w", err)
+	}
 	st, closeAll, err := openWarmStack(ctx, o, w.source, "--predictions", "read MOUNT/predictions/... instead")
 	if err != nil {
 		return warmOutcome{}, err
@@ -38,7 +42,7 @@ func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard
 	m, _ := st.ex.Model(name)
 	layout := features.NewPredictionLayout(m, st.pipe.Labels(name), o.PredictionsTop)
 
-	f, err := os.OpenFile(w.predictions, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := safefile.OpenAppend(w.predictions, 0o644)
 	if err != nil {
 		return warmOutcome{}, failf(exitUsage, "--predictions: %w", err)
 	}
@@ -107,11 +111,9 @@ func resumePredictions(path string) (map[string]struct{}, error) {
 	if dropped == 0 {
 		return done, nil
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, keep.Bytes(), 0o644); err != nil {
-		return nil, err
-	}
-	return done, os.Rename(tmp, path)
+	// A temporary file of its own (O_EXCL) renamed over path: never a
+	// link planted at a fixed name such as OUT.tmp (issue 36, item 3).
+	return done, safefile.WriteFile(path, keep.Bytes(), 0o644)
 }
 
 const diffUsage = `Usage: featurefs diff-predictions [--list N] A.jsonl B.jsonl

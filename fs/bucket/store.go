@@ -15,6 +15,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/featurefs/featurefs/internal/safefile"
 )
 
 // Store is a Bucket that also writes objects with user metadata: the
@@ -120,23 +122,12 @@ func (b *localBucket) Put(ctx context.Context, key string, data []byte, meta map
 	return b.writeRename(key, data)
 }
 
-// writeRename writes data to a temporary file beside key and renames it to
-// key.
+// writeRename writes data to a temporary file (O_EXCL) beside key and
+// renames it to key, inside the store's root: nothing outside the
+// directory is written, and a symbolic link at key is refused
+// (internal/safefile).
 func (b *localBucket) writeRename(key string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Join(b.dir, filepath.FromSlash(path.Dir(key))), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("bucket: put %s: %w", b.url(key), err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(b.dir, filepath.FromSlash(key)))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := safefile.WriteFileIn(b.root, filepath.FromSlash(key), data, 0o600); err != nil {
 		return fmt.Errorf("bucket: put %s: %w", b.url(key), err)
 	}
 	return nil
