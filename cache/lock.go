@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/featurefs/featurefs/internal/safefile"
+	"github.com/featurefs/featurefs/cache/safefile"
 )
 
 // lockFileName is the file in Options.Dir that a Store holds an exclusive

@@ -23,7 +23,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
-	"github.com/featurefs/featurefs/internal/safefile"
+	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 

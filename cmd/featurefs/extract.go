@@ -23,7 +23,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
-	"github.com/featurefs/featurefs/internal/safefile"
+	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -241,7 +241,7 @@ func openExtractModel(a extractArgs, rt *mountopts.Options, level slog.Level) (*
 // (the service batches them), until ctx ends, showing progress. It returns
 // the counts and the first maxListedFailures failures, by image. Nothing
 // is written outside out (os.Root), and a symbolic link at an output's
-// path fails that image alone (internal/safefile).
+// path fails that image alone (cache/safefile).
 func extractAll(ctx context.Context, images, names []string, out string, prog *progress, extract func(context.Context, string) ([]byte, error)) warmOutcome {
 	start := time.Now()
 	total := int64(len(images))

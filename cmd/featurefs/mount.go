@@ -23,7 +23,7 @@ import (
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/mountpoint"
-	"github.com/featurefs/featurefs/internal/safefile"
+	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/features"
-	"github.com/featurefs/featurefs/internal/safefile"
+	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/featurefs/featurefs/internal/safefile"
+	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/featurefs/featurefs/internal/safefile"
+	"github.com/featurefs/featurefs/cache/safefile"
 )
 
 // Store is a Bucket that also writes objects with user metadata: the
@@ -125,7 +125,7 @@ func (b *localBucket) Put(ctx context.Context, key string, data []byte, meta map
 // writeRename writes data to a temporary file (O_EXCL) beside key and
 // renames it to key, inside the store's root: nothing outside the
 // directory is written, and a symbolic link at key is refused
-// (internal/safefile).
+// (cache/safefile).
 func (b *localBucket) writeRename(key string, data []byte) error {
 	if err := safefile.WriteFileIn(b.root, filepath.FromSlash(key), data, 0o600); err != nil {
 		return fmt.Errorf("bucket: put %s: %w", b.url(key), err)

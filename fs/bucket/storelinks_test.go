@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/fs/bucket"
-	"github.com/featurefs/featurefs/internal/safefile"
+	"github.com/featurefs/featurefs/cache/safefile"
 )
 
 // TestLocalStoreRefusesLinks: a local feature store writes nothing outside
