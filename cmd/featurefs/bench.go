@@ -21,9 +21,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/spec"
-	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 

@@ -19,11 +19,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/extractor/spec"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/mountpoint"
-	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 

@@ -14,9 +14,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/features"
-	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/mountopts"
 )
 

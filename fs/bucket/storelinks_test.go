@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/cache/safefile"
+	"github.com/featurefs/featurefs/fs/bucket"
 )
 
 // TestLocalStoreRefusesLinks: a local feature store writes nothing outside
