@@ -259,50 +259,62 @@ func (s *Store) readWholeFile(i id, p filePtr) ([]byte, error) {
 	return rec, nil
 }
 
-// fileReadAt is readAtVerified for a value in a file: it reads the header,
-// the chunk table and only the chunks the range touches (a compressed value
-// is read whole).
+// fileReadAt is readAtVerified for a value in a file: one pread of the
+// header and chunk table, one of the chunks the range touches, verified
+// (a compressed value is read whole).
 func fileReadAt(i id, f *os.File, p filePtr, dst []byte, off int64) (int, int, error) {
-	var hdr [headerLen]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+	// The table of a chunked record of recLen bytes is at most this long.
+	metaLen := min(p.recLen, headerLen+4*int64(numChunks(int(max(p.recLen-headerLen, 0)))))
+	meta := make([]byte, metaLen)
+	if _, err := f.ReadAt(meta, 0); err != nil || metaLen < headerLen {
 		return 0, 0, fmt.Errorf("%w: feature file header: %v", errChecksum, err)
 	}
-	if [4]byte(hdr[4:8]) != p.crc {
+	if [4]byte(meta[4:8]) != p.crc {
 		return 0, 0, fmt.Errorf("%w: feature file's header differs from its index entry", errChecksum)
 	}
-	n := int64(binary.LittleEndian.Uint32(hdr[8:]))
-	if [4]byte(hdr[:4]) != magic || binary.LittleEndian.Uint32(hdr[12:]) != flagsChunked ||
-		headerLen+4*int64(numChunks(int(n)))+n != p.recLen {
-		// Compressed, or not what it should be: read and check it whole.
-		rec := make([]byte, p.recLen)
-		if _, err := f.ReadAt(rec, 0); err != nil {
-			return 0, 0, fmt.Errorf("%w: feature file: %v", errChecksum, err)
-		}
-		return readAtVerified(i, rec, dst, off)
-	}
+	n := int64(binary.LittleEndian.Uint32(meta[8:]))
 	size := int(n)
 	nc := numChunks(size)
+	tl := 4 * nc
+	if [4]byte(meta[:4]) != magic || binary.LittleEndian.Uint32(meta[12:]) != flagsChunked ||
+		headerLen+int64(tl)+n != p.recLen {
+		// Compressed (or not what it should be): map it, so that the
+		// codec decodes only the chunks the range touches from the page
+		// cache, as from Badger's value log. The length was checked
+		// against the index just now; files are only ever replaced by a
+		// rename or unlinked, never truncated, so the mapping stays whole.
+		m, err := syscall.Mmap(int(f.Fd()), 0, int(p.recLen), syscall.PROT_READ, syscall.MAP_SHARED)
+		if err != nil {
+			return 0, 0, fmt.Errorf("cache: map feature file: %w", err)
+		}
+		defer syscall.Munmap(m)
+		return readAtVerified(i, m, dst, off)
+	}
+	fr := frame{seed: crc32.Update(0, castagnoli, i[:]), table: meta[headerLen : headerLen+tl]}
+	if got := crc32.Update(fr.seed, castagnoli, meta[8:headerLen+tl]); got != binary.LittleEndian.Uint32(meta[4:]) {
+		return 0, size, fmt.Errorf("%w: header crc %08x", errChecksum, got)
+	}
 	if off < 0 {
 		return 0, size, fmt.Errorf("cache: read at negative offset %d", off)
 	}
 	if off >= int64(size) {
 		return 0, size, nil
 	}
+	if len(dst) == 0 {
+		return 0, size, nil
+	}
 	end := min(int(off)+len(dst), size)
 	k0, k1 := int(off)/chunkSize, (end-1)/chunkSize
-	tl := 4 * nc
-	// The header and table, then the chunks k0..k1.
-	meta := make([]byte, headerLen+tl)
-	copy(meta, hdr[:])
-	if _, err := f.ReadAt(meta[headerLen:], headerLen); err != nil {
-		return 0, size, fmt.Errorf("%w: feature file table: %v", errChecksum, err)
-	}
-	fr := frame{seed: crc32.Update(0, castagnoli, i[:]), table: meta[headerLen:]}
-	if got := crc32.Update(fr.seed, castagnoli, meta[8:]); got != binary.LittleEndian.Uint32(hdr[4:]) {
-		return 0, size, fmt.Errorf("%w: header crc %08x", errChecksum, got)
-	}
 	cs, ce := k0*chunkSize, min((k1+1)*chunkSize, size)
-	buf := make([]byte, ce-cs)
+	var buf []byte
+	if int(off) == cs && end == ce {
+		// Whole chunks (the kernel's reads are aligned): read them into
+		// dst and verify them there; on an error dst holds no answer
+		// (0 bytes returned).
+		buf = dst[:ce-cs]
+	} else {
+		buf = make([]byte, ce-cs)
+	}
 	if _, err := f.ReadAt(buf, int64(headerLen+tl+cs)); err != nil {
 		return 0, size, fmt.Errorf("%w: feature file: %v", errChecksum, err)
 	}
@@ -311,6 +323,9 @@ func fileReadAt(i id, f *os.File, p filePtr, dst []byte, off int64) (int, int, e
 		if err := fr.verifyChunk(k, buf[a:b]); err != nil {
 			return 0, size, err
 		}
+	}
+	if &buf[0] == &dst[0] {
+		return len(buf), size, nil
 	}
 	return copy(dst, buf[int(off)-cs:end-cs]), size, nil
 }

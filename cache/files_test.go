@@ -73,6 +73,16 @@ func TestFilePutGetEvict(t *testing.T) {
 			t.Fatalf("ReadAt %d: %d bytes, right %v", off, n, bytes.Equal(dst[:n], want[off:end]))
 		}
 	}
+	// Whole chunks, as the kernel asks (read into dst directly), and the
+	// last, short one.
+	for _, off := range []int64{chunkSize, 12 * chunkSize} {
+		dst := make([]byte, 2*chunkSize)
+		n, _, ok, err := s.ReadAt(testKey(2), dst, off)
+		end := min(off+2*chunkSize, featSize)
+		if err != nil || !ok || n != int(end-off) || !bytes.Equal(dst[:n], want[off:end]) {
+			t.Fatalf("aligned ReadAt %d: n %d ok %v err %v", off, n, ok, err)
+		}
+	}
 	if v, ok, _ := s.Get(testKey(-1)); !ok || !bytes.Equal(v, small) {
 		t.Fatal("small value lost")
 	}
@@ -149,7 +159,7 @@ func TestFileDamaged(t *testing.T) {
 	if !bytes.Equal(dst, testValue(0, featSize)[:100]) {
 		t.Fatal("ReadAt: wrong bytes")
 	}
-	if _, _, ok, err := s.ReadAt(testKey(0), dst, 5*chunkSize); ok || err != nil {
+	if _, _, ok, err := s.ReadAt(testKey(0), make([]byte, chunkSize), 5*chunkSize); ok || err != nil {
 		t.Fatalf("ReadAt of the damaged chunk: ok %v err %v; want a miss", ok, err)
 	}
 	if st := s.Stats(); st.ChecksumFailures != 1 || st.Entries != 1 {

@@ -60,7 +60,7 @@ type sample struct {
 	disk   float64 // bytes on disk per feature after Put (Put phases)
 }
 
-type cell struct{ put, get []sample }
+type cell struct{ put, get, at []sample }
 
 func cpuNow() float64 {
 	var ru syscall.Rusage
@@ -97,18 +97,24 @@ func key(round, w, n int) cache.Key {
 		ModelDigest: "resnet50", Layer: "layer12", Preprocess: "p", DType: "float32"}
 }
 
-// run does one Put phase and one Get phase of variant v with w goroutines.
-func run(v variant, dir string, feats [][]byte, round, w int) (put, get sample, err error) {
+// readPiece is the size of the mount's reads of a cached feature (ReadAt,
+// one per kernel read request).
+const readPiece = 128 << 10
+
+// run does one Put phase, one Get phase and one phase of ReadAt in 128 KiB
+// pieces (what the mount does; plain files: open, pread the pieces, close)
+// of variant v with w goroutines.
+func run(v variant, dir string, feats [][]byte, round, w int) (put, get, at sample, err error) {
 	n := len(feats)
 	var s *cache.Store
 	if !v.files {
 		s, err = cache.Open(cache.Options{Dir: dir, MaxBytes: 4 << 30, FileThreshold: v.thresh, Compression: v.comp})
 		if err != nil {
-			return put, get, err
+			return put, get, at, err
 		}
 		defer s.Close()
 	} else if err = os.MkdirAll(dir, 0o700); err != nil {
-		return put, get, err
+		return put, get, at, err
 	}
 	par := func(f func(i int) error) (float64, float64, error) {
 		runtime.GC()
@@ -148,7 +154,7 @@ func run(v variant, dir string, feats [][]byte, round, w int) (put, get sample, 
 		return s.Put(key(round, w, i), feats[i])
 	})
 	if err != nil {
-		return put, get, fmt.Errorf("put: %w", err)
+		return put, get, at, fmt.Errorf("put: %w", err)
 	}
 	put = sample{cpuPer: c / float64(n), mbps: total / t / 1e6}
 	if du, err := cache.DiskUsage(dir); err == nil {
@@ -172,10 +178,52 @@ func run(v variant, dir string, feats [][]byte, round, w int) (put, get sample, 
 		return err
 	})
 	if err != nil {
-		return put, get, fmt.Errorf("get: %w", err)
+		return put, get, at, fmt.Errorf("get: %w", err)
 	}
 	get = sample{cpuPer: c / float64(n), mbps: total / t / 1e6}
-	return put, get, nil
+	bufs := make([][]byte, w)
+	for g := range bufs {
+		bufs[g] = make([]byte, readPiece)
+	}
+	c, t, err = par(func(i int) error {
+		buf := bufs[i%w]
+		var f *os.File
+		if v.files {
+			var err error
+			if f, err = os.Open(path(i)); err != nil {
+				return err
+			}
+			defer f.Close()
+		}
+		for off := int64(0); off < int64(len(feats[i])); off += readPiece {
+			var m int
+			var err error
+			if v.files {
+				m, err = f.ReadAt(buf, off)
+				if err != nil && off+int64(m) == int64(len(feats[i])) {
+					err = nil // io.EOF at the end
+				}
+			} else {
+				var ok bool
+				m, _, ok, err = s.ReadAt(key(round, w, i), buf, off)
+				if err == nil && !ok {
+					err = fmt.Errorf("feature %d missing", i)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if m != min(readPiece, len(feats[i])-int(off)) {
+				return fmt.Errorf("feature %d: %d bytes at %d", i, m, off)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return put, get, at, fmt.Errorf("readat: %w", err)
+	}
+	at = sample{cpuPer: c / float64(n), mbps: total / t / 1e6}
+	return put, get, at, nil
 }
 
 func med(v []float64) (m, lo, hi float64) {
@@ -233,24 +281,24 @@ func main() {
 	for r := range *rounds {
 		for _, w := range writers {
 			// Rotate the order of the variants each round.
-			var filesPut, filesGet float64
+			var filesPut, filesGet, filesAt float64
 			order := make([]int, len(variants))
 			for i := range order {
 				order[i] = (i + r) % len(variants)
 			}
-			res := make([][2]sample, len(variants))
+			res := make([][3]sample, len(variants))
 			for _, vi := range order {
 				v := variants[vi]
 				dir := filepath.Join(work, fmt.Sprintf("r%d-w%d-v%d", r, w, vi))
-				p, g, err := run(v, dir, feats, r, w)
+				p, g, a, err := run(v, dir, feats, r, w)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "benchcache: %s, %d writers: %v\n", v.name, w, err)
 					os.Exit(1)
 				}
 				os.RemoveAll(dir)
-				res[vi] = [2]sample{p, g}
+				res[vi] = [3]sample{p, g, a}
 				if v.files {
-					filesPut, filesGet = p.cpuPer, g.cpuPer
+					filesPut, filesGet, filesAt = p.cpuPer, g.cpuPer, a.cpuPer
 				}
 			}
 			for vi := range variants {
@@ -259,17 +307,17 @@ func main() {
 					c = &cell{}
 					cells[[2]int{vi, w}] = c
 				}
-				p, g := res[vi][0], res[vi][1]
-				p.ratio, g.ratio = p.cpuPer/filesPut, g.cpuPer/filesGet
-				c.put, c.get = append(c.put, p), append(c.get, g)
+				p, g, a := res[vi][0], res[vi][1], res[vi][2]
+				p.ratio, g.ratio, a.ratio = p.cpuPer/filesPut, g.cpuPer/filesGet, a.cpuPer/filesAt
+				c.put, c.get, c.at = append(c.put, p), append(c.get, g), append(c.at, a)
 			}
 			fmt.Fprintf(os.Stderr, "benchcache: round %d, %d writers done (load %s)\n", r+1, w, loadavg())
 		}
 	}
 	fmt.Printf("%d rounds, %d features of %d B per phase, %d CPUs (GOMAXPROCS %d), load average %s at the start and %s at the end\n\n",
 		*rounds, *nfeat, len(feats[0]), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadStart, loadavg())
-	fmt.Println("| store | writers | Put CPU ms/feature | Put MB/s | Put CPU / files' | Get CPU ms/feature | Get MB/s | Get CPU / files' | disk bytes/feature |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| store | writers | Put CPU ms/feature | Put MB/s | Put CPU / files' | Get CPU ms/feature | Get MB/s | Get CPU / files' | ReadAt 128 KiB: CPU ms/feature | ReadAt CPU / files' | disk bytes/feature |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	pick := func(ss []sample, f func(sample) float64) (float64, float64, float64) {
 		v := make([]float64, len(ss))
 		for i, s := range ss {
@@ -290,9 +338,11 @@ func main() {
 			gc, gcl, gch := pick(c.get, cpu)
 			gm, gml, gmh := pick(c.get, mb)
 			gr, grl, grh := pick(c.get, ra)
+			ac, acl, ach := pick(c.at, cpu)
+			ar, arl, arh := pick(c.at, ra)
 			d, _, _ := pick(c.put, dk)
-			fmt.Printf("| %s | %d | %.3f (%.3f-%.3f) | %.0f (%.0f-%.0f) | **%.2fx** (%.2f-%.2f) | %.3f (%.3f-%.3f) | %.0f (%.0f-%.0f) | **%.2fx** (%.2f-%.2f) | %.0f |\n",
-				v.name, w, pc, pcl, pch, pm, pml, pmh, pr, prl, prh, gc, gcl, gch, gm, gml, gmh, gr, grl, grh, d)
+			fmt.Printf("| %s | %d | %.3f (%.3f-%.3f) | %.0f (%.0f-%.0f) | **%.2fx** (%.2f-%.2f) | %.3f (%.3f-%.3f) | %.0f (%.0f-%.0f) | **%.2fx** (%.2f-%.2f) | %.3f (%.3f-%.3f) | %.2fx (%.2f-%.2f) | %.0f |\n",
+				v.name, w, pc, pcl, pch, pm, pml, pmh, pr, prl, prh, gc, gcl, gch, gm, gml, gmh, gr, grl, grh, ac, acl, ach, ar, arl, arh, d)
 		}
 	}
 	fmt.Println()
