@@ -209,11 +209,13 @@ func (s *Store) placeFile(i id, tmp string) error {
 	return nil
 }
 
-// removeFile deletes i's file, if any.
-func (s *Store) removeFile(i id) {
-	if err := os.Remove(s.filePath(i)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+// removeFile deletes i's file, if any, and reports whether there was one.
+func (s *Store) removeFile(i id) bool {
+	err := os.Remove(s.filePath(i))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("cache: remove feature file", "id", i.String(), "err", err)
 	}
+	return err == nil
 }
 
 // openFile opens i's file for reading without following a symlink and

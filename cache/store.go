@@ -956,6 +956,7 @@ func (s *Store) deleteVictims(vs []victim) {
 	}
 	var freed int64
 	for _, v := range vs {
+		inFile := false
 		st := s.stripe(v.id)
 		st.Lock()
 		s.mu.Lock()
@@ -969,12 +970,17 @@ func (s *Store) deleteVictims(vs []victim) {
 				return txn.Delete(dbKey(prefixMeta, v.id))
 			}); err != nil {
 				s.log.Warn("cache: delete evicted entry", "id", v.id.String(), "err", err)
-			} else {
-				s.removeFile(v.id) // after the index entry: a kill -9 between leaves an orphan, swept at open
+			} else if s.removeFile(v.id) {
+				// After the index entry (a kill -9 between leaves an
+				// orphan, swept at open). Its disk space is free now:
+				// nothing for a reclaim to do.
+				inFile = true
 			}
 		}
 		st.Unlock()
-		freed += int64(v.size)
+		if !inFile {
+			freed += int64(v.size)
+		}
 	}
 	s.evictions.Add(int64(len(vs)))
 	s.mu.Lock()
