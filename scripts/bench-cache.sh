@@ -71,7 +71,7 @@ cat <<MD
 ## Cache alone: CPU per 803 KB feature, Put and Get vs plain files
 
 \`go run ./scripts/benchcache -rounds $CPU_ROUNDS -features $CPU_FEATURES\` (in \`scripts/bench-cache.sh\`; data in ${TMPDIR:-/tmp} on $FS).
-Each phase Puts (then Gets, warm) $CPU_FEATURES ResNet-50 layer12-shaped features (802,944 B .npy of post-ReLU float32,
+Each phase Puts, then Gets (warm), then reads in 128 KiB \`ReadAt\` pieces as the mount does (plain files: open, pread, close) $CPU_FEATURES ResNet-50 layer12-shaped features (802,944 B .npy of post-ReLU float32,
 about half zeros) from W goroutines; CPU is the process's getrusage user+sys over the phase (Badger's goroutines
 and the GC included) per feature; the plain-files baseline is \`os.WriteFile\`/\`os.ReadFile\` of the same bytes
 into one file each in the same filesystem, same round. Variants run in a rotated order each round; each figure is
