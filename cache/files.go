@@ -124,8 +124,8 @@ func mkdirPrivate(d string) error {
 	if !info.IsDir() {
 		return fmt.Errorf("%s is not a directory (a symlink is refused)", d)
 	}
-	if err == nil {
-		return os.Chmod(d, dirMode) // whatever the umask
+	if info.Mode().Perm() != dirMode {
+		return os.Chmod(d, dirMode) // whatever the umask, or an earlier mode
 	}
 	return nil
 }

@@ -210,7 +210,14 @@ func TestFileOrphanSweep(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, filesDir, testKey(2).id().String()[:2], testKey(2).id().String())); err != nil {
 		t.Fatal(err)
 	}
+	loose := filepath.Dir(s.filePath(testKey(1).id()))
+	if err := os.Chmod(loose, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	s = openTest(t, dir, 1<<30)
+	if info, err := os.Stat(loose); err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("a fan-out directory left 0755 is %v after open (%v), want 0700", info.Mode().Perm(), err)
+	}
 	for _, p := range []string{orphan, tmp} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s not swept at open (stat: %v)", p, err)
