@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 )
@@ -193,7 +194,9 @@ func (s *Store) writeFile(i id, parts ...[]byte) (string, error) {
 // directory so the rename is durable before the index entry).
 func (s *Store) placeFile(i id, tmp string) error {
 	final := s.filePath(i)
-	if err := os.Rename(tmp, final); err != nil {
+	err := os.Rename(tmp, final)
+	s.forgetFile(i) // after the rename: an open of the file replaced is not cached
+	if err != nil {
 		os.Remove(tmp)
 		return err
 	}
@@ -212,6 +215,7 @@ func (s *Store) placeFile(i id, tmp string) error {
 // removeFile deletes i's file, if any, and reports whether there was one.
 func (s *Store) removeFile(i id) bool {
 	err := os.Remove(s.filePath(i))
+	s.forgetFile(i) // after the unlink: an open that raced with it is not cached
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("cache: remove feature file", "id", i.String(), "err", err)
 	}
@@ -378,4 +382,116 @@ func (s *Store) sweepFiles() {
 // removeFilesDir deletes every feature file (Clear).
 func (s *Store) removeFilesDir() error {
 	return os.RemoveAll(filepath.Join(s.dir, filesDir))
+}
+
+// fdCacheSize bounds the feature files kept open for ReadAt.
+const fdCacheSize = 64
+
+// fdCache keeps the last feature files ReadAt opened open, so that the
+// mount's reads of one feature (a ReadAt per kernel read, 128 KiB each)
+// open it once rather than once per read. Every unlink or replacement of
+// a file (removeFile, placeFile) drops its entry first and bumps gen, so
+// an open that raced with it is not cached: no file is held open after
+// its value is evicted (its disk space is freed at once).
+type fdCache struct {
+	mu  sync.Mutex
+	gen uint64
+	m   map[id]*fdEntry
+	lru []id // insertion order, oldest first; may hold ids since removed
+}
+
+type fdEntry struct {
+	f    *os.File
+	p    filePtr
+	refs int
+	dead bool // out of the cache: closed when the last user releases it
+}
+
+// acquireFile returns i's open file for the pointer p, from the cache or
+// opened now; a missing file is (nil, nil). releaseFile gives it back.
+func (s *Store) acquireFile(i id, p filePtr) (*fdEntry, error) {
+	c := &s.fds
+	c.mu.Lock()
+	if e, ok := c.m[i]; ok && e.p == p {
+		e.refs++
+		c.mu.Unlock()
+		return e, nil
+	}
+	gen := c.gen
+	c.mu.Unlock()
+	f, err := s.openFile(i, p)
+	if f == nil {
+		return nil, err
+	}
+	e := &fdEntry{f: f, p: p, refs: 1}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		e.dead = true // a file was unlinked or replaced meanwhile: don't keep it
+		return e, nil
+	}
+	if c.m == nil {
+		c.m = make(map[id]*fdEntry)
+	}
+	if old, ok := c.m[i]; ok {
+		c.removeLocked(i, old)
+	}
+	c.m[i] = e
+	c.lru = append(c.lru, i)
+	for len(c.m) > fdCacheSize && len(c.lru) > 0 {
+		o := c.lru[0]
+		c.lru = c.lru[1:]
+		if oe, ok := c.m[o]; ok {
+			c.removeLocked(o, oe)
+		}
+	}
+	if len(c.lru) > 4*fdCacheSize { // ids removed meanwhile: rebuild
+		c.lru = c.lru[:0]
+		for k := range c.m {
+			c.lru = append(c.lru, k)
+		}
+	}
+	return e, nil
+}
+
+func (c *fdCache) removeLocked(i id, e *fdEntry) {
+	delete(c.m, i)
+	e.dead = true
+	if e.refs == 0 {
+		e.f.Close()
+	}
+}
+
+func (s *Store) releaseFile(e *fdEntry) {
+	c := &s.fds
+	c.mu.Lock()
+	e.refs--
+	if e.dead && e.refs == 0 {
+		e.f.Close()
+	}
+	c.mu.Unlock()
+}
+
+// forgetFile drops i's open file, if cached (its file is being unlinked or
+// replaced).
+func (s *Store) forgetFile(i id) {
+	c := &s.fds
+	c.mu.Lock()
+	c.gen++
+	if e, ok := c.m[i]; ok {
+		c.removeLocked(i, e)
+	}
+	c.mu.Unlock()
+}
+
+// forgetAllFiles closes every cached open file (Clear, Close).
+func (s *Store) forgetAllFiles() {
+	c := &s.fds
+	c.mu.Lock()
+	c.gen++
+	for i, e := range c.m {
+		c.removeLocked(i, e)
+	}
+	c.lru = nil
+	c.mu.Unlock()
 }

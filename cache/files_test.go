@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -421,4 +422,90 @@ func FuzzFeatureFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// openFeatureFiles returns how many of this process's descriptors are open
+// on feature files under dir (deleted ones included).
+func openFeatureFiles(t *testing.T, dir string) (open, deleted int) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, filesDir) + "/"
+	for _, e := range ents {
+		l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || !strings.HasPrefix(l, root) {
+			continue
+		}
+		open++
+		if strings.HasSuffix(l, " (deleted)") {
+			deleted++
+		}
+	}
+	return open, deleted
+}
+
+// TestFileReadAtOpenFiles: ReadAt keeps the files it read open for the
+// next pieces (bounded), and never one whose value was evicted, deleted,
+// replaced or cleared: the disk space of an evicted value is free at once.
+func TestFileReadAtOpenFiles(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, 4*featSize)
+	dst := make([]byte, chunkSize)
+	readAll := func(k int) {
+		t.Helper()
+		for off := int64(0); off < featSize; off += chunkSize {
+			if _, _, ok, err := s.ReadAt(testKey(k), dst, off); !ok || err != nil {
+				t.Fatalf("ReadAt %d at %d: ok %v err %v", k, off, ok, err)
+			}
+		}
+	}
+	for k := range 3 {
+		if err := s.Put(testKey(k), testValue(k, featSize)); err != nil {
+			t.Fatal(err)
+		}
+		readAll(k)
+	}
+	if open, _ := openFeatureFiles(t, dir); open != 3 {
+		t.Fatalf("%d feature files open after reading 3, want 3 (kept for the next reads)", open)
+	}
+	if err := s.Delete(testKey(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(testKey(1), testValue(1, featSize)); err != nil { // replaced by a rename
+		t.Fatal(err)
+	}
+	for k := 3; k < 8; k++ { // evicts 2 and others
+		if err := s.Put(testKey(k), testValue(k, featSize)); err != nil {
+			t.Fatal(err)
+		}
+		readAll(k)
+	}
+	if _, deleted := openFeatureFiles(t, dir); deleted != 0 {
+		t.Fatalf("%d deleted feature files still open: their disk space is not free", deleted)
+	}
+	// The bound.
+	big := openTest(t, t.TempDir(), 1<<30)
+	for k := range fdCacheSize + 10 {
+		if err := big.Put(testKey(k), testValue(k, 100<<10)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok, _ := big.ReadAt(testKey(k), dst, 0); !ok {
+			t.Fatal("ReadAt missed")
+		}
+	}
+	if open, _ := openFeatureFiles(t, big.dir); open > fdCacheSize {
+		t.Fatalf("%d feature files open, bound %d", open, fdCacheSize)
+	}
+	if err := big.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := openFeatureFiles(t, big.dir); open != 0 {
+		t.Fatalf("%d feature files open after Clear", open)
+	}
+	s.Close()
+	if open, _ := openFeatureFiles(t, dir); open != 0 {
+		t.Fatalf("%d feature files open after Close", open)
+	}
 }

@@ -212,6 +212,7 @@ type Store struct {
 	inspect      bool
 	syncWrites   bool
 	fileThresh   int64 // records of at least this many bytes go to files; 0: none
+	fds          fdCache
 	log          *slog.Logger
 	bopts        badger.Options
 	lock         *dirLock
@@ -716,12 +717,12 @@ func (s *Store) readValue(i id, fn func(rec []byte, owned bool) error, partial f
 		return true, nil
 	}
 	if partial != nil {
-		f, err := s.openFile(i, ptr)
-		if f == nil {
+		e, err := s.acquireFile(i, ptr)
+		if e == nil {
 			return false, err
 		}
-		defer f.Close()
-		return true, partial(f, ptr)
+		defer s.releaseFile(e)
+		return true, partial(e.f, ptr)
 	}
 	rec, err := s.readWholeFile(i, ptr)
 	if rec == nil {
@@ -1040,6 +1041,7 @@ func (s *Store) Clear() error {
 	if err := s.db.DropAll(); err != nil {
 		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
 	}
+	s.forgetAllFiles()
 	if err := s.removeFilesDir(); err != nil {
 		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
 	}
@@ -1070,6 +1072,7 @@ func (s *Store) clearFilesLocked() error {
 	s.db = nil
 	s.closed = true // until it is open again
 	s.resetLocked()
+	s.forgetAllFiles()
 	if err := removeBadgerFiles(s.dir); err != nil {
 		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
 	}
@@ -1161,6 +1164,7 @@ func (s *Store) Close() error {
 		<-s.done
 		s.gate.Lock()
 		defer s.gate.Unlock()
+		s.forgetAllFiles()
 		if s.db == nil { // a read-only store cleared on a full filesystem
 			s.closed = true
 			err = s.lock.release()
