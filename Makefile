@@ -151,7 +151,11 @@ summary() {
     cache)
       while read -r t r; do
         row "warm feature-cache reads vs the same bytes in local files" "$r" ">= $t: $(verdict "$r" "$t")" "$area"; n=$((n + 1))
-      done < <(sed -nE 's/^\| \*\*read ratio cache \/ files\*\* \(target >= ([0-9.]+);.*\| \*\*([0-9.]+)\*\* \|$/\1 \2/p' "$f") ;;
+      done < <(sed -nE 's/^\| \*\*read ratio cache \/ files\*\* \(target >= ([0-9.]+);.*\| \*\*([0-9.]+)\*\* \|$/\1 \2/p' "$f")
+      while read -r w p pt g gt; do
+        row "the cache alone: CPU of a Put of an 803 KB feature vs \`os.WriteFile\`, $w writer(s)" "${p}x" "<= ${pt}x: $(verdict "$pt" "$p")" "$area"
+        row "the cache alone: CPU of a Get of an 803 KB feature vs \`os.ReadFile\`, $w writer(s)" "${g}x" "<= ${gt}x: $(verdict "$gt" "$g")" "$area"; n=$((n + 2))
+      done < <(sed -nE 's/^- cache \(default\) at ([0-9]+) writer\(s\): Put \*\*([0-9.]+)x\*\* [^(]*\(target <= ([0-9.]+)x: [A-Za-z]+\), Get \*\*([0-9.]+)x\*\* [^(]*\(target <= ([0-9.]+)x: [A-Za-z]+\).*/\1 \2 \3 \4 \5/p' "$f") ;;
     mount)
       while read -r r t; do
         row "second-epoch DataLoader throughput, mount vs local .npy files" "${r}x" ">= ${t}x: $(verdict "$r" "$t")" "$area"; n=$((n + 1))

@@ -14,9 +14,12 @@ import (
 
 // corruptOnDisk flips the byte at off within the first occurrence of
 // pattern in the cache's value-log files.
+// (Values of 64 KiB and more are in feature files: those are searched too.)
 func corruptOnDisk(t *testing.T, dir string, pattern []byte, off int) {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	inFiles, _ := filepath.Glob(filepath.Join(dir, filesDir, "*", "*"))
+	files = append(files, inFiles...)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -36,7 +39,7 @@ func corruptOnDisk(t *testing.T, dir string, pattern []byte, off int) {
 		}
 		return
 	}
-	t.Fatalf("pattern not found in %d value-log files of %s", len(files), dir)
+	t.Fatalf("pattern not found in %d value-log and feature files of %s", len(files), dir)
 }
 
 func TestChecksumCorruptionIsAMiss(t *testing.T) {

@@ -279,7 +279,7 @@ func (s *Store) updateReserve() {
 }
 
 // ClearDir deletes every cached feature in dir without opening the store:
-// Badger's files go, the directory and its lock file stay. It is for a
+// Badger's files and the feature files go, the directory and its lock file stay. It is for a
 // cache that cannot be opened even read-only on a full filesystem (one left
 // by a crash holds write-ahead logs Badger must rewrite to open). It fails
 // with ErrLocked while another process has the directory open.
@@ -290,6 +290,9 @@ func ClearDir(dir string) error {
 	}
 	defer lk.release()
 	if err := removeBadgerFiles(dir); err != nil {
+		return fmt.Errorf("cache: clear %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, filesDir)); err != nil {
 		return fmt.Errorf("cache: clear %s: %w", dir, err)
 	}
 	return nil

@@ -10,9 +10,15 @@
 //
 // # Storage
 //
-// Entries live in an embedded Badger (v4) database in Options.Dir. Values go to
-// Badger's value log (a low ValueThreshold, no compression, one version per
-// key); every value is framed with a CRC-32C per 64 KiB chunk (over the key
+// Entries live in an embedded Badger (v4) database in Options.Dir. A value
+// whose record is at least Options.FileThreshold bytes (64 KiB by default: a
+// layer12 feature is 803 KB) is written with write(2) to a file of its own,
+// Dir/files/XX/ID (0600, created O_EXCL|O_NOFOLLOW under a temporary name,
+// renamed into place, then indexed), and Badger holds a small pointer to it;
+// smaller values go to Badger's value log (a low ValueThreshold, no
+// compression, one version per key). Writers of different keys write their
+// files at once; Badger's one writer goroutine only commits the index
+// entries. See files.go and docs/CACHE.md. Every value is framed with a CRC-32C per 64 KiB chunk (over the key
 // ID, the chunk's index and its bytes) and one over the header and that
 // table, verified on every read: Get verifies every chunk, ReadAt only the
 // chunks it copies (a file's pages read again after the kernel dropped
@@ -50,7 +56,12 @@
 // anything else. (On open, Badger truncates its newest value-log file at the
 // first damaged record, so damage there also loses the values written after
 // it; their reads come back empty from Badger, which the checksum turns into
-// misses.) A second process opening the same directory fails at once
+// misses.) A feature file is written (and with SyncWrites fsynced, with its
+// directory) before its index entry, so a kill -9 or power loss leaves a file
+// without entry (removed at the next open) rather than an entry without
+// file; an entry whose file is missing or of another length is a miss.
+// Evicting a file-stored value unlinks its file after deleting its entry:
+// its disk space is free at once. A second process opening the same directory fails at once
 // with an error matching ErrLocked that names the directory.
 //
 // # Memory

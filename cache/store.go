@@ -65,6 +65,13 @@ type Options struct {
 	// values of both kinds. The budget counts a compressed value's
 	// compressed bytes.
 	Compression codec.Method
+	// FileThreshold is the record size (a value's bytes, or its compressed
+	// blob, with 16 bytes of header and 4 per 64 KiB chunk) from which a
+	// value is stored in a file of its own under Dir/files instead of
+	// Badger's value log; zero means DefaultFileThreshold, negative keeps
+	// every value in Badger (as before files: for comparison). Values of
+	// either kind are read whatever it is.
+	FileThreshold int64
 	// Inspect opens the store for tools such as featurefs cache stats and
 	// clear: nothing is evicted and no background work runs, and when
 	// MaxBytes is zero the budget reported is the one the store was last
@@ -169,6 +176,18 @@ const (
 	gcDiscardRatio      = 0.5
 )
 
+// fileThreshold is Options.FileThreshold's effect: 0 stores nothing in
+// files.
+func fileThreshold(t int64) int64 {
+	switch {
+	case t == 0:
+		return DefaultFileThreshold
+	case t < 0:
+		return 0
+	}
+	return t
+}
+
 // vlogFileSize returns the size of Badger's value-log files for a budget:
 // an eighth of the budget, but at least what the largest value accepted
 // needs (min(budget, 31 MiB) plus 1 MiB of slack) and at most 256 MiB.
@@ -199,6 +218,9 @@ type Store struct {
 	vlogSize     int64
 	compression  codec.Method
 	inspect      bool
+	syncWrites   bool
+	fileThresh   int64 // records of at least this many bytes go to files; 0: none
+	fds          fdCache
 	log          *slog.Logger
 	bopts        badger.Options
 	lock         *dirLock
@@ -357,6 +379,8 @@ func Open(opts Options) (*Store, error) {
 		memTable:     memTable,
 		vlogSize:     vlogSize,
 		compression:  opts.Compression,
+		syncWrites:   opts.SyncWrites,
+		fileThresh:   fileThreshold(opts.FileThreshold),
 		reclaimAfter: reclaimThreshold(opts.MaxBytes),
 		log:          log,
 		bopts:        bo,
@@ -385,6 +409,14 @@ func Open(opts Options) (*Store, error) {
 		db.Close()
 		lk.release()
 		return nil, err
+	}
+	if !readOnly && !opts.Inspect {
+		if err := makeFilesDir(opts.Dir); err != nil {
+			db.Close()
+			lk.release()
+			return nil, fmt.Errorf("cache: create %s: %w", filepath.Join(opts.Dir, filesDir), err)
+		}
+		s.sweepFiles()
 	}
 	switch {
 	case readOnly:
@@ -482,6 +514,9 @@ func (s *Store) loadIndex() error {
 		}); err != nil {
 			return fmt.Errorf("cache: drop bad metadata in %s: %w", s.dir, err)
 		}
+		if len(k) == 1+IDLen {
+			s.removeFile(i)
+		}
 	}
 	return nil
 }
@@ -559,10 +594,14 @@ func (s *Store) kickCleaner() {
 // returned slice belongs to the caller.
 func (s *Store) Get(k Key) ([]byte, bool, error) {
 	var data []byte
-	ok, err := s.read(k, func(rec []byte) (err error) {
+	ok, err := s.read(k, func(rec []byte, owned bool) (err error) {
+		if owned { // a file's bytes read into a fresh buffer: verify in place
+			data, err = decodeValue(k.id(), rec)
+			return err
+		}
 		data, err = copyVerified(k.id(), rec)
 		return err
-	})
+	}, nil)
 	if !ok {
 		return nil, false, err
 	}
@@ -576,8 +615,12 @@ func (s *Store) Get(k Key) ([]byte, bool, error) {
 // size. A miss, or a damaged value (then deleted), returns false and a nil
 // error, as Get does.
 func (s *Store) ReadAt(k Key, dst []byte, off int64) (n int, size int64, ok bool, err error) {
-	ok, err = s.read(k, func(rec []byte) error {
+	ok, err = s.read(k, func(rec []byte, _ bool) error {
 		c, sz, err := readAtVerified(k.id(), rec, dst, off)
+		n, size = c, int64(sz)
+		return err
+	}, func(f *os.File, p filePtr) error {
+		c, sz, err := fileReadAt(k.id(), f, p, dst, off)
 		n, size = c, int64(sz)
 		return err
 	})
@@ -588,10 +631,12 @@ func (s *Store) ReadAt(k Key, dst []byte, off int64) (n int, size int64, ok bool
 }
 
 // read runs fn on the stored record of k (Badger's mapping of the value
-// log; fn must not keep it), pinning the entry against eviction meanwhile,
-// and keeps the hit, miss and recency accounting. fn's error matching
+// log, which fn must not keep; or, owned, its file read into a fresh
+// buffer; or, when partial is set and the value is in a file, partial on
+// the open file instead), pinning the entry against eviction meanwhile,
+// and keeps the hit, miss and recency accounting. An error matching
 // errChecksum drops the entry and is a miss.
-func (s *Store) read(k Key, fn func(rec []byte) error) (bool, error) {
+func (s *Store) read(k Key, fn func(rec []byte, owned bool) error, partial func(*os.File, filePtr) error) (bool, error) {
 	i := k.id()
 	s.gate.RLock()
 	defer s.gate.RUnlock()
@@ -610,15 +655,15 @@ func (s *Store) read(k Key, fn func(rec []byte) error) (bool, error) {
 		s.testAfterPin(i)
 	}
 
-	found, err := s.readValue(i, func(rec []byte) error {
+	found, err := s.readValue(i, func(rec []byte, owned bool) error {
 		if len(rec) < headerLen || binary.LittleEndian.Uint32(rec[12:]) != flagsCodec {
-			return fn(rec)
+			return fn(rec, owned)
 		}
 		t0 := time.Now()
-		err := fn(rec)
+		err := fn(rec, owned)
 		s.decompressNanos.Add(int64(time.Since(t0)))
 		return err
-	})
+	}, partial)
 
 	s.mu.Lock()
 	if s.pins[i]--; s.pins[i] <= 0 {
@@ -653,15 +698,26 @@ func (s *Store) read(k Key, fn func(rec []byte) error) (bool, error) {
 	return false, fmt.Errorf("cache: get %s: %w", i, err)
 }
 
-// readValue runs fn on the stored record for i. A missing value is
-// false, nil; a damaged one an error matching errChecksum.
-func (s *Store) readValue(i id, fn func(rec []byte) error) (bool, error) {
+// readValue runs fn on the stored record for i: in Badger (owned false),
+// or read whole from its file (owned true), or partial on its open file
+// where partial is set. A missing value (or file) is false, nil; a damaged
+// one an error matching errChecksum.
+func (s *Store) readValue(i id, fn func(rec []byte, owned bool) error, partial func(*os.File, filePtr) error) (bool, error) {
+	var ptr filePtr
+	inFile := false
 	err := s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(dbKey(prefixValue, i))
 		if err != nil {
 			return err
 		}
-		return item.Value(fn)
+		return item.Value(func(rec []byte) error {
+			if isPtr(rec) {
+				p, err := parsePtr(i, rec)
+				ptr, inFile = p, true
+				return err
+			}
+			return fn(rec, false)
+		})
 	})
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return false, nil
@@ -669,7 +725,22 @@ func (s *Store) readValue(i id, fn func(rec []byte) error) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return true, nil
+	if !inFile {
+		return true, nil
+	}
+	if partial != nil {
+		e, err := s.acquireFile(i, ptr)
+		if e == nil {
+			return false, err
+		}
+		defer s.releaseFile(e)
+		return true, partial(e.f, ptr)
+	}
+	rec, err := s.readWholeFile(i, ptr)
+	if rec == nil {
+		return false, err
+	}
+	return true, fn(rec, true)
 }
 
 // dropIfBad deletes the entry for i if, under its stripe lock, its value is
@@ -679,10 +750,10 @@ func (s *Store) dropIfBad(k Key, i id, cause error) {
 	st := s.stripe(i)
 	st.Lock()
 	defer st.Unlock()
-	found, err := s.readValue(i, func(rec []byte) error {
+	found, err := s.readValue(i, func(rec []byte, _ bool) error {
 		_, err := decodeValue(i, rec)
 		return err
-	})
+	}, nil)
 	switch {
 	case err == nil && found:
 		return // replaced by a good value meanwhile
@@ -698,6 +769,8 @@ func (s *Store) dropIfBad(k Key, i id, cause error) {
 		return txn.Delete(dbKey(prefixMeta, i))
 	}); err != nil {
 		s.log.Warn("cache: delete bad entry", "key", k.Object, "layer", k.Layer, "id", i.String(), "err", err)
+	} else {
+		s.removeFile(i)
 	}
 	s.mu.Lock()
 	sl, ok := s.idx.lookup(i)
@@ -735,6 +808,9 @@ func (s *Store) Put(k Key, v []byte) error {
 		return fmt.Errorf("%w: %d bytes for %s (limit %d bytes, cache budget %d bytes)", ErrTooLarge, len(v), k.Object, s.maxValue, s.maxBytes)
 	}
 	i := k.id()
+	if s.fileThresh > 0 && s.compression == 0 && int64(headerLen+4*numChunks(len(v))+len(v)) >= s.fileThresh {
+		return s.putFile(k, i, v)
+	}
 	bp := recordBuf(recordCap(len(v)))
 	rec := s.encode(*bp, i, k, v)
 	defer func() { // Badger has copied rec by then (db.Update commits before it returns)
@@ -756,21 +832,77 @@ func (s *Store) Put(k Key, v []byte) error {
 		return fmt.Errorf("cache: put %s: %w", k.Object, err)
 	}
 	defer release()
+	if s.fileThresh > 0 && int64(len(rec)) >= s.fileThresh {
+		return s.commitFile(k, i, v, stored, rec)
+	}
+	return s.commitPut(k, i, v, stored, rec, "")
+}
+
+// putFile is Put of an uncompressed value to a file: its header and chunk
+// table, then its bytes as they are (no copy).
+func (s *Store) putFile(k Key, i id, v []byte) error {
+	head := encodeHead(i, v)
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	release, err := s.admit(int64(len(head)+len(v))+writeSlack, s.memTable)
+	if err != nil {
+		return fmt.Errorf("cache: put %s: %w", k.Object, err)
+	}
+	defer release()
+	return s.commitFile(k, i, v, len(v), head, v)
+}
+
+// commitFile writes the record parts to i's file, outside the stripe lock
+// (writers of different keys write at once), then commits a pointer to it.
+// The caller holds gate and has admitted the write.
+func (s *Store) commitFile(k Key, i id, v []byte, stored int, parts ...[]byte) error {
+	tmp, err := s.writeFile(i, parts...)
+	if err != nil {
+		return fmt.Errorf("cache: put %s: %w", k.Object, err)
+	}
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	return s.commitPut(k, i, v, stored, encodePtr(i, parts[0], n), tmp)
+}
+
+// commitPut commits val (a record, or with tmp set the pointer to the file
+// tmp, renamed into place first) under i and updates the index. The caller
+// holds gate and has admitted the write.
+func (s *Store) commitPut(k Key, i id, v []byte, stored int, val []byte, tmp string) error {
+	inFile := tmp != ""
 	st := s.stripe(i)
 	st.Lock()
+	if inFile {
+		if err := s.placeFile(i, tmp); err != nil {
+			st.Unlock()
+			return fmt.Errorf("cache: put %s: %w", k.Object, err)
+		}
+	}
 	s.mu.Lock()
 	s.seq++
 	meta := metaRecord{size: uint32(stored), seq: s.seq}
+	_, had := s.idx.lookup(i)
 	s.mu.Unlock()
-	err = s.update(func(txn *badger.Txn) error {
-		if err := txn.Set(dbKey(prefixValue, i), rec); err != nil {
+	err := s.update(func(txn *badger.Txn) error {
+		if err := txn.Set(dbKey(prefixValue, i), val); err != nil {
 			return err
 		}
 		return txn.Set(dbKey(prefixMeta, i), meta.encode())
 	})
 	if err != nil {
+		if inFile && !had {
+			s.removeFile(i)
+		}
 		st.Unlock()
 		return fmt.Errorf("cache: put %s: %w", k.Object, err)
+	}
+	if !inFile && had {
+		s.removeFile(i) // the value it replaces may have been in a file
 	}
 	s.mu.Lock()
 	if sl, ok := s.idx.lookup(i); ok {
@@ -837,6 +969,7 @@ func (s *Store) deleteVictims(vs []victim) {
 	}
 	var freed int64
 	for _, v := range vs {
+		inFile := false
 		st := s.stripe(v.id)
 		st.Lock()
 		s.mu.Lock()
@@ -850,10 +983,17 @@ func (s *Store) deleteVictims(vs []victim) {
 				return txn.Delete(dbKey(prefixMeta, v.id))
 			}); err != nil {
 				s.log.Warn("cache: delete evicted entry", "id", v.id.String(), "err", err)
+			} else if s.removeFile(v.id) {
+				// After the index entry (a kill -9 between leaves an
+				// orphan, swept at open). Its disk space is free now:
+				// nothing for a reclaim to do.
+				inFile = true
 			}
 		}
 		st.Unlock()
-		freed += int64(v.size)
+		if !inFile {
+			freed += int64(v.size)
+		}
 	}
 	s.evictions.Add(int64(len(vs)))
 	s.mu.Lock()
@@ -884,6 +1024,7 @@ func (s *Store) Delete(k Key) error {
 	}); err != nil {
 		return fmt.Errorf("cache: delete %s: %w", k.Object, err)
 	}
+	s.removeFile(i)
 	s.mu.Lock()
 	if sl, ok := s.idx.lookup(i); ok {
 		s.bytes -= int64(s.idx.slots[sl].size)
@@ -912,6 +1053,13 @@ func (s *Store) Clear() error {
 	if err := s.db.DropAll(); err != nil {
 		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
 	}
+	s.forgetAllFiles()
+	if err := s.removeFilesDir(); err != nil {
+		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
+	}
+	if err := makeFilesDir(s.dir); err != nil {
+		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
+	}
 	if err := s.recordBudget(); err != nil {
 		return err
 	}
@@ -936,7 +1084,11 @@ func (s *Store) clearFilesLocked() error {
 	s.db = nil
 	s.closed = true // until it is open again
 	s.resetLocked()
+	s.forgetAllFiles()
 	if err := removeBadgerFiles(s.dir); err != nil {
+		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
+	}
+	if err := s.removeFilesDir(); err != nil {
 		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
 	}
 	free, err := freeBytes(s.dir)
@@ -950,6 +1102,9 @@ func (s *Store) clearFilesLocked() error {
 	}
 	s.db, s.closed = db, false
 	s.readOnly.Store(false)
+	if err := makeFilesDir(s.dir); err != nil {
+		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
+	}
 	s.fullWarned.Store(false) // writable again: the next refusal is news
 	if err := privatizeFiles(s.dir); err != nil {
 		s.log.Warn("cache: make the cache files private", "dir", s.dir, "err", err)
@@ -1028,6 +1183,7 @@ func (s *Store) Close() error {
 		<-s.done
 		s.gate.Lock()
 		defer s.gate.Unlock()
+		s.forgetAllFiles()
 		if s.db == nil { // a read-only store cleared on a full filesystem
 			s.closed = true
 			err = s.lock.release()

@@ -3,10 +3,17 @@
 # ResNet-50 layer12 feature) from a warm cache with 4 concurrent readers vs
 # reading the same bytes from one file each on the same local disk, in the
 # same run, alternating; Put throughput vs writing files; disk bytes per
-# stored byte after value-log GC. Prints one markdown section on stdout.
+# stored byte after value-log GC. Then the cache alone (scripts/benchcache,
+# issue 37 item 5): CPU-seconds per 803 KB feature and MB/s of Put and Get
+# from 1, 2 and NumCPU goroutines against os.WriteFile/os.ReadFile of the
+# same bytes, for each storage layout (large values in files or all in
+# Badger, raw, zeros-elision or S2), interleaved rounds. Prints markdown on
+# stdout.
 #
 #   scripts/bench-cache.sh
-# Env: BENCH_ROUNDS (8): iterations per benchmark; BENCH_COUNT (3): runs,
+# Env: BENCH_CPU_ROUNDS (3) and BENCH_CPU_FEATURES (48): rounds and
+# features per phase of scripts/benchcache;
+# BENCH_ROUNDS (8): iterations per benchmark; BENCH_COUNT (3): runs,
 # the median of which is reported; TMPDIR: where the data goes (the disk
 # being measured).
 set -euo pipefail
@@ -29,6 +36,10 @@ for v in "$RC" "$RF" "$RR" "$WC" "$WF" "$WR" "$DS"; do
 	[ -n "$v" ] || { echo "$OUT" >&2; exit 1; }
 done
 ALL=$(echo "$OUT" | awk '$1 ~ /^BenchmarkWarmRead/ {for (i=2;i<NF;i++) if ($(i+1)=="ratio") printf "%s%.2f", (n++ ? ", " : ""), $i}')
+CPU_ROUNDS=${BENCH_CPU_ROUNDS:-3}
+CPU_FEATURES=${BENCH_CPU_FEATURES:-48}
+CPU_OUT=$(go run ./scripts/benchcache -rounds "$CPU_ROUNDS" -features "$CPU_FEATURES" -dir "${TMPDIR:-/tmp}") ||
+	{ echo "$CPU_OUT" >&2; exit 1; }
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 FS=$(df -T "${TMPDIR:-/tmp}" | awk 'NR==2 {print $2}')
 
@@ -48,9 +59,23 @@ median of $COUNT runs; $(nproc) CPUs, load average $LOAD after the run; data in 
 | write ratio cache / files | $(fmt "$WR" 2) |
 | disk bytes per stored byte after GC ($(fmt "$DM") MB on disk for $(fmt "$SM") MB stored) | $(fmt "$DS" 2) |
 
-Both read paths copy from the page cache into a fresh 800 KB buffer (the cache out of Badger's memory-mapped
-value log, verifying a CRC-32C as it copies; the files through \`read(2)\`), so the ratio measures the
-cache's per-read overhead: the key hash, the index, Badger's LSM lookup and the checksum. Writes go through
-Badger's value log (two copies, an fsync-equivalent msync when a 32 MiB value-log file is rotated) plus
-evictions, and are slower than plain files; features are computed once and read every epoch.
+Both read paths copy from the page cache into a fresh 800 KB buffer through \`read(2)\`: an 800 KB value is
+stored in a file of its own, its index entry in Badger (docs/CACHE.md); the cache verifies a CRC-32C per 64 KiB
+chunk. The ratio measures the cache's per-read overhead: the key hash, the index, Badger's LSM lookup of the
+pointer, the open and the checksum. Writes add a temporary file renamed into place, the index entry in Badger
+and evictions (whose files are unlinked at once).
+MD
+
+cat <<MD
+
+## Cache alone: CPU per 803 KB feature, Put and Get vs plain files
+
+\`go run ./scripts/benchcache -rounds $CPU_ROUNDS -features $CPU_FEATURES\` (in \`scripts/bench-cache.sh\`; data in ${TMPDIR:-/tmp} on $FS).
+Each phase Puts, then Gets (warm), then reads in 128 KiB \`ReadAt\` pieces as the mount does (plain files: open, pread, close) $CPU_FEATURES ResNet-50 layer12-shaped features (802,944 B .npy of post-ReLU float32,
+about half zeros) from W goroutines; CPU is the process's getrusage user+sys over the phase (Badger's goroutines
+and the GC included) per feature; the plain-files baseline is \`os.WriteFile\`/\`os.ReadFile\` of the same bytes
+into one file each in the same filesystem, same round. Variants run in a rotated order each round; each figure is
+the median over the rounds (min-max), the ratio the median of the per-round ratios. Design: [CACHE.md](../CACHE.md).
+
+$CPU_OUT
 MD

@@ -170,7 +170,10 @@ func TestCacheFilesPrivate(t *testing.T) {
 			case !e.IsDir() && info.Mode().Perm()&0o077 != 0:
 				t.Errorf("%s: %s is %v: open to the group or others", when, p, info.Mode().Perm())
 			}
-			if strings.HasSuffix(p, ".vlog") && info.Size() > 0 {
+			// The value log, and the feature files large values go to
+			// (cache/files.go).
+			if strings.HasSuffix(p, ".vlog") && info.Size() > 0 ||
+				!e.IsDir() && filepath.Base(filepath.Dir(filepath.Dir(p))) == "files" {
 				vlogs = append(vlogs, p)
 			}
 			return nil
@@ -179,7 +182,7 @@ func TestCacheFilesPrivate(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(vlogs) == 0 {
-			t.Fatalf("%s: no value log in %s", when, cacheDir)
+			t.Fatalf("%s: no value log or feature file in %s", when, cacheDir)
 		}
 		for _, v := range vlogs {
 			if out, err := exec.Command("runuser", "-u", "nobody", "--", "cat", v).Output(); err == nil {
