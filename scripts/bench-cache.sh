@@ -75,7 +75,7 @@ Each phase Puts, then Gets (warm), then reads in 128 KiB \`ReadAt\` pieces as th
 about half zeros) from W goroutines; CPU is the process's getrusage user+sys over the phase (Badger's goroutines
 and the GC included) per feature; the plain-files baseline is \`os.WriteFile\`/\`os.ReadFile\` of the same bytes
 into one file each in the same filesystem, same round. Variants run in a rotated order each round; each figure is
-the median over the rounds (min-max), the ratio the median of the per-round ratios. Design: [CACHE.md](../CACHE.md).
+the median over the rounds (min-max), the ratio the median of the per-round ratios. Design: docs/CACHE.md.
 
 $CPU_OUT
 MD
