@@ -414,11 +414,29 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 			}
 		})
 	}
+	// A directory under dir that cannot be listed (a bad archive: EIO) is
+	// skipped and counted as a failure, as warm --source counts a bad
+	// archive; only dir itself failing stops warm.
+	failDir := func(d string, err error) {
+		total.Add(1)
+		done.Add(1)
+		failed.Add(1)
+		mu.Lock()
+		if len(failures) < maxListedFailures {
+			failures = append(failures, warmFailure{key: d, reason: "listing: " + errReason(err)})
+		}
+		mu.Unlock()
+		update()
+	}
 	var walkErr error
 	var walk func(d string) error
 	walk = func(d string) error {
 		f, err := os.Open(d)
 		if err != nil {
+			if d != dir && ctx.Err() == nil {
+				failDir(d, err)
+				return nil
+			}
 			return err
 		}
 		defer f.Close()
@@ -442,6 +460,10 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 				}
 			}
 			if errors.Is(err, io.EOF) || (err == nil && len(des) == 0) {
+				return nil
+			}
+			if err != nil && d != dir && ctx.Err() == nil {
+				failDir(d, err)
 				return nil
 			}
 			if err != nil {
