@@ -402,9 +402,9 @@ func toAny(s []int64) []any {
 // TestWarmMountCountsBadArchive: `featurefs warm MOUNT/.../train` over a
 // directory holding a good tar, a loose image and a garbage bad.tar reads
 // every feature, skips the bad archive (EIO for its directory) and counts
-// it among the failures, naming it, with exit 1. At ca82ffd it printed
-// "N of N done ..., 0 failed" (the archive neither counted nor listed)
-// and exited 1 on the listing error.
+// it among the failures, naming it, with exit 1. At ca82ffd the listing
+// error ended the walk: "0 of 0 done ..., 0 failed" (nothing read, the
+// archive neither counted nor listed), exit 1.
 func TestWarmMountCountsBadArchive(t *testing.T) {
 	src := t.TempDir()
 	train := filepath.Join(src, "train")
