@@ -457,7 +457,7 @@ var table = []*Option{
 		Help: "reject images with more pixels",
 		v: field[int64]{get: func(o *Options) *int64 { return &o.MaxPixels }, def: func() int64 { return spec.DefaultMaxPixels },
 			ok: positive[int64]("max-pixels", "%d")}},
-	{Name: "max-object-size", Key: "max-object-size", In: sourceCmds,
+	{Name: "max-object-size", Key: "max-object-size", In: sourceCmds | Extract,
 		Help: "reject larger objects (before fetching)",
 		v: size(func(o *Options) *int64 { return &o.MaxObjectSize }, spec.DefaultMaxObjectSize, func(n int64) error {
 			if n <= 0 {

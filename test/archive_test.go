@@ -417,3 +417,48 @@ func toAny(s []int64) []any {
 	}
 	return out
 }
+
+// TestWarmMountCountsBadArchive: `featurefs warm MOUNT/.../train` over a
+// directory holding a good tar, a loose image and a garbage bad.tar reads
+// every feature, skips the bad archive (EIO for its directory) and counts
+// it among the failures, naming it, with exit 1. At ca82ffd the listing
+// error ended the walk: "0 of 0 done ..., 0 failed" (nothing read, the
+// archive neither counted nor listed), exit 1.
+func TestWarmMountCountsBadArchive(t *testing.T) {
+	src := t.TempDir()
+	train := filepath.Join(src, "train")
+	img := func(name string, seed int) []byte {
+		p := filepath.Join(t.TempDir(), name)
+		writeJPEG(t, p, 64, 48, seed)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if err := os.MkdirAll(train, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(train, "good.tar"), packTar(t, map[string][]byte{"a.jpg": img("a.jpg", 1), "b.jpg": img("b.jpg", 2)}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(train, "bad.tar"), bytes.Repeat([]byte("garbage!"), 200), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeJPEG(t, filepath.Join(train, "c.jpg"), 64, 48, 3)
+	m := testMount(t, mountConfig{Source: src, Args: []string{"--prefetch", "off"}})
+	out, code := runWarm(t, filepath.Join(m.Layer(testLayer), "train"))
+	t.Logf("featurefs warm MOUNT/.../train:\n%s", out)
+	if code != 1 || !strings.Contains(out, "3 of 4 done") || !strings.Contains(out, ", 1 failed") {
+		t.Errorf("warm over a bad archive: exit %d, want 1 and \"3 of 4 done ..., 1 failed\"", code)
+	}
+	var listed bool
+	for _, l := range lines(out) {
+		if strings.HasPrefix(l, "  ") && strings.Contains(l, "bad") && strings.Contains(l, "input/output error") {
+			listed = true
+		}
+	}
+	if !listed {
+		t.Errorf("the failure list does not name the bad archive with its EIO")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -264,6 +265,65 @@ func sameFiles(t testing.TB, what, dir string, want []string) {
 		}
 		if !bytes.Equal(a, b) {
 			t.Errorf("%s: %s differs from the one extracted by naming every image", what, rel)
+		}
+	}
+}
+
+// TestExtractBadInputsFailAlone: extract reads regular files only, each
+// at most --max-object-size; everything else fails alone with one line
+// and the rest is written (issue 36 items 9 and 13). Among the
+// --files-from entries: a .jpg link to /dev/zero (at ca82ffd read
+// without limit), a FIFO without a writer (at ca82ffd: hung forever), a
+// file over --max-object-size and a 100 KB line (at ca82ffd `bufio.Scanner:
+// token too long`, exit 1 and nothing extracted); a directory argument
+// holding a FIFO and a link to /dev/zero named .jpg. Exit 1, the good
+// images written, each bad one listed.
+func TestExtractBadInputsFailAlone(t *testing.T) {
+	model := testenv.Model(t, modelName)
+	work := t.TempDir()
+	data := filepath.Join(work, "data")
+	good := []string{filepath.Join(data, "a.jpg"), filepath.Join(data, "b.jpg"), filepath.Join(data, "d", "c.jpg")}
+	for i, p := range good {
+		writeJPEG(t, p, 48, 40, 5*i+1)
+	}
+	big := filepath.Join(data, "big.jpg")
+	if err := os.WriteFile(big, make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(data, "fifo.jpg")
+	dfifo := filepath.Join(data, "d", "fifo.jpg")
+	zero := filepath.Join(data, "zero.jpg")
+	dzero := filepath.Join(data, "d", "zero.jpg")
+	for _, p := range []string{fifo, dfifo} {
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{zero, dzero} {
+		if err := os.Symlink("/dev/zero", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := strings.Join([]string{good[0], zero, fifo, big, strings.Repeat("x", 100<<10), good[1]}, "\n") + "\n"
+	out := filepath.Join(work, "out")
+	r := runWithStdin(t, 2*time.Minute, list, "extract", "--model", model, "--layer", "layer1", "--device", "cpu",
+		"--max-object-size", "1MiB", "--relative-to", data, "--files-from", "-", "-o", out, filepath.Join(data, "d"))
+	t.Logf("%s", r)
+	if r.Code != 1 {
+		t.Errorf("exit %d, want 1 (some inputs failed)", r.Code)
+	}
+	if got := strings.Join(npyFiles(t, out), " "); got != "a.npy b.npy d/c.npy" {
+		t.Errorf("wrote %q, want a.npy b.npy d/c.npy", got)
+	}
+	for _, w := range []string{
+		"featurefs extract: 3 of 9 done",
+		"--files-from stdin line 5: entry over 65536 bytes",
+		zero + ": ", dzero + ": ",
+		fifo + ": ", dfifo + ": ", "not a regular file (a FIFO)", "not a regular file (a character device)",
+		big + ": ", "over --max-object-size 1048576",
+	} {
+		if !strings.Contains(r.Stderr, w) {
+			t.Errorf("stderr lacks %q", w)
 		}
 	}
 }

@@ -226,9 +226,10 @@ func TestPredictionsView(t *testing.T) {
 	}
 }
 
-// TestLabelsRefusedAtStart: a labels file that is missing, or whose count
-// is not the model's class dimension, stops mount at start with one line
-// that says so (exit 2), before mounting.
+// TestLabelsRefusedAtStart: a labels file that is missing, whose count
+// is not the model's class dimension, with a name over 256 bytes, or that
+// is not a regular file, stops mount at start with one line that says so
+// (exit 2), before mounting.
 func TestLabelsRefusedAtStart(t *testing.T) {
 	model := testenv.OddModel(t, "tiny")
 	dir := t.TempDir()
@@ -242,9 +243,15 @@ func TestLabelsRefusedAtStart(t *testing.T) {
 	}
 	src := filepath.Join(dir, "src")
 	writeJPEG(t, filepath.Join(src, "a.jpg"), 64, 64, 1)
+	long := filepath.Join(dir, "long.txt") // ten names, the first 5 MB (issue 36 item 10)
+	if err := os.WriteFile(long, []byte(strings.Repeat("x", 5<<20)+"\n"+strings.Repeat("x\n", 9)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ labels, want string }{
 		{filepath.Join(dir, "missing.txt"), "missing.txt: no such file or directory"},
 		{nine, "9 class names for model tiny, whose last layer"},
+		{long, "long.txt: line 1 is 5242880 bytes, over 256"},
+		{"/dev/zero", "/dev/zero: not a regular file"},
 	} {
 		r := runCLI(t, 2*time.Minute, nil, "mount", "--foreground", "--device", "cpu", "--cache-dir", filepath.Join(dir, "cache"),
 			"--model", "tiny="+model, "--labels", "tiny="+tc.labels, src, mnt)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -11,14 +9,12 @@ import (
 	iofs "io/fs"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/featurefs/featurefs/cache/safefile"
@@ -84,7 +80,15 @@ func runExtract(args []string) int {
 	if err != nil {
 		return reportExtract(err)
 	}
-	images, names, err := extractImages(a, pos)
+	// An interrupt stops extract whatever it does: listing, loading the
+	// model, extracting (interruptContext).
+	ctx, stop := interruptContext("extract")
+	defer stop()
+	images, names, in, err := extractImages(ctx, a, pos)
+	if err != nil && ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "featurefs extract: interrupted while listing the inputs; nothing was extracted")
+		return exitOther
+	}
 	if err != nil {
 		return reportExtract(err)
 	}
@@ -97,16 +101,15 @@ func runExtract(args []string) int {
 		return reportExtract(failf(exitOther, "%v", err))
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	prog := newProgressFor(os.Stderr, a.interval, "extract")
 	res := extractAll(ctx, images, names, a.out, prog, func(ctx context.Context, img string) ([]byte, error) {
 		return svc.Extract(ctx, extractor.Request{
 			Model: name, Layer: layer.Index, Key: img, Priority: extractor.Foreground,
-			Fetch: func(context.Context) ([]byte, error) { return os.ReadFile(img) },
+			Fetch: func(context.Context) ([]byte, error) { return readRegular(img, rt.MaxObjectSize) },
 		})
 	})
 	prog.finish(true)
+	res.addFailures(in.bad, in.badN)
 	res.printAs(os.Stderr, "extract")
 	switch {
 	case ctx.Err() != nil:
@@ -180,26 +183,28 @@ func parseExtract(args []string) (a extractArgs, rt *mountopts.Options, pos []st
 // extractImages returns the images the arguments and --files-from name
 // (a directory: its files with an image extension) and their output
 // paths under -o.
-func extractImages(a extractArgs, pos []string) (images, names []string, err error) {
+// A --files-from entry over maxListLine fails alone (in.bad): listed
+// with the failures at the end.
+func extractImages(ctx context.Context, a extractArgs, pos []string) (images, names []string, in extractInputs, err error) {
 	var eo mountopts.Options
 	if err := eo.SetImageExtensions(a.imageExts); err != nil {
-		return nil, nil, failf(exitUsage, "%v", err)
+		return nil, nil, in, failf(exitUsage, "%v", err)
 	}
-	in, err := collectInputs(pos, a.filesFrom, a.null, os.Stdin, eo.ImageExtensions)
+	in, err = collectInputs(ctx, pos, a.filesFrom, a.null, os.Stdin, eo.ImageExtensions)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, in, err
 	}
 	for _, d := range in.empty {
 		fmt.Fprintf(os.Stderr, "featurefs extract: warning: %s holds no image (%s)\n", d, strings.Join(eo.ImageExtensions, ", "))
 	}
 	if len(in.images) == 0 {
-		return nil, nil, failf(exitUsage, "no image to extract (a directory stands for its files ending in %s)", strings.Join(eo.ImageExtensions, ", "))
+		return nil, nil, in, failf(exitUsage, "no image to extract (a directory stands for its files ending in %s)", strings.Join(eo.ImageExtensions, ", "))
 	}
 	names, err = outputPathsUnder(in.images, in.dirs, a.relTo)
 	if err != nil {
-		return nil, nil, failf(exitUsage, "%s", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs extract: "))
+		return nil, nil, in, failf(exitUsage, "%s", strings.ReplaceAll(err.Error(), "\n", "\nfeaturefs extract: "))
 	}
-	return in.images, names, nil
+	return in.images, names, in, nil
 }
 
 // openExtractModel starts the extractor with --model (named after its file)
@@ -308,23 +313,28 @@ const extractFanOut = 64
 
 // extractInputs are the images extract was given.
 type extractInputs struct {
-	images []string // files named and files found under directories, in order
-	dirs   []string // the directory arguments: each counts as a parent of its images
-	empty  []string // directory arguments that hold no image
+	images []string      // files named and files found under directories, in order
+	dirs   []string      // the directory arguments: each counts as a parent of its images
+	empty  []string      // directory arguments that hold no image
+	bad    []warmFailure // --files-from entries over maxListLine, by line (the first maxListedFailures): each fails alone
+	badN   int64         // how many there were
 }
 
-// maxListLine bounds one --files-from entry (PATH_MAX is 4096 on Linux).
+// maxListLine bounds one --files-from entry (PATH_MAX is 4096 on Linux):
+// a longer one fails alone, with its line number.
 const maxListLine = 64 << 10
 
 // collectInputs expands the arguments and the --files-from list (from
 // stdin when it is "-"; NUL-separated when null) into images: a directory
 // stands for the files under it whose extension is one of exts (lower
 // case, without dots), in lexical order, without following symbolic links
-// to directories; anything else (a file, a name that does not exist) is an
-// image, whose failure to read is reported with the others. Relative paths
-// are taken from the working directory. A directory that cannot be listed
-// fails it, as does a list that cannot be read.
-func collectInputs(args []string, filesFrom string, null bool, stdin io.Reader, exts []string) (extractInputs, error) {
+// to directories; anything else (a file, a name that does not exist, a
+// FIFO or a device: refused when read, readRegular) is an image, whose
+// failure to read is reported with the others. Relative paths are taken
+// from the working directory. A directory that cannot be listed fails it,
+// as does a list that cannot be read; a list entry over maxListLine bytes
+// fails alone (in.bad, by line number) and the list goes on. ctx stops it.
+func collectInputs(ctx context.Context, args []string, filesFrom string, null bool, stdin io.Reader, exts []string) (extractInputs, error) {
 	var in extractInputs
 	add := func(p string) error {
 		st, err := os.Stat(p)
@@ -337,6 +347,9 @@ func collectInputs(args []string, filesFrom string, null bool, stdin io.Reader, 
 		err = filepath.WalkDir(p, func(q string, d iofs.DirEntry, err error) error {
 			if err != nil {
 				return fmt.Errorf("listing %s: %w", q, err)
+			}
+			if err := ctx.Err(); err != nil {
+				return err
 			}
 			if !d.IsDir() && spec.IsImage(d.Name(), exts) {
 				in.images = append(in.images, q)
@@ -362,20 +375,47 @@ func collectInputs(args []string, filesFrom string, null bool, stdin io.Reader, 
 	var r io.Reader = stdin
 	what := "stdin"
 	if filesFrom != "-" {
-		f, err := os.Open(filesFrom)
+		f, err := openList(filesFrom)
 		if err != nil {
 			return in, failf(exitUsage, "--files-from: %w", err)
 		}
 		defer f.Close()
 		r, what = f, filesFrom
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxListLine)
+	bad, badN, err := readList(ctx, r, what, null, add)
+	in.bad, in.badN = bad, badN
+	return in, err
+}
+
+// readList reads a list of inputs (--files-from, named what) from r, one
+// entry a line (NUL-terminated when null; a CR before the newline is
+// dropped, empty entries are skipped), and calls add with each. An entry
+// over maxListLine bytes fails alone: it is returned in bad (the first
+// maxListedFailures, by line number; badN counts them all) and the list
+// goes on. Memory is maxListLine whatever the list holds; ctx stops it.
+func readList(ctx context.Context, r io.Reader, what string, null bool, add func(string) error) (bad []warmFailure, badN int64, err error) {
+	delim := byte('\n')
 	if null {
-		sc.Split(splitNUL)
+		delim = 0
 	}
-	for sc.Scan() {
-		p := sc.Text()
+	lr := newLineReader(ctx, r, delim, maxListLine)
+	for {
+		line, kind, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			return bad, badN, nil
+		}
+		if err != nil {
+			return bad, badN, failf(exitOther, "--files-from %s: %w", what, err)
+		}
+		if kind == lineTooLong {
+			badN++
+			if len(bad) < maxListedFailures {
+				bad = append(bad, warmFailure{key: fmt.Sprintf("--files-from %s line %d", what, lr.line()),
+					reason: fmt.Sprintf("entry over %d bytes (starts %q): skipped", maxListLine, line)})
+			}
+			continue
+		}
+		p := string(line)
 		if !null {
 			p = strings.TrimSuffix(p, "\r")
 		}
@@ -383,24 +423,9 @@ func collectInputs(args []string, filesFrom string, null bool, stdin io.Reader, 
 			continue
 		}
 		if err := add(p); err != nil {
-			return in, err
+			return bad, badN, err
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return in, failf(exitOther, "--files-from %s: %w (an entry is at most %d bytes)", what, err, maxListLine)
-	}
-	return in, nil
-}
-
-// splitNUL is a bufio.SplitFunc for NUL-terminated entries.
-func splitNUL(data []byte, atEOF bool) (advance int, token []byte, err error) {
-	if i := bytes.IndexByte(data, 0); i >= 0 {
-		return i + 1, data[:i], nil
-	}
-	if atEOF && len(data) > 0 {
-		return len(data), data, nil
-	}
-	return 0, nil, nil
 }
 
 // outputPaths maps each input image to its .npy path under the output

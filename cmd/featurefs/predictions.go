@@ -29,15 +29,20 @@ func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard
 	if err := safefile.RefuseSymlink(w.predictions); err != nil {
 		return warmOutcome{}, failf(exitUsage, "--predictions %w", err)
 	}
+	// OUT first: a file that is not one (a device, a FIFO, another file)
+	// is refused before the model is loaded.
+	done, err := resumePredictions(ctx, w.predictions, resumeMaxLine(o.PredictionsTop))
+	if err != nil && ctx.Err() != nil {
+		return warmOutcome{}, err
+	}
+	if err != nil {
+		return warmOutcome{}, failf(exitUsage, "--predictions %s: %w", w.predictions, err)
+	}
 	st, closeAll, err := openWarmStack(ctx, o, w.source, "--predictions", "read MOUNT/predictions/... instead")
 	if err != nil {
 		return warmOutcome{}, err
 	}
 	defer closeAll()
-	done, err := resumePredictions(w.predictions)
-	if err != nil {
-		return warmOutcome{}, failf(exitUsage, "--predictions %s: %w", w.predictions, err)
-	}
 	name := o.Models[0].Name
 	m, _ := st.ex.Model(name)
 	layout := features.NewPredictionLayout(m, st.pipe.Labels(name), o.PredictionsTop)
@@ -74,46 +79,131 @@ func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard
 }
 
 // resumePredictions reads a predictions file written before, if there is
-// one, and returns the keys it has predictions for. Error lines and a
-// last line without its newline (a run cut short) are dropped from the
-// file, so that a rerun tries those images again and appends one line
-// each. It holds one key per predicted image.
-func resumePredictions(path string) (map[string]struct{}, error) {
+// one, and returns the keys it has predictions for. Error lines, lines
+// with a key but no top classes, lines over the cap (maxLine: damaged)
+// and a last line without its newline (a run cut short) are dropped from
+// the file, so that a rerun tries those images again and appends one line
+// each. It holds one key per predicted image; the file is read as a
+// stream, maxLine bytes at a time at most, and only a regular file is
+// read (a device, FIFO or directory is refused). ctx stops it.
+func resumePredictions(ctx context.Context, path string, maxLine int) (map[string]struct{}, error) {
 	done := map[string]struct{}{}
-	b, err := os.ReadFile(path)
+	f, _, err := openRegular(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return done, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	var keep bytes.Buffer
+	defer f.Close()
 	dropped := 0
-	for n := 1; len(b) > 0; n++ {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			dropped++ // cut short
+	lr := newLineReader(ctx, f, '\n', maxLine)
+	for {
+		line, kind, err := lr.next()
+		if errors.Is(err, io.EOF) {
 			break
 		}
-		line := b[:i+1]
-		b = b[i+1:]
-		var pl features.PredictionLine
-		if err := json.Unmarshal(line, &pl); err != nil {
-			return nil, fmt.Errorf("line %d is not a prediction (%v): not a predictions file?", n, err)
+		if err != nil {
+			return nil, err
 		}
-		if pl.Error != "" || pl.Key == "" {
+		key, keep, err := resumeLine(line, kind, lr.line(), maxLine)
+		if err != nil {
+			return nil, err
+		}
+		if !keep {
 			dropped++
 			continue
 		}
-		done[pl.Key] = struct{}{}
-		keep.Write(line)
+		done[key] = struct{}{}
 	}
 	if dropped == 0 {
 		return done, nil
 	}
-	// A temporary file of its own (O_EXCL) renamed over path: never a
-	// link planted at a fixed name such as OUT.tmp (issue 36, item 3).
-	return done, safefile.WriteFile(path, keep.Bytes(), 0o644)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return done, rewriteResume(path, func(w io.Writer) error { return keptLines(ctx, f, w, maxLine) })
+}
+
+// keptLines copies the lines of a predictions file that resumeLine keeps
+// from r to w, each with its newline.
+func keptLines(ctx context.Context, r io.Reader, w io.Writer, maxLine int) error {
+	lr := newLineReader(ctx, r, '\n', maxLine)
+	for {
+		line, kind, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, keep, err := resumeLine(line, kind, lr.line(), maxLine); err != nil || !keep {
+			continue // the file changed since it was read: what is kept was checked now
+		}
+		if _, err := w.Write(line); err != nil {
+			return err
+		}
+		if _, err := w.Write([]byte{'\n'}); err != nil {
+			return err
+		}
+	}
+}
+
+// resumeLine says whether line n of a predictions file (of kind, from
+// lineReader) is a prediction to keep, and its key. A line that is not
+// JSON (or, over maxLine, does not start like a JSON object) is an error:
+// the file is not a predictions file, and is left alone.
+func resumeLine(line []byte, kind lineKind, n, maxLine int) (key string, keep bool, err error) {
+	switch kind {
+	case lineLast:
+		return "", false, nil // cut short
+	case lineTooLong:
+		if t := bytes.TrimLeft(line, " \t"); len(t) > 0 && t[0] == '{' {
+			return "", false, nil // damaged: predicted again
+		}
+		return "", false, fmt.Errorf("line %d is over %d bytes and not a prediction: not a predictions file?", n, maxLine)
+	}
+	var pl features.PredictionLine
+	if err := json.Unmarshal(line, &pl); err != nil {
+		return "", false, fmt.Errorf("line %d is not a prediction (%v): not a predictions file?", n, err)
+	}
+	if _, _, ok := pl.Top1(); !ok || pl.Key == "" {
+		return "", false, nil // an error line, or no top classes: not done
+	}
+	return pl.Key, true, nil
+}
+
+// resumeMaxLine is the longest line of a predictions file read on resume
+// for top classes a line: room for a key, and top names of the longest
+// label escaped (6 bytes a byte at most) with their scores; at least
+// 1 MiB, at most 64 MiB.
+func resumeMaxLine(top int) int {
+	per := 6*spec.MaxLabelBytes + 64
+	if top > (64<<20)/per {
+		return 64 << 20
+	}
+	return 1<<20 + top*per
+}
+
+// rewriteResume replaces the predictions file path with what write
+// writes: a temporary file of its own (O_EXCL) in path's directory,
+// renamed over path; never a link planted at a fixed name such as
+// OUT.tmp (issue 36, item 3).
+func rewriteResume(path string, write func(io.Writer) error) error {
+	f, err := safefile.Create(path, 0o644)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 64<<10)
+	err = write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		f.Abort()
+		return err
+	}
+	return f.Commit()
 }
 
 const diffUsage = `Usage: featurefs diff-predictions [--list N] A.jsonl B.jsonl

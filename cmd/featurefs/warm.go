@@ -9,13 +9,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/featurefs/featurefs/cache"
@@ -181,7 +179,7 @@ func runWarm(args []string) int {
 			return exitUsage
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := interruptContext("warm")
 	defer stop()
 	label := "warm"
 	if shard.Count > 0 {
@@ -276,6 +274,22 @@ func (r warmOutcome) printAs(w io.Writer, cmd string) {
 	}
 	if n := r.failed - int64(len(r.failures)); n > 0 {
 		fmt.Fprintf(w, "  ... and %d more\n", n)
+	}
+}
+
+// addFailures counts n objects that failed before the work (extract's
+// over-long --files-from entries), of which fs are listed, and lists
+// them first, up to maxListedFailures in all.
+func (r *warmOutcome) addFailures(fs []warmFailure, n int64) {
+	if n == 0 {
+		return
+	}
+	r.total += n
+	r.done += n
+	r.failed += n
+	r.failures = append(append([]warmFailure(nil), fs...), r.failures...)
+	if len(r.failures) > maxListedFailures {
+		r.failures = r.failures[:maxListedFailures]
 	}
 }
 
@@ -400,11 +414,29 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 			}
 		})
 	}
+	// A directory under dir that cannot be listed (a bad archive: EIO) is
+	// skipped and counted as a failure, as warm --source counts a bad
+	// archive; only dir itself failing stops warm.
+	failDir := func(d string, err error) {
+		total.Add(1)
+		done.Add(1)
+		failed.Add(1)
+		mu.Lock()
+		if len(failures) < maxListedFailures {
+			failures = append(failures, warmFailure{key: d, reason: "listing: " + errReason(err)})
+		}
+		mu.Unlock()
+		update()
+	}
 	var walkErr error
 	var walk func(d string) error
 	walk = func(d string) error {
 		f, err := os.Open(d)
 		if err != nil {
+			if d != dir && ctx.Err() == nil {
+				failDir(d, err)
+				return nil
+			}
 			return err
 		}
 		defer f.Close()
@@ -428,6 +460,10 @@ func warmMount(ctx context.Context, dir string, jobs int, prog *progress) (warmO
 				}
 			}
 			if errors.Is(err, io.EOF) || (err == nil && len(des) == 0) {
+				return nil
+			}
+			if err != nil && d != dir && ctx.Err() == nil {
+				failDir(d, err)
 				return nil
 			}
 			if err != nil {
