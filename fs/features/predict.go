@@ -234,7 +234,7 @@ func (p *Pipeline) PredictTree(ctx context.Context, opts PredictOptions, emit fu
 			}
 		})
 		return nil
-	})
+	}, nil) // a bad archive: no image of it is known, so no line
 	w.update(func(r *WarmResult) { r.Listing = false })
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && err == nil {

@@ -401,7 +401,7 @@ func (p *prefetcher) run(job walkJob) {
 			}
 		})
 		return nil
-	})
+	}, nil)
 	switch {
 	case errors.Is(err, errWalkLimit):
 		p.n.limited.Add(1)
@@ -464,10 +464,11 @@ func (p *Pipeline) costOf(v *View, obj bucket.Object) int64 {
 // archive's order with their bytes (g), or, those want declined (nil
 // want: none), with g nil. visit's error stops the walk and is returned;
 // so does a listing's, except a bad archive's (archive.ErrBadArchive),
-// which is skipped. skip (nil: none) is asked for each prefix before it is
+// which is skipped and told to badDir (nil: nobody) with its prefix and
+// error. skip (nil: none) is asked for each prefix before it is
 // listed or streamed: true leaves out everything under it, unread (a
 // sharded warm's archives of other parts: no GET of them at all).
-func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, skip func(prefix string) bool, want func(bucket.Object) bool, visit func(obj bucket.Object, g *given) error) error {
+func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *atomic.Int64, skip func(prefix string) bool, want func(bucket.Object) bool, visit func(obj bucket.Object, g *given) error, badDir func(prefix string, err error)) error {
 	var rec func(prefix string, depth int) error
 	rec = func(prefix string, depth int) error {
 		if skip != nil && skip(prefix) {
@@ -513,6 +514,9 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 					}
 					if err := rec(sub, depth+1); err != nil {
 						if errors.Is(err, archive.ErrBadArchive) {
+							if badDir != nil {
+								badDir(sub, err)
+							}
 							continue // logged once by fs/archive; the walk goes on
 						}
 						return err

@@ -188,6 +188,12 @@ func (p *Pipeline) Warm(ctx context.Context, opts WarmOptions) (WarmResult, erro
 			}
 		})
 		return nil
+	}, func(dir string, err error) {
+		// A directory that cannot be read (a bad archive's) is skipped and
+		// counted among the failures by its prefix, as warm through a mount
+		// counts a directory it cannot list.
+		w.update(func(r *WarmResult) { r.Total++ })
+		w.fail(dir, figures.ErrReason(dir, err), true)
 	})
 	w.update(func(r *WarmResult) { r.Listing = false })
 	wg.Wait()
