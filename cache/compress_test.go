@@ -136,3 +136,33 @@ func TestDamagedCompressedValueIsAMiss(t *testing.T) {
 		t.Fatal("a compressed value under another key's ID passed verification")
 	}
 }
+
+// TestRawFiles: with RawFiles (the mount's --cache-compression auto) a
+// value large enough for a file of its own is stored raw, and a small one
+// kept in Badger is compressed; both read back whole.
+func TestRawFiles(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, Logger: quietLogger(), Compression: codec.S2, RawFiles: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	large, small := reluValue(1, 803<<10), reluValue(2, 8<<10)
+	if err := s.Put(testKey(1), large); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.PutStoredBytes != int64(len(large)) || !st.RawFiles || st.Compression != "s2" {
+		t.Errorf("large value: %d bytes stored of %d (raw_files %v, %q); want it raw", st.PutStoredBytes, len(large), st.RawFiles, st.Compression)
+	}
+	if err := s.Put(testKey(2), small); err != nil {
+		t.Fatal(err)
+	}
+	if st2 := s.Stats(); st2.PutStoredBytes-st.PutStoredBytes >= int64(len(small)) {
+		t.Errorf("small value: %d bytes stored of %d; want it compressed", st2.PutStoredBytes-st.PutStoredBytes, len(small))
+	}
+	for i, v := range [][]byte{large, small} {
+		if got, ok, err := s.Get(testKey(i + 1)); !ok || err != nil || !bytes.Equal(got, v) {
+			t.Errorf("Get %d: ok %v, err %v", i+1, ok, err)
+		}
+	}
+}

@@ -326,10 +326,10 @@ var table = []*Option{
 			return nil
 		})},
 	{Name: "cache-compression", Key: "cache-compression", In: sourceCmds,
-		Help: "how features are compressed in the cache: s2, zeros, zstd-fastest, zstd or off",
-		v: str(func(o *Options) *string { return &o.CacheCompression }, "s2", func(s string) error {
-			if _, err := codec.ParseMethod(s); s != "off" && err != nil {
-				return failf("--cache-compression %q: s2, zeros, zstd-fastest, zstd or off", s)
+		Help: "how features are compressed in the cache: auto (s2 for features under 64 KiB, raw for larger ones, whose codec costs the CPU a GPU host runs out of), s2, zeros, zstd-fastest, zstd or off",
+		v: str(func(o *Options) *string { return &o.CacheCompression }, "auto", func(s string) error {
+			if _, err := codec.ParseMethod(s); s != "off" && s != "auto" && err != nil {
+				return failf("--cache-compression %q: auto, s2, zeros, zstd-fastest, zstd or off", s)
 			}
 			return nil
 		})},

@@ -5,24 +5,25 @@ import (
 	"testing"
 )
 
-// TestCacheCompression reads a layer through a mount with the default
-// --cache-compression (s2): the cache holds the features compressed (ReLU
+// TestCacheCompression reads a layer through a mount with
+// --cache-compression s2: the cache holds the features compressed (ReLU
 // features of the seeded ResNet-50 shrink by at least 1.3x) and counts them
 // compressed against its budget. Restarted on the same cache with
-// --cache-compression off, and then zstd, the mount serves every file from
-// the cache, byte for byte the same, computing nothing: a cache holds
-// values written either way.
+// --cache-compression off, zstd, and the default (auto), the mount serves
+// every file from the cache, byte for byte the same, computing nothing: a
+// cache holds values written either way. A fresh cache with the default
+// keeps these large (layer12, 803 KB) features raw.
 func TestCacheCompression(t *testing.T) {
 	d := genDataset(t, "--classes", "2", "--train", "4", "--val", "0")
 	names := featureNames(d.keys(t))
-	m := testMount(t, mountConfig{Source: d.Dir, Args: []string{"--prefetch", "off"}})
+	m := testMount(t, mountConfig{Source: d.Dir, Args: []string{"--prefetch", "off", "--cache-compression", "s2"}})
 	want := readLayer(t, m, names)
 	waitCacheWrites(t, m)
 	st := mountStats(t, m)
 	raw := statsField(t, st, "cache.put_raw_bytes")
 	stored := statsField(t, st, "cache.put_stored_bytes")
 	if c, _ := st["cache"].(map[string]any)["compression"].(string); c != "s2" {
-		t.Errorf("cache compression %q, want s2 (the default)", c)
+		t.Errorf("cache compression %q, want s2", c)
 	}
 	if raw == 0 || float64(raw)/float64(stored) < 1.3 {
 		t.Errorf("cache: %d bytes put raw, %d stored; want at least 1.3x smaller", raw, stored)
@@ -31,8 +32,12 @@ func TestCacheCompression(t *testing.T) {
 		t.Errorf("cache budget counts %d bytes, %d were stored", b, stored)
 	}
 	m.Unmount(t)
-	for _, c := range []string{"off", "zstd"} {
-		m2 := testMount(t, mountConfig{Source: d.Dir, CacheDir: m.CacheDir, Args: []string{"--prefetch", "off", "--cache-compression", c}})
+	for _, c := range []string{"off", "zstd", "auto"} {
+		args := []string{"--prefetch", "off", "--cache-compression", c}
+		if c == "auto" {
+			args = args[:2] // the default
+		}
+		m2 := testMount(t, mountConfig{Source: d.Dir, CacheDir: m.CacheDir, Args: args})
 		got := readLayer(t, m2, names)
 		for key, b := range want {
 			if !bytes.Equal(got[key], b) {
@@ -47,5 +52,24 @@ func TestCacheCompression(t *testing.T) {
 			t.Errorf("--cache-compression %s: %d cache hits for %d files", c, h, len(names))
 		}
 		m2.Unmount(t)
+	}
+
+	// The default on a fresh cache: S2 for what Badger keeps, the large
+	// layer12 features raw in their files (issue 37 item 2).
+	m3 := testMount(t, mountConfig{Source: d.Dir, Args: []string{"--prefetch", "off"}})
+	got := readLayer(t, m3, names)
+	for key, b := range want {
+		if !bytes.Equal(got[key], b) {
+			t.Errorf("default compression: %s differs", names[key])
+		}
+	}
+	waitCacheWrites(t, m3)
+	st3 := mountStats(t, m3)
+	c3 := st3["cache"].(map[string]any)
+	if c, _ := c3["compression"].(string); c != "s2" || c3["raw_files"] != true {
+		t.Errorf("default cache compression %q, raw_files %v; want s2 with raw files", c, c3["raw_files"])
+	}
+	if raw, stored := statsField(t, st3, "cache.put_raw_bytes"), statsField(t, st3, "cache.put_stored_bytes"); raw == 0 || stored != raw {
+		t.Errorf("default: %d bytes put raw, %d stored; want the large features stored raw", raw, stored)
 	}
 }

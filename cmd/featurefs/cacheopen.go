@@ -86,7 +86,8 @@ func (a archiveIndexes) PutIndex(key, etag string, v []byte) {
 func openCache(o mountopts.Options, log *slog.Logger) (*cache.Store, error) {
 	deadline := time.Now().Add(lockWait)
 	for {
-		store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log, Compression: codecMethod(o.CacheCompression)})
+		method, rawFiles := cacheCompression(o.CacheCompression)
+		store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log, Compression: method, RawFiles: rawFiles})
 		switch {
 		case err == nil:
 			return store, nil
@@ -232,6 +233,17 @@ func closeFeatureStore(fst *featurestore.Store, wait time.Duration, log *slog.Lo
 
 // codecMethod is the codec a --cache-compression, --feature-store-compression
 // or --wire-compression value names (0: off); mountopts validated the name.
+// cacheCompression is --cache-compression's codec method and whether the
+// features kept in files of their own (large ones) are stored raw: auto
+// (the default) is S2 for the small features Badger keeps and raw for the
+// large ones (docs/CACHE.md, "Compression of file-stored features").
+func cacheCompression(name string) (m codec.Method, rawFiles bool) {
+	if name == "auto" {
+		return codec.S2, true
+	}
+	return codecMethod(name), false
+}
+
 func codecMethod(name string) codec.Method {
 	m, err := codec.ParseMethod(name)
 	if err != nil {
