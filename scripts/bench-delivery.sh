@@ -7,7 +7,9 @@
 # BENCH_ROUNDS interleaved rounds, each running, in an order that rotates
 # every round: tree (epoch 1 and 2 of DataLoader(batch_size=64, shuffle,
 # num_workers=4) over a fresh mount with a fresh cache directory, the
-# defaults), off (the same with --prefetch off), extract (`featurefs bench
+# defaults), off (the same with --prefetch off), s2 (the defaults with
+# --cache-compression s2, every feature compressed: the default before issue
+# 37 item 2), extract (`featurefs bench
 # --modes extract`, the extractor alone, on the local copy), decode (`featurefs
 # bench --modes decode`, decode + preprocess alone: the CPU ceiling) and
 # torch (ImageFolder + PIL + the same model in torch, 2 workers). Prints one
@@ -56,15 +58,17 @@ MODEL=$WORK/tiny.onnx
 "$PY" "$REPO/scripts/bench_delivery.py" export --out "$MODEL" 2>/dev/null
 grep -q "^0 *$LAYER .*802816" <<<"$("$BIN" layers "$MODEL")" || { echo "the tiny model's $LAYER is not 802,816 bytes" >&2; exit 1; }
 
-# run_kind KIND OUT: one run of tree, off, extract, decode or torch; its JSON in OUT.
+# run_kind KIND OUT: one run of tree, off, s2, extract, decode or torch; its JSON in OUT.
 run_kind() {
   local kind=$1 out=$2 tag
   tag=$(basename "$out" .json)
   case $kind in
-  tree | off)
+  tree | off | s2)
+    local prefetch=$kind flags=
+    [ "$kind" = s2 ] && prefetch=tree flags="--cache-compression s2"
     "$PY" "$REPO/scripts/bench_delivery.py" mount --bin "$BIN" --model "$MODEL" --layer "$LAYER" --endpoint "$ENDPOINT" \
-      --bucket "$BUCKET" --mnt "$MNT" --cache-dir "$WORK/cache-$tag" --log "$WORK/featurefs-$tag.log" --prefetch "$kind" \
-      --epochs "$EPOCHS" >"$out"
+      --bucket "$BUCKET" --mnt "$MNT" --cache-dir "$WORK/cache-$tag" --log "$WORK/featurefs-$tag.log" --prefetch "$prefetch" \
+      --flags "$flags" --epochs "$EPOCHS" >"$out"
     rm -rf "$WORK/cache-$tag" ;;
   extract | decode)
     "$PY" "$REPO/scripts/bench_delivery.py" cli --bin "$BIN" --model "$MODEL" --layer "$LAYER" --mode "$kind" \
@@ -73,7 +77,7 @@ run_kind() {
     "$PY" "$REPO/scripts/bench_delivery.py" torch --dir "$WORK/images/train" >"$out" ;;
   esac
 }
-run_rounds --load bench-delivery "$ROUNDS" "$WORK" tree off extract decode torch
+run_rounds --load bench-delivery "$ROUNDS" "$WORK" tree off s2 extract decode torch
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 [ -n "${BENCH_DELIVERY_KEEP:-}" ] && cp "$WORK"/r*.json "$BENCH_DELIVERY_KEEP"/
 

@@ -107,7 +107,8 @@ def cmd_mount(args):
     load0 = loadavg()
     cmd = [args.bin, "mount", "--model", f"tiny={args.model}", "--endpoint-url", args.endpoint,
            "--cache-dir", args.cache_dir, "--log-file", args.log, "--device", "cpu",
-           "--prefetch", args.prefetch, *shlex.split(os.environ.get("BENCH_DELIVERY_MOUNT_FLAGS", "")),
+           "--prefetch", args.prefetch, *shlex.split(args.flags),
+           *shlex.split(os.environ.get("BENCH_DELIVERY_MOUNT_FLAGS", "")),
            f"s3://{args.bucket}", args.mnt]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -179,7 +180,9 @@ def cmd_torch(args):
                "cpu": (p1 - p0) + (c1 - c0), "load_start": load0, "load_end": loadavg()}, sys.stdout)
 
 
-KINDS = ("tree", "off", "extract", "decode", "torch")
+# s2: the defaults but --cache-compression s2 (every feature compressed,
+# ca82ffd's default), beside the default auto (large features raw).
+KINDS = ("tree", "off", "s2", "extract", "decode", "torch")
 # The stats file's fs.read_sizes buckets (the size the kernel asked for) and
 # their names in the breakdown.
 READ_SIZES = (("le_4k", "<= 4 KiB"), ("le_32k", "4-32 KiB"), ("le_128k", "32-128 KiB"),
@@ -234,7 +237,7 @@ def cmd_report(args):
     nr = len(rounds)
     n = rounds[0]["tree"]["samples"]
     for i, r in enumerate(rounds):
-        for kind in ("tree", "off"):
+        for kind in ("tree", "off", "s2"):
             for j, p in enumerate(r[kind]["passes"]):
                 if p["samples"] != n:
                     sys.exit(f"report: round {i + 1} {kind} pass {j + 1} read {p['samples']} samples, want {n}")
@@ -281,10 +284,12 @@ def cmd_report(args):
                       for r in rounds)
 
     rows = [
-        f"| epoch 1 through the mount (defaults: `--prefetch tree`, `--cache-compression s2`), DataLoader 4 workers | "
+        f"| epoch 1 through the mount (defaults: `--prefetch tree`, `--cache-compression auto`: large features raw), DataLoader 4 workers | "
         f"{cell(rate('tree'))} | {cell(ms(mcpu('tree')), '{:.2f}')} | {cell(ms(pycpu('tree')), '{:.2f}')} |",
         f"| epoch 1 through the mount, `--prefetch off` | {cell(rate('off'))} | {cell(ms(mcpu('off')), '{:.2f}')} | "
         f"{cell(ms(pycpu('off')), '{:.2f}')} |",
+        f"| epoch 1 through the mount, `--cache-compression s2` (every feature compressed; the default before) | "
+        f"{cell(rate('s2'))} | {cell(ms(mcpu('s2')), '{:.2f}')} | {cell(ms(pycpu('s2')), '{:.2f}')} |",
         f"| extractor alone: `featurefs bench --modes extract` (its own figures, after warm-up; with start-up and warm-up: "
         f"{cell(x_wall)} images/s, {cell(ms(x_pcpu), '{:.2f}')} ms CPU per image) | {cell(x_rate)} | "
         f"{cell(ms(x_cpu), '{:.2f}')} | - |",
@@ -294,7 +299,8 @@ def cmd_report(args):
         f"not counted) | {cell(t_rate)} | - | {cell(ms(t_cpu), '{:.2f}')} (the whole loader, workers included) |",
     ]
     ep_rows = []
-    for kind, name in (("tree", "defaults (`--prefetch tree`)"), ("off", "`--prefetch off`")):
+    for kind, name in (("tree", "defaults (`--prefetch tree`)"), ("off", "`--prefetch off`"),
+                       ("s2", "`--cache-compression s2`")):
         cols = " | ".join(cell(secs(kind, i), "{:.2f}") for i in range(n_ep))
         cpus = " | ".join(f"{cell(ms(mcpu(kind, i)), '{:.2f}')} | {cell(ms(pycpu(kind, i)), '{:.2f}')} | "
                           f"{cell(per(lambda r: delta(r[kind]['passes'][i], 'fs', 'reads')))}"
@@ -304,6 +310,8 @@ def cmd_report(args):
     ep_head = " | ".join(f"pass {i + 1} s" for i in range(n_ep))
     ep_cpu_head = " | ".join(f"pass {i + 1} mount CPU ms/image | pass {i + 1} Python CPU ms/image | "
                              f"pass {i + 1} FUSE reads of feature files" for i in range(1, n_ep))
+
+    s2_cpu_ratio = med(mcpu("s2")) / med(x_cpu)
 
     def bd(kind, path, scale=1.0, fmt="{:.2f}"):
         return cell(per(lambda r: scale * delta(r[kind]["passes"][0], *path)), fmt)
@@ -335,9 +343,13 @@ def cmd_report(args):
             mi = per(lambda r: delta(r["tree"]["passes"][0], "cache", "misses"))
             ho = per(lambda r: delta(r["off"]["passes"][0], "cache", "hits"))
             mo = per(lambda r: delta(r["off"]["passes"][0], "cache", "misses"))
-            breakdown.append(f"| {label} | {med(h):.0f} / {med(mi):.0f} | {med(ho):.0f} / {med(mo):.0f} |")
+            hs = per(lambda r: delta(r["s2"]["passes"][0], "cache", "hits"))
+            ms2 = per(lambda r: delta(r["s2"]["passes"][0], "cache", "misses"))
+            breakdown.append(f"| {label} | {med(h):.0f} / {med(mi):.0f} | {med(ho):.0f} / {med(mo):.0f} | "
+                             f"{med(hs):.0f} / {med(ms2):.0f} |")
             continue
-        breakdown.append(f"| {label} | {bd('tree', path, scale, fmt)} | {bd('off', path, scale, fmt)} |")
+        breakdown.append(f"| {label} | {bd('tree', path, scale, fmt)} | {bd('off', path, scale, fmt)} | "
+                         f"{bd('s2', path, scale, fmt)} |")
     for label, num, den in (("cache compress MB/s (put raw MB / compress s)", ("cache", "put_raw_bytes"),
                              ("cache", "compress_seconds")),
                             ("cache decompress MB/s (FUSE read MB / decompress s)", ("fs", "read_bytes"),
@@ -350,7 +362,7 @@ def cmd_report(args):
             xs = [scale * delta(r[kind]["passes"][0], *num) / d for r in rounds
                   if (d := delta(r[kind]["passes"][0], *den)) > 0]
             return cell(xs, "{:.1f}" if scale == 1 else "{:.0f}") if xs else "n/a"
-        breakdown.append(f"| {label} | {q('tree')} | {q('off')} |")
+        breakdown.append(f"| {label} | {q('tree')} | {q('off')} | {q('s2')} |")
     reads_per_file = med(per(lambda r: delta(r["tree"]["passes"][0], "fs", "reads"))) / n
     whole = [a + b for a, b in zip(mcpu("tree"), pycpu("tree"))]
     max_load = max(max(x["load_start"], x["load_end"]) for r in rounds for x in r.values())
@@ -372,7 +384,7 @@ what is measured is the mount's own delivery path. {n} generated JPEGs ({args.cl
 local MinIO bucket (the mount reads them from it; the extractor and PyTorch read the local copy). Mount: a fresh mount
 and a fresh cache directory per run, `--device cpu`, `DatasetFolder(MOUNT/features/tiny/{args.layer}/train, loader=np.load)`
 + `DataLoader(batch_size=64, shuffle=True, num_workers=4)`, {n_ep} passes. {nr} interleaved rounds in this one run,
-each running the five, the order rotating every round ({rotation}{'; and so on' if nr > 3 else ''}).
+each running the six, the order rotating every round ({rotation}{'; and so on' if nr > 3 else ''}).
 Figures: the median over the rounds with (min-max). Load average (1 min) over each round: {loads}.
 CPU per image: the mount process's utime+stime (/proc/PID/stat) over the pass; the Python side's own rusage plus its
 reaped children's (the DataLoader workers); the extractor's and decode's: `featurefs bench`'s own `cpu_seconds` over
@@ -386,6 +398,11 @@ its measurement (the process's, after start-up and warm-up). MinIO's CPU is in n
 |---|---|---|
 | the mount process's CPU per image <= {TARGET_CPU}x the extractor's | **{cpu_ratio:.2f}x** ({med(ms(mcpu('tree'))):.2f} vs {med(ms(x_cpu)):.2f} ms) | {v_cpu} (target <= {TARGET_CPU}x) |
 | epoch 1 through the mount >= {TARGET_RATE}x PyTorch's images/s | **{rate_ratio:.2f}x** ({med(rate('tree')):.0f} vs {med(t_rate):.0f} images/s) | {v_rate} (target >= {TARGET_RATE}x) |
+
+The same mount with `--cache-compression s2` (the default before issue 37 item 2): its CPU per image
+{s2_cpu_ratio:.2f}x the extractor's ({med(ms(mcpu('s2'))):.2f} ms), epoch 1 {med(rate('s2')) / med(t_rate):.2f}x PyTorch's images/s; the
+cache stores {per_img('s2', 'cache', 'put_stored_bytes') / 1e6:.0f} KB per feature with it against
+{per_img('tree', 'cache', 'put_stored_bytes') / 1e6:.0f} KB with the default.
 
 CPU per delivered image of the whole path in epoch 1: the mount process plus the Python side {cell(ms(whole), '{:.2f}')} ms
 (defaults) against PyTorch's whole loader {cell(ms(t_cpu), '{:.2f}')} ms; the mount's excess over the extractor,
@@ -407,8 +424,8 @@ The mount's own breakdown over epoch 1 (the stats file, `MOUNT/.featurefs/stats`
 min-max; seconds summed over the workers, so they can exceed the pass). FUSE reads per feature file (defaults):
 {reads_per_file:.1f}.
 
-| figure | defaults (`--prefetch tree`) | `--prefetch off` |
-|---|---|---|
+| figure | defaults (`--prefetch tree`) | `--prefetch off` | `--cache-compression s2` |
+|---|---|---|---|
 {chr(10).join(breakdown)}
 
 ResNet-50 layer12 and layer18 (where the CPU model dominates) are measured by scripts/bench-epoch.sh
@@ -436,6 +453,7 @@ def main():
     for a in ("--bin", "--model", "--layer", "--endpoint", "--bucket", "--mnt", "--cache-dir", "--log", "--prefetch"):
         mt.add_argument(a, required=True)
     mt.add_argument("--epochs", type=int, default=2)
+    mt.add_argument("--flags", default="", help="more mount flags for this run (the s2 kind's --cache-compression s2)")
     mt.add_argument("--workers", type=int, default=4)
     cl = sub.add_parser("cli")
     for a in ("--bin", "--model", "--layer", "--dir"):
@@ -447,7 +465,7 @@ def main():
     th.add_argument("--threads", type=int, default=2)
     rp = sub.add_parser("report")
     rp.add_argument("--round", action="append", nargs="+", required=True, metavar="KIND=JSON",
-                    help="one interleaved round: tree=, off=, extract=, decode= and torch= JSON files, in the order they ran")
+                    help="one interleaved round: tree=, off=, s2=, extract=, decode= and torch= JSON files, in the order they ran")
     rp.add_argument("--command", default="make bench")
     rp.add_argument("--env", default="")
     rp.add_argument("--classes", type=int, default=10)
