@@ -138,22 +138,12 @@ func runBench(args []string) int {
 	}
 	defer svc.Close()
 	if *cpuProfile != "" {
-		f, err := safefile.Create(*cpuProfile, 0o644)
-		if err == nil {
-			if err = pprof.StartCPUProfile(f); err != nil {
-				f.Abort()
-			}
-		}
+		stop, err := startCPUProfile(*cpuProfile)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "featurefs bench: --cpuprofile: %v\n", err)
 			return exitUsage
 		}
-		defer func() {
-			pprof.StopCPUProfile()
-			if err := f.Commit(); err != nil {
-				fmt.Fprintf(os.Stderr, "featurefs bench: --cpuprofile: %v\n", err)
-			}
-		}()
+		defer stop()
 	}
 	m, _ := svc.Model("m")
 	enc := json.NewEncoder(os.Stdout)
@@ -475,4 +465,24 @@ func (f *firstError) get() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.err
+}
+
+// startCPUProfile writes a Go CPU profile to path (through a temporary
+// file renamed into place: never through a link) until stop, which
+// reports a failure to keep it on stderr.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := safefile.Create(path, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Abort()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Commit(); err != nil {
+			fmt.Fprintf(os.Stderr, "featurefs: CPU profile %s: %v\n", path, err)
+		}
+	}, nil
 }

@@ -182,6 +182,16 @@ func runMount(args []string) int {
 		return daemonize(args, o, mnt)
 	}
 	rep := newReporter()
+	if p := os.Getenv("FEATUREFS_CPUPROFILE"); p != "" {
+		// A debugging aid (docs/GPU.md): where a mount's CPU goes. "%p"
+		// in the path is the mount's pid.
+		stop, err := startCPUProfile(strings.ReplaceAll(p, "%p", strconv.Itoa(os.Getpid())))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "featurefs mount: FEATUREFS_CPUPROFILE: %v\n", err)
+			return exitUsage
+		}
+		defer stop()
+	}
 	err = serve(o, source, mnt, rep)
 	if err != nil {
 		code := exitCode(err)
