@@ -35,13 +35,22 @@ import (
 // root can write the cache's 0600 files) is not seen until the next open.
 //
 // Versions: a node stands for one object version (its inode number holds
-// the ETag). Passthrough is granted only to a node whose version is the
-// one the mount knows as current; an open of an older node reads through
-// the mount (which serves the new version and drops the old pages), or,
-// while other opens of the old node hold its backing file, fails with
-// ESTALE, which makes the kernel look the name up again and open the new
-// version's node. An evicted or replaced cache file stays readable (and
-// its disk space held) until the feature file's last close.
+// the ETag), and its backing file is that version's cache file (the cache
+// key holds the ETag). A backing file is handed out only at an open of a
+// node whose version is the one the mount knows as current (the fresh
+// listing, or a newer version a read found: CurrentVersion); an open of
+// an older node reads through the mount, which serves the new version and
+// drops the old pages, as without passthrough. The kernel allows no such
+// open while other opens of the old node hold its backing file (one I/O
+// mode per inode): when a lookup of the name now gives the new version's
+// node (a listing shows the change), that open answers ESTALE, and the
+// kernel looks the name up again and opens the new node
+// (TestPassthroughOverwriteReadsNewVersion); when it would give the same
+// node (a newer version only a read found, within the listing's TTL),
+// ESTALE would fail the open, so it shares the old node's backing file and
+// reads that node's version.
+// An evicted or replaced cache file stays readable (and its disk space
+// held) until the feature file's last close.
 //
 // The kernel allows one I/O mode per inode at a time: while an open of a
 // node reads through the mount, no open of it is handed a backing file,
@@ -117,15 +126,20 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 	}
 	obj, listed := f.ns.CurrentVersion(ff.prefix, ff.name, ff.obj)
 	current := listed && obj.Key == ff.obj.Key && obj.ETag == ff.obj.ETag
-	if nv, _, ok := f.p.NewerVersion(ff.obj.Key); ok && nv.ETag != ff.obj.ETag {
-		current = false
-	}
 	st := &ff.pt
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.backed > 0 {
 		if !current {
-			return nil, 0, syscall.ESTALE // look the name up again: the new version's node
+			// The kernel takes no other mode while the backing file is
+			// held. Where a lookup of the name now gives the new
+			// version's node, ESTALE makes the kernel look it up again
+			// and open that; else (a newer version only a read found,
+			// within the listing's TTL) this open shares the old node's
+			// backing file, its own version.
+			if le, err := f.ns.Lookup(ctx, ff.prefix, ff.name); err == nil && !le.Dir && le.Obj.ETag != ff.obj.ETag {
+				return nil, 0, syscall.ESTALE
+			}
 		}
 		st.backed++
 		f.stats.passthroughOpens.Add(1)

@@ -2,11 +2,14 @@ package fs
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor/api"
@@ -184,4 +187,51 @@ func TestPassthroughOffFallsBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPassthroughOverwriteReadsNewVersion: a file held open with
+// passthrough keeps the old version's cache file as its backing file; once
+// the object is overwritten and relisted, a new open of the name reads the
+// new version (through the mount while it is computed, then from its own
+// cache file), never the old backing file.
+func TestPassthroughOverwriteReadsNewVersion(t *testing.T) {
+	st, b, x, want := passthroughEnv(t)
+	e := testMountWith(t, b, x, func(c *testConfig) { c.Cache = st; c.passthrough = true })
+	l := x.Models()[0].Layers[0]
+	p := e.path("features", "tiny", "layer12", "d", "1.npy")
+	held, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	buf := make([]byte, len(want["1"]))
+	if _, err := io.ReadFull(held, buf); err != nil || !bytes.Equal(buf, want["1"]) {
+		t.Fatalf("held open: %v", err)
+	}
+	if n := e.fs.Stats().FS.PassthroughOpens; n != 1 {
+		t.Fatalf("%d passthrough opens; want 1", n)
+	}
+	b.put("d/1.jpg", []byte("new"))
+	e.clock.Advance(2 * time.Hour)
+	if _, err := os.Stat(e.path("features", "tiny", "layer12", "d", "9.npy")); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("stat of a name never there: %v", err)
+	}
+	newer := expectedNPY(l, []byte("new"), x.DType())
+	for i := range 2 {
+		got, err := os.ReadFile(p)
+		if err != nil || !bytes.Equal(got, newer) {
+			t.Fatalf("read %d after the overwrite, the old version held open: %v, new bytes %v, old bytes %v",
+				i, err, bytes.Equal(got, newer), bytes.Equal(got, want["1"]))
+		}
+	}
+	held.Close()
+	e.flushCacheWrites(t)
+	pt := e.fs.Stats().FS.PassthroughOpens
+	waitFor(t, 10*time.Second, "the new version read through passthrough", func() bool {
+		got, err := os.ReadFile(p)
+		if err != nil || !bytes.Equal(got, newer) {
+			t.Fatalf("read of the new version: %v, new bytes %v", err, bytes.Equal(got, newer))
+		}
+		return e.fs.Stats().FS.PassthroughOpens > pt
+	})
 }

@@ -389,6 +389,7 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		FsName:      source,
 		AllowOther:  o.AllowOther,
 		DirectMount: os.Geteuid() == 0,
+		Passthrough: o.Passthrough,
 	})
 	if err != nil {
 		return failf(exitMountPoint, "%w", err)

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Benchmark of FUSE passthrough (issue 37 item 4; scripts/bench-passthrough.sh runs it).
+
+A local directory of JPEGs is mounted with the near-free layer12-sized model of
+bench_delivery.py (802,944-byte .npy files) and --cache-compression off (so the
+cache keeps each feature as a file of its bytes); one mount computes every
+feature into the cache. Then ROUNDS interleaved rounds, the order of on/off
+rotating, each a fresh mount (fresh kernel inodes: no page cache of the mount)
+over that cache, with --passthrough or without:
+
+  readback: the cache's files warm in the page cache (as right after prefetch
+            wrote them), every feature file read once (epoch 1's read-back);
+  hot:      the same files read again in the same mount (epoch 2 with the
+            page cache warm: what the OPEN round trip costs);
+  epoch2:   another fresh mount, page cache dropped (echo 3 >
+            /proc/sys/vm/drop_caches), every file read once.
+
+Readers: READERS threads, each file opened, read whole (as np.load does) and
+closed. Figures per pass: wall seconds, MB/s, the mount's CPU (utime+stime of
+its process, /proc/PID/stat) per file, OPEN requests and READs the mount saw
+(its stats file). Prints JSON on stdout; progress on stderr.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import loadavg, read_stats, unmount  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def mount(args, passthrough, tag):
+    cmd = [args.bin, "mount", "--model", f"tiny={args.model}", "--cache-dir", args.cache_dir,
+           "--log-file", os.path.join(args.work, f"featurefs-{tag}.log"), "--device", "cpu",
+           "--cache-compression", "off", "--prefetch", "off"]
+    if passthrough:
+        cmd.append("--passthrough")
+    cmd += [args.images, args.mnt]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"featurefs mount failed ({r.returncode}): {r.stderr}")
+    m = re.search(r"\(pid (\d+),", r.stderr)
+    if not m:
+        sys.exit(f"featurefs mount: no pid in its output: {r.stderr}")
+    return int(m.group(1))
+
+
+def files_of(root):
+    out = []
+    for d, _, fs in os.walk(root):
+        out += [os.path.join(d, f) for f in fs if f.endswith(".npy")]
+    return sorted(out)
+
+
+def read_all(paths, readers):
+    def one(p):
+        with open(p, "rb") as f:
+            return len(f.read())
+    with concurrent.futures.ThreadPoolExecutor(readers) as ex:
+        return sum(ex.map(one, paths))
+
+
+def one_pass(args, pid, paths, name):
+    s0, c0, w0 = read_stats(args.mnt), proc_cpu(pid), time.perf_counter()
+    n = read_all(paths, args.readers)
+    w1, c1 = time.perf_counter(), proc_cpu(pid)
+    s1 = read_stats(args.mnt)
+    f0, f1 = s0["fs"], s1["fs"]
+    want = len(paths) * args.size
+    if n != want:
+        sys.exit(f"{name}: read {n} bytes, want {want}")
+    res = {"pass": name, "seconds": w1 - w0, "files": len(paths), "mb_s": n / (w1 - w0) / 1e6,
+           "mount_cpu_ms_per_file": (c1 - c0) * 1e3 / len(paths),
+           "opens": f1["opens"] - f0["opens"], "reads": f1["reads"] - f0["reads"],
+           "passthrough_opens": f1.get("passthrough_opens", 0) - f0.get("passthrough_opens", 0),
+           "verify_ms_per_file": (f1.get("passthrough_verify_seconds", 0) - f0.get("passthrough_verify_seconds", 0)) * 1e3 / len(paths),
+           "load": loadavg()}
+    print(f"  {name}: {res['seconds']:.2f}s {res['mb_s']:.0f} MB/s, mount CPU {res['mount_cpu_ms_per_file']:.3f} ms/file, "
+          f"opens {res['opens']} reads {res['reads']} passthrough {res['passthrough_opens']}", file=sys.stderr)
+    return res
+
+
+def warm_cache_files(cache_dir):
+    for d, _, fs in os.walk(os.path.join(cache_dir, "files")):
+        for f in fs:
+            with open(os.path.join(d, f), "rb") as fh:
+                while fh.read(1 << 20):
+                    pass
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("bin", "model", "images", "mnt", "cache_dir", "work"):
+        ap.add_argument("--" + a.replace("_", "-"), required=True)
+    ap.add_argument("--layer", default="layer0")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--readers", type=int, default=4)
+    ap.add_argument("--size", type=int, default=802944)
+    args = ap.parse_args()
+    root = lambda: os.path.join(args.mnt, "features", "tiny", args.layer)  # noqa: E731
+    # Fill the cache.
+    pid = mount(args, False, "fill")
+    try:
+        paths = files_of(root())
+        t0 = time.perf_counter()
+        read_all(paths, args.readers)
+        print(f"fill: {len(paths)} features in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        time.sleep(2)  # the cache writes are queued: let them land
+    finally:
+        unmount(args.mnt, pid)
+    results = []
+    load0 = loadavg()
+    for r in range(args.rounds):
+        order = [True, False] if r % 2 == 0 else [False, True]
+        for pt in order:
+            mode = "on" if pt else "off"
+            print(f"round {r + 1}, passthrough {mode}", file=sys.stderr)
+            warm_cache_files(args.cache_dir)
+            pid = mount(args, pt, f"r{r}-{mode}")
+            try:
+                paths = files_of(root())
+                rb = one_pass(args, pid, paths, "readback")
+                hot = one_pass(args, pid, paths, "hot")
+            finally:
+                unmount(args.mnt, pid)
+            pid = mount(args, pt, f"r{r}-{mode}-e2")
+            try:
+                paths = files_of(root())
+                drop_caches()
+                e2 = one_pass(args, pid, paths, "epoch2")
+            finally:
+                unmount(args.mnt, pid)
+            for p in (rb, hot, e2):
+                p.update(round=r + 1, passthrough=mode)
+                results.append(p)
+    summary = {}
+    for mode in ("on", "off"):
+        for name in ("readback", "hot", "epoch2"):
+            rs = [p for p in results if p["passthrough"] == mode and p["pass"] == name]
+            summary[f"{name}/{mode}"] = {k: (statistics.median(p[k] for p in rs), min(p[k] for p in rs), max(p[k] for p in rs))
+                                         for k in ("mb_s", "mount_cpu_ms_per_file", "seconds", "verify_ms_per_file")}
+            summary[f"{name}/{mode}"]["opens_reads_pt"] = [(p["opens"], p["reads"], p["passthrough_opens"]) for p in rs]
+    json.dump({"load_before": load0, "load_after": loadavg(), "files": len(paths), "readers": args.readers,
+               "summary": summary, "passes": results}, sys.stdout, indent=1)
+
+
+if __name__ == "__main__":
+    main()
