@@ -575,26 +575,38 @@ func (s *Store) forgetAllFiles() {
 // with its header): not an error, a value the mount reads as before.
 var errNotRawFile = errors.New("cache: value not in a plain file")
 
+// FileID identifies one version of a feature file on disk: its inode and
+// its change time (any write to the file through the file system changes
+// it). OpenFile skips the verification of a file whose FileID is the one
+// its caller verified before.
+type FileID struct {
+	Dev, Ino    uint64
+	Size, Ctime int64 // Ctime in nanoseconds
+}
+
 // OpenFile returns k's value as a file open for reading that holds exactly
-// its bytes, and its size, when the value is stored so (uncompressed and
-// at least Options.FileThreshold long): the mount hands it to the kernel
-// (FUSE passthrough), whose reads of the feature file then go to it
-// without the mount. Since those reads bypass the cache's checks, every
-// chunk's CRC is verified here first, through a read-only mapping of the
-// file, so through the page cache the kernel's reads then find warm; a
-// file that fails (or is missing, or of another length) is a miss and its
-// entry deleted, as for Get: it is never returned. The caller closes the
-// file. A miss, or a value stored any other way, is (nil, 0, false, nil);
-// it counts a hit only when it returns a file.
+// its bytes, its size and its FileID, when the value is stored so
+// (uncompressed and at least Options.FileThreshold long): the mount hands
+// it to the kernel (FUSE passthrough), whose reads of the feature file then
+// go to it without the mount. Since those reads bypass the cache's checks,
+// every chunk's CRC is verified here first, through a read-only mapping of
+// the file, so through the page cache the kernel's reads then find warm,
+// unless the file's FileID equals verified (the same inode, unchanged
+// since the caller had it verified); a file that fails (or is missing, or
+// of another length) is a miss and its entry deleted, as for Get: it is
+// never returned. The caller closes the file. A miss, or a value stored any
+// other way, is (nil, 0, FileID{}, false, nil); it counts a hit only when
+// it returns a file.
 //
 // The file returned is the one the index named when it was opened: a Put
 // that replaces the value (the same key: the same bytes) or an eviction
 // renames or unlinks the name, and the open file keeps the old inode (and
 // its disk space) until closed.
-func (s *Store) OpenFile(k Key) (*os.File, int64, bool, error) {
+func (s *Store) OpenFile(k Key, verified FileID) (*os.File, int64, FileID, bool, error) {
 	i := k.id()
 	var out *os.File
 	var size int64
+	var fid FileID
 	ok, err := s.read(k, func([]byte, bool) error { return errNotRawFile }, func(cf *os.File, p filePtr) error {
 		if !p.raw() {
 			return errNotRawFile
@@ -606,20 +618,28 @@ func (s *Store) OpenFile(k Key) (*os.File, int64, bool, error) {
 			return fmt.Errorf("cache: dup feature file: %w", err)
 		}
 		f := os.NewFile(uintptr(fd), cf.Name())
-		if err := verifyRawFile(i, f, p); err != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
 			f.Close()
 			return err
+		}
+		fid = FileID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Ctime: st.Ctim.Nano()}
+		if fid != verified {
+			if err := verifyRawFile(i, f, p); err != nil {
+				f.Close()
+				return err
+			}
 		}
 		out, size = f, p.recLen
 		return nil
 	})
 	if errors.Is(err, errNotRawFile) {
-		return nil, 0, false, nil
+		return nil, 0, FileID{}, false, nil
 	}
 	if !ok || out == nil {
-		return nil, 0, false, err
+		return nil, 0, FileID{}, false, err
 	}
-	return out, size, true, nil
+	return out, size, fid, true, nil
 }
 
 // verifyRawFile checks every chunk of a flagsRawFile file against its

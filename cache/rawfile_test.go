@@ -23,7 +23,7 @@ func TestFileHoldsExactlyTheBytes(t *testing.T) {
 		t.Fatalf("feature file: %d bytes (err %v), want exactly the value's %d", len(got), err, len(want))
 	}
 	hits := s.Stats().Hits
-	f, size, ok, err := s.OpenFile(testKey(0))
+	f, size, fid, ok, err := s.OpenFile(testKey(0), FileID{})
 	if err != nil || !ok || size != featSize {
 		t.Fatalf("OpenFile: size %d ok %v err %v", size, ok, err)
 	}
@@ -42,7 +42,32 @@ func TestFileHoldsExactlyTheBytes(t *testing.T) {
 	if n, _, ok, err := s.ReadAt(testKey(0), dst, 3*chunkSize); !ok || err != nil || !bytes.Equal(dst[:n], want[3*chunkSize:5*chunkSize]) {
 		t.Fatalf("ReadAt: %d bytes ok %v err %v", n, ok, err)
 	}
-	if f, _, ok, err := s.OpenFile(testKey(9)); f != nil || ok || err != nil {
+	// Damage within the same inode changes its FileID: verified again.
+	pf, err := os.OpenFile(s.filePath(testKey(0).id()), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf.WriteAt([]byte{want[10] ^ 1}, 10)
+	pf.Close()
+	if f, _, _, ok, err := s.OpenFile(testKey(0), fid); f != nil || ok || err != nil {
+		t.Fatalf("OpenFile of a file written since it was verified: %v ok %v err %v; want a miss", f, ok, err)
+	}
+	if err := s.Put(testKey(0), want); err != nil {
+		t.Fatal(err)
+	}
+	f, _, fid, ok, err = s.OpenFile(testKey(0), FileID{})
+	if !ok || err != nil {
+		t.Fatalf("OpenFile after a new Put: ok %v err %v", ok, err)
+	}
+	f.Close()
+	// The same inode, unchanged: not verified again (a byte changed in
+	// the page cache behind the file system's back would go unseen).
+	f, _, fid2, ok, err := s.OpenFile(testKey(0), fid)
+	if !ok || err != nil || fid2 != fid {
+		t.Fatalf("OpenFile again: ok %v err %v, FileID %v then %v", ok, err, fid, fid2)
+	}
+	f.Close()
+	if f, _, _, ok, err := s.OpenFile(testKey(9), FileID{}); f != nil || ok || err != nil {
 		t.Fatalf("OpenFile of a miss: %v %v %v", f, ok, err)
 	}
 }
@@ -65,7 +90,7 @@ func TestOpenFileDamaged(t *testing.T) {
 	b[0] ^= 0x01
 	f.WriteAt(b, featSize-3)
 	f.Close()
-	if f, _, ok, err := s.OpenFile(testKey(0)); f != nil || ok || err != nil {
+	if f, _, _, ok, err := s.OpenFile(testKey(0), FileID{}); f != nil || ok || err != nil {
 		t.Fatalf("OpenFile of a damaged file: %v ok %v err %v; want a miss", f, ok, err)
 	}
 	if st := s.Stats(); st.ChecksumFailures != 1 || st.Entries != 0 {
@@ -100,7 +125,7 @@ func TestOpenFileOtherLayouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := range 2 {
-		if f, _, ok, err := s.OpenFile(testKey(k)); f != nil || ok || err != nil {
+		if f, _, _, ok, err := s.OpenFile(testKey(k), FileID{}); f != nil || ok || err != nil {
 			t.Fatalf("OpenFile of value %d: %v ok %v err %v; want (nil, false, nil)", k, f, ok, err)
 		}
 		if !s.Has(testKey(k)) {

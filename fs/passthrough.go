@@ -11,6 +11,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/fs/namespace"
 )
 
@@ -29,10 +30,13 @@ import (
 // Checks: the reads bypass the cache's per-chunk CRCs, so the open verifies
 // every chunk of the file first (through the page cache, which the
 // kernel's reads then find warm); a file that fails is a miss, deleted,
-// and the open reads through the mount. A file is checked once per open
-// that hands it over, not per read: the kernel keeps the backing file for
-// as long as the feature file is open, and a later change on disk (only
-// root can write the cache's 0600 files) is not seen until the next open.
+// and the open reads through the mount. A file is checked at the first
+// open of its node that hands it over, and again whenever the cache's
+// file is another inode or was written since (its change time: only root
+// can write the cache's 0600 files), not per read: the kernel keeps the
+// backing file for as long as the feature file is open. Damage that no
+// write makes (the disk's own, under the page cache) is seen by the first
+// open of each node in a mount only.
 //
 // Versions: a node stands for one object version (its inode number holds
 // the ETag), and its backing file is that version's cache file (the cache
@@ -67,6 +71,9 @@ type ptState struct {
 	file         *os.File // the backing file while backed > 0
 	backed       int      // live opens handed the backing file
 	throughMount int      // live opens that read through the mount
+	// verified is the cache file this node last had verified: an open
+	// that finds the same inode unchanged does not verify it again.
+	verified cache.FileID
 }
 
 // ptHandle is the handle of an open of a feature file with passthrough
@@ -147,13 +154,14 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 	}
 	if current && st.throughMount == 0 {
 		t0 := time.Now()
-		file, ok := f.p.OpenCachedFile(ff.fv, ff.obj)
+		file, fid, ok := f.p.OpenCachedFile(ff.fv, ff.obj, st.verified)
 		f.stats.passthroughVerifyNanos.Add(int64(time.Since(t0)))
 		if ok && !f.canPassthrough(file) {
 			file.Close()
 			return nil, 0, syscall.ENOSYS // off from now on: no more OPENs
 		}
 		if ok {
+			st.verified = fid
 			st.file = file
 			st.backed = 1
 			f.stats.passthroughOpens.Add(1)

@@ -13,7 +13,10 @@ over that cache, with --passthrough or without:
   hot:      the same files read again in the same mount (epoch 2 with the
             page cache warm: what the OPEN round trip costs);
   epoch2:   another fresh mount, page cache dropped (echo 3 >
-            /proc/sys/vm/drop_caches), every file read once.
+            /proc/sys/vm/drop_caches), every file read once;
+and, each round, a mount with --passthrough over a zeros-elision cache (no
+file to hand over: every open is answered, reads go through the mount) whose
+hot pass is what the OPEN round trip alone costs ("open-only").
 
 Readers: READERS threads, each file opened, read whole (as np.load does) and
 closed. Figures per pass: wall seconds, MB/s, the mount's CPU (utime+stime of
@@ -42,10 +45,11 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def mount(args, passthrough, tag):
-    cmd = [args.bin, "mount", "--model", f"tiny={args.model}", "--cache-dir", args.cache_dir,
+def mount(args, passthrough, tag, compression="off"):
+    cache_dir = args.cache_dir if compression == "off" else args.cache_dir + "-" + compression
+    cmd = [args.bin, "mount", "--model", f"tiny={args.model}", "--cache-dir", cache_dir,
            "--log-file", os.path.join(args.work, f"featurefs-{tag}.log"), "--device", "cpu",
-           "--cache-compression", "off", "--prefetch", "off"]
+           "--cache-compression", compression, "--prefetch", "off"]
     if passthrough:
         cmd.append("--passthrough")
     cmd += [args.images, args.mnt]
@@ -117,16 +121,18 @@ def main():
     ap.add_argument("--size", type=int, default=802944)
     args = ap.parse_args()
     root = lambda: os.path.join(args.mnt, "features", "tiny", args.layer)  # noqa: E731
-    # Fill the cache.
-    pid = mount(args, False, "fill")
-    try:
-        paths = files_of(root())
-        t0 = time.perf_counter()
-        read_all(paths, args.readers)
-        print(f"fill: {len(paths)} features in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-        time.sleep(2)  # the cache writes are queued: let them land
-    finally:
-        unmount(args.mnt, pid)
+    # Fill the caches: raw (passthrough's), and zeros-elision (no file
+    # passthrough can use: what the OPEN round trip alone costs).
+    for comp in ("off", "zeros"):
+        pid = mount(args, False, "fill-" + comp, comp)
+        try:
+            paths = files_of(root())
+            t0 = time.perf_counter()
+            read_all(paths, args.readers)
+            print(f"fill ({comp}): {len(paths)} features in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            time.sleep(2)  # the cache writes are queued: let them land
+        finally:
+            unmount(args.mnt, pid)
     results = []
     load0 = loadavg()
     for r in range(args.rounds):
@@ -152,10 +158,24 @@ def main():
             for p in (rb, hot, e2):
                 p.update(round=r + 1, passthrough=mode)
                 results.append(p)
+        # OPEN answered for files not handed over (a compressed cache):
+        # the hot pass's cost of the round trip, against off's hot pass.
+        print(f"round {r + 1}, passthrough on, compressed cache (no file to hand over)", file=sys.stderr)
+        pid = mount(args, True, f"r{r}-open", "zeros")
+        try:
+            paths = files_of(root())
+            one_pass(args, pid, paths, "readback")
+            hot = one_pass(args, pid, paths, "hot")
+        finally:
+            unmount(args.mnt, pid)
+        hot.update(round=r + 1, passthrough="open-only")
+        results.append(hot)
     summary = {}
-    for mode in ("on", "off"):
+    for mode in ("on", "off", "open-only"):
         for name in ("readback", "hot", "epoch2"):
             rs = [p for p in results if p["passthrough"] == mode and p["pass"] == name]
+            if not rs:
+                continue
             summary[f"{name}/{mode}"] = {k: (statistics.median(p[k] for p in rs), min(p[k] for p in rs), max(p[k] for p in rs))
                                          for k in ("mb_s", "mount_cpu_ms_per_file", "seconds", "verify_ms_per_file")}
             summary[f"{name}/{mode}"]["opens_reads_pt"] = [(p["opens"], p["reads"], p["passthrough_opens"]) for p in rs]
