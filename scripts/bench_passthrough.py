@@ -12,8 +12,10 @@ over that cache, with --passthrough or without:
             wrote them), every feature file read once (epoch 1's read-back);
   hot:      the same files read again in the same mount (epoch 2 with the
             page cache warm: what the OPEN round trip costs);
-  epoch2:   another fresh mount, page cache dropped (echo 3 >
-            /proc/sys/vm/drop_caches), every file read once;
+  epoch2:   then, in the same mount, page cache dropped (echo 3 >
+            /proc/sys/vm/drop_caches), every file read once more;
+  restart:  another fresh mount, page cache dropped, every file read once
+            (epoch 2 after a remount: every file verified again);
 and, each round, a mount with --passthrough over a zeros-elision cache (no
 file to hand over: every open is answered, reads go through the mount) whose
 hot pass is what the OPEN round trip alone costs ("open-only").
@@ -21,7 +23,9 @@ hot pass is what the OPEN round trip alone costs ("open-only").
 Readers: READERS threads, each file opened, read whole (as np.load does) and
 closed. Figures per pass: wall seconds, MB/s, the mount's CPU (utime+stime of
 its process, /proc/PID/stat) per file, OPEN requests and READs the mount saw
-(its stats file). Prints JSON on stdout; progress on stderr.
+(its stats file). Prints a markdown section on stdout (make bench keeps it in
+docs/bench/passthrough.md; the JSON goes to $BENCH_PT_JSON when set); progress
+on stderr. `bench_passthrough.py report RESULT.json` prints the section again.
 """
 import argparse
 import concurrent.futures
@@ -50,8 +54,7 @@ def mount(args, passthrough, tag, compression="off"):
     cmd = [args.bin, "mount", "--model", f"tiny={args.model}", "--cache-dir", cache_dir,
            "--log-file", os.path.join(args.work, f"featurefs-{tag}.log"), "--device", "cpu",
            "--cache-compression", compression, "--prefetch", "off"]
-    if passthrough:
-        cmd.append("--passthrough")
+    cmd.append("--passthrough=" + ("true" if passthrough else "false"))
     cmd += [args.images, args.mnt]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -146,16 +149,18 @@ def main():
                 paths = files_of(root())
                 rb = one_pass(args, pid, paths, "readback")
                 hot = one_pass(args, pid, paths, "hot")
-            finally:
-                unmount(args.mnt, pid)
-            pid = mount(args, pt, f"r{r}-{mode}-e2")
-            try:
-                paths = files_of(root())
                 drop_caches()
                 e2 = one_pass(args, pid, paths, "epoch2")
             finally:
                 unmount(args.mnt, pid)
-            for p in (rb, hot, e2):
+            pid = mount(args, pt, f"r{r}-{mode}-restart")
+            try:
+                paths = files_of(root())
+                drop_caches()
+                rs = one_pass(args, pid, paths, "restart")
+            finally:
+                unmount(args.mnt, pid)
+            for p in (rb, hot, e2, rs):
                 p.update(round=r + 1, passthrough=mode)
                 results.append(p)
         # OPEN answered for files not handed over (a compressed cache):
@@ -172,16 +177,70 @@ def main():
         results.append(hot)
     summary = {}
     for mode in ("on", "off", "open-only"):
-        for name in ("readback", "hot", "epoch2"):
+        for name in ("readback", "hot", "epoch2", "restart"):
             rs = [p for p in results if p["passthrough"] == mode and p["pass"] == name]
             if not rs:
                 continue
             summary[f"{name}/{mode}"] = {k: (statistics.median(p[k] for p in rs), min(p[k] for p in rs), max(p[k] for p in rs))
                                          for k in ("mb_s", "mount_cpu_ms_per_file", "seconds", "verify_ms_per_file")}
             summary[f"{name}/{mode}"]["opens_reads_pt"] = [(p["opens"], p["reads"], p["passthrough_opens"]) for p in rs]
-    json.dump({"load_before": load0, "load_after": loadavg(), "files": len(paths), "readers": args.readers,
-               "summary": summary, "passes": results}, sys.stdout, indent=1)
+    res = {"load_before": load0, "load_after": loadavg(), "files": len(paths), "readers": args.readers,
+           "kernel": os.uname().release, "summary": summary, "passes": results}
+    if os.environ.get("BENCH_PT_JSON"):
+        with open(os.environ["BENCH_PT_JSON"], "w") as f:
+            json.dump(res, f, indent=1)
+    print(report(res))
+
+
+PASSES = [("readback", "readback: epoch 1's read of features prefetch cached (cache files warm)"),
+          ("hot", "hot: the same files again, same mount (everything in memory)"),
+          ("epoch2", "epoch2: same mount, `echo 3 > /proc/sys/vm/drop_caches` first"),
+          ("restart", "restart: a fresh mount, page cache dropped")]
+
+
+def report(res):
+    """The markdown section make bench keeps in docs/bench/passthrough.md."""
+    sm = res["summary"]
+    loads = [p["load"] for p in res["passes"]]
+
+    def cell(key, field, bold=False, fmt="{:,.2f}"):
+        if key not in sm:
+            return "-"
+        med, lo, hi = sm[key][field]
+        t = (fmt.format(med) + " (" + fmt.format(lo) + "-" + fmt.format(hi) + ")")
+        return f"**{t}**" if bold else t
+
+    rows = []
+    for name, text in PASSES:
+        on, off = sm.get(f"{name}/on"), sm.get(f"{name}/off")
+        cpu_win = on and off and on["mount_cpu_ms_per_file"][0] < off["mount_cpu_ms_per_file"][0]
+        mb_win = on and off and on["mb_s"][0] > off["mb_s"][0]
+        rows.append(f"| {text} | {cell(name + '/on', 'mount_cpu_ms_per_file', cpu_win)} | "
+                    f"{cell(name + '/off', 'mount_cpu_ms_per_file', not cpu_win)} | "
+                    f"{cell(name + '/on', 'mb_s', mb_win, '{:,.0f}')} | {cell(name + '/off', 'mb_s', not mb_win, '{:,.0f}')} | "
+                    f"{cell(name + '/on', 'verify_ms_per_file')} |")
+    rows.append(f"| open-only, hot: `--passthrough` over a zeros-elision cache (nothing handed over: the OPEN alone) | "
+                f"{cell('hot/open-only', 'mount_cpu_ms_per_file')} | - | {cell('hot/open-only', 'mb_s', False, '{:,.0f}')} | - | - |")
+    return "\n".join([
+        "## FUSE passthrough: the mount's CPU per 803 KB feature file, on and off",
+        "",
+        f"`scripts/bench-passthrough.sh` ({res['files']} files of 802,944 B from the near-free layer12-sized model of "
+        f"scripts/bench-delivery.sh, `--cache-compression off`, {res['readers']} reader threads each opening, reading whole "
+        f"and closing a file; kernel {res.get('kernel', '?')}; 1-minute load average {res['load_before']:.2f} before, "
+        f"{min(loads):.2f}-{max(loads):.2f} during the passes, {res['load_after']:.2f} after). Each pass is every file once; "
+        "3 rounds, the order of on and off alternating; median (min-max). Mount CPU: utime+stime of its process "
+        "(/proc/PID/stat, 10 ms ticks) over the pass, per file; verify: the wall time of the check at open, per file. "
+        "Design and verdict: docs/CACHE.md, \"FUSE passthrough\".",
+        "",
+        "| pass | mount CPU ms/file, on | off | readers' MB/s, on | off | verify ms/file, on |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        ""])
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "report":
+        with open(sys.argv[2]) as f:
+            print(report(json.load(f)))
+    else:
+        main()
