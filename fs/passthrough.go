@@ -127,9 +127,15 @@ func (h *ptHandle) Release(ctx context.Context) syscall.Errno {
 // comment at the top of this file.
 func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	f := ff.fs
+	if f == nil {
+		return nil, 0, syscall.ENOSYS
+	}
 	f.stats.opens.Add(1)
 	if !f.passthrough.Load() {
 		return nil, 0, syscall.ENOSYS
+	}
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		return nil, 0, syscall.EROFS // the read-only mount refuses it first
 	}
 	obj, listed := f.ns.CurrentVersion(ff.prefix, ff.name, ff.obj)
 	current := listed && obj.Key == ff.obj.Key && obj.ETag == ff.obj.ETag
