@@ -76,26 +76,37 @@ type ptState struct {
 	verified cache.FileID
 }
 
-// ptHandle is the handle of an open of a feature file with passthrough
-// on: backed, it gives go-fuse the node's backing file (registered with
-// the kernel at the node's first such open and shared by the others).
-type ptHandle struct {
-	ff     *featureFile
-	backed bool
-}
+// ptHandle is the handle of an open of a feature file handed its node's
+// backing file (registered with the kernel at the node's first such open
+// and shared by the others).
+type ptHandle struct{ ff *featureFile }
+
+// mountHandle is the handle of an open that reads through the mount. It
+// offers go-fuse no backing file on purpose: go-fuse attaches a node's
+// registered backing file to any open whose handle offers one, and its
+// unregistering at the last close comes after that close reaches us, so a
+// handle that could offer one might get an older version's backing file.
+type mountHandle struct{ ff *featureFile }
 
 var (
 	_ = (gofs.FilePassthroughFder)((*ptHandle)(nil))
 	_ = (gofs.FileReleaser)((*ptHandle)(nil))
+	_ = (gofs.FileReleaser)((*mountHandle)(nil))
 	_ = (gofs.NodeOpener)((*featureFile)(nil))
 )
+
+// Release ends an open that read through the mount.
+func (h *mountHandle) Release(ctx context.Context) syscall.Errno {
+	st := &h.ff.pt
+	st.mu.Lock()
+	st.throughMount--
+	st.mu.Unlock()
+	return 0
+}
 
 // PassthroughFd returns the node's backing file (go-fuse asks once per
 // node while none is registered).
 func (h *ptHandle) PassthroughFd() (int, bool) {
-	if !h.backed {
-		return 0, false
-	}
 	st := &h.ff.pt
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -112,10 +123,6 @@ func (h *ptHandle) Release(ctx context.Context) syscall.Errno {
 	st := &h.ff.pt
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !h.backed {
-		st.throughMount--
-		return 0
-	}
 	if st.backed--; st.backed == 0 && st.file != nil {
 		st.file.Close()
 		st.file = nil
@@ -156,7 +163,7 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 		}
 		st.backed++
 		f.stats.passthroughOpens.Add(1)
-		return &ptHandle{ff: ff, backed: true}, 0, 0
+		return &ptHandle{ff: ff}, 0, 0
 	}
 	if current && st.throughMount == 0 {
 		t0 := time.Now()
@@ -175,7 +182,7 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 			// directory being read, the file's failure memo is cleared.
 			f.p.Touch(ff.fv, ff.prefix)
 			f.ns.ReadDone(namespace.FileKey{View: ff.fv, Key: ff.obj.Key, ETag: ff.obj.ETag}, ff.prefix+ff.name, nil)
-			return &ptHandle{ff: ff, backed: true}, 0, 0
+			return &ptHandle{ff: ff}, 0, 0
 		}
 	}
 	st.throughMount++
@@ -183,7 +190,7 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 	if current {
 		keep = fuse.FOPEN_KEEP_CACHE // as no_open did; an old node's pages are dropped
 	}
-	return &ptHandle{ff: ff}, keep, 0
+	return &mountHandle{ff: ff}, keep, 0
 }
 
 // canPassthrough reports whether the kernel takes file as a backing file,

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor/api"
 )
@@ -234,4 +236,19 @@ func TestPassthroughOverwriteReadsNewVersion(t *testing.T) {
 		}
 		return e.fs.Stats().FS.PassthroughOpens > pt
 	})
+}
+
+// TestMountHandleOffersNoBackingFile: the handle of an open that reads
+// through the mount offers go-fuse no backing file (go-fuse would attach
+// the node's registered one, possibly an older version's, to any handle
+// that offers one).
+func TestMountHandleOffersNoBackingFile(t *testing.T) {
+	var h any = &mountHandle{}
+	if _, ok := h.(gofs.FilePassthroughFder); ok {
+		t.Fatal("mountHandle offers a backing file")
+	}
+	var p any = &ptHandle{}
+	if _, ok := p.(gofs.FilePassthroughFder); !ok {
+		t.Fatal("ptHandle offers no backing file")
+	}
 }
