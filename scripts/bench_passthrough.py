@@ -16,9 +16,6 @@ over that cache, with --passthrough or without:
             /proc/sys/vm/drop_caches), every file read once more;
   restart:  another fresh mount, page cache dropped, every file read once
             (epoch 2 after a remount: every file verified again);
-and, each round, a mount with --passthrough over a zeros-elision cache (no
-file to hand over: every open is answered, reads go through the mount) whose
-hot pass is what the OPEN round trip alone costs ("open-only").
 
 Readers: READERS threads, each file opened, read whole (as np.load does) and
 closed. Figures per pass: wall seconds, MB/s, the mount's CPU (utime+stime of
@@ -124,9 +121,8 @@ def main():
     ap.add_argument("--size", type=int, default=802944)
     args = ap.parse_args()
     root = lambda: os.path.join(args.mnt, "features", "tiny", args.layer)  # noqa: E731
-    # Fill the caches: raw (passthrough's), and zeros-elision (no file
-    # passthrough can use: what the OPEN round trip alone costs).
-    for comp in ("off", "zeros"):
+    # Fill the cache (raw: files of the features' bytes).
+    for comp in ("off",):
         pid = mount(args, False, "fill-" + comp, comp)
         try:
             paths = files_of(root())
@@ -163,20 +159,8 @@ def main():
             for p in (rb, hot, e2, rs):
                 p.update(round=r + 1, passthrough=mode)
                 results.append(p)
-        # OPEN answered for files not handed over (a compressed cache):
-        # the hot pass's cost of the round trip, against off's hot pass.
-        print(f"round {r + 1}, passthrough on, compressed cache (no file to hand over)", file=sys.stderr)
-        pid = mount(args, True, f"r{r}-open", "zeros")
-        try:
-            paths = files_of(root())
-            one_pass(args, pid, paths, "readback")
-            hot = one_pass(args, pid, paths, "hot")
-        finally:
-            unmount(args.mnt, pid)
-        hot.update(round=r + 1, passthrough="open-only")
-        results.append(hot)
     summary = {}
-    for mode in ("on", "off", "open-only"):
+    for mode in ("on", "off"):
         for name in ("readback", "hot", "epoch2", "restart"):
             rs = [p for p in results if p["passthrough"] == mode and p["pass"] == name]
             if not rs:
@@ -219,8 +203,6 @@ def report(res):
                     f"{cell(name + '/off', 'mount_cpu_ms_per_file', not cpu_win)} | "
                     f"{cell(name + '/on', 'mb_s', mb_win, '{:,.0f}')} | {cell(name + '/off', 'mb_s', not mb_win, '{:,.0f}')} | "
                     f"{cell(name + '/on', 'verify_ms_per_file')} |")
-    rows.append(f"| open-only, hot: `--passthrough` over a zeros-elision cache (nothing handed over: the OPEN alone) | "
-                f"{cell('hot/open-only', 'mount_cpu_ms_per_file')} | - | {cell('hot/open-only', 'mb_s', False, '{:,.0f}')} | - | - |")
     return "\n".join([
         "## FUSE passthrough: the mount's CPU per 803 KB feature file, on and off",
         "",
