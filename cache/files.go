@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Large values live in files, one per value, outside Badger's value log:
@@ -41,8 +43,14 @@ import (
 // space is free at once, without value-log GC.
 const (
 	filesDir = "files"
-	// flagsFile marks a pointer record: the value is in its file.
+	// flagsFile marks a pointer record: the value's record (header,
+	// chunk table, bytes or codec blob) is in its file.
 	flagsFile = 3
+	// flagsRawFile marks a pointer record that holds the value's header
+	// and chunk table itself: its file holds exactly the value's bytes,
+	// so that the kernel can read it as the feature file (FUSE
+	// passthrough, OpenFile). Uncompressed values are stored so.
+	flagsRawFile = 4
 	// ptrLen is a pointer record's length: the header, then the file
 	// record's header CRC (uint32).
 	ptrLen = headerLen + 4
@@ -74,18 +82,46 @@ func encodePtr(i id, head []byte, recLen int) []byte {
 	return p
 }
 
+// encodeRawPtr returns the pointer record for a file holding exactly the
+// bytes of i's value, whose chunked header and table are head
+// (encodeHead): the pointer header (length: the file's, flags
+// flagsRawFile, CRC over the id and the rest), then head.
+func encodeRawPtr(i id, head []byte, n int) []byte {
+	p := make([]byte, headerLen+len(head))
+	copy(p, magic[:])
+	binary.LittleEndian.PutUint32(p[8:], uint32(n))
+	binary.LittleEndian.PutUint32(p[12:], flagsRawFile)
+	copy(p[headerLen:], head)
+	c := crc32.Update(crc32.Update(0, castagnoli, i[:]), castagnoli, p[8:])
+	binary.LittleEndian.PutUint32(p[4:], c)
+	return p
+}
+
 // isPtr reports whether rec is a pointer record.
 func isPtr(rec []byte) bool {
-	return len(rec) >= headerLen && [4]byte(rec[:4]) == magic && binary.LittleEndian.Uint32(rec[12:]) == flagsFile
+	if len(rec) < headerLen || [4]byte(rec[:4]) != magic {
+		return false
+	}
+	f := binary.LittleEndian.Uint32(rec[12:])
+	return f == flagsFile || f == flagsRawFile
 }
 
 // filePtr is a parsed pointer record.
 type filePtr struct {
-	recLen int64
-	crc    [4]byte // the file record's header CRC
+	recLen int64   // the file's length
+	crc    [4]byte // the file record's header CRC (flagsFile)
+	// head is the value's chunked header and table (flagsRawFile: the
+	// file holds only the bytes); empty for a file holding the record.
+	head string
 }
 
+// raw reports whether the file holds exactly the value's bytes.
+func (p filePtr) raw() bool { return p.head != "" }
+
 func parsePtr(i id, p []byte) (filePtr, error) {
+	if len(p) >= headerLen && binary.LittleEndian.Uint32(p[12:]) == flagsRawFile {
+		return parseRawPtr(i, p)
+	}
 	if len(p) != ptrLen {
 		return filePtr{}, fmt.Errorf("%w: file pointer of %d bytes", errChecksum, len(p))
 	}
@@ -94,6 +130,26 @@ func parsePtr(i id, p []byte) (filePtr, error) {
 		return filePtr{}, fmt.Errorf("%w: file pointer crc", errChecksum)
 	}
 	return filePtr{recLen: int64(binary.LittleEndian.Uint32(p[8:])), crc: [4]byte(p[headerLen:])}, nil
+}
+
+// parseRawPtr parses a flagsRawFile pointer, checking its CRC and that
+// its header and table are a chunked frame of the file's length.
+func parseRawPtr(i id, p []byte) (filePtr, error) {
+	if len(p) < 2*headerLen {
+		return filePtr{}, fmt.Errorf("%w: file pointer of %d bytes", errChecksum, len(p))
+	}
+	seed := crc32.Update(0, castagnoli, i[:])
+	if crc32.Update(seed, castagnoli, p[8:]) != binary.LittleEndian.Uint32(p[4:]) {
+		return filePtr{}, fmt.Errorf("%w: file pointer crc", errChecksum)
+	}
+	n := binary.LittleEndian.Uint32(p[8:])
+	head := p[headerLen:]
+	if [4]byte(head[:4]) != magic || binary.LittleEndian.Uint32(head[12:]) != flagsChunked ||
+		binary.LittleEndian.Uint32(head[8:]) != n || len(head) != headerLen+4*numChunks(int(n)) ||
+		crc32.Update(seed, castagnoli, head[8:]) != binary.LittleEndian.Uint32(head[4:]) {
+		return filePtr{}, fmt.Errorf("%w: file pointer's chunk table", errChecksum)
+	}
+	return filePtr{recLen: int64(n), head: string(head)}, nil
 }
 
 // makeFilesDir creates DIR/files and its 256 fan-out directories 0700,
@@ -255,6 +311,15 @@ func (s *Store) readWholeFile(i id, p filePtr) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if p.raw() {
+		// The record is the pointer's header and table, then the file.
+		rec := make([]byte, len(p.head)+int(p.recLen))
+		copy(rec, p.head)
+		if _, err := io.ReadFull(f, rec[len(p.head):]); err != nil {
+			return nil, err
+		}
+		return rec, nil
+	}
 	rec := make([]byte, p.recLen)
 	if _, err := io.ReadFull(f, rec); err != nil {
 		return nil, err
@@ -269,21 +334,30 @@ func (s *Store) readWholeFile(i id, p filePtr) ([]byte, error) {
 // header and chunk table, one of the chunks the range touches, verified
 // (a compressed value is read whole).
 func fileReadAt(i id, f *os.File, p filePtr, dst []byte, off int64) (int, int, error) {
-	// The table of a chunked record of recLen bytes is at most this long.
-	metaLen := min(p.recLen, headerLen+4*int64(numChunks(int(max(p.recLen-headerLen, 0)))))
-	meta := make([]byte, metaLen)
-	if _, err := f.ReadAt(meta, 0); err != nil || metaLen < headerLen {
-		return 0, 0, fmt.Errorf("%w: feature file header: %v", errChecksum, err)
-	}
-	if [4]byte(meta[4:8]) != p.crc {
-		return 0, 0, fmt.Errorf("%w: feature file's header differs from its index entry", errChecksum)
+	var meta []byte
+	base := int64(0) // where the bytes start in the file
+	if p.raw() {
+		meta = []byte(p.head) // parsePtr checked it is a chunked frame's
+	} else {
+		// The table of a chunked record of recLen bytes is at most this long.
+		metaLen := min(p.recLen, headerLen+4*int64(numChunks(int(max(p.recLen-headerLen, 0)))))
+		meta = make([]byte, metaLen)
+		if _, err := f.ReadAt(meta, 0); err != nil || metaLen < headerLen {
+			return 0, 0, fmt.Errorf("%w: feature file header: %v", errChecksum, err)
+		}
+		if [4]byte(meta[4:8]) != p.crc {
+			return 0, 0, fmt.Errorf("%w: feature file's header differs from its index entry", errChecksum)
+		}
 	}
 	n := int64(binary.LittleEndian.Uint32(meta[8:]))
 	size := int(n)
 	nc := numChunks(size)
 	tl := 4 * nc
+	if !p.raw() {
+		base = headerLen + int64(tl)
+	}
 	if [4]byte(meta[:4]) != magic || binary.LittleEndian.Uint32(meta[12:]) != flagsChunked ||
-		headerLen+int64(tl)+n != p.recLen {
+		base+n != p.recLen {
 		// Compressed (or not what it should be): map it, so that the
 		// codec decodes only the chunks the range touches from the page
 		// cache, as from Badger's value log. The length was checked
@@ -321,7 +395,7 @@ func fileReadAt(i id, f *os.File, p filePtr, dst []byte, off int64) (int, int, e
 	} else {
 		buf = make([]byte, ce-cs)
 	}
-	if _, err := f.ReadAt(buf, int64(headerLen+tl+cs)); err != nil {
+	if _, err := f.ReadAt(buf, base+int64(cs)); err != nil {
 		return 0, size, fmt.Errorf("%w: feature file: %v", errChecksum, err)
 	}
 	for k := k0; k <= k1; k++ {
@@ -494,4 +568,93 @@ func (s *Store) forgetAllFiles() {
 	}
 	c.lru = nil
 	c.mu.Unlock()
+}
+
+// errNotRawFile is OpenFile's answer for a value not stored as a plain
+// file of exactly its bytes (in Badger, compressed, or a file written
+// with its header): not an error, a value the mount reads as before.
+var errNotRawFile = errors.New("cache: value not in a plain file")
+
+// FileID identifies one version of a feature file on disk: its inode and
+// its change time (any write to the file through the file system changes
+// it). OpenFile skips the verification of a file whose FileID is the one
+// its caller verified before.
+type FileID struct {
+	Dev, Ino    uint64
+	Size, Ctime int64 // Ctime in nanoseconds
+}
+
+// OpenFile returns k's value as a file open for reading that holds exactly
+// its bytes, its size and its FileID, when the value is stored so
+// (uncompressed and at least Options.FileThreshold long): the mount hands
+// it to the kernel (FUSE passthrough), whose reads of the feature file then
+// go to it without the mount. Since those reads bypass the cache's checks,
+// every chunk's CRC is verified here first, through a read-only mapping of
+// the file, so through the page cache the kernel's reads then find warm,
+// unless the file's FileID equals verified (the same inode, unchanged
+// since the caller had it verified); a file that fails (or is missing, or
+// of another length) is a miss and its entry deleted, as for Get: it is
+// never returned. The caller closes the file. A miss, or a value stored any
+// other way, is (nil, 0, FileID{}, false, nil); it counts a hit only when
+// it returns a file.
+//
+// The file returned is the one the index named when it was opened: a Put
+// that replaces the value (the same key: the same bytes) or an eviction
+// renames or unlinks the name, and the open file keeps the old inode (and
+// its disk space) until closed.
+func (s *Store) OpenFile(k Key, verified FileID) (*os.File, int64, FileID, bool, error) {
+	i := k.id()
+	var out *os.File
+	var size int64
+	var fid FileID
+	ok, err := s.read(k, func([]byte, bool) error { return errNotRawFile }, func(cf *os.File, p filePtr) error {
+		if !p.raw() {
+			return errNotRawFile
+		}
+		// A descriptor of its own on the file ReadAt's open files keep
+		// (opened, length checked, without following a symlink).
+		fd, err := unix.FcntlInt(cf.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("cache: dup feature file: %w", err)
+		}
+		f := os.NewFile(uintptr(fd), cf.Name())
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			f.Close()
+			return err
+		}
+		fid = FileID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Ctime: st.Ctim.Nano()}
+		if fid != verified {
+			if err := verifyRawFile(i, f, p); err != nil {
+				f.Close()
+				return err
+			}
+		}
+		out, size = f, p.recLen
+		return nil
+	})
+	if errors.Is(err, errNotRawFile) {
+		return nil, 0, FileID{}, false, nil
+	}
+	if !ok || out == nil {
+		return nil, 0, FileID{}, false, err
+	}
+	return out, size, fid, true, nil
+}
+
+// verifyRawFile checks every chunk of a flagsRawFile file against its
+// pointer's table, through a read-only mapping (no copy).
+func verifyRawFile(i id, f *os.File, p filePtr) error {
+	m, err := syscall.Mmap(int(f.Fd()), 0, int(p.recLen), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("cache: map feature file: %w", err)
+	}
+	defer syscall.Munmap(m)
+	fr := frame{seed: crc32.Update(0, castagnoli, i[:]), table: []byte(p.head[headerLen:])}
+	for k := range numChunks(len(m)) {
+		if err := fr.verifyChunk(k, m[k*chunkSize:min((k+1)*chunkSize, len(m))]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

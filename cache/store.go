@@ -845,7 +845,7 @@ func (s *Store) Put(k Key, v []byte) error {
 	}
 	defer release()
 	if s.fileThresh > 0 && int64(len(rec)) >= s.fileThresh {
-		return s.commitFile(k, i, v, stored, rec)
+		return s.commitFile(k, i, v, stored, encodePtr(i, rec, len(rec)), rec)
 	}
 	return s.commitPut(k, i, v, stored, rec, "")
 }
@@ -864,22 +864,19 @@ func (s *Store) putFile(k Key, i id, v []byte) error {
 		return fmt.Errorf("cache: put %s: %w", k.Object, err)
 	}
 	defer release()
-	return s.commitFile(k, i, v, len(v), head, v)
+	// The file holds exactly v; the header and table go into the pointer.
+	return s.commitFile(k, i, v, len(v), encodeRawPtr(i, head, len(v)), v)
 }
 
 // commitFile writes the record parts to i's file, outside the stripe lock
 // (writers of different keys write at once), then commits a pointer to it.
 // The caller holds gate and has admitted the write.
-func (s *Store) commitFile(k Key, i id, v []byte, stored int, parts ...[]byte) error {
+func (s *Store) commitFile(k Key, i id, v []byte, stored int, ptr []byte, parts ...[]byte) error {
 	tmp, err := s.writeFile(i, parts...)
 	if err != nil {
 		return fmt.Errorf("cache: put %s: %w", k.Object, err)
 	}
-	n := 0
-	for _, p := range parts {
-		n += len(p)
-	}
-	return s.commitPut(k, i, v, stored, encodePtr(i, parts[0], n), tmp)
+	return s.commitPut(k, i, v, stored, ptr, tmp)
 }
 
 // commitPut commits val (a record, or with tmp set the pointer to the file

@@ -30,6 +30,7 @@ type featureFile struct {
 	prefix string         // the directory's bucket prefix
 	name   string         // the file's name in it
 	obj    bucket.Object  // the version it was looked up as
+	pt     ptState        // its opens, with passthrough on (passthrough.go)
 }
 
 var _ = (gofs.NodeGetattrer)((*featureFile)(nil))

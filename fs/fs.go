@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -65,6 +66,17 @@ type FS struct {
 	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
 	budget budget      // the nodes' part of the metadata budget (budget.go)
 
+	// passthrough is set by Mount when MountOptions.Passthrough asks for
+	// it and the kernel offers it (passthrough.go).
+	passthrough atomic.Bool
+	// ptProbe guards the one check that the kernel takes backing files
+	// (canPassthrough); registerBacking replaces it in tests.
+	ptProbe         sync.Mutex
+	ptProbed        bool
+	registerBacking func(fd int) syscall.Errno
+	// srv is the mount's server (Mount), for registering backing files.
+	srv atomic.Pointer[fuse.Server]
+
 	// owner owns the tree's own goroutines: kernel checks and
 	// invalidations; closed by Close.
 	owner *lifetime.Owner
@@ -76,6 +88,8 @@ type counters struct {
 	lookups, reads, readBytes, opens      atomic.Int64
 	ioErrors, invalidations, contentDrops atomic.Int64
 	recentReads                           atomic.Int64
+	passthroughOpens                      atomic.Int64
+	passthroughVerifyNanos                atomic.Int64
 	errors                                figures.ErrorTally // errors answered to readers, by kind
 	// readSizes counts feature files' READ requests by size, indexed as
 	// figures.ReadSizeBucket.
@@ -139,6 +153,13 @@ type MountOptions struct {
 	MaxBackground int
 	// Debug logs every FUSE request.
 	Debug bool
+	// Passthrough answers opens of feature files (an OPEN round trip per
+	// open(2), which the mount otherwise avoids) and hands the kernel the
+	// cache's file of a feature stored as its plain bytes, so that its
+	// reads bypass the mount (FUSE passthrough, passthrough.go). Off where
+	// the kernel lacks it or the mount may not register files with it
+	// (not root): silently, as if not asked.
+	Passthrough bool
 }
 
 // Mount mounts the tree read-only on dir and serves it in the background.
@@ -188,9 +209,15 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			Debug:         mo.Debug,
 		},
 	}
+	f.passthrough.Store(mo.Passthrough)
 	srv, err := gofs.Mount(dir, f.Root(), opts)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	f.srv.Store(srv)
+	if mo.Passthrough && srv.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH == 0 {
+		f.passthrough.Store(false) // the kernel has no passthrough: files are never opened
+		f.log.Debug("featurefs: passthrough off: the kernel does not offer it", slog.String("mountpoint", dir))
 	}
 	f.raiseReadAhead(dir)
 	f.startKernelChecks()

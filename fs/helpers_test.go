@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,6 +107,10 @@ type pipelineConfig = features.Config
 type testConfig struct {
 	pipelineConfig
 	Config
+	// passthrough mounts with MountOptions.Passthrough; registerBacking,
+	// if set, stands in for the kernel's answer to a backing file.
+	passthrough     bool
+	registerBacking func(fd int) syscall.Errno
 }
 
 // newTree builds the pipeline of cfg and the tree over it, as
@@ -155,11 +160,12 @@ func testMountWith(t *testing.T, b *fakeBucket, x *fakeExtractor, modify ...func
 		t.Fatal(err)
 	}
 	e.fs = f
+	f.registerBacking = cfg.registerBacking
 	e.mnt = filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(e.mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := f.Mount(e.mnt, MountOptions{FsName: "fake", DirectMount: true})
+	srv, err := f.Mount(e.mnt, MountOptions{FsName: "fake", DirectMount: true, Passthrough: cfg.passthrough})
 	if err != nil {
 		t.Fatalf("mount: %v (the tests need /dev/fuse and root)", err)
 	}

@@ -116,10 +116,16 @@ var (
 	_ = (gofs.NodeFlusher)((*noOpen)(nil))
 )
 
-// Open answers ENOSYS: see noOpen.
+// Open answers ENOSYS: see noOpen. With passthrough on (passthrough.go)
+// it answers every open, keeping the kernel's page cache as no_open does:
+// one ENOSYS would stop the kernel sending OPEN for any file of the
+// mount, feature files included.
 func (n noOpen) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if n.tree != nil {
 		n.tree.stats.opens.Add(1)
+		if n.tree.passthrough.Load() {
+			return nil, fuse.FOPEN_KEEP_CACHE, 0
+		}
 	}
 	return nil, 0, syscall.ENOSYS
 }

@@ -27,6 +27,8 @@ func (f *FS) Stats() figures.Stats {
 	t.StatCalls, t.Opens, t.Reads, t.ReadBytes = n.StatCalls, c.opens.Load(), c.reads.Load(), c.readBytes.Load()
 	t.KernelInvalidations, t.KernelPageDrops, t.IOErrors = c.invalidations.Load(), c.contentDrops.Load(), c.ioErrors.Load()
 	t.RecentReads = c.recentReads.Load()
+	t.PassthroughOpens = c.passthroughOpens.Load()
+	t.PassthroughVerifySeconds = time.Duration(c.passthroughVerifyNanos.Load()).Seconds()
 	var sizes [len(figures.ReadSizeBounds) + 1]int64
 	for i := range sizes {
 		sizes[i] = c.readSizes[i].Load()

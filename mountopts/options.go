@@ -140,6 +140,14 @@ type Options struct {
 	// AllowOther lets users other than the one who mounted read the mount
 	// (--allow-other; needs user_allow_other in /etc/fuse.conf for non-root).
 	AllowOther bool
+	// Passthrough hands the kernel the cache's file of a feature stored as
+	// its plain bytes, so that its reads bypass the mount (FUSE
+	// passthrough, Linux 6.9+, root; --passthrough, on by default). It
+	// takes effect only with CacheCompression "off" (a compressed cache
+	// has no such file, and passthrough would only add an OPEN round trip
+	// per open(2)); off silently where the kernel or privileges do not
+	// allow it.
+	Passthrough bool
 	// AllowNonempty mounts over a directory that holds files, hiding them
 	// while mounted (--allow-nonempty). Without it such a mount point is
 	// refused, as fuse's default is.

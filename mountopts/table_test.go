@@ -29,6 +29,9 @@ func sampleOf(t *testing.T, opt *Option) (flagText, yamlText string) {
 	case *string:
 		return "sample-" + opt.Name, "sample-" + opt.Name
 	case *bool:
+		if *p { // a default of true (--passthrough)
+			return "false", "false"
+		}
 		return "true", "true"
 	case *int:
 		return "7", "7"

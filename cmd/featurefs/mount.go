@@ -399,6 +399,8 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		FsName:      source,
 		AllowOther:  o.AllowOther,
 		DirectMount: os.Geteuid() == 0,
+		// Only a raw cache has files of exactly the feature's bytes.
+		Passthrough: o.Passthrough && o.CacheCompression == "off",
 	})
 	if err != nil {
 		return failf(exitMountPoint, "%w", err)

@@ -137,8 +137,16 @@ type TreeStats struct {
 	StatCalls int64 `json:"stat_calls"`
 	// Opens counts the OPEN requests of files the kernel sent: it stops
 	// sending them after the first answer (files are never opened:
-	// package fs, noOpen), so a mount counts one, or a few that raced it.
+	// package fs, noOpen), so a mount counts one, or a few that raced it;
+	// with passthrough on, one per open(2) of a file.
 	Opens int64 `json:"opens"`
+	// PassthroughOpens counts opens of feature files answered with the
+	// cache's file of the feature (FUSE passthrough, --passthrough): the
+	// kernel reads it without the mount, so its reads are not counted in
+	// Reads. PassthroughVerifySeconds is the time spent verifying those
+	// files' chunk checksums before handing them over.
+	PassthroughOpens         int64   `json:"passthrough_opens"`
+	PassthroughVerifySeconds float64 `json:"passthrough_verify_seconds"`
 	// Reads counts reads of feature files that returned data.
 	Reads int64 `json:"reads"`
 	// ReadBytes counts the bytes those reads returned.
