@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,27 +111,11 @@ var ErrModelTooLarge = errors.New("larger than the 2 GiB an ONNX model file can 
 // see one snapshot). A sparse 3 GB file replacing a model used to be read
 // whole, twice on a reload: 6.38 GB resident for a minute.
 func readModelFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	data, err := spec.ReadRegular(path, MaxModelFileBytes)
+	if errors.Is(err, spec.ErrFileTooLarge) {
+		return nil, fmt.Errorf("%w: %w", err, ErrModelTooLarge)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if fi.Size() > MaxModelFileBytes {
-		return nil, fmt.Errorf("%s is %d bytes: %w", path, fi.Size(), ErrModelTooLarge)
-	}
-	data := make([]byte, fi.Size())
-	n, err := io.ReadFull(f, data)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return data[:n], nil
+	return data, err
 }
 
 func loadModel(ms ModelSpec) (*model, error) {

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -85,5 +87,25 @@ func TestModelFileOverTwoGiBRefused(t *testing.T) {
 	}
 	if _, err := svc.Extract(context.Background(), Request{Model: "m", Layer: 0, Key: "a.jpg", Fetch: fetchOf(testJPEG(t, 64, 48))}); err != nil {
 		t.Errorf("the old version no longer serves: %v", err)
+	}
+}
+
+// TestModelFIFORefused: a model path that is a FIFO with no writer is
+// refused at once as not a regular file (os.Open waited for a writer
+// forever: loading, digesting or reloading such a model hung).
+func TestModelFIFORefused(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "m.onnx")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := readModelFile(fifo); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, spec.ErrNotRegular) || !strings.Contains(err.Error(), fifo) {
+			t.Errorf("a FIFO model: %v, want not a regular file naming it", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a FIFO model: still reading after 5 s")
 	}
 }

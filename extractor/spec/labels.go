@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
-	"syscall"
 )
 
 // MaxLabelBytes is the longest class name a labels file may hold, in
@@ -37,33 +34,13 @@ func ReadLabels(path string) ([]string, error) {
 }
 
 // readLabelsFile reads path if it is a regular file of at most
-// MaxLabelsFileBytes (at most that plus one byte are read, whatever its
-// size says), without blocking on a FIFO.
+// MaxLabelsFileBytes (ReadRegular: without blocking on a FIFO).
 func readLabelsFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
+	b, err := ReadRegular(path, MaxLabelsFileBytes)
+	if errors.Is(err, ErrFileTooLarge) {
+		return nil, fmt.Errorf("%w (a labels file holds at most %d bytes, names of at most %d bytes)", err, MaxLabelsFileBytes, MaxLabelBytes)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (a device, FIFO, socket or directory)", path)
-	}
-	tooBig := fmt.Errorf("%s: over %d bytes (a labels file holds at most %d bytes, names of at most %d bytes)", path, MaxLabelsFileBytes, MaxLabelsFileBytes, MaxLabelBytes)
-	if fi.Size() > MaxLabelsFileBytes {
-		return nil, tooBig
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxLabelsFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxLabelsFileBytes {
-		return nil, tooBig
-	}
-	return b, nil
+	return b, err
 }
 
 // ParseLabels parses the class names of a labels file: a JSON list of
