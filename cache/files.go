@@ -204,11 +204,18 @@ func encodeHead(i id, v []byte) []byte {
 	return head
 }
 
+// tmpFile is a file writeFile wrote, not yet in place: its path and the
+// inode it got.
+type tmpFile struct {
+	path     string
+	dev, ino uint64
+}
+
 // writeFile writes the record parts (concatenated) to a temporary file
-// next to i's file and returns its path, to be renamed into place
-// (placeFile). The file is created 0600 with O_EXCL|O_NOFOLLOW; with
-// SyncWrites it is fsynced.
-func (s *Store) writeFile(i id, parts ...[]byte) (string, error) {
+// next to i's file and returns it, to be renamed into place (placeFile).
+// The file is created 0600 with O_EXCL|O_NOFOLLOW; with SyncWrites it is
+// fsynced.
+func (s *Store) writeFile(i id, parts ...[]byte) (tmpFile, error) {
 	final := s.filePath(i)
 	sub := filepath.Dir(final)
 	// The fan-out directories are made at open; one replaced by a
@@ -217,12 +224,12 @@ func (s *Store) writeFile(i id, parts ...[]byte) (string, error) {
 		if err == nil {
 			err = fmt.Errorf("%s is not a directory (a symlink is refused)", sub)
 		}
-		return "", err
+		return tmpFile{}, err
 	}
 	tmp := filepath.Join(sub, fmt.Sprintf("%s%s-%d-%d", tmpPrefix, i, os.Getpid(), tmpSeq.Add(1)))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fileMode)
 	if err != nil {
-		return "", err
+		return tmpFile{}, err
 	}
 	for _, p := range parts {
 		if _, err = f.Write(p); err != nil {
@@ -231,6 +238,10 @@ func (s *Store) writeFile(i id, parts ...[]byte) (string, error) {
 	}
 	if err == nil && s.syncWrites {
 		err = f.Sync()
+	}
+	var st unix.Stat_t
+	if err == nil {
+		err = unix.Fstat(int(f.Fd()), &st)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -241,20 +252,27 @@ func (s *Store) writeFile(i id, parts ...[]byte) (string, error) {
 			s.diskFull(-1)
 			err = fmt.Errorf("%w: %v", ErrDiskFull, err)
 		}
-		return "", err
+		return tmpFile{}, err
 	}
-	return tmp, nil
+	return tmpFile{path: tmp, dev: st.Dev, ino: st.Ino}, nil
 }
 
 // placeFile renames tmp to i's file (with SyncWrites, fsyncing its
-// directory so the rename is durable before the index entry).
-func (s *Store) placeFile(i id, tmp string) error {
+// directory so the rename is durable before the index entry), and
+// remembers its FileID as one this Store wrote (see wroteFiles).
+func (s *Store) placeFile(i id, tmp tmpFile) error {
 	final := s.filePath(i)
-	err := os.Rename(tmp, final)
+	err := os.Rename(tmp.path, final)
 	s.forgetFile(i) // after the rename: an open of the file replaced is not cached
 	if err != nil {
-		os.Remove(tmp)
+		os.Remove(tmp.path)
 		return err
+	}
+	// The rename changed the inode's ctime: its FileID is taken now, and
+	// kept only if the name still holds the inode written.
+	var st unix.Stat_t
+	if unix.Lstat(final, &st) == nil && st.Dev == tmp.dev && st.Ino == tmp.ino {
+		s.wrote.add(i, FileID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Ctime: st.Ctim.Nano()})
 	}
 	if s.syncWrites {
 		if d, err := os.Open(filepath.Dir(final)); err == nil {
@@ -272,6 +290,7 @@ func (s *Store) placeFile(i id, tmp string) error {
 func (s *Store) removeFile(i id) bool {
 	err := os.Remove(s.filePath(i))
 	s.forgetFile(i) // after the unlink: an open that raced with it is not cached
+	s.wrote.drop(i)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("cache: remove feature file", "id", i.String(), "err", err)
 	}
@@ -558,8 +577,60 @@ func (s *Store) forgetFile(i id) {
 	c.mu.Unlock()
 }
 
+// wroteFiles remembers, by FileID, the feature files this Store wrote,
+// up to wroteFilesSize of them (an arbitrary one forgotten to make room).
+// OpenFile does not verify such a file again while its FileID is
+// unchanged: its chunks' CRCs were computed over the very bytes written,
+// and any write to the file since (through the file system) changes its
+// ctime, so what it would check is the bytes' round trip through the
+// page cache that it checks for no other reader either. Epoch 1's
+// read-back of a feature prefetch just wrote so costs no CRC pass over
+// 803 KB at the open that hands it to the kernel.
+type wroteFiles struct {
+	mu sync.Mutex
+	m  map[id]FileID
+}
+
+// wroteFilesSize bounds wroteFiles: 40 bytes a file, about 2.6 MiB.
+const wroteFilesSize = 1 << 16
+
+func (w *wroteFiles) add(i id, fid FileID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = make(map[id]FileID)
+	}
+	if _, ok := w.m[i]; !ok && len(w.m) >= wroteFilesSize {
+		for o := range w.m {
+			delete(w.m, o)
+			break
+		}
+	}
+	w.m[i] = fid
+}
+
+func (w *wroteFiles) has(i id, fid FileID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	got, ok := w.m[i]
+	return ok && got == fid
+}
+
+func (w *wroteFiles) drop(i id) {
+	w.mu.Lock()
+	delete(w.m, i)
+	w.mu.Unlock()
+}
+
+func (w *wroteFiles) clear() {
+	w.mu.Lock()
+	w.m = nil
+	w.mu.Unlock()
+}
+
 // forgetAllFiles closes every cached open file (Clear, Close).
 func (s *Store) forgetAllFiles() {
+	s.wrote.clear()
 	c := &s.fds
 	c.mu.Lock()
 	c.gen++
@@ -592,7 +663,8 @@ type FileID struct {
 // every chunk's CRC is verified here first, through a read-only mapping of
 // the file, so through the page cache the kernel's reads then find warm,
 // unless the file's FileID equals verified (the same inode, unchanged
-// since the caller had it verified); a file that fails (or is missing, or
+// since the caller had it verified) or is one this Store wrote itself and
+// has not been written since (wroteFiles); a file that fails (or is missing, or
 // of another length) is a miss and its entry deleted, as for Get: it is
 // never returned. The caller closes the file. A miss, or a value stored any
 // other way, is (nil, 0, FileID{}, false, nil); it counts a hit only when
@@ -624,7 +696,8 @@ func (s *Store) OpenFile(k Key, verified FileID) (*os.File, int64, FileID, bool,
 			return err
 		}
 		fid = FileID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Ctime: st.Ctim.Nano()}
-		if fid != verified {
+		if fid != verified && !s.wrote.has(i, fid) {
+			s.fileVerifies.Add(1)
 			if err := verifyRawFile(i, f, p); err != nil {
 				f.Close()
 				return err

@@ -182,3 +182,70 @@ func FuzzRawFilePointer(f *testing.F) {
 		}
 	})
 }
+
+// TestOpenFileTrustsItsOwnWrite: OpenFile does not verify again a file
+// this Store wrote while its FileID is unchanged (epoch 1's read-back of a
+// feature prefetch just wrote costs no CRC pass); a write to the file
+// since, a Store opened anew or a value replaced all verify again, and a
+// file damaged by a write is still a miss.
+func TestOpenFileTrustsItsOwnWrite(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, 1<<30)
+	want := testValue(0, featSize)
+	if err := s.Put(testKey(0), want); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		f, _, _, ok, err := s.OpenFile(testKey(0), FileID{})
+		if !ok || err != nil {
+			t.Fatalf("OpenFile of its own write: ok %v err %v", ok, err)
+		}
+		f.Close()
+	}
+	if n := s.fileVerifies.Load(); n != 0 {
+		t.Fatalf("OpenFile verified its own unchanged write %d times, want 0", n)
+	}
+	// Replaced by another Put: the new inode is its own write too.
+	if err := s.Put(testKey(0), want); err != nil {
+		t.Fatal(err)
+	}
+	f, _, _, ok, err := s.OpenFile(testKey(0), FileID{})
+	if !ok || err != nil {
+		t.Fatalf("OpenFile after a replacing Put: ok %v err %v", ok, err)
+	}
+	f.Close()
+	if n := s.fileVerifies.Load(); n != 0 {
+		t.Fatalf("OpenFile verified a replacing Put's file %d times, want 0", n)
+	}
+	// A write to the file through the file system changes its ctime:
+	// verified, and the damage found.
+	p := s.filePath(testKey(0).id())
+	pf, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf.WriteAt([]byte{want[100] ^ 4}, 100)
+	pf.Close()
+	if f, _, _, ok, err := s.OpenFile(testKey(0), FileID{}); f != nil || ok || err != nil {
+		t.Fatalf("OpenFile of its own file written since: %v ok %v err %v; want a miss", f, ok, err)
+	}
+	if n := s.fileVerifies.Load(); n != 1 {
+		t.Fatalf("OpenFile verified %d times after a write to the file, want 1", n)
+	}
+	// Another Store over the same directory (a remount) wrote nothing.
+	if err := s.Put(testKey(1), testValue(1, featSize)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openTest(t, dir, 1<<30)
+	f, _, _, ok, err = s2.OpenFile(testKey(1), FileID{})
+	if !ok || err != nil {
+		t.Fatalf("OpenFile after reopening: ok %v err %v", ok, err)
+	}
+	f.Close()
+	if n := s2.fileVerifies.Load(); n != 1 {
+		t.Fatalf("a reopened Store verified %d times, want 1", n)
+	}
+}

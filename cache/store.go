@@ -232,6 +232,8 @@ type Store struct {
 	fileThresh   int64 // records of at least this many bytes go to files; 0: none
 	rawFiles     bool  // Options.RawFiles
 	fds          fdCache
+	wrote        wroteFiles
+	fileVerifies atomic.Int64 // OpenFile's CRC passes (tests)
 	log          *slog.Logger
 	bopts        badger.Options
 	lock         *dirLock
@@ -847,7 +849,7 @@ func (s *Store) Put(k Key, v []byte) error {
 	if s.fileThresh > 0 && int64(len(rec)) >= s.fileThresh {
 		return s.commitFile(k, i, v, stored, encodePtr(i, rec, len(rec)), rec)
 	}
-	return s.commitPut(k, i, v, stored, rec, "")
+	return s.commitPut(k, i, v, stored, rec, tmpFile{})
 }
 
 // putFile is Put of an uncompressed value to a file: its header and chunk
@@ -882,8 +884,8 @@ func (s *Store) commitFile(k Key, i id, v []byte, stored int, ptr []byte, parts 
 // commitPut commits val (a record, or with tmp set the pointer to the file
 // tmp, renamed into place first) under i and updates the index. The caller
 // holds gate and has admitted the write.
-func (s *Store) commitPut(k Key, i id, v []byte, stored int, val []byte, tmp string) error {
-	inFile := tmp != ""
+func (s *Store) commitPut(k Key, i id, v []byte, stored int, val []byte, tmp tmpFile) error {
+	inFile := tmp.path != ""
 	st := s.stripe(i)
 	st.Lock()
 	if inFile {
