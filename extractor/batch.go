@@ -30,7 +30,10 @@ package extractor
 //
 // Bounds: at most maxCalls calls exist at once (Extract and ExtractFrom
 // wait for a slot); at most `tokens` decoded inputs exist at once (a worker
-// waits for a token before fetching or decoding a tensor); the session pool
+// waits for a token before fetching or decoding a tensor); at most
+// `decoders` of the `workers` preprocess at once (enterDecode, foreground
+// first), the others fetching meanwhile, so that at most workers fetched
+// objects are held; the session pool
 // bounds sessions (one pool per device); lanes are at most layers (images)
 // plus layers^2 (split) per model; at most inflight batches run per device.
 //
@@ -154,7 +157,12 @@ func (ln *lane) len() int { return len(ln.q[0]) + len(ln.q[1]) }
 
 // schedConfig is what the scheduler needs from Config.
 type schedConfig struct {
+	// workers is the number of goroutines that fetch and preprocess
+	// calls; at most decoders of them preprocess at once (foreground
+	// first), so that the others fetch the next objects meanwhile: a
+	// fetch waits on the store, not on a core.
 	workers   int
+	decoders  int
 	maxWait   time.Duration
 	maxCalls  int
 	tokens    int
@@ -182,6 +190,9 @@ type schedConfig struct {
 	// then (memtrim.go).
 	idle      func()
 	idleAfter time.Duration
+	// entered, when set (tests), is called with each call that passes
+	// enterDecode, under the scheduler's lock.
+	entered func(Request)
 }
 
 // defaultIdleAfter is how long the inference loops wait without work,
@@ -222,6 +233,9 @@ type scheduler struct {
 
 	mu       sync.Mutex
 	cond     *sync.Cond           // workers wait on it for the fetch queue
+	gate     *sync.Cond           // fetched calls wait on it to preprocess
+	decoding int                  // GUARDED_BY(mu); calls preprocessing (<= cfg.decoders)
+	gateWait [2]int               // GUARDED_BY(mu); fetched calls waiting, by priority
 	closed   bool                 // GUARDED_BY(mu)
 	inflight map[callKey]*call    // GUARDED_BY(mu)
 	fetchQ   [2][]*call           // GUARDED_BY(mu)
@@ -280,6 +294,9 @@ func newScheduler(cfg schedConfig, runs ...runner) *scheduler {
 	if cfg.workers < 1 {
 		cfg.workers = 1
 	}
+	if cfg.decoders < 1 || cfg.decoders > cfg.workers {
+		cfg.decoders = cfg.workers
+	}
 	if cfg.maxCalls < 1 {
 		cfg.maxCalls = 4096
 	}
@@ -315,6 +332,7 @@ func newScheduler(cfg schedConfig, runs ...runner) *scheduler {
 		s.devs = append(s.devs, &devLane{run: r, wake: make(chan struct{}, 1)})
 	}
 	s.cond = sync.NewCond(&s.mu)
+	s.gate = sync.NewCond(&s.mu)
 	for i := 0; i < cfg.workers; i++ {
 		s.wg.Add(1)
 		go s.worker()
@@ -356,6 +374,7 @@ func (s *scheduler) close() {
 		s.finishLocked(c, nil, ErrClosed)
 	}
 	s.cond.Broadcast()
+	s.gate.Broadcast()
 	s.mu.Unlock()
 	s.kick()
 	s.wg.Wait()
@@ -539,6 +558,7 @@ func (s *scheduler) promoteLocked(c *call) {
 		}
 	}
 	c.prio = Foreground
+	s.gate.Broadcast() // it may be waiting to preprocess
 }
 
 // abandonLocked cancels a call nobody waits for any more.
@@ -561,7 +581,47 @@ func (s *scheduler) abandonLocked(c *call) {
 			s.finishLocked(c, nil, context.Canceled)
 		}
 	}
-	// Decoding or running: the worker or the inference loop finishes it.
+	// Decoding or running: the worker or the inference loop finishes it
+	// (one waiting to preprocess wakes to see it cancelled).
+	s.gate.Broadcast()
+}
+
+// enterDecode waits until c may preprocess: fewer than cfg.decoders calls
+// are preprocessing, and c is foreground or no foreground call waits. It
+// reports false, having waited for nothing more, when c was cancelled or
+// the scheduler closed meanwhile. leaveDecode gives the place back.
+func (s *scheduler) enterDecode(c *call) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := c.prio
+	s.gateWait[p]++
+	for {
+		if s.closed || c.ctx.Err() != nil {
+			s.gateWait[p]--
+			return false
+		}
+		if c.prio != p { // promoted while waiting
+			s.gateWait[p]--
+			p = c.prio
+			s.gateWait[p]++
+		}
+		if s.decoding < s.cfg.decoders && (p == Foreground || s.gateWait[Foreground] == 0) {
+			s.gateWait[p]--
+			s.decoding++
+			if s.cfg.entered != nil {
+				s.cfg.entered(c.req)
+			}
+			return true
+		}
+		s.gate.Wait()
+	}
+}
+
+func (s *scheduler) leaveDecode() {
+	s.mu.Lock()
+	s.decoding--
+	s.mu.Unlock()
+	s.gate.Broadcast()
 }
 
 // dropInputLocked frees a queued call's decoded input and its token.
@@ -682,6 +742,10 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 		if int64(len(t.data)) != int64(ln.ie)*t.dt.Size() {
 			return nil, c.runError(fmt.Errorf("%w: %d data bytes, want %d of %s", ErrBadTensor, len(t.data), ln.ie, t.dt))
 		}
+		if !s.enterDecode(c) {
+			return nil, ctxErr(c.ctx)
+		}
+		defer s.leaveDecode()
 		buf := ln.bufs.get(ln.ie)
 		t0 := time.Now()
 		api.DecodeNPYBody(t.data, t.dt, buf)
@@ -703,6 +767,10 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	if len(data) == 0 {
 		return nil, &ImageError{Key: c.req.Key, Reason: "empty object"}
 	}
+	if !s.enterDecode(c) {
+		return nil, ctxErr(c.ctx)
+	}
+	defer s.leaveDecode()
 	buf := ln.bufs.get(ln.ie)
 	t1 := time.Now()
 	err = applyPreprocess(c.ctx, ln.g().m.Preprocess, data, s.cfg.maxPixels, buf, s.cfg.decode)

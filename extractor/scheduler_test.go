@@ -660,3 +660,159 @@ func TestPreferPipelineBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchesWhileDecoding: the scheduler runs more workers than decoders
+// (the service: Workers decoders and fetchAhead(Workers) more), so that
+// objects are fetched while every decoder is busy: with one decoder held,
+// three fetches of other requests run at once, and no more calls than
+// decoders ever preprocess together.
+func TestFetchesWhileDecoding(t *testing.T) {
+	f := &fakeRunner{}
+	s := newTestScheduler(t, f, 1, 1+fetchAhead(1), func(c *schedConfig) {
+		c.decoders = 1
+	})
+	if s.cfg.workers != 3 {
+		t.Fatalf("%d workers for 1 decoder, want 3", s.cfg.workers)
+	}
+	m := testModel()
+	// Hold the one decoder's place, as a long decode would.
+	s.mu.Lock()
+	s.decoding = 1
+	s.mu.Unlock()
+	proceed := make(chan struct{})
+	var fetching atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 3 {
+		img := pngOf(t, uint8(10+i))
+		r := Request{Model: "m", Key: fmt.Sprintf("f%d.png", i), Priority: Background, Fetch: func(ctx context.Context) ([]byte, error) {
+			fetching.Add(1)
+			<-proceed
+			return img, nil
+		}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.extract(context.Background(), m, m.Layers[0], r); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	waitFor(t, "three fetches at once while the decoder is busy", func() bool { return fetching.Load() == 3 })
+	close(proceed)
+	waitFor(t, "the fetched calls at the decoders' gate", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.gateWait[Background] == 3
+	})
+	s.mu.Lock()
+	s.decoding = 0
+	s.mu.Unlock()
+	s.gate.Broadcast()
+	wg.Wait()
+	// Many calls, instant fetches: at most one preprocesses at a time.
+	var most atomic.Int64
+	s.mu.Lock()
+	s.cfg.entered = func(Request) {
+		most.Store(max(most.Load(), int64(s.decoding)))
+	}
+	s.mu.Unlock()
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.extract(context.Background(), m, m.Layers[0], req(fmt.Sprintf("g%d.png", i), pngOf(t, uint8(i)), Background, nil)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := most.Load(); n != 1 {
+		t.Fatalf("%d calls preprocessed at once with 1 decoder, want 1", n)
+	}
+}
+
+// TestForegroundFirstAtDecodeGate: fetched calls waiting for a decoder
+// go in priority order: a foreground read that arrives after three
+// background calls were fetched is decoded before them.
+func TestForegroundFirstAtDecodeGate(t *testing.T) {
+	f := &fakeRunner{}
+	var mu sync.Mutex
+	var order []string
+	s := newTestScheduler(t, f, 1, 5, func(c *schedConfig) {
+		c.decoders = 1
+		c.entered = func(r Request) {
+			mu.Lock()
+			order = append(order, r.Key)
+			mu.Unlock()
+		}
+	})
+	m := testModel()
+	s.mu.Lock()
+	s.decoding = 1
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	extract := func(key string, v uint8, p Priority) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.extract(context.Background(), m, m.Layers[0], req(key, pngOf(t, v), p, nil)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	gateWait := func(p Priority, n int) func() bool {
+		return func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.gateWait[p] == n
+		}
+	}
+	for i := range 3 {
+		extract(fmt.Sprintf("bg%d.png", i), uint8(50+i), Background)
+	}
+	waitFor(t, "three background calls at the gate", gateWait(Background, 3))
+	extract("fg.png", 200, Foreground)
+	waitFor(t, "the foreground call at the gate", gateWait(Foreground, 1))
+	s.mu.Lock()
+	s.decoding = 0
+	s.mu.Unlock()
+	s.gate.Broadcast()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 4 || order[0] != "fg.png" {
+		t.Fatalf("decode order %v, want fg.png first", order)
+	}
+}
+
+// TestCancelAtDecodeGate: a fetched call waiting for a decoder whose only
+// reader gives up ends at once (its token given back), and the decoder's
+// place is not taken by it.
+func TestCancelAtDecodeGate(t *testing.T) {
+	f := &fakeRunner{}
+	s := newTestScheduler(t, f, 1, 2, func(c *schedConfig) { c.decoders = 1 })
+	m := testModel()
+	s.mu.Lock()
+	s.decoding = 1
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.extract(ctx, m, m.Layers[0], req("c.png", pngOf(t, 9), Background, nil))
+		errc <- err
+	}()
+	waitFor(t, "the call at the gate", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.gateWait[Background] == 1
+	})
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("extract: %v, want context.Canceled", err)
+	}
+	waitFor(t, "the gate empty and the token back", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.gateWait[Background] == 0 && s.decoding == 1 && len(s.tokens) == 0
+	})
+}
