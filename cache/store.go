@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -169,6 +170,14 @@ type Stats struct {
 	// replaced) while the store had it open: it serves what it holds and
 	// stores nothing.
 	DirRemoved bool `json:"dir_removed,omitempty"`
+	// IndexMemoryBytes is the memory of the in-memory index of entries
+	// (about 40 bytes an entry, its slices grown by doubling).
+	IndexMemoryBytes int64 `json:"index_memory_bytes"`
+	// BadgerMemoryMaxBytes bounds what Badger holds in memory: its
+	// memtables (NumMemtables+1 of MemTableSize) and its block and index
+	// caches. Badger's SST files and value log are mapped files, which
+	// the kernel may drop: they are not in it.
+	BadgerMemoryMaxBytes int64 `json:"badger_memory_max_bytes"`
 }
 
 // Tuning constants.
@@ -1148,12 +1157,14 @@ func (s *Store) Stats() Stats {
 	}
 	s.mu.Lock()
 	st.Entries = int64(s.idx.count)
+	st.IndexMemoryBytes = int64(cap(s.idx.slots))*int64(unsafe.Sizeof(slot{})) + int64(cap(s.idx.table))*4
 	st.Bytes = s.bytes
 	st.EvictedSinceReclaimBytes = s.evictedSinceReclaim
 	s.mu.Unlock()
 	// From the budget, not the files opened: an inspecting store reports
 	// what a mount with the recorded budget uses.
 	st.ValueLogFileBytes = vlogFileSize(st.MaxBytes)
+	st.BadgerMemoryMaxBytes = int64(s.bopts.NumMemtables+1)*s.bopts.MemTableSize + s.bopts.BlockCacheSize + s.bopts.IndexCacheSize
 	st.ReclaimAfterBytes = reclaimThreshold(st.MaxBytes)
 	st.ReclaimIntervalSeconds = reclaimInterval.Seconds()
 	if du, err := DiskUsage(s.dir); err == nil {

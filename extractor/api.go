@@ -58,6 +58,9 @@ type ProfileOptions = api.ProfileOptions
 // Stats are the service's figures, for MOUNT/.featurefs/stats (api.Stats).
 type Stats = api.Stats
 
+// ExtractorMemory is api.ExtractorMemory.
+type ExtractorMemory = api.ExtractorMemory
+
 // DeviceStats are one device's share of a Service's figures.
 type DeviceStats = api.DeviceStats
 

@@ -204,6 +204,7 @@ type counters struct {
 	requests, shared, completed, failed, badImages, cancelled atomic.Int64
 	batches, batchedItems, retries                            atomic.Int64
 	decodeNanos, inferNanos, fetchNanos                       atomic.Int64
+	fetchedBytes                                              atomic.Int64 // objects fetched, not yet decoded
 	splitBatches, splitItems                                  atomic.Int64 // of split lanes only
 }
 
@@ -767,6 +768,8 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	if len(data) == 0 {
 		return nil, &ImageError{Key: c.req.Key, Reason: "empty object"}
 	}
+	s.n.fetchedBytes.Add(int64(len(data)))
+	defer s.n.fetchedBytes.Add(-int64(len(data)))
 	if !s.enterDecode(c) {
 		return nil, ctxErr(c.ctx)
 	}

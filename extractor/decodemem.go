@@ -89,6 +89,13 @@ func (b *decodeBudget) acquire(ctx context.Context, cost int64) (int64, error) {
 	return n, nil
 }
 
+// inUse returns the bytes held by decodes now.
+func (b *decodeBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
 // release gives back n bytes taken by acquire for a decode that cost cost.
 // The caller has dropped the decode's buffers: a large decode collects
 // them first, so that the next one reuses their memory.

@@ -38,6 +38,13 @@ func releaseMemory() {
 	trimCHeap()
 }
 
+// cHeap returns the C heap's bytes in use (small blocks and mmapped
+// ones) and free (held by malloc, not returned), over every arena.
+func cHeap() (inUse, free int64) {
+	m := C.mallinfo2()
+	return int64(m.uordblks) + int64(m.hblkhd), int64(m.fordblks)
+}
+
 // trimCHeap returns the C heap's free pages to the operating system, after a
 // session (its weights and arena) was destroyed and when the scheduler has
 // been idle.

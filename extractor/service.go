@@ -512,6 +512,12 @@ func (s *Service) Stats() Stats {
 		st.SessionsCreated += created
 		st.SessionsEvicted += evicted
 	}
+	inUse, free := cHeap()
+	st.Memory = &ExtractorMemory{
+		DecodeBytes: s.sched.cfg.decode.inUse(), DecodeMaxBytes: s.sched.cfg.decode.size,
+		FetchedBytes: s.sched.n.fetchedBytes.Load(), Fetchers: s.sched.cfg.workers,
+		CHeapInUseBytes: inUse, CHeapFreeBytes: free,
+	}
 	if len(s.pick.devs) > 1 {
 		for i, f := range s.sched.deviceFigures() {
 			live, _, _ := s.pools[i].stats()

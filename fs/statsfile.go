@@ -11,6 +11,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
@@ -44,7 +45,41 @@ func (f *FS) Stats() figures.Stats {
 	t.MetadataBytes, t.MetadataMaxBytes = t.ListingBytes+t.NodeBytes+t.ArchiveIndexBytes, f.ns.MetadataBytes()
 	st.BytesServed = st.FS.ReadBytes
 	st.Errors = c.errors.Counts()
+	st.Memory = f.memoryStats(&st)
 	return st
+}
+
+// memoryStats is the stats file's "memory": the process's figures and
+// every bound the mount has, with what it holds now (docs/RELIABILITY.md,
+// "Memory bounds", lists them with their defaults; the names here are
+// that table's).
+func (f *FS) memoryStats(st *figures.Stats) *figures.MemoryStats {
+	m := &figures.MemoryStats{}
+	figures.ReadProcessMemory(m)
+	m.IdleReleases = f.stats.memoryReleases.Load()
+	t := &st.FS
+	add := func(name, flag string, max int64, used *int64) {
+		m.Bounds = append(m.Bounds, figures.MemoryBound{Name: name, Flag: flag, MaxBytes: max, UsedBytes: used})
+		m.BoundsTotalBytes += max
+	}
+	add("metadata", "--metadata-cache-size", t.MetadataMaxBytes, figures.Used(t.MetadataBytes))
+	if xm := st.Extractor.Memory; xm != nil {
+		m.CHeapInUseBytes, m.CHeapFreeBytes = xm.CHeapInUseBytes, xm.CHeapFreeBytes
+		add("decode", "--decode-memory", xm.DecodeMaxBytes, figures.Used(xm.DecodeBytes))
+		maxObj := f.p.Config().MaxObjectSize
+		if maxObj <= 0 {
+			maxObj = spec.DefaultMaxObjectSize
+		}
+		add("fetched_objects", "--max-object-size", int64(xm.Fetchers)*maxObj, figures.Used(xm.FetchedBytes))
+	}
+	add("prefetch", "", st.Prefetch.MaxBytes, figures.Used(st.Prefetch.InFlightBytes))
+	hu, hm := f.p.HandoffMemory()
+	add("handoff", "", hm, figures.Used(hu))
+	add("cache_write_queue", "", t.WriteQueueMaxBytes, figures.Used(t.WriteQueuedBytes))
+	ru, rm := f.ns.RecentMemory()
+	add("recent_reads", "", rm, figures.Used(ru))
+	add("badger", "", st.Cache.BadgerMemoryMaxBytes, nil)
+	return m
 }
 
 // statsJSON renders Stats, indented, with a final newline.

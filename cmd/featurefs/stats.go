@@ -68,7 +68,7 @@ var knownStatsKeys = map[string]bool{
 	"source": true, "device": true, "dtype": true, "cache": true, "extractor": true, "fs": true,
 	"recent_errors": true, "uptime_seconds": true, "extraction": true, "queue": true,
 	"cache_hit_ratio": true, "store": true, "bytes_served": true, "errors": true,
-	"feature_store": true, "cpu_seconds": true, "models": true,
+	"feature_store": true, "cpu_seconds": true, "models": true, "memory": true,
 }
 
 // printStats renders the stats file's JSON as aligned sections.
@@ -146,6 +146,32 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	row("gets", "%d (%d failed)", st.Gets, st.GetErrors)
 	row("list calls", "%d (%d failed)", st.ListCalls, st.ListErrors)
 	row("stat calls", "%d (%d failed)", st.StatCalls, st.StatErrors)
+
+	if m := s.Memory; m != nil {
+		section("memory")
+		row("resident", "%s (peak %s): %s anonymous, %s of mapped files", humanBytes(m.RSSBytes), humanBytes(m.PeakRSSBytes),
+			humanBytes(m.AnonBytes), humanBytes(m.FileBytes))
+		row("go heap", "%s in objects, %s free (held), %s returned; stacks %s, runtime %s; next collection at %s",
+			humanBytes(m.GoHeapObjectsBytes+m.GoHeapUnusedBytes), humanBytes(m.GoHeapFreeBytes), humanBytes(m.GoHeapReleasedBytes),
+			humanBytes(m.GoStacksBytes), humanBytes(m.GoRuntimeBytes), humanBytes(m.GoHeapGoalBytes))
+		if m.GoMemoryLimitBytes > 0 {
+			row("go memory limit", "%s", humanBytes(m.GoMemoryLimitBytes))
+		}
+		row("c heap", "%s in use, %s free", humanBytes(m.CHeapInUseBytes), humanBytes(m.CHeapFreeBytes))
+		row("idle releases", "%d", m.IdleReleases)
+		for _, b := range m.Bounds {
+			used := "not counted"
+			if b.UsedBytes != nil {
+				used = humanBytes(*b.UsedBytes)
+			}
+			flag := ""
+			if b.Flag != "" {
+				flag = " (" + b.Flag + ")"
+			}
+			row("bound "+b.Name, "%s of %s%s", used, humanBytes(b.MaxBytes), flag)
+		}
+		row("bounds, summed", "%s", humanBytes(m.BoundsTotalBytes))
+	}
 
 	if f := s.FeatureStore; f != nil {
 		section("feature store")

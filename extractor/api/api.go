@@ -190,6 +190,31 @@ type Stats struct {
 	// Devices are each GPU's figures when inference runs on several
 	// (nil on one device: the figures above are its own).
 	Devices []DeviceStats `json:"devices,omitempty"`
+	// Memory is what the extractor holds in this process (nil from a
+	// remote extractor: the server's memory is in its own figures).
+	Memory *ExtractorMemory `json:"memory,omitempty"`
+}
+
+// ExtractorMemory is the memory an extractor in this process holds, by
+// bound (issue 39): images being decoded, fetched objects waiting for a
+// decoder, and the C heap (ONNX Runtime's sessions and activations,
+// libjpeg-turbo's decoders).
+type ExtractorMemory struct {
+	// DecodeBytes is the decode budget in use (images being decoded,
+	// estimated from their headers); DecodeMaxBytes the budget
+	// (--decode-memory).
+	DecodeBytes    int64 `json:"decode_bytes"`
+	DecodeMaxBytes int64 `json:"decode_max_bytes"`
+	// FetchedBytes is the bytes of fetched objects held by the workers
+	// (waiting for a decoder or being decoded); each of the Fetchers
+	// workers holds at most one (at most --max-object-size).
+	FetchedBytes int64 `json:"fetched_bytes"`
+	Fetchers     int   `json:"fetchers"`
+	// CHeapInUseBytes is the C heap's bytes in use (glibc mallinfo2:
+	// ONNX Runtime, libjpeg-turbo, Badger's and Go's own are not in it);
+	// CHeapFreeBytes what malloc holds free, not yet handed back.
+	CHeapInUseBytes int64 `json:"c_heap_in_use_bytes"`
+	CHeapFreeBytes  int64 `json:"c_heap_free_bytes"`
 }
 
 // DeviceStats are one device's share of an extractor's figures.

@@ -298,6 +298,21 @@ func (p *Pipeline) Bucket() bucket.Bucket { return p.cfg.Bucket }
 // settings from it (logger, clock, image extensions, TTLs).
 func (p *Pipeline) Config() Config { return p.given }
 
+// Activity returns a count that grows with every call to the store,
+// every extraction and every cache lookup: equal counts some time apart
+// mean the pipeline did nothing meanwhile (the tree's idle release).
+func (p *Pipeline) Activity() int64 {
+	o, c := &p.obs, &p.stats
+	return o.gets.Load() + o.lists.Load() + o.statCalls.Load() + o.extracted.Load() + o.extractFailed.Load() +
+		c.cacheHits.Load() + c.cacheMisses.Load()
+}
+
+// HandoffMemory returns the bytes the hand-off buffer holds and its bound.
+func (p *Pipeline) HandoffMemory() (used, max int64) {
+	_, n := p.handoff.Size()
+	return int64(n), int64(p.cfg.HandoffBytes)
+}
+
 // isImage reports whether an object's base name ends in one of the image
 // extensions (Config.ImageExtensions).
 func (p *Pipeline) isImage(base string) bool {

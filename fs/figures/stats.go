@@ -60,6 +60,9 @@ type Stats struct {
 	// directories (fs/archive: index lookups and builds, GETs, bytes,
 	// streams); absent for one that shows none (--archives off).
 	Archives *ArchiveStats `json:"archives,omitempty"`
+	// Memory is where the process's memory is, and every memory bound
+	// with what it holds (a mount's stats; absent from a server's).
+	Memory *MemoryStats `json:"memory,omitempty"`
 }
 
 // FeatureStoreStats are the feature store's figures as this process sees

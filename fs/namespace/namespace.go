@@ -154,6 +154,13 @@ type Counts struct {
 	ListedAhead int64
 }
 
+// RecentMemory returns the bytes of the features reads computed that the
+// namespace keeps (recent) and their bound.
+func (n *Namespace) RecentMemory() (used, max int64) {
+	_, b := n.recent.Size()
+	return int64(b), recentBytes
+}
+
 // New fills cfg's defaults and returns the namespace over p's bucket.
 // listed, if not nil, is called with every listing read completely from
 // the store (see Namespace.listed); dropped, if not nil, with the prefix of
