@@ -90,6 +90,7 @@ type counters struct {
 	recentReads                           atomic.Int64
 	passthroughOpens                      atomic.Int64
 	passthroughVerifyNanos                atomic.Int64
+	memoryReleases                        atomic.Int64       // idle releases (idlememory.go)
 	errors                                figures.ErrorTally // errors answered to readers, by kind
 	// readSizes counts feature files' READ requests by size, indexed as
 	// figures.ReadSizeBucket.
@@ -222,6 +223,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 	f.raiseReadAhead(dir)
 	f.startKernelChecks()
 	f.startTrimmer()
+	f.startIdleRelease()
 	f.owner.CloseAfter(srv.Wait) // the mount is gone: stop the kernel checks and listings
 	return srv, nil
 }
