@@ -185,6 +185,11 @@ type Options struct {
 	// MaxObjectSize rejects objects larger than this before fetching them
 	// (--max-object-size, e.g. 256MiB).
 	MaxObjectSize int64
+	// MemoryLimit, when not 0, sizes the memory bounds left at their
+	// defaults from one figure and sets Go's soft memory limit
+	// (--memory-limit; ApplyMemoryLimit; docs/RELIABILITY.md, "Memory
+	// bounds").
+	MemoryLimit int64
 	// DecodeMemory bounds the bytes that the images being decoded at once
 	// hold, estimated from each image's header; a decode waits for room,
 	// and an image costing more than the whole budget is decoded alone
@@ -524,4 +529,47 @@ func checkArchives(s string) error {
 		}
 	}
 	return nil
+}
+
+// MemorySizes are the bounds a mount derives from --memory-limit that have
+// no flag of their own (0: the component's default).
+type MemorySizes struct {
+	// GoLimit is Go's soft memory limit (debug.SetMemoryLimit).
+	GoLimit int64
+	// Prefetch bounds the bytes prefetch's extractions hold; Handoff the
+	// hand-off buffer; CacheWrite the queue of cache writes.
+	Prefetch, Handoff, CacheWrite int64
+}
+
+// Shares of --memory-limit (ApplyMemoryLimit): the metadata budget a
+// quarter, the decode budget and prefetch an eighth each, the hand-off
+// buffer and the cache write queue a sixteenth each, and Go's soft limit
+// three quarters. Together with the fixed bounds (recent reads, Badger's
+// memtables and caches) and the fetched objects, docs/RELIABILITY.md
+// ("Memory bounds") sums them.
+const (
+	MemoryShareMetadata   = 4  // limit / 4
+	MemoryShareDecode     = 8  // limit / 8
+	MemorySharePrefetch   = 8  // limit / 8
+	MemoryShareHandoff    = 16 // limit / 16
+	MemoryShareCacheWrite = 16 // limit / 16
+)
+
+// ApplyMemoryLimit sizes, from MemoryLimit, the bounds left at their
+// defaults (--metadata-cache-size, --decode-memory; a value given by flag
+// or config file stays) and returns the sizes of those without a flag;
+// with MemoryLimit 0 it changes nothing and returns zeros.
+func (o *Options) ApplyMemoryLimit() MemorySizes {
+	l := o.MemoryLimit
+	if l <= 0 {
+		return MemorySizes{}
+	}
+	d := Default()
+	if o.MetadataCacheSize == d.MetadataCacheSize {
+		o.MetadataCacheSize = l / MemoryShareMetadata
+	}
+	if o.DecodeMemory == d.DecodeMemory {
+		o.DecodeMemory = max(l/MemoryShareDecode, 16*MiB)
+	}
+	return MemorySizes{GoLimit: l / 4 * 3, Prefetch: l / MemorySharePrefetch, Handoff: l / MemoryShareHandoff, CacheWrite: l / MemoryShareCacheWrite}
 }

@@ -468,6 +468,14 @@ var table = []*Option{
 			}
 			return nil
 		})},
+	{Name: "memory-limit", Key: "memory-limit", In: Mount,
+		Help: "size the memory bounds left at their defaults from this one figure, e.g. 512MiB (metadata a quarter, decode memory and prefetch an eighth each, hand-off and cache write queue a sixteenth each) and set Go's soft memory limit to three quarters of it (GOMEMLIMIT wins); 0: off",
+		v: size(func(o *Options) *int64 { return &o.MemoryLimit }, 0, func(n int64) error {
+			if n != 0 && n < 128*MiB {
+				return failf("--memory-limit %s: must be 0 (off) or at least 128MiB, e.g. 512MiB", FormatSize(n))
+			}
+			return nil
+		})},
 	{Name: "decode-memory", Key: "decode-memory", In: sourceCmds,
 		Help: "bound on the memory of the images being decoded at once, estimated from their headers",
 		v:    size(func(o *Options) *int64 { return &o.DecodeMemory }, spec.DefaultDecodeMemory, atLeast("decode-memory", 16*MiB, "16MiB, e.g. 1GiB"))},

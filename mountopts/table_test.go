@@ -192,3 +192,30 @@ func TestConfigTopLevelNotAMap(t *testing.T) {
 		t.Errorf("LoadFile(a list) = %v, want cannot unmarshal !!seq into the top level", err)
 	}
 }
+
+// TestMemoryLimitSizesDefaults: --memory-limit sizes the bounds left at
+// their defaults from its shares, keeps one given explicitly, returns the
+// bounds without a flag, and changes nothing when 0; below 128MiB it is
+// refused naming the flag.
+func TestMemoryLimitSizesDefaults(t *testing.T) {
+	o := Default()
+	if got := o.ApplyMemoryLimit(); got != (MemorySizes{}) || o.MetadataCacheSize != Default().MetadataCacheSize {
+		t.Fatalf("MemoryLimit 0 changed something: %+v, metadata %d", got, o.MetadataCacheSize)
+	}
+	o.MemoryLimit = 512 * MiB
+	o.DecodeMemory = 300 * MiB // given explicitly: kept
+	got := o.ApplyMemoryLimit()
+	want := MemorySizes{GoLimit: 384 * MiB, Prefetch: 64 * MiB, Handoff: 32 * MiB, CacheWrite: 32 * MiB}
+	if got != want {
+		t.Errorf("sizes %+v, want %+v", got, want)
+	}
+	if o.MetadataCacheSize != 128*MiB || o.DecodeMemory != 300*MiB {
+		t.Errorf("metadata %d, decode %d; want 128MiB (a quarter) and the 300MiB given", o.MetadataCacheSize, o.DecodeMemory)
+	}
+	o = Default()
+	o.MemoryLimit = 64 * MiB
+	err := o.Validate()
+	if err == nil || !strings.Contains(err.Error(), "--memory-limit") {
+		t.Fatalf("Validate of --memory-limit 64MiB: %v; want an error naming the flag", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -363,6 +364,14 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		return err
 	}
 	defer logc.Close()
+	mem := o.ApplyMemoryLimit()
+	if mem.GoLimit > 0 {
+		if env := os.Getenv("GOMEMLIMIT"); env != "" {
+			log.Info("featurefs: GOMEMLIMIT set: Go's memory limit is the environment's, not three quarters of --memory-limit", slog.String("GOMEMLIMIT", env))
+		} else {
+			debug.SetMemoryLimit(mem.GoLimit)
+		}
+	}
 	if err := mountpoint.Check(mnt, o.AllowNonempty, log); err != nil {
 		return failf(exitMountPoint, "%w", err)
 	}
@@ -370,7 +379,7 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st, err := openStack(ctx, o, stackOptions{source: source, log: log, warn: rep.warn,
-		remote: o.Remote.Enabled(), readTimeout: o.ReadTimeout, prefetch: true, storeWait: 10 * time.Second})
+		remote: o.Remote.Enabled(), readTimeout: o.ReadTimeout, prefetch: true, storeWait: 10 * time.Second, memory: mem})
 	if err != nil {
 		return err
 	}

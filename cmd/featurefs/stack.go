@@ -74,6 +74,9 @@ type stackOptions struct {
 	prefetch bool
 	// storeWait is how long Close gives the feature store's queued writes.
 	storeWait time.Duration
+	// memory holds the bounds --memory-limit sized (mount only; zeros:
+	// the defaults).
+	memory mountopts.MemorySizes
 }
 
 // openStack opens the parts of a command that serves features, each
@@ -156,8 +159,10 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 	}
 	if so.prefetch {
 		// Validate checked the mode's name.
-		cfg.Prefetch = features.PrefetchConfig{Mode: o.Prefetch, Limit: o.PrefetchLimit, ModelLimits: o.ModelPrefetchLimits}
+		cfg.Prefetch = features.PrefetchConfig{Mode: o.Prefetch, Limit: o.PrefetchLimit, ModelLimits: o.ModelPrefetchLimits,
+			MaxBytes: so.memory.Prefetch}
 	}
+	cfg.HandoffBytes, cfg.CacheWriteBytes = int(so.memory.Handoff), so.memory.CacheWrite
 	if s.pipe, err = features.New(cfg); err != nil {
 		return nil, failf(exitModel, "%w", err)
 	}
