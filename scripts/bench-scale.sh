@@ -38,6 +38,8 @@ IMAGES=${BENCH_SCALE_IMAGES:-2000}
 ROUNDS=${BENCH_ROUNDS:-3}
 CLASSES=${BENCH_SCALE_CLASSES:-10}
 SECTIONS=" ${BENCH_SCALE_SECTIONS:-1 2 3} "
+IDLE=${BENCH_SCALE_IDLE:-30,120,240}
+[[ $IDLE =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "BENCH_SCALE_IDLE=$IDLE: want seconds, comma-separated" >&2; exit 1; }
 for v in ENTRIES SAMPLES OBJECTS FLAT IMAGES ROUNDS CLASSES; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v=${!v}: want a positive integer" >&2; exit 1; }
 done
@@ -80,12 +82,13 @@ run_kind() {
       --device cpu --prefetch off "$WORK/src" "$MNT" 2>/dev/null
     wait_mounted "$MNT"
     pid=${MOUNT_PIDS[$MNT]}
-    $S scan --root "$MNT/features/tiny/layer0/train" --ext .npy --pid "$pid" --mnt "$MNT" --samples "$SAMPLES" >"$out"
+    $S scan --root "$MNT/features/tiny/layer0/train" --ext .npy --pid "$pid" --mnt "$MNT" --samples "$SAMPLES" --idle "$IDLE" >"$out"
     unmount "$MNT"
     rm -rf "$WORK/cache-$tag" ;;
   esac
 }
 run_rounds --load bench-scale-local "$ROUNDS" "$WORK/s1" source mount
+[ -n "${BENCH_SCALE_KEEP:-}" ] && cp "$WORK"/s1/*.json "$BENCH_SCALE_KEEP"/
 SCAN_ARGS=("${ROUND_ARGS[@]}")
 rm -rf "$WORK/src"
 LOAD_1=$(cut -d' ' -f1-3 /proc/loadavg)

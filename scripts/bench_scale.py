@@ -83,6 +83,21 @@ def cmd_tree(args):
     json.dump({"entries": n}, sys.stdout)
 
 
+def smaps(pid):
+    """/proc/PID/smaps_rollup's resident figures, KiB (Rss, Anonymous, and
+    the file-backed rest)."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("Rss", "Anonymous", "Shared_Clean", "Private_Clean", "Private_Dirty", "Shared_Dirty"):
+                    out[k.lower()] = int(v.split()[0])
+    except OSError:
+        pass
+    return out
+
+
 def noload(p):
     return p
 
@@ -102,6 +117,7 @@ def cmd_scan(args):
     if args.pid:
         out["rss_scan_kib"] = rss_kib(args.pid)
         out["stats_scan"] = read_stats(args.mnt)
+        out["smaps_scan_pending"] = smaps(args.pid)
         rng = random.Random(0)
         idx = rng.sample(range(len(ds)), min(args.samples, len(ds)))
         out["epochs"] = []
@@ -113,6 +129,15 @@ def cmd_scan(args):
             out["epochs"].append({"seconds": time.perf_counter() - t0, "samples": len(idx)})
         out["rss_epochs_kib"] = rss_kib(args.pid)
         out["stats_epochs"] = read_stats(args.mnt)
+        out["smaps_scan"] = out.pop("smaps_scan_pending")
+        out["smaps_epochs"] = smaps(args.pid)
+        # Idle: nothing reads; RSS and the stats' memory at each mark.
+        t_idle = time.monotonic()
+        out["idle"] = []
+        for mark in [int(x) for x in args.idle.split(",") if x]:
+            time.sleep(max(0.0, t_idle + mark - time.monotonic()))
+            out["idle"].append({"seconds": mark, "rss_kib": rss_kib(args.pid), "smaps": smaps(args.pid),
+                                "memory": read_stats(args.mnt).get("memory")})
     out.update(load_start=load0, load_end=loadavg())
     json.dump(out, sys.stdout)
 
@@ -487,6 +512,7 @@ def main():
     s.add_argument("--mnt", default="")
     s.add_argument("--samples", type=int, default=10000)
     s.add_argument("--epochs", type=int, default=2)
+    s.add_argument("--idle", default="30,120,240", help="seconds after the epochs at which to read RSS and the stats (comma list)")
     s = sub.add_parser("upload-empty")
     for a in ("--endpoint", "--bucket"):
         s.add_argument(a, required=True)
