@@ -141,6 +141,8 @@ func cacheStats(w io.Writer, s *cache.Store, asJSON bool) int {
 	}
 	fmt.Fprintf(w, "cache directory  %s\n", s.Dir())
 	fmt.Fprintf(w, "entries          %d\n", st.Entries)
+	fmt.Fprintf(w, "                 %d features (%s), %d archive index entries (%s)\n", st.Entries-st.ArchiveIndexEntries,
+		mountopts.FormatSize(st.Bytes-st.ArchiveIndexBytes), st.ArchiveIndexEntries, mountopts.FormatSize(st.ArchiveIndexBytes))
 	fmt.Fprintf(w, "stored           %s of %s budget (%.1f%%)\n", mountopts.FormatSize(st.Bytes), mountopts.FormatSize(st.MaxBytes), pct)
 	if st.Entries > 0 {
 		fmt.Fprintf(w, "average entry    %s\n", mountopts.FormatSize(st.Bytes/st.Entries))
