@@ -213,8 +213,11 @@ MOUNT/predictions/MODEL/.../predictions.jsonl), typically a model's
 previous version (A) and its new one (B): counts the images in both, those
 whose top-1 class changed, and those only in one or with an error line in
 either, and lists the changed ones (the first --list, in key order) as
-KEY: A-CLASS (NAME) -> B-CLASS (NAME). Exit code 0 when the comparison
-ran (whatever it found), 2 for bad usage or an unreadable file.
+KEY: A-CLASS (NAME) -> B-CLASS (NAME). The files are named by their base
+names, or as A and B (after a line saying which path each is) when those
+are the same, as two mount paths' predictions.jsonl are. Exit code 0 when
+the comparison ran (whatever it found), 2 for bad usage or an unreadable
+file.
 
 Flags:
 `
@@ -331,14 +334,30 @@ func diffPredictions(a, b string) (*predDiff, error) {
 	return d, nil
 }
 
+// names are what print calls the two files: their base names, or "A" and
+// "B" when those are the same (two mount paths end in predictions.jsonl
+// alike: at 1942f8f that printed "0 only in predictions.jsonl, 0 only in
+// predictions.jsonl"), print then saying which path each is.
+func (d *predDiff) names() (string, string) {
+	a, b := filepath.Base(d.a), filepath.Base(d.b)
+	if a == b {
+		return "A", "B"
+	}
+	return a, b
+}
+
 // print writes the counts and the first list changed images.
 func (d *predDiff) print(w io.Writer, list int) {
 	pct := 0.0
 	if d.both > 0 {
 		pct = 100 * float64(len(d.changed)) / float64(d.both)
 	}
+	nameA, nameB := d.names()
+	if nameA == "A" {
+		fmt.Fprintf(w, "A = %s\nB = %s\n", d.a, d.b)
+	}
 	fmt.Fprintf(w, "%d images in both: %d top-1 changed (%.2f%%), %d unchanged\n", d.both, len(d.changed), pct, d.same)
-	fmt.Fprintf(w, "%d only in %s, %d only in %s, %d with an error line in either\n", d.onlyA, filepath.Base(d.a), d.onlyB, filepath.Base(d.b), d.errs)
+	fmt.Fprintf(w, "%d only in %s, %d only in %s, %d with an error line in either\n", d.onlyA, nameA, d.onlyB, nameB, d.errs)
 	for i, c := range d.changed {
 		if list >= 0 && i >= list {
 			fmt.Fprintf(w, "... and %d more\n", len(d.changed)-i)
