@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -38,11 +39,39 @@ func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard
 	if err != nil {
 		return warmOutcome{}, failf(exitUsage, "--predictions %s: %w", w.predictions, err)
 	}
-	st, closeAll, err := openWarmStack(ctx, o, w.source, "--predictions", "read MOUNT/predictions/... instead")
+	opts := features.PredictOptions{
+		Model: o.Models[0].Name, Prefix: prefix, TopK: o.PredictionsTop, Shard: shard, Archives: o.ArchiveFormats(),
+		MaxFailures: maxListedFailures,
+		Skip:        func(key string) bool { _, ok := done[key]; return ok },
+		Progress:    func(p features.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
+	}
+	// A rerun with every image in OUT: listed before the model is loaded,
+	// and then it is not (a rerun that predicts nothing costs the listing).
+	var left int64 = -1
+	until := func(ctx context.Context, s *stack) bool {
+		if len(done) == 0 {
+			return false
+		}
+		n, nothing, err := features.NothingToPredict(ctx, s.source, o.ImageExtensions, opts)
+		if err != nil {
+			s.log.Debug("featurefs: warm --predictions: listing ahead failed; predicting as usual", slog.Any("err", err))
+			return false
+		}
+		if nothing {
+			left = n
+		}
+		return nothing
+	}
+	st, closeAll, err := openWarmStack(ctx, o, w.source, "--predictions", "read MOUNT/predictions/... instead", until)
 	if err != nil {
 		return warmOutcome{}, err
 	}
 	defer closeAll()
+	if st.pipe == nil { // nothing left: no model was loaded
+		st.log.Info("featurefs: warm --predictions: every image is in the output already; the model was not loaded", slog.Int64("images", left))
+		return warmOutcome{total: left, done: left, elapsed: time.Since(start), shard: shard.String(),
+			store: fmt.Sprintf("%d predicted now, %d already in %s", 0, left, w.predictions)}, nil
+	}
 	name := o.Models[0].Name
 	m, _ := st.ex.Model(name)
 	layout := features.NewPredictionLayout(m, st.pipe.Labels(name), o.PredictionsTop)
@@ -54,12 +83,7 @@ func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard
 	defer f.Close()
 	bw := bufio.NewWriterSize(f, 64<<10) // the lines of a run cut short: at most this much is lost, and predicted again
 	var line []byte
-	res, err := st.pipe.PredictTree(ctx, features.PredictOptions{
-		Model: name, Prefix: prefix, TopK: o.PredictionsTop, Shard: shard, Archives: o.ArchiveFormats(),
-		MaxFailures: maxListedFailures,
-		Skip:        func(key string) bool { _, ok := done[key]; return ok },
-		Progress:    func(p features.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
-	}, func(pr features.Prediction) error {
+	res, err := st.pipe.PredictTree(ctx, opts, func(pr features.Prediction) error {
 		line = layout.Append(line[:0], pr, false)
 		_, err := bw.Write(line)
 		return err

@@ -74,6 +74,11 @@ type stackOptions struct {
 	prefetch bool
 	// storeWait is how long Close gives the feature store's queued writes.
 	storeWait time.Duration
+	// untilExtractor, if set, is called once the source, the cache and
+	// the feature store are open, before the extractor loads the models:
+	// true stops openStack there, with no extractor and no pipeline (warm
+	// --predictions with nothing left to predict loads no model).
+	untilExtractor func(ctx context.Context, s *stack) bool
 }
 
 // openStack opens the parts of a command that serves features, each
@@ -123,6 +128,10 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 	}
 	if s.store != nil {
 		s.opened("the feature store", func() error { closeFeatureStore(s.store, so.storeWait, so.log); return nil })
+	}
+
+	if so.untilExtractor != nil && so.untilExtractor(ctx, s) {
+		return s, nil
 	}
 
 	if s.ex == nil {
