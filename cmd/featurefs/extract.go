@@ -47,8 +47,8 @@ so a dataset of any size needs no arguments:
 The extension becomes .npy; when two images in one directory differ only
 by extension, both keep it (a.jpg.npy, a.png.npy). Inputs that would still
 write the same file (the same image given twice; a.jpg.jpg next to a.jpg
-and a.png) are refused before anything is extracted. The list of inputs is
-held in memory: a million paths of 46 bytes took 320 MB.
+and a.png) are refused before anything is extracted. The list of inputs
+(every path and its output path) is held in memory.
 
 Progress (done/total, rate, ETA) goes to stderr: a bar redrawn in place on
 a terminal, a plain line every --progress-interval otherwise; then a
