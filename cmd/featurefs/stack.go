@@ -93,7 +93,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		}
 	}()
 	if so.remote {
-		rc, err := dialRemote(ctx, o.Remote, so.log)
+		rc, err := dialRemote(ctx, o.Remote, o.MetadataTTL, so.log)
 		if err != nil {
 			return nil, err
 		}
