@@ -16,7 +16,10 @@ import (
 //   - from a fresh listing that has the name or is complete;
 //   - for a stale listing that was complete, from the listing read again
 //     if the store answers within StaleGrace, else from the stale listing
-//     (the new one is read in the background);
+//     when it has the name (the new one is read in the background); a
+//     name it lacks is asked of the store by Stat calls, as the bucket
+//     may have changed since (it answers "missing" only while the store
+//     is down: its last call failed);
 //   - without a listing to fall back on, from a listing read now (shared by
 //     concurrent lookups, at most RelistPages pages), else by Stat calls.
 //
@@ -54,7 +57,13 @@ func (ns *Namespace) Lookup(ctx context.Context, prefix, name string) (naming.En
 			}
 		}
 		e, found, _ := last.find(name)
-		return ns.answer(prefix, name, e, found)
+		if found || ns.p.Health().Down() {
+			return ns.answer(prefix, name, e, found)
+		}
+		// Not in the stale listing and the new one is late (the store is
+		// slow, not down): the name may be new, and an ENOENT would be kept
+		// by the kernel for another MetadataTTL.
+		return ns.statLookup(ctx, prefix, name)
 	}
 	l, err := ns.lists.Do(ctx, prefix, ns.relist(prefix, ns.cfg.RelistPages))
 	if err != nil {
