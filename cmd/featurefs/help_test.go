@@ -179,3 +179,25 @@ func TestLayersHelpListsEveryColumn(t *testing.T) {
 		t.Errorf("layers without a model: exit %d, want %d, a line saying what is wrong and the flags:\n%s", r.code, exitUsage, r.stderr)
 	}
 }
+
+// TestEveryCommandHelpPrintsFlags: README says `featurefs COMMAND -h`
+// prints a command's flags: every command of the usage (but version) does,
+// with exit 0.
+func TestEveryCommandHelpPrintsFlags(t *testing.T) {
+	cmds := regexp.MustCompile(`(?m)^  featurefs ([a-z-]+)`).FindAllStringSubmatch(usage, -1)
+	seen := map[string]bool{}
+	for _, m := range cmds {
+		c := m[1]
+		if c == "version" || seen[c] {
+			continue
+		}
+		seen[c] = true
+		r := runSelf(t, c, "-h")
+		if r.code != exitOK || !helpFlagLine.MatchString(r.stdout+r.stderr) {
+			t.Errorf("featurefs %s -h: exit %d, want 0 and its flags:\n%s%s", c, r.code, r.stdout, r.stderr)
+		}
+	}
+	if len(seen) < 10 {
+		t.Errorf("%d commands found in the usage, want at least 10: %v", len(seen), seen)
+	}
+}
