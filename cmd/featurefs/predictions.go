@@ -53,6 +53,9 @@ func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard
 			return false
 		}
 		n, nothing, err := features.NothingToPredict(ctx, s.source, o.ImageExtensions, opts)
+		if ctx.Err() != nil {
+			return true // interrupted: stop here (below), loading nothing
+		}
 		if err != nil {
 			s.log.Debug("featurefs: warm --predictions: listing ahead failed; predicting as usual", slog.Any("err", err))
 			return false
@@ -67,7 +70,10 @@ func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard
 		return warmOutcome{}, err
 	}
 	defer closeAll()
-	if st.pipe == nil { // nothing left: no model was loaded
+	if st.pipe == nil { // nothing left (or an interrupt): no model was loaded
+		if err := ctx.Err(); err != nil {
+			return warmOutcome{}, err
+		}
 		st.log.Info("featurefs: warm --predictions: every image is in the output already; the model was not loaded", slog.Int64("images", left))
 		return warmOutcome{total: left, done: left, elapsed: time.Since(start), shard: shard.String(),
 			store: fmt.Sprintf("%d predicted now, %d already in %s", 0, left, w.predictions)}, nil
