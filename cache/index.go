@@ -11,10 +11,14 @@ type index struct {
 	slots []slot
 	table []int32 // slot+1, 0 = empty; linear probing
 	count int     // live entries
-	free  int32   // head of the free-slot list (chained through next), -1 = none
-	head  int32   // most recently used, -1 = empty
-	tail  int32   // least recently used, -1 = empty
-	dirty int     // entries with flagDirty set
+	// indexCount and indexBytes are the live entries with
+	// flagArchiveIndex and their sizes.
+	indexCount int
+	indexBytes int64
+	free       int32 // head of the free-slot list (chained through next), -1 = none
+	head       int32 // most recently used, -1 = empty
+	tail       int32 // least recently used, -1 = empty
+	dirty      int   // entries with flagDirty set
 }
 
 // slot is one entry: 32 bytes.
@@ -26,9 +30,26 @@ type slot struct {
 }
 
 const (
-	flagLive  = 1 << iota // slot holds an entry
-	flagDirty             // accessed since its access order was last persisted
+	flagLive         = 1 << iota // slot holds an entry
+	flagDirty                    // accessed since its access order was last persisted
+	flagArchiveIndex             // holds an archive index (kindArchiveIndex), not a feature
 )
+
+// kindFlags are the slot flags of an entry of kind k.
+func kindFlags(k entryKind) uint32 {
+	if k == kindArchiveIndex {
+		return flagArchiveIndex
+	}
+	return 0
+}
+
+// slotKind is the kind of the entry in slot e.
+func slotKind(e *slot) entryKind {
+	if e.flags&flagArchiveIndex != 0 {
+		return kindArchiveIndex
+	}
+	return kindFeature
+}
 
 const nilSlot = -1
 
@@ -54,8 +75,9 @@ func (x *index) lookup(i id) (int32, bool) {
 	}
 }
 
-// insert adds id (which must not be present) at the head of the list.
-func (x *index) insert(i id, size uint32) int32 {
+// insert adds id (which must not be present), of kind k, at the head of
+// the list.
+func (x *index) insert(i id, size uint32, k entryKind) int32 {
 	if (x.count+1)*10 > len(x.table)*7 {
 		x.grow()
 	}
@@ -67,9 +89,13 @@ func (x *index) insert(i id, size uint32) int32 {
 		s = int32(len(x.slots))
 		x.slots = append(x.slots, slot{})
 	}
-	x.slots[s] = slot{id: i, size: size, prev: nilSlot, next: nilSlot, flags: flagLive}
+	x.slots[s] = slot{id: i, size: size, prev: nilSlot, next: nilSlot, flags: flagLive | kindFlags(k)}
 	x.place(s)
 	x.count++
+	if k == kindArchiveIndex {
+		x.indexCount++
+		x.indexBytes += int64(size)
+	}
 	x.pushFront(s)
 	return s
 }
@@ -123,6 +149,10 @@ func (x *index) remove(s int32) {
 done:
 	if x.slots[s].flags&flagDirty != 0 {
 		x.dirty--
+	}
+	if x.slots[s].flags&flagArchiveIndex != 0 {
+		x.indexCount--
+		x.indexBytes -= int64(x.slots[s].size)
 	}
 	x.slots[s] = slot{prev: nilSlot, next: x.free}
 	x.free = s

@@ -44,7 +44,7 @@ func TestIndexMatchesModel(t *testing.T) {
 				order = append(append(order[:p:p], order[p+1:]...), i)
 			} else {
 				sz := uint32(rng.IntN(1000))
-				x.insert(i, sz)
+				x.insert(i, sz, kindFeature)
 				sizes[i] = sz
 				order = append(order, i)
 			}
@@ -101,7 +101,7 @@ func TestIndexMemoryPerEntry(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	x := newIndex()
 	for k := range ids {
-		x.insert(ids[k], 800_000)
+		x.insert(ids[k], 800_000, kindFeature)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -39,6 +39,27 @@ type Key struct {
 	DType string
 }
 
+// ArchiveIndexDigest is the ModelDigest of the entries that hold archive
+// indexes (fs/archive's, which cmd/featurefs keeps in the cache), not
+// features: Stats counts them apart (ArchiveIndexEntries).
+const ArchiveIndexDigest = "fs/archive index"
+
+// entryKind is what an entry holds, kept in its metadata record.
+type entryKind uint8
+
+const (
+	kindFeature      entryKind = iota // a feature (every entry written before kinds)
+	kindArchiveIndex                  // an archive index (or one of its parts)
+)
+
+// kind is what k's entry holds.
+func (k Key) kind() entryKind {
+	if k.ModelDigest == ArchiveIndexDigest {
+		return kindArchiveIndex
+	}
+	return kindFeature
+}
+
 type id [IDLen]byte
 
 // ID returns the key's identifier: the first 128 bits of a SHA-256 over the

@@ -74,7 +74,7 @@ func (s *Store) flushAccess() {
 			e.flags &^= flagDirty
 			s.idx.dirty--
 			s.seq++
-			ups = append(ups, upd{id: e.id, meta: metaRecord{size: e.size, seq: s.seq}})
+			ups = append(ups, upd{id: e.id, meta: metaRecord{size: e.size, seq: s.seq, kind: slotKind(e)}})
 		}
 	}
 	s.lastFlush = time.Now()

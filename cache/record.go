@@ -340,33 +340,53 @@ func readAtVerified(i id, rec []byte, dst []byte, off int64) (int, int, error) {
 	return n, size, nil
 }
 
-// metaRecord is the small record kept next to each value: its size and an
-// access sequence number (higher is more recent), so Open can rebuild the LRU
-// index without reading values.
+// metaRecord is the small record kept next to each value: its size, an
+// access sequence number (higher is more recent) and what it holds, so Open
+// can rebuild the LRU index and its counts without reading values.
 type metaRecord struct {
 	size uint32
 	seq  uint64
+	kind entryKind
 }
 
+// A feature's record is version 1 (as before kinds, so that an older
+// binary still reads it); any other kind's is version 2, one byte longer.
 const (
-	metaVersion = 1
-	metaLen     = 1 + 4 + 8
+	metaVersion     = 1
+	metaLen         = 1 + 4 + 8
+	metaKindVersion = 2
+	metaKindLen     = metaLen + 1
 )
 
 func (m metaRecord) encode() []byte {
-	b := make([]byte, metaLen)
-	b[0] = metaVersion
+	if m.kind == kindFeature {
+		b := make([]byte, metaLen)
+		b[0] = metaVersion
+		binary.LittleEndian.PutUint32(b[1:], m.size)
+		binary.LittleEndian.PutUint64(b[5:], m.seq)
+		return b
+	}
+	b := make([]byte, metaKindLen)
+	b[0] = metaKindVersion
 	binary.LittleEndian.PutUint32(b[1:], m.size)
 	binary.LittleEndian.PutUint64(b[5:], m.seq)
+	b[metaLen] = byte(m.kind)
 	return b
 }
 
 func decodeMeta(b []byte) (metaRecord, error) {
-	if len(b) != metaLen || b[0] != metaVersion {
+	switch {
+	case len(b) == metaLen && b[0] == metaVersion:
+	case len(b) == metaKindLen && b[0] == metaKindVersion && entryKind(b[metaLen]) == kindArchiveIndex:
+	default:
 		return metaRecord{}, fmt.Errorf("cache: bad metadata record (%d bytes)", len(b))
 	}
-	return metaRecord{
+	m := metaRecord{
 		size: binary.LittleEndian.Uint32(b[1:]),
 		seq:  binary.LittleEndian.Uint64(b[5:]),
-	}, nil
+	}
+	if len(b) == metaKindLen {
+		m.kind = entryKind(b[metaLen])
+	}
+	return m, nil
 }

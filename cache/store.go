@@ -107,11 +107,18 @@ type Stats struct {
 	Evictions int64 `json:"evictions"`
 	// ChecksumFailures counts values that failed verification and were deleted.
 	ChecksumFailures int64 `json:"checksum_failures"`
-	// Entries is the number of stored entries.
+	// Entries is the number of stored entries: features and archive
+	// indexes (Entries - ArchiveIndexEntries features).
 	Entries int64 `json:"entries"`
 	// Bytes is the sum of the stored values' lengths (compressed lengths
-	// for compressed values).
+	// for compressed values), archive indexes included.
 	Bytes int64 `json:"bytes"`
+	// ArchiveIndexEntries and ArchiveIndexBytes are the entries that hold
+	// archive indexes (Key.ModelDigest ArchiveIndexDigest: an index's head
+	// and each of its parts), not features, and their Bytes. Those a
+	// featurefs without this count wrote count as features until rewritten.
+	ArchiveIndexEntries int64 `json:"archive_index_entries"`
+	ArchiveIndexBytes   int64 `json:"archive_index_bytes"`
 	// Compression names the codec method values are Put with ("" for
 	// none).
 	Compression string `json:"compression,omitempty"`
@@ -476,6 +483,7 @@ func (s *Store) loadIndex() error {
 		id   id
 		size uint32
 		seq  uint64
+		kind entryKind
 	}
 	var all []rec
 	var bad [][]byte
@@ -497,7 +505,7 @@ func (s *Store) loadIndex() error {
 				bad = append(bad, item.KeyCopy(nil))
 				continue
 			}
-			all = append(all, rec{id: id(k[1:]), size: m.size, seq: m.seq})
+			all = append(all, rec{id: id(k[1:]), size: m.size, seq: m.seq, kind: m.kind})
 		}
 		return nil
 	})
@@ -514,7 +522,7 @@ func (s *Store) loadIndex() error {
 		return 0
 	})
 	for _, r := range all {
-		s.idx.insert(r.id, r.size)
+		s.idx.insert(r.id, r.size, r.kind)
 		s.bytes += int64(r.size)
 		s.seq = max(s.seq, r.seq)
 	}
@@ -905,7 +913,7 @@ func (s *Store) commitPut(k Key, i id, v []byte, stored int, val []byte, tmp tmp
 	}
 	s.mu.Lock()
 	s.seq++
-	meta := metaRecord{size: uint32(stored), seq: s.seq}
+	meta := metaRecord{size: uint32(stored), seq: s.seq, kind: k.kind()}
 	_, had := s.idx.lookup(i)
 	s.mu.Unlock()
 	err := s.update(func(txn *badger.Txn) error {
@@ -929,7 +937,7 @@ func (s *Store) commitPut(k Key, i id, v []byte, stored int, val []byte, tmp tmp
 		s.bytes -= int64(s.idx.slots[sl].size)
 		s.idx.remove(sl)
 	}
-	s.idx.insert(i, meta.size)
+	s.idx.insert(i, meta.size, meta.kind)
 	s.bytes += int64(meta.size)
 	victims := s.pickVictimsLocked(&i)
 	s.mu.Unlock()
@@ -1158,6 +1166,7 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	st.Entries = int64(s.idx.count)
 	st.IndexMemoryBytes = int64(cap(s.idx.slots))*int64(unsafe.Sizeof(slot{})) + int64(cap(s.idx.table))*4
+	st.ArchiveIndexEntries, st.ArchiveIndexBytes = int64(s.idx.indexCount), s.idx.indexBytes
 	st.Bytes = s.bytes
 	st.EvictedSinceReclaimBytes = s.evictedSinceReclaim
 	s.mu.Unlock()

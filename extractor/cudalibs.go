@@ -324,15 +324,15 @@ func numbers(s string) []int {
 // CUDALibStatus is one library as findCUDALibs found it.
 type CUDALibStatus struct {
 	// Name is the file name looked for, e.g. libcudnn.so.9.
-	Name string
+	Name string `json:"name"`
 	// What says what it is, e.g. "cuDNN 9".
-	What string
+	What string `json:"what"`
 	// Required: the CUDA provider cannot run without it.
-	Required bool
+	Required bool `json:"required"`
 	// TensorRT: needed only for --tensorrt.
-	TensorRT bool
+	TensorRT bool `json:"tensorrt"`
 	// Path is where it was found; empty when missing.
-	Path string
+	Path string `json:"path"`
 }
 
 // cudaLibReport is the outcome of a search.

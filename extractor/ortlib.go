@@ -81,26 +81,26 @@ const ortAPILevel = 25
 // ORTLibInfo describes an ONNX Runtime library file.
 type ORTLibInfo struct {
 	// Path is the library file.
-	Path string
+	Path string `json:"path"`
 	// Version is the library's own version string, e.g. "1.29.0".
-	Version string
+	Version string `json:"version"`
 	// APIOK reports whether it serves the C API level the Go binding needs
 	// (judged from Version).
-	APIOK bool
+	APIOK bool `json:"api_ok"`
 	// Providers lists the execution provider libraries next to it
 	// (ONNX Runtime loads them from the directory of the core library),
 	// by file name; present or not.
-	Providers []ProviderLib
+	Providers []ProviderLib `json:"providers"`
 }
 
 // ProviderLib is one execution provider library next to the core library.
 type ProviderLib struct {
 	// Name is the provider, e.g. "CUDA".
-	Name string
+	Name string `json:"name"`
 	// File is its file name, e.g. libonnxruntime_providers_cuda.so.
-	File string
+	File string `json:"file"`
 	// Present reports whether the file is there.
-	Present bool
+	Present bool `json:"present"`
 }
 
 // providerFiles are the provider libraries ONNX Runtime looks for next to

@@ -62,7 +62,8 @@
 // Archives (fs/archive, --archives): the source lists an archive NAME.tar
 // or NAME.zip as the prefix NAME.tar/, shown as the directory NAME unless
 // a prefix NAME/ or another archive of that NAME is beside it (each then
-// keeps its own name; NAME.tar/ sorts before NAME/, so it waits until the
+// keeps its own name; a real prefix NAME.tar/, no archive, always keeps its
+// name: bucket.Page.Archives tells them apart; NAME.tar/ sorts before NAME/, so it waits until the
 // listing has passed NAME/, as a stem's images do); a lookup of NAME also
 // lists NAME.<ext>/ for each archive extension (and, inside an archive,
 // Stats NAME: a plain file). An archive's sidecar

@@ -380,7 +380,7 @@ var table = []*Option{
 
 	// Times.
 	{Name: "metadata-ttl", Key: "metadata-ttl", In: mountCmds,
-		Help: "how long listings are cached: a changed bucket shows after at most this long",
+		Help: "how long listings are cached: a changed bucket shows after at most this long (with --remote, also how often the servers are asked for their model version)",
 		v: duration(func(o *Options) *time.Duration { return &o.MetadataTTL }, 60*time.Second,
 			notNegative[time.Duration]("metadata-ttl", "%v", "must not be negative"))},
 	{Name: "metadata-cache-size", Key: "metadata-cache-size", In: Mount,

@@ -276,12 +276,12 @@ HOST_GPU=$("$PY" - "$WORK/doctor.json" "$DEVICE" <<'PYEOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 if sys.argv[2] == "cpu":
-    print(f"NO GPU: A REHEARSAL ON THE CPU (GPU_CHECK_REHEARSAL=1), NOT GPU FIGURES; ONNX Runtime {d['ort']['Version']}")
+    print(f"NO GPU: A REHEARSAL ON THE CPU (GPU_CHECK_REHEARSAL=1), NOT GPU FIGURES; ONNX Runtime {d['ort']['version']}")
     sys.exit(0)
 i = int(sys.argv[2].split(":")[1])
 g = [g for g in d["gpus"] if g["index"] == i][0]
 print(f"{g['name']} ({g['total_bytes'] / 2**30:.0f} GiB, compute capability {g['capability']}), "
-      f"driver {d['driver']}, CUDA {d['cuda']}; ONNX Runtime {d['ort']['Version']}")
+      f"driver {d['driver']}, CUDA {d['cuda']}; ONNX Runtime {d['ort']['version']}")
 PYEOF
 )
 CPU=$(sed -n 's/^model name[^:]*: *//p' /proc/cpuinfo | head -1)

@@ -89,12 +89,12 @@ func copyFile(t *testing.T, from, to string) {
 // doctorJSON is the part of `featurefs doctor --json` the tests read.
 type doctorJSON struct {
 	ORT struct {
-		Path      string `json:"Path"`
-		Version   string `json:"Version"`
+		Path      string `json:"path"`
+		Version   string `json:"version"`
 		Providers []struct {
-			Name    string `json:"Name"`
-			Present bool   `json:"Present"`
-		} `json:"Providers"`
+			Name    string `json:"name"`
+			Present bool   `json:"present"`
+		} `json:"providers"`
 	} `json:"ort"`
 	Driver string `json:"driver"`
 	CUDA   string `json:"cuda"`
@@ -108,8 +108,8 @@ type doctorJSON struct {
 	} `json:"gpus"`
 	NVMLError string `json:"nvml_error"`
 	CUDALibs  []struct {
-		Name string `json:"Name"`
-		Path string `json:"Path"`
+		Name string `json:"name"`
+		Path string `json:"path"`
 	} `json:"cuda_libs"`
 	SearchDirs []string `json:"search_dirs"`
 	Auto       string   `json:"auto"`

@@ -31,6 +31,18 @@ fails while one serves; stats of a cache in use gives what its files show
 // mount's process has closed its cache and exited).
 const cacheCloseWait = 30 * time.Second
 
+// cacheFlags returns the flag set of featurefs cache SUB, bound to dir
+// and asJSON; --json is stats' alone, and the help's (SUB "-h").
+func cacheFlags(sub string, dir *string, asJSON *bool) *flag.FlagSet {
+	fl := flag.NewFlagSet("featurefs cache "+sub, flag.ContinueOnError)
+	fl.Usage = func() { fmt.Fprint(fl.Output(), cacheUsage, "\nFlags:\n"); fl.PrintDefaults() }
+	fl.StringVar(dir, "cache-dir", mountopts.Default().CacheDir, "cache `directory`")
+	if sub != "clear" {
+		fl.BoolVar(asJSON, "json", false, "print the statistics as JSON")
+	}
+	return fl
+}
+
 // runCache implements "featurefs cache stats|clear".
 func runCache(args []string) int {
 	if len(args) == 0 {
@@ -38,16 +50,19 @@ func runCache(args []string) int {
 		return 2
 	}
 	sub, rest := args[0], args[1:]
-	fl := flag.NewFlagSet("featurefs cache "+sub, flag.ContinueOnError)
-	fl.Usage = func() { fmt.Fprint(fl.Output(), cacheUsage); fl.PrintDefaults() }
-	dir := fl.String("cache-dir", mountopts.Default().CacheDir, "cache directory")
-	var asJSON bool
+	var (
+		dir    string
+		asJSON bool
+	)
+	fl := cacheFlags(sub, &dir, &asJSON)
 	switch sub {
-	case "stats":
-		fl.BoolVar(&asJSON, "json", false, "print the statistics as JSON")
-	case "clear":
+	case "stats", "clear":
 	case "help", "-h", "--help":
-		fmt.Print(cacheUsage)
+		// The flags too, as every command's -h (README): those of
+		// stats, which has clear's and --json.
+		fmt.Print(cacheUsage, "\nFlags (--json: stats only):\n")
+		fl.SetOutput(os.Stdout)
+		fl.PrintDefaults()
 		return 0
 	default:
 		fmt.Fprintf(os.Stderr, "featurefs cache: unknown subcommand %q\n\n%s", sub, cacheUsage)
@@ -63,27 +78,27 @@ func runCache(args []string) int {
 		fmt.Fprintf(os.Stderr, "featurefs cache %s: unexpected arguments %q\n", sub, fl.Args())
 		return 2
 	}
-	if err := checkCacheDir(*dir); err != nil {
+	if err := checkCacheDir(dir); err != nil {
 		fmt.Fprintf(os.Stderr, "featurefs cache %s: %v\n", sub, err)
 		return 1
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := cache.Open(cache.Options{Dir: *dir, Logger: logger, Inspect: true, WaitClosing: cacheCloseWait,
+	s, err := cache.Open(cache.Options{Dir: dir, Logger: logger, Inspect: true, WaitClosing: cacheCloseWait,
 		OnWait: func(pid int) {
-			fmt.Fprintf(os.Stderr, "featurefs cache %s: waiting up to %v for pid %d, which is closing the cache directory %s\n", sub, cacheCloseWait, pid, *dir)
+			fmt.Fprintf(os.Stderr, "featurefs cache %s: waiting up to %v for pid %d, which is closing the cache directory %s\n", sub, cacheCloseWait, pid, dir)
 		}})
 	if sub == "stats" && errors.Is(err, cache.ErrLocked) {
 		// In use by a running mount or server: what its files show,
 		// read without its lock.
-		return cacheLiveStats(os.Stdout, *dir, asJSON)
+		return cacheLiveStats(os.Stdout, dir, asJSON)
 	}
 	if sub == "clear" && errors.Is(err, cache.ErrDiskFull) {
 		// Too full to open even read-only: delete the files unopened.
-		if err := cache.ClearDir(*dir); err != nil {
+		if err := cache.ClearDir(dir); err != nil {
 			fmt.Fprintf(os.Stderr, "featurefs cache clear: %v\n", err)
 			return 1
 		}
-		fmt.Printf("cleared %s (unopened: its filesystem is full)\n", *dir)
+		fmt.Printf("cleared %s (unopened: its filesystem is full)\n", dir)
 		return 0
 	}
 	if err != nil {
@@ -126,6 +141,8 @@ func cacheStats(w io.Writer, s *cache.Store, asJSON bool) int {
 	}
 	fmt.Fprintf(w, "cache directory  %s\n", s.Dir())
 	fmt.Fprintf(w, "entries          %d\n", st.Entries)
+	fmt.Fprintf(w, "                 %d features (%s), %d archive index entries (%s)\n", st.Entries-st.ArchiveIndexEntries,
+		mountopts.FormatSize(st.Bytes-st.ArchiveIndexBytes), st.ArchiveIndexEntries, mountopts.FormatSize(st.ArchiveIndexBytes))
 	fmt.Fprintf(w, "stored           %s of %s budget (%.1f%%)\n", mountopts.FormatSize(st.Bytes), mountopts.FormatSize(st.MaxBytes), pct)
 	if st.Entries > 0 {
 		fmt.Fprintf(w, "average entry    %s\n", mountopts.FormatSize(st.Bytes/st.Entries))

@@ -64,7 +64,7 @@ type archiveIndexes struct {
 }
 
 func (a archiveIndexes) key(key, etag string) cache.Key {
-	return cache.Key{Source: a.source, Object: key, ETag: etag, ModelDigest: "fs/archive index"}
+	return cache.Key{Source: a.source, Object: key, ETag: etag, ModelDigest: cache.ArchiveIndexDigest}
 }
 
 // GetIndex returns a kept index.

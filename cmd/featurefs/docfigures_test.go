@@ -105,3 +105,106 @@ func TestQuotedFiguresComeFromBench(t *testing.T) {
 		t.Fatalf("checked %d figures: the docs quote more than that, so the parsing is broken", checked)
 	}
 }
+
+// sizeFigure matches a quoted size (320 MB, 1825 MB, 2.5 GiB); measured
+// marks a text that says the figure was measured.
+var (
+	sizeFigure = regexp.MustCompile(`\b(\d+(?:\.\d+)?) ?(?:[KMG]B|[KMG]iB)\b`)
+	measured   = regexp.MustCompile(`(?i)\b(took|peak(ed)?|RSS|VmRSS|measured|one run)\b`)
+)
+
+// sentences splits text (whitespace collapsed) into sentences.
+func sentences(text string) []string {
+	return strings.Split(strings.Join(strings.Fields(text), " "), ". ")
+}
+
+// TestQuotedSizesComeFromBench: a measured size (a sentence that says it
+// took, peaked at or measured it: RSS, memory) quoted in README.md or
+// docs/MODELS.md is in a docs/bench section its paragraph cites, and a
+// command's -h, which cites none, quotes no measured size. At 1942f8f
+// README and extract -h quoted "a million paths of 46 bytes took 320 MB"
+// and MODELS.md reload RSS figures (766 MB to 1825 MB, 651 and 419 MB)
+// that no bench file or test held (issue 40).
+func TestQuotedSizesComeFromBench(t *testing.T) {
+	root := filepath.Join("..", "..")
+	for _, doc := range []string{"README.md", "docs/MODELS.md"} {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paras, lines := paragraphs(string(b))
+		for i, p := range paras {
+			if strings.HasPrefix(strings.TrimSpace(p), "|") {
+				continue // a flags table row: defaults and bounds
+			}
+			var sections []string
+			for _, ref := range benchRef.FindAllString(p, -1) {
+				if s, err := os.ReadFile(filepath.Join(root, "docs", strings.TrimPrefix(ref, "docs/"))); err == nil {
+					sections = append(sections, string(s))
+				}
+			}
+			for _, sen := range sentences(p) {
+				if !measured.MatchString(sen) {
+					continue
+				}
+				for _, f := range sizeFigure.FindAllStringSubmatch(sen, -1) {
+					in := regexp.MustCompile(`(?:^|[^\w.])` + regexp.QuoteMeta(f[1]) + `\b`)
+					found := false
+					for _, s := range sections {
+						found = found || in.MatchString(s)
+					}
+					if !found {
+						t.Errorf("%s:%d quotes %s as measured, and no docs/bench section its paragraph cites holds it: %q", doc, lines[i], f[0], sen)
+					}
+				}
+			}
+		}
+	}
+	for name, help := range map[string]string{"bench": benchUsage, "cache": cacheUsage, "doctor": doctorUsage,
+		"extract": extractUsage, "layers": layersUsage, "mount": mountUsage, "diff-predictions": diffUsage,
+		"serve": serveUsage, "stats": statsUsage, "warm": warmUsage} {
+		for _, sen := range sentences(help) {
+			if measured.MatchString(sen) && sizeFigure.MatchString(sen) {
+				t.Errorf("featurefs %s -h quotes a measured size, which no bench file backs there: %q", name, sen)
+			}
+		}
+	}
+}
+
+// reloadInfo matches the INFO lines a model reload logs.
+var reloadInfo = regexp.MustCompile(`\.Info\("featurefs: (model [a-z]+)"`)
+
+// TestModelsDocNamesReloadLogLines: docs/MODELS.md says how many INFO
+// lines a reload logs and names each, as fs/reload.go and
+// cmd/featurefs/reload.go log them (at 1942f8f it said one, `model
+// reloaded`; a reload logs `model replaced` too).
+func TestModelsDocNamesReloadLogLines(t *testing.T) {
+	root := filepath.Join("..", "..")
+	var msgs []string
+	for _, src := range []string{"fs/reload.go", "cmd/featurefs/reload.go"} {
+		b, err := os.ReadFile(filepath.Join(root, src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range reloadInfo.FindAllStringSubmatch(string(b), -1) {
+			msgs = append(msgs, m[1])
+		}
+	}
+	if len(msgs) != 2 {
+		t.Fatalf("a reload logs INFO lines %q; this test knows of two (model replaced, model reloaded)", msgs)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "docs", "MODELS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	count := regexp.MustCompile(`\b(one|two|three) INFO lines? say`).FindAllStringSubmatch(doc, -1)
+	if len(count) != 1 || count[0][1] != "two" {
+		t.Errorf("docs/MODELS.md: want one statement that two INFO lines say a reload; found %q", count)
+	}
+	for _, m := range msgs {
+		if !strings.Contains(doc, "`"+m+"`") {
+			t.Errorf("docs/MODELS.md does not name the reload's INFO line `%s`", m)
+		}
+	}
+}

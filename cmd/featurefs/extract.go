@@ -47,8 +47,8 @@ so a dataset of any size needs no arguments:
 The extension becomes .npy; when two images in one directory differ only
 by extension, both keep it (a.jpg.npy, a.png.npy). Inputs that would still
 write the same file (the same image given twice; a.jpg.jpg next to a.jpg
-and a.png) are refused before anything is extracted. The list of inputs is
-held in memory: a million paths of 46 bytes took 320 MB.
+and a.png) are refused before anything is extracted. The list of inputs
+(every path and its output path) is held in memory.
 
 Progress (done/total, rate, ETA) goes to stderr: a bar redrawn in place on
 a terminal, a plain line every --progress-interval otherwise; then a
@@ -121,20 +121,13 @@ func runExtract(args []string) int {
 	return exitOK
 }
 
-// errExtractUsage is a command line without what extract needs: the usage
-// is printed, and nothing else. errExtractFlags is one the flag package
-// refused, and has said why.
-var (
-	errExtractUsage = failf(exitUsage, "usage")
-	errExtractFlags = failf(exitUsage, "bad flags")
-)
+// errExtractFlags is a command line the flag package refused, and has
+// said why.
+var errExtractFlags = failf(exitUsage, "bad flags")
 
-// reportExtract prints err as extract's message (the usage for
-// errExtractUsage) and returns its exit code.
+// reportExtract prints err as extract's message and returns its exit code.
 func reportExtract(err error) int {
 	switch err {
-	case errExtractUsage:
-		fmt.Fprint(os.Stderr, extractUsage)
 	case errExtractFlags:
 	default:
 		fmt.Fprintf(os.Stderr, "featurefs extract: %v\n", err)
@@ -165,8 +158,13 @@ func parseExtract(args []string) (a extractArgs, rt *mountopts.Options, pos []st
 		}
 		return a, rt, pos, level, errExtractFlags
 	}
-	if a.model == "" || a.layer == "" || a.out == "" || (len(pos) == 0 && a.filesFrom == "") {
-		return a, rt, pos, level, errExtractUsage
+	if missing := extractMissing(a, pos); missing != "" {
+		// One line naming what is missing, then the flags (not the
+		// whole help, whose flags section used to come out empty).
+		var flags strings.Builder
+		fl.SetOutput(&flags)
+		fl.PrintDefaults()
+		return a, rt, pos, level, failf(exitUsage, "%s\nFlags (featurefs extract -h for the whole help):\n%s", missing, strings.TrimRight(flags.String(), "\n"))
 	}
 	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
 		return a, rt, pos, level, failf(exitUsage, "--log-level %q: %v", a.logLevel, err)
@@ -178,6 +176,28 @@ func parseExtract(args []string) (a extractArgs, rt *mountopts.Options, pos []st
 		return a, rt, pos, level, failf(exitUsage, "--progress-interval %v: must be positive", a.interval)
 	}
 	return a, rt, pos, level, nil
+}
+
+// extractMissing names what extract's command line lacks of what it
+// needs (--model, --layer, -o, an image), "" when nothing.
+func extractMissing(a extractArgs, pos []string) string {
+	var flags []string
+	if a.model == "" {
+		flags = append(flags, "--model M.onnx")
+	}
+	if a.layer == "" {
+		flags = append(flags, "--layer K")
+	}
+	if a.out == "" {
+		flags = append(flags, "-o DIR")
+	}
+	if len(flags) > 0 {
+		return "missing " + strings.Join(flags, ", ")
+	}
+	if len(pos) == 0 && a.filesFrom == "" {
+		return "missing the images: give IMAGE|DIR arguments or --files-from FILE|-"
+	}
+	return ""
 }
 
 // extractImages returns the images the arguments and --files-from name

@@ -15,8 +15,21 @@ import (
 
 const layersUsage = `Usage: featurefs layers [--ort-lib PATH] MODEL.onnx
 
-Prints the model's layers (block boundaries): index, directory name, ONNX
-tensor, per-sample shape, bytes per sample (float32) and cumulative GFLOPs.
+Prints a line naming the model (its sha256, input and shape), then its
+layers (block boundaries), one a row, in these columns:
+
+  index         the layer's index K
+  name          its directory name under a mount (layerK)
+  tensor        the ONNX tensor it reads
+  shape         per-sample shape
+  bytes/sample  bytes per sample (float32)
+  cum GFLOPs    cumulative GFLOPs per sample
+  digest        the first 12 hex digits of the layer's digest, "-" where
+                there is none (docs/MODELS.md, "Layer digests")
+  aliases       its other names (a model's aliases in the config file:
+                features/MODEL/ALIAS/...), comma-separated
+
+Flags:
 `
 
 // runLayers implements "featurefs layers MODEL.onnx".
@@ -32,7 +45,9 @@ func runLayers(args []string) int {
 		return 2
 	}
 	if len(pos) != 1 {
-		fmt.Fprint(os.Stderr, layersUsage)
+		fmt.Fprintf(os.Stderr, "featurefs layers: want one MODEL.onnx argument, got %d\n", len(pos))
+		fl.SetOutput(os.Stderr)
+		fl.Usage()
 		return 2
 	}
 	path := pos[0]

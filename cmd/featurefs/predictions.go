@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -38,11 +39,45 @@ func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard
 	if err != nil {
 		return warmOutcome{}, failf(exitUsage, "--predictions %s: %w", w.predictions, err)
 	}
-	st, closeAll, err := openWarmStack(ctx, o, w.source, "--predictions", "read MOUNT/predictions/... instead")
+	opts := features.PredictOptions{
+		Model: o.Models[0].Name, Prefix: prefix, TopK: o.PredictionsTop, Shard: shard, Archives: o.ArchiveFormats(),
+		MaxFailures: maxListedFailures,
+		Skip:        func(key string) bool { _, ok := done[key]; return ok },
+		Progress:    func(p features.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
+	}
+	// A rerun with every image in OUT: listed before the model is loaded,
+	// and then it is not (a rerun that predicts nothing costs the listing).
+	var left int64 = -1
+	until := func(ctx context.Context, s *stack) bool {
+		if len(done) == 0 {
+			return false
+		}
+		n, nothing, err := features.NothingToPredict(ctx, s.source, o.ImageExtensions, opts)
+		if ctx.Err() != nil {
+			return true // interrupted: stop here (below), loading nothing
+		}
+		if err != nil {
+			s.log.Debug("featurefs: warm --predictions: listing ahead failed; predicting as usual", slog.Any("err", err))
+			return false
+		}
+		if nothing {
+			left = n
+		}
+		return nothing
+	}
+	st, closeAll, err := openWarmStack(ctx, o, w.source, "--predictions", "read MOUNT/predictions/... instead", until)
 	if err != nil {
 		return warmOutcome{}, err
 	}
 	defer closeAll()
+	if st.pipe == nil { // nothing left (or an interrupt): no model was loaded
+		if err := ctx.Err(); err != nil {
+			return warmOutcome{}, err
+		}
+		st.log.Info("featurefs: warm --predictions: every image is in the output already; the model was not loaded", slog.Int64("images", left))
+		return warmOutcome{total: left, done: left, elapsed: time.Since(start), shard: shard.String(),
+			store: fmt.Sprintf("%d predicted now, %d already in %s", 0, left, w.predictions)}, nil
+	}
 	name := o.Models[0].Name
 	m, _ := st.ex.Model(name)
 	layout := features.NewPredictionLayout(m, st.pipe.Labels(name), o.PredictionsTop)
@@ -54,12 +89,7 @@ func warmPredictions(ctx context.Context, o mountopts.Options, w warmArgs, shard
 	defer f.Close()
 	bw := bufio.NewWriterSize(f, 64<<10) // the lines of a run cut short: at most this much is lost, and predicted again
 	var line []byte
-	res, err := st.pipe.PredictTree(ctx, features.PredictOptions{
-		Model: name, Prefix: prefix, TopK: o.PredictionsTop, Shard: shard, Archives: o.ArchiveFormats(),
-		MaxFailures: maxListedFailures,
-		Skip:        func(key string) bool { _, ok := done[key]; return ok },
-		Progress:    func(p features.WarmProgress) { prog.set(p.Done, p.Total, p.Failed, p.Listing) },
-	}, func(pr features.Prediction) error {
+	res, err := st.pipe.PredictTree(ctx, opts, func(pr features.Prediction) error {
 		line = layout.Append(line[:0], pr, false)
 		_, err := bw.Write(line)
 		return err
@@ -213,8 +243,11 @@ MOUNT/predictions/MODEL/.../predictions.jsonl), typically a model's
 previous version (A) and its new one (B): counts the images in both, those
 whose top-1 class changed, and those only in one or with an error line in
 either, and lists the changed ones (the first --list, in key order) as
-KEY: A-CLASS (NAME) -> B-CLASS (NAME). Exit code 0 when the comparison
-ran (whatever it found), 2 for bad usage or an unreadable file.
+KEY: A-CLASS (NAME) -> B-CLASS (NAME). The files are named by their base
+names, or as A and B (after a line saying which path each is) when those
+are the same, as two mount paths' predictions.jsonl are. Exit code 0 when
+the comparison ran (whatever it found), 2 for bad usage or an unreadable
+file.
 
 Flags:
 `
@@ -331,14 +364,30 @@ func diffPredictions(a, b string) (*predDiff, error) {
 	return d, nil
 }
 
+// names are what print calls the two files: their base names, or "A" and
+// "B" when those are the same (two mount paths end in predictions.jsonl
+// alike: at 1942f8f that printed "0 only in predictions.jsonl, 0 only in
+// predictions.jsonl"), print then saying which path each is.
+func (d *predDiff) names() (string, string) {
+	a, b := filepath.Base(d.a), filepath.Base(d.b)
+	if a == b {
+		return "A", "B"
+	}
+	return a, b
+}
+
 // print writes the counts and the first list changed images.
 func (d *predDiff) print(w io.Writer, list int) {
 	pct := 0.0
 	if d.both > 0 {
 		pct = 100 * float64(len(d.changed)) / float64(d.both)
 	}
+	nameA, nameB := d.names()
+	if nameA == "A" {
+		fmt.Fprintf(w, "A = %s\nB = %s\n", d.a, d.b)
+	}
 	fmt.Fprintf(w, "%d images in both: %d top-1 changed (%.2f%%), %d unchanged\n", d.both, len(d.changed), pct, d.same)
-	fmt.Fprintf(w, "%d only in %s, %d only in %s, %d with an error line in either\n", d.onlyA, filepath.Base(d.a), d.onlyB, filepath.Base(d.b), d.errs)
+	fmt.Fprintf(w, "%d only in %s, %d only in %s, %d with an error line in either\n", d.onlyA, nameA, d.onlyB, nameB, d.errs)
 	for i, c := range d.changed {
 		if list >= 0 && i >= list {
 			fmt.Fprintf(w, "... and %d more\n", len(d.changed)-i)

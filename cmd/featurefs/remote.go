@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/featurefs/featurefs/fs/remote"
 	"github.com/featurefs/featurefs/mountopts"
@@ -24,7 +25,7 @@ func unknownAuthority(err error) bool {
 }
 
 // dialRemote connects to the feature servers of a --remote mount.
-func dialRemote(ctx context.Context, r mountopts.RemoteOptions, log *slog.Logger) (*remote.Client, error) {
+func dialRemote(ctx context.Context, r mountopts.RemoteOptions, metadataTTL time.Duration, log *slog.Logger) (*remote.Client, error) {
 	token, err := remote.LoadToken(r.TokenFile)
 	if err != nil {
 		return nil, failf(exitUsage, "--remote-token-file: %w", err)
@@ -41,7 +42,11 @@ func dialRemote(ctx context.Context, r mountopts.RemoteOptions, log *slog.Logger
 		MaxBatch:    r.MaxBatch,
 		MaxWait:     r.BatchWait,
 		MaxInFlight: r.MaxInFlight,
-		Logger:      log,
+		// The servers' model version is asked for as often as listings
+		// are read again (at least every second): a mount whose reads
+		// all hit its cache follows a reload within --metadata-ttl.
+		PollInterval: max(metadataTTL, time.Second),
+		Logger:       log,
 	})
 	switch {
 	case errors.Is(err, remote.ErrUnauthorized) && token == "":

@@ -77,6 +77,11 @@ type stackOptions struct {
 	// memory holds the bounds --memory-limit sized (mount only; zeros:
 	// the defaults).
 	memory mountopts.MemorySizes
+	// untilExtractor, if set, is called once the source, the cache and
+	// the feature store are open, before the extractor loads the models:
+	// true stops openStack there, with no extractor and no pipeline (warm
+	// --predictions with nothing left to predict loads no model).
+	untilExtractor func(ctx context.Context, s *stack) bool
 }
 
 // openStack opens the parts of a command that serves features, each
@@ -91,7 +96,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 		}
 	}()
 	if so.remote {
-		rc, err := dialRemote(ctx, o.Remote, so.log)
+		rc, err := dialRemote(ctx, o.Remote, o.MetadataTTL, so.log)
 		if err != nil {
 			return nil, err
 		}
@@ -126,6 +131,10 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 	}
 	if s.store != nil {
 		s.opened("the feature store", func() error { closeFeatureStore(s.store, so.storeWait, so.log); return nil })
+	}
+
+	if so.untilExtractor != nil && so.untilExtractor(ctx, s) {
+		return s, nil
 	}
 
 	if s.ex == nil {

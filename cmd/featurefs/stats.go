@@ -117,7 +117,11 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	c := s.Cache
 	section("cache")
 	row("hit ratio", "%.1f%% (%d hits, %d misses)", 100*s.CacheHitRatio, s.FS.CacheHits, s.FS.CacheMisses)
-	row("stored", "%s in %d features (bound %s)", humanBytes(c.Bytes), c.Entries, humanBytes(c.MaxBytes))
+	// Archive indexes the cache keeps (cmd/featurefs's archiveIndexes)
+	// are not features: counted apart.
+	row("stored", "%s in %d features, %s in %d archive index entries (bound %s for both)",
+		humanBytes(c.Bytes-c.ArchiveIndexBytes), c.Entries-c.ArchiveIndexEntries,
+		humanBytes(c.ArchiveIndexBytes), c.ArchiveIndexEntries, humanBytes(c.MaxBytes))
 	row("writes", "%d (%d evictions)", c.Puts, c.Evictions)
 	cw := s.FS.CacheWriteStats
 	row("write queue", "%d features (%s) queued, peak %s of %s; %d written in the background, %d inline, %d skipped (read while the queue was full: not cached), %d dropped",

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/fs/figures"
 )
 
@@ -50,5 +53,44 @@ func TestPrintStatsSections(t *testing.T) {
 	}
 	if err := printStats(&out, "/mnt/x", []byte("not json")); err == nil || !strings.Contains(err.Error(), "invalid") {
 		t.Errorf("bad JSON: %v", err)
+	}
+}
+
+// TestStatsCountsArchiveIndexesApart: the archive indexes a mount keeps
+// in the cache (archiveIndexes: a head and a part per archive) are not
+// counted as features in featurefs stats and featurefs cache stats. At
+// 1942f8f stats said "stored ... in 7 features" after 3 extractions of
+// archive members.
+func TestStatsCountsArchiveIndexesApart(t *testing.T) {
+	store, err := cache.Open(cache.Options{Dir: t.TempDir(), MaxBytes: 64 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	idx := archiveIndexes{cache: store, source: "s3://b", log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, a := range []string{"a.tar", "b.tar", "c.tar"} {
+		idx.PutIndex(a, `"e"#part1`, make([]byte, 300))
+		idx.PutIndex(a, `"e"`, make([]byte, 40))
+	}
+	if err := store.Put(cache.Key{Source: "s3://b", Object: "a.tar/x.jpg", ETag: `"e"`, ModelDigest: "d", DType: "float32"}, make([]byte, 8192)); err != nil {
+		t.Fatal(err)
+	}
+	var s figures.Stats
+	s.Cache = store.Stats()
+	data, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printStats(&out, "/mnt/x", data); err != nil {
+		t.Fatal(err)
+	}
+	if want := `(?m)^  stored +8\.\d KiB in 1 features, [0-9.]+ ?[KM]?i?B in 6 archive index entries \(bound 64\.0 MiB for both\)$`; !regexp.MustCompile(want).MatchString(out.String()) {
+		t.Errorf("featurefs stats: want a line matching %s:\n%s", want, out.String())
+	}
+	out.Reset()
+	cacheStats(&out, store, false)
+	if want := `(?m)^ +1 features \(8(\.\d+)?KiB\), 6 archive index entries \([0-9.]+[KM]?i?B\)$`; !regexp.MustCompile(want).MatchString(out.String()) {
+		t.Errorf("featurefs cache stats: want a line matching %s:\n%s", want, out.String())
 	}
 }

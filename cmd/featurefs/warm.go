@@ -61,7 +61,8 @@ image's top classes (--predictions-top, softmax of the model's last layer,
 named with --labels) as one JSON line, {"key": ..., "top": [[class, name,
 score], ...]}, or {"key": ..., "error": ...} for an image that failed
 (also in the failure list). A rerun appends only the keys OUT lacks: its
-error lines are dropped and tried again (docs/MODELS.md).
+error lines are dropped and tried again; with none left it lists the
+source and loads no model (docs/MODELS.md).
 
 Exit codes: 0 everything extracted, 1 some objects failed (or another
 error), 2 bad usage (nothing is walked, no summary is printed); without a
@@ -312,7 +313,7 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, shard spec
 	// Warm fills the feature store: Close waits for its queued writes
 	// (Ctrl-C ends the wait), below once the walk is over, on return if it
 	// never starts.
-	st, closeAll, err := openWarmStack(ctx, o, w.source, "--source", "warm through the mount instead, featurefs warm MOUNT/features/...")
+	st, closeAll, err := openWarmStack(ctx, o, w.source, "--source", "warm through the mount instead, featurefs warm MOUNT/features/...", nil)
 	if err != nil {
 		return warmOutcome{}, err
 	}
@@ -343,8 +344,9 @@ func warmSource(ctx context.Context, o mountopts.Options, w warmArgs, shard spec
 // --source, warm --predictions): the options checked, exactly one model
 // (flagName says who needs it), the log and the stack over source. A
 // cache a mount holds is refused with lockedHint, what to do instead.
-// closeAll closes the stack, then the log.
-func openWarmStack(ctx context.Context, o mountopts.Options, source, flagName, lockedHint string) (st *stack, closeAll func(), err error) {
+// closeAll closes the stack, then the log. until, if not nil, is
+// stackOptions.untilExtractor.
+func openWarmStack(ctx context.Context, o mountopts.Options, source, flagName, lockedHint string, until func(context.Context, *stack) bool) (st *stack, closeAll func(), err error) {
 	if err := o.Validate(); err != nil {
 		return nil, nil, failf(validateCode(err), "%w", err)
 	}
@@ -357,7 +359,7 @@ func openWarmStack(ctx context.Context, o mountopts.Options, source, flagName, l
 	}
 	warn := func(msg string) { fmt.Fprintf(os.Stderr, "featurefs warm: warning: %s\n", oneLine(msg)) }
 	st, err = openStack(ctx, o, stackOptions{source: source, log: log, warn: warn,
-		readTimeout: o.ReadTimeout, storeWait: time.Hour})
+		readTimeout: o.ReadTimeout, storeWait: time.Hour, untilExtractor: until})
 	if err != nil {
 		logc.Close()
 		if errors.Is(err, cache.ErrLocked) {

@@ -366,7 +366,7 @@ func (w *Bucket) List(ctx context.Context, prefix, token string) (bucket.Page, e
 	case err != nil:
 		return bucket.Page{}, err
 	case ok:
-		return x.list(dir, token, pageSize), nil
+		return ownArchive(x.list(dir, token, pageSize), prefix, dir), nil
 	}
 	p, err := w.b.List(ctx, prefix, token)
 	if err != nil {
@@ -409,7 +409,7 @@ func (w *Bucket) Peek(ctx context.Context, prefix string, n int) (bucket.Page, e
 	case err != nil:
 		return bucket.Page{}, err
 	case ok:
-		return x.list(dir, "", max(n, 1)), nil
+		return ownArchive(x.list(dir, "", max(n, 1)), prefix, dir), nil
 	}
 	p, err := bucket.Peek(ctx, w.b, prefix, n)
 	if err != nil {
@@ -418,8 +418,20 @@ func (w *Bucket) Peek(ctx context.Context, prefix string, n int) (bucket.Page, e
 	return w.rewrite(p), nil
 }
 
-// rewrite shows a page's archives as prefixes, and forgets the index of
-// an archive listed with another ETag.
+// ownArchive names prefix in p.Archives when it is an archive's own
+// directory (dir, the part of prefix inside the archive, is empty): a
+// lookup that lists it learns that it is an archive, not a real prefix
+// "x.tar/".
+func ownArchive(p bucket.Page, prefix, dir string) bucket.Page {
+	if dir == "" {
+		p.Archives = append(p.Archives, prefix)
+	}
+	return p
+}
+
+// rewrite shows a page's archives as prefixes (named in Page.Archives too:
+// a real prefix "x.tar/" is not an archive), and forgets the index of an
+// archive listed with another ETag.
 func (w *Bucket) rewrite(p bucket.Page) bucket.Page {
 	moved := false
 	objs := p.Objects[:0:0]
@@ -431,6 +443,7 @@ func (w *Bucket) rewrite(p bucket.Page) bucket.Page {
 		w.indexes.RemoveIf(o.Key, func(x *index) bool { return x.etag != o.ETag })
 		w.remember(o.Key, listedObj{etag: o.ETag, size: o.Size, modTime: o.ModTime})
 		p.Prefixes = append(p.Prefixes, o.Key+"/")
+		p.Archives = append(p.Archives, o.Key+"/")
 		moved = true
 	}
 	if moved {

@@ -42,6 +42,14 @@ type Page struct {
 	Prefixes []string
 	// Objects are the objects directly under the listed prefix.
 	Objects []Object
+	// Archives are those of Prefixes that are archive objects shown as
+	// directories (fs/archive), not prefixes of the store: only these lose
+	// their archive extension in the tree (naming.Rule.WithArchives). A
+	// real prefix "x.tar/" is not among them. The listing of an archive's
+	// own directory names that directory here (so that a lookup, which
+	// lists it, knows it for an archive's); any other name not in
+	// Prefixes means nothing.
+	Archives []string
 	// Next is the continuation token; empty when the listing is complete.
 	Next string
 }

@@ -15,12 +15,18 @@ import (
 // only briefly before they answer from it; the refresh goes on in the background, and the first call
 // the store answers ends the failing state. Safe for concurrent use.
 type StoreHealth struct {
-	bad atomic.Bool
+	bad  atomic.Bool // failing: an error or a stall
+	down atomic.Bool // the last outcome was an error, not a stall
 }
 
 // Failing reports whether the store's last outcome was a failure or a
 // stall.
 func (h *StoreHealth) Failing() bool { return h.bad.Load() }
+
+// Down reports whether the store's last outcome was an error (Failing
+// without a mere stall): a lookup then answers from a stale listing, even
+// that a name is missing, where a slow store is asked (namespace.Lookup).
+func (h *StoreHealth) Down() bool { return h.down.Load() }
 
 // Slow records a call that has not answered within the grace period.
 func (h *StoreHealth) Slow() { h.bad.Store(true) }
@@ -32,8 +38,10 @@ func (h *StoreHealth) observe(err error) {
 	switch {
 	case err == nil, errors.Is(err, bucket.ErrNotFound), errors.Is(err, bucket.ErrTooLarge):
 		h.bad.Store(false)
+		h.down.Store(false)
 	case errors.Is(err, context.Canceled):
 	default:
 		h.bad.Store(true)
+		h.down.Store(true)
 	}
 }

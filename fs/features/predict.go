@@ -15,6 +15,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/figures"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // This file holds predictions: the top classes of a model whose last layer
@@ -249,6 +250,81 @@ func (p *Pipeline) PredictTree(ctx context.Context, opts PredictOptions, emit fu
 		return w.res, fmt.Errorf("predict %s %q: %w", m.Name, prefix, err)
 	}
 	return w.res, nil
+}
+
+// NothingToPredict reports whether PredictTree under opts would predict
+// nothing: every image under opts.Prefix of opts.Shard's part is one that
+// opts.Skip leaves out. It lists b (the Bucket a Pipeline would be given:
+// archives shown as directories) with imageExts (nil: the default, as
+// Config.ImageExtensions), needing no extractor, so
+// that a resumed warm --predictions with nothing left loads no model. It
+// stops at the first image left to predict (nothing false); total is the
+// images of the part found (all of them when nothing is left). It visits
+// what PredictTree's walk visits or more (no depth bound, no archive
+// streamed), so a true answer is never wrong; any error is returned (the
+// caller then runs PredictTree, which reports it).
+func NothingToPredict(ctx context.Context, b bucket.Bucket, imageExts []string, opts PredictOptions) (total int64, nothing bool, err error) {
+	if imageExts == nil {
+		imageExts = spec.DefaultImageExtensions() // as Config.ImageExtensions
+	}
+	rule := naming.New(imageExts)
+	prefix := strings.TrimPrefix(opts.Prefix, "/")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	errLeft := errors.New("an image is left to predict")
+	var others int64
+	skipArch := otherShardsArchives(opts.Shard, opts.Archives, &others)
+	var rec func(prefix string) error
+	rec = func(prefix string) error {
+		if skipArch != nil && skipArch(prefix) {
+			return nil
+		}
+		for token := ""; ; {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			pg, err := b.List(ctx, prefix, token)
+			if err != nil {
+				return fmt.Errorf("listing %q: %w", prefix, err)
+			}
+			if pg.Next != "" && pg.Next == token {
+				return fmt.Errorf("listing %q: the bucket returned the same continuation token twice", prefix)
+			}
+			for _, o := range pg.Objects {
+				base, ok := strings.CutPrefix(o.Key, prefix)
+				if !ok || !naming.ValidName(base) {
+					continue
+				}
+				if _, img := rule.Split(base); !img || !opts.Shard.Owns(ShardUnit(o.Key, opts.Archives)) {
+					continue
+				}
+				total++
+				if opts.Skip == nil || !opts.Skip(o.Key) {
+					return errLeft
+				}
+			}
+			for _, sub := range pg.Prefixes {
+				if name := strings.TrimSuffix(strings.TrimPrefix(sub, prefix), "/"); !naming.ValidName(name) {
+					continue
+				}
+				if err := rec(sub); err != nil {
+					return err
+				}
+			}
+			if pg.Next == "" {
+				return nil
+			}
+			token = pg.Next
+		}
+	}
+	switch err := rec(prefix); {
+	case errors.Is(err, errLeft):
+		return total, false, nil
+	case err != nil:
+		return total, false, err
+	}
+	return total, true, nil
 }
 
 // PredictionLayout renders predictions as JSON lines for one model's

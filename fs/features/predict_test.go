@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
 )
@@ -174,6 +175,57 @@ func TestNewChecksLabels(t *testing.T) {
 		if err == nil {
 			p.Close()
 			t.Errorf("labels %v accepted", labels)
+		}
+	}
+}
+
+// TestNothingToPredictAgreesWithPredictTree: NothingToPredict, which needs
+// no extractor, says nothing is left exactly when PredictTree under the
+// same options would predict nothing (every image of the part skipped),
+// for the whole source and each of 3 parts, and counts the part's images.
+func TestNothingToPredictAgreesWithPredictTree(t *testing.T) {
+	objs := map[string]string{"train/notes.txt": "not an image", "other/x.jpg": "outside the prefix"}
+	for i := range 30 {
+		objs[fmt.Sprintf("train/c%d/sub/%03d.jpg", i%3, i)] = string([]byte{byte(i), byte(30 - i)})
+	}
+	b, _ := localBucket(t, objs)
+	p, err := New(Config{Bucket: b, Extractor: newFakeExtractor(), Cache: fakes.NewCache()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	for _, shard := range []spec.Shard{{}, {Index: 0, Count: 3}, {Index: 2, Count: 3}} {
+		var keys []string
+		if _, err := p.PredictTree(ctx, PredictOptions{Model: "tiny", Prefix: "train", Shard: shard}, func(pr Prediction) error {
+			keys = append(keys, pr.Key)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 || len(keys) > 30 {
+			t.Fatalf("shard %s: %d images predicted", shard, len(keys))
+		}
+		for _, leave := range []int{-1, 0, len(keys) - 1} {
+			skip := map[string]bool{}
+			for i, k := range keys {
+				if i != leave {
+					skip[k] = true
+				}
+			}
+			opts := PredictOptions{Model: "tiny", Prefix: "train", Shard: shard, Skip: func(k string) bool { return skip[k] }}
+			n, nothing, err := NothingToPredict(ctx, b, nil, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := p.PredictTree(ctx, opts, func(Prediction) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := res.Extracted+res.Failed == 0; nothing != want || (nothing && n != int64(len(keys))) {
+				t.Errorf("shard %s, %d of %d images left: NothingToPredict = %v (%d images), PredictTree predicted %d",
+					shard, len(keys)-len(skip), len(keys), nothing, n, res.Extracted+res.Failed)
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/featurefs/featurefs/fs/bucket"
@@ -15,7 +16,10 @@ import (
 //   - from a fresh listing that has the name or is complete;
 //   - for a stale listing that was complete, from the listing read again
 //     if the store answers within StaleGrace, else from the stale listing
-//     (the new one is read in the background);
+//     when it has the name (the new one is read in the background); a
+//     name it lacks is asked of the store by Stat calls, as the bucket
+//     may have changed since (it answers "missing" only while the store
+//     is down: its last call failed);
 //   - without a listing to fall back on, from a listing read now (shared by
 //     concurrent lookups, at most RelistPages pages), else by Stat calls.
 //
@@ -53,7 +57,13 @@ func (ns *Namespace) Lookup(ctx context.Context, prefix, name string) (naming.En
 			}
 		}
 		e, found, _ := last.find(name)
-		return ns.answer(prefix, name, e, found)
+		if found || ns.p.Health().Down() {
+			return ns.answer(prefix, name, e, found)
+		}
+		// Not in the stale listing and the new one is late (the store is
+		// slow, not down): the name may be new, and an ENOENT would be kept
+		// by the kernel for another MetadataTTL.
+		return ns.statLookup(ctx, prefix, name)
 	}
 	l, err := ns.lists.Do(ctx, prefix, ns.relist(prefix, ns.cfg.RelistPages))
 	if err != nil {
@@ -84,11 +94,11 @@ func (ns *Namespace) statLookup(ctx context.Context, prefix, name string) (namin
 	if !ok {
 		return ns.fullListingLookup(ctx, prefix, name)
 	}
-	objs, dirs, err := ns.probe(ctx, p)
+	objs, dirs, archives, err := ns.probe(ctx, p)
 	if err != nil {
 		return naming.Entry{}, err
 	}
-	if e, ok := ns.naming.Resolve(prefix, name, objs, dirs, ns.logRename); ok && (!e.Dir || ns.dirShown(ctx, e.Sub)) {
+	if e, ok := ns.naming.Resolve(prefix, name, objs, dirs, archives, ns.logRename); ok && (!e.Dir || ns.dirShown(ctx, e.Sub)) {
 		return e, nil
 	}
 	return naming.Entry{}, fmt.Errorf("%s%s: %w", prefix, name, bucket.ErrNotFound)
@@ -120,14 +130,13 @@ func (ns *Namespace) fullListingLookup(ctx context.Context, prefix, name string)
 }
 
 // probe Stats p.keys and lists p.dirs in parallel (bounded for all lookups
-// together); it returns the objects that exist and the prefixes that hold
-// anything. Any error other than not-found fails the lookup: a missing
+// together); it returns the objects that exist, the prefixes that hold
+// anything and those of them that are archives' directories (their
+// listing says so: bucket.Page.Archives). Any error other than not-found fails the lookup: a missing
 // answer is not a negative one.
-func (ns *Namespace) probe(ctx context.Context, p naming.Probe) ([]bucket.Object, []string, error) {
+func (ns *Namespace) probe(ctx context.Context, p naming.Probe) (objs []bucket.Object, dirs, archives []string, err error) {
 	var (
 		mu   sync.Mutex
-		objs []bucket.Object
-		dirs []string
 		errs []error
 		wg   sync.WaitGroup
 		done = map[string]bool{}
@@ -174,7 +183,7 @@ func (ns *Namespace) probe(ctx context.Context, p naming.Probe) ([]bucket.Object
 		})
 		if !ok {
 			wg.Wait()
-			return nil, nil, ctx.Err()
+			return nil, nil, nil, ctx.Err()
 		}
 	}
 	for _, d := range p.Dirs {
@@ -190,18 +199,21 @@ func (ns *Namespace) probe(ctx context.Context, p naming.Probe) ([]bucket.Object
 			if len(pg.Prefixes)+len(pg.Objects) > 0 {
 				mu.Lock()
 				dirs = append(dirs, d)
+				if slices.Contains(pg.Archives, d) {
+					archives = append(archives, d)
+				}
 				mu.Unlock()
 			}
 			return nil
 		})
 		if !ok {
 			wg.Wait()
-			return nil, nil, ctx.Err()
+			return nil, nil, nil, ctx.Err()
 		}
 	}
 	wg.Wait()
 	if len(errs) > 0 {
-		return nil, nil, errors.Join(errs...)
+		return nil, nil, nil, errors.Join(errs...)
 	}
-	return objs, dirs, nil
+	return objs, dirs, archives, nil
 }

@@ -217,3 +217,36 @@ func same(a, b []string) bool {
 	}
 	return true
 }
+
+// TestStaleListingNoNegativeForANewName: after MetadataTTL, a lookup of a
+// name the stale listing lacks, while the listing read again is slower
+// than StaleGrace, asks the store (Stat) rather than answering "missing"
+// from the stale listing: a directory or image added since is found, and a
+// name still missing is missing. At 1942f8f the stale listing answered
+// ENOENT (and the kernel kept it for another MetadataTTL): a stat of
+// predictions/.../NEWCLASS/predictions.jsonl right after the bucket
+// changed failed so (issue 40).
+func TestStaleListingNoNegativeForANewName(t *testing.T) {
+	b := fakes.NewBucket(10)
+	b.Put("d/a.jpg", []byte("a"))
+	ns := newNS(t, b, Config{StaleGrace: 20 * time.Millisecond})
+	if got := readDir(t, ns.Namespace, "d/"); !same(got, []string{"a.npy"}) {
+		t.Fatalf("d/ = %q", got)
+	}
+	b.Put("d/new.jpg", []byte("n"))
+	b.Put("d/cls/x.jpg", []byte("x"))
+	b.ListDelay = 300 * time.Millisecond // the new listing comes after the grace
+	ns.clock.Advance(2 * time.Hour)
+	if e, err := ns.Lookup(t.Context(), "d/", "new.npy"); err != nil || e.Obj.Key != "d/new.jpg" {
+		t.Errorf("lookup of an image added since, the listing read again late: %+v, %v; want d/new.jpg", e, err)
+	}
+	if e, err := ns.Lookup(t.Context(), "d/", "cls"); err != nil || !e.Dir {
+		t.Errorf("lookup of a directory added since, the listing read again late: %+v, %v; want the directory", e, err)
+	}
+	if _, err := ns.Lookup(t.Context(), "d/", "a.npy"); err != nil {
+		t.Errorf("lookup of a name the stale listing has: %v", err)
+	}
+	if _, err := ns.Lookup(t.Context(), "d/", "gone.npy"); !errors.Is(err, bucket.ErrNotFound) {
+		t.Errorf("lookup of a name nowhere: %v, want not found", err)
+	}
+}

@@ -52,9 +52,72 @@ func TestArchivesAreDirectoriesWithoutTheirExtension(t *testing.T) {
 				found = append(found, d)
 			}
 		}
-		e, ok := n.Resolve("", name, nil, found, nil)
+		var archives []string
+		for _, d := range found {
+			if archivePrefix(d, nil) {
+				archives = append(archives, d)
+			}
+		}
+		e, ok := n.Resolve("", name, nil, found, archives, nil)
 		if !ok || !e.Dir || e.Sub != sub {
 			t.Errorf("lookup %q = %+v %v, want the directory of %s", name, e, ok, sub)
+		}
+	}
+}
+
+// TestRealDirectoryKeepsItsArchiveName: a real prefix named like an
+// archive ("real.tar/", not in bucket.Page.Archives) is a directory, never
+// an archive: it keeps its name whether archives are on or off, in a
+// listing of every page size and in a lookup by name, and it does not
+// clash with an archive of its stem. At 1942f8f a listing showed it as
+// "real" with archives on and as "real.tar" with them off, so a class name
+// depended on a flag.
+func TestRealDirectoryKeepsItsArchiveName(t *testing.T) {
+	on := New(exts).WithArchives([]string{"tar", "zip"})
+	keys := []string{"real.tar/a.jpg", "Real.ZIP/b.jpg", "both.tar/c.jpg", "both.zip/d.jpg"}
+	real := map[string]bool{"real.tar/": true, "Real.ZIP/": true, "both.tar/": true}
+	want := map[string]string{"real.tar/": "real.tar", "Real.ZIP/": "Real.ZIP", "both.tar/": "both.tar", "both.zip/": "both"}
+	for _, n := range []Rule{on, New(exts)} {
+		for _, size := range []int{1, 2, 100} {
+			got := listWith(t, n, keys, size, real)
+			for k, name := range want {
+				if len(n.archives) == 0 && k == "both.zip/" {
+					name = "both.zip" // without archives every prefix keeps its name
+				}
+				if got[k] != name {
+					t.Errorf("archives %v, page size %d: %s is %q, want %q", n.archives, size, k, got[k], name)
+				}
+			}
+		}
+	}
+	// A lookup by name: the probe's listings say which prefixes are
+	// archives (both.zip/), the others are real.
+	for name, sub := range map[string]string{"real.tar": "real.tar/", "Real.ZIP": "Real.ZIP/", "both.tar": "both.tar/", "both": "both.zip/"} {
+		p, _ := on.Probe("", name)
+		var found, archives []string
+		for _, d := range p.Dirs {
+			if _, ok := want[d]; ok {
+				found = append(found, d)
+				if !real[d] {
+					archives = append(archives, d)
+				}
+			}
+		}
+		e, ok := on.Resolve("", name, nil, found, archives, nil)
+		if !ok || !e.Dir || e.Sub != sub {
+			t.Errorf("lookup %q = %+v %v, want the directory of %s", name, e, ok, sub)
+		}
+	}
+	for _, name := range []string{"real", "Real"} {
+		p, _ := on.Probe("", name)
+		var found []string
+		for _, d := range p.Dirs {
+			if _, ok := want[d]; ok {
+				found = append(found, d)
+			}
+		}
+		if e, ok := on.Resolve("", name, nil, found, nil, nil); ok {
+			t.Errorf("lookup %q = %+v: a real directory real.tar/ is not called real", name, e)
 		}
 	}
 }
@@ -78,7 +141,7 @@ func TestPlainObjectsKeepTheirNames(t *testing.T) {
 		t.Errorf("a lookup outside archives Stats %q: plain files are only in archives", p.Keys)
 	}
 	p, _ := n.Probe("s.tar/", "a.cls")
-	e, ok := n.Resolve("s.tar/", "a.cls", []bucket.Object{{Key: p.Keys[len(p.Keys)-1], Plain: true}}, nil, nil)
+	e, ok := n.Resolve("s.tar/", "a.cls", []bucket.Object{{Key: p.Keys[len(p.Keys)-1], Plain: true}}, nil, nil, nil)
 	if !ok || e.Name != "a.cls" || !e.Obj.Plain {
 		t.Errorf("lookup of a.cls = %+v %v", e, ok)
 	}

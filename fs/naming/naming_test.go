@@ -13,7 +13,19 @@ import (
 
 // pages returns the listing of prefix "" over keys ("/"-delimited, sorted
 // by key as a bucket lists), cut into pages of size entries.
-func pages(keys []string, size int) []bucket.Page {
+func pages(keys []string, size int) []bucket.Page { return pagesWith(keys, size, nil) }
+
+// archivePrefix reports whether a test listing shows prefix as an
+// archive's directory (bucket.Page.Archives): a name ending in .tar/ or
+// .zip/ (any case), unless real holds it (a real prefix of that name).
+func archivePrefix(prefix string, real map[string]bool) bool {
+	l := strings.ToLower(prefix)
+	return !real[prefix] && (strings.HasSuffix(l, ".tar/") || strings.HasSuffix(l, ".zip/"))
+}
+
+// pagesWith is pages, the prefixes in real being real prefixes, not
+// archives, whatever their names.
+func pagesWith(keys []string, size int, real map[string]bool) []bucket.Page {
 	type entry struct {
 		key string
 		dir bool
@@ -38,6 +50,9 @@ func pages(keys []string, size int) []bucket.Page {
 		for _, e := range es[:n] {
 			if e.dir {
 				p.Prefixes = append(p.Prefixes, e.key)
+				if archivePrefix(e.key, real) {
+					p.Archives = append(p.Archives, e.key)
+				}
 			} else {
 				p.Objects = append(p.Objects, bucket.Object{Key: e.key})
 			}
@@ -52,9 +67,15 @@ func pages(keys []string, size int) []bucket.Page {
 // key -> name, and directory prefix -> name.
 func list(t *testing.T, n Rule, keys []string, size int) map[string]string {
 	t.Helper()
+	return listWith(t, n, keys, size, nil)
+}
+
+// listWith is list, the prefixes in real being real prefixes (pagesWith).
+func listWith(t *testing.T, n Rule, keys []string, size int, real map[string]bool) map[string]string {
+	t.Helper()
 	r := NewResolver(n, "", nil)
 	got := map[string]string{}
-	ps := pages(keys, size)
+	ps := pagesWith(keys, size, real)
 	for i, p := range ps {
 		for _, e := range r.Add(p, i == len(ps)-1) {
 			k := e.Obj.Key

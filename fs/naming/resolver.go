@@ -82,7 +82,7 @@ func (r *Resolver) Add(p bucket.Page, complete bool) []Entry {
 	i, j := 0, 0
 	for i < len(p.Prefixes) || j < len(p.Objects) {
 		if j == len(p.Objects) || (i < len(p.Prefixes) && p.Prefixes[i] < p.Objects[j].Key) {
-			if e, ok := r.addDir(p.Prefixes[i]); ok {
+			if e, ok := r.addDir(p.Prefixes[i], slices.Contains(p.Archives, p.Prefixes[i])); ok {
 				out = append(out, e)
 			}
 			i++
@@ -107,7 +107,9 @@ func (r *Resolver) see(key string) {
 	}
 }
 
-func (r *Resolver) addDir(pre string) (Entry, bool) {
+// addDir takes the prefix pre; archive: it is an archive's
+// (bucket.Page.Archives), which alone can be shown without its extension.
+func (r *Resolver) addDir(pre string, archive bool) (Entry, bool) {
 	r.see(pre)
 	d, ok := strings.CutPrefix(pre, r.prefix)
 	d, ok2 := strings.CutSuffix(d, "/")
@@ -117,7 +119,7 @@ func (r *Resolver) addDir(pre string) (Entry, bool) {
 	if g := r.archs[r.prefix+d]; g != nil {
 		g.clash = true // NAME/ beside NAME.tar/: each keeps its own name
 	}
-	if stem, ok := r.naming.archiveStem(d); ok {
+	if stem, ok := r.naming.archiveStem(d); ok && archive {
 		g := r.archs[r.prefix+stem]
 		if g == nil {
 			g = &archGroup{hi: r.prefix + stem + "/"}
@@ -272,7 +274,8 @@ func (g *group) name(m *member) (name, why string) {
 
 // Probe is what a lookup by name must learn from the bucket to decide it
 // without a listing: which keys exist (Stat) and which prefixes hold
-// anything (List).
+// anything (List; the listing of an archive's directory says it is one:
+// bucket.Page.Archives).
 type Probe struct {
 	Keys []string
 	Dirs []string
@@ -326,11 +329,12 @@ func (n Rule) Probe(prefix, name string) (p Probe, ok bool) {
 	return p, true
 }
 
-// Resolve runs the rule over what a Probe found (objects and prefixes
-// holding anything) and returns the entry called name, if any. It gives
-// the same entry as a listing: everything that decides name is in the
-// Probe, and nothing else can take name.
-func (n Rule) Resolve(prefix, name string, objs []bucket.Object, dirs []string, note Note) (Entry, bool) {
+// Resolve runs the rule over what a Probe found (objects, prefixes
+// holding anything, and those of them that are archives' directories)
+// and returns the entry called name, if any. It gives the same
+// entry as a listing: everything that decides name is in the Probe, and
+// nothing else can take name.
+func (n Rule) Resolve(prefix, name string, objs []bucket.Object, dirs, archives []string, note Note) (Entry, bool) {
 	slices.SortFunc(objs, func(a, b bucket.Object) int { return cmp.Compare(a.Key, b.Key) })
 	objs = slices.CompactFunc(objs, func(a, b bucket.Object) bool { return a.Key == b.Key })
 	slices.Sort(dirs)
@@ -340,7 +344,7 @@ func (n Rule) Resolve(prefix, name string, objs []bucket.Object, dirs []string, 
 			note(key, got, why)
 		}
 	})
-	for _, e := range r.Add(bucket.Page{Prefixes: dirs, Objects: objs}, true) {
+	for _, e := range r.Add(bucket.Page{Prefixes: dirs, Objects: objs, Archives: archives}, true) {
 		if e.Name == name {
 			return e, true
 		}

@@ -47,7 +47,7 @@ func (b *Bucket) List(ctx context.Context, prefix, token string) (bucket.Page, e
 		var resp ListResponse
 		err := c.get(ctx, c.servers[i].url, "/v1/list", q, &resp)
 		if err == nil {
-			p := bucket.Page{Prefixes: resp.Prefixes, Next: resp.Next}
+			p := bucket.Page{Prefixes: resp.Prefixes, Next: resp.Next, Archives: resp.Archives}
 			for _, o := range resp.Objects {
 				p.Objects = append(p.Objects, o.object())
 			}

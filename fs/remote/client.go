@@ -60,6 +60,14 @@ type ClientConfig struct {
 	// after 200 ms, then twice as long each time (default 10s; never past
 	// the read's context).
 	LagWait time.Duration
+	// PollInterval is how often the client asks every server for its
+	// models version (HEAD /v1/models: the ModelsVersionHeader, no body),
+	// so that it follows a server's reload even while no read reaches the
+	// servers (a mount whose reads all hit its own cache): within
+	// PollInterval and one GET /v1/models of the reload. 0: never (the
+	// client then learns of a reload from the next answer it gets). A
+	// mount sets its --metadata-ttl.
+	PollInterval time.Duration
 	// Logger receives the client's logs; nil discards.
 	Logger *slog.Logger
 	// Transport overrides the HTTP transport (tests).
@@ -224,6 +232,9 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	c.identity = "featurefs+" + strings.Join(urls, ",") + "|" + c.info.Source
 	for _, s := range c.servers {
 		c.owner.Go(s.loop)
+	}
+	if cfg.PollInterval > 0 {
+		c.owner.Go(c.pollVersions)
 	}
 	return c, nil
 }

@@ -151,6 +151,10 @@ type ListResponse struct {
 	Prefixes []string     `json:"prefixes"`
 	Objects  []ObjectInfo `json:"objects"`
 	Next     string       `json:"next"`
+	// Archives are bucket.Page.Archives: the prefixes that are archives'
+	// directories, not real prefixes "x.tar/" (omitted when none; a server
+	// without it has a mount show every "x.tar/" under its own name).
+	Archives []string `json:"archives,omitempty"`
 }
 
 // BatchItem asks for one feature in POST /v1/batch.

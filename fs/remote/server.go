@@ -448,7 +448,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, StatusOf(err), s.public(prefix, err))
 		return
 	}
-	resp := ListResponse{Prefixes: p.Prefixes, Objects: make([]ObjectInfo, 0, len(p.Objects)), Next: p.Next}
+	resp := ListResponse{Prefixes: p.Prefixes, Objects: make([]ObjectInfo, 0, len(p.Objects)), Next: p.Next, Archives: p.Archives}
 	if resp.Prefixes == nil {
 		resp.Prefixes = []string{}
 	}

@@ -2,8 +2,10 @@ package remote
 
 // Model versions on the client (docs/SERVE.md, "Model versions"): a
 // server that reloads a model announces its new model set's version in
-// every answer (ModelsVersionHeader); the client then refetches GET
-// /v1/models and tells the mount (OnModelReplaced), and asks every feature
+// every answer (ModelsVersionHeader), and the client asks for it every
+// ClientConfig.PollInterval too (HEAD /v1/models, pollVersions), so that it
+// learns of a reload when no read reaches a server; the client then
+// refetches GET /v1/models and tells the mount (OnModelReplaced), and asks every feature
 // for the layer digest of the version its read was made for
 // (BatchItem.Digest), so that no answer is another version's.
 //
@@ -19,8 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
@@ -162,6 +166,52 @@ func (c *Client) sawVersion(u, version string) {
 		}
 	}) {
 		c.refreshing.Store(false)
+	}
+}
+
+// pollVersions asks every server for its models version every
+// PollInterval until the client is closed (ClientConfig.PollInterval):
+// one HEAD /v1/models per server and interval, the servers at once (as
+// many requests as servers), each bounded by Timeout; a version other
+// than the client's starts a refresh as any answer's does (sawVersion).
+func (c *Client) pollVersions() {
+	ctx := c.owner.Context()
+	t := time.NewTicker(c.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var wg sync.WaitGroup
+		for _, s := range c.servers {
+			wg.Go(func() { c.pollVersion(ctx, s.url) })
+		}
+		wg.Wait()
+	}
+}
+
+// pollVersion asks server u for its models version with HEAD /v1/models
+// (every authenticated answer carries ModelsVersionHeader; a HEAD carries
+// no body). A server that does not answer is left to the reads to find.
+func (c *Client) pollVersion(ctx context.Context, u string) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u+"/v1/models", nil)
+	if err != nil {
+		return
+	}
+	c.authorize(req)
+	c.n.httpRequests.Add(1)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.log.Debug("featurefs: asking a feature server for its models version failed", slog.String("server", u), slog.Any("err", err))
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		c.sawVersion(u, resp.Header.Get(ModelsVersionHeader))
 	}
 }
 
