@@ -1,6 +1,11 @@
 package test
 
 import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -73,5 +78,93 @@ func TestMemoryLimitSizesMountBounds(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		m.Unmount(t)
+	}
+}
+
+// docBounds parses docs/RELIABILITY.md's "Memory bounds" table: each
+// bound's default in MiB for a machine of cores cores, and the stated sum
+// on 2 cores.
+func docBounds(t *testing.T, cores int) (map[string]int64, int64) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "docs", "RELIABILITY.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "### Memory bounds (issue 39)")
+	if !ok {
+		t.Fatal("docs/RELIABILITY.md has no \"Memory bounds (issue 39)\" section")
+	}
+	sec, _, _ = strings.Cut(sec, "\n### ")
+	rows := map[string]int64{}
+	sum := int64(-1)
+	for _, line := range strings.Split(sec, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 7 {
+			continue
+		}
+		name, def := strings.TrimSpace(cells[1]), strings.Trim(strings.TrimSpace(cells[4]), "*")
+		switch {
+		case strings.HasPrefix(name, "`"):
+			var v int64
+			if n, err := strconv.ParseInt(def, 10, 64); err == nil {
+				v = n
+			} else if def == "256 x 2 x max(2, cores)" {
+				v = 256 * 2 * int64(max(2, cores))
+			} else {
+				t.Fatalf("RELIABILITY.md: bound %s: default %q is neither a number nor the fetched objects' formula", name, def)
+			}
+			rows[strings.Trim(name, "`")] = v
+		case name == "**sum on 2 cores**":
+			n, err := strconv.ParseInt(def, 10, 64)
+			if err != nil {
+				t.Fatalf("RELIABILITY.md: sum %q", def)
+			}
+			sum = n
+		}
+	}
+	if len(rows) == 0 || sum < 0 {
+		t.Fatalf("RELIABILITY.md's Memory bounds table: %d rows, sum %d", len(rows), sum)
+	}
+	return rows, sum
+}
+
+// TestMemoryBoundsTableIsTheMounts: docs/RELIABILITY.md's table of memory
+// bounds is what a real mount with the defaults reports: every bound, with
+// its default (the fetched objects' for this machine's cores), no bound
+// missing from the table, their sum the stats' bounds_total_bytes; and
+// the table's sum row is its rows' sum on 2 cores.
+func TestMemoryBoundsTableIsTheMounts(t *testing.T) {
+	const mib = 1 << 20
+	rows2, sum2 := docBounds(t, 2)
+	var s int64
+	for _, v := range rows2 {
+		s += v
+	}
+	if s != sum2 {
+		t.Errorf("RELIABILITY.md's rows sum to %d MiB on 2 cores, its sum row says %d", s, sum2)
+	}
+	rows, _ := docBounds(t, runtime.NumCPU())
+	d := genDataset(t, "--classes", "1", "--train", "1", "--val", "0")
+	m := testMount(t, mountConfig{Source: d.Dir})
+	bounds, mem := memoryBounds(t, mountStats(t, m))
+	var total int64
+	for name, got := range bounds {
+		want, ok := rows[name]
+		if !ok {
+			t.Errorf("the mount reports bound %q, which RELIABILITY.md's table lacks", name)
+			continue
+		}
+		if got != want*mib {
+			t.Errorf("bound %s: the mount's %d bytes, the table's %d MiB", name, got, want)
+		}
+		total += got
+	}
+	for name := range rows {
+		if _, ok := bounds[name]; !ok {
+			t.Errorf("RELIABILITY.md lists bound %q, which the mount does not report", name)
+		}
+	}
+	if got := int64(mem["bounds_total_bytes"].(float64)); got != total {
+		t.Errorf("bounds_total_bytes %d, the bounds sum to %d", got, total)
 	}
 }
