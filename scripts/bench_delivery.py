@@ -98,6 +98,32 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / TICK  # fields 14 and 15 of stat(5)
 
 
+def machine_cpu():
+    """(busy, total) CPU seconds of the whole machine so far (/proc/stat's
+    cpu line: busy is everything but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    total = sum(v[:8])
+    return (total - v[3] - v[4]) / TICK, total / TICK
+
+
+def minio_cpu():
+    """CPU seconds of the MinIO server processes (their cmdline runs
+    'minio server'), 0 when there is none."""
+    n = 0.0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            if len(cmd) > 1 and cmd[0].endswith(b"minio") and cmd[1] == b"server":
+                n += proc_cpu(int(d))
+        except OSError:
+            pass
+    return n
+
+
 def loader(ds, workers):
     g = torch.Generator().manual_seed(0)
     return torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g)
@@ -128,12 +154,15 @@ def cmd_mount(args):
         for _ in range(args.epochs):
             dl = loader(ds, args.workers)
             s0, m0, (p0, c0), w0 = read_stats(args.mnt), proc_cpu(pid), cpu_self_children(), time.perf_counter()
+            (b0, t0m), io0 = machine_cpu(), minio_cpu()
             n = 0
             for x, _y in dl:
                 n += len(x)
+            (b1, t1m), io1 = machine_cpu(), minio_cpu()
             w1, (p1, c1), m1, s1 = time.perf_counter(), cpu_self_children(), proc_cpu(pid), read_stats(args.mnt)
             passes.append({"seconds": w1 - w0, "samples": n, "mount_cpu": m1 - m0, "python_cpu": p1 - p0,
-                           "children_cpu": c1 - c0, "stats_before": s0, "stats_after": s1, "load": loadavg()})
+                           "children_cpu": c1 - c0, "stats_before": s0, "stats_after": s1, "load": loadavg(),
+                           "machine_busy": b1 - b0, "machine_total": t1m - t0m, "minio_cpu": io1 - io0})
             print(f"  {args.prefetch} pass {len(passes)}: {w1 - w0:.2f}s, {n} samples, mount CPU {m1 - m0:.2f}s",
                   file=sys.stderr)
     finally:
@@ -169,15 +198,18 @@ def cmd_torch(args):
     dl = loader(ds, args.workers)
     setup = time.perf_counter() - t0
     w0 = time.perf_counter()
+    b0, t0m = machine_cpu()
     n = 0
     with torch.no_grad():
         for x, _y in dl:
             f = model(x)
             n += len(f)
+    b1, t1m = machine_cpu()
     w1 = time.perf_counter()
     p1, c1 = cpu_self_children()
     json.dump({"kind": "torch", "setup_seconds": setup, "seconds": w1 - w0, "samples": n,
-               "cpu": (p1 - p0) + (c1 - c0), "load_start": load0, "load_end": loadavg()}, sys.stdout)
+               "cpu": (p1 - p0) + (c1 - c0), "load_start": load0, "load_end": loadavg(),
+               "machine_busy": b1 - b0, "machine_total": t1m - t0m}, sys.stdout)
 
 
 # s2: the defaults but --cache-compression s2 (every feature compressed,
@@ -313,6 +345,20 @@ def cmd_report(args):
 
     s2_cpu_ratio = med(mcpu("s2")) / med(x_cpu)
 
+    # The whole machine over epoch 1 (what the cores did), and MinIO's
+    # share, where the rounds recorded them.
+    machine_note = ""
+    if all("machine_busy" in r["tree"]["passes"][0] and "machine_busy" in r["torch"] for r in rounds):
+        busy = lambda x: x["machine_busy"] / x["seconds"]
+        m_busy = per(lambda r: busy(r["tree"]["passes"][0]))
+        t_busy = per(lambda r: busy(r["torch"]))
+        io = per(lambda r: r["tree"]["passes"][0]["minio_cpu"] / r["tree"]["passes"][0]["samples"])
+        cores = rounds[0]["tree"]["passes"][0]["machine_total"] / rounds[0]["tree"]["passes"][0]["seconds"]
+        machine_note = (f"The machine over epoch 1 (/proc/stat, every process): busy {cell(m_busy, '{:.2f}')} of "
+                        f"{cores:.0f} cores through the mount (defaults), of which MinIO's server "
+                        f"{cell(ms(io), '{:.2f}')} ms of CPU per image (the store the mount reads; the extractor "
+                        f"and PyTorch read local files), against {cell(t_busy, '{:.2f}')} cores busy for PyTorch.\n\n")
+
     def bd(kind, path, scale=1.0, fmt="{:.2f}"):
         return cell(per(lambda r: scale * delta(r[kind]["passes"][0], *path)), fmt)
 
@@ -404,7 +450,7 @@ The same mount with `--cache-compression s2` (the default before issue 37 item 2
 cache stores {per_img('s2', 'cache', 'put_stored_bytes') / 1e6:.0f} KB per feature with it against
 {per_img('tree', 'cache', 'put_stored_bytes') / 1e6:.0f} KB with the default.
 
-CPU per delivered image of the whole path in epoch 1: the mount process plus the Python side {cell(ms(whole), '{:.2f}')} ms
+{machine_note}CPU per delivered image of the whole path in epoch 1: the mount process plus the Python side {cell(ms(whole), '{:.2f}')} ms
 (defaults) against PyTorch's whole loader {cell(ms(t_cpu), '{:.2f}')} ms; the mount's excess over the extractor,
 {med(ms(mcpu('tree'))) - med(ms(x_cpu)):.2f} ms per image (medians), against the stats file's cache compress
 {per_img('tree', 'cache', 'compress_seconds'):.2f} ms and decompress {per_img('tree', 'cache', 'decompress_seconds'):.2f} ms per image
