@@ -35,6 +35,7 @@ Run 'featurefs COMMAND -h' for a command's flags.
 `
 
 func main() {
+	moreProcs()
 	os.Exit(run(os.Args[1:]))
 }
 
