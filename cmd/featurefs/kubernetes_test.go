@@ -106,7 +106,7 @@ func featurefsLine(t *testing.T, c corev1.Container) []string {
 	if len(line) >= 3 && line[0] == "sh" && line[1] == "-c" {
 		for _, l := range strings.Split(line[2], "\n") {
 			if f := strings.Fields(l); len(f) > 0 && f[0] == "featurefs" {
-				return slices.DeleteFunc(f, func(s string) bool { return s == "&&" })
+				return slices.DeleteFunc(f, func(s string) bool { return s == "&&" || s == "&" })
 			}
 		}
 		return nil
@@ -297,6 +297,11 @@ func TestKubernetesTrainingPod(t *testing.T) {
 	cmd, o, _, pos := parseLine(t, "training-pod.yaml", line)
 	if cmd != "mount" || len(pos) != 2 || o.FeatureStore == "" {
 		t.Fatalf("featurefs %s %v: want mount --feature-store SOURCE MOUNTPOINT", cmd, pos)
+	}
+	// Its log goes to the container's stderr (kubectl logs): a mount in
+	// the foreground, in the shell's background, without --log-file.
+	if !o.Foreground || o.LogFile != mountopts.Default().LogFile || !strings.HasSuffix(strings.TrimSpace(strings.Split(c.Args[0], "\n")[0]), " &") {
+		t.Errorf("the mount's log does not reach kubectl logs: want `featurefs mount --foreground ... &` without --log-file:\n%s", c.Args[0])
 	}
 	sc := c.SecurityContext
 	if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Add, "SYS_ADMIN") {
