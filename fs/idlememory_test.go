@@ -57,3 +57,31 @@ func TestIdleReleasesMemoryOnce(t *testing.T) {
 		t.Errorf("bounds_total_bytes %d, the bounds sum to %d", mem.BoundsTotalBytes, total)
 	}
 }
+
+// TestIdleReleasesAgainWhenTheHeapRegrows: a mount that stays idle after
+// its first release releases again once Go's heap has grown by
+// idleRegrowth (as the cache's background work makes it grow), at most
+// once per idleReleaseEvery, and not while it does not grow.
+func TestIdleReleasesAgainWhenTheHeapRegrows(t *testing.T) {
+	every := idleReleaseEvery
+	idleReleaseEvery = time.Second
+	t.Cleanup(func() { idleReleaseEvery = every })
+	b := newFakeBucket(1000)
+	b.put("x/1.jpg", []byte("one"))
+	e := testMount(t, b)
+	releases := func() int64 { return e.fs.Stats().Memory.IdleReleases }
+	if _, err := os.ReadFile(e.path("features", "tiny", "layer0", "x", "1.npy")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the first idle release", func() bool { return releases() == 1 })
+	time.Sleep(3 * idleReleaseEvery)
+	if n := releases(); n != 1 {
+		t.Fatalf("%d releases while idle with no growth, want 1", n)
+	}
+	hold := make([]byte, 4*idleRegrowth) // the heap grows while idle
+	for i := range hold {
+		hold[i] = byte(i)
+	}
+	waitFor(t, 10*time.Second, "a release after the heap grew", func() bool { return releases() == 2 })
+	_ = hold[len(hold)-1]
+}
