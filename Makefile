@@ -218,6 +218,9 @@ summary() {
       while IFS='|' read -r t r at v; do
         row "scale: mount RSS after the scan and the reads ($at)" "$r MiB" "<= $t MiB at 1M entries: $v" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| mount RSS after the scan and the reads <= ([0-9]+) MiB at 1M entries \| \*\*([0-9]+) MiB\*\* at ([0-9,]+ entries) \| ([^(|]*[^ (|]).*/\1|\2|\3|\4/p' "$f")
+      while IFS='|' read -r name r v; do
+        row "scale (issue 39): $name" "$r" "$v" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| (RSS after [^|]*[^ |]) \| \*\*([0-9]+)( MiB)?\*\*[^|]* \| ([^|]*[^ |]) \|$/\1|\2 MiB|\4/p' "$f")
       while IFS='|' read -r name r; do
         row "scale, MinIO bucket: $name, mount vs a direct boto3 list" "${r}x" "no target" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| (first full listing \([0-9,]+ objects|`ls -l` of a [0-9,]+-entry directory, first)[^|]* \| [^|]* \| [^|]* \| \*\*([0-9.]+)x\*\*.*/\1|\2/p' "$f" | sed 's/^first full listing (/first full listing of /')
