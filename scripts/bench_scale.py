@@ -51,7 +51,7 @@ import time
 
 from benchlib import loadavg, read_stats, unmount
 
-TARGET_SCAN = 4.0          # mount scan <= 4x the source directory's
+TARGET_SCAN = 3.0          # mount scan <= 3x the source directory's (issue 39)
 TARGET_RSS_MIB = 512       # at 1M entries
 TARGET_WARM = 1.5          # packed warm >= 1.5x loose, images/s
 TARGET_GETS = 0.01         # GETs per sample, packed
@@ -386,6 +386,75 @@ over the rounds (min-max). Load average (1 min) over each round: {loads}.
 | mount RSS after the scan and the reads <= {TARGET_RSS_MIB} MiB at 1M entries | **{re_:.0f} MiB** at {n:,} entries | {verdict(rss_ok, nr) if n >= 1_000_000 else ('met at this size' if rss_ok else 'MISSED at this size') + ' (' + rss_note.rstrip('; ') + ')'} |
 
 Per-round ratios, first scan: {', '.join(f'{x:.2f}' for x in ratio1)}; RSS after the epochs per round: {', '.join(f'{x:.0f}' for x in rss_e)} MiB.
+""")
+    report_memory(rounds, budget, re_, med(rss_s))
+
+
+# (label, memory key or a function of the memory section), MiB.
+MEMORY_ROWS = [
+    ("resident set (VmRSS)", "rss_bytes"),
+    ("anonymous (RssAnon)", "anon_bytes"),
+    ("mapped files (RssFile: Badger's tables and value log, the binary, libraries)", "file_bytes"),
+    ("Go heap: objects (live, and dead not yet swept)", "go_heap_objects_bytes"),
+    ("Go heap: unused in spans in use", "go_heap_unused_bytes"),
+    ("Go heap: free, held (resident)", "go_heap_free_bytes"),
+    ("Go heap: returned to the OS (not resident)", "go_heap_released_bytes"),
+    ("Go stacks", "go_stacks_bytes"),
+    ("Go runtime (metadata, other)", "go_runtime_bytes"),
+    ("C heap in use (mallinfo2: ONNX Runtime, libjpeg-turbo)", "c_heap_in_use_bytes"),
+    ("C heap free chunks (mallinfo2; pages trimmed are counted and not resident)", "c_heap_free_bytes"),
+    ("bound `metadata` in use (listings, kernel entries, archive indexes)", lambda m: bound_used(m, "metadata")),
+    ("bound `recent_reads` in use (features reads computed)", lambda m: bound_used(m, "recent_reads")),
+]
+
+
+def bound_used(mem, name):
+    for b in mem.get("bounds", []):
+        if b["name"] == name:
+            return b["used_bytes"] or 0
+    return 0
+
+
+def report_memory(rounds, budget, rss_epochs, rss_scan):
+    """Issue 39's trace: the stats' memory section at each stage, and its targets."""
+    if not rounds[0]["mount"].get("idle"):
+        return
+    nr = len(rounds)
+    stages = [("after the scans", lambda r: r["mount"]["stats_scan"].get("memory")),
+              ("after the epochs", lambda r: r["mount"]["stats_epochs"].get("memory"))]
+    for i, mark in enumerate(rounds[0]["mount"]["idle"]):
+        stages.append((f"{mark['seconds']} s idle", lambda r, i=i: r["mount"]["idle"][i]["memory"]))
+    if any(f(r) is None for _, f in stages for r in rounds):
+        return
+    head = " | ".join(label for label, _ in stages)
+    lines = [f"| MiB, median (min-max) | {head} |", "|---|" + "---|" * len(stages)]
+    for label, key in MEMORY_ROWS:
+        get = key if callable(key) else (lambda m, key=key: m.get(key, 0))
+        cells = [cell([get(f(r)) / 2**20 for r in rounds], '{:.0f}') for _, f in stages]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    rss_at = lambda i: [r["mount"]["idle"][i]["memory"]["rss_bytes"] / 2**20 for r in rounds]
+    idle = rounds[0]["mount"]["idle"]
+    marks = [m["seconds"] for m in idle]
+    i120 = marks.index(120) if 120 in marks else len(marks) - 1
+    last = len(marks) - 1
+    r120, rlast = med(rss_at(i120)), med(rss_at(last))
+    rss_end = [r["mount"]["stats_epochs"]["memory"]["rss_bytes"] / 2**20 for r in rounds]
+    drift = abs(rlast - r120) / r120 if r120 else 0
+    releases = [r["mount"]["idle"][last]["memory"].get("idle_releases", 0) for r in rounds]
+    print(f"""### Where the mount's memory is (issue 39)
+
+The stats file's `memory` section (`MOUNT/.featurefs/stats`) in the same rounds: after the scans, after the
+epochs, and at {', '.join(f'{m} s' for m in marks)} without a request (the mount idle). Idle releases counted by the
+end: {', '.join(str(int(x)) for x in releases)} (one per idle period: fs/idlememory.go).
+
+""" + "\n".join(lines) + f"""
+
+| target (issue 39, medians of this run) | measured | verdict |
+|---|---|---|
+| RSS after the scan and two epochs <= 512 MiB | **{rss_epochs:.0f} MiB** | {verdict(rss_epochs <= 512, nr)} |
+| RSS after the scan alone <= the metadata budget + 64 MiB ({budget + 64:.0f} MiB) | **{rss_scan:.0f} MiB** | {verdict(rss_scan <= budget + 64, nr)} |
+| RSS after {marks[i120]} s idle <= RSS at the end of the epochs | **{r120:.0f}** vs {med(rss_end):.0f} MiB | {verdict(r120 <= med(rss_end), nr)} |
+| RSS after a second idle period ({marks[last]} s) within 10% of it | **{rlast:.0f}** vs {r120:.0f} MiB ({100 * drift:.1f}%) | {verdict(drift <= 0.10, nr)} |
 """)
 
 
