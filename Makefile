@@ -2,6 +2,8 @@
 #
 #   make demo    install dependencies, build, mount a generated image folder
 #                through a random-weight ResNet-50 and train a head on it
+#   make image   the container image, bin/featurefs-image.tar (an OCI image
+#                layout named featurefs:latest; docs/KUBERNETES.md)
 #   make test    install dependencies, build, vet, fuzz briefly and run every
 #                test (unit tests with -race, kernel-mount integration tests)
 #   make bench   run every scripts/bench-*.sh and write docs/BENCHMARKS.md
@@ -32,7 +34,7 @@ FUZZTIME ?= 15s
 # The whole test run (integration tests included) must end well inside CI's 90 minutes.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build deps demo test check fuzz unit soak bench bench-docs gpu-check clean
+.PHONY: all build deps demo image test check fuzz unit soak bench bench-docs gpu-check clean
 
 all: build
 
@@ -44,6 +46,13 @@ build:
 
 demo: deps build
 	bash scripts/demo.sh
+
+# image: featurefs's container image, built offline (scripts/mkimage): an OCI
+# image layout archive, bin/featurefs-image.tar, named featurefs:latest
+# (podman load -i / docker load -i; docs/KUBERNETES.md). Reproducible:
+# SOURCE_DATE_EPOCH (default 0) fixes its times.
+image: build
+	$(GO) run ./scripts/mkimage -bin $(BIN) -ort "$(FEATUREFS_ORT_LIB)" -o bin/featurefs-image.tar
 
 # check: formatting and vet.
 check:
