@@ -89,11 +89,22 @@ func (b *decodeBudget) acquire(ctx context.Context, cost int64) (int64, error) {
 	return n, nil
 }
 
-// inUse returns the bytes held by decodes now.
+// inUse returns the bytes held by decodes now (0 for no budget: nil).
 func (b *decodeBudget) inUse() int64 {
+	if b == nil {
+		return 0
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used
+}
+
+// max returns the budget's size (0 for no budget: nil, unbounded).
+func (b *decodeBudget) max() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.size
 }
 
 // release gives back n bytes taken by acquire for a decode that cost cost.

@@ -514,7 +514,7 @@ func (s *Service) Stats() Stats {
 	}
 	inUse, free := cHeap()
 	st.Memory = &ExtractorMemory{
-		DecodeBytes: s.sched.cfg.decode.inUse(), DecodeMaxBytes: s.sched.cfg.decode.size,
+		DecodeBytes: s.sched.cfg.decode.inUse(), DecodeMaxBytes: s.sched.cfg.decode.max(),
 		FetchedBytes: s.sched.n.fetchedBytes.Load(), Fetchers: s.sched.cfg.workers,
 		CHeapInUseBytes: inUse, CHeapFreeBytes: free,
 	}
