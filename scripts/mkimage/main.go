@@ -34,6 +34,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/featurefs/featurefs/cache/safefile"
 )
 
 // Where things go in the image.
@@ -83,25 +85,9 @@ func run(bin, ort, out string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(out), ".mkimage-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil { // never through a link at out
-		os.Remove(tmp.Name())
+	// Through a temporary file and a rename; a symbolic link at out is
+	// refused, never written through.
+	if err := safefile.WriteFile(out, b, 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "mkimage: wrote %s (%s, %d bytes)\n", out, imageName, len(b))
