@@ -280,17 +280,7 @@ func NothingToPredict(ctx context.Context, b bucket.Bucket, imageExts []string, 
 		if skipArch != nil && skipArch(prefix) {
 			return nil
 		}
-		for token := ""; ; {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			pg, err := b.List(ctx, prefix, token)
-			if err != nil {
-				return fmt.Errorf("listing %q: %w", prefix, err)
-			}
-			if pg.Next != "" && pg.Next == token {
-				return fmt.Errorf("listing %q: the bucket returned the same continuation token twice", prefix)
-			}
+		return eachPage(ctx, b, prefix, nil, func(pg bucket.Page) error {
 			for _, o := range pg.Objects {
 				base, ok := strings.CutPrefix(o.Key, prefix)
 				if !ok || !naming.ValidName(base) {
@@ -312,11 +302,8 @@ func NothingToPredict(ctx context.Context, b bucket.Bucket, imageExts []string, 
 					return err
 				}
 			}
-			if pg.Next == "" {
-				return nil
-			}
-			token = pg.Next
-		}
+			return nil
+		})
 	}
 	switch err := rec(prefix); {
 	case errors.Is(err, errLeft):

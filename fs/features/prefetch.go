@@ -477,19 +477,7 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 		if done, err := p.stream(ctx, prefix, tree, want, visit); done {
 			return err
 		}
-		token := ""
-		for {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			pg, err := p.cfg.Bucket.List(ctx, prefix, token)
-			pages.Add(1)
-			if err != nil {
-				return fmt.Errorf("listing %q: %w", prefix, err)
-			}
-			if pg.Next != "" && pg.Next == token {
-				return fmt.Errorf("listing %q: the bucket returned the same continuation token twice", prefix)
-			}
+		return eachPage(ctx, p.cfg.Bucket, prefix, pages, func(pg bucket.Page) error {
 			for _, o := range pg.Objects {
 				base, ok := strings.CutPrefix(o.Key, prefix)
 				if !ok || !naming.ValidName(base) {
@@ -523,13 +511,39 @@ func (p *Pipeline) walk(ctx context.Context, prefix string, tree bool, pages *at
 					}
 				}
 			}
-			if pg.Next == "" {
-				return nil
-			}
-			token = pg.Next
-		}
+			return nil
+		})
 	}
 	return rec(prefix, 0)
+}
+
+// eachPage lists directory prefix of b page by page, calling fn with each
+// page, until the last page, fn's error or the context's; pages (nil:
+// none) counts the List calls. A listing's error names the prefix, and so
+// does a continuation token returned twice (a bucket that would loop).
+func eachPage(ctx context.Context, b bucket.Bucket, prefix string, pages *atomic.Int64, fn func(bucket.Page) error) error {
+	for token := ""; ; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		pg, err := b.List(ctx, prefix, token)
+		if pages != nil {
+			pages.Add(1)
+		}
+		if err != nil {
+			return fmt.Errorf("listing %q: %w", prefix, err)
+		}
+		if pg.Next != "" && pg.Next == token {
+			return fmt.Errorf("listing %q: the bucket returned the same continuation token twice", prefix)
+		}
+		if err := fn(pg); err != nil {
+			return err
+		}
+		if pg.Next == "" {
+			return nil
+		}
+		token = pg.Next
+	}
 }
 
 // given is an object's bytes handed over by a streamed archive, or why
