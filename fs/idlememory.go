@@ -68,7 +68,10 @@ func (f *FS) startIdleRelease() {
 	f.owner.Go(func() {
 		tick := time.NewTicker(idleRelease / 4)
 		defer tick.Stop()
-		last, busy, quiet := f.activity(), false, time.Now()
+		// From 0, not the activity when this goroutine starts: work done
+		// before it first runs (a read right after the mount) is work too.
+		var last int64
+		busy, quiet := false, time.Now()
 		var released time.Time // the last release of this idle period (zero: none yet)
 		var base int64         // goHeapResident after it
 		release := func(now time.Time) {
