@@ -58,12 +58,18 @@ func (ff *featureFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fus
 // Read returns part of the feature; the kernel asks only for what its
 // page cache lacks (the file's first read, pages it dropped).
 //
-// It serves the newest version of the object the mount knows of (the
-// kernel may hold this node past a relisting, until it drops the entry:
-// see kernelcache.go), and a name that the fresh listing of its directory
-// no longer has is gone (ENOENT). When that version is not the node's own,
-// the kernel is told to drop the node's pages once this read is answered,
-// so that the file never mixes two versions' bytes.
+// A node's content is its own object version's (the kernel may hold this
+// node past a relisting, until it drops the entry: see kernelcache.go). A
+// name that the fresh listing of its directory no longer has is gone
+// (ENOENT). When the mount knows of a newer version, the node still serves
+// its own version's bytes while they are at hand (just computed, or in the
+// cache): a reader part way through the file, or the kernel's pages of it,
+// hold some of them, and a file must never mix two versions' bytes; the
+// name stands for the new version's node once the kernel drops the entry.
+// Only when the own version's feature is gone (evicted, and the object no
+// longer there to compute it from) does the node serve the newest
+// version, and the kernel is told to drop the node's pages once this read
+// is answered.
 //
 // A feature a read computed is kept in the namespace (Recent), and the
 // file's next reads copy from it. Else a read the cache can answer copies just the
@@ -84,27 +90,15 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 		return nil, ff.fs.errno(fmt.Errorf("%s%s: no longer listed: %w", ff.prefix, ff.name, bucket.ErrNotFound), ff.obj.Key)
 	}
 	if obj.Key != ff.obj.Key || obj.ETag != ff.obj.ETag {
+		if out, ok := ff.readHeld(ff.obj, dest, off); ok {
+			return out, 0
+		}
 		ff.fs.dropPagesLater(&ff.Inode, &ff.fs.stats.contentDrops)
 	}
+	if out, ok := ff.readHeld(obj, dest, off); ok {
+		return out, 0
+	}
 	k := namespace.FileKey{View: ff.fv, Key: obj.Key, ETag: obj.ETag}
-	if data, ok := ns.Recent(k); ok {
-		// A feature a read of this file just computed: its next reads
-		// copy it from memory, not decompress it back out of the cache.
-		ff.fs.p.Touch(ff.fv, ff.prefix)
-		ns.ReadDone(k, ff.prefix+ff.name, nil)
-		out := sliceAt(data, dest, off)
-		ff.fs.stats.recentReads.Add(1)
-		ff.fs.stats.reads.Add(1)
-		ff.fs.stats.readBytes.Add(int64(len(out)))
-		return fuse.ReadResultData(out), 0
-	}
-	if n, ok := ff.fs.p.ReadCachedAt(ff.fv, obj, dest, off); ok {
-		ff.fs.p.Touch(ff.fv, ff.prefix)
-		ns.ReadDone(k, ff.prefix+ff.name, nil)
-		ff.fs.stats.reads.Add(1)
-		ff.fs.stats.readBytes.Add(int64(n))
-		return fuse.ReadResultData(dest[:n]), 0
-	}
 	data, errno := ff.content(ctx, k, obj, off, len(dest))
 	if errno != 0 {
 		return nil, errno
@@ -117,6 +111,32 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 	out := sliceAt(data, dest, off)
 	ff.fs.stats.readBytes.Add(int64(len(out)))
 	return fuse.ReadResultData(out), 0
+}
+
+// readHeld answers a read of the feature of obj from what is at hand,
+// without computing: a feature a read of this file just computed (its next
+// reads copy it from memory, not decompress it back out of the cache), or
+// the part the cache holds. ok is false when neither has it.
+func (ff *featureFile) readHeld(obj bucket.Object, dest []byte, off int64) (fuse.ReadResult, bool) {
+	ns := ff.fs.ns
+	k := namespace.FileKey{View: ff.fv, Key: obj.Key, ETag: obj.ETag}
+	if data, ok := ns.Recent(k); ok {
+		ff.fs.p.Touch(ff.fv, ff.prefix)
+		ns.ReadDone(k, ff.prefix+ff.name, nil)
+		out := sliceAt(data, dest, off)
+		ff.fs.stats.recentReads.Add(1)
+		ff.fs.stats.reads.Add(1)
+		ff.fs.stats.readBytes.Add(int64(len(out)))
+		return fuse.ReadResultData(out), true
+	}
+	if n, ok := ff.fs.p.ReadCachedAt(ff.fv, obj, dest, off); ok {
+		ff.fs.p.Touch(ff.fv, ff.prefix)
+		ns.ReadDone(k, ff.prefix+ff.name, nil)
+		ff.fs.stats.reads.Add(1)
+		ff.fs.stats.readBytes.Add(int64(n))
+		return fuse.ReadResultData(dest[:n]), true
+	}
+	return nil, false
 }
 
 // content returns the feature of obj (k) at the file's layer for a request

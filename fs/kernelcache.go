@@ -43,9 +43,14 @@ import (
 //     FUSE_NOTIFY_INVAL_INODE needs no directory lock, so it runs in the
 //     request that read the listing). The reads that then come answer
 //     from the listing (featureFile.Read): a name the fresh listing lacks
-//     is ENOENT even before the kernel has dropped its entry, and a node
-//     older than the version the mount knows of serves the new version's
-//     bytes, all of them.
+//     is ENOENT even before the kernel has dropped its entry. A node older
+//     than the version the mount knows of keeps serving its own version's
+//     bytes while the cache holds them, since a reader part way through
+//     the file has read some of them already (serving the new version's
+//     from the middle of a read(2) sequence mixed two versions in one
+//     file: TestReaderAcrossARelistingReadsOneVersion); the name reads the
+//     new version once the kernel has dropped the entry. Only a node whose
+//     own version's feature has left the cache serves the new version.
 //
 // Notifications are never sent while handling a request on the directory
 // whose entries they drop (the kernel holds that directory's lock during
