@@ -170,8 +170,11 @@ type schedConfig struct {
 	// decode bounds the memory of the images being decoded at once (nil:
 	// unbounded).
 	decode *decodeBudget
-	dtype  DType
-	log    *slog.Logger
+	// fetch bounds the bytes of the objects fetched (or being fetched)
+	// and not yet decoded (nil: unbounded).
+	fetch *decodeBudget
+	dtype DType
+	log   *slog.Logger
 	// batchSize chooses the batch size of a lane on device dev (an index
 	// into the scheduler's runners); called once per lane and device from
 	// one of the device's inference loops (it may run measurements through
@@ -204,7 +207,6 @@ type counters struct {
 	requests, shared, completed, failed, badImages, cancelled atomic.Int64
 	batches, batchedItems, retries                            atomic.Int64
 	decodeNanos, inferNanos, fetchNanos                       atomic.Int64
-	fetchedBytes                                              atomic.Int64 // objects fetched, not yet decoded
 	splitBatches, splitItems                                  atomic.Int64 // of split lanes only
 }
 
@@ -756,6 +758,27 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	if c.req.Fetch == nil {
 		return nil, fmt.Errorf("extract %s: request has no Fetch function", c.req.Key)
 	}
+	// The object's bytes are held from its GET to the end of its decode:
+	// its listed size is taken from the fetch budget before the GET, or
+	// what it turned out to be once fetched (never waiting for more while
+	// holding some: what was taken is given back first).
+	var held, cost int64
+	defer func() { s.cfg.fetch.release(held, cost) }()
+	take := func(n int64) error {
+		s.cfg.fetch.release(held, cost)
+		held, cost = 0, 0
+		got, err := s.cfg.fetch.acquire(c.ctx, n)
+		if err != nil {
+			return ctxErr(c.ctx)
+		}
+		held, cost = got, n
+		return nil
+	}
+	if c.req.Size > 0 {
+		if err := take(c.req.Size); err != nil {
+			return nil, err
+		}
+	}
 	t0 := time.Now()
 	data, err := c.req.Fetch(c.ctx)
 	s.n.fetchNanos.Add(int64(time.Since(t0)))
@@ -768,8 +791,11 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	if len(data) == 0 {
 		return nil, &ImageError{Key: c.req.Key, Reason: "empty object"}
 	}
-	s.n.fetchedBytes.Add(int64(len(data)))
-	defer s.n.fetchedBytes.Add(-int64(len(data)))
+	if n := int64(len(data)); n > cost && held < s.cfg.fetch.max() {
+		if err := take(n); err != nil {
+			return nil, err
+		}
+	}
 	if !s.enterDecode(c) {
 		return nil, ctxErr(c.ctx)
 	}

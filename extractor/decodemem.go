@@ -36,6 +36,11 @@ import (
 // the bytes that the images being decoded at once may hold.
 const DefaultDecodeMemory = spec.DefaultDecodeMemory
 
+// DefaultFetchMemory is the default budget of fetched objects
+// (Config.FetchMemory), a decodeBudget too: the bytes of the objects the
+// workers hold between their GET and the end of their decode.
+const DefaultFetchMemory = spec.DefaultFetchMemory
+
 const (
 	// gcAfterBytes is the decode cost from which a decode collects
 	// garbage before giving its bytes back.
@@ -78,6 +83,9 @@ func newDecodeBudget(size int64) *decodeBudget {
 // acquire waits until cost bytes (at most the whole budget) are free and
 // takes them; it returns what it took, for release.
 func (b *decodeBudget) acquire(ctx context.Context, cost int64) (int64, error) {
+	if b == nil {
+		return 0, nil // no budget: unbounded
+	}
 	n := min(max(cost, 1), b.size)
 	if err := b.sem.Acquire(ctx, n); err != nil {
 		return 0, err
@@ -111,6 +119,9 @@ func (b *decodeBudget) max() int64 {
 // The caller has dropped the decode's buffers: a large decode collects
 // them first, so that the next one reuses their memory.
 func (b *decodeBudget) release(n, cost int64) {
+	if b == nil || n == 0 {
+		return
+	}
 	if cost >= gcAfterBytes {
 		runtime.GC()
 	}

@@ -816,3 +816,76 @@ func TestCancelAtDecodeGate(t *testing.T) {
 		return s.gateWait[Background] == 0 && s.decoding == 1 && len(s.tokens) == 0
 	})
 }
+
+// TestFetchBudgetBoundsFetchedObjects: the objects the workers hold
+// between their GET and the end of their decode are bounded in bytes
+// (schedConfig.fetch, --fetch-memory): with a budget of 1000 bytes and
+// three workers, objects listed at 600 bytes are fetched one at a time
+// while the one fetched waits for the busy decoder; one listed larger
+// than the whole budget is held alone; an object of unknown size takes
+// its bytes once fetched; and every byte is given back.
+func TestFetchBudgetBoundsFetchedObjects(t *testing.T) {
+	f := &fakeRunner{}
+	s := newTestScheduler(t, f, 1, 1+fetchAhead(1), func(c *schedConfig) {
+		c.decoders = 1
+		c.fetch = newDecodeBudget(1000)
+	})
+	m := testModel()
+	for _, size := range []int64{600, 5000} {
+		s.mu.Lock()
+		s.decoding = 1 // the decoder is busy
+		s.mu.Unlock()
+		var fetching, most atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 3 {
+			img := pngOf(t, uint8(10+i))
+			r := Request{Model: "m", Key: fmt.Sprintf("s%d-%d.png", size, i), Size: size, Priority: Background,
+				Fetch: func(ctx context.Context) ([]byte, error) {
+					n := fetching.Add(1)
+					most.Store(max(most.Load(), n))
+					if held := s.cfg.fetch.inUse(); held > 1000 {
+						t.Errorf("%d bytes of fetch budget held, budget 1000", held)
+					}
+					time.Sleep(20 * time.Millisecond)
+					fetching.Add(-1)
+					return img, nil
+				}}
+			wg.Go(func() {
+				if _, err := s.extract(context.Background(), m, m.Layers[0], r); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		waitFor(t, "one object fetched, waiting for the decoder", func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.gateWait[Background] == 1
+		})
+		time.Sleep(100 * time.Millisecond) // the others would fetch now, without the budget
+		s.mu.Lock()
+		waiting := s.gateWait[Background]
+		s.decoding = 0
+		s.mu.Unlock()
+		s.gate.Broadcast()
+		wg.Wait()
+		if waiting != 1 || most.Load() != 1 {
+			t.Errorf("objects listed at %d bytes, fetch budget 1000: %d fetched objects waited for the decoder at once, %d fetches ran at once; want 1 and 1", size, waiting, most.Load())
+		}
+		if n := s.cfg.fetch.inUse(); n != 0 {
+			t.Errorf("%d bytes of fetch budget still held after every call ended", n)
+		}
+	}
+	// Unknown size: the bytes are taken once fetched, and given back.
+	img := pngOf(t, 99)
+	r := Request{Model: "m", Key: "unsized.png", Priority: Background, Fetch: func(ctx context.Context) ([]byte, error) { return img, nil }}
+	var held int64
+	s.mu.Lock()
+	s.cfg.entered = func(Request) { held = s.cfg.fetch.inUse() }
+	s.mu.Unlock()
+	if _, err := s.extract(context.Background(), m, m.Layers[0], r); err != nil {
+		t.Fatal(err)
+	}
+	if held != int64(len(img)) || s.cfg.fetch.inUse() != 0 {
+		t.Errorf("an object of unknown size (%d bytes) held %d bytes of the budget while decoded, %d after; want %d, 0", len(img), held, s.cfg.fetch.inUse(), len(img))
+	}
+}

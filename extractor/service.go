@@ -67,6 +67,11 @@ type Config struct {
 	// waits for room; one image larger than the whole budget is decoded
 	// alone. Default DefaultDecodeMemory (1 GiB).
 	DecodeMemory int64
+	// FetchMemory bounds the bytes of the objects the workers have fetched
+	// (or are fetching: an object's listed size is taken before its GET)
+	// and not yet decoded: a fetch waits for room; one object larger than
+	// the whole budget is held alone. Default DefaultFetchMemory (64 MiB).
+	FetchMemory int64
 	// DType is the element type of the .npy files returned.
 	DType DType
 	// Logger receives the service's logs (default slog.Default()).
@@ -94,6 +99,7 @@ func DefaultConfig() Config {
 		IntraOpThreads: cores,
 		MaxPixels:      DefaultMaxPixels,
 		DecodeMemory:   DefaultDecodeMemory,
+		FetchMemory:    DefaultFetchMemory,
 		DType:          Float32,
 		MaxPending:     4096,
 	}
@@ -125,6 +131,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DecodeMemory <= 0 {
 		c.DecodeMemory = d.DecodeMemory
+	}
+	if c.FetchMemory <= 0 {
+		c.FetchMemory = d.FetchMemory
 	}
 	if c.DType == "" {
 		c.DType = d.DType
@@ -283,6 +292,7 @@ func (s *Service) schedConfig() schedConfig {
 		tokens:    s.cfg.Workers + fetchAhead(s.cfg.Workers) + (len(s.pick.devs)+1)*largest,
 		maxPixels: s.cfg.MaxPixels,
 		decode:    newDecodeBudget(s.cfg.DecodeMemory),
+		fetch:     newDecodeBudget(s.cfg.FetchMemory),
 		dtype:     s.cfg.DType,
 		log:       s.log,
 		batchSize: s.chooseBatch,
@@ -515,7 +525,7 @@ func (s *Service) Stats() Stats {
 	inUse, free := cHeap()
 	st.Memory = &ExtractorMemory{
 		DecodeBytes: s.sched.cfg.decode.inUse(), DecodeMaxBytes: s.sched.cfg.decode.max(),
-		FetchedBytes: s.sched.n.fetchedBytes.Load(), Fetchers: s.sched.cfg.workers,
+		FetchedBytes: s.sched.cfg.fetch.inUse(), FetchMaxBytes: s.sched.cfg.fetch.max(), Fetchers: s.sched.cfg.workers,
 		CHeapInUseBytes: inUse, CHeapFreeBytes: free,
 	}
 	if len(s.pick.devs) > 1 {

@@ -11,7 +11,6 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 )
@@ -66,11 +65,7 @@ func (f *FS) memoryStats(st *figures.Stats) *figures.MemoryStats {
 	if xm := st.Extractor.Memory; xm != nil {
 		m.CHeapInUseBytes, m.CHeapFreeBytes = xm.CHeapInUseBytes, xm.CHeapFreeBytes
 		add("decode", "--decode-memory", xm.DecodeMaxBytes, figures.Used(xm.DecodeBytes))
-		maxObj := f.p.Config().MaxObjectSize
-		if maxObj <= 0 {
-			maxObj = spec.DefaultMaxObjectSize
-		}
-		add("fetched_objects", "--max-object-size", int64(xm.Fetchers)*maxObj, figures.Used(xm.FetchedBytes))
+		add("fetched_objects", "--fetch-memory", xm.FetchMaxBytes, figures.Used(xm.FetchedBytes))
 	}
 	add("prefetch", "", st.Prefetch.MaxBytes, figures.Used(st.Prefetch.InFlightBytes))
 	hu, hm := f.p.HandoffMemory()

@@ -196,6 +196,11 @@ type Options struct {
 	// and an image costing more than the whole budget is decoded alone
 	// (--decode-memory, default 1GiB).
 	DecodeMemory int64
+	// FetchMemory bounds the bytes of the objects fetched and not yet
+	// decoded, each taken at its listed size before its GET; a fetch
+	// waits for room, and an object larger than the whole budget is held
+	// alone (--fetch-memory, default 64MiB).
+	FetchMemory int64
 	// FastDecode decodes large JPEGs at 1/2, 1/4 or 1/8 of their size
 	// (libjpeg's DCT-domain scaling) when their shorter side is at least
 	// that many times the model's resize size, so the resize still only
@@ -543,21 +548,22 @@ type MemorySizes struct {
 }
 
 // Shares of --memory-limit (ApplyMemoryLimit): the metadata budget a
-// quarter, the decode budget and prefetch an eighth each, the hand-off
-// buffer and the cache write queue a sixteenth each, and Go's soft limit
-// three quarters. Together with the fixed bounds (recent reads, Badger's
-// memtables and caches) and the fetched objects, docs/RELIABILITY.md
-// ("Memory bounds") sums them.
+// quarter, the decode budget and prefetch an eighth each, the fetched
+// objects, the hand-off buffer and the cache write queue a sixteenth
+// each, and Go's soft limit three quarters. Together with the fixed
+// bounds (recent reads, Badger's memtables and caches),
+// docs/RELIABILITY.md ("Memory bounds") sums them.
 const (
 	MemoryShareMetadata   = 4  // limit / 4
 	MemoryShareDecode     = 8  // limit / 8
+	MemoryShareFetch      = 16 // limit / 16
 	MemorySharePrefetch   = 8  // limit / 8
 	MemoryShareHandoff    = 16 // limit / 16
 	MemoryShareCacheWrite = 16 // limit / 16
 )
 
 // ApplyMemoryLimit sizes, from MemoryLimit, the bounds left at their
-// defaults (--metadata-cache-size, --decode-memory; a value given by flag
+// defaults (--metadata-cache-size, --decode-memory, --fetch-memory; a value given by flag
 // or config file stays) and returns the sizes of those without a flag;
 // with MemoryLimit 0 it changes nothing and returns zeros.
 func (o *Options) ApplyMemoryLimit() MemorySizes {
@@ -571,6 +577,9 @@ func (o *Options) ApplyMemoryLimit() MemorySizes {
 	}
 	if o.DecodeMemory == d.DecodeMemory {
 		o.DecodeMemory = max(l/MemoryShareDecode, 16*MiB)
+	}
+	if o.FetchMemory == d.FetchMemory {
+		o.FetchMemory = max(l/MemoryShareFetch, 4*MiB)
 	}
 	return MemorySizes{GoLimit: l / 4 * 3, Prefetch: l / MemorySharePrefetch, Handoff: l / MemoryShareHandoff, CacheWrite: l / MemoryShareCacheWrite}
 }

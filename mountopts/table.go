@@ -469,7 +469,7 @@ var table = []*Option{
 			return nil
 		})},
 	{Name: "memory-limit", Key: "memory-limit", In: Mount,
-		Help: "size the memory bounds left at their defaults from this one figure, e.g. 512MiB (metadata a quarter, decode memory and prefetch an eighth each, hand-off and cache write queue a sixteenth each) and set Go's soft memory limit to three quarters of it (GOMEMLIMIT wins); 0: off",
+		Help: "size the memory bounds left at their defaults from this one figure, e.g. 512MiB (metadata a quarter, decode memory and prefetch an eighth each, fetched objects, hand-off and cache write queue a sixteenth each) and set Go's soft memory limit to three quarters of it (GOMEMLIMIT wins); 0: off",
 		v: size(func(o *Options) *int64 { return &o.MemoryLimit }, 0, func(n int64) error {
 			if n != 0 && n < 128*MiB {
 				return failf("--memory-limit %s: must be 0 (off) or at least 128MiB, e.g. 512MiB", FormatSize(n))
@@ -479,6 +479,9 @@ var table = []*Option{
 	{Name: "decode-memory", Key: "decode-memory", In: sourceCmds,
 		Help: "bound on the memory of the images being decoded at once, estimated from their headers",
 		v:    size(func(o *Options) *int64 { return &o.DecodeMemory }, spec.DefaultDecodeMemory, atLeast("decode-memory", 16*MiB, "16MiB, e.g. 1GiB"))},
+	{Name: "fetch-memory", Key: "fetch-memory", In: sourceCmds,
+		Help: "bound on the bytes of the objects fetched and not yet decoded, taken at their listed size before their GET (a fetch waits for room; one object larger than the bound is held alone)",
+		v:    size(func(o *Options) *int64 { return &o.FetchMemory }, spec.DefaultFetchMemory, atLeast("fetch-memory", 4*MiB, "4MiB, e.g. 64MiB"))},
 	{Name: "fast-decode", Key: "fast-decode", In: sourceCmds | Extract,
 		Help: "decode a JPEG whose shorter side is at least 8, 4 or 2 times the resize size at 1/8, 1/4 or 1/2 of its size (libjpeg DCT scaling): faster on large photos, features close to torchvision's but not bit-exact",
 		v:    boolean(func(o *Options) *bool { return &o.FastDecode })},

@@ -209,8 +209,8 @@ func TestMemoryLimitSizesDefaults(t *testing.T) {
 	if got != want {
 		t.Errorf("sizes %+v, want %+v", got, want)
 	}
-	if o.MetadataCacheSize != 128*MiB || o.DecodeMemory != 300*MiB {
-		t.Errorf("metadata %d, decode %d; want 128MiB (a quarter) and the 300MiB given", o.MetadataCacheSize, o.DecodeMemory)
+	if o.MetadataCacheSize != 128*MiB || o.DecodeMemory != 300*MiB || o.FetchMemory != 32*MiB {
+		t.Errorf("metadata %d, decode %d, fetched objects %d; want 128MiB (a quarter), the 300MiB given and 32MiB (a sixteenth)", o.MetadataCacheSize, o.DecodeMemory, o.FetchMemory)
 	}
 	o = Default()
 	o.MemoryLimit = 64 * MiB

@@ -3,7 +3,6 @@ package test
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,8 +29,8 @@ func memoryBounds(t *testing.T, st map[string]any) (map[string]int64, map[string
 // TestMemoryLimitSizesMountBounds: a real mount's stats file shows every
 // memory bound with its size: the defaults without --memory-limit, the
 // shares of it with --memory-limit 512MiB (metadata 128MiB, decode and
-// prefetch 64MiB, hand-off and cache write queue 32MiB, Go's soft limit
-// 384MiB); the bounds' sum is their total; and a mount idle after its
+// prefetch 64MiB, fetched objects, hand-off and cache write queue 32MiB,
+// Go's soft limit 384MiB); the bounds' sum is their total; and a mount idle after its
 // reads hands its free memory back (idle_releases) within seconds.
 func TestMemoryLimitSizesMountBounds(t *testing.T) {
 	d := genDataset(t, "--classes", "2", "--train", "3", "--val", "0")
@@ -42,8 +41,8 @@ func TestMemoryLimitSizesMountBounds(t *testing.T) {
 		want    map[string]int64
 		goLimit int64
 	}{
-		{nil, map[string]int64{"metadata": 256 * mib, "decode": 1024 * mib, "prefetch": 256 * mib, "handoff": 64 * mib, "cache_write_queue": 64 * mib, "recent_reads": 32 * mib}, 0},
-		{[]string{"--memory-limit", "512MiB"}, map[string]int64{"metadata": 128 * mib, "decode": 64 * mib, "prefetch": 64 * mib, "handoff": 32 * mib, "cache_write_queue": 32 * mib, "recent_reads": 32 * mib}, 384 * mib},
+		{nil, map[string]int64{"metadata": 256 * mib, "decode": 1024 * mib, "fetched_objects": 64 * mib, "prefetch": 256 * mib, "handoff": 64 * mib, "cache_write_queue": 64 * mib, "recent_reads": 32 * mib}, 0},
+		{[]string{"--memory-limit", "512MiB"}, map[string]int64{"metadata": 128 * mib, "decode": 64 * mib, "fetched_objects": 32 * mib, "prefetch": 64 * mib, "handoff": 32 * mib, "cache_write_queue": 32 * mib, "recent_reads": 32 * mib}, 384 * mib},
 	} {
 		m := testMount(t, mountConfig{Source: d.Dir, Args: tc.args})
 		readLayer(t, m, names)
@@ -82,9 +81,8 @@ func TestMemoryLimitSizesMountBounds(t *testing.T) {
 }
 
 // docBounds parses docs/RELIABILITY.md's "Memory bounds" table: each
-// bound's default in MiB for a machine of cores cores, and the stated sum
-// on 2 cores.
-func docBounds(t *testing.T, cores int) (map[string]int64, int64) {
+// bound's default in MiB, and the stated sum.
+func docBounds(t *testing.T) (map[string]int64, int64) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "docs", "RELIABILITY.md"))
 	if err != nil {
@@ -105,16 +103,12 @@ func docBounds(t *testing.T, cores int) (map[string]int64, int64) {
 		name, def := strings.TrimSpace(cells[1]), strings.Trim(strings.TrimSpace(cells[4]), "*")
 		switch {
 		case strings.HasPrefix(name, "`"):
-			var v int64
-			if n, err := strconv.ParseInt(def, 10, 64); err == nil {
-				v = n
-			} else if def == "256 x 2 x max(2, cores)" {
-				v = 256 * 2 * int64(max(2, cores))
-			} else {
-				t.Fatalf("RELIABILITY.md: bound %s: default %q is neither a number nor the fetched objects' formula", name, def)
+			v, err := strconv.ParseInt(def, 10, 64)
+			if err != nil {
+				t.Fatalf("RELIABILITY.md: bound %s: default %q is not a number of MiB", name, def)
 			}
 			rows[strings.Trim(name, "`")] = v
-		case name == "**sum on 2 cores**":
+		case name == "**sum**":
 			n, err := strconv.ParseInt(def, 10, 64)
 			if err != nil {
 				t.Fatalf("RELIABILITY.md: sum %q", def)
@@ -130,20 +124,18 @@ func docBounds(t *testing.T, cores int) (map[string]int64, int64) {
 
 // TestMemoryBoundsTableIsTheMounts: docs/RELIABILITY.md's table of memory
 // bounds is what a real mount with the defaults reports: every bound, with
-// its default (the fetched objects' for this machine's cores), no bound
-// missing from the table, their sum the stats' bounds_total_bytes; and
-// the table's sum row is its rows' sum on 2 cores.
+// its default, no bound missing from the table, their sum the stats'
+// bounds_total_bytes; and the table's sum row is its rows' sum.
 func TestMemoryBoundsTableIsTheMounts(t *testing.T) {
 	const mib = 1 << 20
-	rows2, sum2 := docBounds(t, 2)
+	rows, sum := docBounds(t)
 	var s int64
-	for _, v := range rows2 {
+	for _, v := range rows {
 		s += v
 	}
-	if s != sum2 {
-		t.Errorf("RELIABILITY.md's rows sum to %d MiB on 2 cores, its sum row says %d", s, sum2)
+	if s != sum {
+		t.Errorf("RELIABILITY.md's rows sum to %d MiB, its sum row says %d", s, sum)
 	}
-	rows, _ := docBounds(t, runtime.NumCPU())
 	d := genDataset(t, "--classes", "1", "--train", "1", "--val", "0")
 	m := testMount(t, mountConfig{Source: d.Dir})
 	bounds, mem := memoryBounds(t, mountStats(t, m))

@@ -116,6 +116,7 @@ func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger, 
 		BatchSize:        o.BatchSize,
 		MaxPixels:        o.MaxPixels,
 		DecodeMemory:     o.DecodeMemory,
+		FetchMemory:      o.FetchMemory,
 		DType:            dtype,
 		Logger:           log,
 	}, o.ModelSpecs())

@@ -82,6 +82,10 @@ type Request struct {
 	ETag string
 	// Fetch returns the encoded image bytes.
 	Fetch func(ctx context.Context) ([]byte, error)
+	// Size is the object's size as listed, when known (0: unknown). The
+	// extractor takes that many bytes of its fetch budget before it calls
+	// Fetch (an object of unknown size takes them once fetched).
+	Size int64
 	// Priority orders the request against others.
 	Priority Priority
 	// Digest is the model file's digest (Model.Digest) the request was
@@ -206,10 +210,12 @@ type ExtractorMemory struct {
 	DecodeBytes    int64 `json:"decode_bytes"`
 	DecodeMaxBytes int64 `json:"decode_max_bytes"`
 	// FetchedBytes is the bytes of fetched objects held by the workers
-	// (waiting for a decoder or being decoded); each of the Fetchers
-	// workers holds at most one (at most --max-object-size).
-	FetchedBytes int64 `json:"fetched_bytes"`
-	Fetchers     int   `json:"fetchers"`
+	// (being fetched, waiting for a decoder or being decoded), counted
+	// against FetchMaxBytes (--fetch-memory); each of the Fetchers
+	// workers holds at most one.
+	FetchedBytes  int64 `json:"fetched_bytes"`
+	FetchMaxBytes int64 `json:"fetch_max_bytes"`
+	Fetchers      int   `json:"fetchers"`
 	// CHeapInUseBytes is the C heap's bytes in use (glibc mallinfo2:
 	// ONNX Runtime, libjpeg-turbo, Badger's and Go's own are not in it);
 	// CHeapFreeBytes what malloc holds free, not yet handed back.

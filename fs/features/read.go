@@ -335,6 +335,7 @@ func (p *Pipeline) findOrExtractFrom(ctx context.Context, v *View, obj bucket.Ob
 		ID:       p.identity + "\x00" + objectID(obj) + "\x00" + obj.ETag,
 		Priority: prio,
 		Digest:   v.Model.Digest,
+		Size:     obj.Size,
 		Fetch: func(ctx context.Context) ([]byte, error) {
 			if g != nil {
 				if g.err != nil {
