@@ -403,6 +403,9 @@ func (s *scheduler) extract(ctx context.Context, m *model, l Layer, req Request)
 	if id == "" {
 		id = req.Key
 	}
+	if v := req.View; v != nil {
+		id += fmt.Sprintf("\x00view %d %d %d %d %d %t %d", v.View, v.Top, v.Left, v.Height, v.Width, v.Flip, v.Size)
+	}
 	return s.submit(ctx, callKey{model: m.Name, digest: l.Digest, layer: l.Index, id: id}, segment{m: m, l: l}, req, nil)
 }
 
@@ -802,7 +805,11 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	defer s.leaveDecode()
 	buf := ln.bufs.get(ln.ie)
 	t1 := time.Now()
-	err = applyPreprocess(c.ctx, ln.g().m.Preprocess, data, s.cfg.maxPixels, buf, s.cfg.decode)
+	if v := c.req.View; v != nil {
+		err = applyViewPreprocess(c.ctx, ln.g().m.Preprocess, *v, data, s.cfg.maxPixels, buf, s.cfg.decode)
+	} else {
+		err = applyPreprocess(c.ctx, ln.g().m.Preprocess, data, s.cfg.maxPixels, buf, s.cfg.decode)
+	}
 	s.n.decodeNanos.Add(int64(time.Since(t1)))
 	if err != nil {
 		ln.bufs.put(buf, ln.ie)

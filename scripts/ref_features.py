@@ -12,6 +12,12 @@ axis; with several --module, DIR/<i>.<module>.npy for each), after PIL
 decoding, convert("RGB") and torchvision's Resize(256), CenterCrop(224),
 ToTensor(), Normalize(ImageNet mean, std). Images PIL cannot
 read are listed in DIR/errors.json instead.
+
+With --views FILE, FILE holds one JSON object per line, an augmented view
+(docs/AUGMENT.md): "image" (its path) and the view's "top", "left",
+"height", "width", "flip" and "size"; output i is line i's view:
+F.resized_crop(img, top, left, height, width, [size, size]) (PIL bilinear),
+F.hflip when flip, then ToTensor() and Normalize(). No IMAGE arguments.
 """
 import argparse
 import json
@@ -36,7 +42,8 @@ def main() -> int:
                          "given more than once, DIR/<i>.<module>.npy for each")
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("images", nargs="+")
+    ap.add_argument("--views", help="a JSON-lines file of augmented views to compute instead of IMAGE...")
+    ap.add_argument("images", nargs="*")
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -54,12 +61,35 @@ def main() -> int:
         transforms.ToTensor(),
         transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
     ])
+    norm = transforms.Compose([
+        transforms.ToTensor(),
+        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ])
+    from torchvision.transforms import functional as F
+    views = []
+    if args.views:
+        with open(args.views) as f:
+            views = [json.loads(line) for line in f if line.strip()]
+        args.images = [v["image"] for v in views]
+    if not args.images:
+        ap.error("no image: give IMAGE... or --views FILE")
+
+    def transform(i, im):
+        if not views:
+            return tf(im)
+        v = views[i]
+        im = F.resized_crop(im, v["top"], v["left"], v["height"], v["width"], [v["size"], v["size"]],
+                            interpolation=transforms.InterpolationMode.BILINEAR)
+        if v["flip"]:
+            im = F.hflip(im)
+        return norm(im)
+
     errors = {}
     with torch.no_grad():
         for i, path in enumerate(args.images):
             try:
                 with Image.open(path) as im:
-                    x = tf(im.convert("RGB"))
+                    x = transform(i, im.convert("RGB"))
             except Exception as e:  # noqa: BLE001 - any PIL failure is a bad image
                 errors[str(i)] = f"{type(e).__name__}: {e}"
                 continue

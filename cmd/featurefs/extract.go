@@ -50,6 +50,15 @@ write the same file (the same image given twice; a.jpg.jpg next to a.jpg
 and a.png) are refused before anything is extracted. The list of inputs
 (every path and its output path) is held in memory.
 
+With --augment K, extract writes K augmented views of every image
+instead: view k (0 <= k < K) to DIR/k/ under the same paths, torchvision's
+RandomResizedCrop(224) and RandomHorizontalFlip with random numbers drawn
+from the image's path under -o, its size and mtime, k and --augment-seed
+(docs/AUGMENT.md), so that DatasetFolder(DIR/<epoch % K>) trains on one
+view per epoch. Each view's parameters (the crop box in the image's
+pixels, the flip, the size, the seed and k) are its extended attribute
+user.featurefs.augment and a line of the augment.jsonl in its directory.
+
 Progress (done/total, rate, ETA) goes to stderr: a bar redrawn in place on
 a terminal, a plain line every --progress-interval otherwise; then a
 summary and the images that failed, with the reasons (the first 1000).
@@ -69,6 +78,7 @@ type extractArgs struct {
 	filesFrom, imageExts               string
 	null                               bool
 	interval                           time.Duration
+	aug                                augmentArgs
 }
 
 // runExtract implements "featurefs extract".
@@ -102,12 +112,17 @@ func runExtract(args []string) int {
 	}
 
 	prog := newProgressFor(os.Stderr, a.interval, "extract")
-	res := extractAll(ctx, images, names, a.out, prog, func(ctx context.Context, img string) ([]byte, error) {
-		return svc.Extract(ctx, extractor.Request{
-			Model: name, Layer: layer.Index, Key: img, Priority: extractor.Foreground,
-			Fetch: func(context.Context) ([]byte, error) { return readRegular(img, rt.MaxObjectSize) },
+	var res warmOutcome
+	if a.aug.views > 0 {
+		res = extractViews(ctx, svc, name, layer, a.aug, images, names, a.out, prog, rt.MaxObjectSize)
+	} else {
+		res = extractAll(ctx, images, names, a.out, prog, func(ctx context.Context, img string) ([]byte, error) {
+			return svc.Extract(ctx, extractor.Request{
+				Model: name, Layer: layer.Index, Key: img, Priority: extractor.Foreground,
+				Fetch: func(context.Context) ([]byte, error) { return readRegular(img, rt.MaxObjectSize) },
+			})
 		})
-	})
+	}
 	prog.finish(true)
 	res.addFailures(in.bad, in.badN)
 	res.printAs(os.Stderr, "extract")
@@ -149,6 +164,7 @@ func parseExtract(args []string) (a extractArgs, rt *mountopts.Options, pos []st
 	fl.BoolVar(&a.null, "null", false, "--files-from entries end with NUL bytes (find -print0), not newlines")
 	fl.StringVar(&a.imageExts, "image-extensions", strings.Join(spec.DefaultImageExtensions(), ","), "the files a directory argument stands for, by extension, comma-separated")
 	rt = extractorFlags(fl, mountopts.Extract)
+	addAugmentFlags(fl, &a.aug)
 	fl.DurationVar(&a.interval, "progress-interval", 5*time.Second, "how often a progress line is printed when stderr is not a terminal")
 	fl.StringVar(&a.logLevel, "log-level", "warn", "debug, info, warn or error")
 	pos, err = parseInterspersed(fl, args)
@@ -174,6 +190,9 @@ func parseExtract(args []string) (a extractArgs, rt *mountopts.Options, pos []st
 	}
 	if a.interval <= 0 {
 		return a, rt, pos, level, failf(exitUsage, "--progress-interval %v: must be positive", a.interval)
+	}
+	if err := a.aug.check(); err != nil {
+		return a, rt, pos, level, failf(exitUsage, "%v", err)
 	}
 	return a, rt, pos, level, nil
 }
@@ -268,6 +287,13 @@ func openExtractModel(a extractArgs, rt *mountopts.Options, level slog.Level) (*
 // is written outside out (os.Root), and a symbolic link at an output's
 // path fails that image alone (cache/safefile).
 func extractAll(ctx context.Context, images, names []string, out string, prog *progress, extract func(context.Context, string) ([]byte, error)) warmOutcome {
+	return extractEach(ctx, images, names, out, prog, func(ctx context.Context, j int) ([]byte, error) { return extract(ctx, images[j]) }, nil)
+}
+
+// extractEach is extractAll with the work named by index: extract(ctx, j)
+// computes out/names[j] (of images[j]), and after, if not nil, is called
+// once it is written, with the root of out (an error fails that image).
+func extractEach(ctx context.Context, images, names []string, out string, prog *progress, extract func(context.Context, int) ([]byte, error), after func(root *os.Root, j int) error) warmOutcome {
 	start := time.Now()
 	total := int64(len(images))
 	var done, failed atomic.Int64
@@ -301,7 +327,7 @@ loop:
 			err := rerr
 			var b []byte
 			if err == nil {
-				b, err = extract(ctx, img)
+				b, err = extract(ctx, i)
 			}
 			if err == nil {
 				if dir := filepath.Dir(names[i]); dir != "." {
@@ -309,6 +335,9 @@ loop:
 				}
 				if err == nil {
 					err = safefile.WriteFileIn(root, names[i], b, 0o644)
+				}
+				if err == nil && after != nil {
+					err = after(root, i)
 				}
 			}
 			switch {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/extractor/split"
 )
@@ -82,6 +83,12 @@ type Request struct {
 	ETag string
 	// Fetch returns the encoded image bytes.
 	Fetch func(ctx context.Context) ([]byte, error)
+	// View, when not nil, asks for an augmented view of the image instead
+	// of the plain one: its crop box, flip and output size, as
+	// augment.Draw gives them (docs/AUGMENT.md). Requests for different
+	// views of one image are distinct requests (the scheduler adds the
+	// view to the ID it shares in-flight requests by).
+	View *augment.Params
 	// Size is the object's size as listed, when known (0: unknown). The
 	// extractor takes that many bytes of its fetch budget before it calls
 	// Fetch (an object of unknown size takes them once fetched).

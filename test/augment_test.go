@@ -1,0 +1,222 @@
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/featurefs/featurefs/test/testenv"
+)
+
+// Issue 41's fidelity target, through `featurefs extract --augment`: for
+// every augmented view, the feature equals torchvision's forward of
+// resized_crop(img, top, left, height, width, size) (+ hflip where flip)
+// with the parameters the view publishes, max relative L2 <= 1e-3, over
+// 100 images x 4 views.
+
+// augView is a line of an augment.jsonl.
+type augView struct {
+	File   string `json:"file"`
+	Top    int    `json:"top"`
+	Left   int    `json:"left"`
+	Height int    `json:"height"`
+	Width  int    `json:"width"`
+	Flip   bool   `json:"flip"`
+	Size   int    `json:"size"`
+	Seed   uint64 `json:"seed"`
+	View   int    `json:"view"`
+}
+
+// runExtract runs featurefs extract with args and fails the test on a
+// non-zero exit.
+func runExtract(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command(featurefsBin(t), append([]string{"extract"}, args...)...)
+	cmd.Env = append(os.Environ(), "FEATUREFS_ORT_LIB="+testenv.ORTLib(t))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("featurefs extract %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+}
+
+// readViews reads the augment.jsonl files under root: each view file's
+// path relative to root and its parameters; and checks that each file's
+// extended attribute says the same.
+func readViews(t *testing.T, root string) map[string]augView {
+	t.Helper()
+	views := map[string]augView{}
+	err := filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() || e.Name() != "augment.jsonl" {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var v augView
+			if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+				return fmt.Errorf("%s: %q: %v", p, sc.Text(), err)
+			}
+			file := filepath.Join(filepath.Dir(p), v.File)
+			rel, _ := filepath.Rel(root, file)
+			views[filepath.ToSlash(rel)] = v
+			buf := make([]byte, 4096)
+			n, err := unix.Getxattr(file, "user.featurefs.augment", buf)
+			if err != nil {
+				t.Errorf("%s: extended attribute: %v", rel, err)
+				continue
+			}
+			var x augView
+			if err := json.Unmarshal(buf[:n], &x); err != nil {
+				t.Errorf("%s: extended attribute %q: %v", rel, buf[:n], err)
+			}
+			x.File = v.File
+			if x != v {
+				t.Errorf("%s: extended attribute %+v, augment.jsonl %+v", rel, x, v)
+			}
+		}
+		return sc.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return views
+}
+
+// relL2 is ||a-b|| / ||b||.
+func relL2(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var d, n float64
+	for i := range a {
+		x := float64(a[i]) - float64(b[i])
+		d += x * x
+		n += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(d / n)
+}
+
+// TestExtractAugmentedViewsMatchTorchvision extracts 4 augmented views of
+// 100 generated images at ResNet-50 layer12 and compares every one with
+// torchvision's forward of the view its parameters describe
+// (scripts/ref_features.py --views); then checks that the views of an
+// image differ, that a rerun writes the same bytes and parameters, and
+// that another seed draws other views.
+func TestExtractAugmentedViewsMatchTorchvision(t *testing.T) {
+	const views = 4
+	d := genDataset(t, "--classes", "2", "--train", "50", "--val", "0")
+	train := filepath.Join(d.Dir, "train")
+	src := map[string]string{} // class/name.npy -> the image
+	for _, o := range d.images("train/") {
+		rel := strings.TrimPrefix(o.Key, "train/")
+		src[strings.TrimSuffix(rel, path.Ext(rel))+".npy"] = filepath.Join(d.Dir, filepath.FromSlash(o.Key))
+	}
+	if len(src) < 100 {
+		t.Fatalf("gen_dataset made %d images, want 100", len(src))
+	}
+	model := testenv.Model(t, modelName)
+	out := t.TempDir()
+	runExtract(t, "--model", model, "--layer", testLayer, "--augment", fmt.Sprint(views), "--augment-seed", "3", train, "-o", out)
+	got := readViews(t, out)
+	if len(got) != views*len(src) {
+		t.Fatalf("%d views listed in augment.jsonl files, want %d", len(got), views*len(src))
+	}
+
+	// torchvision's features of the views, in one run.
+	var lines bytes.Buffer
+	var order []string
+	for rel, v := range got {
+		k, name, _ := strings.Cut(rel, "/")
+		if k != fmt.Sprint(v.View) || v.Seed != 3 || v.Size != 224 {
+			t.Errorf("%s: view %d seed %d size %d, want view %s seed 3 size 224", rel, v.View, v.Seed, v.Size, k)
+		}
+		img, ok := src[name]
+		if !ok {
+			t.Fatalf("view %s of no image", rel)
+		}
+		b, _ := json.Marshal(map[string]any{"image": img, "top": v.Top, "left": v.Left, "height": v.Height, "width": v.Width, "flip": v.Flip, "size": v.Size})
+		lines.Write(append(b, '\n'))
+		order = append(order, rel)
+	}
+	viewsFile := filepath.Join(t.TempDir(), "views.jsonl")
+	if err := os.WriteFile(viewsFile, lines.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refDir := t.TempDir()
+	ref := exec.Command(testenv.RequireTorch(t), filepath.Join(testenv.RepoRoot(t), "scripts", "ref_features.py"),
+		"--model", modelName, "--seed", "0", "--module", "layer3.3", "--threads", "2", "--views", viewsFile, "--out", refDir)
+	if b, err := ref.CombinedOutput(); err != nil {
+		t.Fatalf("ref_features.py --views: %v\n%s", err, b)
+	}
+	var worst, sum float64
+	flips := 0
+	for i, rel := range order {
+		a := readNPY(t, filepath.Join(out, filepath.FromSlash(rel)))
+		b := readNPY(t, filepath.Join(refDir, fmt.Sprintf("%d.npy", i)))
+		r := relL2(a.Data, b.Data)
+		if !(r <= 1e-3) {
+			t.Errorf("%s (%+v): relative L2 %.3g against torchvision, want <= 1e-3", rel, got[rel], r)
+		}
+		worst, sum = max(worst, r), sum+r
+		if got[rel].Flip {
+			flips++
+		}
+	}
+	t.Logf("%d views of %d images: relative L2 against torchvision mean %.2g, worst %.2g; %d flipped", len(order), len(src), sum/float64(len(order)), worst, flips)
+	if flips == 0 || flips == len(order) {
+		t.Errorf("%d of %d views flipped", flips, len(order))
+	}
+
+	// The views of an image are distinct.
+	for name := range src {
+		seen := map[[4]int]bool{}
+		for k := range views {
+			v := got[fmt.Sprintf("%d/%s", k, name)]
+			seen[[4]int{v.Top, v.Left, v.Height, v.Width}] = true
+		}
+		if len(seen) < 2 {
+			t.Errorf("%s: its %d views have one crop box", name, views)
+		}
+	}
+
+	// A rerun (one class, the same paths under -o) writes the same views;
+	// another seed draws others.
+	again, other := t.TempDir(), t.TempDir()
+	runExtract(t, "--model", model, "--layer", testLayer, "--augment", "1", "--augment-seed", "3", "--relative-to", train, filepath.Join(train, "cat"), "-o", again)
+	runExtract(t, "--model", model, "--layer", testLayer, "--augment", "1", "--augment-seed", "4", "--relative-to", train, filepath.Join(train, "cat"), "-o", other)
+	rerun, seed4 := readViews(t, again), readViews(t, other)
+	if len(rerun) == 0 || len(rerun) != len(seed4) {
+		t.Fatalf("reruns: %d and %d views", len(rerun), len(seed4))
+	}
+	differ := 0
+	for rel, v := range rerun {
+		if v != got[rel] {
+			t.Errorf("%s: rerun drew %+v, first run %+v", rel, v, got[rel])
+		}
+		b1, err1 := os.ReadFile(filepath.Join(out, filepath.FromSlash(rel)))
+		b2, err2 := os.ReadFile(filepath.Join(again, filepath.FromSlash(rel)))
+		if err1 != nil || err2 != nil || !bytes.Equal(b1, b2) {
+			t.Errorf("%s: rerun's bytes differ (%v, %v)", rel, err1, err2)
+		}
+		w := seed4[rel]
+		if w.Top != v.Top || w.Left != v.Left || w.Height != v.Height || w.Width != v.Width {
+			differ++
+		}
+	}
+	if differ < len(rerun)*3/4 {
+		t.Errorf("--augment-seed 4 drew another crop box than seed 3 for %d of %d images", differ, len(rerun))
+	}
+}
