@@ -296,3 +296,37 @@ func TestViewPreprocessUsesTheDecodeBudget(t *testing.T) {
 	}
 	b.release(held, 1<<20)
 }
+
+// BenchmarkApplyViewPreprocess is a drawn view (size 224) of the
+// benchmark JPEGs, beside BenchmarkApplyViewPlain, the plain view of the
+// same images: a view decodes at full size and resamples a crop of 8% to
+// 100% of the image.
+func BenchmarkApplyViewPreprocess(b *testing.B) {
+	imgs := benchJPEGs(b)
+	p := DefaultPreprocess()
+	var views []augment.Params
+	for i, data := range imgs {
+		w, h, _, err := CheckImage(data, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		views = append(views, augment.Draw(fmt.Sprint(i), 0, 1, w, h, 224, augment.DefaultScale, augment.DefaultRatio))
+	}
+	dst := make([]float32, 3*224*224)
+	loop(b, len(imgs), func(i int) {
+		if err := ApplyViewPreprocess(p, views[i], imgs[i], 0, dst); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func BenchmarkApplyViewPlain(b *testing.B) {
+	imgs := benchJPEGs(b)
+	p := DefaultPreprocess()
+	dst := make([]float32, 3*224*224)
+	loop(b, len(imgs), func(i int) {
+		if err := ApplyPreprocess(p, imgs[i], 0, dst); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
