@@ -2,7 +2,8 @@
 //
 // Data flow: a Request carries a Fetch function for the encoded image; the
 // Service deduplicates identical in-flight requests, decodes and preprocesses
-// images on a bounded worker pool (preprocess.go, torchvision-exact), gathers
+// images on a bounded worker pool (preprocess.go, torchvision-exact; view.go
+// for augmented views, whose parameters extractor/augment draws), gathers
 // them into batches by priority, and runs ONNX Runtime sessions pruned at the
 // requested layer (graph/ finds the layers and prunes the model). The result
 // is returned as the bytes of a .npy file (extractor/api/npy.go). Split

@@ -2,6 +2,7 @@ package extractor
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/augment"
@@ -254,4 +256,77 @@ func testPNGFunc(t testing.TB, w, h int, at func(x, y int) [3]byte) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// TestViewPreprocessUsesTheDecodeBudget: with a budget, a view's decode
+// holds its cost while it runs and gives it back, also on error; a full
+// budget makes it wait until the context ends.
+func TestViewPreprocessUsesTheDecodeBudget(t *testing.T) {
+	p := DefaultPreprocess()
+	data := testPNG(t, 40, 30)
+	v := augment.Params{Height: 30, Width: 40, Size: 8}
+	b := newDecodeBudget(1 << 20)
+	want := make([]float32, 3*8*8)
+	if err := ApplyViewPreprocess(p, v, data, 0, want); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 3*8*8)
+	if err := applyViewPreprocess(context.Background(), p, v, data, 0, got, b); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Error("the budgeted path computed another tensor")
+	}
+	bad := v
+	bad.Left = 1
+	if err := applyViewPreprocess(context.Background(), p, bad, data, 0, got, b); !errors.Is(err, ErrBadImage) {
+		t.Errorf("box outside: %v", err)
+	}
+	if n := b.inUse(); n != 0 {
+		t.Errorf("%d budget bytes still held after the decodes", n)
+	}
+	held, err := b.acquire(context.Background(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := applyViewPreprocess(ctx, p, v, data, 0, got, b); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("full budget: %v, want the context's deadline", err)
+	}
+	b.release(held, 1<<20)
+}
+
+// BenchmarkApplyViewPreprocess is a drawn view (size 224) of the
+// benchmark JPEGs, beside BenchmarkApplyViewPlain, the plain view of the
+// same images: a view decodes at full size and resamples a crop of 8% to
+// 100% of the image.
+func BenchmarkApplyViewPreprocess(b *testing.B) {
+	imgs := benchJPEGs(b)
+	p := DefaultPreprocess()
+	var views []augment.Params
+	for i, data := range imgs {
+		w, h, _, err := CheckImage(data, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		views = append(views, augment.Draw(fmt.Sprint(i), 0, 1, w, h, 224, augment.DefaultScale, augment.DefaultRatio))
+	}
+	dst := make([]float32, 3*224*224)
+	loop(b, len(imgs), func(i int) {
+		if err := ApplyViewPreprocess(p, views[i], imgs[i], 0, dst); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func BenchmarkApplyViewPlain(b *testing.B) {
+	imgs := benchJPEGs(b)
+	p := DefaultPreprocess()
+	dst := make([]float32, 3*224*224)
+	loop(b, len(imgs), func(i int) {
+		if err := ApplyPreprocess(p, imgs[i], 0, dst); err != nil {
+			b.Fatal(err)
+		}
+	})
 }
