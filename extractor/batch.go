@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/extractor/augment"
 )
 
 // runner computes segment g for n inputs (packed in in, g.inputElems()
@@ -405,6 +406,8 @@ func (s *scheduler) extract(ctx context.Context, m *model, l Layer, req Request)
 	}
 	if v := req.View; v != nil {
 		id += fmt.Sprintf("\x00view %d %d %d %d %d %t %d", v.View, v.Top, v.Left, v.Height, v.Width, v.Flip, v.Size)
+	} else if a := req.Augment; a != nil {
+		id += "\x00" + a.Key() + "\x00" + a.Identity
 	}
 	return s.submit(ctx, callKey{model: m.Name, digest: l.Digest, layer: l.Index, id: id}, segment{m: m, l: l}, req, nil)
 }
@@ -805,9 +808,18 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	defer s.leaveDecode()
 	buf := ln.bufs.get(ln.ie)
 	t1 := time.Now()
-	if v := c.req.View; v != nil {
-		err = applyViewPreprocess(c.ctx, ln.g().m.Preprocess, *v, data, s.cfg.maxPixels, buf, s.cfg.decode)
-	} else {
+	view := c.req.View
+	if a := c.req.Augment; view == nil && a != nil {
+		var p augment.Params
+		if p, err = ViewParams(*a, data, ln.g().m.Preprocess.Crop, s.cfg.maxPixels); err == nil {
+			view = &p
+		}
+	}
+	switch {
+	case err != nil:
+	case view != nil:
+		err = applyViewPreprocess(c.ctx, ln.g().m.Preprocess, *view, data, s.cfg.maxPixels, buf, s.cfg.decode)
+	default:
 		err = applyPreprocess(c.ctx, ln.g().m.Preprocess, data, s.cfg.maxPixels, buf, s.cfg.decode)
 	}
 	s.n.decodeNanos.Add(int64(time.Since(t1)))

@@ -144,3 +144,25 @@ func applyViewPreprocess(ctx context.Context, p Preprocess, view augment.Params,
 	}
 	return nil
 }
+
+// ViewParams returns the parameters spec draws for the image data at
+// output side size, its width and height read from its header (CheckImage:
+// an error matching ErrBadImage for what is not a usable image).
+func ViewParams(spec augment.Spec, data []byte, size int, maxPixels int64) (augment.Params, error) {
+	w, h, _, err := CheckImage(data, maxPixels)
+	if err != nil {
+		return augment.Params{}, err
+	}
+	return spec.Params(w, h, size), nil
+}
+
+// ViewParams returns the parameters of the augmented view spec of the
+// image data for model: what an Extract with Request.Augment spec
+// computes the view of (the model's crop size, the service's MaxPixels).
+func (s *Service) ViewParams(model string, spec augment.Spec, data []byte) (augment.Params, error) {
+	m, ok := s.Model(model)
+	if !ok {
+		return augment.Params{}, fmt.Errorf("extractor: no model %q", model)
+	}
+	return ViewParams(spec, data, m.Preprocess.Crop, s.cfg.MaxPixels)
+}

@@ -206,7 +206,9 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			// once and the kernel stops asking (ls -l asked two per file:
 			// 11.7x a local directory's time for 65,000 entries, 1.1x
 			// without). What a file stands for is in .featurefs/failures.
-			DisableXAttrs: true,
+			// With --augment, view files publish their parameters in one
+			// (augxattr.go), and every getxattr is a round trip.
+			DisableXAttrs: f.p.Config().Augment.Views == 0,
 			Debug:         mo.Debug,
 		},
 	}

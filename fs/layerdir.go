@@ -1,9 +1,11 @@
 package fs
 
 import (
+	"strconv"
 	"sync/atomic"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/features"
 )
 
@@ -15,13 +17,32 @@ import (
 type layerView struct {
 	cur   atomic.Pointer[features.View]
 	model string // the model's name
-	dir   string // "layer12", or an alias such as "pool"
+	dir   string // "layer12", or an alias such as "pool"; "layer12-aug/3" for a view
+	layer string // the layer's name or alias in the model: dir, but for a view
+	aug   *augment.Spec
 }
 
 func newLayerView(f *FS, m *api.Model, l api.Layer, dir string) *layerView {
-	v := &layerView{model: m.Name, dir: dir}
+	v := &layerView{model: m.Name, dir: dir, layer: dir}
 	v.cur.Store(f.p.NewView(m, l))
 	return v
+}
+
+// newAugView is the layerView of augmented view spec of layer l, shown
+// as layerDir-aug/<spec.View>.
+func newAugView(f *FS, m *api.Model, l api.Layer, layerDir string, spec augment.Spec) *layerView {
+	v := &layerView{model: m.Name, dir: augDirName(layerDir) + "/" + strconv.Itoa(spec.View), layer: layerDir, aug: &spec}
+	v.cur.Store(v.make(f, m, l))
+	return v
+}
+
+// make returns the features view of l of m for v: plain, or v's
+// augmented view.
+func (v *layerView) make(f *FS, m *api.Model, l api.Layer) *features.View {
+	if v.aug != nil {
+		return f.p.NewAugView(m, l, *v.aug)
+	}
+	return f.p.NewView(m, l)
 }
 
 // view returns the view of the model's current version.

@@ -39,7 +39,8 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 	sort.Strings(aliases)
 	for _, a := range aliases {
 		l, ok := m.Lookup(a)
-		if !ok || !naming.ValidName(a) || a == spec.LayersFile || spec.LayerLike(a) || d.GetChild(a) != nil {
+		if !ok || !naming.ValidName(a) || a == spec.LayersFile || spec.LayerLike(a) || d.GetChild(a) != nil ||
+			(d.fs.p.Config().Augment.Views > 0 && d.GetChild(augDirName(a)) != nil) {
 			d.fs.log.Warn("featurefs: alias ignored", slog.String("model", m.Name), slog.String("alias", a), slog.String("layer", m.Aliases[a]))
 			continue
 		}
@@ -54,6 +55,11 @@ func (d *modelDir) addLayer(ctx context.Context, dir string, l api.Layer) {
 	ch := d.NewPersistentInode(ctx, newLayerDir(d.fs, v), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: v.dirIno("")})
 	d.AddChild(dir, ch, true)
 	d.fs.addLayerDir(ch)
+	if d.fs.p.Config().Augment.Views > 0 {
+		ad := &augDir{fs: d.fs, model: d.model, layer: l, dir: dir}
+		ach := d.NewPersistentInode(ctx, ad, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('a', "features", d.model.Name, augDirName(dir))})
+		d.AddChild(augDirName(dir), ach, true)
+	}
 }
 
 // Getattr reports a read-only directory.

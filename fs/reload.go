@@ -30,11 +30,11 @@ func (f *FS) ModelReplaced(m *api.Model) []string {
 		if !ok || d.view.model != m.Name {
 			continue
 		}
-		l, ok := m.Lookup(d.view.dir)
+		l, ok := m.Lookup(d.view.layer)
 		if !ok {
 			continue // Reload keeps the layers; an alias always resolves
 		}
-		old := d.view.cur.Swap(f.p.NewView(m, l))
+		old := d.view.cur.Swap(d.view.make(f, m, l))
 		if old.Layer.Digest == l.Digest && old.Layer.Digest != "" {
 			continue
 		}
@@ -116,7 +116,7 @@ func (f *FS) modelDirNode(name string) *gofs.Inode {
 	layers := f.kernel.layers
 	f.kernel.mu.Unlock()
 	for _, n := range layers {
-		if d, ok := n.Operations().(*prefixDir); ok && d.view.model == name {
+		if d, ok := n.Operations().(*prefixDir); ok && d.view.model == name && d.view.aug == nil {
 			_, parent := n.Parent()
 			return parent
 		}

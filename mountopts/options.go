@@ -7,9 +7,11 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/extractor/spec"
 )
 
@@ -196,6 +198,12 @@ type Options struct {
 	// and an image costing more than the whole budget is decoded alone
 	// (--decode-memory, default 1GiB).
 	DecodeMemory int64
+	// Augment is how many augmented views of every layer the mount shows
+	// (--augment; 0: none), AugmentSeed their seed, AugmentScale and
+	// AugmentRatio their RandomResizedCrop ranges ("lo,hi").
+	Augment                    int
+	AugmentSeed                int
+	AugmentScale, AugmentRatio string
 	// FetchMemory bounds the bytes of the objects fetched and not yet
 	// decoded, each taken at its listed size before its GET; a fetch
 	// waits for room, and an object larger than the whole budget is held
@@ -402,10 +410,50 @@ func (o *Options) Validate() error {
 	} else if err := o.checkFP16(); err != nil {
 		errs = append(errs, err)
 	}
+	if o.Augment > 0 {
+		scale, err1 := ParseRange("augment-scale", o.AugmentScale)
+		ratio, err2 := ParseRange("augment-ratio", o.AugmentRatio)
+		if err1 == nil && err2 == nil {
+			if err := augment.CheckRanges(scale, ratio); err != nil {
+				bad("--augment-scale %s --augment-ratio %s: %v", o.AugmentScale, o.AugmentRatio, err)
+			}
+		}
+		if o.Remote.Enabled() {
+			bad("--augment with --remote: a feature server does not compute augmented views yet; mount the source itself (featurefs mount SOURCE ...) for views")
+		}
+	}
 	if o.FastDecode && o.Remote.Enabled() && (o.Remote.Split == "" || o.Remote.Split == "none") {
 		bad("--fast-decode: with --remote the servers decode the images: give it to featurefs serve instead (a mount with --split auto, raw or K decodes too and takes it, matching the servers')")
 	}
 	return errors.Join(errs...)
+}
+
+// MaxAugmentViews bounds --augment.
+const MaxAugmentViews = 1000
+
+// ParseRange parses a "lo,hi" range of --flag.
+func ParseRange(flag, s string) ([2]float64, error) {
+	lo, hi, ok := strings.Cut(s, ",")
+	if !ok {
+		return [2]float64{}, fmt.Errorf("--%s %q: want lo,hi, e.g. 0.08,1", flag, s)
+	}
+	var r [2]float64
+	for i, v := range []string{lo, hi} {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return r, fmt.Errorf("--%s %q: %q is not a number", flag, s, v)
+		}
+		r[i] = f
+	}
+	return r, nil
+}
+
+// AugmentRanges returns --augment-scale and --augment-ratio parsed
+// (Validate has checked them).
+func (o *Options) AugmentRanges() (scale, ratio [2]float64) {
+	scale, _ = ParseRange("augment-scale", o.AugmentScale)
+	ratio, _ = ParseRange("augment-ratio", o.AugmentRatio)
+	return scale, ratio
 }
 
 // checkFP16 is the rule that fp16 needs TensorRT.

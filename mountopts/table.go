@@ -289,6 +289,23 @@ var table = []*Option{
 	{Name: "predictions-top", Key: "predictions-top", In: mountCmds,
 		Help: "classes per line of a predictions file, highest softmax score first",
 		v:    num(func(o *Options) *int { return &o.PredictionsTop }, 5, positive[int]("predictions-top", "%d"))},
+	{Name: "augment", Key: "augment", In: Mount,
+		Help: "show this many augmented views of every layer, LAYER-aug/0 .. LAYER-aug/K-1 beside LAYER: view k of an image is torchvision's RandomResizedCrop + RandomHorizontalFlip with numbers drawn from the object's key and ETag, k and --augment-seed, its parameters in the extended attribute user.featurefs.augment (docs/AUGMENT.md); 0: none",
+		v: num(func(o *Options) *int { return &o.Augment }, 0, func(n int) error {
+			if n < 0 || n > MaxAugmentViews {
+				return failf("--augment %d: must be from 0 (none) to %d", n, MaxAugmentViews)
+			}
+			return nil
+		})},
+	{Name: "augment-seed", Key: "augment-seed", In: Mount,
+		Help: "the seed of the augmented views' random numbers (--augment)",
+		v:    num(func(o *Options) *int { return &o.AugmentSeed }, 0, notNegative[int]("augment-seed", "%d", "must be 0 or more"))},
+	{Name: "augment-scale", Key: "augment-scale", In: Mount,
+		Help: "the augmented views' RandomResizedCrop scale range, `lo,hi`: the crop's area as a fraction of the image's",
+		v:    str(func(o *Options) *string { return &o.AugmentScale }, "0.08,1", func(s string) error { _, err := ParseRange("augment-scale", s); return err })},
+	{Name: "augment-ratio", Key: "augment-ratio", In: Mount,
+		Help: "the augmented views' RandomResizedCrop aspect ratio range, `lo,hi`",
+		v:    str(func(o *Options) *string { return &o.AugmentRatio }, "0.75,1.3333333333333333", func(s string) error { _, err := ParseRange("augment-ratio", s); return err })},
 	{Name: "config", In: sourceCmds,
 		Help: "YAML config `file` (models with preprocessing and aliases, and any option)",
 		v:    str(func(o *Options) *string { return &o.ConfigFile }, "", nil)},

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,6 +96,24 @@ func readViews(t *testing.T, root string) map[string]augView {
 	return views
 }
 
+// torchViews runs scripts/ref_features.py --views on views (JSON lines:
+// "image" and the view's parameters) at ResNet-50 layer12 (layer3.3) and
+// returns the directory of its outputs, <i>.npy for line i.
+func torchViews(t *testing.T, views []byte) string {
+	t.Helper()
+	viewsFile := filepath.Join(t.TempDir(), "views.jsonl")
+	if err := os.WriteFile(viewsFile, views, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refDir := t.TempDir()
+	ref := exec.Command(testenv.RequireTorch(t), filepath.Join(testenv.RepoRoot(t), "scripts", "ref_features.py"),
+		"--model", modelName, "--seed", "0", "--module", "layer3.3", "--threads", "2", "--views", viewsFile, "--out", refDir)
+	if b, err := ref.CombinedOutput(); err != nil {
+		t.Fatalf("ref_features.py --views: %v\n%s", err, b)
+	}
+	return refDir
+}
+
 // relL2 is ||a-b|| / ||b||.
 func relL2(a, b []float32) float64 {
 	if len(a) != len(b) {
@@ -151,16 +170,7 @@ func TestExtractAugmentedViewsMatchTorchvision(t *testing.T) {
 		lines.Write(append(b, '\n'))
 		order = append(order, rel)
 	}
-	viewsFile := filepath.Join(t.TempDir(), "views.jsonl")
-	if err := os.WriteFile(viewsFile, lines.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	refDir := t.TempDir()
-	ref := exec.Command(testenv.RequireTorch(t), filepath.Join(testenv.RepoRoot(t), "scripts", "ref_features.py"),
-		"--model", modelName, "--seed", "0", "--module", "layer3.3", "--threads", "2", "--views", viewsFile, "--out", refDir)
-	if b, err := ref.CombinedOutput(); err != nil {
-		t.Fatalf("ref_features.py --views: %v\n%s", err, b)
-	}
+	refDir := torchViews(t, lines.Bytes())
 	var worst, sum float64
 	flips := 0
 	for i, rel := range order {
@@ -219,4 +229,81 @@ func TestExtractAugmentedViewsMatchTorchvision(t *testing.T) {
 	if differ < len(rerun)*3/4 {
 		t.Errorf("--augment-seed 4 drew another crop box than seed 3 for %d of %d images", differ, len(rerun))
 	}
+}
+
+// TestMountAugmentedViews mounts a local directory of 25 generated images
+// with --augment 4 and reads every view at ResNet-50 layer12 through the
+// kernel: each view directory lists the plain layer's names; each view
+// file's bytes and user.featurefs.augment equal what featurefs extract
+// --augment writes for the same directory and seed (the same identity:
+// key and size-mtime ETag), and its feature equals torchvision's forward
+// of the view its parameters describe.
+func TestMountAugmentedViews(t *testing.T) {
+	const views = 4
+	d := genDataset(t, "--classes", "1", "--train", "25", "--val", "0")
+	m := testMount(t, mountConfig{Source: d.Dir, Args: []string{"--augment", fmt.Sprint(views), "--augment-seed", "3", "--prefetch", "off"}})
+	plainDir := m.Layer(testLayer)
+	augDir := filepath.Join(filepath.Dir(plainDir), testLayer+"-aug")
+	out := t.TempDir()
+	runExtract(t, "--model", testenv.Model(t, modelName), "--layer", testLayer, "--augment", fmt.Sprint(views), "--augment-seed", "3",
+		"--relative-to", d.Dir, filepath.Join(d.Dir, "train"), "-o", out)
+	want := readViews(t, out)
+	imgs := d.images("train/")
+	if len(want) != views*len(imgs) {
+		t.Fatalf("extract wrote %d views of %d images", len(want), len(imgs))
+	}
+	var lines bytes.Buffer
+	var order []string
+	for k := range views {
+		for _, o := range imgs {
+			rel := strings.TrimSuffix(o.Key, path.Ext(o.Key)) + ".npy"
+			name := fmt.Sprintf("%d/%s", k, rel)
+			p := filepath.Join(augDir, filepath.FromSlash(name))
+			got, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatalf("read %s: %v", name, err)
+			}
+			ref, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(name)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, ref) {
+				t.Errorf("%s: the mount's view differs from extract --augment's", name)
+			}
+			buf := make([]byte, 4096)
+			n, err := unix.Getxattr(p, "user.featurefs.augment", buf)
+			if err != nil {
+				t.Fatalf("getxattr %s: %v", name, err)
+			}
+			var v augView
+			if err := json.Unmarshal(buf[:n], &v); err != nil {
+				t.Fatalf("%s: %q: %v", name, buf[:n], err)
+			}
+			v.File = path.Base(rel)
+			if v != want[name] {
+				t.Errorf("%s: the mount's parameters %+v, extract's %+v", name, v, want[name])
+			}
+			b, _ := json.Marshal(map[string]any{"image": filepath.Join(d.Dir, filepath.FromSlash(o.Key)), "top": v.Top, "left": v.Left, "height": v.Height, "width": v.Width, "flip": v.Flip, "size": v.Size})
+			lines.Write(append(b, '\n'))
+			order = append(order, p)
+		}
+	}
+	plainNames, err := readDirNames(filepath.Join(plainDir, "train", imgs[0].Class))
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewNames, err := readDirNames(filepath.Join(augDir, "2", "train", imgs[0].Class))
+	if err != nil || !slices.Equal(plainNames, viewNames) {
+		t.Errorf("view 2 lists %v (%v), the plain layer %v", viewNames, err, plainNames)
+	}
+	refDir := torchViews(t, lines.Bytes())
+	var worst float64
+	for i, p := range order {
+		r := relL2(readNPY(t, p).Data, readNPY(t, filepath.Join(refDir, fmt.Sprintf("%d.npy", i))).Data)
+		if !(r <= 1e-3) {
+			t.Errorf("%s: relative L2 %.3g against torchvision, want <= 1e-3", p, r)
+		}
+		worst = max(worst, r)
+	}
+	t.Logf("%d views through the mount: equal to extract --augment's, worst relative L2 against torchvision %.2g", len(order), worst)
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/augment"
+	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/mountopts"
 )
 
 // extract --augment K: K augmented views of every image (issue 41,
@@ -31,7 +33,7 @@ import (
 // beside it.
 
 // augmentXattr is the extended attribute holding a view's parameters.
-const augmentXattr = "user.featurefs.augment"
+const augmentXattr = augment.Xattr
 
 // augmentJSONL is the file, in every directory of views, with one line of
 // parameters per view file in it.
@@ -63,33 +65,16 @@ func (a *augmentArgs) check() error {
 		return fmt.Errorf("--augment %d: must be from 0 (off) to %d", a.views, maxAugmentViews)
 	}
 	var err error
-	if a.scaleR, err = parseRange("--augment-scale", a.scale); err != nil {
+	if a.scaleR, err = mountopts.ParseRange("augment-scale", a.scale); err != nil {
 		return err
 	}
-	if a.ratioR, err = parseRange("--augment-ratio", a.ratio); err != nil {
+	if a.ratioR, err = mountopts.ParseRange("augment-ratio", a.ratio); err != nil {
 		return err
 	}
 	if err := augment.CheckRanges(a.scaleR, a.ratioR); err != nil {
 		return fmt.Errorf("--augment-scale %s --augment-ratio %s: %w", a.scale, a.ratio, err)
 	}
 	return nil
-}
-
-// parseRange parses "lo,hi".
-func parseRange(flagName, s string) ([2]float64, error) {
-	lo, hi, ok := strings.Cut(s, ",")
-	if !ok {
-		return [2]float64{}, fmt.Errorf("%s %q: want lo,hi, e.g. 0.08,1", flagName, s)
-	}
-	var r [2]float64
-	for i, v := range []string{lo, hi} {
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil {
-			return r, fmt.Errorf("%s %q: %q is not a number", flagName, s, v)
-		}
-		r[i] = f
-	}
-	return r, nil
 }
 
 // viewLine is a line of augment.jsonl: the view file's name in its
@@ -101,8 +86,10 @@ type viewLine struct {
 
 // extractViews writes views.views augmented views of every image: view k
 // of images[i] to out/<k>/names[i]. An image's identity for the random
-// numbers is its output path (names[i], slash-separated) and its size and
-// modification time as a local-directory mount's ETag is made of them.
+// numbers is its path under -o's root with its own extension (viewKey) and
+// its size and modification time as a local-directory mount makes its
+// ETag: a mount of that root directory with the same --augment-seed shows
+// the same views.
 func extractViews(ctx context.Context, svc *extractor.Service, model string, layer extractor.Layer, views augmentArgs,
 	images, names []string, out string, prog *progress, maxObject int64) warmOutcome {
 	m, _ := svc.Model(model)
@@ -133,7 +120,7 @@ func extractViews(ctx context.Context, svc *extractor.Service, model string, lay
 		if err != nil {
 			return nil, err
 		}
-		id := augment.Identity(filepath.ToSlash(names[j%len(images)]), fmt.Sprintf("%x-%x", st.Size(), st.ModTime().UnixNano()))
+		id := augment.Identity(viewKey(names[j%len(images)], img), fmt.Sprintf("%x-%x", st.Size(), st.ModTime().UnixNano()))
 		p := augment.Draw(id, v, views.seed, w, h, size, views.scaleR, views.ratioR)
 		params[j] = p
 		return svc.Extract(ctx, extractor.Request{
@@ -196,4 +183,25 @@ func writeViewLines(out string, names []string, params []augment.Params, written
 		}
 	}
 	return nil
+}
+
+// augmentConfig is the mount's augmented views (--augment and its flags).
+func augmentConfig(o mountopts.Options) features.AugmentConfig {
+	if o.Augment <= 0 {
+		return features.AugmentConfig{}
+	}
+	scale, ratio := o.AugmentRanges()
+	return features.AugmentConfig{Views: o.Augment, Seed: uint64(o.AugmentSeed), Scale: scale, Ratio: ratio}
+}
+
+// viewKey is the object key a local-directory mount of -o's root would
+// give image img written as name: name, slash-separated, with img's
+// extension instead of .npy (a.npy of a.jpg is a.jpg; a.jpg.npy, written
+// so beside an a.png, is a.jpg).
+func viewKey(name, img string) string {
+	k := strings.TrimSuffix(filepath.ToSlash(name), ".npy")
+	if ext := filepath.Ext(img); !strings.HasSuffix(k, ext) {
+		k += ext
+	}
+	return k
 }

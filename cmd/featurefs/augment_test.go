@@ -33,3 +33,18 @@ func TestExtractAugmentFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestViewKey: an extract output's identity key is the image's path under
+// the root, with its extension, as a local-directory mount names it.
+func TestViewKey(t *testing.T) {
+	for _, tc := range []struct{ name, img, want string }{
+		{"train/cat/a.npy", "/d/train/cat/a.jpg", "train/cat/a.jpg"},
+		{"cat/a.jpg.npy", "/d/cat/a.jpg", "cat/a.jpg"},
+		{"a.png.npy", "/x/a.png", "a.png"},
+		{"b.npy", "/x/b.JPEG", "b.JPEG"},
+	} {
+		if got := viewKey(tc.name, tc.img); got != tc.want {
+			t.Errorf("viewKey(%q, %q) = %q, want %q", tc.name, tc.img, got, tc.want)
+		}
+	}
+}

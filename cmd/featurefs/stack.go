@@ -153,6 +153,7 @@ func openStack(ctx context.Context, o mountopts.Options, so stackOptions) (_ *st
 	cfg := features.Config{
 		Labels:          labels,
 		PredictionsTop:  o.PredictionsTop,
+		Augment:         augmentConfig(o),
 		Bucket:          s.source,
 		Extractor:       s.ex,
 		Cache:           s.cache,

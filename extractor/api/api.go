@@ -89,6 +89,10 @@ type Request struct {
 	// views of one image are distinct requests (the scheduler adds the
 	// view to the ID it shares in-flight requests by).
 	View *augment.Params
+	// Augment, when not nil and View is nil, asks for the augmented view
+	// the spec draws for the image once its size is read from its header
+	// (augment.Spec.Params at the model's crop size).
+	Augment *augment.Spec
 	// Size is the object's size as listed, when known (0: unknown). The
 	// extractor takes that many bytes of its fetch budget before it calls
 	// Fetch (an object of unknown size takes them once fetched).

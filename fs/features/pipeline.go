@@ -11,6 +11,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache"
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/extractor/spec"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/featurestore"
@@ -103,6 +104,9 @@ type Config struct {
 	PredictionsTop int
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
+	// Augment, with Views > 0, gives every layer that many augmented
+	// views (--augment; the tree shows them: docs/AUGMENT.md).
+	Augment AugmentConfig
 
 	// Prefetch is background extraction of what readers are about to read
 	// (off unless set; see PrefetchConfig).
@@ -166,7 +170,9 @@ type Pipeline struct {
 
 	bad      *lru.LRU[string, badEntry]   // object version -> why it is bad
 	versions *lru.LRU[string, objVersion] // key -> a version newer than its listing's
-	features inflight.Group[[]byte]       // reads in flight
+	// viewParams remembers augmented views' parameters (ViewParams).
+	viewParams *lru.LRU[string, augment.Params]
+	features   inflight.Group[[]byte] // reads in flight
 	// handoff holds features just computed (by a read or by prefetch)
 	// until a reader has read them to their end: its reads copy them from
 	// memory rather than decompress them from the cache.
@@ -268,6 +274,7 @@ func New(cfg Config) (*Pipeline, error) {
 		bad:        lru.New[string, badEntry](cfg.MaxBadObjects),
 		journal:    figures.NewJournal(cfg.Logger, cfg.Now),
 		versions:   lru.New[string, objVersion](4096),
+		viewParams: lru.New[string, augment.Params](maxViewParams),
 		handoff:    lru.New[string, []byte](cfg.HandoffBytes),
 		owner:      lifetime.New(),
 	}
@@ -345,11 +352,44 @@ type View struct {
 	Layer api.Layer
 	// Size is the bytes of each .npy file of the layer.
 	Size int64
+	// Aug, when not nil, makes the view an augmented one (docs/AUGMENT.md):
+	// the feature of view Aug.View of every image, drawn with Aug's seed
+	// and ranges from the object's identity (Aug.Identity is empty: each
+	// object's is its own), cached under a key of its own.
+	Aug *augment.Spec
 }
 
 // NewView returns the view of layer l of model m.
 func (p *Pipeline) NewView(m *api.Model, l api.Layer) *View {
 	return &View{Model: m, Layer: l, Size: api.NPYSize(l.Shape, p.dtype)}
+}
+
+// NewAugView returns augmented view spec of layer l of model m.
+func (p *Pipeline) NewAugView(m *api.Model, l api.Layer, spec augment.Spec) *View {
+	v := p.NewView(m, l)
+	spec.Identity = ""
+	v.Aug = &spec
+	return v
+}
+
+// augSpec is v's augmentation for obj (nil for a plain view): the view's
+// spec with the object's identity (its content's key and its ETag).
+func (v *View) augSpec(obj bucket.Object) *augment.Spec {
+	if v.Aug == nil {
+		return nil
+	}
+	a := *v.Aug
+	a.Identity = augment.Identity(objectID(obj), obj.ETag)
+	return &a
+}
+
+// preprocessKey is the cache key's Preprocess of v: the model's
+// preprocessing, and the augmentation of an augmented view.
+func (v *View) preprocessKey() string {
+	if v.Aug == nil {
+		return v.Model.Preprocess.Key()
+	}
+	return v.Model.Preprocess.Key() + " " + v.Aug.Key()
 }
 
 // FlushCacheWrites waits until every feature queued for the cache has been

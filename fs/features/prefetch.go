@@ -293,8 +293,12 @@ func (p *prefetcher) touch(v *View, prefix string) {
 		return
 	}
 	job := walkJob{view: v, prefix: prefix, tree: p.cfg.Mode == PrefetchTree}
-	// Alias directories share their layer's walks: same features.
+	// Alias directories share their layer's walks: same features. An
+	// augmented view's are other features: walks of their own.
 	base := v.Model.Name + "\x00" + strconv.Itoa(v.Layer.Index)
+	if v.Aug != nil {
+		base += "\x00" + v.Aug.Key()
+	}
 	if job.tree {
 		job.prefix, job.id = "", base
 	} else {

@@ -179,7 +179,7 @@ func (p *Pipeline) legacyKey(v *View, obj bucket.Object) cache.Key {
 		ETag:        obj.ETag,
 		ModelDigest: v.Model.Digest,
 		Layer:       v.Layer.Tensor,
-		Preprocess:  v.Model.Preprocess.Key(),
+		Preprocess:  v.preprocessKey(),
 		DType:       string(p.dtype),
 	}
 }
@@ -336,6 +336,7 @@ func (p *Pipeline) findOrExtractFrom(ctx context.Context, v *View, obj bucket.Ob
 		Priority: prio,
 		Digest:   v.Model.Digest,
 		Size:     obj.Size,
+		Augment:  v.augSpec(obj),
 		Fetch: func(ctx context.Context) ([]byte, error) {
 			if g != nil {
 				if g.err != nil {

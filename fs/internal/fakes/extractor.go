@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/extractor/augment"
 )
 
 // Feature computes a fake extractor's .npy file of layer l for an object's
@@ -123,7 +124,29 @@ func (e *Extractor) Extract(ctx context.Context, req api.Request) ([]byte, error
 	if bytes.HasPrefix(data, []byte("BAD")) {
 		return nil, &api.ImageError{Key: req.Key, Reason: "not an image", Err: e.BadErr}
 	}
+	if req.Augment != nil {
+		data = ViewInput(data, *req.Augment)
+	}
 	return e.feature(m.Layers[req.Layer], data, e.dtype), nil
+}
+
+// ViewInput is what the fake extractor computes the feature of for view a
+// of an object's bytes: the bytes, then the view's key and identity.
+func ViewInput(data []byte, a augment.Spec) []byte {
+	return append(append(append([]byte{}, data...), "|"+a.Key()+"|"...), a.Identity...)
+}
+
+// ViewParams draws view a's parameters for an object's bytes as if the
+// image were (64 + its length) x 48 pixels, at the model's crop size.
+func (e *Extractor) ViewParams(model string, a augment.Spec, data []byte) (augment.Params, error) {
+	m, ok := e.Model(model)
+	if !ok {
+		return augment.Params{}, fmt.Errorf("no model %s", model)
+	}
+	if bytes.HasPrefix(data, []byte("BAD")) {
+		return augment.Params{}, &api.ImageError{Key: "", Reason: "not an image", Err: e.BadErr}
+	}
+	return a.Params(64+len(data), 48, m.Preprocess.Crop), nil
 }
 
 // Gated is an Extractor whose every Extract first reports its object key on

@@ -1,0 +1,85 @@
+package features
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/featurefs/featurefs/extractor/augment"
+	"github.com/featurefs/featurefs/fs/bucket"
+)
+
+// ViewParamser is what an Extractor implements that can tell an
+// augmented view's parameters from an image's bytes (*extractor.Service:
+// the image's size from its header, then augment.Spec.Params at the
+// model's crop size, as its Extract of that view draws them).
+type ViewParamser interface {
+	ViewParams(model string, spec augment.Spec, data []byte) (augment.Params, error)
+}
+
+// ErrNoViewParams is matched by ViewParams's error when the extractor
+// cannot tell a view's parameters (a remote one).
+var ErrNoViewParams = errors.New("the extractor does not tell augmented views' parameters")
+
+// maxViewParams bounds the views whose parameters ViewParams remembers.
+const maxViewParams = 16384
+
+// ViewParams returns the parameters of augmented view v (v.Aug not nil)
+// of obj: the crop box in the image's pixels, the flip, the output size,
+// the seed and the view. The image is fetched for its header once, the
+// parameters then remembered (a bounded set: the most recent
+// maxViewParams); a bad image is an error matching ErrBadObject's.
+func (p *Pipeline) ViewParams(ctx context.Context, v *View, obj bucket.Object) (augment.Params, error) {
+	a := v.augSpec(obj)
+	if a == nil {
+		return augment.Params{}, fmt.Errorf("%s: not an augmented view", obj.Key)
+	}
+	vp, ok := p.given.Extractor.(ViewParamser)
+	if !ok {
+		return augment.Params{}, ErrNoViewParams
+	}
+	id := v.Model.Name + "\x00" + v.Model.Digest + "\x00" + a.Key() + "\x00" + a.Identity
+	if params, ok := p.viewParams.Get(id); ok {
+		return params, nil
+	}
+	if p.cfg.ReadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
+		defer cancel()
+	}
+	data, o, err := p.cfg.Bucket.Get(ctx, obj.Key, p.cfg.MaxObjectSize)
+	if err != nil {
+		return augment.Params{}, fmt.Errorf("get %q: %w", obj.Key, err)
+	}
+	if obj.ETag != "" && o.ETag != "" && o.ETag != obj.ETag {
+		return augment.Params{}, fmt.Errorf("get %q: %w (listed ETag %s, now %s)", obj.Key, ErrObjectChanged, obj.ETag, o.ETag)
+	}
+	params, err := vp.ViewParams(v.Model.Name, *a, data)
+	if err != nil {
+		return augment.Params{}, fmt.Errorf("%s: %w", obj.Key, err)
+	}
+	p.viewParams.Put(id, params, 1)
+	return params, nil
+}
+
+// AugmentConfig is a mount's augmented views (--augment, --augment-seed,
+// --augment-scale, --augment-ratio): Views views of every layer, drawn
+// with Seed and the ranges Scale and Ratio (torchvision's defaults,
+// augment.DefaultScale and augment.DefaultRatio, when zero).
+type AugmentConfig struct {
+	Views        int
+	Seed         uint64
+	Scale, Ratio [2]float64
+}
+
+// Spec returns view k's spec (without an identity).
+func (c AugmentConfig) Spec(k int) augment.Spec {
+	s := augment.Spec{View: k, Seed: c.Seed, Scale: c.Scale, Ratio: c.Ratio}
+	if s.Scale == ([2]float64{}) {
+		s.Scale = augment.DefaultScale
+	}
+	if s.Ratio == ([2]float64{}) {
+		s.Ratio = augment.DefaultRatio
+	}
+	return s
+}
