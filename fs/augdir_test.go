@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -144,5 +145,72 @@ func TestAugmentedViewPrefetch(t *testing.T) {
 	}
 	if n := e.x.Calls.Load() - calls; n != 0 {
 		t.Errorf("reading a prefetched view computed %d features", n)
+	}
+}
+
+// TestAugmentJSONL: a view directory lists augment.jsonl first; its size
+// (from the listing: stat fetches nothing) is the size of what a read
+// returns; each line is a view file's name and the same parameters as its
+// extended attribute, padded with spaces; a bad image's line says so; the
+// plain layer has no such file.
+func TestAugmentJSONL(t *testing.T) {
+	b := newFakeBucket(1000)
+	b.put("d/1.jpg", []byte("one"))
+	b.put("d/2.jpg", []byte("two, longer"))
+	b.put("d/3.jpg", []byte("BAD image"))
+	b.put("d/sub/4.jpg", []byte("four"))
+	e := testMount(t, b, func(c *testConfig) { c.Augment = features.AugmentConfig{Views: 2, Seed: 9} })
+	dir := e.path("features", "tiny", "layer1-aug", "1", "d")
+	if got := names(t, dir); !slices.Equal(got, []string{"1.npy", "2.npy", "3.npy", "augment.jsonl", "sub/"}) {
+		t.Errorf("view directory lists %v", got)
+	}
+	gets := b.gets.Load()
+	st, err := os.Stat(dir + "/augment.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.gets.Load() != gets {
+		t.Errorf("stat of augment.jsonl fetched %d objects", b.gets.Load()-gets)
+	}
+	data, err := os.ReadFile(dir + "/augment.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(data)) != st.Size() {
+		t.Errorf("augment.jsonl: stat says %d bytes, a read returns %d", st.Size(), len(data))
+	}
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("augment.jsonl has %d lines, want 3:\n%s", len(lines), data)
+	}
+	for i, name := range []string{"1.npy", "2.npy"} {
+		var got struct {
+			File string `json:"file"`
+			augment.Params
+		}
+		if err := json.Unmarshal([]byte(lines[i]), &got); err != nil {
+			t.Fatalf("line %d %q: %v", i, lines[i], err)
+		}
+		buf := make([]byte, 512)
+		n, err := syscall.Getxattr(dir+"/"+name, augment.Xattr, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want augment.Params
+		if err := json.Unmarshal(buf[:n], &want); err != nil {
+			t.Fatal(err)
+		}
+		if got.File != name || got.Params != want || got.View != 1 || got.Seed != 9 {
+			t.Errorf("line %d: %+v; want %s with %+v (view 1, seed 9)", i, got, name, want)
+		}
+		if !strings.HasSuffix(lines[i], " ") {
+			t.Errorf("line %d is not padded: %q", i, lines[i])
+		}
+	}
+	if !strings.Contains(lines[2], `"file":"3.npy","error":"not an image"`) {
+		t.Errorf("the bad image's line: %q", lines[2])
+	}
+	if _, err := os.Stat(e.path("features", "tiny", "layer1", "d", "augment.jsonl")); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("stat of augment.jsonl in a plain layer: %v, want ENOENT", err)
 	}
 }

@@ -53,6 +53,9 @@ func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
 	d.lookups.Add(1)
+	if name == augmentJSONL && d.view.aug != nil {
+		return augJSONLChild(ctx, d, out)
+	}
 	e, err := d.fs.ns.Lookup(ctx, d.prefix, name)
 	if err != nil {
 		return nil, d.fs.errno(err, d.prefix+name)
@@ -149,6 +152,12 @@ func (h *dirHandle) start(ctx context.Context) {
 func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.off == 0 && h.d.view.aug != nil {
+		// A view directory lists its augment.jsonl first (augjsonl.go).
+		h.off++
+		h.last, h.hasLast = naming.Entry{Name: augmentJSONL}, true
+		return &fuse.DirEntry{Name: augmentJSONL, Mode: syscall.S_IFREG, Ino: augJSONLIno(h.d, nil), Off: h.off}, 0
+	}
 	for h.pos >= len(h.entries) {
 		if h.r == nil || h.r.Done() {
 			return nil, 0
@@ -198,6 +207,12 @@ func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	e, ok := h.last, h.hasLast && h.last.Name == name
 	attrs := (h.off <= plusFirst && !h.walk) || h.d.lookups.Load() != h.lookupsAtOpen
 	h.mu.Unlock()
+	if name == augmentJSONL && h.d.view.aug != nil {
+		if !attrs {
+			return nil, syscall.EAGAIN
+		}
+		return augJSONLChild(ctx, h.d, out)
+	}
 	if ok && (!attrs || h.d.fs.nodesFull()) {
 		// The name without attributes or a node: go-fuse answers an entry
 		// whose lookup failed with node ID 0, which the kernel takes as

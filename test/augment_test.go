@@ -233,7 +233,8 @@ func TestExtractAugmentedViewsMatchTorchvision(t *testing.T) {
 
 // TestMountAugmentedViews mounts a local directory of 25 generated images
 // with --augment 4 and reads every view at ResNet-50 layer12 through the
-// kernel: each view directory lists the plain layer's names; each view
+// kernel: each view directory lists the plain layer's names and its
+// augment.jsonl, whose lines are extract's parameters; each view
 // file's bytes and user.featurefs.augment equal what featurefs extract
 // --augment writes for the same directory and seed (the same identity:
 // key and size-mtime ETag), and its feature equals torchvision's forward
@@ -288,12 +289,36 @@ func TestMountAugmentedViews(t *testing.T) {
 			order = append(order, p)
 		}
 	}
+	// Each view directory's augment.jsonl says what the files' attributes
+	// say (padded lines: a JSON decoder skips the spaces).
+	for k := range views {
+		rel := fmt.Sprintf("%d/train/%s", k, imgs[0].Class)
+		b, err := os.ReadFile(filepath.Join(augDir, filepath.FromSlash(rel), "augment.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		n := 0
+		for dec.More() {
+			var v augView
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("%s/augment.jsonl: %v", rel, err)
+			}
+			if w := want[rel+"/"+v.File]; v != w {
+				t.Errorf("%s/augment.jsonl: %+v, extract's %+v", rel, v, w)
+			}
+			n++
+		}
+		if n != len(imgs) {
+			t.Errorf("%s/augment.jsonl: %d lines, want %d", rel, n, len(imgs))
+		}
+	}
 	plainNames, err := readDirNames(filepath.Join(plainDir, "train", imgs[0].Class))
 	if err != nil {
 		t.Fatal(err)
 	}
 	viewNames, err := readDirNames(filepath.Join(augDir, "2", "train", imgs[0].Class))
-	if err != nil || !slices.Equal(plainNames, viewNames) {
+	if err != nil || !slices.Equal(append([]string{"augment.jsonl"}, plainNames...), viewNames) {
 		t.Errorf("view 2 lists %v (%v), the plain layer %v", viewNames, err, plainNames)
 	}
 	refDir := torchViews(t, lines.Bytes())

@@ -1,0 +1,217 @@
+package fs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/featurefs/featurefs/extractor/augment"
+	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/naming"
+)
+
+// augment.jsonl: in every directory of a view tree (LAYER-aug/k/...), one
+// line per view file in it, by name, with that view's parameters:
+//
+//	{"file":"img0.npy","top":18,"left":12,"height":283,"width":339,"flip":false,"size":224,"seed":0,"view":0}
+//
+// the same JSON as the file's extended attribute, with its name. So that
+// stat computes nothing (the file's size is known from the listing alone),
+// every line is padded with spaces before its newline to a width that
+// depends only on the name: augLineFixed bytes beside the name's JSON
+// string. A JSON-lines reader ignores the spaces. Reading the file fetches
+// the header of each image whose line it reads (augJSONLFetches at once;
+// the parameters are then remembered: features.Pipeline.ViewParams); an
+// image that is not one gets {"file":...,"error":"not an image"}. The
+// file's inode number carries a digest of the listing it was made from, so
+// a changed directory is a new file once the kernel looks the name up
+// again (after --metadata-ttl).
+
+// augmentJSONL is the name of a view directory's parameters file.
+const augmentJSONL = "augment.jsonl"
+
+// augLineFixed is a line's width beside its name's JSON string: the keys,
+// punctuation and the widest values (10 digits for the box and size, 20
+// for the seed, 10 for the view, "false"), and the newline.
+var augLineFixed = len(`{"file":,"top":,"left":,"height":,"width":,"flip":false,"size":,"seed":,"view":}`) + 4*10 + 10 + 20 + 10 + 1
+
+// augJSONLFetches bounds the image headers one read of an augment.jsonl
+// fetches at once.
+const augJSONLFetches = 8
+
+// augLineWidth is the width of the line of the file called name.
+func augLineWidth(name string) int {
+	b, _ := json.Marshal(name)
+	return len(b) + augLineFixed
+}
+
+// augLine renders the line of the view file called name: params, or the
+// error, padded to augLineWidth.
+func augLine(name string, params augment.Params, bad bool) []byte {
+	var b []byte
+	if bad {
+		b, _ = json.Marshal(struct {
+			File  string `json:"file"`
+			Error string `json:"error"`
+		}{name, "not an image"})
+	} else {
+		b, _ = json.Marshal(struct {
+			File string `json:"file"`
+			augment.Params
+		}{name, params})
+	}
+	w := augLineWidth(name)
+	if len(b) > w-1 { // cannot happen: the fixed part holds the widest values
+		b = b[:w-1]
+	}
+	line := make([]byte, w)
+	copy(line, b)
+	for i := len(b); i < w-1; i++ {
+		line[i] = ' '
+	}
+	line[w-1] = '\n'
+	return line
+}
+
+// augJSONL is a view directory's augment.jsonl.
+type augJSONL struct {
+	gofs.Inode
+	readOnly
+	noOpen
+	dir *prefixDir // the view directory
+}
+
+var _ = (gofs.NodeGetattrer)((*augJSONL)(nil))
+var _ = (gofs.NodeReader)((*augJSONL)(nil))
+
+// viewFiles returns the view files of d's directory, in listing order:
+// every feature file (not subdirectories, not archive sidecars).
+func viewFiles(ctx context.Context, d *prefixDir) ([]naming.Entry, error) {
+	r := d.fs.ns.OpenDir(ctx, d.prefix)
+	defer r.Close()
+	var out []naming.Entry
+	for !r.Done() {
+		es, err := r.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			if !e.Dir && !e.Obj.Plain {
+				out = append(out, e)
+			}
+		}
+	}
+	return out, nil
+}
+
+// augJSONLIno is the inode number of d's augment.jsonl made from files
+// (nil: the number readdir reports, without the listing).
+func augJSONLIno(d *prefixDir, files []naming.Entry) uint64 {
+	h := sha256.New()
+	for _, e := range files {
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", e.Name, e.Obj.Key, e.Obj.ETag)
+	}
+	var sum [8]byte
+	if files != nil {
+		copy(sum[:], h.Sum(nil))
+	}
+	return ino('j', "features", d.view.model, d.view.dir, d.prefix, fmt.Sprint(binary.LittleEndian.Uint64(sum[:])))
+}
+
+// augJSONLChild returns the augment.jsonl node of view directory d.
+func augJSONLChild(ctx context.Context, d *prefixDir, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	files, err := viewFiles(ctx, d)
+	if err != nil {
+		return nil, d.fs.errno(err, d.prefix+augmentJSONL)
+	}
+	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: augJSONLIno(d, files)}
+	fileAttr(&out.Attr, augJSONLSize(files), time.Time{})
+	if ch := d.GetChild(augmentJSONL); ch != nil && ch.StableAttr() == id {
+		return ch, 0
+	}
+	return d.NewInode(ctx, &augJSONL{noOpen: noOpen{d.fs}, dir: d}, id), 0
+}
+
+// augJSONLSize is the size of the augment.jsonl of files.
+func augJSONLSize(files []naming.Entry) int64 {
+	var n int64
+	for _, e := range files {
+		n += int64(augLineWidth(e.Name))
+	}
+	return n
+}
+
+// Getattr reports the file's size, from the directory's listing.
+func (j *augJSONL) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	files, err := viewFiles(ctx, j.dir)
+	if err != nil {
+		return j.dir.fs.errno(err, j.dir.prefix+augmentJSONL)
+	}
+	fileAttr(&out.Attr, augJSONLSize(files), time.Time{})
+	return 0
+}
+
+// Read renders the lines that [off, off+len(dest)) covers.
+func (j *augJSONL) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	d := j.dir
+	files, err := viewFiles(ctx, d)
+	if err != nil {
+		return nil, d.fs.errno(err, d.prefix+augmentJSONL)
+	}
+	end := off + int64(len(dest))
+	type span struct {
+		e     naming.Entry
+		start int64
+	}
+	var want []span
+	var pos int64
+	for _, e := range files {
+		w := int64(augLineWidth(e.Name))
+		if pos+w > off && pos < end {
+			want = append(want, span{e, pos})
+		}
+		pos += w
+		if pos >= end {
+			break
+		}
+	}
+	lines := make([][]byte, len(want))
+	fv := d.view.view()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(augJSONLFetches)
+	for i, s := range want {
+		g.Go(func() error {
+			params, err := d.fs.p.ViewParams(gctx, fv, s.e.Obj)
+			if err != nil && !features.BadObject(err) {
+				if errors.Is(err, features.ErrNoViewParams) {
+					return err
+				}
+				return fmt.Errorf("%s%s: %w", d.prefix, s.e.Name, err)
+			}
+			lines[i] = augLine(s.e.Name, params, err != nil)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, d.fs.errno(err, d.prefix+augmentJSONL)
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		b.Write(l)
+	}
+	var first int64
+	if len(want) > 0 {
+		first = want[0].start
+	}
+	return fuse.ReadResultData(sliceAt([]byte(b.String()), dest, off-first)), 0
+}
