@@ -20,8 +20,13 @@ import (
 // trains on one view per epoch. A view file's parameters are its extended
 // attribute user.featurefs.augment (featureFile.Getxattr).
 
-// augSuffix ends the name of a layer's directory of augmented views.
-const augSuffix = "-aug"
+// augSuffix ends the name of a layer's directory of augmented views;
+// faugSuffix of its feature-space views (--feature-augment: the same
+// layout, each file computed from the plain feature at read time).
+const (
+	augSuffix  = "-aug"
+	faugSuffix = "-faug"
+)
 
 // augDirName is the name of the directory of layer directory dir's views.
 func augDirName(dir string) string { return dir + augSuffix }
@@ -34,6 +39,7 @@ type augDir struct {
 	model *api.Model
 	layer api.Layer
 	dir   string // the layer or alias directory's name
+	feat  bool   // feature-space views (-faug), not image ones (-aug)
 }
 
 var _ = (gofs.NodeOnAdder)((*augDir)(nil))
@@ -42,8 +48,17 @@ var _ = (gofs.NodeGetattrer)((*augDir)(nil))
 // OnAdd builds the view directories 0..K-1.
 func (d *augDir) OnAdd(ctx context.Context) {
 	cfg := d.fs.p.Config().Augment
-	for k := range cfg.Views {
-		v := newAugView(d.fs, d.model, d.layer, d.dir, cfg.Spec(k))
+	n := cfg.Views
+	if d.feat {
+		n = cfg.FeatureViews
+	}
+	for k := range n {
+		var v *layerView
+		if d.feat {
+			v = newFeatureAugView(d.fs, d.model, d.layer, d.dir, cfg.Feature(k))
+		} else {
+			v = newAugView(d.fs, d.model, d.layer, d.dir, cfg.Spec(k))
+		}
 		ch := d.NewPersistentInode(ctx, newLayerDir(d.fs, v), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: v.dirIno("")})
 		d.AddChild(strconv.Itoa(k), ch, true)
 		d.fs.addLayerDir(ch)

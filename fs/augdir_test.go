@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/fakes"
@@ -212,5 +214,63 @@ func TestAugmentJSONL(t *testing.T) {
 	}
 	if _, err := os.Stat(e.path("features", "tiny", "layer1", "d", "augment.jsonl")); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("stat of augment.jsonl in a plain layer: %v, want ENOENT", err)
+	}
+}
+
+// TestFeatureSpaceViews: --feature-augment 2 shows LAYER-faug/0..1; a
+// file there is its plain feature with the view's ops applied
+// (augment.ApplyFeature with DrawFeature's numbers for the object), the
+// same shape and size; it costs no extraction beyond the plain feature's
+// (one, shared: read first, the view computes the plain feature, which the
+// plain file then reads from the cache); its extended attribute is its
+// numbers.
+func TestFeatureSpaceViews(t *testing.T) {
+	b := newFakeBucket(1000)
+	b.put("d/1.jpg", []byte("one"))
+	b.put("d/2.jpg", []byte("two"))
+	aug := features.AugmentConfig{FeatureViews: 2, Seed: 4, FeatureOps: augment.FeatureOps}
+	e := testMount(t, b, func(c *testConfig) { c.Augment = aug })
+	if got := names(t, e.path("features", "tiny", "layer0-faug")); !slices.Equal(got, []string{"0/", "1/"}) {
+		t.Fatalf("layer0-faug holds %v", got)
+	}
+	if slices.Contains(names(t, e.path("features", "tiny")), "layer0-aug/") {
+		t.Errorf("image views shown without --augment")
+	}
+	l := e.x.Models()[0].Layers[0]
+	for _, key := range []string{"d/1.jpg", "d/2.jpg"} {
+		obj, err := b.Stat(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _, _ := b.Get(context.Background(), key, 0)
+		plain := expectedNPY(l, data, e.x.DType())
+		shape, dt, vals, err := api.DecodeNPY(plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := augment.DrawFeature(augment.Identity(obj.Key, obj.ETag), 1, 4, augment.FeatureOps)
+		augment.ApplyFeature(vals, p)
+		want := api.EncodeNPY(shape, vals, dt)
+		calls := e.x.Calls.Load()
+		name := strings.TrimSuffix(path.Base(key), ".jpg") + ".npy"
+		got, err := os.ReadFile(e.path("features", "tiny", "layer0-faug", "1", "d", name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s's feature view 1: %v, equal to its definition: %v", key, err, bytes.Equal(got, want))
+		}
+		if bytes.Equal(got, plain) {
+			t.Errorf("%s's feature view 1 is its plain feature", key)
+		}
+		if got, err := os.ReadFile(e.path("features", "tiny", "layer0", "d", name)); err != nil || !bytes.Equal(got, plain) {
+			t.Errorf("%s's plain feature after its view: %v", key, err)
+		}
+		if n := e.x.Calls.Load() - calls; n != 1 {
+			t.Errorf("%s: %d extractions for its feature view and plain feature, want 1", key, n)
+		}
+		buf := make([]byte, 512)
+		n, err := syscall.Getxattr(e.path("features", "tiny", "layer0-faug", "1", "d", name), augment.Xattr, buf)
+		var gotP augment.FeatureParams
+		if err != nil || json.Unmarshal(buf[:n], &gotP) != nil || !slices.Equal(gotP.Ops, p.Ops) || gotP.Brightness != p.Brightness || gotP.Bits != p.Bits || gotP.View != 1 {
+			t.Errorf("%s's feature view's attribute %q, %v; want %+v", key, buf[:max(n, 0)], err, p)
+		}
 	}
 }

@@ -24,8 +24,15 @@ var _ = (gofs.NodeListxattrer)((*featureFile)(nil))
 // mount with --augment answers extended attributes at all (Mount's
 // DisableXAttrs).
 func (ff *featureFile) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if ff.fv.Aug == nil || attr != augment.Xattr {
+	if attr != augment.Xattr || (ff.fv.Aug == nil && ff.fv.FAug == nil) {
 		return 0, syscall.ENODATA
+	}
+	if ff.fv.FAug != nil {
+		b, err := json.Marshal(ff.fs.p.FeatureParams(ff.fv, ff.obj))
+		if err != nil {
+			return 0, syscall.EIO
+		}
+		return xattrValue(b, dest)
 	}
 	params, err := ff.fs.p.ViewParams(ctx, ff.fv, ff.obj)
 	if errors.Is(err, features.ErrNoViewParams) {
@@ -43,7 +50,7 @@ func (ff *featureFile) Getxattr(ctx context.Context, attr string, dest []byte) (
 
 // Listxattr lists augment.Xattr on a view file, nothing elsewhere.
 func (ff *featureFile) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	if ff.fv.Aug == nil {
+	if ff.fv.Aug == nil && ff.fv.FAug == nil {
 		return 0, 0
 	}
 	return xattrValue([]byte(augment.Xattr+"\x00"), dest)

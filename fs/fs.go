@@ -208,7 +208,7 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 			// without). What a file stands for is in .featurefs/failures.
 			// With --augment, view files publish their parameters in one
 			// (augxattr.go), and every getxattr is a round trip.
-			DisableXAttrs: f.p.Config().Augment.Views == 0,
+			DisableXAttrs: !f.p.Config().Augment.Any(),
 			Debug:         mo.Debug,
 		},
 	}

@@ -20,6 +20,7 @@ type layerView struct {
 	dir   string // "layer12", or an alias such as "pool"; "layer12-aug/3" for a view
 	layer string // the layer's name or alias in the model: dir, but for a view
 	aug   *augment.Spec
+	faug  *features.FeatureAug
 }
 
 func newLayerView(f *FS, m *api.Model, l api.Layer, dir string) *layerView {
@@ -39,10 +40,21 @@ func newAugView(f *FS, m *api.Model, l api.Layer, layerDir string, spec augment.
 // make returns the features view of l of m for v: plain, or v's
 // augmented view.
 func (v *layerView) make(f *FS, m *api.Model, l api.Layer) *features.View {
-	if v.aug != nil {
+	switch {
+	case v.aug != nil:
 		return f.p.NewAugView(m, l, *v.aug)
+	case v.faug != nil:
+		return f.p.NewFeatureAugView(m, l, *v.faug)
 	}
 	return f.p.NewView(m, l)
+}
+
+// newFeatureAugView is the layerView of feature-space view fa of layer
+// l, shown as layerDir-faug/<fa.View>.
+func newFeatureAugView(f *FS, m *api.Model, l api.Layer, layerDir string, fa features.FeatureAug) *layerView {
+	v := &layerView{model: m.Name, dir: layerDir + faugSuffix + "/" + strconv.Itoa(fa.View), layer: layerDir, faug: &fa}
+	v.cur.Store(v.make(f, m, l))
+	return v
 }
 
 // view returns the view of the model's current version.

@@ -40,7 +40,7 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 	for _, a := range aliases {
 		l, ok := m.Lookup(a)
 		if !ok || !naming.ValidName(a) || a == spec.LayersFile || spec.LayerLike(a) || d.GetChild(a) != nil ||
-			(d.fs.p.Config().Augment.Views > 0 && d.GetChild(augDirName(a)) != nil) {
+			d.GetChild(augDirName(a)) != nil || d.GetChild(a+faugSuffix) != nil {
 			d.fs.log.Warn("featurefs: alias ignored", slog.String("model", m.Name), slog.String("alias", a), slog.String("layer", m.Aliases[a]))
 			continue
 		}
@@ -55,10 +55,17 @@ func (d *modelDir) addLayer(ctx context.Context, dir string, l api.Layer) {
 	ch := d.NewPersistentInode(ctx, newLayerDir(d.fs, v), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: v.dirIno("")})
 	d.AddChild(dir, ch, true)
 	d.fs.addLayerDir(ch)
-	if d.fs.p.Config().Augment.Views > 0 {
-		ad := &augDir{fs: d.fs, model: d.model, layer: l, dir: dir}
-		ach := d.NewPersistentInode(ctx, ad, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('a', "features", d.model.Name, augDirName(dir))})
-		d.AddChild(augDirName(dir), ach, true)
+	aug := d.fs.p.Config().Augment
+	for _, ad := range []*augDir{{fs: d.fs, model: d.model, layer: l, dir: dir}, {fs: d.fs, model: d.model, layer: l, dir: dir, feat: true}} {
+		name := augDirName(dir)
+		if ad.feat {
+			name = dir + faugSuffix
+		}
+		if (ad.feat && aug.FeatureViews == 0) || (!ad.feat && aug.Views == 0) {
+			continue
+		}
+		ach := d.NewPersistentInode(ctx, ad, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('a', "features", d.model.Name, name)})
+		d.AddChild(name, ach, true)
 	}
 }
 

@@ -204,6 +204,11 @@ type Options struct {
 	Augment                    int
 	AugmentSeed                int
 	AugmentScale, AugmentRatio string
+	// FeatureAugment is how many feature-space views of every layer the
+	// mount shows (--feature-augment; 0: none), with the ops
+	// FeatureAugmentOps (--feature-augment-ops) and AugmentSeed.
+	FeatureAugment    int
+	FeatureAugmentOps string
 	// FetchMemory bounds the bytes of the objects fetched and not yet
 	// decoded, each taken at its listed size before its GET; a fetch
 	// waits for room, and an object larger than the whole budget is held
@@ -422,6 +427,9 @@ func (o *Options) Validate() error {
 			bad("--augment with --remote: a feature server does not compute augmented views yet; mount the source itself (featurefs mount SOURCE ...) for views")
 		}
 	}
+	if o.FeatureAugment > 0 && o.Remote.Enabled() {
+		bad("--feature-augment with --remote: not yet; mount the source itself (featurefs mount SOURCE ...) for views")
+	}
 	if o.FastDecode && o.Remote.Enabled() && (o.Remote.Split == "" || o.Remote.Split == "none") {
 		bad("--fast-decode: with --remote the servers decode the images: give it to featurefs serve instead (a mount with --split auto, raw or K decodes too and takes it, matching the servers')")
 	}
@@ -446,6 +454,21 @@ func ParseRange(flag, s string) ([2]float64, error) {
 		r[i] = f
 	}
 	return r, nil
+}
+
+// checkFeatureOps checks --feature-augment-ops.
+func checkFeatureOps(s string) error {
+	if _, err := augment.ParseFeatureOps(s); err != nil {
+		return fmt.Errorf("--feature-augment-ops %q: %w", s, err)
+	}
+	return nil
+}
+
+// FeatureOps returns --feature-augment-ops parsed (Validate has checked
+// it).
+func (o *Options) FeatureOps() []string {
+	ops, _ := augment.ParseFeatureOps(o.FeatureAugmentOps)
+	return ops
 }
 
 // AugmentRanges returns --augment-scale and --augment-ratio parsed

@@ -20,6 +20,12 @@
       F.resized_crop(Image.open(P).convert("RGB"), top, left, height, width,
       [size, size]) (PIL bilinear, antialiased), F.hflip if flip, then
       to_tensor and normalize(mean, std).
+  ref_augment.py feature < CASES > RESULTS
+      CASES: JSON lines {"identity": HEX, "view": K, "seed": S, "ops": [...],
+      "x": [floats]}. For each, draws the feature-space view's numbers from
+      the generator (stream of identity + b"\x00feature") and applies the ops
+      as extractor/augment/feature.go's comment defines them, in numpy
+      float32; writes {"brightness", "contrast", "bits", "y": [floats]}.
   ref_augment.py gen DIR
       Writes the test images (JPEG 4:2:0, 4:4:4, grayscale, PNG RGB/gray/
       paletted/RGBA; 37x53 to 640x480 and elongated ones).
@@ -169,10 +175,49 @@ def cmd_gen(d):
     photo(12, 900).save(os.path.join(d, "rgb420_12x900.jpg"), quality=90)
 
 
+def cmd_feature():
+    f32 = np.float32
+    for line in sys.stdin:
+        c = json.loads(line)
+        st = Stream(bytes.fromhex(c["identity"]) + b"\x00feature", c["view"], c["seed"])
+
+        def uniform(a, b):
+            fa, fb = f32(a), f32(b)
+            return f32(f32(f32(st.u24()) * f32(fb - fa)) + fa)
+
+        b = cc = bits = 0
+        for op in c["ops"]:
+            if op == "brightness":
+                b = uniform(-0.2, 0.2)
+            elif op == "contrast":
+                cc = uniform(0.8, 1.2)
+            elif op == "posterize":
+                bits = 3 + st.word() % 5
+        x = np.array(c["x"], dtype=f32)
+        lo, hi = x.min(), x.max()
+        y = x
+        if hi > lo:
+            span = f32(hi - lo)
+            u = ((x - lo) / span).astype(f32)
+            for op in c["ops"]:
+                if op == "brightness":
+                    u = np.clip(u + b, 0, 1).astype(f32)
+                elif op == "contrast":
+                    m = f32(np.sum(u, dtype=np.float64) / len(u))
+                    u = np.clip((u - m) * cc + m, 0, 1).astype(f32)
+                elif op == "posterize":
+                    lv = f32(1 << bits)
+                    u = np.clip(np.floor(u * lv) / lv, 0, 1).astype(f32)
+            y = (u * span + lo).astype(f32)
+        print(json.dumps({"brightness": float(b), "contrast": float(cc), "bits": int(bits), "y": [float(v) for v in y]}))
+
+
 def main():
     a = sys.argv[1:]
     if a[:1] == ["params"]:
         cmd_params()
+    elif a[:1] == ["feature"]:
+        cmd_feature()
     elif a[:1] == ["views"] and len(a) == 3:
         cmd_views(a[1], a[2])
     elif a[:1] == ["gen"] and len(a) == 2:

@@ -187,11 +187,12 @@ func writeViewLines(out string, names []string, params []augment.Params, written
 
 // augmentConfig is the mount's augmented views (--augment and its flags).
 func augmentConfig(o mountopts.Options) features.AugmentConfig {
-	if o.Augment <= 0 {
+	if o.Augment <= 0 && o.FeatureAugment <= 0 {
 		return features.AugmentConfig{}
 	}
 	scale, ratio := o.AugmentRanges()
-	return features.AugmentConfig{Views: o.Augment, Seed: uint64(o.AugmentSeed), Scale: scale, Ratio: ratio}
+	return features.AugmentConfig{Views: o.Augment, Seed: uint64(o.AugmentSeed), Scale: scale, Ratio: ratio,
+		FeatureViews: o.FeatureAugment, FeatureOps: o.FeatureOps()}
 }
 
 // viewKey is the object key a local-directory mount of -o's root would

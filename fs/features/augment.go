@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/bucket"
 )
@@ -70,6 +71,19 @@ type AugmentConfig struct {
 	Views        int
 	Seed         uint64
 	Scale, Ratio [2]float64
+	// FeatureViews is how many feature-space views of every layer
+	// (--feature-augment), with FeatureOps (--feature-augment-ops,
+	// augment.ParseFeatureOps's order) and Seed.
+	FeatureViews int
+	FeatureOps   []string
+}
+
+// Any reports whether the mount shows views of either kind.
+func (c AugmentConfig) Any() bool { return c.Views > 0 || c.FeatureViews > 0 }
+
+// Feature returns feature-space view k.
+func (c AugmentConfig) Feature(k int) FeatureAug {
+	return FeatureAug{View: k, Seed: c.Seed, Ops: c.FeatureOps}
 }
 
 // Spec returns view k's spec (without an identity).
@@ -82,4 +96,24 @@ func (c AugmentConfig) Spec(k int) augment.Spec {
 		s.Ratio = augment.DefaultRatio
 	}
 	return s
+}
+
+// featureView computes feature-space view v of obj from its base feature
+// (.npy bytes): the view's numbers drawn for the object's identity, the
+// ops applied (augment.ApplyFeature), in the base's dtype and shape.
+func (p *Pipeline) featureView(v *View, obj bucket.Object, base []byte) ([]byte, error) {
+	shape, dt, body, err := api.ParseNPY(base)
+	if err != nil {
+		return nil, fmt.Errorf("feature view of %s: the base feature: %w", obj.Key, err)
+	}
+	vals := make([]float32, int64(len(body))/dt.Size())
+	api.DecodeNPYBody(body, dt, vals)
+	augment.ApplyFeature(vals, p.FeatureParams(v, obj))
+	return api.EncodeNPY(shape, vals, dt), nil
+}
+
+// FeatureParams returns feature-space view v's numbers for obj (v.FAug not
+// nil): drawn from the object's identity, the view and the seed.
+func (p *Pipeline) FeatureParams(v *View, obj bucket.Object) augment.FeatureParams {
+	return augment.DrawFeature(augment.Identity(objectID(obj), obj.ETag), v.FAug.View, v.FAug.Seed, v.FAug.Ops)
 }

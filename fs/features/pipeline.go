@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -357,6 +358,31 @@ type View struct {
 	// and ranges from the object's identity (Aug.Identity is empty: each
 	// object's is its own), cached under a key of its own.
 	Aug *augment.Spec
+	// FAug, when not nil, makes the view a feature-space one
+	// (augment.ApplyFeature): view FAug.View of the plain feature, computed
+	// at read time from the cached plain feature, never cached itself.
+	FAug *FeatureAug
+}
+
+// FeatureAug is a feature-space view: its index, seed and ops.
+type FeatureAug struct {
+	View int
+	Seed uint64
+	Ops  []string
+}
+
+// NewFeatureAugView returns feature-space view fa of layer l of model m.
+func (p *Pipeline) NewFeatureAugView(m *api.Model, l api.Layer, fa FeatureAug) *View {
+	v := p.NewView(m, l)
+	v.FAug = &fa
+	return v
+}
+
+// base is the plain view a feature-space view is computed from.
+func (v *View) base() *View {
+	b := *v
+	b.FAug, b.Aug = nil, nil
+	return &b
 }
 
 // NewView returns the view of layer l of model m.
@@ -386,10 +412,14 @@ func (v *View) augSpec(obj bucket.Object) *augment.Spec {
 // preprocessKey is the cache key's Preprocess of v: the model's
 // preprocessing, and the augmentation of an augmented view.
 func (v *View) preprocessKey() string {
-	if v.Aug == nil {
-		return v.Model.Preprocess.Key()
+	k := v.Model.Preprocess.Key()
+	if v.Aug != nil {
+		k += " " + v.Aug.Key()
 	}
-	return v.Model.Preprocess.Key() + " " + v.Aug.Key()
+	if v.FAug != nil { // never cached (ReadCachedAt, feature): a key of its own all the same
+		k += fmt.Sprintf(" feature-view=%d seed=%d ops=%s", v.FAug.View, v.FAug.Seed, strings.Join(v.FAug.Ops, ","))
+	}
+	return k
 }
 
 // FlushCacheWrites waits until every feature queued for the cache has been

@@ -292,6 +292,9 @@ func (p *prefetcher) touch(v *View, prefix string) {
 	if p.cfg.Mode == PrefetchOff {
 		return
 	}
+	if v.FAug != nil {
+		v = v.base() // a feature-space view reads its base feature
+	}
 	job := walkJob{view: v, prefix: prefix, tree: p.cfg.Mode == PrefetchTree}
 	// Alias directories share their layer's walks: same features. An
 	// augmented view's are other features: walks of their own.

@@ -87,6 +87,9 @@ func (p *Pipeline) Read(ctx context.Context, v *View, obj bucket.Object) ([]byte
 // hand-off buffer instead, and leaves it once its last byte is read; one
 // queued for its cache write and not yet written, from the queue.
 func (p *Pipeline) ReadCachedAt(v *View, obj bucket.Object, dst []byte, off int64) (int, bool) {
+	if v.FAug != nil {
+		return 0, false // computed at each read from its base (Read)
+	}
 	key := p.cacheKey(v, obj)
 	id := string(key.ID())
 	if n, ok := p.readHandoff(id, v, dst, off); ok {
@@ -224,6 +227,15 @@ func (p *Pipeline) feature(ctx context.Context, v *View, obj bucket.Object) ([]b
 	if reason, bad := p.isBad(obj.Key, obj.ETag); bad {
 		p.stats.badHits.Add(1)
 		return nil, &api.ImageError{Key: obj.Key, Reason: reason}
+	}
+	if v.FAug != nil {
+		// A feature-space view: its base feature (cached, or computed and
+		// cached), then an elementwise pass; the view itself is not cached.
+		base, err := p.feature(ctx, v.base(), obj)
+		if err != nil {
+			return nil, err
+		}
+		return p.featureView(v, obj, base)
 	}
 	key := p.cacheKey(v, obj)
 	return p.features.Do(ctx, string(key.ID()), func(ctx context.Context) ([]byte, error) {
