@@ -135,11 +135,23 @@ func augJSONLChild(ctx context.Context, d *prefixDir, out *fuse.EntryOut) (*gofs
 		return nil, d.fs.errno(err, d.prefix+augmentJSONL)
 	}
 	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: augJSONLIno(d, files)}
-	fileAttr(&out.Attr, augJSONLSize(files), time.Time{})
+	fileAttr(&out.Attr, augJSONLSize(files), newest(files))
 	if ch := d.GetChild(augmentJSONL); ch != nil && ch.StableAttr() == id {
 		return ch, 0
 	}
 	return d.NewInode(ctx, &augJSONL{noOpen: noOpen{d.fs}, dir: d}, id), 0
+}
+
+// newest is the latest modification time of files' objects: the
+// augment.jsonl's (zero time for none).
+func newest(files []naming.Entry) time.Time {
+	var t time.Time
+	for _, e := range files {
+		if e.Obj.ModTime.After(t) {
+			t = e.Obj.ModTime
+		}
+	}
+	return t
 }
 
 // augJSONLSize is the size of the augment.jsonl of files.
@@ -157,7 +169,7 @@ func (j *augJSONL) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 	if err != nil {
 		return j.dir.fs.errno(err, j.dir.prefix+augmentJSONL)
 	}
-	fileAttr(&out.Attr, augJSONLSize(files), time.Time{})
+	fileAttr(&out.Attr, augJSONLSize(files), newest(files))
 	return 0
 }
 
