@@ -2,6 +2,7 @@ package features
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 
@@ -116,4 +117,18 @@ func (p *Pipeline) featureView(v *View, obj bucket.Object, base []byte) ([]byte,
 // nil): drawn from the object's identity, the view and the seed.
 func (p *Pipeline) FeatureParams(v *View, obj bucket.Object) augment.FeatureParams {
 	return augment.DrawFeature(augment.Identity(objectID(obj), obj.ETag), v.FAug.View, v.FAug.Seed, v.FAug.Ops)
+}
+
+// storeLayer is the feature store's directory of v's features beside its
+// model's: the layer's name, and for an augmented view the view and a
+// digest of its spec (layer12-aug-3-1a2b3c4d5e6f), so that views never
+// share a path with the plain feature or with each other (the store
+// verifies a feature's digest, so a shared path would only miss and
+// overwrite).
+func (v *View) storeLayer() string {
+	if v.Aug == nil {
+		return v.Layer.Name
+	}
+	sum := sha256.Sum256([]byte(v.Aug.Key()))
+	return fmt.Sprintf("%s-aug-%d-%x", v.Layer.Name, v.Aug.View, sum[:6])
 }

@@ -115,7 +115,7 @@ func (p *Pipeline) storeRef(ctx context.Context, v *View, obj bucket.Object, key
 	key.Source = hostless(key.Source)
 	id := key.ID()
 	return featurestore.Ref{
-		Model: v.Model.Name, ModelDigest: layerDigest(v.Model, v.Layer), Layer: v.Layer.Name,
+		Model: v.Model.Name, ModelDigest: layerDigest(v.Model, v.Layer), Layer: v.storeLayer(),
 		Name: p.naming.StoreName(obj.Key, siblings),
 		ETag: obj.ETag, Digest: hex.EncodeToString(id[:]),
 	}

@@ -237,3 +237,59 @@ func TestFeatureStoreWritesWaitForWarmNotForReads(t *testing.T) {
 		}
 	}
 }
+
+// Augmented views go to the feature store under paths of their own, so
+// that neither they nor the plain feature overwrite each other: a second
+// pipeline reads the plain feature and two views of each image from the
+// store and extracts nothing.
+func TestFeatureStoreAugmentedViews(t *testing.T) {
+	objs := map[string]string{"d/a.jpg": "abcd", "d/b.jpg": "ijkl"}
+	b, _ := localBucket(t, objs)
+	storeDir := filepath.Join(t.TempDir(), "fst")
+	ctx := context.Background()
+	aug := AugmentConfig{Views: 2, Seed: 3}
+	run := func() (*Pipeline, *fakeExtractor) {
+		x := newFakeExtractor()
+		p, err := New(Config{Bucket: b, Extractor: x, Cache: fakes.NewCache(), FeatureStore: openFeatureStore(t, storeDir), Augment: aug})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p, x
+	}
+	views := func(p *Pipeline) []*View {
+		m := p.cfg.Extractor.Models()[0]
+		return []*View{p.NewView(m, m.Layers[1]), p.NewAugView(m, m.Layers[1], aug.Spec(0)), p.NewAugView(m, m.Layers[1], aug.Spec(1))}
+	}
+	p1, x1 := run()
+	want := map[string][]byte{}
+	for k := range objs {
+		obj, _ := b.Stat(ctx, k)
+		for i, v := range views(p1) {
+			got, err := p1.Read(ctx, v, obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[k+string(rune('0'+i))] = got
+		}
+	}
+	if err := p1.cfg.FeatureStore.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := x1.Calls.Load(); n != 6 {
+		t.Fatalf("first pipeline: %d extractions, want 6", n)
+	}
+	p2, x2 := run()
+	for k := range objs {
+		obj, _ := b.Stat(ctx, k)
+		for i, v := range views(p2) {
+			got, err := p2.Read(ctx, v, obj)
+			if err != nil || !bytes.Equal(got, want[k+string(rune('0'+i))]) {
+				t.Errorf("second pipeline, %s view %d: %v, same bytes %v", k, i, err, bytes.Equal(got, want[k+string(rune('0'+i))]))
+			}
+		}
+	}
+	if n := x2.Calls.Load(); n != 0 {
+		t.Errorf("second pipeline: %d extractions, want 0 (all from the feature store)", n)
+	}
+}
