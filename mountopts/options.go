@@ -423,12 +423,6 @@ func (o *Options) Validate() error {
 				bad("--augment-scale %s --augment-ratio %s: %v", o.AugmentScale, o.AugmentRatio, err)
 			}
 		}
-		if o.Remote.Enabled() {
-			bad("--augment with --remote: a feature server does not compute augmented views yet; mount the source itself (featurefs mount SOURCE ...) for views")
-		}
-	}
-	if o.FeatureAugment > 0 && o.Remote.Enabled() {
-		bad("--feature-augment with --remote: not yet; mount the source itself (featurefs mount SOURCE ...) for views")
 	}
 	if o.FastDecode && o.Remote.Enabled() && (o.Remote.Split == "" || o.Remote.Split == "none") {
 		bad("--fast-decode: with --remote the servers decode the images: give it to featurefs serve instead (a mount with --split auto, raw or K decodes too and takes it, matching the servers')")

@@ -332,3 +332,47 @@ func TestMountAugmentedViews(t *testing.T) {
 	}
 	t.Logf("%d views through the mount: equal to extract --augment's, worst relative L2 against torchvision %.2g", len(order), worst)
 }
+
+// TestRemoteAugmentedViews: `featurefs serve` over a local directory and
+// `featurefs mount --remote --augment 2 --feature-augment 1`: the view
+// files, their extended attributes and augment.jsonl equal those of a
+// mount of the directory itself (the server draws views from the same key
+// and ETag), and so do the feature-space views, computed on the mount
+// from the plain features the server sends.
+func TestRemoteAugmentedViews(t *testing.T) {
+	d := genDataset(t, "--classes", "1", "--train", "4", "--val", "0")
+	args := []string{"--augment", "2", "--augment-seed", "5", "--feature-augment", "1", "--prefetch", "off"}
+	local := testMount(t, mountConfig{Source: d.Dir, Args: args})
+	srv := startServe(t, d.Dir, nil)
+	rem := testMount(t, mountConfig{Args: srv.remoteArgs(args...), NoModel: true})
+	class := d.images("train/")[0].Class
+	for _, dir := range []string{testLayer + "-aug/0", testLayer + "-aug/1", testLayer + "-faug/0"} {
+		rel := filepath.Join(dir, "train", class)
+		lp := filepath.Join(filepath.Dir(local.Layer(testLayer)), rel)
+		rp := filepath.Join(filepath.Dir(rem.Layer(testLayer)), rel)
+		names, err := readDirNames(lp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rnames, err := readDirNames(rp)
+		if err != nil || !slices.Equal(names, rnames) {
+			t.Fatalf("%s: the remote mount lists %v (%v), the local one %v", rel, rnames, err, names)
+		}
+		for _, n := range names {
+			a, err1 := os.ReadFile(filepath.Join(lp, n))
+			b, err2 := os.ReadFile(filepath.Join(rp, n))
+			if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
+				t.Errorf("%s/%s: the remote mount's bytes differ from the local one's (%v, %v)", rel, n, err1, err2)
+			}
+			if n == "augment.jsonl" {
+				continue
+			}
+			x1, x2 := make([]byte, 1024), make([]byte, 1024)
+			n1, err1 := unix.Getxattr(filepath.Join(lp, n), "user.featurefs.augment", x1)
+			n2, err2 := unix.Getxattr(filepath.Join(rp, n), "user.featurefs.augment", x2)
+			if err1 != nil || err2 != nil || !bytes.Equal(x1[:n1], x2[:n2]) {
+				t.Errorf("%s/%s: attributes %q (%v) remote, %q (%v) local", rel, n, x2[:max(n2, 0)], err2, x1[:max(n1, 0)], err1)
+			}
+		}
+	}
+}

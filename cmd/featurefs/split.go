@@ -27,6 +27,12 @@ func remoteSplit(ctx context.Context, o mountopts.Options, rc *remote.Client, lo
 	if err != nil {
 		return nil, nil, sp, nil, failf(exitUsage, "--split: %w", err)
 	}
+	if o.Augment > 0 && policy.Mode != "none" {
+		return nil, nil, sp, nil, failf(exitUsage, "--augment with --split %s: the views are computed whole by the feature servers; drop --split (or --augment)", policy)
+	}
+	if o.Augment > 0 && !rc.ServesViews() {
+		return nil, nil, sp, nil, failf(exitSource, "--augment: the feature servers %s do not compute augmented views (a featurefs serve older than --augment): upgrade them, or drop --augment", rc.URLs())
+	}
 	if policy.Mode == "none" {
 		// The servers compute everything: no local models, no profiles.
 		if len(o.Models) > 0 {

@@ -19,6 +19,13 @@ type ViewParamser interface {
 	ViewParams(model string, spec augment.Spec, data []byte) (augment.Params, error)
 }
 
+// ObjectViewParamser is what an Extractor implements that tells a view's
+// parameters for an object it reads itself (fs/remote's: the server reads
+// the image's header), so that the pipeline fetches nothing.
+type ObjectViewParamser interface {
+	ObjectViewParams(ctx context.Context, model string, layer int, spec augment.Spec, key, etag string) (augment.Params, error)
+}
+
 // ErrNoViewParams is matched by ViewParams's error when the extractor
 // cannot tell a view's parameters (a remote one).
 var ErrNoViewParams = errors.New("the extractor does not tell augmented views' parameters")
@@ -36,10 +43,6 @@ func (p *Pipeline) ViewParams(ctx context.Context, v *View, obj bucket.Object) (
 	if a == nil {
 		return augment.Params{}, fmt.Errorf("%s: not an augmented view", obj.Key)
 	}
-	vp, ok := p.given.Extractor.(ViewParamser)
-	if !ok {
-		return augment.Params{}, ErrNoViewParams
-	}
 	id := v.Model.Name + "\x00" + v.Model.Digest + "\x00" + a.Key() + "\x00" + a.Identity
 	if params, ok := p.viewParams.Get(id); ok {
 		return params, nil
@@ -48,6 +51,18 @@ func (p *Pipeline) ViewParams(ctx context.Context, v *View, obj bucket.Object) (
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.ReadTimeout)
 		defer cancel()
+	}
+	if ovp, ok := p.given.Extractor.(ObjectViewParamser); ok {
+		params, err := ovp.ObjectViewParams(ctx, v.Model.Name, v.Layer.Index, *v.Aug, obj.Key, obj.ETag)
+		if err != nil {
+			return augment.Params{}, fmt.Errorf("%s: %w", obj.Key, err)
+		}
+		p.viewParams.Put(id, params, 1)
+		return params, nil
+	}
+	vp, ok := p.given.Extractor.(ViewParamser)
+	if !ok {
+		return augment.Params{}, ErrNoViewParams
 	}
 	data, o, err := p.cfg.Bucket.Get(ctx, obj.Key, p.cfg.MaxObjectSize)
 	if err != nil {

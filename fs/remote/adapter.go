@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/features"
 )
 
 // Bucket returns the servers' source as a read-only bucket: List and Stat
@@ -171,6 +173,27 @@ func (e *Extractor) Stats() api.Stats {
 		Wire: &api.WireStats{Bytes: n.wireBytes.Load(), RawBytes: n.rawBytes.Load(),
 			DecompressSeconds: time.Duration(n.decompressNanos.Load()).Seconds()},
 	}
+}
+
+// ObjectViewParams returns the parameters of augmented view spec of the
+// object key (version etag) at layer of model, from the server the key is
+// routed to (GET /v1/viewparams): the server reads the image's header
+// (features.ObjectViewParamser).
+func (e *Extractor) ObjectViewParams(ctx context.Context, model string, layer int, spec augment.Spec, key, etag string) (augment.Params, error) {
+	c := e.c
+	if !c.views {
+		return augment.Params{}, fmt.Errorf("%s: the feature servers do not compute augmented views: %w", key, features.ErrNoViewParams)
+	}
+	m, err := c.set.Load().version(api.Request{Model: model, Layer: layer})
+	if err != nil {
+		return augment.Params{}, err
+	}
+	it := BatchItem{Model: model, Layer: layer, Key: key, ETag: etag, Digest: m.Layers[layer].Digest, Aug: AugItemOf(&spec)}
+	var p augment.Params
+	if err := c.get(ctx, c.route(key).url, "/v1/viewparams", viewParamsQuery(it), &p); err != nil {
+		return augment.Params{}, err
+	}
+	return p, nil
 }
 
 // Extract returns the .npy file of req's feature from the server req.Key is

@@ -53,7 +53,11 @@ func (c *Client) extract(ctx context.Context, req api.Request, digest string) ([
 	c.n.requests.Add(1)
 	c.n.inFlight.Add(1)
 	defer c.n.inFlight.Add(-1)
-	cl := &call{item: BatchItem{Model: req.Model, Layer: req.Layer, Key: req.Key, ETag: req.ETag, Digest: digest}, ctx: ctx, done: make(chan struct{})}
+	if req.Augment != nil && !c.views {
+		c.n.failed.Add(1)
+		return nil, 0, fmt.Errorf("extract %s: the feature servers do not compute augmented views (a featurefs serve older than --augment)", req.Key)
+	}
+	cl := &call{item: BatchItem{Model: req.Model, Layer: req.Layer, Key: req.Key, ETag: req.ETag, Digest: digest, Aug: AugItemOf(req.Augment)}, ctx: ctx, done: make(chan struct{})}
 	s := c.route(req.Key)
 	queue := s.fg
 	if req.Priority == api.Background {

@@ -80,12 +80,15 @@ type ClientConfig struct {
 // and their models as an features.Extractor (Extractor).
 type Client struct {
 	// Constant after Dial.
-	cfg      ClientConfig
-	log      *slog.Logger
-	http     *http.Client
-	servers  []*server // sorted by URL
-	byURL    map[string]*server
-	info     ModelsResponse // at Dial: the source, dtype, limits and encodings
+	cfg     ClientConfig
+	log     *slog.Logger
+	http    *http.Client
+	servers []*server // sorted by URL
+	byURL   map[string]*server
+	info    ModelsResponse // at Dial: the source, dtype, limits and encodings
+	// views is whether every server that answered at Dial computes
+	// augmented views (FeatureAugment).
+	views    bool
 	identity string
 	npySizes map[string][]int64 // by model: each layer's .npy size (checkModel; a reload keeps them)
 	stop     chan struct{}
@@ -217,6 +220,12 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		c.log.Warn("featurefs: feature server does not answer; routing to it anyway", slog.Any("err", err))
 	}
 	c.info = infos[first]
+	c.views = true
+	for i, err := range errs {
+		if err == nil && !slices.Contains(infos[i].Features, FeatureAugment) {
+			c.views = false
+		}
+	}
 	if c.info.Protocol != ProtocolVersion {
 		return nil, fmt.Errorf("remote: %s speaks protocol %d, this featurefs %d", urls[first], c.info.Protocol, ProtocolVersion)
 	}
@@ -429,6 +438,11 @@ func (c *Client) Close() error {
 
 // Info returns the servers' GET /v1/models answer, as last fetched.
 func (c *Client) Info() ModelsResponse { return c.set.Load().info }
+
+// ServesViews reports whether the servers compute augmented views: every
+// one that answered at Dial lists FeatureAugment (a mount with --augment
+// needs it).
+func (c *Client) ServesViews() bool { return c.views }
 
 // URLs returns the servers, sorted.
 func (c *Client) URLs() []string { return append([]string(nil), c.cfg.URLs...) }

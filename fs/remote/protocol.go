@@ -12,12 +12,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
@@ -123,7 +126,15 @@ type ModelsResponse struct {
 	// Version names this model set (ModelsVersion): it changes when a
 	// model is reloaded. Empty from a server that predates reloads.
 	Version string `json:"version,omitempty"`
+	// Features are the optional parts of the protocol the server
+	// implements: FeatureAugment.
+	Features []string `json:"features,omitempty"`
 }
+
+// FeatureAugment is a server that computes augmented views (BatchItem.Aug,
+// GET /v1/viewparams). A server without it would ignore Aug and answer
+// the plain feature: a client sends views only to servers that list it.
+const FeatureAugment = "augment"
 
 // ModelsVersion is the version of a model set: a digest of each model's
 // name and file digest, in order.
@@ -170,6 +181,53 @@ type BatchItem struct {
 	// refuses the item with StatusModelChanged when it holds neither; it
 	// never answers with another version's feature. Empty: the current.
 	Digest string `json:"digest,omitempty"`
+	// Aug, when On, asks for an augmented view of the image instead of
+	// its plain feature (docs/AUGMENT.md). A server that predates it
+	// ignores it: a client asks for views only of servers that list
+	// "augment" in their features (ModelsResponse.Features).
+	Aug AugItem `json:"aug,omitzero"`
+}
+
+// AugItem names augmented view View of an image, drawn with Seed and the
+// ranges Scale and Ratio (augment.Spec without the identity, which the
+// server takes from the item's key and ETag). The zero value is the plain
+// feature.
+type AugItem struct {
+	On    bool       `json:"on"`
+	View  int        `json:"view"`
+	Seed  uint64     `json:"seed"`
+	Scale [2]float64 `json:"scale"`
+	Ratio [2]float64 `json:"ratio"`
+}
+
+// AugItemOf is the item of spec (the zero item for nil).
+func AugItemOf(spec *augment.Spec) AugItem {
+	if spec == nil {
+		return AugItem{}
+	}
+	return AugItem{On: true, View: spec.View, Seed: spec.Seed, Scale: spec.Scale, Ratio: spec.Ratio}
+}
+
+// Spec is the item's spec, without an identity.
+func (a AugItem) Spec() augment.Spec {
+	return augment.Spec{View: a.View, Seed: a.Seed, Scale: a.Scale, Ratio: a.Ratio}
+}
+
+// maxAugView bounds an item's view index (mountopts.MaxAugmentViews).
+const maxAugView = 1000
+
+// check refuses a view the server would not draw as the client does.
+func (a AugItem) check() error {
+	if !a.On {
+		return nil
+	}
+	if a.View < 0 || a.View >= maxAugView {
+		return fmt.Errorf("augmented view %d: want 0 to %d: %w", a.View, maxAugView-1, errBadItem)
+	}
+	if err := augment.CheckRanges(a.Scale, a.Ratio); err != nil {
+		return fmt.Errorf("augmented view: %v: %w", err, errBadItem)
+	}
+	return nil
 }
 
 // BatchRequest is the body of POST /v1/batch.
@@ -428,3 +486,52 @@ func ErrorOf(status int, msg, server, key string) error {
 // ErrServerTimeout is matched when the server gave up on an item
 // (--item-timeout).
 var ErrServerTimeout = errors.New("timed out on the feature server")
+
+// viewParamsItem parses GET /v1/viewparams's query: the item and its view.
+func viewParamsItem(q url.Values) (BatchItem, error) {
+	bad := func(name string) (BatchItem, error) {
+		return BatchItem{}, fmt.Errorf("%s %q: %w", name, q.Get(name), errBadItem)
+	}
+	layer, err := strconv.Atoi(q.Get("layer"))
+	if err != nil {
+		return bad("layer")
+	}
+	view, err := strconv.Atoi(q.Get("view"))
+	if err != nil {
+		return bad("view")
+	}
+	seed, err := strconv.ParseUint(q.Get("seed"), 10, 64)
+	if err != nil {
+		return bad("seed")
+	}
+	var ranges [2][2]float64
+	for i, name := range []string{"scale", "ratio"} {
+		lo, hi, ok := strings.Cut(q.Get(name), ",")
+		a, err1 := strconv.ParseFloat(lo, 64)
+		b, err2 := strconv.ParseFloat(hi, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return bad(name)
+		}
+		ranges[i] = [2]float64{a, b}
+	}
+	if q.Get("model") == "" {
+		return bad("model")
+	}
+	return BatchItem{Model: q.Get("model"), Layer: layer, Key: q.Get("key"), ETag: q.Get("etag"), Digest: q.Get("digest"),
+		Aug: AugItem{On: true, View: view, Seed: seed, Scale: ranges[0], Ratio: ranges[1]}}, nil
+}
+
+// viewParamsQuery is the query of GET /v1/viewparams for it.
+func viewParamsQuery(it BatchItem) url.Values {
+	q := url.Values{}
+	q.Set("model", it.Model)
+	q.Set("layer", strconv.Itoa(it.Layer))
+	q.Set("key", it.Key)
+	q.Set("etag", it.ETag)
+	q.Set("digest", it.Digest)
+	q.Set("view", strconv.Itoa(it.Aug.View))
+	q.Set("seed", strconv.FormatUint(it.Aug.Seed, 10))
+	q.Set("scale", strconv.FormatFloat(it.Aug.Scale[0], 'g', -1, 64)+","+strconv.FormatFloat(it.Aug.Scale[1], 'g', -1, 64))
+	q.Set("ratio", strconv.FormatFloat(it.Aug.Ratio[0], 'g', -1, 64)+","+strconv.FormatFloat(it.Aug.Ratio[1], 'g', -1, 64))
+	return q
+}

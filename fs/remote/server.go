@@ -20,6 +20,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
@@ -220,6 +221,7 @@ func NewServer(p *features.Pipeline, cfg ServerConfig) (*Server, error) {
 	s.handle("GET", "/v1/list", s.handleList)
 	s.handle("GET", "/v1/stat", s.handleStat)
 	s.handle("GET", "/v1/feature", s.handleFeature)
+	s.handle("GET", "/v1/viewparams", s.handleViewParams)
 	s.handle("POST", "/v1/batch", s.handleBatch)
 	s.handle("GET", "/v1/stats", s.handleStats)
 	s.registerSplit() // split_server.go
@@ -292,6 +294,7 @@ func (s *Server) modelsResponse() ModelsResponse {
 	if s.cfg.WireCompression != 0 {
 		resp.Encodings = []string{EncodingFFZ1}
 	}
+	resp.Features = []string{FeatureAugment}
 	for _, m := range s.ex.Models() {
 		mi := ModelInfo{
 			Name: m.Name, Digest: m.Digest, Preprocess: m.Preprocess, PreprocessKey: m.Preprocess.Key(),
@@ -367,6 +370,52 @@ func (s *Server) version(it BatchItem) (*features.View, error) {
 	}
 	return nil, fmt.Errorf("%s: model %s layer %d at digest %.12s: %w (the server serves %.12s; GET /v1/models)",
 		it.Key, it.Model, it.Layer, it.Digest, api.ErrModelReplaced, m.Layers[it.Layer].Digest)
+}
+
+// itemView is the view an item asks for: its layer at its version
+// (version), augmented when it.Aug is on.
+func (s *Server) itemView(it BatchItem) (*features.View, error) {
+	v, err := s.version(it)
+	if err != nil || !it.Aug.On {
+		return v, err
+	}
+	return s.pipe.NewAugView(v.Model, v.Layer, it.Aug.Spec()), nil
+}
+
+// handleViewParams answers GET /v1/viewparams: the parameters of an
+// augmented view (model, layer, key, etag, digest as /v1/feature; view,
+// seed, scale=lo,hi and ratio=lo,hi) as JSON, augment.Params. The server
+// fetches the image's header (features.Pipeline.ViewParams); no feature is
+// computed.
+func (s *Server) handleViewParams(w http.ResponseWriter, r *http.Request) {
+	it, err := viewParamsItem(r.URL.Query())
+	if err == nil {
+		err = checkKey(it.Key)
+	}
+	if err == nil {
+		err = it.Aug.check()
+	}
+	if err != nil {
+		writeError(w, StatusBadRequest, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.itemTimeout)
+	defer cancel()
+	v, err := s.itemView(it)
+	obj := bucket.Object{Key: it.Key, ETag: it.ETag}
+	if err == nil && it.ETag == "" {
+		obj, err = s.bucket.Stat(ctx, it.Key)
+	}
+	var params augment.Params
+	if err == nil {
+		params, err = s.pipe.ViewParams(ctx, v, obj)
+	}
+	if err != nil {
+		s.logItemError("viewparams", it.Key, err)
+		writeError(w, StatusOf(err), s.public(it.Key, err))
+		return
+	}
+	writeJSON(w, params)
 }
 
 // auth wraps a handler with the bearer-token check (constant time; the
@@ -512,6 +561,9 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 	if it.Model == "" {
 		return nil, fmt.Errorf("item needs a model and a key: %w", errBadItem)
 	}
+	if err := it.Aug.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", it.Key, err)
+	}
 	if err := checkKey(it.Key); err != nil {
 		return nil, err
 	}
@@ -559,7 +611,7 @@ func (s *Server) feature(ctx context.Context, it BatchItem) ([]byte, error) {
 // compute stats the item's object if no ETag is given and computes its
 // feature.
 func (s *Server) compute(ctx context.Context, it BatchItem) ([]byte, error) {
-	v, err := s.version(it)
+	v, err := s.itemView(it)
 	if err != nil {
 		return nil, err
 	}
