@@ -333,7 +333,8 @@ func TestMountAugmentedViews(t *testing.T) {
 	t.Logf("%d views through the mount: equal to extract --augment's, worst relative L2 against torchvision %.2g", len(order), worst)
 }
 
-// TestRemoteAugmentedViews: `featurefs serve` over a local directory and
+// TestRemoteAugmentedViews: `featurefs warm` of a view tree computes its
+// views once; `featurefs serve` over a local directory and
 // `featurefs mount --remote --augment 2 --feature-augment 1`: the view
 // files, their extended attributes and augment.jsonl equal those of a
 // mount of the directory itself (the server draws views from the same key
@@ -343,6 +344,23 @@ func TestRemoteAugmentedViews(t *testing.T) {
 	d := genDataset(t, "--classes", "1", "--train", "4", "--val", "0")
 	args := []string{"--augment", "2", "--augment-seed", "5", "--feature-augment", "1", "--prefetch", "off"}
 	local := testMount(t, mountConfig{Source: d.Dir, Args: args})
+	// featurefs warm of a view tree computes its views: reading them
+	// afterwards extracts nothing more.
+	extractions := func() float64 {
+		fsStats, _ := mountStats(t, local)["fs"].(map[string]any)
+		n, ok := fsStats["extractions"].(float64)
+		if !ok {
+			t.Fatalf("no fs.extractions in the stats: %v", fsStats)
+		}
+		return n
+	}
+	warmDir := filepath.Join(filepath.Dir(local.Layer(testLayer)), testLayer+"-aug", "1", "train")
+	if b, err := exec.Command(featurefsBin(t), "warm", warmDir).CombinedOutput(); err != nil {
+		t.Fatalf("featurefs warm %s: %v\n%s", warmDir, err, b)
+	}
+	if n := extractions(); n != 4 {
+		t.Errorf("warm of view 1's tree: %v extractions, want 4", n)
+	}
 	srv := startServe(t, d.Dir, nil)
 	rem := testMount(t, mountConfig{Args: srv.remoteArgs(args...), NoModel: true})
 	class := d.images("train/")[0].Class
@@ -374,5 +392,10 @@ func TestRemoteAugmentedViews(t *testing.T) {
 				t.Errorf("%s/%s: attributes %q (%v) remote, %q (%v) local", rel, n, x2[:max(n2, 0)], err2, x1[:max(n1, 0)], err1)
 			}
 		}
+	}
+	// The local mount computed view 0 (4 images) and the plain features
+	// the feature-space view reads (4), nothing more for view 1.
+	if n := extractions(); n != 12 {
+		t.Errorf("%v extractions by the local mount, want 12: 4 each for warm's view 1, view 0 and the plain features", n)
 	}
 }
