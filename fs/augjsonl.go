@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/features"
@@ -198,23 +198,24 @@ func (j *augJSONL) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 		}
 	}
 	lines := make([][]byte, len(want))
+	errs := make([]error, len(want))
 	fv := d.view.view()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(augJSONLFetches)
+	sem := make(chan struct{}, augJSONLFetches)
+	var wg sync.WaitGroup
 	for i, s := range want {
-		g.Go(func() error {
-			params, err := d.fs.p.ViewParams(gctx, fv, s.e.Obj)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			params, err := d.fs.p.ViewParams(ctx, fv, s.e.Obj)
 			if err != nil && !features.BadObject(err) {
-				if errors.Is(err, features.ErrNoViewParams) {
-					return err
-				}
-				return fmt.Errorf("%s%s: %w", d.prefix, s.e.Name, err)
+				errs[i] = fmt.Errorf("%s%s: %w", d.prefix, s.e.Name, err)
+				return
 			}
 			lines[i] = augLine(s.e.Name, params, err != nil)
-			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return nil, d.fs.errno(err, d.prefix+augmentJSONL)
 	}
 	var b strings.Builder
