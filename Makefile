@@ -1,7 +1,8 @@
 # featurefs: build, demo, tests and benchmarks.
 #
 #   make demo    install dependencies, build, mount a generated image folder
-#                through a random-weight ResNet-50 and train a head on it
+#                through a random-weight ResNet-50 and train heads on its plain
+#                and augmented (--augment 4) features, timing each epoch
 #   make image   the container image, bin/featurefs-image.tar (an OCI image
 #                layout named featurefs:latest; docs/KUBERNETES.md)
 #   make test    install dependencies, build, vet, fuzz briefly and run every

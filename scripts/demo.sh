@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # featurefs demo (make demo): generate a small ImageFolder tree, mount it
-# through a torchvision ResNet-50 exported with random weights, train a
-# linear head on layer12 features with an unmodified PyTorch DatasetFolder +
-# DataLoader (4 workers), print a summary, unmount.
+# through a torchvision ResNet-50 exported with random weights and 4
+# augmented views (--augment 4), train a linear head on layer12 features
+# with an unmodified PyTorch DatasetFolder + DataLoader (4 workers) for 4
+# epochs, then another on the views (epoch e reads layer12-aug/{(e-1) % 4}),
+# printing each epoch's time, print a summary, unmount.
 #
 #   scripts/demo.sh            (after make build; make demo does both)
 # Env: DEMO_CLASSES (4), DEMO_TRAIN (12 per class), DEMO_VAL (4), DEMO_KEEP=1
@@ -32,8 +34,11 @@ echo "== 2. model: torchvision ResNet-50, random weights, ONNX"
 MODEL=$(model_path resnet50)
 echo "$MODEL"
 
-echo "== 3. mount: $BIN mount --model resnet50=... $WORK/images $MNT"
-featurefs_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" \
+# --prefetch dir: a first read extracts its own directory in the background,
+# not the whole tree (the default), which for a view tree would also compute
+# the views of val/ that training never reads.
+echo "== 3. mount: $BIN mount --augment 4 --prefetch dir --model resnet50=... $WORK/images $MNT"
+featurefs_mount --augment 4 --prefetch dir --model "resnet50=$MODEL" --cache-dir "$WORK/cache" \
   --log-file "$WORK/featurefs.log" "$WORK/images" "$MNT"
 wait_mounted "$MNT"
 echo "\$ ls $MNT/features/resnet50"
@@ -42,9 +47,12 @@ echo "\$ cat $MNT/features/resnet50/layers"
 cat "$MNT/features/resnet50/layers"
 echo "\$ ls -l $MNT/features/resnet50/layer12/train/$(ls "$WORK/images/train" | head -1) | head -4"
 ls -l "$MNT/features/resnet50/layer12/train/$(ls "$WORK/images/train" | head -1)" | head -4
+echo "\$ ls $MNT/features/resnet50/layer12-aug"
+ls "$MNT/features/resnet50/layer12-aug" | tr '\n' ' '; echo
 
-echo "== 4. train a linear head on layer12 with a PyTorch DataLoader (4 workers)"
-"$PY" "$REPO/scripts/demo_train.py" "$MNT" --model resnet50 --layer layer12 --epochs 3
+echo "== 4. train a linear head on layer12 with a PyTorch DataLoader (4 workers), 4 epochs;"
+echo "      then one on the 4 views, epoch e reading layer12-aug/{(e-1) % 4}/train"
+"$PY" "$REPO/scripts/demo_train.py" "$MNT" --model resnet50 --layer layer12 --epochs 4 --augment 4
 
 echo "== 5. unmount"
 unmount "$MNT"
