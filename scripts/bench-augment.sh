@@ -20,14 +20,14 @@
 #   scripts/bench-augment.sh     (after make build)
 # Env: BENCH_AUGMENT_IMAGES (320), BENCH_AUGMENT_VIEWS (4: K),
 #      BENCH_ROUNDS (3; fewer than 3 gives figures but no verdict),
-#      BENCH_AUGMENT_EPOCHS (3: page-cache epochs of each tree a round),
+#      BENCH_AUGMENT_EPOCHS (5: page-cache epochs of each tree a round),
 #      BENCH_AUGMENT_CLASSES (4), BENCH_WORKERS (4: DataLoader workers).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 IMAGES=${BENCH_AUGMENT_IMAGES:-320}
 VIEWS=${BENCH_AUGMENT_VIEWS:-4}
 ROUNDS=${BENCH_ROUNDS:-3}
-EPOCHS=${BENCH_AUGMENT_EPOCHS:-3}
+EPOCHS=${BENCH_AUGMENT_EPOCHS:-5}
 CLASSES=${BENCH_AUGMENT_CLASSES:-4}
 WORKERS=${BENCH_WORKERS:-4}
 for v in IMAGES VIEWS ROUNDS EPOCHS CLASSES WORKERS; do

@@ -3,7 +3,7 @@
 epoch over a cached view tree vs the plain tree (scripts/bench-augment.sh runs it).
 
     /usr/bin/python3 scripts/bench_augment.py round --bin BIN --model M.onnx --src DIR --mnt DIR
-        --cache-dir DIR --log FILE --views K --round R [--epochs 3] [--workers 4] [--batch 32]
+        --cache-dir DIR --log FILE --views K --round R [--epochs 5] [--workers 4] [--batch 32]
     /usr/bin/python3 scripts/bench_augment.py report --round JSON ... [--command ...] [--env ...]
 
 One round, with the near-free tiny model of scripts/bench_delivery.py (layer0,
@@ -295,7 +295,8 @@ DIR MNT` (the defaults otherwise: `--prefetch tree`) with the near-free model of
 the mount's own: decode, crop and resize, the cache and FUSE, not a network's inference). Every epoch is an unmodified
 `DatasetFolder(root, loader=np.load, extensions=(".npy",))` + `DataLoader(batch_size={args.batch}, shuffle=True,
 num_workers={args.workers})` over `features/tiny/layer0/train` (plain) or `features/tiny/layer0-aug/k/train` (view k),
-timed from the first batch asked to the last received (the DatasetFolder scan apart).
+timed from iterating the DataLoader (its workers' start included, as in every epoch of a training script) to the
+last batch, the DatasetFolder scan apart.
 {nr} interleaved rounds in this one run; each round:
 1. **First pass**: a fresh mount with a fresh cache directory; "plain" (one epoch of the plain tree) and "views"
    (one epoch of each view tree 0..{K - 1}, as a training script's first {K} epochs), in an order that rotates every
@@ -367,7 +368,7 @@ def main():
         rd.add_argument(a, required=True)
     rd.add_argument("--views", type=int, required=True)
     rd.add_argument("--round", type=int, required=True, help="1-based: sets the rotation and view k")
-    rd.add_argument("--epochs", type=int, default=3, help="page-cache epochs of each tree")
+    rd.add_argument("--epochs", type=int, default=5, help="page-cache epochs of each tree")
     rd.add_argument("--workers", type=int, default=4)
     rd.add_argument("--batch", type=int, default=32)
     rp = sub.add_parser("report")
