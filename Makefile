@@ -179,7 +179,7 @@ summary() {
     augment)
       while IFS='|' read -r name r t v; do
         [ "$v" = met ] || v=MISSED
-        row "augmented views: $name" "$r" "$t: $v (exact in every round)" "$area"; n=$((n + 1))
+        row "augmented views: $name" "$r" "$t in every round: $v" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| (first pass over [0-9]+ views: extractions [^|]*[^ |]|extractions after a remount[^|]*[^ |]) \| \*\*([0-9.]+)\*\* \(target ([0-9.]+): (met|MISSED)\).*/\1|\2|\3|\4/p' "$f")
       while IFS='|' read -r name r t; do
         row "augmented views: $name" "${r}x" ">= ${t}x: $(verdict "$r" "$t") (median of the section's per-round ratios)" "$area"; n=$((n + 1))
