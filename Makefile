@@ -177,6 +177,17 @@ summary() {
       while IFS='|' read -r name r t; do
         row "transfer learning: $name" "${r}x" ">= ${t}x: $(verdict "$r" "$t") (median of the section's per-round ratios)" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| ([^|]+) \| \*\*([0-9.]+)x\*\* \(target >= ([0-9.]+)x: (met|MISSED)\).*/\1|\2|\3/p' "$f") ;;
+    augment)
+      while IFS='|' read -r name r t v; do
+        [ "$v" = met ] || v=MISSED
+        row "augmented views: $name" "$r" "$t in every round: $v" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| (first pass over [0-9]+ views: extractions [^|]*[^ |]|extractions after a remount[^|]*[^ |]) \| \*\*([0-9.]+)\*\* \(target ([0-9.]+): (met|MISSED)\).*/\1|\2|\3|\4/p' "$f")
+      while IFS='|' read -r name r t; do
+        row "augmented views: $name" "${r}x" ">= ${t}x: $(verdict "$r" "$t") (median of the section's per-round ratios)" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| (epoch over a cached view tree [^|]*[^ |]) \| \*\*([0-9.]+)x\*\* \(target >= ([0-9.]+)x: (met|MISSED)\).*/\1|\2|\3/p' "$f")
+      while IFS='|' read -r name r; do
+        row "augmented views: $name" "${r}x" "no target" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^\| (first pass, seconds per view-image [^|]*[^ |]) \| \*\*([0-9.]+)x\*\* \(no target\).*/\1|\2/p' "$f") ;;
     delivery)
       while read -r t r; do
         row "delivery, near-free model: the mount process's CPU per image vs the extractor's" "${r}x" "<= ${t}x: $(verdict "$t" "$r")" "$area"; n=$((n + 1))
