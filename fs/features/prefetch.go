@@ -387,6 +387,13 @@ func (p *prefetcher) run(job walkJob) {
 		if err := p.budget.acquire(p.ctx, cost); err != nil {
 			return err
 		}
+		if p.pipe.cachedAny(v, obj, key) {
+			// A reader computed it while the walk waited for room: its
+			// second extraction would be the walk's alone.
+			p.budget.release(cost)
+			p.n.cached.Add(1)
+			return nil
+		}
 		sent++
 		p.n.running.Add(1)
 		wg.Go(func() {

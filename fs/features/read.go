@@ -269,6 +269,13 @@ func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key 
 		p.log.Warn("featurefs: cached feature has the wrong size; extracting again", slog.String("key", obj.Key),
 			slog.String("model", v.Model.Name), slog.String("layer", v.Layer.Name), slog.Int("bytes", len(data)), slog.Int64("want", v.Size))
 	}
+	if data, ok := p.handoff.Get(string(key.ID())); ok && int64(len(data)) == v.Size {
+		// Prefetch computed it and has not queued its cache write yet
+		// (handOff comes first): no second extraction.
+		p.handoff.Remove(string(key.ID()))
+		p.stats.handoffReads.Add(1)
+		return data, nil
+	}
 	p.stats.cacheMisses.Add(1)
 	return p.extractStore(ctx, v, obj, key, forRead)
 }
