@@ -371,7 +371,7 @@ feature cache's files that the page cache did not hold: {mb:.0f} MB would be all
                "the other had finished (requests in flight at once are joined: `shared`). Two windows were closed after "
                "3a2b8b1 (a walk looks at the cache again after waiting for room in its budget; a read takes a feature "
                "prefetch handed off and had not queued for the cache yet: fs/features TestPrefetchSkipsWhatAReaderComputedWhileItWaited, "
-               "TestReadTakesAHandedOffFeature) with no change in the count (1285 median before and after); what is "
+               "TestReadTakesAHandedOffFeature) and the excess stayed (the run at 3a2b8b1, before that change, had 1285 by median, 1285-1295); what is "
                "left, from the code, not traced: the extractor drops a finished call from its in-flight set before "
                "its requester's goroutine has queued the feature for the cache, and a request in between is not "
                "joined to it." if off_ok else "")
