@@ -148,9 +148,27 @@ func applyPreprocess(ctx context.Context, p Preprocess, data []byte, maxPixels i
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	plane := p.Crop * p.Crop
+	denom := func(format string, w, h int) int {
+		if format == "jpeg" {
+			return dctDenom(p, w, h)
+		}
+		return 1
+	}
+	crop := func(sc *preprocScratch) ([]byte, error) { return cropRGB(p, data, maxPixels, sc) }
+	return decodeNormalize(ctx, p, "preprocess", p.Crop, data, maxPixels, dst, budget, denom, crop)
+}
+
+// decodeNormalize is what applyPreprocess and applyViewPreprocess share:
+// with dst sized for side x side pixels, it takes the decode's memory from
+// budget (nil: none; the cost of a decode at 1/denom of the image's size),
+// gets the side x side RGB pixels from rgb, gives the memory back, and
+// writes them into dst normalized by p, CHW. what names the caller in
+// its errors.
+func decodeNormalize(ctx context.Context, p Preprocess, what string, side int, data []byte, maxPixels int64, dst []float32, budget *decodeBudget,
+	denom func(format string, w, h int) int, rgb func(*preprocScratch) ([]byte, error)) error {
+	plane := side * side
 	if len(dst) != 3*plane {
-		return fmt.Errorf("extractor: preprocess: dst holds %d floats, need 3*%d*%d = %d", len(dst), p.Crop, p.Crop, 3*plane)
+		return fmt.Errorf("extractor: %s: dst holds %d floats, need 3*%d*%d = %d", what, len(dst), side, side, 3*plane)
 	}
 	var held, cost int64
 	if budget != nil {
@@ -158,18 +176,14 @@ func applyPreprocess(ctx context.Context, p Preprocess, data []byte, maxPixels i
 		if err != nil {
 			return err
 		}
-		denom := 1
-		if format == "jpeg" {
-			denom = dctDenom(p, w, h)
-		}
-		cost = decodeCost(data, format, w, h, denom)
+		cost = decodeCost(data, format, w, h, denom(format, w, h))
 		if held, err = budget.acquire(ctx, cost); err != nil {
 			return fmt.Errorf("extractor: waiting for decode memory (%d bytes): %w", cost, err)
 		}
 	}
 	sc := scratchPool.Get().(*preprocScratch)
 	defer scratchPool.Put(sc)
-	pix, err := cropRGB(p, data, maxPixels, sc)
+	pix, err := rgb(sc)
 	if cap(sc.rgb) > maxKeptRGB {
 		sc.rgb = nil // a large image's pixels go back with its budget
 	}

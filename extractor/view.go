@@ -104,45 +104,9 @@ func applyViewPreprocess(ctx context.Context, p Preprocess, view augment.Params,
 	if err := checkView(view); err != nil {
 		return err
 	}
-	plane := view.Size * view.Size
-	if len(dst) != 3*plane {
-		return fmt.Errorf("extractor: view preprocess: dst holds %d floats, need 3*%d*%d = %d", len(dst), view.Size, view.Size, 3*plane)
-	}
-	var held, cost int64
-	if budget != nil {
-		w, h, format, err := CheckImage(data, maxPixels)
-		if err != nil {
-			return err
-		}
-		cost = decodeCost(data, format, w, h, 1)
-		if held, err = budget.acquire(ctx, cost); err != nil {
-			return fmt.Errorf("extractor: waiting for decode memory (%d bytes): %w", cost, err)
-		}
-	}
-	sc := scratchPool.Get().(*preprocScratch)
-	defer scratchPool.Put(sc)
-	pix, err := viewRGB(view, data, maxPixels, sc)
-	if cap(sc.rgb) > maxKeptRGB {
-		sc.rgb = nil // a large image's pixels go back with its budget
-	}
-	if budget != nil {
-		budget.release(held, cost)
-	}
-	if err != nil {
-		return err
-	}
-	if !sc.lutOK || sc.lutFor != p {
-		normLUT(p, &sc.lut)
-		sc.lutFor, sc.lutOK = p, true
-	}
-	lr, lg, lb := &sc.lut[0], &sc.lut[1], &sc.lut[2]
-	r, g, b := dst[:plane], dst[plane:2*plane], dst[2*plane:3*plane]
-	g, b, pix = g[:len(r)], b[:len(r)], pix[:3*len(r)]
-	for i := range r {
-		px := pix[3*i : 3*i+3 : 3*i+3]
-		r[i], g[i], b[i] = lr[px[0]], lg[px[1]], lb[px[2]]
-	}
-	return nil
+	full := func(string, int, int) int { return 1 }
+	crop := func(sc *preprocScratch) ([]byte, error) { return viewRGB(view, data, maxPixels, sc) }
+	return decodeNormalize(ctx, p, "view preprocess", view.Size, data, maxPixels, dst, budget, full, crop)
 }
 
 // ViewParams returns the parameters spec draws for the image data at
