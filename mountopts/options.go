@@ -430,8 +430,14 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// MaxAugmentViews bounds --augment.
-const MaxAugmentViews = 1000
+// CheckViews checks a count of views given to --flag (--augment,
+// --feature-augment): 0 (none) to augment.MaxViews.
+func CheckViews(flag string, n int) error {
+	if n < 0 || n > augment.MaxViews {
+		return fmt.Errorf("--%s %d: must be from 0 (none) to %d", flag, n, augment.MaxViews)
+	}
+	return nil
+}
 
 // ParseRange parses a "lo,hi" range of --flag.
 func ParseRange(flag, s string) ([2]float64, error) {

@@ -291,12 +291,7 @@ var table = []*Option{
 		v:    num(func(o *Options) *int { return &o.PredictionsTop }, 5, positive[int]("predictions-top", "%d"))},
 	{Name: "augment", Key: "augment", In: Mount,
 		Help: "show this many augmented views of every layer, LAYER-aug/0 .. LAYER-aug/K-1 beside LAYER: view k of an image is torchvision's RandomResizedCrop + RandomHorizontalFlip with numbers drawn from the object's key and ETag, k and --augment-seed, its parameters in the extended attribute user.featurefs.augment (docs/AUGMENT.md); 0: none",
-		v: num(func(o *Options) *int { return &o.Augment }, 0, func(n int) error {
-			if n < 0 || n > MaxAugmentViews {
-				return failf("--augment %d: must be from 0 (none) to %d", n, MaxAugmentViews)
-			}
-			return nil
-		})},
+		v:    num(func(o *Options) *int { return &o.Augment }, 0, func(n int) error { return CheckViews("augment", n) })},
 	{Name: "augment-seed", Key: "augment-seed", In: Mount,
 		Help: "the seed of the augmented views' random numbers (--augment, --feature-augment)",
 		v:    num(func(o *Options) *int { return &o.AugmentSeed }, 0, notNegative[int]("augment-seed", "%d", "must be 0 or more"))},
@@ -308,12 +303,7 @@ var table = []*Option{
 		v:    str(func(o *Options) *string { return &o.AugmentRatio }, "0.75,1.3333333333333333", func(s string) error { _, err := ParseRange("augment-ratio", s); return err })},
 	{Name: "feature-augment", Key: "feature-augment", In: Mount,
 		Help: "show this many feature-space views of every layer, LAYER-faug/0 .. LAYER-faug/K-1 beside LAYER: view k of a file is its plain feature with --feature-augment-ops applied (FroFA: brightness, contrast, posterize, numbers drawn from the object's key and ETag, k and --augment-seed), computed at read time from the cached feature without the model (docs/AUGMENT.md); for layers after a ReLU; 0: none",
-		v: num(func(o *Options) *int { return &o.FeatureAugment }, 0, func(n int) error {
-			if n < 0 || n > MaxAugmentViews {
-				return failf("--feature-augment %d: must be from 0 (none) to %d", n, MaxAugmentViews)
-			}
-			return nil
-		})},
+		v:    num(func(o *Options) *int { return &o.FeatureAugment }, 0, func(n int) error { return CheckViews("feature-augment", n) })},
 	{Name: "feature-augment-ops", Key: "feature-augment-ops", In: Mount,
 		Help: "the feature-space views' ops, comma-separated: brightness, contrast, posterize, or all",
 		v:    str(func(o *Options) *string { return &o.FeatureAugmentOps }, "all", func(s string) error { return checkFeatureOps(s) })},

@@ -39,9 +39,6 @@ const augmentXattr = augment.Xattr
 // parameters per view file in it.
 const augmentJSONL = "augment.jsonl"
 
-// maxAugmentViews bounds --augment.
-const maxAugmentViews = 1000
-
 // augmentArgs are extract's --augment flags.
 type augmentArgs struct {
 	views        int
@@ -61,8 +58,8 @@ func addAugmentFlags(fl *flag.FlagSet, a *augmentArgs) {
 
 // check parses and checks the --augment flags.
 func (a *augmentArgs) check() error {
-	if a.views < 0 || a.views > maxAugmentViews {
-		return fmt.Errorf("--augment %d: must be from 0 (off) to %d", a.views, maxAugmentViews)
+	if err := mountopts.CheckViews("augment", a.views); err != nil {
+		return err
 	}
 	var err error
 	if a.scaleR, err = mountopts.ParseRange("augment-scale", a.scale); err != nil {

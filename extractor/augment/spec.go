@@ -28,6 +28,11 @@ func (s Spec) Key() string {
 	return fmt.Sprintf("%s view=%d seed=%d scale=%v,%v ratio=%v,%v", domain, s.View, s.Seed, s.Scale[0], s.Scale[1], s.Ratio[0], s.Ratio[1])
 }
 
+// MaxViews bounds how many views of an image a mount, extract or a
+// feature server draws (--augment, --feature-augment): view indexes are
+// 0..MaxViews-1.
+const MaxViews = 1000
+
 // Xattr is the extended attribute that holds a view file's Params as JSON
 // (on a mount's view files and on extract --augment's outputs).
 const Xattr = "user.featurefs.augment"

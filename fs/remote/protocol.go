@@ -213,16 +213,13 @@ func (a AugItem) Spec() augment.Spec {
 	return augment.Spec{View: a.View, Seed: a.Seed, Scale: a.Scale, Ratio: a.Ratio}
 }
 
-// maxAugView bounds an item's view index (mountopts.MaxAugmentViews).
-const maxAugView = 1000
-
 // check refuses a view the server would not draw as the client does.
 func (a AugItem) check() error {
 	if !a.On {
 		return nil
 	}
-	if a.View < 0 || a.View >= maxAugView {
-		return fmt.Errorf("augmented view %d: want 0 to %d: %w", a.View, maxAugView-1, errBadItem)
+	if a.View < 0 || a.View >= augment.MaxViews {
+		return fmt.Errorf("augmented view %d: want 0 to %d: %w", a.View, augment.MaxViews-1, errBadItem)
 	}
 	if err := augment.CheckRanges(a.Scale, a.Ratio); err != nil {
 		return fmt.Errorf("augmented view: %v: %w", err, errBadItem)
