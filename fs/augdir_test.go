@@ -61,7 +61,7 @@ func TestAugmentedViews(t *testing.T) {
 		}
 		calls := e.x.Calls.Load()
 		buf := make([]byte, 512)
-		n, err := syscall.Getxattr(p, augment.Xattr, buf)
+		n, err := getxattr(p, augment.Xattr, buf)
 		if err != nil {
 			t.Fatalf("getxattr %s of view %d: %v", augment.Xattr, k, err)
 		}
@@ -90,7 +90,7 @@ func TestAugmentedViews(t *testing.T) {
 			}
 		}
 		seen = append(seen, got)
-		if n, err := syscall.Listxattr(p, buf); err != nil || string(buf[:n]) != augment.Xattr+"\x00" {
+		if n, err := listxattr(p, buf); err != nil || string(buf[:n]) != augment.Xattr+"\x00" {
 			t.Errorf("listxattr of view %d: %q, %v", k, buf[:max(n, 0)], err)
 		}
 	}
@@ -107,7 +107,7 @@ func TestAugmentedViews(t *testing.T) {
 	if n := e2.x.Calls.Load(); n != 0 {
 		t.Errorf("%d extractions reading cached views through a second mount", n)
 	}
-	if _, err := syscall.Getxattr(e.path("features", "tiny", "layer0", "d", "1.npy"), augment.Xattr, make([]byte, 64)); !errors.Is(err, syscall.ENODATA) {
+	if _, err := getxattr(e.path("features", "tiny", "layer0", "d", "1.npy"), augment.Xattr, make([]byte, 64)); !errors.Is(err, syscall.ENODATA) {
 		t.Errorf("getxattr of a plain file: %v, want ENODATA", err)
 	}
 }
@@ -194,7 +194,7 @@ func TestAugmentJSONL(t *testing.T) {
 			t.Fatalf("line %d %q: %v", i, lines[i], err)
 		}
 		buf := make([]byte, 512)
-		n, err := syscall.Getxattr(dir+"/"+name, augment.Xattr, buf)
+		n, err := getxattr(dir+"/"+name, augment.Xattr, buf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,10 +267,31 @@ func TestFeatureSpaceViews(t *testing.T) {
 			t.Errorf("%s: %d extractions for its feature view and plain feature, want 1", key, n)
 		}
 		buf := make([]byte, 512)
-		n, err := syscall.Getxattr(e.path("features", "tiny", "layer0-faug", "1", "d", name), augment.Xattr, buf)
+		n, err := getxattr(e.path("features", "tiny", "layer0-faug", "1", "d", name), augment.Xattr, buf)
 		var gotP augment.FeatureParams
 		if err != nil || json.Unmarshal(buf[:n], &gotP) != nil || !slices.Equal(gotP.Ops, p.Ops) || gotP.Brightness != p.Brightness || gotP.Bits != p.Bits || gotP.View != 1 {
 			t.Errorf("%s's feature view's attribute %q, %v; want %+v", key, buf[:max(n, 0)], err, p)
+		}
+	}
+}
+
+// getxattr and listxattr are the system calls retried while interrupted,
+// as Python's os and Go's os package retry them: the kernel answers EINTR
+// for a FUSE request a signal (the Go runtime's, here) interrupted.
+func getxattr(path, name string, buf []byte) (int, error) {
+	for {
+		n, err := syscall.Getxattr(path, name, buf)
+		if err != syscall.EINTR {
+			return n, err
+		}
+	}
+}
+
+func listxattr(path string, buf []byte) (int, error) {
+	for {
+		n, err := syscall.Listxattr(path, buf)
+		if err != syscall.EINTR {
+			return n, err
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/test/testenv"
 )
 
@@ -25,17 +26,11 @@ import (
 // with the parameters the view publishes, max relative L2 <= 1e-3, over
 // 100 images x 4 views.
 
-// augView is a line of an augment.jsonl.
+// augView is a line of an augment.jsonl: a file's name and its view's
+// parameters.
 type augView struct {
-	File   string `json:"file"`
-	Top    int    `json:"top"`
-	Left   int    `json:"left"`
-	Height int    `json:"height"`
-	Width  int    `json:"width"`
-	Flip   bool   `json:"flip"`
-	Size   int    `json:"size"`
-	Seed   uint64 `json:"seed"`
-	View   int    `json:"view"`
+	File string `json:"file"`
+	augment.Params
 }
 
 // runExtract runs featurefs extract with args and fails the test on a
@@ -74,7 +69,7 @@ func readViews(t *testing.T, root string) map[string]augView {
 			rel, _ := filepath.Rel(root, file)
 			views[filepath.ToSlash(rel)] = v
 			buf := make([]byte, 4096)
-			n, err := unix.Getxattr(file, "user.featurefs.augment", buf)
+			n, err := getxattr(file, "user.featurefs.augment", buf)
 			if err != nil {
 				t.Errorf("%s: extended attribute: %v", rel, err)
 				continue
@@ -112,6 +107,18 @@ func torchViews(t *testing.T, views []byte) string {
 		t.Fatalf("ref_features.py --views: %v\n%s", err, b)
 	}
 	return refDir
+}
+
+// getxattr is unix.Getxattr retried while it is interrupted, as Python's
+// os.getxattr and Go's os package retry: the kernel answers EINTR for a
+// FUSE request a signal interrupted (the Go runtime's own, here).
+func getxattr(path, name string, buf []byte) (int, error) {
+	for {
+		n, err := unix.Getxattr(path, name, buf)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
 }
 
 // relL2 is ||a-b|| / ||b||.
@@ -272,7 +279,7 @@ func TestMountAugmentedViews(t *testing.T) {
 				t.Errorf("%s: the mount's view differs from extract --augment's", name)
 			}
 			buf := make([]byte, 4096)
-			n, err := unix.Getxattr(p, "user.featurefs.augment", buf)
+			n, err := getxattr(p, "user.featurefs.augment", buf)
 			if err != nil {
 				t.Fatalf("getxattr %s: %v", name, err)
 			}
@@ -346,14 +353,7 @@ func TestRemoteAugmentedViews(t *testing.T) {
 	local := testMount(t, mountConfig{Source: d.Dir, Args: args})
 	// featurefs warm of a view tree computes its views: reading them
 	// afterwards extracts nothing more.
-	extractions := func() float64 {
-		fsStats, _ := mountStats(t, local)["fs"].(map[string]any)
-		n, ok := fsStats["extractions"].(float64)
-		if !ok {
-			t.Fatalf("no fs.extractions in the stats: %v", fsStats)
-		}
-		return n
-	}
+	extractions := func() float64 { return fsExtractions(t, local) }
 	warmDir := filepath.Join(filepath.Dir(local.Layer(testLayer)), testLayer+"-aug", "1", "train")
 	if b, err := exec.Command(featurefsBin(t), "warm", warmDir).CombinedOutput(); err != nil {
 		t.Fatalf("featurefs warm %s: %v\n%s", warmDir, err, b)
@@ -386,8 +386,8 @@ func TestRemoteAugmentedViews(t *testing.T) {
 				continue
 			}
 			x1, x2 := make([]byte, 1024), make([]byte, 1024)
-			n1, err1 := unix.Getxattr(filepath.Join(lp, n), "user.featurefs.augment", x1)
-			n2, err2 := unix.Getxattr(filepath.Join(rp, n), "user.featurefs.augment", x2)
+			n1, err1 := getxattr(filepath.Join(lp, n), "user.featurefs.augment", x1)
+			n2, err2 := getxattr(filepath.Join(rp, n), "user.featurefs.augment", x2)
 			if err1 != nil || err2 != nil || !bytes.Equal(x1[:n1], x2[:n2]) {
 				t.Errorf("%s/%s: attributes %q (%v) remote, %q (%v) local", rel, n, x2[:max(n2, 0)], err2, x1[:max(n1, 0)], err1)
 			}

@@ -616,6 +616,18 @@ func mountStats(t testing.TB, m *mounted) map[string]any {
 	return v
 }
 
+// fsExtractions is the stats file's fs.extractions of m: the features it
+// had the extractor compute.
+func fsExtractions(t testing.TB, m *mounted) float64 {
+	t.Helper()
+	fsStats, _ := mountStats(t, m)["fs"].(map[string]any)
+	n, ok := fsStats["extractions"].(float64)
+	if !ok {
+		t.Fatalf("no fs.extractions in the stats: %v", fsStats)
+	}
+	return n
+}
+
 // waitCacheWrites waits until the mount has no feature queued for its
 // cache write (fs.cache_write_queued is 0: cache writes happen behind the
 // reads), so that the cache's figures are final for what was read.

@@ -163,14 +163,7 @@ func TestPredictionsView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	extractions := func() float64 {
-		fsStats, _ := mountStats(t, m)["fs"].(map[string]any)
-		n, ok := fsStats["extractions"].(float64)
-		if !ok {
-			t.Fatalf("no fs.extractions in the stats: %v", fsStats)
-		}
-		return n
-	}
+	extractions := func() float64 { return fsExtractions(t, m) }
 	if n := extractions(); n != 0 {
 		t.Errorf("stat computed: %v extractions", n)
 	}
