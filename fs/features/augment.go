@@ -64,12 +64,9 @@ func (p *Pipeline) ViewParams(ctx context.Context, v *View, obj bucket.Object) (
 	if !ok {
 		return augment.Params{}, ErrNoViewParams
 	}
-	data, o, err := p.cfg.Bucket.Get(ctx, obj.Key, p.cfg.MaxObjectSize)
+	data, err := p.getVersion(ctx, obj)
 	if err != nil {
-		return augment.Params{}, fmt.Errorf("get %q: %w", obj.Key, err)
-	}
-	if obj.ETag != "" && o.ETag != "" && o.ETag != obj.ETag {
-		return augment.Params{}, fmt.Errorf("get %q: %w (listed ETag %s, now %s)", obj.Key, ErrObjectChanged, obj.ETag, o.ETag)
+		return augment.Params{}, err
 	}
 	params, err := vp.ViewParams(v.Model.Name, *a, data)
 	if err != nil {

@@ -363,14 +363,7 @@ func (p *Pipeline) findOrExtractFrom(ctx context.Context, v *View, obj bucket.Ob
 				}
 				return g.data, nil
 			}
-			b, o, err := p.cfg.Bucket.Get(ctx, obj.Key, p.cfg.MaxObjectSize)
-			if err != nil {
-				return nil, fmt.Errorf("get %q: %w", obj.Key, err)
-			}
-			if obj.ETag != "" && o.ETag != "" && o.ETag != obj.ETag {
-				return nil, fmt.Errorf("get %q: %w (listed ETag %s, now %s)", obj.Key, ErrObjectChanged, obj.ETag, o.ETag)
-			}
-			return b, nil
+			return p.getVersion(ctx, obj)
 		},
 	})
 	if err != nil {
@@ -389,6 +382,20 @@ func (p *Pipeline) findOrExtractFrom(ctx context.Context, v *View, obj bucket.Ob
 	p.putCache(ctx, obj, key, data, prio)
 	p.toFeatureStore(ctx, ref, data, r == forWarm)
 	return data, false, nil
+}
+
+// getVersion fetches obj's bytes (at most MaxObjectSize), failing with
+// ErrObjectChanged when the store now holds another version than the one
+// listed.
+func (p *Pipeline) getVersion(ctx context.Context, obj bucket.Object) ([]byte, error) {
+	b, o, err := p.cfg.Bucket.Get(ctx, obj.Key, p.cfg.MaxObjectSize)
+	if err != nil {
+		return nil, fmt.Errorf("get %q: %w", obj.Key, err)
+	}
+	if obj.ETag != "" && o.ETag != "" && o.ETag != obj.ETag {
+		return nil, fmt.Errorf("get %q: %w (listed ETag %s, now %s)", obj.Key, ErrObjectChanged, obj.ETag, o.ETag)
+	}
+	return b, nil
 }
 
 // putCache queues a feature for the local cache (the write-behind queue,

@@ -489,9 +489,9 @@ func viewParamsItem(q url.Values) (BatchItem, error) {
 	bad := func(name string) (BatchItem, error) {
 		return BatchItem{}, fmt.Errorf("%s %q: %w", name, q.Get(name), errBadItem)
 	}
-	layer, err := strconv.Atoi(q.Get("layer"))
+	it, err := queryItem(q)
 	if err != nil {
-		return bad("layer")
+		return BatchItem{}, err
 	}
 	view, err := strconv.Atoi(q.Get("view"))
 	if err != nil {
@@ -511,11 +511,21 @@ func viewParamsItem(q url.Values) (BatchItem, error) {
 		}
 		ranges[i] = [2]float64{a, b}
 	}
-	if q.Get("model") == "" {
+	if it.Model == "" {
 		return bad("model")
 	}
-	return BatchItem{Model: q.Get("model"), Layer: layer, Key: q.Get("key"), ETag: q.Get("etag"), Digest: q.Get("digest"),
-		Aug: AugItem{On: true, View: view, Seed: seed, Scale: ranges[0], Ratio: ranges[1]}}, nil
+	it.Aug = AugItem{On: true, View: view, Seed: seed, Scale: ranges[0], Ratio: ranges[1]}
+	return it, nil
+}
+
+// queryItem is the item GET /v1/feature and /v1/viewparams name in their
+// query: model, layer (an index), key, etag and digest.
+func queryItem(q url.Values) (BatchItem, error) {
+	layer, err := strconv.Atoi(q.Get("layer"))
+	if err != nil {
+		return BatchItem{}, fmt.Errorf("layer %q: want a layer index: %w", q.Get("layer"), errBadItem)
+	}
+	return BatchItem{Model: q.Get("model"), Layer: layer, Key: q.Get("key"), ETag: q.Get("etag"), Digest: q.Get("digest")}, nil
 }
 
 // viewParamsQuery is the query of GET /v1/viewparams for it.

@@ -527,13 +527,11 @@ func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleFeature(w http.ResponseWriter, r *http.Request) {
 	s.n.features.Add(1)
-	q := r.URL.Query()
-	layer, err := strconv.Atoi(q.Get("layer"))
+	it, err := queryItem(r.URL.Query())
 	if err != nil {
-		writeError(w, StatusBadRequest, fmt.Errorf("layer %q: want a layer index: %w", q.Get("layer"), errBadItem))
+		writeError(w, StatusBadRequest, err)
 		return
 	}
-	it := BatchItem{Model: q.Get("model"), Layer: layer, Key: q.Get("key"), ETag: q.Get("etag"), Digest: q.Get("digest")}
 	held, err := s.buffered.acquire(r.Context(), s.itemBytes(it))
 	if err != nil {
 		writeError(w, StatusOf(err), s.public(it.Key, err))
