@@ -15,12 +15,11 @@ import argparse
 import io
 import json
 import os
-import statistics
 import sys
 import tarfile
 import time
 
-from benchlib import loadavg, read_stats
+from benchlib import cell, loadavg, med, read_stats
 
 TARGET_TIME = 2.0  # tar listing <= 2x the plain directory's
 SLACK_MIB = 64     # peak RSS of the tar listing <= the plain one's + index_bytes + this
@@ -77,14 +76,6 @@ def cmd_ls(args):
     out["archives"] = st.get("archives", {})
     out["load_end"] = loadavg()
     json.dump(out, sys.stdout)
-
-
-def med(xs):
-    return statistics.median(xs)
-
-
-def cell(xs, fmt="{:.2f}"):
-    return f"{fmt.format(med(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
 
 
 def cmd_report(args):

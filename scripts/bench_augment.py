@@ -42,7 +42,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -52,7 +51,7 @@ import numpy as np
 import torch
 import torchvision
 
-from benchlib import loadavg, read_stats, unmount
+from benchlib import cell, loadavg, med, read_stats, unmount
 
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
@@ -213,14 +212,6 @@ def cmd_round(args):
 
 
 # --- report ---
-
-def med(xs):
-    return statistics.median(xs)
-
-
-def cell(xs, fmt="{:.2f}"):
-    return f"{fmt.format(med(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
-
 
 def d(p, key):
     return p["after"][key] - p["before"][key]

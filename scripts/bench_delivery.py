@@ -43,7 +43,6 @@ import os
 import re
 import resource
 import shlex
-import statistics
 import subprocess
 import sys
 import time
@@ -54,7 +53,7 @@ import torch
 import torchvision
 from torchvision import transforms
 
-from benchlib import loadavg, read_stats, unmount
+from benchlib import loadavg, med, read_stats, unmount
 
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
@@ -219,10 +218,6 @@ KINDS = ("tree", "off", "s2", "extract", "decode", "torch")
 # their names in the breakdown.
 READ_SIZES = (("le_4k", "<= 4 KiB"), ("le_32k", "4-32 KiB"), ("le_128k", "32-128 KiB"),
               ("le_512k", "128-512 KiB"), ("le_1m", "512 KiB-1 MiB"), ("gt_1m", "> 1 MiB"))
-
-
-def med(xs):
-    return statistics.median(xs)
 
 
 def cell(xs, fmt="{:.0f}"):

@@ -36,7 +36,6 @@ import json
 import os
 import re
 import shlex
-import statistics
 import subprocess
 import sys
 import time
@@ -49,7 +48,7 @@ from PIL import Image
 from torchvision import transforms
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import loadavg, read_stats, unmount  # noqa: E402
+from benchlib import loadavg, med, read_stats, unmount  # noqa: E402
 from export_model import build  # noqa: E402
 
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -218,10 +217,6 @@ def cmd_featurefs(args):
 
 KINDS = ("baseline", "tree", "off")
 TARGETS = {"epoch1": 1.6, "total": 4.5, "prefetch": 2}  # issue 11; prefetch unchanged
-
-
-def med(xs):
-    return statistics.median(xs)
 
 
 def span(xs, unit=""):

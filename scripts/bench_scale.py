@@ -43,13 +43,12 @@ import os
 import random
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
 import time
 
-from benchlib import loadavg, read_stats, unmount
+from benchlib import cell, loadavg, med, read_stats, unmount
 
 TARGET_SCAN = 3.0          # mount scan <= 3x the source directory's (issue 39)
 TARGET_RSS_MIB = 512       # at 1M entries
@@ -307,14 +306,6 @@ def cmd_same(args):
         with open(os.path.join(args.a, f), "rb") as x, open(os.path.join(args.b, f), "rb") as y:
             same += x.read() == y.read()
     json.dump({"compared": len(files), "identical": same}, sys.stdout)
-
-
-def med(xs):
-    return statistics.median(xs)
-
-
-def cell(xs, fmt="{:.2f}"):
-    return f"{fmt.format(med(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
 
 
 def load_rounds(specs):

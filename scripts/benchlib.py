@@ -1,9 +1,21 @@
 """Helpers the mount benchmarks' Python sides share (bench_delivery.py,
-bench_epoch.py): the load average, the mount's stats file, unmounting."""
+bench_epoch.py, bench_scale.py, bench_augment.py, bench_archive_index.py):
+the load average, the mount's stats file, unmounting, medians."""
 import json
 import os
+import statistics
 import subprocess
 import time
+
+
+def med(xs):
+    """The median of xs."""
+    return statistics.median(xs)
+
+
+def cell(xs, fmt="{:.2f}"):
+    """A table cell: the median of xs, then its min-max in parentheses."""
+    return f"{fmt.format(med(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
 
 
 def loadavg():
