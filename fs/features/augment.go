@@ -30,8 +30,14 @@ type ObjectViewParamser interface {
 // cannot tell a view's parameters (a remote one).
 var ErrNoViewParams = errors.New("the extractor does not tell augmented views' parameters")
 
-// maxViewParams bounds the views whose parameters ViewParams remembers.
-const maxViewParams = 16384
+// maxViewParams bounds the views whose parameters ViewParams remembers;
+// viewParamFetches the images ViewParams fetches at once (each held whole,
+// up to MaxObjectSize, until its header is read), whoever asks: a mount's
+// getxattr and augment.jsonl reads, a feature server's GET /v1/viewparams.
+const (
+	maxViewParams    = 16384
+	viewParamFetches = 8
+)
 
 // ViewParams returns the parameters of augmented view v (v.Aug not nil)
 // of obj: the crop box in the image's pixels, the flip, the output size,
@@ -64,6 +70,12 @@ func (p *Pipeline) ViewParams(ctx context.Context, v *View, obj bucket.Object) (
 	if !ok {
 		return augment.Params{}, ErrNoViewParams
 	}
+	select {
+	case p.viewFetches <- struct{}{}:
+	case <-ctx.Done():
+		return augment.Params{}, fmt.Errorf("%s: waiting to fetch its header: %w", obj.Key, ctx.Err())
+	}
+	defer func() { <-p.viewFetches }()
 	data, err := p.getVersion(ctx, obj)
 	if err != nil {
 		return augment.Params{}, err

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,5 +293,58 @@ func TestFeatureStoreAugmentedViews(t *testing.T) {
 	}
 	if n := x2.Calls.Load(); n != 0 {
 		t.Errorf("second pipeline: %d extractions, want 0 (all from the feature store)", n)
+	}
+}
+
+// slowGets is a bucket whose Gets take 20 ms each, counting how many run
+// at once.
+type slowGets struct {
+	bucket.Bucket
+	running, most atomic.Int64
+}
+
+func (b *slowGets) Get(ctx context.Context, key string, maxBytes int64) ([]byte, bucket.Object, error) {
+	n := b.running.Add(1)
+	defer b.running.Add(-1)
+	for m := b.most.Load(); n > m && !b.most.CompareAndSwap(m, n); m = b.most.Load() {
+	}
+	time.Sleep(20 * time.Millisecond)
+	return b.Bucket.Get(ctx, key, maxBytes)
+}
+
+// TestViewParamsFetchesBounded: the images ViewParams fetches for their
+// headers (each held whole until read) are at most viewParamFetches at
+// once, however many views are asked for together (a directory's
+// augment.jsonl, a burst of getxattr, a server's /v1/viewparams).
+func TestViewParamsFetchesBounded(t *testing.T) {
+	objs := map[string]string{}
+	for i := range 40 {
+		objs[fmt.Sprintf("d/%02d.jpg", i)] = fmt.Sprint("image ", i)
+	}
+	lb, _ := localBucket(t, objs)
+	b := &slowGets{Bucket: lb}
+	x := newFakeExtractor()
+	p, err := New(Config{Bucket: b, Extractor: x, Cache: fakes.NewCache(), Augment: AugmentConfig{Views: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m := x.Models()[0]
+	v := p.NewAugView(m, m.Layers[0], p.Config().Augment.Spec(0))
+	var wg sync.WaitGroup
+	for k := range objs {
+		obj, err := lb.Stat(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if _, err := p.ViewParams(context.Background(), v, obj); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := b.most.Load(); n > viewParamFetches || n < 2 {
+		t.Errorf("%d header fetches at once, want 2 to %d", n, viewParamFetches)
 	}
 }

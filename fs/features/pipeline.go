@@ -173,7 +173,9 @@ type Pipeline struct {
 	versions *lru.LRU[string, objVersion] // key -> a version newer than its listing's
 	// viewParams remembers augmented views' parameters (ViewParams).
 	viewParams *lru.LRU[string, augment.Params]
-	features   inflight.Group[[]byte] // reads in flight
+	// viewFetches bounds ViewParams's fetches in flight (viewParamFetches).
+	viewFetches chan struct{}
+	features    inflight.Group[[]byte] // reads in flight
 	// handoff holds features just computed (by a read or by prefetch)
 	// until a reader has read them to their end: its reads copy them from
 	// memory rather than decompress them from the cache.
@@ -266,18 +268,19 @@ func New(cfg Config) (*Pipeline, error) {
 		return nil, errors.New("features.New: StoreOnly needs a FeatureStore")
 	}
 	p := &Pipeline{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		legacyDirs: map[string]bool{},
-		identity:   cfg.Bucket.Identity(),
-		dtype:      cfg.Extractor.DType(),
-		naming:     naming.New(cfg.ImageExtensions).WithArchives(cfg.Archives),
-		bad:        lru.New[string, badEntry](cfg.MaxBadObjects),
-		journal:    figures.NewJournal(cfg.Logger, cfg.Now),
-		versions:   lru.New[string, objVersion](4096),
-		viewParams: lru.New[string, augment.Params](maxViewParams),
-		handoff:    lru.New[string, []byte](cfg.HandoffBytes),
-		owner:      lifetime.New(),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		legacyDirs:  map[string]bool{},
+		identity:    cfg.Bucket.Identity(),
+		dtype:       cfg.Extractor.DType(),
+		naming:      naming.New(cfg.ImageExtensions).WithArchives(cfg.Archives),
+		bad:         lru.New[string, badEntry](cfg.MaxBadObjects),
+		journal:     figures.NewJournal(cfg.Logger, cfg.Now),
+		versions:    lru.New[string, objVersion](4096),
+		viewParams:  lru.New[string, augment.Params](maxViewParams),
+		viewFetches: make(chan struct{}, viewParamFetches),
+		handoff:     lru.New[string, []byte](cfg.HandoffBytes),
+		owner:       lifetime.New(),
 	}
 	p.features.Owner = p.owner
 	p.writes = newCacheWriter(p.storeCache, p.log, cfg.CacheWriteBytes, cfg.CacheWriters)
