@@ -74,6 +74,9 @@ type Config struct {
 	FetchMemory int64
 	// DType is the element type of the .npy files returned.
 	DType DType
+	// Decode is where JPEGs are decoded (gpujpeg.go): DecodeCPU (the
+	// default), DecodeGPU or DecodeAuto.
+	Decode DecodeMode
 	// Logger receives the service's logs (default slog.Default()).
 	Logger *slog.Logger
 	// MaxPending bounds the distinct requests in flight, Extract's and
@@ -137,6 +140,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DType == "" {
 		c.DType = d.DType
+	}
+	if c.Decode == "" {
+		c.Decode = DecodeCPU
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = d.MaxPending

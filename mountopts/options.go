@@ -99,6 +99,10 @@ type Options struct {
 	// warning on stderr, instead of failing with exit code 4
 	// (--allow-cpu-fallback). --device auto always falls back.
 	AllowCPUFallback bool
+	// Decode is where JPEGs are decoded: cpu (libjpeg-turbo, bit-exact
+	// with PIL), gpu (nvJPEG on the GPU for the JPEGs it takes) or auto
+	// (gpu where this GPU type passed the decode fidelity check) (--decode).
+	Decode string
 	// DType is the element type of the served .npy files: float32 or float16
 	// (--dtype).
 	DType spec.DType
@@ -423,6 +427,12 @@ func (o *Options) Validate() error {
 				bad("--augment-scale %s --augment-ratio %s: %v", o.AugmentScale, o.AugmentRatio, err)
 			}
 		}
+	}
+	if devKind == "cpu" && o.Decode == "gpu" {
+		bad("--decode gpu decodes JPEGs on a GPU: drop it (or use --decode auto) or use --device auto, cuda or cuda:N instead of cpu")
+	}
+	if o.Decode != "" && o.Decode != "cpu" && o.Remote.Enabled() && (o.Remote.Split == "" || o.Remote.Split == "none") {
+		bad("--decode %s: with --remote the servers decode the images: give it to featurefs serve instead", o.Decode)
 	}
 	if o.FastDecode && o.Remote.Enabled() && (o.Remote.Split == "" || o.Remote.Split == "none") {
 		bad("--fast-decode: with --remote the servers decode the images: give it to featurefs serve instead (a mount with --split auto, raw or K decodes too and takes it, matching the servers')")

@@ -73,6 +73,8 @@ func TestValidateMessages(t *testing.T) {
 		{"max object size", func(o *Options) { o.MaxObjectSize = 0 }, "--max-object-size 0B: must be positive"},
 		{"metrics", func(o *Options) { o.MetricsAddr = "9090" }, "--metrics-addr \"9090\": want HOST:PORT"},
 		{"tensorrt on cpu", func(o *Options) { o.Device, o.TensorRT = "cpu", true }, "--tensorrt runs on a GPU"},
+		{"decode", func(o *Options) { o.Decode = "nvdec" }, "--decode \"nvdec\": want cpu, gpu or auto"},
+		{"gpu decode on cpu", func(o *Options) { o.Device, o.Decode = "cpu", "gpu" }, "--decode gpu decodes JPEGs on a GPU"},
 		{"fallback from cpu", func(o *Options) { o.Device, o.AllowCPUFallback = "cpu", true }, "--allow-cpu-fallback: --device cpu"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -500,6 +500,15 @@ var table = []*Option{
 	{Name: "fetch-memory", Key: "fetch-memory", In: sourceCmds,
 		Help: "bound on the bytes of the objects fetched and not yet decoded, taken at their listed size before their GET (a fetch waits for room; one object larger than the bound is held alone)",
 		v:    size(func(o *Options) *int64 { return &o.FetchMemory }, spec.DefaultFetchMemory, atLeast("fetch-memory", 4*MiB, "4MiB, e.g. 64MiB"))},
+	{Name: "decode", Key: "decode", In: extractorCmds,
+		Help: "where JPEGs are decoded: cpu (libjpeg-turbo, bit-exact with PIL), gpu (nvJPEG on the GPU for the baseline JPEGs it takes; progressive, arithmetic-coded, 12-bit and CMYK JPEGs and PNGs stay on the CPU; pixels differ from PIL's by a little) or auto (gpu where this GPU type passed the decode fidelity check, else cpu)",
+		v: str(func(o *Options) *string { return &o.Decode }, "cpu", func(s string) error {
+			switch s {
+			case "cpu", "gpu", "auto":
+				return nil
+			}
+			return failf("--decode %q: want cpu, gpu or auto", s)
+		})},
 	{Name: "fast-decode", Key: "fast-decode", In: sourceCmds | Extract,
 		Help: "decode a JPEG whose shorter side is at least 8, 4 or 2 times the resize size at 1/8, 1/4 or 1/2 of its size (libjpeg DCT scaling): faster on large photos, features close to torchvision's but not bit-exact",
 		v:    boolean(func(o *Options) *bool { return &o.FastDecode })},

@@ -127,7 +127,7 @@ func TestEveryCheckNamesItsFlag(t *testing.T) {
 		"remote-max-batch": "0", "remote-batch-wait": "-1s", "remote-max-inflight": "0", "split": "bogus",
 		"endpoint-url": "ftp://x", "feature-store-endpoint-url": "x",
 		"cache-dir": "", "cache-compression": "zz", "feature-store-compression": "zeros", "cache-size": "1KiB",
-		"device": "tpu", "precision": "fp8", "dtype": "int8", "batch-size": "-1",
+		"device": "tpu", "decode": "nvdec", "precision": "fp8", "dtype": "int8", "batch-size": "-1",
 		"metadata-ttl": "-1s", "negative-ttl": "-1s", "read-timeout": "-1s", "log-level": "loud",
 		"metrics-addr": "nohost", "ort-lib": "/nonexistent/libonnxruntime.so", "image-extensions": "npy",
 		"max-pixels": "0", "max-object-size": "0", "decode-memory": "1MiB", "prefetch": "all", "prefetch-limit": "-1",

@@ -36,4 +36,5 @@ func checkExtractor(o *mountopts.Options) error {
 func applyExtractor(o *mountopts.Options, cfg *extractor.Config) {
 	cfg.ORTLib, cfg.Device, cfg.TensorRT = o.ORTLib, o.Device, o.TensorRT
 	cfg.Precision, cfg.CUDALibDir = o.Precision, o.CUDALibDir
+	cfg.Decode = extractor.DecodeMode(o.Decode)
 }
