@@ -67,6 +67,9 @@ type DeviceStats = api.DeviceStats
 // WireStats are the feature bytes a remote mount received (api.WireStats).
 type WireStats = api.WireStats
 
+// GPUDecodeStats are the GPU JPEG decoder's figures (--decode gpu).
+type GPUDecodeStats = api.GPUDecodeStats
+
 // The contract's errors, the same values (errors.Is matches either name).
 var (
 	// ErrBadImage is matched by every error caused by the input object.

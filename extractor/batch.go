@@ -194,6 +194,8 @@ type schedConfig struct {
 	// then (memtrim.go).
 	idle      func()
 	idleAfter time.Duration
+	// gpu, when set, decodes the JPEGs it takes on a GPU (--decode gpu).
+	gpu *gpuDecodeLoop
 	// entered, when set (tests), is called with each call that passes
 	// enterDecode, under the scheduler's lock.
 	entered func(Request)
@@ -802,6 +804,15 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 			return nil, err
 		}
 	}
+	// JPEGs the GPU decodes are decoded before a decode slot is taken:
+	// the CPU's part, the resize, waits for one; the GPU's does not.
+	var full gpuPixels
+	if s.cfg.gpu != nil && c.req.View == nil && c.req.Augment == nil {
+		if full, err = s.gpuDecode(c, data); err != nil {
+			return nil, err
+		}
+		defer full.release()
+	}
 	if !s.enterDecode(c) {
 		return nil, ctxErr(c.ctx)
 	}
@@ -817,6 +828,8 @@ func (s *scheduler) prepare(c *call) ([]float32, error) {
 	}
 	switch {
 	case err != nil:
+	case full.pix != nil:
+		err = applyPreprocessFull(c.ctx, ln.g().m.Preprocess, full.pix, full.w, full.h, buf)
 	case view != nil:
 		err = applyViewPreprocess(c.ctx, ln.g().m.Preprocess, *view, data, s.cfg.maxPixels, buf, s.cfg.decode)
 	default:

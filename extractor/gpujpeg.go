@@ -9,7 +9,14 @@ package extractor
 // anything its header check refuses) and PNGs stay on the CPU decoders,
 // chosen per image from its header (jpegKindOf).
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // DecodeMode is --decode: where JPEGs are decoded.
 type DecodeMode string
@@ -49,4 +56,257 @@ type gpuJPEG interface {
 	Describe() string
 	// Close frees the decoder's GPU and host memory.
 	Close() error
+}
+
+// gpuJPEGOpener opens the GPU JPEG decoder on GPU dev, its libraries
+// looked for by search, for batches of at most maxBatch images (nvjpeg.go
+// sets it; nil: this build has none). Tests replace it with a fake.
+var gpuJPEGOpener func(dev int, search cudaSearch, maxBatch int) (gpuJPEG, error)
+
+// gpuDecodeFidelity lists the GPU types (NVML's name) on which the decode
+// fidelity step of `make gpu-check` passed (docs/GPU.md, "JPEG decode on
+// the GPU": mean cosine >= 0.9999 and max relative L2 <= 1e-2 at ResNet-50
+// layer12, layer18 and the last layer against PIL): --decode auto decodes
+// on the GPU only there. Empty until a GPU host has run it.
+var gpuDecodeFidelity = map[string]bool{}
+
+// gpuGather is how long the GPU decode loop waits, after an image
+// arrives, for more to fill its batch.
+const gpuGather = 2 * time.Millisecond
+
+// maxGPUDecodeBatch bounds the images of one GPU decode call.
+const maxGPUDecodeBatch = 64
+
+// resolveDecode decides where JPEGs are decoded: the GPU decoder it opened
+// (nil: the CPU) and the one line that says which and why, for the log and
+// doctor. dev is the first device inference runs on.
+func resolveDecode(mode DecodeMode, dev deviceChoice, search cudaSearch, maxBatch int) (gpuJPEG, string) {
+	switch {
+	case mode == "" || mode == DecodeCPU:
+		return nil, "cpu: --decode cpu (libjpeg-turbo, bit-exact with PIL)"
+	case !dev.gpu:
+		return nil, fmt.Sprintf("cpu: --decode %s needs a GPU and inference runs on the CPU", mode)
+	case gpuJPEGOpener == nil:
+		return nil, fmt.Sprintf("cpu: --decode %s: this build of featurefs has no GPU JPEG decoder", mode)
+	case mode == DecodeAuto && !gpuDecodeFidelity[dev.name]:
+		return nil, fmt.Sprintf("cpu: --decode auto: no decode fidelity figures for %q yet (make gpu-check's decode step; docs/GPU.md): use --decode gpu to decode on it anyway", dev.name)
+	}
+	dec, err := gpuJPEGOpener(dev.index, search, maxBatch)
+	if err != nil {
+		return nil, fmt.Sprintf("cpu: --decode %s: %v", mode, err)
+	}
+	return dec, fmt.Sprintf("gpu: %s (--decode %s; progressive, arithmetic-coded, 12-bit, CMYK and RGB JPEGs and PNGs on the CPU)", dec.Describe(), mode)
+}
+
+// gpuDecodeLoop owns a gpuJPEG: decode workers hand it JPEGs (decode),
+// and its one goroutine runs them in batches of what arrived together.
+type gpuDecodeLoop struct {
+	dec    gpuJPEG
+	jobs   chan *gpuJob // unbuffered: a job sent is a job the loop runs
+	quit   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+	gather time.Duration
+	// Figures: images decoded on the GPU, refused by it (decoded on the
+	// CPU instead), failed there (bad images), and the batches run.
+	decoded, refused, failed, batches atomic.Int64
+	nanos                             atomic.Int64
+	// cpuKinds counts the JPEGs kept on the CPU by their kind
+	// (jpegKind.gpuDecodable), never sent.
+	cpuKinds atomic.Int64
+}
+
+// gpuJob is one image: its bytes, where its pixels go, and how it went.
+type gpuJob struct {
+	data, dst []byte
+	err       error
+	done      chan struct{}
+}
+
+func newGPUDecodeLoop(dec gpuJPEG) *gpuDecodeLoop {
+	l := &gpuDecodeLoop{dec: dec, jobs: make(chan *gpuJob), quit: make(chan struct{}), gather: gpuGather}
+	l.wg.Add(1)
+	go l.run()
+	return l
+}
+
+// decode decodes data, a JPEG of w x h pixels, into dst (3*w*h bytes) on
+// the GPU: nil, an error matching errGPURefused (decode it on the CPU),
+// ErrClosed, ctx's error before the loop took the job, or the image's own
+// error. Once the loop has taken the job, decode waits for its batch to
+// end whatever ctx does: the GPU writes into dst until then.
+func (l *gpuDecodeLoop) decode(ctx context.Context, data, dst []byte) error {
+	j := &gpuJob{data: data, dst: dst, done: make(chan struct{})}
+	select {
+	case l.jobs <- j:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.quit:
+		return ErrClosed
+	}
+	<-j.done
+	return j.err
+}
+
+func (l *gpuDecodeLoop) run() {
+	defer l.wg.Done()
+	max := max(1, l.dec.MaxBatch())
+	var batch []*gpuJob
+	for {
+		batch = batch[:0]
+		select {
+		case j := <-l.jobs:
+			batch = append(batch, j)
+		case <-l.quit:
+			return
+		}
+		t := time.NewTimer(l.gather)
+	gather:
+		for len(batch) < max {
+			select {
+			case j := <-l.jobs:
+				batch = append(batch, j)
+			case <-t.C:
+				break gather
+			case <-l.quit:
+				break gather
+			}
+		}
+		t.Stop()
+		l.runBatch(batch)
+	}
+}
+
+// runBatch decodes batch in one call and tells each job how it went. A
+// panic in the decoder fails the batch's jobs, not the process.
+func (l *gpuDecodeLoop) runBatch(batch []*gpuJob) {
+	imgs, dsts := make([][]byte, len(batch)), make([][]byte, len(batch))
+	for i, j := range batch {
+		imgs[i], dsts[i] = j.data, j.dst
+	}
+	t0 := time.Now()
+	errs := func() (errs []error) {
+		defer func() {
+			if r := recover(); r != nil {
+				errs = nil
+				for range batch {
+					errs = append(errs, fmt.Errorf("GPU JPEG decoder panicked: %v", r))
+				}
+			}
+		}()
+		return l.dec.Decode(imgs, dsts)
+	}()
+	l.nanos.Add(int64(time.Since(t0)))
+	l.batches.Add(1)
+	for i, j := range batch {
+		switch {
+		case i >= len(errs):
+			j.err = fmt.Errorf("GPU JPEG decoder returned %d results for %d images", len(errs), len(batch))
+		default:
+			j.err = errs[i]
+		}
+		switch {
+		case j.err == nil:
+			l.decoded.Add(1)
+		case errors.Is(j.err, errGPURefused):
+			l.refused.Add(1)
+		default:
+			l.failed.Add(1)
+		}
+		close(j.done)
+	}
+}
+
+// close stops the loop (after the batch it is running) and closes the
+// decoder. Jobs not yet taken get ErrClosed.
+func (l *gpuDecodeLoop) close() {
+	l.once.Do(func() {
+		close(l.quit)
+		l.wg.Wait()
+		_ = l.dec.Close()
+	})
+}
+
+// gpuPixels are an image's pixels decoded on the GPU (pix nil: it is
+// decoded on the CPU), held against the decode budget until release.
+type gpuPixels struct {
+	pix     []byte
+	w, h    int
+	release func()
+}
+
+// gpuDecode decodes c's object, data, on the GPU when its preprocessing
+// decodes it whole and its header says the GPU takes it; otherwise, or
+// when the GPU does not (refused, or failed: the CPU decoder then gives
+// the image's verdict, as with --decode cpu), the pixels are nil and the
+// CPU decodes it. The pixels' memory is taken from the decode budget.
+func (s *scheduler) gpuDecode(c *call, data []byte) (gpuPixels, error) {
+	none := gpuPixels{release: func() {}}
+	p := c.ln.g().m.Preprocess
+	w, h, format, err := CheckImage(data, s.cfg.maxPixels)
+	if err != nil || format != "jpeg" || dctDenom(p, w, h) > 1 {
+		return none, nil
+	}
+	k, err := jpegKindOf(data)
+	if err != nil {
+		return none, nil
+	}
+	if ok, _ := k.gpuDecodable(); !ok {
+		s.cfg.gpu.cpuKinds.Add(1)
+		return none, nil
+	}
+	cost := 3 * int64(w) * int64(h)
+	held, err := s.cfg.decode.acquire(c.ctx, cost)
+	if err != nil {
+		return none, ctxErr(c.ctx)
+	}
+	pix := getPix(int(cost))
+	done := func() {
+		putPix(pix)
+		s.cfg.decode.release(held, cost)
+	}
+	err = s.cfg.gpu.decode(c.ctx, data, pix)
+	switch {
+	case err == nil:
+		return gpuPixels{pix: pix, w: w, h: h, release: done}, nil
+	case errors.Is(err, ErrClosed) || c.ctx.Err() != nil:
+		done()
+		return none, ctxErr(c.ctx)
+	}
+	done()
+	if !errors.Is(err, errGPURefused) {
+		s.cfg.log.Debug("GPU JPEG decode failed: decoding on the CPU", "key", c.req.Key, "err", err)
+	}
+	return none, nil
+}
+
+// applyPreprocessFull is applyPreprocess of an image the GPU decoded:
+// full holds its w x h RGB pixels.
+func applyPreprocessFull(ctx context.Context, p Preprocess, full []byte, w, h int, dst []float32) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	return decodeNormalize(ctx, p, "preprocess", p.Crop, nil, 0, dst, nil, nil,
+		func(sc *preprocScratch) ([]byte, error) { return cropRGBFull(p, full, w, h, sc) })
+}
+
+// pixPool keeps the GPU's decoded pixel buffers of images up to
+// maxPooledPix bytes for reuse; larger ones are the collector's.
+var pixPool sync.Pool
+
+const maxPooledPix = 16 << 20
+
+func getPix(n int) []byte {
+	if n <= maxPooledPix {
+		if b, ok := pixPool.Get().(*[]byte); ok && cap(*b) >= n {
+			return (*b)[:n]
+		}
+	}
+	return make([]byte, n)
+}
+
+func putPix(b []byte) {
+	if cap(b) <= maxPooledPix {
+		pixPool.Put(&b)
+	}
 }

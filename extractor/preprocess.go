@@ -91,6 +91,39 @@ func dctDenom(p Preprocess, w, h int) int {
 // extent) becomes the size torchvision's Resize gives the original image,
 // so the geometry is the exact path's; only the pixels differ.
 func cropRGB(p Preprocess, data []byte, maxPixels int64, sc *preprocScratch) ([]byte, error) {
+	return cropRGBWith(p, sc, func(region func(w, h, denom int) image.Rectangle) (rgbImage, error) {
+		var denom func(w, h int) int
+		if p.FastDecode {
+			denom = func(w, h int) int { return dctDenom(p, w, h) }
+		}
+		img, err := decodeRGBScaled(data, maxPixels, sc.rgb, &sc.jpegArena, denom, region)
+		sc.rgb = img.pix
+		return img, err
+	})
+}
+
+// cropRGBFull is cropRGB of an image already decoded whole: w x h pixels
+// of 8-bit RGB, rows of 3*w bytes (the GPU decoder's output). The resize
+// reads the rows it needs from full in place.
+func cropRGBFull(p Preprocess, full []byte, w, h int, sc *preprocScratch) ([]byte, error) {
+	if w <= 0 || h <= 0 || len(full) < 3*w*h {
+		return nil, fmt.Errorf("extractor: decoded pixels: %d bytes for %dx%d", len(full), w, h)
+	}
+	return cropRGBWith(p, sc, func(region func(w, h, denom int) image.Rectangle) (rgbImage, error) {
+		r := region(w, h, 1).Intersect(fullRegion(w, h))
+		if r.Empty() {
+			r = image.Rect(0, 0, 1, 1)
+		}
+		return rgbImage{w: w, h: h, x0: r.Min.X, y0: r.Min.Y, rw: r.Dx(), rh: r.Dy(),
+			stride: 3 * w, off: 3 * r.Min.X, pix: full[3*w*r.Min.Y : 3*w*r.Max.Y]}, nil
+	})
+}
+
+// cropRGBWith is cropRGB with the decode left to decode: given the region
+// of the decoded image the resize reads (region(w, h, denom), w x h the
+// image's size and 1/denom the scale it is decoded at), it returns those
+// pixels.
+func cropRGBWith(p Preprocess, sc *preprocScratch, decode func(region func(w, h, denom int) image.Rectangle) (rgbImage, error)) ([]byte, error) {
 	var tw, th, left, top, x0, x1, y0, y1 int
 	region := func(w, h, denom int) image.Rectangle {
 		tw, th = resizedSize(p, w, h)
@@ -104,12 +137,7 @@ func cropRGB(p Preprocess, data []byte, maxPixels int64, sc *preprocScratch) ([]
 		sw, sh := scaledSize(w, h, denom)
 		return sc.rs.planBox(sw, sh, float32(w)/float32(denom), float32(h)/float32(denom), tw, th, x0, y0, x1-x0, y1-y0)
 	}
-	var denom func(w, h int) int
-	if p.FastDecode {
-		denom = func(w, h int) int { return dctDenom(p, w, h) }
-	}
-	img, err := decodeRGBScaled(data, maxPixels, sc.rgb, &sc.jpegArena, denom, region)
-	sc.rgb = img.pix
+	img, err := decode(region)
 	if err != nil {
 		return nil, err
 	}

@@ -189,8 +189,12 @@ type Service struct {
 	pools   []*sessionPool // one per device, in pick.devs' order
 	pool    *sessionPool   // pools[0]
 	sched   *scheduler
-	once    sync.Once
-	prof    profileState // compute profiles (profile.go)
+	// gpuDec decodes JPEGs on the GPU (--decode gpu; nil: the CPU does);
+	// decodeWhy says where JPEGs are decoded and why (DecodeChoice).
+	gpuDec    *gpuDecodeLoop
+	decodeWhy string
+	once      sync.Once
+	prof      profileState // compute profiles (profile.go)
 }
 
 // New loads the models and starts the service. The ONNX Runtime library is
@@ -220,8 +224,30 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		}
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, pick: pick, dev: pick.devs[0], noGPU: noGPU}
+	gpuDec, why := resolveDecode(cfg.Decode, s.dev, search, min(maxGPUDecodeBatch, cfg.Workers+fetchAhead(cfg.Workers)))
+	s.decodeWhy = why
+	if gpuDec != nil || cfg.Decode == DecodeGPU {
+		level := slog.LevelInfo
+		if gpuDec == nil {
+			level = slog.LevelWarn
+		}
+		s.log.Log(context.Background(), level, "jpeg decode", "decode", why)
+	}
+	if gpuDec != nil {
+		s.gpuDec = newGPUDecodeLoop(gpuDec)
+	}
 	reg := &registry{models: map[string]*model{}, prev: map[string]*model{}}
 	for _, spec := range specs {
+		if gpuDec != nil {
+			// Features decoded on the GPU differ from the CPU's by a
+			// little: they are cached under a key of their own.
+			p := DefaultPreprocess()
+			if spec.Preprocess != nil {
+				p = *spec.Preprocess
+			}
+			p.Decoder = "nvjpeg"
+			spec.Preprocess = &p
+		}
 		if _, dup := reg.models[spec.Name]; dup {
 			return nil, fmt.Errorf("model %q given twice", spec.Name)
 		}
@@ -243,7 +269,9 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		runs = append(runs, ortRunner{pool: p})
 	}
 	s.pool = s.pools[0]
-	s.sched = newScheduler(s.schedConfig(), runs...)
+	sc := s.schedConfig()
+	sc.gpu = s.gpuDec
+	s.sched = newScheduler(sc, runs...)
 	return s, nil
 }
 
@@ -496,6 +524,10 @@ func (s *Service) Extract(ctx context.Context, req Request) ([]byte, error) {
 // DType returns the element type of the returned .npy files.
 func (s *Service) DType() DType { return s.cfg.DType }
 
+// DecodeChoice says where JPEGs are decoded and why, in one line
+// starting "cpu: " or "gpu: " (--decode).
+func (s *Service) DecodeChoice() string { return s.decodeWhy }
+
 // Device returns where inference runs: "cpu", "cuda:N" or, on several
 // GPUs, "cuda:N,M,...".
 func (s *Service) Device() string { return s.pick.String() }
@@ -522,6 +554,11 @@ func (s *Service) Fallback() string { return s.noGPU }
 func (s *Service) Stats() Stats {
 	st := statsOf(s.sched)
 	st.Device = s.Device()
+	st.JPEGDecode = s.decodeWhy
+	if g := s.gpuDec; g != nil {
+		st.GPUDecode = &GPUDecodeStats{Decoded: g.decoded.Load(), Refused: g.refused.Load(), Failed: g.failed.Load(),
+			KeptOnCPU: g.cpuKinds.Load(), Batches: g.batches.Load(), Seconds: time.Duration(g.nanos.Load()).Seconds()}
+	}
 	for _, p := range s.pools {
 		live, created, evicted := p.stats()
 		st.Sessions += live
@@ -576,6 +613,9 @@ func statsOf(sc *scheduler) Stats {
 func (s *Service) Close() error {
 	s.once.Do(func() {
 		s.sched.close()
+		if s.gpuDec != nil {
+			s.gpuDec.close()
+		}
 		for _, p := range s.pools {
 			p.close()
 		}

@@ -205,6 +205,12 @@ type Stats struct {
 	// Devices are each GPU's figures when inference runs on several
 	// (nil on one device: the figures above are its own).
 	Devices []DeviceStats `json:"devices,omitempty"`
+	// JPEGDecode says where JPEGs are decoded and why (--decode): a line
+	// starting "cpu: " or "gpu: ".
+	JPEGDecode string `json:"jpeg_decode,omitempty"`
+	// GPUDecode are the GPU JPEG decoder's figures (nil: JPEGs are
+	// decoded on the CPU).
+	GPUDecode *GPUDecodeStats `json:"gpu_decode,omitempty"`
 	// Memory is what the extractor holds in this process (nil from a
 	// remote extractor: the server's memory is in its own figures).
 	Memory *ExtractorMemory `json:"memory,omitempty"`
@@ -232,6 +238,20 @@ type ExtractorMemory struct {
 	// CHeapFreeBytes what malloc holds free, not yet handed back.
 	CHeapInUseBytes int64 `json:"c_heap_in_use_bytes"`
 	CHeapFreeBytes  int64 `json:"c_heap_free_bytes"`
+}
+
+// GPUDecodeStats are what the GPU JPEG decoder did (--decode gpu):
+// images decoded on the GPU, refused by it or failed there (both then
+// decoded on the CPU, whose verdict a bad image gets), JPEGs kept on the
+// CPU by their kind (progressive, arithmetic-coded, CMYK, ...), the
+// batches run and the seconds spent in them.
+type GPUDecodeStats struct {
+	Decoded   int64   `json:"decoded"`
+	Refused   int64   `json:"refused"`
+	Failed    int64   `json:"failed"`
+	KeptOnCPU int64   `json:"kept_on_cpu"`
+	Batches   int64   `json:"batches"`
+	Seconds   float64 `json:"seconds"`
 }
 
 // DeviceStats are one device's share of an extractor's figures.

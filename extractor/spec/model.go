@@ -69,6 +69,12 @@ type Preprocess struct {
 	// torchvision (fidelity in docs/bench/preprocess.md). Off: the exact
 	// path. Part of Key, so fast and exact features never share a cache.
 	FastDecode bool `yaml:"fast-decode" json:",omitempty"`
+	// Decoder names the JPEG decoder when it is not the CPU's
+	// libjpeg-turbo (bit-exact with PIL): "nvjpeg" when --decode gpu (or
+	// auto) decodes on the GPU. Set by the extractor from the decoder it
+	// runs, never by a model file; part of Key, so features decoded on the
+	// GPU and on the CPU never share a cache.
+	Decoder string `yaml:"-" json:",omitempty"`
 }
 
 // DefaultPreprocess returns torchvision's ImageNet evaluation transform.
@@ -101,6 +107,9 @@ func (p Preprocess) Key() string {
 			}
 			k += "1/" + strconv.Itoa(d)
 		}
+	}
+	if p.Decoder != "" {
+		k += "/jpeg-decoder=" + p.Decoder
 	}
 	return k
 }
