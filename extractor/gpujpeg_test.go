@@ -27,8 +27,8 @@ type fakeGPUJPEG struct {
 	mu       sync.Mutex
 	seen     []string
 	panicked []string // the images of the batches that panicked
-	batches []int
-	closed  int
+	batches  []int
+	closed   int
 }
 
 func (f *fakeGPUJPEG) Decode(imgs [][]byte, dst [][]byte) []error {
