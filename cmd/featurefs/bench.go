@@ -75,6 +75,11 @@ type benchResult struct {
 	// several run; absent on the CPU.
 	GPUUtil   *float64 `json:"gpu_util_percent,omitempty"`
 	GPUMemMax *uint64  `json:"gpu_mem_max_bytes,omitempty"`
+	// JPEGDecode (extract) says where JPEGs were decoded and why
+	// (--decode); GPUDecoded and CPUDecoded how many images of the
+	// measurement were decoded on the GPU and on the CPU.
+	JPEGDecode string `json:"jpeg_decode,omitempty"`
+	GPUDecoded *int64 `json:"gpu_decoded,omitempty"`
 }
 
 // runBench implements "featurefs bench".
@@ -354,6 +359,11 @@ func (b *bencher) extract(l extractor.Layer) (benchResult, error) {
 	r.DecodeSeconds = after.DecodeSeconds - before.DecodeSeconds
 	r.InferSeconds = after.InferSeconds - before.InferSeconds
 	r.Batches = after.Batches - before.Batches
+	r.JPEGDecode = after.JPEGDecode
+	if g, g0 := after.GPUDecode, before.GPUDecode; g != nil && g0 != nil {
+		n := g.Decoded - g0.Decoded
+		r.GPUDecoded = &n
+	}
 	return r, err
 }
 

@@ -97,6 +97,13 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	row("mean batch size", "%.2f (%d images in %d batches)", x.MeanBatchSize, x.BatchedItems, x.Batches)
 	row("time", "fetch %.1fs, decode %.1fs, inference %.1fs (summed over workers)",
 		s.Extractor.FetchSeconds, s.Extractor.DecodeSeconds, s.Extractor.InferSeconds)
+	if d := s.Extractor.JPEGDecode; d != "" {
+		row("jpeg decode", "%s", d)
+	}
+	if g := s.Extractor.GPUDecode; g != nil {
+		row("on the GPU", "%d decoded in %d batches (%.1fs); on the CPU: %d by their kind, %d refused, %d failed",
+			g.Decoded, g.Batches, g.Seconds, g.KeptOnCPU, g.Refused, g.Failed)
+	}
 	if w := s.Extractor.Wire; w != nil {
 		ratio := 0.0
 		if w.Bytes > 0 {

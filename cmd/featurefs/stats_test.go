@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/figures"
 )
 
@@ -23,6 +24,8 @@ func TestPrintStatsSections(t *testing.T) {
 	s.Store.BytesFetched, s.Store.Gets = 3<<20, 300
 	s.BytesServed = 5 << 30
 	s.Errors = figures.ErrorCounts{BadImage: 2, Timeout: 4}
+	s.Extractor.JPEGDecode = "gpu: nvJPEG 13.0.1 (hardware backend) on cuda:0 (--decode gpu)"
+	s.Extractor.GPUDecode = &api.GPUDecodeStats{Decoded: 280, Batches: 9, Seconds: 1.25, KeptOnCPU: 15, Refused: 3, Failed: 2}
 	data, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +42,8 @@ func TestPrintStatsSections(t *testing.T) {
 		`(?m)^  read sizes +<=4K 1, <=32K 2, <=128K 3, <=512K 4, <=1M 5, >1M 6 \(READ requests\)$`,
 		`(?m)^extraction\n  rate +12\.50 features/s \(last 10s\)$`,
 		`(?m)^  mean batch size +7\.50 \(300 images in 40 batches\)$`,
+		`(?m)^  jpeg decode +gpu: nvJPEG 13\.0\.1 \(hardware backend\) on cuda:0 \(--decode gpu\)$`,
+		`(?m)^  on the GPU +280 decoded in 9 batches \(1\.2s\); on the CPU: 15 by their kind, 3 refused, 2 failed$`,
 		`(?m)^queue\n  foreground +3\n  background +120$`,
 		`(?m)^cache\n  hit ratio +25\.0% \(100 hits, 300 misses\)$`,
 		`(?m)^store\n  bytes fetched +3\.0 MiB$`,
