@@ -310,3 +310,23 @@ func putPix(b []byte) {
 		pixPool.Put(&b)
 	}
 }
+
+// gpuDecodeReserve is the GPU memory the batch sizing leaves to the GPU
+// JPEG decoder: its device buffers (bounded by nvjpeg.go's
+// maxNVJPEGDeviceBytes) and nvJPEG's own state.
+const gpuDecodeReserve = 512 << 20
+
+// reserveGPU returns the free-memory estimate and measurement less
+// reserve bytes (never below 0).
+func reserveGPU(est uint64, free func() (uint64, error), reserve uint64) (uint64, func() (uint64, error)) {
+	less := func(n uint64) uint64 {
+		if n < reserve {
+			return 0
+		}
+		return n - reserve
+	}
+	return less(est), func() (uint64, error) {
+		n, err := free()
+		return less(n), err
+	}
+}

@@ -277,3 +277,16 @@ func TestDecodeChoiceInStatsAndKey(t *testing.T) {
 		t.Errorf("keys %q and %q", p.Key(), q.Key())
 	}
 }
+
+// The batch sizing sees the GPU's free memory less what the JPEG
+// decoder may take.
+func TestReserveGPUForDecoder(t *testing.T) {
+	est, free := reserveGPU(8<<30, func() (uint64, error) { return 3 << 30, nil }, gpuDecodeReserve)
+	if n, err := free(); est != 8<<30-gpuDecodeReserve || n != 3<<30-gpuDecodeReserve || err != nil {
+		t.Errorf("est %d, free %d %v", est, n, err)
+	}
+	est, free = reserveGPU(100, func() (uint64, error) { return 0, errors.New("nvml") }, gpuDecodeReserve)
+	if n, err := free(); est != 0 || n != 0 || err == nil {
+		t.Errorf("small: est %d, free %d %v", est, n, err)
+	}
+}

@@ -384,7 +384,13 @@ func (s *Service) chooseBatch(ctx context.Context, g segment, dev int) int {
 		if len(s.pick.devs) > 1 {
 			log = log.With("device", d.String())
 		}
-		return chooseGPUBatch(ctx, ortRunner{pool: s.pools[dev]}, m, l, d.free, s.cfg.InFlight, nvmlFree(s.cfg.NVMLLib, d.index), log)
+		est, free := d.free, nvmlFree(s.cfg.NVMLLib, d.index)
+		if s.gpuDec != nil && dev == 0 {
+			// The GPU JPEG decoder's buffers grow on this GPU after the
+			// batch size is chosen: their bound is not the batches'.
+			est, free = reserveGPU(est, free, gpuDecodeReserve)
+		}
+		return chooseGPUBatch(ctx, ortRunner{pool: s.pools[dev]}, m, l, est, s.cfg.InFlight, free, log)
 	}
 	return chooseCPUBatch(ctx, ortRunner{pool: s.pools[dev]}, m, l, s.log)
 }
