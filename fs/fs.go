@@ -20,6 +20,7 @@ import (
 	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
+	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
 	"github.com/featurefs/featurefs/fs/internal/lru"
 	"github.com/featurefs/featurefs/fs/namespace"
@@ -62,6 +63,10 @@ type FS struct {
 	// predSnaps are the predictions files' listing snapshots, by model
 	// and prefix, bounded by predSnapshotBytes (predictionsfile.go).
 	predSnaps *lru.LRU[string, *predSnapshot]
+	// predRefresh reads stale predictions snapshots again, one run per
+	// file, at most cap(predRefreshing) at once (predictionsfile.go).
+	predRefresh    inflight.Group[*predSnapshot]
+	predRefreshing chan struct{}
 
 	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
 	budget budget      // the nodes' part of the metadata budget (budget.go)
@@ -117,6 +122,8 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		budget:      newBudget(),
 		predSnaps:   lru.New[string, *predSnapshot](predSnapshotBytes),
 	}
+	f.predRefresh.Owner = f.owner
+	f.predRefreshing = make(chan struct{}, predRefreshes)
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")
 	}

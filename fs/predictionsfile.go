@@ -72,15 +72,64 @@ type predSnapshot struct {
 
 // snapshot returns the file's listing: the last one while it is younger
 // than the mount's --metadata-ttl (or when fresh is false), else a new one
-// read through the namespace.
+// read through the namespace. A stale one is read again in the background
+// (predRefresh), waited for up to predStaleGrace: past it, or when the
+// store fails, the last one answers and the new one replaces it when it
+// comes, so that a stat after the TTL never waits for a whole directory's
+// listing (a prefix whose namespace listing was dropped under the
+// metadata budget is read again page by page: on a large prefix and a
+// loaded store, tens of seconds).
 func (pf *predFile) snapshot(ctx context.Context, fresh bool) (*predSnapshot, error) {
 	id := pf.pv.model.Name + "\x00" + pf.prefix
 	s, ok := pf.fs.predSnaps.Get(id)
 	if ok && (!fresh || pf.fs.now().Sub(s.taken) < pf.fs.metadataTTL) {
 		return s, nil
 	}
-	s = &predSnapshot{taken: pf.fs.now(), mtime: pf.fs.p.Started()}
+	if !ok {
+		return pf.take(ctx, id)
+	}
+	c := pf.fs.predRefresh.Start(ctx, id, pf.fs.predRefreshSlot, func(ctx context.Context) (*predSnapshot, error) {
+		defer func() { <-pf.fs.predRefreshing }()
+		return pf.take(ctx, id)
+	})
+	if c == nil {
+		return s, nil // every refresh slot busy: the last one
+	}
+	wctx, cancel := context.WithTimeout(ctx, predStaleGrace)
+	defer cancel()
+	if ns, err := c.Wait(wctx); err == nil {
+		return ns, nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return s, nil
+}
+
+// predStaleGrace is how long a stat of a predictions file whose snapshot
+// is stale waits for the new one; predRefreshes bounds the snapshots
+// being read again at once, all files together.
+const (
+	predStaleGrace = time.Second
+	predRefreshes  = 4
+)
+
+// predRefreshSlot takes one of the refresh slots, if one is free.
+func (f *FS) predRefreshSlot() bool {
+	select {
+	case f.predRefreshing <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// take reads the file's listing through the namespace and keeps it as
+// the file's snapshot.
+func (pf *predFile) take(ctx context.Context, id string) (*predSnapshot, error) {
+	s := &predSnapshot{taken: pf.fs.now(), mtime: pf.fs.p.Started()}
 	r := pf.fs.ns.OpenDir(ctx, pf.prefix)
+	defer r.Close()
 	for !r.Done() {
 		es, err := r.Next(ctx)
 		if err != nil {
