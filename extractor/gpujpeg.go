@@ -101,7 +101,12 @@ func resolveDecode(mode DecodeMode, dev deviceChoice, search cudaSearch, maxBatc
 // gpuDecodeLoop owns a gpuJPEG: decode workers hand it JPEGs (decode),
 // and its one goroutine runs them in batches of what arrived together.
 type gpuDecodeLoop struct {
-	dec    gpuJPEG
+	dec gpuJPEG
+	// pix bounds the bytes of the pixels decoded on the GPU and not yet
+	// resized (--decode-memory, a budget apart from the CPU decodes': a
+	// worker holds these pixels while it waits for a decode slot, and the
+	// decoders in those slots may wait for room in theirs).
+	pix    *decodeBudget
 	jobs   chan *gpuJob // unbuffered: a job sent is a job the loop runs
 	quit   chan struct{}
 	once   sync.Once
@@ -123,8 +128,8 @@ type gpuJob struct {
 	done      chan struct{}
 }
 
-func newGPUDecodeLoop(dec gpuJPEG) *gpuDecodeLoop {
-	l := &gpuDecodeLoop{dec: dec, jobs: make(chan *gpuJob), quit: make(chan struct{}), gather: gpuGather}
+func newGPUDecodeLoop(dec gpuJPEG, pix *decodeBudget) *gpuDecodeLoop {
+	l := &gpuDecodeLoop{dec: dec, pix: pix, jobs: make(chan *gpuJob), quit: make(chan struct{}), gather: gpuGather}
 	l.wg.Add(1)
 	go l.run()
 	return l
@@ -228,7 +233,7 @@ func (l *gpuDecodeLoop) close() {
 }
 
 // gpuPixels are an image's pixels decoded on the GPU (pix nil: it is
-// decoded on the CPU), held against the decode budget until release.
+// decoded on the CPU), held against the GPU pixel budget until release.
 type gpuPixels struct {
 	pix     []byte
 	w, h    int
@@ -239,7 +244,9 @@ type gpuPixels struct {
 // decodes it whole and its header says the GPU takes it; otherwise, or
 // when the GPU does not (refused, or failed: the CPU decoder then gives
 // the image's verdict, as with --decode cpu), the pixels are nil and the
-// CPU decodes it. The pixels' memory is taken from the decode budget.
+// CPU decodes it. The pixels' memory is taken from the GPU pixel budget
+// (gpuDecodeLoop.pix), never from the CPU decodes' one: a worker holds it
+// while it waits for a decode slot.
 func (s *scheduler) gpuDecode(c *call, data []byte) (gpuPixels, error) {
 	none := gpuPixels{release: func() {}}
 	p := c.ln.g().m.Preprocess
@@ -256,14 +263,14 @@ func (s *scheduler) gpuDecode(c *call, data []byte) (gpuPixels, error) {
 		return none, nil
 	}
 	cost := 3 * int64(w) * int64(h)
-	held, err := s.cfg.decode.acquire(c.ctx, cost)
+	held, err := s.cfg.gpu.pix.acquire(c.ctx, cost)
 	if err != nil {
 		return none, ctxErr(c.ctx)
 	}
 	pix := getPix(int(cost))
 	done := func() {
 		putPix(pix)
-		s.cfg.decode.release(held, cost)
+		s.cfg.gpu.pix.release(held, cost)
 	}
 	err = s.cfg.gpu.decode(c.ctx, data, pix)
 	switch {

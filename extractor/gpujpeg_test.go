@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/featurefs/featurefs/test/testenv"
 )
@@ -114,7 +115,7 @@ func TestGPUDecodeRoutesPerImage(t *testing.T) {
 
 	cpuSvc := newResNetService(t, nil)
 	gpuSvc := newResNetService(t, nil)
-	loop := newGPUDecodeLoop(fake)
+	loop := newGPUDecodeLoop(fake, newDecodeBudget(64<<20))
 	loop.gather = 50 * 1e6 // 50 ms: the batches fill under any load
 	gpuSvc.sched.cfg.gpu = loop
 	gpuSvc.gpuDec = loop
@@ -288,5 +289,60 @@ func TestReserveGPUForDecoder(t *testing.T) {
 	est, free = reserveGPU(100, func() (uint64, error) { return 0, errors.New("nvml") }, gpuDecodeReserve)
 	if n, err := free(); est != 0 || n != 0 || err == nil {
 		t.Errorf("small: est %d, free %d %v", est, n, err)
+	}
+}
+
+// The pixels decoded on the GPU come from a budget of their own: a worker
+// holds them while it waits for a decode slot, and the CPU decoders in
+// those slots wait for room in the decode budget. From one shared budget,
+// GPU images waiting for a slot held all of it while progressive JPEGs in
+// every slot waited for room: no image finished.
+func TestGPUPixelsDoNotStarveCPUDecodes(t *testing.T) {
+	py := testenv.RequireTorch(t)
+	paths := makeJPEGSet(t, py, t.TempDir())
+	read := func(name string) []byte {
+		for _, p := range paths {
+			if filepath.Base(p) == name {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+		}
+		t.Fatalf("no %s in the set", name)
+		return nil
+	}
+	base, prog := read("q90_420_500x375.jpg"), read("prog_420_500x375.jpg")
+	svc := newResNetService(t, func(c *Config) { c.Workers, c.DecodeMemory = 2, 1<<20 })
+	fake := &fakeGPUJPEG{max: 8, names: map[string]string{}}
+	loop := newGPUDecodeLoop(fake, newDecodeBudget(1<<20))
+	loop.gather = 20 * time.Millisecond
+	svc.sched.cfg.gpu, svc.gpuDec = loop, loop
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		b := base
+		if i%2 == 1 {
+			b = prog
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := svc.Extract(ctx, Request{Model: "resnet50", Layer: 1, Key: fmt.Sprintf("img%d.jpg", i), Fetch: fetchOf(b)})
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("extract: %v (a deadlock ends at the test's 2 minute bound)", err)
+	}
+	if st := svc.Stats().GPUDecode; st == nil || st.Decoded != 32 || st.KeptOnCPU != 32 {
+		t.Errorf("gpu decode figures %+v, want 32 decoded on the GPU and 32 kept on the CPU", st)
 	}
 }

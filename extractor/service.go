@@ -234,7 +234,7 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		s.log.Log(context.Background(), level, "jpeg decode", "decode", why)
 	}
 	if gpuDec != nil {
-		s.gpuDec = newGPUDecodeLoop(gpuDec)
+		s.gpuDec = newGPUDecodeLoop(gpuDec, newDecodeBudget(cfg.DecodeMemory))
 	}
 	reg := &registry{models: map[string]*model{}, prev: map[string]*model{}}
 	for _, spec := range specs {
@@ -576,6 +576,9 @@ func (s *Service) Stats() Stats {
 		DecodeBytes: s.sched.cfg.decode.inUse(), DecodeMaxBytes: s.sched.cfg.decode.max(),
 		FetchedBytes: s.sched.cfg.fetch.inUse(), FetchMaxBytes: s.sched.cfg.fetch.max(), Fetchers: s.sched.cfg.workers,
 		CHeapInUseBytes: inUse, CHeapFreeBytes: free,
+	}
+	if g := s.gpuDec; g != nil {
+		st.Memory.GPUPixelBytes, st.Memory.GPUPixelMaxBytes = g.pix.inUse(), g.pix.max()
 	}
 	if len(s.pick.devs) > 1 {
 		for i, f := range s.sched.deviceFigures() {

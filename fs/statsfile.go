@@ -66,6 +66,9 @@ func (f *FS) memoryStats(st *figures.Stats) *figures.MemoryStats {
 		m.CHeapInUseBytes, m.CHeapFreeBytes = xm.CHeapInUseBytes, xm.CHeapFreeBytes
 		add("decode", "--decode-memory", xm.DecodeMaxBytes, figures.Used(xm.DecodeBytes))
 		add("fetched_objects", "--fetch-memory", xm.FetchMaxBytes, figures.Used(xm.FetchedBytes))
+		if xm.GPUPixelMaxBytes > 0 {
+			add("gpu_decoded_pixels", "--decode-memory", xm.GPUPixelMaxBytes, figures.Used(xm.GPUPixelBytes))
+		}
 	}
 	add("prefetch", "", st.Prefetch.MaxBytes, figures.Used(st.Prefetch.InFlightBytes))
 	hu, hm := f.p.HandoffMemory()

@@ -238,6 +238,11 @@ type ExtractorMemory struct {
 	// CHeapFreeBytes what malloc holds free, not yet handed back.
 	CHeapInUseBytes int64 `json:"c_heap_in_use_bytes"`
 	CHeapFreeBytes  int64 `json:"c_heap_free_bytes"`
+	// GPUPixelBytes is the bytes of images decoded on the GPU and not yet
+	// resized (--decode gpu), against GPUPixelMaxBytes (--decode-memory,
+	// a budget apart from DecodeMaxBytes); both 0 without a GPU decoder.
+	GPUPixelBytes    int64 `json:"gpu_pixel_bytes,omitempty"`
+	GPUPixelMaxBytes int64 `json:"gpu_pixel_max_bytes,omitempty"`
 }
 
 // GPUDecodeStats are what the GPU JPEG decoder did (--decode gpu):
