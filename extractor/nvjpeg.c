@@ -70,6 +70,8 @@ ffs_nvj *ffs_nvj_load(const char *nvjpeg_path, const char *cudart_path, char *er
 	SYM(nj, nvjpeg_path, nvjpegJpegStreamParseHeader);
 	SYM(nj, nvjpeg_path, nvjpegDecodeBatchedSupported);
 #undef SYM
+	*(void **)(&c->f.nvjpegDecodeBatchedPreAllocate) = dlsym(nj, "nvjpegDecodeBatchedPreAllocate");
+	c->prealloc_status = -1;
 	return c;
 }
 
@@ -116,6 +118,11 @@ static int make_nvjpeg(ffs_nvj *c, int backend, const char **what) {
 			destroy_nvjpeg(c);
 			return st;
 		}
+		/* nvImageCodec's hardware decoder does this even without a size
+		 * hint: the decoder then uses a memory pool (">20% for 8GPU
+		 * training", its comment says). */
+		if (c->f.nvjpegDecodeBatchedPreAllocate)
+			c->prealloc_status = c->f.nvjpegDecodeBatchedPreAllocate(c->handle, c->state, 1, 1, 1, NVJPEG_CSS_444, NVJPEG_OUTPUT_RGBI);
 	}
 	c->backend = backend;
 	return 0;

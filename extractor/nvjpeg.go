@@ -12,8 +12,11 @@ package extractor
 //	open:   dlopen cudart, nvjpeg; dlsym every function; cudaSetDevice(dev);
 //	        cudaStreamCreateWithFlags(NonBlocking);
 //	        nvjpegCreateEx(HARDWARE, NULL, NULL, 0) -> nvjpegJpegStateCreate
-//	        -> nvjpegJpegStreamCreate; on any failure of these, the same with
-//	        DEFAULT (no jpeg stream); nvjpegGetProperty(MAJOR, MINOR, PATCH).
+//	        -> nvjpegJpegStreamCreate -> nvjpegDecodeBatchedPreAllocate(1, 1,
+//	        1, CSS_444, RGBI) when the library has it (optional; its status
+//	        is ignored); on any failure of the first three, the same with
+//	        DEFAULT (no jpeg stream, no pre-allocation);
+//	        nvjpegGetProperty(MAJOR, MINOR, PATCH).
 //	Decode: per image nvjpegGetImageInfo, and with the hardware backend
 //	        nvjpegJpegStreamParseHeader + nvjpegDecodeBatchedSupported;
 //	        then for the images taken: cudaSetDevice(dev); cudaMalloc of the

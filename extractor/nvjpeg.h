@@ -12,7 +12,8 @@
  *     nvjpegJpegStateCreate/Destroy, nvjpegGetImageInfo,
  *     nvjpegDecodeBatchedInitialize, nvjpegDecodeBatched,
  *     nvjpegJpegStreamCreate/Destroy, nvjpegJpegStreamParseHeader,
- *     nvjpegDecodeBatchedSupported). The same enums and prototypes are in
+ *     nvjpegDecodeBatchedSupported, and the optional
+ *     nvjpegDecodeBatchedPreAllocate). The same enums and prototypes are in
  *     CUDA 11.6's nvjpeg.h and in NVIDIA's nvJPEG documentation of CUDA 13
  *     (section 2.2.1 lists nvjpegBackend_t with the same values, plus
  *     NVJPEG_BACKEND_LOSSLESS_JPEG = 6).
@@ -136,6 +137,8 @@ typedef struct {
 	nvjpegStatus_t (*nvjpegJpegStreamDestroy)(nvjpegJpegStream_t);
 	nvjpegStatus_t (*nvjpegJpegStreamParseHeader)(nvjpegHandle_t, const unsigned char *, size_t, nvjpegJpegStream_t);
 	nvjpegStatus_t (*nvjpegDecodeBatchedSupported)(nvjpegHandle_t, nvjpegJpegStream_t, int *);
+	/* Optional (NULL when absent): */
+	nvjpegStatus_t (*nvjpegDecodeBatchedPreAllocate)(nvjpegHandle_t, nvjpegJpegState_t, int, int, int, nvjpegChromaSubsampling_t, nvjpegOutputFormat_t);
 } ffs_nvj_syms;
 
 /* One decoder: the libraries' functions, a CUDA stream, an nvJPEG handle,
@@ -147,6 +150,7 @@ typedef struct {
 	int backend;     /* NVJPEG_BACKEND_HARDWARE or NVJPEG_BACKEND_DEFAULT */
 	int hw_status;   /* the hardware backend's status (0: in use) */
 	const char *hw_what; /* the call that refused it */
+	int prealloc_status; /* nvjpegDecodeBatchedPreAllocate's (hardware; -1: not called) */
 	int max_batch;
 	cudaStream_t stream;
 	int have_stream;
@@ -172,7 +176,10 @@ int ffs_nvj_version(ffs_nvj *c, int *major, int *minor, int *patch);
 
 /* ffs_nvj_init makes the decoder on device dev: cudaSetDevice, a
  * non-blocking stream, nvjpegCreateEx with the hardware backend, else the
- * default backend, the decoder state and (hardware) a jpeg stream. On
+ * default backend, the decoder state and (hardware) a jpeg stream and, when
+ * the library has it, nvjpegDecodeBatchedPreAllocate(1, 1, 1, 444, RGBI),
+ * which NVIDIA's nvImageCodec calls so that the hardware decoder uses its
+ * memory pool (its failure is not an error). On
  * failure it returns nonzero with err saying which call failed; what was
  * made is freed by ffs_nvj_free. */
 int ffs_nvj_init(ffs_nvj *c, int dev, int max_batch, size_t max_kept, char *err, size_t errlen);

@@ -26,9 +26,9 @@ import (
 // nvJPEG calls into the fake runtime, and RTLD_GLOBAL libraries of a
 // second build would bind to the first's symbols.
 var fakeNVJPEGLibs struct {
-	once                     sync.Once
-	dir, nvjpeg, cudart, bad string
-	err                      error
+	once                                 sync.Once
+	dir, nvjpeg, cudart, bad, noPrealloc string
+	err                                  error
 }
 
 // fakeNVJPEG builds the fakes once and returns the paths of the fake
@@ -50,9 +50,11 @@ func fakeNVJPEG(t *testing.T) (nvjpeg, cudart, noBatched string) {
 		f.cudart = filepath.Join(f.dir, "libcudart.so.13")
 		f.nvjpeg = filepath.Join(f.dir, "libnvjpeg.so.13")
 		f.bad = filepath.Join(f.dir, "nobatched", "libnvjpeg.so.13")
-		if err := os.MkdirAll(filepath.Dir(f.bad), 0o755); err != nil {
-			f.err = err
-			return
+		f.noPrealloc = filepath.Join(f.dir, "noprealloc", "libnvjpeg.so.13")
+		for _, d := range []string{filepath.Dir(f.bad), filepath.Dir(f.noPrealloc)} {
+			if f.err = os.MkdirAll(d, 0o755); f.err != nil {
+				return
+			}
 		}
 		cc := func(args ...string) error {
 			args = append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", "."}, args...)
@@ -69,7 +71,10 @@ func fakeNVJPEG(t *testing.T) (nvjpeg, cudart, noBatched string) {
 		if f.err = cc("-o", f.nvjpeg, filepath.Join(src, "fake_nvjpeg.c"), f.cudart); f.err != nil {
 			return
 		}
-		f.err = cc("-DFAKE_OMIT_DECODE_BATCHED", "-o", f.bad, filepath.Join(src, "fake_nvjpeg.c"), f.cudart)
+		if f.err = cc("-DFAKE_OMIT_DECODE_BATCHED", "-o", f.bad, filepath.Join(src, "fake_nvjpeg.c"), f.cudart); f.err != nil {
+			return
+		}
+		f.err = cc("-DFAKE_OMIT_PREALLOCATE", "-o", f.noPrealloc, filepath.Join(src, "fake_nvjpeg.c"), f.cudart)
 	})
 	if f.err != nil {
 		t.Fatalf("building the fake nvJPEG (needs gcc): %v", f.err)
@@ -218,6 +223,16 @@ func TestNVJPEGOpenMissingLibraryOrSymbol(t *testing.T) {
 	if c := calls(); len(c) != 0 {
 		t.Errorf("calls made before every symbol was found: %q", c)
 	}
+	// nvjpegDecodeBatchedPreAllocate is optional.
+	if g, err := openNVJPEG(0, fakeNVJPEGLibs.noPrealloc, rt, 8); err != nil {
+		t.Errorf("library without nvjpegDecodeBatchedPreAllocate: %v", err)
+	} else {
+		g.Close()
+	}
+	if c := calls(); count(c, "nvjpegDecodeBatchedPreAllocate") != 0 || count(c, "nvjpegJpegStreamCreate") != 1 {
+		t.Errorf("without nvjpegDecodeBatchedPreAllocate: calls %q", c)
+	}
+	calls = fakeCUDALog(t)
 	_, err := openNVJPEG(3, nv, rt, 8)
 	if err == nil || !strings.Contains(err.Error(), "cudaSetDevice(3): invalid device ordinal") {
 		t.Errorf("cuda:3 on a one-GPU host: %v", err)
@@ -245,7 +260,7 @@ func TestNVJPEGHardwareFallbackAndDescribe(t *testing.T) {
 		t.Errorf("MaxBatch() = %d", d.MaxBatch())
 	}
 	want := []string{"cudaSetDevice 0", "cudaStreamCreateWithFlags 1", "nvjpegCreateEx 3", "nvjpegJpegStateCreate", "nvjpegJpegStreamCreate",
-		"nvjpegGetProperty 0", "nvjpegGetProperty 1", "nvjpegGetProperty 2"}
+		"nvjpegDecodeBatchedPreAllocate 1 1 1 0 5", "nvjpegGetProperty 0", "nvjpegGetProperty 1", "nvjpegGetProperty 2"}
 	if c := calls(); !slices.Equal(c, want) {
 		t.Errorf("open's calls %q, want %q", c, want)
 	}
@@ -257,8 +272,9 @@ func TestNVJPEGHardwareFallbackAndDescribe(t *testing.T) {
 		t.Errorf("Describe() = %q, want %q", got, want)
 	}
 	c := calls()
-	if i, j := slices.Index(c, "nvjpegCreateEx 3"), slices.Index(c, "nvjpegCreateEx 0"); i < 0 || j < i || count(c, "nvjpegJpegStreamCreate") != 0 {
-		t.Errorf("calls %q: want the hardware backend tried, then the default one, without a jpeg stream", c)
+	if i, j := slices.Index(c, "nvjpegCreateEx 3"), slices.Index(c, "nvjpegCreateEx 0"); i < 0 || j < i ||
+		count(c, "nvjpegJpegStreamCreate") != 0 || count(c, "nvjpegDecodeBatchedPreAllocate") != 0 {
+		t.Errorf("calls %q: want the hardware backend tried, then the default one, without a jpeg stream nor pre-allocation", c)
 	}
 	// The default backend takes a progressive JPEG (no hardware check).
 	img := synthJPEG(5, 4, 3, 0xC2, "progressive")

@@ -16,7 +16,8 @@
  *     nvjpegDecodeBatchedSupported says not supported;
  *   - FAKE_NVJPEG_NO_HW set: nvjpegCreateEx refuses the hardware backend
  *     (NVJPEG_STATUS_ARCH_MISMATCH), as on a GPU without JPEG engines.
- * Built with -DFAKE_OMIT_DECODE_BATCHED it lacks nvjpegDecodeBatched. */
+ * Built with -DFAKE_OMIT_DECODE_BATCHED it lacks nvjpegDecodeBatched; with
+ * -DFAKE_OMIT_PREALLOCATE, the optional nvjpegDecodeBatchedPreAllocate. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +171,14 @@ nvjpegStatus_t nvjpegDecodeBatchedInitialize(nvjpegHandle_t h, nvjpegJpegState_t
 	s->needs_init = 0;
 	return 0;
 }
+
+#ifndef FAKE_OMIT_PREALLOCATE
+nvjpegStatus_t nvjpegDecodeBatchedPreAllocate(nvjpegHandle_t h, nvjpegJpegState_t s, int batch, int w, int ht, nvjpegChromaSubsampling_t css, nvjpegOutputFormat_t fmt) {
+	fake_log("nvjpegDecodeBatchedPreAllocate %d %d %d %d %d", batch, w, ht, (int)css, (int)fmt);
+	if (!h || !s) return NVJPEG_STATUS_INVALID_PARAMETER;
+	return 0;
+}
+#endif
 
 #ifndef FAKE_OMIT_DECODE_BATCHED
 nvjpegStatus_t nvjpegDecodeBatched(nvjpegHandle_t h, nvjpegJpegState_t s, const unsigned char *const *data, const size_t *lens, nvjpegImage_t *out, cudaStream_t stream) {
