@@ -31,6 +31,15 @@ var fakeNVJPEGLibs struct {
 	err                                  error
 }
 
+// TestMain removes the fakes' build.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fakeNVJPEGLibs.dir != "" {
+		os.RemoveAll(fakeNVJPEGLibs.dir)
+	}
+	os.Exit(code)
+}
+
 // fakeNVJPEG builds the fakes once and returns the paths of the fake
 // libnvjpeg.so.13 and libcudart.so.13, and of a libnvjpeg.so.13 without
 // nvjpegDecodeBatched.
