@@ -32,7 +32,8 @@ type cudaLib struct {
 	required bool
 	// tensorRT: needed only for the TensorRT provider.
 	tensorRT bool
-	// noLoad: found but not loaded here (NVML: go-nvml loads it by path).
+	// noLoad: found but not loaded here (NVML: go-nvml loads it by path;
+	// nvJPEG: nvjpeg.go loads it by path, for --decode gpu only).
 	noLoad bool
 	// what the library is, for doctor.
 	what string
@@ -43,12 +44,13 @@ type cudaLib struct {
 var cudaLibs = []cudaLib{
 	{soname: nvmlSoname, required: true, noLoad: true, what: "NVML, from the NVIDIA driver (lists the GPUs)"},
 	{soname: "libcuda.so.1", required: true, what: "CUDA driver"},
-	{soname: "libcudart.so.13", required: true, what: "CUDA 13 runtime"},
+	{soname: cudartSoname, required: true, what: "CUDA 13 runtime"},
 	{soname: "libcublasLt.so.13", required: true, what: "cuBLASLt"},
 	{soname: "libcublas.so.13", required: true, what: "cuBLAS"},
 	{soname: "libcurand.so.10", required: true, what: "cuRAND"},
 	{soname: "libcufft.so.12", what: "cuFFT (FFT operators only)"},
 	{soname: "libnvrtc.so.13", what: "NVRTC (cuDNN runtime-compiled engines)"},
+	{soname: nvjpegSoname, noLoad: true, what: "nvJPEG (--decode gpu)"},
 	{soname: "libcudnn.so.9", required: true, what: "cuDNN 9"},
 	{soname: "libnvinfer.so.10", tensorRT: true, what: "TensorRT 10"},
 	{soname: "libnvonnxparser.so.10", tensorRT: true, what: "TensorRT ONNX parser"},
@@ -56,6 +58,13 @@ var cudaLibs = []cudaLib{
 
 // nvmlSoname is the NVIDIA driver's management library.
 const nvmlSoname = "libnvidia-ml.so.1"
+
+// nvjpegSoname and cudartSoname are the libraries --decode gpu loads
+// (nvjpeg.go). PyTorch's CUDA 13 wheels keep both in nvidia/cu13/lib.
+const (
+	nvjpegSoname = "libnvjpeg.so.13"
+	cudartSoname = "libcudart.so.13"
+)
 
 // cudnnSubLibs are cuDNN 9's sub-libraries, which libcudnn.so.9 dlopens by
 // name on first use. Those next to the libcudnn.so.9 found are loaded with
@@ -377,6 +386,29 @@ func (r cudaLibReport) path(soname string) string {
 		}
 	}
 	return ""
+}
+
+// nvjpeg returns where libnvjpeg.so.13 and libcudart.so.13 were found, or
+// in missing one line naming the first of them not found and where it was
+// looked for ("" when both were found).
+func (r cudaLibReport) nvjpeg() (nvjpegPath, cudartPath, missing string) {
+	nvjpegPath, cudartPath = r.path(nvjpegSoname), r.path(cudartSoname)
+	switch {
+	case nvjpegPath == "":
+		missing = r.notFound(nvjpegSoname)
+	case cudartPath == "":
+		missing = r.notFound(cudartSoname)
+	}
+	return nvjpegPath, cudartPath, missing
+}
+
+// findNVJPEG finds nvJPEG and the CUDA runtime it runs on, as the CUDA
+// provider's libraries are found (--cuda-lib-dir, the loader's paths,
+// /usr/local/cuda*, the nvidia/*/lib folders of Python environments):
+// their paths for openNVJPEG, or in missing one line naming what is
+// missing and where it was looked for ("" when both were found).
+func findNVJPEG(s cudaSearch) (nvjpegPath, cudartPath, missing string) {
+	return s.find().nvjpeg()
 }
 
 // missing returns the first library that is required (or needed for

@@ -86,6 +86,7 @@ func TestCUDALibsFoundWithoutLDLibraryPath(t *testing.T) {
 		"libcurand.so.10":       sp + "/nvidia/cu13/lib/libcurand.so.10",
 		"libcufft.so.12":        sp + "/nvidia/cu13/lib/libcufft.so.12",
 		"libnvrtc.so.13":        "/usr/local/cuda-13.0/lib64/libnvrtc.so.13",
+		"libnvjpeg.so.13":       "",                                         // optional (--decode gpu): not in this tree
 		"libcudnn.so.9":         "/usr/local/cuda-12.9/lib64/libcudnn.so.9", // /usr/local/cuda* comes before Python environments
 		"libnvinfer.so.10":      "",
 		"libnvonnxparser.so.10": "",
@@ -381,5 +382,60 @@ func TestVersionOrder(t *testing.T) {
 	want := []string{"/usr/local/cuda-9.2", "/usr/local/cuda-12.9", "/usr/local/cuda-12.10", "/usr/local/cuda-13.0"}
 	if !slices.Equal(got, want) {
 		t.Errorf("%q, want %q", got, want)
+	}
+}
+
+// nvJPEG is found where PyTorch's CUDA 13 wheels keep it (nvidia/cu13/lib),
+// in a CUDA toolkit, or in --cuda-lib-dir, first; missing, it is named in
+// one line with where it was looked for, and so is the CUDA runtime it
+// needs. loadCUDALibs does not load it (nvjpeg.go does, for --decode gpu).
+func TestFindNVJPEG(t *testing.T) {
+	root, env := gpuHost(t)
+	sp := "/home/u/venv/lib/python3.12/site-packages"
+	s := cudaSearch{root: root}.withEnv(env)
+	nv, rt, missing := findNVJPEG(s)
+	if nv != "" || rt != sp+"/nvidia/cu13/lib/libcudart.so.13" || !strings.HasPrefix(missing, "libnvjpeg.so.13 not found (looked in /usr/lib/nvidia, ") ||
+		!strings.Contains(missing, sp+"/nvidia/cu13/lib") || !strings.Contains(missing, "--cuda-lib-dir") || strings.Contains(missing, "\n") {
+		t.Errorf("without nvJPEG: %q %q, missing %q", nv, rt, missing)
+	}
+
+	fakeTree(t, root, sp[1:]+"/nvidia/cu13/lib/libnvjpeg.so.13")
+	nv, rt, missing = findNVJPEG(s)
+	if nv != sp+"/nvidia/cu13/lib/libnvjpeg.so.13" || rt != sp+"/nvidia/cu13/lib/libcudart.so.13" || missing != "" {
+		t.Errorf("from the wheel: %q %q, missing %q", nv, rt, missing)
+	}
+	fakeTree(t, root, "usr/local/cuda-13.0/lib64/libnvjpeg.so.13", "opt/mine/libnvjpeg.so.13")
+	if nv, _, _ = findNVJPEG(s); nv != "/usr/local/cuda-13.0/lib64/libnvjpeg.so.13" {
+		t.Errorf("with a CUDA 13 toolkit: %q, want the toolkit's (it comes before Python environments)", nv)
+	}
+	if nv, _, _ = findNVJPEG(cudaSearch{root: root, extra: []string{"/opt/mine"}}.withEnv(env)); nv != "/opt/mine/libnvjpeg.so.13" {
+		t.Errorf("with --cuda-lib-dir: %q", nv)
+	}
+
+	// The runtime missing: named.
+	if err := os.Remove(filepath.Join(root, sp[1:]+"/nvidia/cu13/lib/libcudart.so.13")); err != nil {
+		t.Fatal(err)
+	}
+	if _, rt, missing = findNVJPEG(s); rt != "" || !strings.HasPrefix(missing, "libcudart.so.13 not found (looked in ") {
+		t.Errorf("without the CUDA runtime: %q, missing %q", rt, missing)
+	}
+
+	// Found, but not loaded with the CUDA provider's libraries.
+	fakeTree(t, root, sp[1:]+"/nvidia/cu13/lib/libcudart.so.13")
+	cudaLoad.mu.Lock()
+	saved := cudaLoad.loaded
+	cudaLoad.loaded = map[string]string{}
+	cudaLoad.mu.Unlock()
+	t.Cleanup(func() {
+		cudaLoad.mu.Lock()
+		cudaLoad.loaded = saved
+		cudaLoad.mu.Unlock()
+	})
+	var opened []string
+	if _, err := loadCUDALibs(s, false, func(p string) error { opened = append(opened, filepath.Base(p)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(opened, "libnvjpeg.so.13") || !slices.Contains(opened, "libcudart.so.13") {
+		t.Errorf("loadCUDALibs opened %q: want the runtime, not nvJPEG", opened)
 	}
 }

@@ -2,6 +2,7 @@ package extractor
 
 // Diagnose: what `featurefs doctor` reports. The ONNX Runtime library and
 // its providers, the GPUs NVML sees, each CUDA library found or missing,
+// nvJPEG's version (--decode gpu),
 // and what --device auto chooses, by running the same choice a mount runs
 // (which loads the CUDA libraries and runs a probe session on each GPU),
 // with each GPU marked used or not and why.
@@ -62,6 +63,40 @@ type Diagnosis struct {
 	// several GPUs, "cuda:N,M,..."), and AutoWhy why, in one line.
 	Auto    string `json:"auto"`
 	AutoWhy string `json:"auto_why"`
+	// NVJPEG is nvJPEG, which --decode gpu decodes with.
+	NVJPEG NVJPEGStatus `json:"nvjpeg"`
+}
+
+// NVJPEGStatus is nvJPEG (--decode gpu) as doctor finds it.
+type NVJPEGStatus struct {
+	// Path and CUDARTPath are where libnvjpeg.so.13 and the CUDA runtime
+	// it runs on were found ("" when not).
+	Path       string `json:"path"`
+	CUDARTPath string `json:"cudart_path"`
+	// Version is nvJPEG's own (nvjpegGetProperty, no GPU needed), e.g.
+	// "13.0.1", when the library loads.
+	Version string `json:"version,omitempty"`
+	// Missing names what is missing and where it was looked for; Error
+	// says why the library found cannot be loaded.
+	Missing string `json:"missing,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// diagnoseNVJPEG finds nvJPEG in r and, when found, loads it and reads
+// its version.
+func diagnoseNVJPEG(r cudaLibReport) NVJPEGStatus {
+	var st NVJPEGStatus
+	st.Path, st.CUDARTPath, st.Missing = r.nvjpeg()
+	if st.Missing != "" {
+		return st
+	}
+	v, err := probeNVJPEG(st.Path, st.CUDARTPath)
+	if err != nil {
+		st.Error = err.Error()
+		return st
+	}
+	st.Version = v
+	return st
 }
 
 // Diagnose inspects this machine. It never fails: what cannot be had is
@@ -100,6 +135,7 @@ func Diagnose(c DiagnoseConfig) Diagnosis {
 	if d.SearchDirs == nil {
 		d.SearchDirs = []string{}
 	}
+	d.NVJPEG = diagnoseNVJPEG(r)
 
 	d.Auto = "cpu"
 	if d.ORTError != "" {

@@ -144,7 +144,7 @@ func TestDoctorWithoutGPU(t *testing.T) {
 	if err := json.Unmarshal([]byte(j.Stdout), &d); err != nil || j.Code != 0 {
 		t.Fatalf("doctor --json: %v\n%s", err, j)
 	}
-	if d.Auto != "cpu" || d.ORT.Version != "1.29.0" || len(d.GPUs) != 0 || d.NVMLError == "" || len(d.CUDALibs) != 11 {
+	if d.Auto != "cpu" || d.ORT.Version != "1.29.0" || len(d.GPUs) != 0 || d.NVMLError == "" || len(d.CUDALibs) != 12 {
 		t.Errorf("doctor --json: %+v", d)
 	}
 	if bad := runCLI(t, time.Minute, nil, "doctor", "extra"); bad.Code != 2 || !strings.Contains(bad.Stderr, `unexpected argument "extra"`) {

@@ -19,9 +19,10 @@ Says what featurefs can run on here: the ONNX Runtime library (version,
 path, the execution providers next to it), the GPUs NVML sees (name,
 memory, driver and CUDA version, and whether --device auto uses each or
 why not), each CUDA library the GPU needs, found or missing with its path,
-and what --device auto chooses (it loads the CUDA libraries and runs a
-probe session on each GPU, as a mount does; on a host with several usable
-GPUs it uses all of them). Exit code 0 whatever it finds; 2 bad usage.
+nvJPEG's version (--decode gpu) or what is missing, and what --device auto
+chooses (it loads the CUDA libraries and runs a probe session on each GPU,
+as a mount does; on a host with several usable GPUs it uses all of them).
+Exit code 0 whatever it finds; 2 bad usage.
 
 Flags:
 `
@@ -132,6 +133,14 @@ func printDiagnosis(w io.Writer, d extractor.Diagnosis) {
 			where = "missing"
 		}
 		fmt.Fprintf(w, "  %-*s  %s  (%s, %s)\n", width, l.Name, where, l.What, need)
+	}
+	switch nv := d.NVJPEG; {
+	case nv.Missing != "":
+		fmt.Fprintf(w, "  nvJPEG: %s: --decode gpu decodes on the CPU\n", nv.Missing)
+	case nv.Error != "":
+		fmt.Fprintf(w, "  nvJPEG: %s: --decode gpu decodes on the CPU\n", strings.TrimPrefix(nv.Error, "nvJPEG: "))
+	default:
+		fmt.Fprintf(w, "  nvJPEG %s loads (%s): --decode gpu can use it\n", nv.Version, nv.Path)
 	}
 	fmt.Fprintf(w, "  searched %d directories:\n", len(d.SearchDirs))
 	for _, dir := range d.SearchDirs {

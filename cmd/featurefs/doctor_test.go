@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor"
@@ -92,5 +95,78 @@ func TestDoctorJSONKeysAreSnakeCase(t *testing.T) {
 		if n < 10 {
 			t.Errorf("%s: %d keys walked, want at least 10:\n%s", name, n, doc)
 		}
+	}
+}
+
+// buildFakeNVJPEG builds the extractor's fake libcudart.so.13 and
+// libnvjpeg.so.13 (extractor/testdata/fakenvjpeg) into a new directory.
+func buildFakeNVJPEG(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, err := filepath.Abs("../../extractor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := func(args ...string) {
+		args = append([]string{"-shared", "-fPIC", "-O1", "-I", src}, args...)
+		if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("building the fake nvJPEG (needs gcc): gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	rt := filepath.Join(dir, "libcudart.so.13")
+	cc("-o", rt, filepath.Join(src, "testdata/fakenvjpeg/fake_cudart.c"))
+	cc("-o", filepath.Join(dir, "libnvjpeg.so.13"), filepath.Join(src, "testdata/fakenvjpeg/fake_nvjpeg.c"), rt)
+	return dir
+}
+
+// doctor reports nvJPEG: its version when the library loads (the fake's
+// nvjpegGetProperty, no GPU), found through FEATUREFS_CUDA_LIB_DIR; or one
+// line naming what is missing and where it was looked for.
+func TestDoctorReportsNVJPEG(t *testing.T) {
+	empty := t.TempDir()
+	t.Setenv("FEATUREFS_CUDA_LIB_DIR", empty)
+	var out, errOut bytes.Buffer
+	if code := doctor([]string{"--json"}, &out, &errOut); code != exitOK {
+		t.Fatalf("doctor --json: exit %d\n%s", code, errOut.String())
+	}
+	var d extractor.Diagnosis
+	if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+		t.Fatal(err)
+	}
+	if nv := d.NVJPEG; nv.Version != "" || !strings.HasPrefix(nv.Missing, "libnvjpeg.so.13 not found (looked in "+empty) {
+		t.Errorf("without nvJPEG: %+v, want missing naming libnvjpeg.so.13 and %s", nv, empty)
+	}
+	out.Reset()
+	doctor(nil, &out, &errOut)
+	if !strings.Contains(out.String(), "\n  nvJPEG: libnvjpeg.so.13 not found (looked in "+empty) ||
+		!strings.Contains(out.String(), "): --decode gpu decodes on the CPU\n") {
+		t.Errorf("text report without nvJPEG:\n%s", out.String())
+	}
+
+	dir := buildFakeNVJPEG(t)
+	t.Setenv("FEATUREFS_CUDA_LIB_DIR", dir)
+	out.Reset()
+	if code := doctor([]string{"--json"}, &out, &errOut); code != exitOK {
+		t.Fatalf("doctor --json: exit %d\n%s", code, errOut.String())
+	}
+	d = extractor.Diagnosis{}
+	if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+		t.Fatal(err)
+	}
+	want := extractor.NVJPEGStatus{Path: filepath.Join(dir, "libnvjpeg.so.13"), CUDARTPath: filepath.Join(dir, "libcudart.so.13"), Version: "13.0.1"}
+	if d.NVJPEG != want {
+		t.Errorf("with the fake nvJPEG: %+v, want %+v", d.NVJPEG, want)
+	}
+	var keys map[string]any
+	if err := json.Unmarshal(out.Bytes(), &keys); err != nil {
+		t.Fatal(err)
+	}
+	if nv, ok := keys["nvjpeg"].(map[string]any); !ok || nv["version"] != "13.0.1" || nv["cudart_path"] != want.CUDARTPath {
+		t.Errorf("doctor --json's nvjpeg section: %v", keys["nvjpeg"])
+	}
+	out.Reset()
+	doctor([]string{"--cuda-lib-dir", dir}, &out, &errOut)
+	if line := "\n  nvJPEG 13.0.1 loads (" + want.Path + "): --decode gpu can use it\n"; !strings.Contains(out.String(), line) {
+		t.Errorf("text report lacks %q:\n%s", line, out.String())
 	}
 }
