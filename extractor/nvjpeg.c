@@ -97,7 +97,15 @@ static void destroy_nvjpeg(ffs_nvj *c) {
  * backend; on failure it frees what it made and returns the status, *what
  * naming the call. */
 static int make_nvjpeg(ffs_nvj *c, int backend, const char **what) {
-	int st = c->f.nvjpegCreateEx((nvjpegBackend_t)backend, NULL, NULL, 0, &c->handle);
+	/* NVJPEG_FLAGS_BITSTREAM_STRICT: a stream that breaks the standard
+	 * (a truncated file) is an error, not pixels made up for its missing
+	 * part, as libjpeg-turbo under PIL fails it (the error sends the image
+	 * to the CPU decoder, whose verdict it gets). A library that refuses
+	 * the flag (INVALID_PARAMETER) is used without it. */
+	int st = c->f.nvjpegCreateEx((nvjpegBackend_t)backend, NULL, NULL, NVJPEG_FLAGS_BITSTREAM_STRICT, &c->handle);
+	c->strict = st == 0;
+	if (st == NVJPEG_STATUS_INVALID_PARAMETER)
+		st = c->f.nvjpegCreateEx((nvjpegBackend_t)backend, NULL, NULL, 0, &c->handle);
 	if (st != 0) {
 		c->handle = NULL;
 		*what = "nvjpegCreateEx";

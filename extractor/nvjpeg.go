@@ -186,9 +186,17 @@ func openNVJPEG(dev int, nvjpegPath, cudartPath string, maxBatch int) (gpuJPEG, 
 		C.ffs_nvj_free(c)
 		return nil, err
 	}
+	hw := c.backend == C.NVJPEG_BACKEND_HARDWARE
 	backend := "hardware backend"
-	if c.backend != C.NVJPEG_BACKEND_HARDWARE {
-		backend = fmt.Sprintf("default backend; hardware backend refused: %s %s", C.GoString(c.hw_what), nvjpegStatus(c.hw_status))
+	if !hw {
+		backend = "default backend"
+	}
+	if c.strict == 0 {
+		// A truncated JPEG may then decode on the GPU where PIL fails it.
+		backend += ", not strict"
+	}
+	if !hw {
+		backend += fmt.Sprintf("; hardware backend refused: %s %s", C.GoString(c.hw_what), nvjpegStatus(c.hw_status))
 	}
 	d := &nvjpegDecoder{c: c, dev: dev, maxBatch: maxBatch,
 		desc: fmt.Sprintf("nvJPEG %s (%s) on cuda:%d", version, backend, dev)}
@@ -404,4 +412,16 @@ func (d *nvjpegDecoder) failed(err error) error {
 		return badImage("decoding jpeg (nvJPEG)", errors.New(why))
 	}
 	return refused("%s", why)
+}
+
+// The GPU JPEG decoder of --decode gpu is nvJPEG, found where the CUDA
+// libraries are.
+func init() {
+	gpuJPEGOpener = func(dev int, search cudaSearch, maxBatch int) (gpuJPEG, error) {
+		nvjpeg, cudart, missing := findNVJPEG(search)
+		if missing != "" {
+			return nil, errors.New(missing)
+		}
+		return openNVJPEG(dev, nvjpeg, cudart, maxBatch)
+	}
 }

@@ -76,6 +76,10 @@ typedef enum {
 } nvjpegBackend_t;
 
 #define NVJPEG_MAX_COMPONENT 4
+/* nvjpegCreateEx flags (nvjpeg.h: NVJPEG_FLAGS_DEFAULT 0,
+ * NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE 1, NVJPEG_FLAGS_ENABLE_MEMORY_POOLS
+ * 1<<1, NVJPEG_FLAGS_BITSTREAM_STRICT 1<<2). */
+#define NVJPEG_FLAGS_BITSTREAM_STRICT (1 << 2)
 
 typedef struct {
 	unsigned char *channel[NVJPEG_MAX_COMPONENT];
@@ -148,6 +152,7 @@ typedef struct {
 	ffs_nvj_syms f;
 	int dev;
 	int backend;     /* NVJPEG_BACKEND_HARDWARE or NVJPEG_BACKEND_DEFAULT */
+	int strict;      /* made with NVJPEG_FLAGS_BITSTREAM_STRICT */
 	int hw_status;   /* the hardware backend's status (0: in use) */
 	const char *hw_what; /* the call that refused it */
 	int prealloc_status; /* nvjpegDecodeBatchedPreAllocate's (hardware; -1: not called) */

@@ -1,3 +1,5 @@
+//go:build gpu
+
 package extractor
 
 import (
@@ -14,14 +16,14 @@ import (
 	"time"
 )
 
-// TestNVJPEGOnGPU runs the binding against the real nvJPEG on a GPU host:
-// FEATUREFS_NVJPEG_GPU=1 (the libraries are found as a mount finds them,
-// FEATUREFS_CUDA_LIB_DIR first). Without it the test is skipped (said so);
-// with it and no usable nvJPEG it fails. Build it here and ship the binary
-// (a GPU host may have no Go):
+// TestNVJPEGOnGPU runs the binding against the real nvJPEG on a GPU host
+// (the libraries are found as a mount finds them, FEATUREFS_CUDA_LIB_DIR
+// first). It is built only with the gpu tag, so that make test (no GPU)
+// never compiles it; built, it fails where there is no usable nvJPEG.
+// Build it here and ship the binary (a GPU host may have no Go):
 //
-//	go test -c -o nvjpeg.test ./extractor/
-//	FEATUREFS_NVJPEG_GPU=1 ./nvjpeg.test -test.run 'NVJPEGOnGPU' -test.v
+//	go test -tags gpu -c -o nvjpeg.test ./extractor/
+//	./nvjpeg.test -test.run 'NVJPEGOnGPU' -test.v
 //
 // It checks, against libjpeg-turbo's pixels (the CPU decoder, PIL's):
 // baseline 4:2:0 color and gray JPEGs of several sizes decode in one batch
@@ -36,9 +38,6 @@ import (
 // without error; then it logs a throughput figure (batches of 64
 // 500x375 images, decode plus copy to the host).
 func TestNVJPEGOnGPU(t *testing.T) {
-	if os.Getenv("FEATUREFS_NVJPEG_GPU") != "1" {
-		t.Skip("needs a GPU host: FEATUREFS_NVJPEG_GPU=1 runs it (make gpu-check's decode step)")
-	}
 	nv, rt, missing := findNVJPEG(defaultCUDASearch(""))
 	if missing != "" {
 		t.Fatal(missing)

@@ -2,6 +2,7 @@ package extractor
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"image"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The nvJPEG binding (nvjpeg.go) against fake libnvjpeg.so.13 and
@@ -273,6 +275,14 @@ func TestNVJPEGHardwareFallbackAndDescribe(t *testing.T) {
 	if c := calls(); !slices.Equal(c, want) {
 		t.Errorf("open's calls %q, want %q", c, want)
 	}
+
+	// A library that refuses NVJPEG_FLAGS_BITSTREAM_STRICT is used
+	// without it, and says so.
+	t.Setenv("FAKE_NVJPEG_NO_STRICT", "1")
+	if got, want := openFakeNVJPEG(t, 4).Describe(), "nvJPEG 13.0.1 (hardware backend, not strict) on cuda:0"; got != want {
+		t.Errorf("without strict: Describe() = %q, want %q", got, want)
+	}
+	os.Unsetenv("FAKE_NVJPEG_NO_STRICT")
 
 	t.Setenv("FAKE_NVJPEG_NO_HW", "1")
 	calls = fakeCUDALog(t)
@@ -571,5 +581,73 @@ func TestNVJPEGDeviceBufferBounded(t *testing.T) {
 	}
 	if errs := d.Decode([][]byte{small}, [][]byte{make([]byte, 3*100*100)}); errs[0] != nil {
 		t.Errorf("after running out of device memory: %v", errs[0])
+	}
+}
+
+// The whole --decode gpu path over the fake nvJPEG: the opener finds the
+// libraries where the CUDA libraries are searched (--cuda-lib-dir), the
+// scheduler sends baseline JPEGs to it in batches and takes its pixels
+// (the fake's pattern: the features differ from the CPU's), a JPEG whose
+// batch nvJPEG fails (FAKE-CORRUPT) is decoded on the CPU, and a
+// progressive one never reaches it.
+func TestNVJPEGThroughTheScheduler(t *testing.T) {
+	nvjpeg, _, _ := fakeNVJPEG(t)
+	dec, err := gpuJPEGOpener(0, cudaSearch{extra: []string{filepath.Dir(nvjpeg)}, env: func(string) string { return "" }}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(dec.Describe(), "nvJPEG") {
+		t.Errorf("describe %q", dec.Describe())
+	}
+	cpuSvc := newResNetService(t, nil)
+	gpuSvc := newResNetService(t, nil)
+	loop := newGPUDecodeLoop(dec, newDecodeBudget(64<<20))
+	loop.gather = 50 * time.Millisecond
+	gpuSvc.sched.cfg.gpu, gpuSvc.gpuDec = loop, loop
+
+	inputs := map[string][]byte{}
+	for i := range 6 {
+		inputs[fmt.Sprintf("img%d.jpg", i)] = jpegOf(t, 300+10*i, 200, i)
+	}
+	good := jpegOf(t, 320, 240, 9)
+	// Bytes after the end of image: libjpeg ignores them, the fake fails
+	// the batch on them.
+	inputs["corrupt_for_nvjpeg.jpg"] = append(append([]byte{}, good...), "FAKE-CORRUPT"...)
+	prog := append([]byte{}, good...)
+	sof := bytes.Index(prog, []byte{0xFF, 0xC0})
+	prog[sof+1] = 0xC2 // marked progressive: kept on the CPU by its header
+	inputs["marked_progressive.jpg"] = prog
+
+	extract := func(svc *Service) map[string][]byte {
+		out := map[string][]byte{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for k, b := range inputs {
+			wg.Go(func() {
+				f, err := svc.Extract(context.Background(), Request{Model: "resnet50", Layer: 1, Key: k, Fetch: fetchOf(b)})
+				if err != nil && k != "marked_progressive.jpg" {
+					t.Errorf("%s: %v", k, err)
+				}
+				mu.Lock()
+				out[k] = f
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return out
+	}
+	want, got := extract(cpuSvc), extract(gpuSvc)
+	for k := range inputs {
+		same := bytes.Equal(want[k], got[k])
+		switch {
+		case strings.HasPrefix(k, "img") && same:
+			t.Errorf("%s: the CPU's feature, not from nvJPEG's pixels", k)
+		case k == "corrupt_for_nvjpeg.jpg" && !same:
+			t.Errorf("%s: nvJPEG failed it, so the CPU should have decoded it", k)
+		}
+	}
+	st := gpuSvc.Stats().GPUDecode
+	if st == nil || st.Decoded != 6 || st.KeptOnCPU != 1 || st.Failed+st.Refused != 1 {
+		t.Errorf("gpu decode figures %+v: want 6 decoded, 1 kept on the CPU by its kind, 1 failed or refused", st)
 	}
 }

@@ -14,6 +14,8 @@
  *     CUDA context is lost (every CUDA call fails from then on);
  *   - FAKE-UNSUPPORTED, or an SOF other than baseline (0xC0):
  *     nvjpegDecodeBatchedSupported says not supported;
+ *   - FAKE_NVJPEG_NO_STRICT set: nvjpegCreateEx refuses the
+ *     NVJPEG_FLAGS_BITSTREAM_STRICT flag (INVALID_PARAMETER)
  *   - FAKE_NVJPEG_NO_HW set: nvjpegCreateEx refuses the hardware backend
  *     (NVJPEG_STATUS_ARCH_MISMATCH), as on a GPU without JPEG engines.
  * Built with -DFAKE_OMIT_DECODE_BATCHED it lacks nvjpegDecodeBatched; with
@@ -89,7 +91,10 @@ nvjpegStatus_t nvjpegGetProperty(libraryPropertyType t, int *v) {
 
 nvjpegStatus_t nvjpegCreateEx(nvjpegBackend_t backend, nvjpegDevAllocator_t *da, nvjpegPinnedAllocator_t *pa, unsigned int flags, nvjpegHandle_t *h) {
 	fake_log("nvjpegCreateEx %d", (int)backend);
-	if (da || pa || flags || !h) return NVJPEG_STATUS_INVALID_PARAMETER;
+	if (da || pa || !h) return NVJPEG_STATUS_INVALID_PARAMETER;
+	/* BITSTREAM_STRICT is taken unless FAKE_NVJPEG_NO_STRICT is set. */
+	if (flags & ~(unsigned)NVJPEG_FLAGS_BITSTREAM_STRICT) return NVJPEG_STATUS_INVALID_PARAMETER;
+	if (flags && getenv("FAKE_NVJPEG_NO_STRICT")) return NVJPEG_STATUS_INVALID_PARAMETER;
 	if (backend == NVJPEG_BACKEND_HARDWARE && getenv("FAKE_NVJPEG_NO_HW")) return NVJPEG_STATUS_ARCH_MISMATCH;
 	if (backend != NVJPEG_BACKEND_HARDWARE && backend != NVJPEG_BACKEND_DEFAULT) return NVJPEG_STATUS_INVALID_PARAMETER;
 	*h = calloc(1, sizeof **h);
