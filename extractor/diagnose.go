@@ -65,6 +65,10 @@ type Diagnosis struct {
 	AutoWhy string `json:"auto_why"`
 	// NVJPEG is nvJPEG, which --decode gpu decodes with.
 	NVJPEG NVJPEGStatus `json:"nvjpeg"`
+	// DecodeAuto is where --decode auto decodes JPEGs ("cpu" or "gpu")
+	// and DecodeAutoWhy why, in one line.
+	DecodeAuto    string `json:"decode_auto"`
+	DecodeAutoWhy string `json:"decode_auto_why"`
 }
 
 // NVJPEGStatus is nvJPEG (--decode gpu) as doctor finds it.
@@ -138,6 +142,7 @@ func Diagnose(c DiagnoseConfig) Diagnosis {
 	d.NVJPEG = diagnoseNVJPEG(r)
 
 	d.Auto = "cpu"
+	d.DecodeAuto, d.DecodeAutoWhy = "cpu", "nothing runs: the ONNX Runtime library cannot be used"
 	if d.ORTError != "" {
 		d.AutoWhy = "nothing runs: the ONNX Runtime library cannot be used"
 		markGPUs(d.GPUs, devicePick{}, d.AutoWhy)
@@ -161,7 +166,25 @@ func Diagnose(c DiagnoseConfig) Diagnosis {
 		d.AutoWhy = rec.msg()
 	}
 	markGPUs(d.GPUs, pick, d.AutoWhy)
+	d.DecodeAuto, d.DecodeAutoWhy = decodeAuto(pick, d.NVJPEG)
 	return d
+}
+
+// decodeAuto is where --decode auto decodes with the device pick and
+// nvJPEG as found, and why (resolveDecode's choice, without opening the
+// decoder).
+func decodeAuto(pick devicePick, nv NVJPEGStatus) (string, string) {
+	switch {
+	case !pick.gpu():
+		return "cpu", "inference runs on the CPU (--device auto)"
+	case nv.Missing != "":
+		return "cpu", nv.Missing
+	case nv.Error != "":
+		return "cpu", nv.Error
+	case !gpuDecodeFidelity[pick.devs[0].name]:
+		return "cpu", noFidelity(pick.devs[0].name)
+	}
+	return "gpu", fmt.Sprintf("nvJPEG %s on %s, whose decode fidelity passed", nv.Version, pick.devs[0].name)
 }
 
 // probedNames names the GPUs of pick: "NAME", or "each of cuda:0 (NAME),

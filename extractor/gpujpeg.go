@@ -70,6 +70,11 @@ var gpuJPEGOpener func(dev int, search cudaSearch, maxBatch int) (gpuJPEG, error
 // on the GPU only there. Empty until a GPU host has run it.
 var gpuDecodeFidelity = map[string]bool{}
 
+// noFidelity says why --decode auto does not decode on GPU type name.
+func noFidelity(name string) string {
+	return fmt.Sprintf("no decode fidelity figures for %q yet (make gpu-check's decode step; docs/GPU.md): use --decode gpu to decode on it anyway", name)
+}
+
 // gpuGather is how long the GPU decode loop waits, after an image
 // arrives, for more to fill its batch.
 const gpuGather = 2 * time.Millisecond
@@ -89,7 +94,7 @@ func resolveDecode(mode DecodeMode, dev deviceChoice, search cudaSearch, maxBatc
 	case gpuJPEGOpener == nil:
 		return nil, fmt.Sprintf("cpu: --decode %s: this build of featurefs has no GPU JPEG decoder", mode)
 	case mode == DecodeAuto && !gpuDecodeFidelity[dev.name]:
-		return nil, fmt.Sprintf("cpu: --decode auto: no decode fidelity figures for %q yet (make gpu-check's decode step; docs/GPU.md): use --decode gpu to decode on it anyway", dev.name)
+		return nil, "cpu: --decode auto: " + noFidelity(dev.name)
 	}
 	dec, err := gpuJPEGOpener(dev.index, search, maxBatch)
 	if err != nil {

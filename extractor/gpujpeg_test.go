@@ -346,3 +346,29 @@ func TestGPUPixelsDoNotStarveCPUDecodes(t *testing.T) {
 		t.Errorf("gpu decode figures %+v, want 32 decoded on the GPU and 32 kept on the CPU", st)
 	}
 }
+
+// doctor says where --decode auto decodes, and why, as resolveDecode
+// would choose.
+func TestDecodeAutoInDoctor(t *testing.T) {
+	gpu := devicePick{devs: []deviceChoice{{gpu: true, name: "NVIDIA H200"}}}
+	ok := NVJPEGStatus{Path: "/x/libnvjpeg.so.13", Version: "13.0.1"}
+	for _, c := range []struct {
+		name      string
+		pick      devicePick
+		nv        NVJPEGStatus
+		where, in string
+	}{
+		{"cpu", devicePick{devs: []deviceChoice{{}}}, ok, "cpu", "inference runs on the CPU"},
+		{"missing", gpu, NVJPEGStatus{Missing: "libnvjpeg.so.13 not found"}, "cpu", "libnvjpeg.so.13 not found"},
+		{"unmeasured", gpu, ok, "cpu", `no decode fidelity figures for "NVIDIA H200"`},
+	} {
+		if where, why := decodeAuto(c.pick, c.nv); where != c.where || !strings.Contains(why, c.in) {
+			t.Errorf("%s: %s (%s), want %s (%s)", c.name, where, why, c.where, c.in)
+		}
+	}
+	gpuDecodeFidelity["NVIDIA H200"] = true
+	defer delete(gpuDecodeFidelity, "NVIDIA H200")
+	if where, why := decodeAuto(gpu, ok); where != "gpu" || !strings.Contains(why, "nvJPEG 13.0.1 on NVIDIA H200") {
+		t.Errorf("measured: %s (%s)", where, why)
+	}
+}

@@ -142,6 +142,7 @@ func printDiagnosis(w io.Writer, d extractor.Diagnosis) {
 	default:
 		fmt.Fprintf(w, "  nvJPEG %s loads (%s): --decode gpu can use it\n", nv.Version, nv.Path)
 	}
+	fmt.Fprintf(w, "  --decode auto: %s (%s)\n", d.DecodeAuto, d.DecodeAutoWhy)
 	fmt.Fprintf(w, "  searched %d directories:\n", len(d.SearchDirs))
 	for _, dir := range d.SearchDirs {
 		fmt.Fprintf(w, "    %s\n", dir)
