@@ -44,9 +44,12 @@
 #   run(carry=[".gpu38/3"], command="bash scripts/gpu-session-38.sh", timeout_s=120)
 #   run(carry=[".gpu38/4"], command="bash scripts/gpu-session-38.sh", timeout_s=540)
 #
-# A call that finds parts missing stashes what it carried, says what it has
-# and what is missing, and exits 0 in seconds ("STAGED"); the order of the
-# calls does not matter. A call on a host where everything is installed
+# Make the calls back to back: an H200 is kept only 30 s after a call, and
+# a fresh machine has an empty stash (a call's STAGED line says what the
+# stash holds, so a gap shows as parts missing again). A call that finds
+# parts missing stashes what it carried, says what it has and what is
+# missing, and exits 0 in seconds ("STAGED"); the order of the calls does
+# not matter. A call on a host where everything is installed
 # already (a rerun on the same warm machine) carries nothing and runs. Where
 # the host's python has the GPU providers' libraries some other way, or
 # featurefs finds an installed ONNX Runtime GPU (FEATUREFS_ORT_LIB naming a
@@ -78,7 +81,8 @@ STASH=${GPU38_STASH:-/var/tmp/featurefs-gpu38}
 REHEARSAL=${GPU_CHECK_REHEARSAL:-0}
 ORT_VERSION=1.29.0
 # the GPU package's sha512 and where its libraries are: scripts/install-ort.sh's
-ORT_GPU_SHA512=$(sed -n 's/^ORT_GPU_SHA512=\${ORT_GPU_SHA512:-\([0-9a-f]*\)}$/\1/p' scripts/install-ort.sh)
+# (ORT_GPU_SHA512 in the environment wins, as it does there)
+ORT_GPU_SHA512=${ORT_GPU_SHA512:-$(sed -n 's/^ORT_GPU_SHA512=\${ORT_GPU_SHA512:-\([0-9a-f]*\)}$/\1/p' scripts/install-ort.sh)}
 ORT_PKG_DIR=$(sed -n 's/^ORT_PKG_DIR=//p' scripts/install-ort.sh)
 GPU_FILES=(libonnxruntime_providers_cuda.so libonnxruntime_providers_tensorrt.so libonnxruntime_providers_shared.so)
 T0=$(date +%s)
@@ -212,6 +216,8 @@ else
     GPU_CHECK_DECODE_IMAGES="${GPU38_DECODE_IMAGES:-1000}" GPU_CHECK_ORT_TIME="${GPU38_ORT_TIME:-2s}")
 fi
 : >"$OUT/results.jsonl"
+# gpu-check's work directories from before this run, never touched below
+before=" $(echo /tmp/featurefs-gpu-check.*) "
 rc=0
 env "${sizes[@]}" GPU_CHECK_STEPS="${GPU38_STEPS:-decode,decode-throughput}" GPU_CHECK_KEEP=1 \
   GPU_CHECK_RESULTS="$OUT/results.jsonl" FEATUREFS_BIN="$BIN" FEATUREFS_ORT_LIB="$ORT_LIB" PYTHONUNBUFFERED=1 \
@@ -224,8 +230,10 @@ case $rc in
 esac
 # the logs and stats of the kept work directory (not the images), small
 work=$(sed -n 's/^gpu-check: work directory kept: //p' "$OUT/gpu-check.log" | tail -1)
-[ -n "$work" ] || work=$(ls -dt /tmp/featurefs-gpu-check.* 2>/dev/null | head -1)
-if [ -n "$work" ] && [ -d "$work" ]; then
+if [ -z "$work" ]; then # cut before its exit trap said: the one this run made
+  for d in /tmp/featurefs-gpu-check.*; do [[ $before == *" $d "* ]] || work=$d; done
+fi
+if [ -n "$work" ] && [ -d "$work" ] && [[ $before != *" $work "* ]]; then
   (cd "$work" && find . -maxdepth 1 -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.txt' \) -size -8M -print0 |
     tar --null -czf "$OUT/logs.tar.gz" -T - 2>/dev/null) || true
   [ "$(stat -c %s "$OUT/logs.tar.gz" 2>/dev/null || echo 0)" -le 12000000 ] || rm -f "$OUT/logs.tar.gz"
