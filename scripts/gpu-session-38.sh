@@ -11,6 +11,8 @@
 #                           toolkits and the loader's cache; its version
 #                           (nvjpegGetProperty); whether torchvision decodes
 #                           a JPEG on the GPU; featurefs doctor's head
+#   $OUT/nvjpeg-test.txt    the binding's own GPU test (TestNVJPEGOnGPU,
+#                           when nvjpeg.test.gz was carried)
 #   $OUT/results.jsonl      each figure as it is measured (survives a cut)
 #   $OUT/gpu-38.md          the report (docs/bench/gpu.md's section); when
 #                           the budget cut the run, the decode section made
@@ -29,6 +31,7 @@
 #
 #   echo /.gpu38/ >>.git/info/exclude; mkdir -p .gpu38/1 .gpu38/2 .gpu38/3 .gpu38/4
 #   make build && gzip -c bin/featurefs >.gpu38/4/featurefs.gz
+#   go test -tags gpu -c -o /tmp/nvjpeg.test ./extractor/ && gzip -c /tmp/nvjpeg.test >.gpu38/4/nvjpeg.test.gz
 #   gzip -c ~/.cache/featurefs/lib/onnxruntime-1.29.0/libonnxruntime.so.1 >.gpu38/4/libonnxruntime.so.1.gz
 #   # the GPU package's tarball, fetched as scripts/install-ort.sh fetches it (npm pack
 #   # com.github.asus4.onnxruntime.linux-x64-gpu@0.4.9; its sha512 is pinned there):
@@ -99,10 +102,11 @@ for d in ${GPU38_PARTS_DIRS:-.gpu38/*}; do
     case $(basename "$f") in
     featurefs.gz) gzip -dc "$f" >"$STASH/bin/.featurefs.tmp" && chmod 755 "$STASH/bin/.featurefs.tmp" && mv "$STASH/bin/.featurefs.tmp" "$STASH/bin/featurefs" ;;
     featurefs) install -m 755 "$f" "$STASH/bin/featurefs" ;;
+    nvjpeg.test.gz) gzip -dc "$f" >"$STASH/bin/.nvjpeg.tmp" && chmod 755 "$STASH/bin/.nvjpeg.tmp" && mv "$STASH/bin/.nvjpeg.tmp" "$STASH/bin/nvjpeg.test" ;;
     libonnxruntime.so.1.gz) gzip -dc "$f" >"$ORT_DIR/.core.tmp" && mv "$ORT_DIR/.core.tmp" "$ORT_DIR/libonnxruntime.so.1" ;;
     libonnxruntime.so.1) install -m 644 "$f" "$ORT_DIR/libonnxruntime.so.1" ;;
     *.part-*) cp "$f" "$STASH/parts/.tmp" && mv "$STASH/parts/.tmp" "$STASH/parts/$(basename "$f")" ;;
-    *) say "ignoring $f (want featurefs[.gz], libonnxruntime.so.1[.gz] or *.part-*)"; continue ;;
+    *) say "ignoring $f (want featurefs[.gz], nvjpeg.test.gz, libonnxruntime.so.1[.gz] or *.part-*)"; continue ;;
     esac || { say "could not stash $f"; exit 1; }
     say "stashed $f ($(stat -c %s "$f") bytes)"
   done
@@ -203,6 +207,17 @@ PYEOF
   "$BIN" doctor --ort-lib "$ORT_LIB" 2>&1 | head -60
 } >"$OUT/nvjpeg.txt" 2>&1
 cat "$OUT/nvjpeg.txt" >&2
+
+# 3b. The binding alone against the real nvJPEG (extractor's TestNVJPEGOnGPU,
+# built here with -tags gpu and carried as nvjpeg.test.gz): pixels against
+# libjpeg-turbo's, a corrupt and a truncated JPEG in a batch, a throughput
+# figure. At most 90 s; its output is $OUT/nvjpeg-test.txt.
+if [ -x "$STASH/bin/nvjpeg.test" ] && [ "$REHEARSAL" != 1 ]; then
+  say "running the nvJPEG binding's GPU test"
+  (cd "$REPO/extractor" && timeout 90 "$STASH/bin/nvjpeg.test" -test.run 'NVJPEGOnGPU' -test.v) >"$OUT/nvjpeg-test.txt" 2>&1
+  say "nvJPEG binding's GPU test: rc $? (tail follows)"
+  tail -20 "$OUT/nvjpeg-test.txt" >&2
+fi
 
 # 4. The decode step and the throughput comparison, cut at the budget.
 BUDGET=${GPU38_BUDGET_S:-480}

@@ -382,8 +382,9 @@ def _decode_counts(files):
     """How many images the extractor decoded on the GPU and on the CPU, from
     its logs (extract's stderr at --log-level info) or a mount's stats file
     (JSON): every number whose key names decoding and the GPU, nvJPEG or the
-    CPU, and the log lines that mention them. TODO(issue 38): the extractor
-    reports no such figure yet; until it does this finds none and says so."""
+    CPU, and the log lines that mention them: extract's summary line ("N
+    decoded on the GPU, M decoded on the CPU (...)") and the stats file's
+    extractor.gpu_decode, both there only when a GPU decoder ran."""
     import re
     figures, lines = {}, []
 
@@ -415,8 +416,8 @@ def _decode_counts(files):
                     figures[f"{os.path.basename(f)}: decoded on the {m.group(2).upper()}"] = int(m.group(1))
     out = {"figures": figures, "lines": lines}
     if not figures:
-        out["todo"] = ("TODO(issue 38): the extractor's log and the stats file give no count of images decoded on the "
-                       "GPU vs the CPU yet; the coordinator adds it")
+        out["todo"] = ("no count of images decoded on the GPU: no GPU decoder ran (the extract log's 'jpeg decode' "
+                       "line says why: no GPU, nvJPEG missing, or --decode cpu in a rehearsal)")
     return out
 
 
@@ -686,8 +687,8 @@ def cmd_decode_report(a):
         print(f"Decoded on the GPU vs the CPU by the `--decode {gd}` mount (first round, stats file and log): "
               + ", ".join(f"{k} {v}" for k, v in sorted(counts[0]["figures"].items())) + ".")
     else:
-        print("Decoded on the GPU vs the CPU by the mount: **TODO(issue 38): the stats file and the mount's log have "
-              "no such figure yet.**")
+        print("Decoded on the GPU vs the CPU by the mount: **none decoded on the GPU: no GPU decoder ran (the mount's "
+              "'jpeg decode' log line and its stats' extractor.jpeg_decode say why).**")
     print()
     if fid and rehearsal and not fid[0]["holds"]:
         print("A rehearsal decodes on the CPU, bit-exact with PIL: the bar must hold, and it does not.", file=sys.stderr)

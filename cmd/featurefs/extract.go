@@ -125,6 +125,7 @@ func runExtract(args []string) int {
 	}
 	prog.finish(true)
 	res.addFailures(in.bad, in.badN)
+	res.decode = decodeLine(svc.Stats(), res.done)
 	res.printAs(os.Stderr, "extract")
 	switch {
 	case ctx.Err() != nil:
@@ -573,4 +574,16 @@ func within(dir, p string) bool {
 		return true
 	}
 	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
+}
+
+// decodeLine says where the images of a run of n were decoded when a GPU
+// decoded some (--decode gpu), else "": "N decoded on the GPU, M decoded
+// on the CPU (K by their kind, R refused and F failed by the GPU decoder)".
+func decodeLine(st extractor.Stats, n int64) string {
+	g := st.GPUDecode
+	if g == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d decoded on the GPU, %d decoded on the CPU (%d by their kind, %d refused and %d failed by the GPU decoder)",
+		g.Decoded, max(0, n-g.Decoded), g.KeptOnCPU, g.Refused, g.Failed)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/cache"
+	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/figures"
 )
@@ -97,5 +98,17 @@ func TestStatsCountsArchiveIndexesApart(t *testing.T) {
 	cacheStats(&out, store, false)
 	if want := `(?m)^ +1 features \(8(\.\d+)?KiB\), 6 archive index entries \([0-9.]+[KM]?i?B\)$`; !regexp.MustCompile(want).MatchString(out.String()) {
 		t.Errorf("featurefs cache stats: want a line matching %s:\n%s", want, out.String())
+	}
+}
+
+// extract's summary says where the images were decoded when the GPU
+// decoded some, in the words gpu-check's decode step counts.
+func TestExtractDecodeLine(t *testing.T) {
+	if got := decodeLine(extractor.Stats{}, 10); got != "" {
+		t.Errorf("without a GPU decoder: %q", got)
+	}
+	st := extractor.Stats{GPUDecode: &api.GPUDecodeStats{Decoded: 7, KeptOnCPU: 2, Refused: 1}}
+	if got, want := decodeLine(st, 10), "7 decoded on the GPU, 3 decoded on the CPU (2 by their kind, 1 refused and 0 failed by the GPU decoder)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }

@@ -236,6 +236,7 @@ type warmOutcome struct {
 	failures            []warmFailure
 	elapsed             time.Duration
 	store               string // the feature store's line, if there is one
+	decode              string // where the images were decoded (--decode gpu), if it says more than "the CPU"
 	// Without a mount: the part warmed ("" for all), and how many
 	// objects were extracted now, found (cached or in the feature store)
 	// and left to other parts.
@@ -265,6 +266,9 @@ func (r warmOutcome) printAs(w io.Writer, cmd string) {
 	}
 	if r.store != "" {
 		fmt.Fprintf(w, "featurefs %s: %s\n", cmd, r.store)
+	}
+	if r.decode != "" {
+		fmt.Fprintf(w, "featurefs %s: %s\n", cmd, r.decode)
 	}
 	if r.failed == 0 {
 		return
