@@ -257,15 +257,7 @@ func TestLoadCUDALibsOrderOnceAndTensorRT(t *testing.T) {
 	root, env := gpuHost(t)
 	fakeTree(t, root, "usr/local/cuda-12.9/lib64/libcudnn_ops.so.9") // next to the libcudnn.so.9 found
 	s := cudaSearch{root: root}.withEnv(env)
-	cudaLoad.mu.Lock()
-	saved := cudaLoad.loaded
-	cudaLoad.loaded = map[string]string{}
-	cudaLoad.mu.Unlock()
-	t.Cleanup(func() {
-		cudaLoad.mu.Lock()
-		cudaLoad.loaded = saved
-		cudaLoad.mu.Unlock()
-	})
+	forgetCUDALoads(t)
 
 	// A required library the loader refuses: the reason, nothing recorded
 	// past it.
@@ -422,6 +414,19 @@ func TestFindNVJPEG(t *testing.T) {
 
 	// Found, but not loaded with the CUDA provider's libraries.
 	fakeTree(t, root, sp[1:]+"/nvidia/cu13/lib/libcudart.so.13")
+	forgetCUDALoads(t)
+	var opened []string
+	if _, err := loadCUDALibs(s, false, func(p string) error { opened = append(opened, filepath.Base(p)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(opened, "libnvjpeg.so.13") || !slices.Contains(opened, "libcudart.so.13") {
+		t.Errorf("loadCUDALibs opened %q: want the runtime, not nvJPEG", opened)
+	}
+}
+
+// forgetCUDALoads empties the record of the CUDA libraries loaded for the
+// test, and puts it back when the test ends.
+func forgetCUDALoads(t *testing.T) {
 	cudaLoad.mu.Lock()
 	saved := cudaLoad.loaded
 	cudaLoad.loaded = map[string]string{}
@@ -431,11 +436,4 @@ func TestFindNVJPEG(t *testing.T) {
 		cudaLoad.loaded = saved
 		cudaLoad.mu.Unlock()
 	})
-	var opened []string
-	if _, err := loadCUDALibs(s, false, func(p string) error { opened = append(opened, filepath.Base(p)); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if slices.Contains(opened, "libnvjpeg.so.13") || !slices.Contains(opened, "libcudart.so.13") {
-		t.Errorf("loadCUDALibs opened %q: want the runtime, not nvJPEG", opened)
-	}
 }

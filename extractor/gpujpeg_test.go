@@ -120,28 +120,7 @@ func TestGPUDecodeRoutesPerImage(t *testing.T) {
 	gpuSvc.sched.cfg.gpu = loop
 	gpuSvc.gpuDec = loop
 
-	type result struct {
-		b   []byte
-		err error
-	}
-	extract := func(svc *Service) map[string]result {
-		res := map[string]result{}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for k, b := range inputs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out, err := svc.Extract(context.Background(), Request{Model: "resnet50", Layer: 1, Key: k, Fetch: fetchOf(b)})
-				mu.Lock()
-				res[k] = result{out, err}
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		return res
-	}
-	want, got := extract(cpuSvc), extract(gpuSvc)
+	want, got := extractEach(cpuSvc, inputs), extractEach(gpuSvc, inputs)
 
 	var onGPU, keptKind, refused, failed, panicked int
 	for k, b := range inputs {

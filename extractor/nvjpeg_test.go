@@ -2,7 +2,6 @@ package extractor
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"image"
@@ -618,27 +617,12 @@ func TestNVJPEGThroughTheScheduler(t *testing.T) {
 	prog[sof+1] = 0xC2 // marked progressive: kept on the CPU by its header
 	inputs["marked_progressive.jpg"] = prog
 
-	extract := func(svc *Service) map[string][]byte {
-		out := map[string][]byte{}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for k, b := range inputs {
-			wg.Go(func() {
-				f, err := svc.Extract(context.Background(), Request{Model: "resnet50", Layer: 1, Key: k, Fetch: fetchOf(b)})
-				if err != nil && k != "marked_progressive.jpg" {
-					t.Errorf("%s: %v", k, err)
-				}
-				mu.Lock()
-				out[k] = f
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		return out
-	}
-	want, got := extract(cpuSvc), extract(gpuSvc)
+	want, got := extractEach(cpuSvc, inputs), extractEach(gpuSvc, inputs)
 	for k := range inputs {
-		same := bytes.Equal(want[k], got[k])
+		if err := got[k].err; err != nil && k != "marked_progressive.jpg" {
+			t.Errorf("%s: %v", k, err)
+		}
+		same := bytes.Equal(want[k].b, got[k].b)
 		switch {
 		case strings.HasPrefix(k, "img") && same:
 			t.Errorf("%s: the CPU's feature, not from nvJPEG's pixels", k)

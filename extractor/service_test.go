@@ -62,6 +62,30 @@ func newCPUService(t *testing.T, mutate func(*Config), specs ...ModelSpec) *Serv
 	return svc
 }
 
+// extracted is one input's outcome in extractEach.
+type extracted struct {
+	b   []byte
+	err error
+}
+
+// extractEach extracts every input at once, resnet50's layer 1 of each
+// (its name the key), and returns each one's outcome.
+func extractEach(svc *Service, inputs map[string][]byte) map[string]extracted {
+	res := map[string]extracted{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for k, b := range inputs {
+		wg.Go(func() {
+			out, err := svc.Extract(context.Background(), Request{Model: "resnet50", Layer: 1, Key: k, Fetch: fetchOf(b)})
+			mu.Lock()
+			res[k] = extracted{out, err}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return res
+}
+
 func fetchOf(b []byte) func(context.Context) ([]byte, error) {
 	return func(context.Context) ([]byte, error) { return b, nil }
 }
@@ -148,24 +172,7 @@ func TestBadInputsFailAlone(t *testing.T) {
 		"oversized.png": hb.Bytes(),
 		"good2.jpg":     jpegOf(t, 300, 300, 3),
 	}
-	type result struct {
-		b   []byte
-		err error
-	}
-	res := map[string]result{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for k, b := range inputs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := svc.Extract(context.Background(), Request{Model: "resnet50", Layer: 1, Key: k, Fetch: fetchOf(b)})
-			mu.Lock()
-			res[k] = result{out, err}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	res := extractEach(svc, inputs)
 	for k := range inputs {
 		r := res[k]
 		if strings.HasPrefix(k, "good") {
