@@ -10,7 +10,8 @@
 #   make bench   run every scripts/bench-*.sh and write docs/BENCHMARKS.md
 #   make bench-docs  rewrite docs/BENCHMARKS.md from docs/bench/*.md (runs nothing)
 #   make gpu-check   on a GPU host: fidelity and throughput on the GPU against
-#                PyTorch (docs/GPU.md); writes docs/bench/gpu.md; not in make test
+#                PyTorch, and --decode gpu's decode fidelity and throughput
+#                (docs/GPU.md); writes docs/bench/gpu.md; not in make test
 #
 # Dependencies (apt packages, libonnxruntime, MinIO, Go modules) are installed
 # by scripts/install-deps.sh into $(DEPS); the targets need root on Debian 12.
