@@ -324,8 +324,8 @@ func putPix(b []byte) {
 }
 
 // gpuDecodeReserve is the GPU memory the batch sizing leaves to the GPU
-// JPEG decoder: its device buffers (bounded by nvjpeg.go's
-// maxNVJPEGDeviceBytes) and nvJPEG's own state.
+// JPEG decoder: its device buffers (kept up to nvjpeg.go's
+// maxKeptGPUBytes) and nvJPEG's own state.
 const gpuDecodeReserve = 512 << 20
 
 // reserveGPU returns the free-memory estimate and measurement less

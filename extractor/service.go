@@ -190,7 +190,7 @@ type Service struct {
 	pool    *sessionPool   // pools[0]
 	sched   *scheduler
 	// gpuDec decodes JPEGs on the GPU (--decode gpu; nil: the CPU does);
-	// decodeWhy says where JPEGs are decoded and why (DecodeChoice).
+	// decodeWhy says where JPEGs are decoded and why (Stats.JPEGDecode).
 	gpuDec    *gpuDecodeLoop
 	decodeWhy string
 	once      sync.Once
@@ -269,9 +269,7 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 		runs = append(runs, ortRunner{pool: p})
 	}
 	s.pool = s.pools[0]
-	sc := s.schedConfig()
-	sc.gpu = s.gpuDec
-	s.sched = newScheduler(sc, runs...)
+	s.sched = newScheduler(s.schedConfig(), runs...)
 	return s, nil
 }
 
@@ -333,6 +331,7 @@ func (s *Service) schedConfig() schedConfig {
 		inflight:  s.cfg.InFlight,
 		alloc:     func(dev, n int) ([]float32, func()) { return allocs[dev](n) },
 		idle:      trimCHeap,
+		gpu:       s.gpuDec,
 	}
 }
 
@@ -529,10 +528,6 @@ func (s *Service) Extract(ctx context.Context, req Request) ([]byte, error) {
 
 // DType returns the element type of the returned .npy files.
 func (s *Service) DType() DType { return s.cfg.DType }
-
-// DecodeChoice says where JPEGs are decoded and why, in one line
-// starting "cpu: " or "gpu: " (--decode).
-func (s *Service) DecodeChoice() string { return s.decodeWhy }
 
 // Device returns where inference runs: "cpu", "cuda:N" or, on several
 // GPUs, "cuda:N,M,...".
