@@ -76,8 +76,8 @@ type benchResult struct {
 	GPUUtil   *float64 `json:"gpu_util_percent,omitempty"`
 	GPUMemMax *uint64  `json:"gpu_mem_max_bytes,omitempty"`
 	// JPEGDecode (extract) says where JPEGs were decoded and why
-	// (--decode); GPUDecoded and CPUDecoded how many images of the
-	// measurement were decoded on the GPU and on the CPU.
+	// (--decode); GPUDecoded how many images of the measurement were
+	// decoded on the GPU (absent without a GPU decoder).
 	JPEGDecode string `json:"jpeg_decode,omitempty"`
 	GPUDecoded *int64 `json:"gpu_decoded,omitempty"`
 }
