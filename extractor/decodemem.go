@@ -22,7 +22,6 @@ package extractor
 
 import (
 	"context"
-	"encoding/binary"
 	"runtime"
 	"sync"
 	"time"
@@ -205,36 +204,13 @@ func decodeCost(data []byte, format string, w, h, denom int) int64 {
 	return decodeSlack
 }
 
-// jpegSOF walks a JPEG's markers up to its frame header and says whether
-// the frame is progressive and how many components it has. A header it
-// cannot read counts as progressive with 4 components (the costliest).
+// jpegSOF says whether a JPEG's frame is progressive and how many
+// components it has, from its markers (jpegKindOf). A header it cannot
+// read counts as progressive with 4 components (the costliest).
 func jpegSOF(data []byte) (progressive bool, components int) {
-	i := 2
-	for i+4 <= len(data) {
-		if data[i] != 0xff {
-			return true, 4
-		}
-		m := data[i+1]
-		if m == 0xff { // fill byte
-			i++
-			continue
-		}
-		if m == 0x01 || (m >= 0xd0 && m <= 0xd7) {
-			i += 2
-			continue
-		}
-		n := int(binary.BigEndian.Uint16(data[i+2:]))
-		switch m {
-		case 0xc0, 0xc1, 0xc2, 0xc3, 0xc5, 0xc6, 0xc7, 0xc9, 0xca, 0xcb, 0xcd, 0xce, 0xcf:
-			comps := 4
-			if i+9 < len(data) {
-				comps = int(data[i+9])
-			}
-			return m == 0xc2 || m == 0xc6 || m == 0xca || m == 0xce, comps
-		case 0xda: // a scan before any frame header
-			return true, 4
-		}
-		i += 2 + n
+	k, err := jpegKindOf(data)
+	if err != nil {
+		return true, 4
 	}
-	return true, 4
+	return k.progressive(), k.components
 }

@@ -85,6 +85,13 @@ func jpegKindOf(data []byte) (jpegKind, error) {
 	}
 }
 
+// progressive reports whether the frame is progressive (SOF2, or its
+// differential and arithmetic-coded kin SOF6, SOF10, SOF14): libjpeg keeps
+// the whole image's coefficients while it decodes one.
+func (k jpegKind) progressive() bool {
+	return k.sof == 0xC2 || k.sof == 0xC6 || k.sof == 0xCA || k.sof == 0xCE
+}
+
 // gpuDecodable reports whether the GPU decoder is asked to decode a JPEG
 // of kind k, and if not, why: only 8-bit Huffman-coded sequential JPEGs
 // (baseline or extended) of 1 or 3 components in YCbCr (or gray) go to the

@@ -31,6 +31,9 @@ func TestJPEGKindRoutesEveryKind(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
+		if k.progressive() != strings.Contains(name, "prog") {
+			t.Errorf("%s (%+v): progressive() = %v", name, k, k.progressive())
+		}
 		ok, why := k.gpuDecodable()
 		want, wantWhy := true, ""
 		switch {
