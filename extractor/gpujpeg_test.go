@@ -84,6 +84,16 @@ func (f *fakeGPUJPEG) Close() error {
 	return nil
 }
 
+// useGPUDecoder gives svc (a CPU service: resolveDecode opens nothing
+// there) a GPU decode loop over dec, with a GPU pixel budget of pixBytes,
+// gathering its batches for up to gather (long enough that they fill under
+// any load); svc's Close closes it.
+func useGPUDecoder(svc *Service, dec gpuJPEG, pixBytes int64, gather time.Duration) {
+	loop := newGPUDecodeLoop(dec, newDecodeBudget(pixBytes))
+	loop.gather = gather
+	svc.sched.cfg.gpu, svc.gpuDec = loop, loop
+}
+
 // With --decode gpu, each image goes where its header says: baseline
 // YCbCr and gray JPEGs to the GPU decoder, in batches; progressive,
 // arithmetic-coded, CMYK, YCCK and RGB JPEGs to libjpeg-turbo. An image
@@ -115,10 +125,7 @@ func TestGPUDecodeRoutesPerImage(t *testing.T) {
 
 	cpuSvc := newResNetService(t, nil)
 	gpuSvc := newResNetService(t, nil)
-	loop := newGPUDecodeLoop(fake, newDecodeBudget(64<<20))
-	loop.gather = 50 * 1e6 // 50 ms: the batches fill under any load
-	gpuSvc.sched.cfg.gpu = loop
-	gpuSvc.gpuDec = loop
+	useGPUDecoder(gpuSvc, fake, 64<<20, 50*time.Millisecond)
 
 	want, got := extractEach(cpuSvc, inputs), extractEach(gpuSvc, inputs)
 
@@ -295,9 +302,7 @@ func TestGPUPixelsDoNotStarveCPUDecodes(t *testing.T) {
 	base, prog := read("q90_420_500x375.jpg"), read("prog_420_500x375.jpg")
 	svc := newResNetService(t, func(c *Config) { c.Workers, c.DecodeMemory = 2, 1<<20 })
 	fake := &fakeGPUJPEG{max: 8, names: map[string]string{}}
-	loop := newGPUDecodeLoop(fake, newDecodeBudget(1<<20))
-	loop.gather = 20 * time.Millisecond
-	svc.sched.cfg.gpu, svc.gpuDec = loop, loop
+	useGPUDecoder(svc, fake, 1<<20, 20*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -600,9 +600,7 @@ func TestNVJPEGThroughTheScheduler(t *testing.T) {
 	}
 	cpuSvc := newResNetService(t, nil)
 	gpuSvc := newResNetService(t, nil)
-	loop := newGPUDecodeLoop(dec, newDecodeBudget(64<<20))
-	loop.gather = 50 * time.Millisecond
-	gpuSvc.sched.cfg.gpu, gpuSvc.gpuDec = loop, loop
+	useGPUDecoder(gpuSvc, dec, 64<<20, 50*time.Millisecond)
 
 	inputs := map[string][]byte{}
 	for i := range 6 {
