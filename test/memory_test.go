@@ -62,6 +62,9 @@ func TestMemoryLimitSizesMountBounds(t *testing.T) {
 		if got := int64(mem["go_memory_limit_bytes"].(float64)); got != tc.goLimit {
 			t.Errorf("%v: go_memory_limit_bytes %d, want %d", tc.args, got, tc.goLimit)
 		}
+		if pc, ok := mem["go_gc_percent"].(float64); !ok || pc < 5 || pc > 100 {
+			t.Errorf("%v: go_gc_percent %v, want the pacer's 5 to 100 (fs/heappace)", tc.args, mem["go_gc_percent"])
+		}
 		if rss := mem["rss_bytes"].(float64); rss <= 0 {
 			t.Errorf("%v: rss_bytes %v", tc.args, rss)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/spec"
 	featurefs "github.com/featurefs/featurefs/fs"
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/heappace"
 	"github.com/featurefs/featurefs/fs/mountpoint"
 	"github.com/featurefs/featurefs/mountopts"
 )
@@ -371,6 +372,13 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		} else {
 			debug.SetMemoryLimit(mem.GoLimit)
 		}
+	}
+	// The collector's headroom follows the live heap (fs/heappace), unless
+	// GOGC says otherwise.
+	if pacer := heappace.Start(os.Getenv); pacer != nil {
+		defer pacer.Stop()
+	} else {
+		log.Info("featurefs: GOGC set: the collector's pace is the environment's, not fs/heappace's", slog.String("GOGC", os.Getenv("GOGC")))
 	}
 	if err := mountpoint.Check(mnt, o.AllowNonempty, log); err != nil {
 		return failf(exitMountPoint, "%w", err)

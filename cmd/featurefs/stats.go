@@ -162,9 +162,9 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 		section("memory")
 		row("resident", "%s (peak %s): %s anonymous, %s of mapped files", humanBytes(m.RSSBytes), humanBytes(m.PeakRSSBytes),
 			humanBytes(m.AnonBytes), humanBytes(m.FileBytes))
-		row("go heap", "%s in objects, %s free (held), %s returned; stacks %s, runtime %s; next collection at %s",
+		row("go heap", "%s in objects, %s free (held), %s returned; stacks %s, runtime %s; next collection at %s (GOGC %d)",
 			humanBytes(m.GoHeapObjectsBytes+m.GoHeapUnusedBytes), humanBytes(m.GoHeapFreeBytes), humanBytes(m.GoHeapReleasedBytes),
-			humanBytes(m.GoStacksBytes), humanBytes(m.GoRuntimeBytes), humanBytes(m.GoHeapGoalBytes))
+			humanBytes(m.GoStacksBytes), humanBytes(m.GoRuntimeBytes), humanBytes(m.GoHeapGoalBytes), m.GoGCPercent)
 		if m.GoMemoryLimitBytes > 0 {
 			row("go memory limit", "%s", humanBytes(m.GoMemoryLimitBytes))
 		}

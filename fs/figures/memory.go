@@ -39,6 +39,10 @@ type MemoryStats struct {
 	// --memory-limit; 0 when none).
 	GoHeapGoalBytes    int64 `json:"go_heap_goal_bytes"`
 	GoMemoryLimitBytes int64 `json:"go_memory_limit_bytes"`
+	// GoGCPercent is the collector's GC percentage now (GOGC): the mount
+	// sets it after each collection from the live heap (fs/heappace), 100
+	// at most.
+	GoGCPercent int64 `json:"go_gc_percent"`
 	// CHeapInUseBytes and CHeapFreeBytes are the C heap's (glibc's
 	// mallinfo2: ONNX Runtime's sessions and activations, libjpeg-turbo),
 	// from the extractor in this process (0 for a --remote mount).
@@ -79,6 +83,7 @@ var goMemoryMetrics = []string{
 	"/memory/classes/os-stacks:bytes",
 	"/gc/heap/goal:bytes",
 	"/gc/gomemlimit:bytes",
+	"/gc/gogc:percent",
 }
 
 // ReadProcessMemory fills m's process figures: the resident set from
@@ -118,4 +123,5 @@ func ReadProcessMemory(m *MemoryStats) {
 	if lim := v(8); lim < 1<<62 {
 		m.GoMemoryLimitBytes = lim
 	}
+	m.GoGCPercent = v(9)
 }
