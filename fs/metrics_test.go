@@ -118,6 +118,7 @@ func TestMetricsEndpointAgreesWithStatsFile(t *testing.T) {
 		{"featurefs_metadata_max_bytes", nil, float64(st.FS.MetadataMaxBytes), dto.MetricType_GAUGE},
 		{"featurefs_kernel_nodes", nil, float64(st.FS.KernelNodes), dto.MetricType_GAUGE},
 		{"featurefs_listings_dropped_total", nil, float64(st.FS.ListingsDropped), dto.MetricType_COUNTER},
+		{"featurefs_crowded_lookups_total", nil, float64(st.FS.CrowdedLookups), dto.MetricType_COUNTER},
 		{"featurefs_kernel_entries_forgotten_total", nil, float64(st.FS.KernelForgets), dto.MetricType_COUNTER},
 		{"featurefs_device_info", []string{"device", "fake", "dtype", "float32", "source", "fake://bucket"}, 1, dto.MetricType_GAUGE},
 	}

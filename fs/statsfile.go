@@ -36,6 +36,7 @@ func (f *FS) Stats() figures.Stats {
 	t.ReadSizes = figures.ReadSizesOf(sizes)
 	t.ListingsCached, t.ListingEntries = n.Listings, n.ListingEntries
 	t.ListingBytes, t.ListingsDropped, t.ListedAhead = n.ListingBytes, n.ListingsDropped, n.ListedAhead
+	t.CrowdedLookups = n.CrowdedLookups
 	t.KernelNodes, t.KernelForgets = f.budget.nodes.Load(), f.budget.forgotten.Load()
 	t.NodeBytes = t.KernelNodes * nodeBytes
 	if st.Archives != nil {

@@ -188,6 +188,8 @@ func newCollector(stats func() Stats) *collector {
 			func(s *Stats) []sample { return one(float64(s.FS.KernelNodes)) }},
 		{d("listings_dropped_total", "Listings dropped, coldest first, for the metadata budget."), prometheus.CounterValue,
 			func(s *Stats) []sample { return one(float64(s.FS.ListingsDropped)) }},
+		{d("crowded_lookups_total", "Lookups answered by Stat calls, not a listing read for them, as the listings filled the metadata budget."), prometheus.CounterValue,
+			func(s *Stats) []sample { return one(float64(s.FS.CrowdedLookups)) }},
 		{d("kernel_entries_forgotten_total", "Kernel entries of feature files the kernel was told to drop for the metadata budget."), prometheus.CounterValue,
 			func(s *Stats) []sample { return one(float64(s.FS.KernelForgets)) }},
 		{d("archive_index_reads_total", "Archive indexes looked up, by where they came from (memory: kept in memory; store: the feature cache; ranged: built with ranged GETs; stream: built in a streaming read's pass); none without archives.", "source"), prometheus.CounterValue,

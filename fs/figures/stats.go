@@ -218,6 +218,9 @@ type TreeStats struct {
 	// ListingsDropped counts listings dropped, coldest first, for the
 	// budget.
 	ListingsDropped int64 `json:"listings_dropped"`
+	// CrowdedLookups counts lookups answered by Stat calls, not a listing
+	// read for them, as the listings filled the budget.
+	CrowdedLookups int64 `json:"crowded_lookups"`
 	// KernelForgets counts the kernel's entries of feature files it was
 	// told to drop for the budget (it then forgets their inodes).
 	KernelForgets int64 `json:"kernel_entries_forgotten"`

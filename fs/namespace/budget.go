@@ -64,6 +64,18 @@ func (c *listingCache) limit() int64 {
 	return max(c.maxBytes/listingShare, c.maxBytes-c.held.Load())
 }
 
+// crowdedShare: the listings are crowded once they take more than
+// (crowdedShare-1)/crowdedShare of what they may take.
+const crowdedShare = 8
+
+// Crowded reports whether the listings (nearly) fill what they may take
+// now: a listing read now would evict others (lookup.go reads none for
+// one name then).
+func (c *listingCache) Crowded() bool {
+	lim := c.limit()
+	return c.total.Load() > lim-lim/crowdedShare
+}
+
 // Get returns prefix's listing and marks it used.
 func (c *listingCache) Get(prefix string) (*Listing, bool) {
 	c.mu.Lock()

@@ -21,7 +21,9 @@ import (
 //     may have changed since (it answers "missing" only while the store
 //     is down: its last call failed);
 //   - without a listing to fall back on, from a listing read now (shared by
-//     concurrent lookups, at most RelistPages pages), else by Stat calls.
+//     concurrent lookups, at most RelistPages pages), else by Stat calls;
+//     by Stat calls alone while the cached listings fill their share of
+//     the metadata budget (listingCache.Crowded).
 //
 // A name is missing only if a complete listing lacks it or Stat says so.
 func (ns *Namespace) Lookup(ctx context.Context, prefix, name string) (naming.Entry, error) {
@@ -63,6 +65,18 @@ func (ns *Namespace) Lookup(ctx context.Context, prefix, name string) (naming.En
 		// Not in the stale listing and the new one is late (the store is
 		// slow, not down): the name may be new, and an ENOENT would be kept
 		// by the kernel for another MetadataTTL.
+		return ns.statLookup(ctx, prefix, name)
+	}
+	if ns.listings.Crowded() {
+		// The budget is full of other listings: reading this directory
+		// for one name would cost up to RelistPages pages (a local
+		// directory's every entry: a stat each) and evict another
+		// listing, which the next name in it reads again. A dataset
+		// larger than the budget sampled at random did that on every
+		// read (10,000,000 entries: 34 samples/s against 318 at
+		// 1,000,000, docs/bench/scale.md); Stat calls for the one name
+		// cost what the name costs.
+		ns.counts.crowdedLookups.Add(1)
 		return ns.statLookup(ctx, prefix, name)
 	}
 	l, err := ns.lists.Do(ctx, prefix, ns.relist(prefix, ns.cfg.RelistPages))

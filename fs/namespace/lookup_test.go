@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,4 +250,92 @@ func TestStaleListingNoNegativeForANewName(t *testing.T) {
 	if _, err := ns.Lookup(t.Context(), "d/", "gone.npy"); !errors.Is(err, bucket.ErrNotFound) {
 		t.Errorf("lookup of a name nowhere: %v, want not found", err)
 	}
+}
+
+// TestCrowdedLookupStatsTheName: once the cached listings fill the
+// budget, a lookup in a directory whose listing is not cached Stats the
+// name (a few calls) instead of reading the directory whole and evicting
+// another listing; with room in the budget it reads the directory, so
+// that the next names in it answer from the listing.
+func TestCrowdedLookupStatsTheName(t *testing.T) {
+	const dirs, per = 6, 300
+	b := &prefixCountingBucket{Bucket: fakes.NewBucket(3)}
+	for d := range dirs {
+		for i := range per {
+			b.Put(fmt.Sprintf("d%d/%03d.jpg", d, i), []byte{byte(i)})
+		}
+	}
+	// The bytes of one directory's listing, read alone.
+	one := newNS(t, b, Config{})
+	readDir(t, one.Namespace, "d0/")
+	_, _, perDir := one.listings.Size()
+
+	for _, tc := range []struct {
+		name    string
+		budget  int64
+		crowded bool
+	}{
+		{"room", 64 * perDir, false},
+		{"full", 3*perDir + perDir/4, true}, // three listings fill it
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNS(t, b, Config{MetadataBytes: tc.budget})
+			for d := range 3 {
+				readDir(t, ns.Namespace, fmt.Sprintf("d%d/", d))
+			}
+			if got := ns.listings.Crowded(); got != tc.crowded {
+				t.Fatalf("Crowded() = %v with 3 listings of %d bytes in %d, want %v", got, perDir, tc.budget, tc.crowded)
+			}
+			lists, stats, dropped := b.listed("d4/"), b.Stats.Load(), ns.Counts().ListingsDropped
+			e, err := ns.Lookup(t.Context(), "d4/", "123.npy")
+			if err != nil || e.Obj.Key != "d4/123.jpg" {
+				t.Fatalf("lookup d4/123.npy = %+v, %v; want d4/123.jpg", e, err)
+			}
+			if _, err := ns.Lookup(t.Context(), "d4/", "999.npy"); !errors.Is(err, bucket.ErrNotFound) {
+				t.Errorf("lookup of a name d4/ lacks: %v, want not found", err)
+			}
+			c := ns.Counts()
+			if tc.crowded {
+				if n := b.listed("d4/") - lists; n != 0 {
+					t.Errorf("a crowded lookup listed d4/: %d List calls", n)
+				}
+				if b.Stats.Load() == stats || c.CrowdedLookups != 2 {
+					t.Errorf("crowded lookups: %d Stat calls, CrowdedLookups %d; want Stat calls and 2", b.Stats.Load()-stats, c.CrowdedLookups)
+				}
+				if c.ListingsDropped != dropped {
+					t.Errorf("a crowded lookup dropped %d listings", c.ListingsDropped-dropped)
+				}
+				return
+			}
+			if b.listed("d4/") == lists || c.CrowdedLookups != 0 {
+				t.Errorf("with room, the lookup did not list d4/ (%d List calls, CrowdedLookups %d)", b.listed("d4/")-lists, c.CrowdedLookups)
+			}
+			if !ns.listings.Has("d4/") {
+				t.Error("with room, d4/'s listing is not cached after a lookup in it")
+			}
+		})
+	}
+}
+
+// prefixCountingBucket counts List calls by prefix.
+type prefixCountingBucket struct {
+	*fakes.Bucket
+	mu    sync.Mutex
+	lists map[string]int
+}
+
+func (b *prefixCountingBucket) List(ctx context.Context, prefix, token string) (bucket.Page, error) {
+	b.mu.Lock()
+	if b.lists == nil {
+		b.lists = map[string]int{}
+	}
+	b.lists[prefix]++
+	b.mu.Unlock()
+	return b.Bucket.List(ctx, prefix, token)
+}
+
+func (b *prefixCountingBucket) listed(prefix string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lists[prefix]
 }

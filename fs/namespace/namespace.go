@@ -133,6 +133,9 @@ type Namespace struct {
 // counts are the namespace's figures of the store's use.
 type counts struct {
 	statLookups, listPages, stats, listedAhead atomic.Int64
+	// crowdedLookups counts the lookups answered by Stat calls because
+	// the listings filled the budget (Listing.Crowded).
+	crowdedLookups atomic.Int64
 }
 
 // Counts are the namespace's figures (the tree's stats file shows them).
@@ -150,6 +153,9 @@ type Counts struct {
 	// ListingsDropped counts listings dropped from the cache for the
 	// metadata budget (coldest first).
 	ListingsDropped int64
+	// CrowdedLookups counts lookups answered by Stat calls because the
+	// listings filled the budget (no listing read for one name).
+	CrowdedLookups int64
 	// ListedAhead counts directories listed ahead of a walk (listAhead).
 	ListedAhead int64
 }
@@ -224,6 +230,7 @@ func (ns *Namespace) Counts() Counts {
 		ListingEntries:  e,
 		ListingBytes:    b,
 		ListingsDropped: ns.listings.drops.Load(),
+		CrowdedLookups:  ns.counts.crowdedLookups.Load(),
 		ListedAhead:     ns.counts.listedAhead.Load(),
 	}
 }
