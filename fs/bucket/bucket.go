@@ -84,8 +84,10 @@ var ErrTooLarge = errors.New("object too large")
 // a prefix cheaply (a small page), to tell whether it holds anything of
 // interest without reading a whole page.
 type Peeker interface {
-	// Peek returns the first page of at most n entries (objects and
-	// sub-prefixes) directly under prefix; Next continues it with List.
+	// Peek returns a page of at most n entries (objects and sub-prefixes)
+	// directly under prefix, the first in key order or (a local
+	// directory) the first the store gives; Next, when more may follow,
+	// starts a List that covers the rest (it may repeat some).
 	Peek(ctx context.Context, prefix string, n int) (Page, error)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -338,4 +340,35 @@ func (b *prefixCountingBucket) listed(prefix string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.lists[prefix]
+}
+
+// TestEmptyDirectoryRuleOnALocalPeek: a local directory's first look reads
+// the first names its readdir gives (bucket.Peek), not the first in key
+// order; an image among later names is still found (the List from the
+// peek's Next), and a directory of only other files is still hidden.
+func TestEmptyDirectoryRuleOnALocalPeek(t *testing.T) {
+	dir := t.TempDir()
+	put := func(k string) {
+		p := filepath.Join(dir, filepath.FromSlash(k))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(k), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 {
+		put(fmt.Sprintf("mixed/%03d.txt", i))
+		put(fmt.Sprintf("notes/%03d.txt", i))
+	}
+	put("mixed/zz.jpg") // after the 200 in key order
+	put("few/a.jpg")
+	b, err := bucket.Open(t.Context(), dir, bucket.S3Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNS(t, b, Config{})
+	if got := readDir(t, ns.Namespace, ""); !same(got, []string{"few/", "mixed/"}) {
+		t.Errorf("root = %q, want few/ and mixed/ (notes/ holds no image)", got)
+	}
 }
