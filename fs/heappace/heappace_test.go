@@ -15,12 +15,12 @@ func TestPercent(t *testing.T) {
 		want        int
 	}{
 		{0, 0, 100},
-		{20 * mib, 1 * mib, 100},         // a small heap: GOGC's default
-		{64 * mib, 0, 50},                // 32 MiB of 64
-		{271 * mib, 1 * mib, 13},         // a full 256 MiB budget: 34 MiB
-		{2048 * mib, 0, 13},              // live/8
+		{20 * mib, 1 * mib, 100},          // a small heap: GOGC's default
+		{64 * mib, 0, 50},                 // 32 MiB of 64
+		{271 * mib, 1 * mib, 13},          // a full 256 MiB budget: 34 MiB
+		{2048 * mib, 0, 13},               // live/8
 		{64 << 30, 128 << 30, minPercent}, // never below the floor
-		{256 * mib, 256 * mib, 7},        // roots count in the base
+		{256 * mib, 256 * mib, 7},         // roots count in the base
 	} {
 		if got := Percent(tc.live, tc.roots, MinHeadroom, HeadroomDivisor); got != tc.want {
 			t.Errorf("Percent(%d MiB live, %d MiB roots) = %d, want %d", tc.live/mib, tc.roots/mib, got, tc.want)
