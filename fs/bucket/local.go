@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,9 +140,15 @@ func objectFromStat(key string, st *unix.Stat_t) Object {
 	return object(key, st.Size, time.Unix(st.Mtim.Sec, st.Mtim.Nsec))
 }
 
-// object is a file's Object: the ETag is made of its size and mtime.
+// object is a file's Object: the ETag is made of its size and mtime
+// (hexadecimal, fmt's "%x-%x", formatted without fmt: a listing makes one
+// per file).
 func object(key string, size int64, mtime time.Time) Object {
-	return Object{Key: key, Size: size, ETag: fmt.Sprintf("%x-%x", size, mtime.UnixNano()), ModTime: mtime}
+	var b [40]byte
+	e := strconv.AppendInt(b[:0], size, 16)
+	e = append(e, '-')
+	e = strconv.AppendInt(e, mtime.UnixNano(), 16)
+	return Object{Key: key, Size: size, ETag: string(e), ModTime: mtime}
 }
 
 // Stat returns the metadata of the regular file key.

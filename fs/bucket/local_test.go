@@ -300,3 +300,39 @@ func TestLocalPeekReadsFirstEntries(t *testing.T) {
 		t.Errorf("Peek(small/, 5) = %+v, want small/a.jpg, small/sub/ and no next", p)
 	}
 }
+
+// A local file's ETag, in Stat and in a listing, is fmt's "%x-%x" of its
+// size and mtime in nanoseconds (formatted without fmt): the cache keys
+// made before hold.
+func TestLocalETagIsSizeAndMtime(t *testing.T) {
+	s := localStore{t.TempDir()}
+	times := []time.Time{
+		time.Unix(0, 0),
+		time.Unix(1795000000, 123456789),
+		time.Unix(1<<33, 999999999),
+		time.Unix(-86400*365, 42), // before 1970: a negative count
+	}
+	for i, mt := range times {
+		key := fmt.Sprintf("d/f%d", i)
+		s.put(t, key, make([]byte, 677*i))
+		if err := os.Chtimes(filepath.Join(s.dir, "d", fmt.Sprintf("f%d", i)), mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := s.open(t, "", bucket.S3Options{})
+	page, err := b.List(context.Background(), "d/", "")
+	if err != nil || len(page.Objects) != len(times) {
+		t.Fatalf("List: %+v, %v", page, err)
+	}
+	for i, mt := range times {
+		key := fmt.Sprintf("d/f%d", i)
+		want := fmt.Sprintf("%x-%x", int64(677*i), mt.UnixNano())
+		o, err := b.Stat(context.Background(), key)
+		if err != nil || o.ETag != want {
+			t.Errorf("Stat(%s): ETag %q, %v; want %q", key, o.ETag, err, want)
+		}
+		if got := page.Objects[i]; got.Key != key || got.ETag != want {
+			t.Errorf("listed %s: ETag %q; want %s's %q", got.Key, got.ETag, key, want)
+		}
+	}
+}
