@@ -76,6 +76,20 @@ func (c *listingCache) Crowded() bool {
 	return c.total.Load() > lim-lim/crowdedShare
 }
 
+// Roomy reports whether n more listings of the cached ones' mean size
+// (bytes per listing; none cached: room) take at most 1/crowdedShare of
+// what the listings may take: listings read ahead that evict only the
+// coldest, not each other or the one being read.
+func (c *listingCache) Roomy(n int) bool {
+	c.mu.Lock()
+	cnt, b := c.ll.Len(), c.bytes
+	c.mu.Unlock()
+	if cnt == 0 {
+		return true
+	}
+	return int64(n)*(b/int64(cnt)) <= c.limit()/crowdedShare
+}
+
 // Get returns prefix's listing and marks it used.
 func (c *listingCache) Get(prefix string) (*Listing, bool) {
 	c.mu.Lock()

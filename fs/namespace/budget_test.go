@@ -230,3 +230,58 @@ func TestDirectoryReadListsSiblingsAhead(t *testing.T) {
 		t.Errorf("%d listed ahead, %d List calls for 10 directories; want 2 or more, and one per directory", c.ListedAhead, b.Lists.Load()-before)
 	}
 }
+
+// A walk goes on reading ahead when the listings fill the metadata budget:
+// a listing read ahead evicts the coldest, a directory the walk has read,
+// and stays until the walk reads it (at 10,000,000 entries a walk that
+// stopped reading ahead once the listings took half the budget read each
+// directory while its reader waited). The budget holds 40 of the 60
+// directories' listings; each directory is found listed ahead, and listed
+// once.
+func TestWalkReadsAheadWithTheBudgetFull(t *testing.T) {
+	b := fakes.NewBucket(1000)
+	const dirs = 60
+	for d := range dirs {
+		for i := range 50 {
+			b.Put(fmt.Sprintf("d%02d/%03d.jpg", d, i), []byte{byte(d), byte(i)})
+		}
+	}
+	probe := newNS(t, b, Config{})
+	readDir(t, probe.Namespace, "d00/")
+	pl, ok := probe.listings.Peek("d00/")
+	if !ok {
+		t.Fatal("d00/ not cached")
+	}
+	one, _ := pl.cost()
+	ns := newNS(t, b, Config{MetadataBytes: 40 * one})
+	if got := readDir(t, ns.Namespace, ""); len(got) != dirs {
+		t.Fatalf("root lists %d directories", len(got))
+	}
+	before := b.Lists.Load()
+	for d := range dirs {
+		p := fmt.Sprintf("d%02d/", d)
+		if d > 0 {
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				if l, ok := ns.listings.Peek(p); ok && l.Complete() {
+					break
+				}
+				if time.Now().After(deadline) {
+					_, _, bytes := ns.listings.Size()
+					t.Fatalf("%s not listed ahead after 10s (listings %d of %d bytes)", p, bytes, ns.listings.limit())
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		if got := readDir(t, ns.Namespace, p); len(got) != 50 {
+			t.Fatalf("%s lists %d entries", p, len(got))
+		}
+	}
+	c := ns.Counts()
+	if lists := b.Lists.Load() - before; lists != dirs || c.ListedAhead < dirs-1 {
+		t.Errorf("%d List calls, %d listed ahead for %d directories; want one each, all but the first ahead", lists, c.ListedAhead, dirs)
+	}
+	if _, _, bytes := ns.listings.Size(); ns.listings.drops.Load() == 0 || bytes > ns.listings.limit() {
+		t.Errorf("%d listings dropped, %d bytes of %d: the budget was not full, or was passed", ns.listings.drops.Load(), bytes, ns.listings.limit())
+	}
+}

@@ -558,10 +558,15 @@ const dirBatch = 256
 // (a path walk through the parent reads no subdirectory ahead); aheadRuns bounds those
 // listings in flight for the whole mount (with Config.ListFanout set, that
 // many of them, and twice as many subdirectories ahead) (a directory finding no slot
-// free lists nothing ahead), and none is started while the listings take
-// more than half of what the metadata budget leaves them, or for a parent
-// of more than aheadParent entries (finding the directory in it would cost
-// more than it saves).
+// free lists nothing ahead). None is started when listings of the cached
+// ones' mean size, as many as are read ahead, would take more than an
+// eighth of what the listings may take (listingCache.Roomy: a listing read
+// ahead must stay until the walk reads it), or for a parent of more than
+// aheadParent entries (finding the directory in it would cost more than it
+// saves). A full budget does not stop it: what a listing read ahead evicts
+// is the coldest, in a walk a directory it has read (at 10,000,000 entries,
+// where the listings fill the budget, a walk that stopped reading ahead
+// read each directory while the reader waited: docs/bench/scale.md).
 const (
 	aheadDirs   = 4
 	aheadRuns   = 2
@@ -575,11 +580,14 @@ func (ns *Namespace) listAhead(prefix string) {
 		return
 	}
 	parent := prefix[:strings.LastIndexByte(prefix[:len(prefix)-1], '/')+1]
-	pl, ok := ns.listings.Peek(parent)
+	// Get, not Peek: the walk uses its parent's listing, which stays warm
+	// while it goes on (the kernel, its entries cached, may look up none of
+	// the subdirectories in the parent).
+	pl, ok := ns.listings.Get(parent)
 	if !ok || !pl.walked.Load() || !pl.Complete() || pl.len() > aheadParent {
 		return
 	}
-	if _, _, b := ns.listings.Size(); b > ns.listings.limit()/2 {
+	if !ns.listings.Roomy(ns.aheadDirs) {
 		return
 	}
 	for _, sub := range pl.dirsAfter(prefix, ns.aheadDirs) {
