@@ -117,6 +117,14 @@ def cmd_scan(args):
         out["rss_scan_kib"] = rss_kib(args.pid)
         out["stats_scan"] = read_stats(args.mnt)
         out["smaps_scan_pending"] = smaps(args.pid)
+        if args.scan_idle > 0:
+            # The same mount once idle for scan_idle seconds: what the
+            # scan's burst held beyond its live heap, handed back by the
+            # idle release (fs/idlememory.go), before the epochs start.
+            time.sleep(args.scan_idle)
+            out["scan_idle_s"] = args.scan_idle
+            out["rss_scan_idle_kib"] = rss_kib(args.pid)
+            out["stats_scan_idle"] = read_stats(args.mnt)
         rng = random.Random(0)
         idx = rng.sample(range(len(ds)), min(args.samples, len(ds)))
         out["epochs"] = []
@@ -334,6 +342,8 @@ def report_scan(args, rounds):
     mib = lambda kib: kib / 1024
     rss_s = per(lambda r: mib(r["mount"]["rss_scan_kib"]))
     rss_e = per(lambda r: mib(r["mount"]["rss_epochs_kib"]))
+    rss_si = per(lambda r: mib(r["mount"].get("rss_scan_idle_kib", 0)))
+    scan_idle = rounds[0]["mount"].get("scan_idle_s", 0) if all(rss_si) else 0
     fs = lambda key, k: per(lambda r: r["mount"][key]["fs"].get(k, 0))
     md_s, md_e = [x / 2**20 for x in fs("stats_scan", "metadata_bytes")], [x / 2**20 for x in fs("stats_epochs", "metadata_bytes")]
     lb_e = [x / 2**20 for x in fs("stats_epochs", "listing_bytes")]
@@ -366,7 +376,8 @@ over the rounds (min-max). Load average (1 min) over each round: {loads}.
 | DatasetFolder scan, first, s | {cell(src1)} | {cell(m1)} | {med(ratio1):.2f}x ({min(ratio1):.2f}-{max(ratio1):.2f}) |
 | DatasetFolder scan, second, s | {cell(src2)} | {cell(m2)} | {med(ratio2):.2f}x ({min(ratio2):.2f}-{max(ratio2):.2f}) |
 | mount RSS after the scans, MiB | | {cell(rss_s, '{:.0f}')} | |
-| mount RSS after 2 epochs of {samples:,} random samples, MiB | | {cell(rss_e, '{:.0f}')} | |
+""" + (f"""| mount RSS after the scans and {scan_idle:g} s idle (the idle release: fs/idlememory.go), MiB | | {cell(rss_si, '{:.0f}')} | |
+""" if scan_idle else "") + f"""| mount RSS after 2 epochs of {samples:,} random samples, MiB | | {cell(rss_e, '{:.0f}')} | |
 | stats `fs.metadata_bytes` after the scans / after the epochs, MiB (budget {budget:.0f} MiB) | | {cell(md_s, '{:.1f}')} / {cell(md_e, '{:.1f}')} | |
 | stats `fs.listing_bytes` / `fs.kernel_nodes` after the epochs | | {cell(lb_e, '{:.1f}')} MiB / {cell(kn_e, '{:.0f}')} | |
 | epoch 1 / epoch 2, samples/s (np.load, one thread) | | {cell(ep(0), '{:.0f}')} / {cell(ep(1), '{:.0f}')} | |
@@ -411,8 +422,10 @@ def report_memory(rounds, budget, rss_epochs, rss_scan):
     if not rounds[0]["mount"].get("idle"):
         return
     nr = len(rounds)
-    stages = [("after the scans", lambda r: r["mount"]["stats_scan"].get("memory")),
-              ("after the epochs", lambda r: r["mount"]["stats_epochs"].get("memory"))]
+    stages = [("after the scans", lambda r: r["mount"]["stats_scan"].get("memory"))]
+    if all(r["mount"].get("stats_scan_idle") for r in rounds):
+        stages.append(("after the scans and an idle release", lambda r: r["mount"]["stats_scan_idle"].get("memory")))
+    stages.append(("after the epochs", lambda r: r["mount"]["stats_epochs"].get("memory")))
     for i, mark in enumerate(rounds[0]["mount"]["idle"]):
         stages.append((f"{mark['seconds']} s idle", lambda r, i=i: r["mount"]["idle"][i]["memory"]))
     if any(f(r) is None for _, f in stages for r in rounds):
@@ -434,7 +447,7 @@ def report_memory(rounds, budget, rss_epochs, rss_scan):
     releases = [r["mount"]["idle"][last]["memory"].get("idle_releases", 0) for r in rounds]
     print(f"""### Where the mount's memory is (issue 39)
 
-The stats file's `memory` section (`MOUNT/.featurefs/stats`) in the same rounds: after the scans, after the
+The stats file's `memory` section (`MOUNT/.featurefs/stats`) in the same rounds: after the scans,{" then after " + format(rounds[0]["mount"].get("scan_idle_s", 0), "g") + " s idle (before the epochs)," if len(stages) > 2 + len(marks) else ""} after the
 epochs, and at {', '.join(f'{m} s' for m in marks)} without a request (the mount idle). Idle releases counted by the
 end: {', '.join(str(int(x)) for x in releases)} (one per idle period: fs/idlememory.go).
 
@@ -573,6 +586,7 @@ def main():
     s.add_argument("--samples", type=int, default=10000)
     s.add_argument("--epochs", type=int, default=2)
     s.add_argument("--idle", default="30,120,240", help="seconds after the epochs at which to read RSS and the stats (comma list)")
+    s.add_argument("--scan-idle", type=float, default=5, help="seconds idle after the scans before reading RSS again (0: none)")
     s = sub.add_parser("upload-empty")
     for a in ("--endpoint", "--bucket"):
         s.add_argument(a, required=True)
