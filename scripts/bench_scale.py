@@ -342,8 +342,8 @@ def report_scan(args, rounds):
     mib = lambda kib: kib / 1024
     rss_s = per(lambda r: mib(r["mount"]["rss_scan_kib"]))
     rss_e = per(lambda r: mib(r["mount"]["rss_epochs_kib"]))
-    rss_si = per(lambda r: mib(r["mount"].get("rss_scan_idle_kib", 0)))
-    scan_idle = rounds[0]["mount"].get("scan_idle_s", 0) if all(rss_si) else 0
+    scan_idle = scan_idle_s(rounds)
+    rss_si = per(lambda r: mib(r["mount"]["rss_scan_idle_kib"])) if scan_idle else []
     fs = lambda key, k: per(lambda r: r["mount"][key]["fs"].get(k, 0))
     md_s, md_e = [x / 2**20 for x in fs("stats_scan", "metadata_bytes")], [x / 2**20 for x in fs("stats_epochs", "metadata_bytes")]
     lb_e = [x / 2**20 for x in fs("stats_epochs", "listing_bytes")]
@@ -417,13 +417,22 @@ def bound_used(mem, name):
     return 0
 
 
+def scan_idle_s(rounds):
+    """The seconds every round's mount stayed idle after its scans before
+    RSS and the stats were read again (--scan-idle), or 0 when some did not."""
+    if all(r["mount"].get("stats_scan_idle") for r in rounds):
+        return rounds[0]["mount"]["scan_idle_s"]
+    return 0
+
+
 def report_memory(rounds, budget, rss_epochs, rss_scan):
     """Issue 39's trace: the stats' memory section at each stage, and its targets."""
     if not rounds[0]["mount"].get("idle"):
         return
     nr = len(rounds)
+    scan_idle = scan_idle_s(rounds)
     stages = [("after the scans", lambda r: r["mount"]["stats_scan"].get("memory"))]
-    if all(r["mount"].get("stats_scan_idle") for r in rounds):
+    if scan_idle:
         stages.append(("after the scans and an idle release", lambda r: r["mount"]["stats_scan_idle"].get("memory")))
     stages.append(("after the epochs", lambda r: r["mount"]["stats_epochs"].get("memory")))
     for i, mark in enumerate(rounds[0]["mount"]["idle"]):
@@ -447,7 +456,7 @@ def report_memory(rounds, budget, rss_epochs, rss_scan):
     releases = [r["mount"]["idle"][last]["memory"].get("idle_releases", 0) for r in rounds]
     print(f"""### Where the mount's memory is (issue 39)
 
-The stats file's `memory` section (`MOUNT/.featurefs/stats`) in the same rounds: after the scans,{" then after " + format(rounds[0]["mount"].get("scan_idle_s", 0), "g") + " s idle (before the epochs)," if len(stages) > 2 + len(marks) else ""} after the
+The stats file's `memory` section (`MOUNT/.featurefs/stats`) in the same rounds: after the scans,{f" then after {scan_idle:g} s idle (before the epochs)," if scan_idle else ""} after the
 epochs, and at {', '.join(f'{m} s' for m in marks)} without a request (the mount idle). Idle releases counted by the
 end: {', '.join(str(int(x)) for x in releases)} (one per idle period: fs/idlememory.go).
 

@@ -315,7 +315,7 @@ func TestLocalETagIsSizeAndMtime(t *testing.T) {
 	for i, mt := range times {
 		key := fmt.Sprintf("d/f%d", i)
 		s.put(t, key, make([]byte, 677*i))
-		if err := os.Chtimes(filepath.Join(s.dir, "d", fmt.Sprintf("f%d", i)), mt, mt); err != nil {
+		if err := os.Chtimes(filepath.Join(s.dir, filepath.FromSlash(key)), mt, mt); err != nil {
 			t.Fatal(err)
 		}
 	}

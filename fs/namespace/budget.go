@@ -81,9 +81,7 @@ func (c *listingCache) Crowded() bool {
 // what the listings may take: listings read ahead that evict only the
 // coldest, not each other or the one being read.
 func (c *listingCache) Roomy(n int) bool {
-	c.mu.Lock()
-	cnt, b := c.ll.Len(), c.bytes
-	c.mu.Unlock()
+	cnt, _, b := c.Size()
 	if cnt == 0 {
 		return true
 	}
