@@ -18,11 +18,12 @@ import (
 	"time"
 )
 
-// Check makes sure dir can be mounted on: a directory that nothing is
-// mounted on (a stale FUSE mount, whose server is gone and which answers
-// ENOTCONN, is cleared first), and empty unless allowNonempty (a mount
-// would hide its files; fuse refuses that by default too). Its errors say
-// what to do. log may be nil.
+// Check makes sure dir can be mounted on: a directory that no live FUSE
+// file system is mounted on (a stale FUSE mount, whose server is gone and
+// which answers ENOTCONN, is cleared first; a bind mount or another file
+// system's mount, such as a pod's volume, is a directory like any other),
+// and empty unless allowNonempty (a mount would hide its files; fuse
+// refuses that by default too). Its errors say what to do. log may be nil.
 func Check(dir string, allowNonempty bool, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -46,7 +47,12 @@ func Check(dir string, allowNonempty bool, log *slog.Logger) error {
 	case !st.IsDir():
 		return fmt.Errorf("mount point %s is not a directory", dir)
 	}
-	if fstype, src, ok := MountedOn(dir); ok {
+	// A live FUSE mount is refused: mounting over it would hide a file
+	// system someone is serving (featurefs's own, or another's). Any other
+	// mount is an ordinary directory to mount on: every Kubernetes
+	// volumeMount (an emptyDir, a hostPath) is a bind mount, and so is a
+	// container runtime's volume; gcsfuse and Mountpoint mount over them.
+	if fstype, src, ok := MountedOn(dir); ok && strings.HasPrefix(fstype, "fuse") {
 		return fmt.Errorf("mount point %s is in use: %s (%s) is mounted there; unmount it first with 'umount %s'", dir, src, fstype, dir)
 	}
 	if allowNonempty {

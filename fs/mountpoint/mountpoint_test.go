@@ -5,7 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 func TestUnescape(t *testing.T) {
@@ -58,7 +62,7 @@ func TestCheck(t *testing.T) {
 	}{
 		{filepath.Join(dir, "nope"), "mkdir -p"},
 		{file, "not a directory"},
-		{"/proc", "in use"},
+		{"/proc", "not empty"}, // a mount, but not FUSE: a directory like any other
 		{dir, "--allow-nonempty"},
 	} {
 		if err := Check(c.dir, false, nil); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -88,5 +92,50 @@ func TestUnmountRetriesThenDetaches(t *testing.T) {
 	Unmount(func() error { calls++; return errors.New("busy") }, t.TempDir(), nil)
 	if calls != 5 {
 		t.Errorf("a mount that stays busy: unmount called %d times, want 5", calls)
+	}
+}
+
+// TestCheckAcceptsVolumes: a directory that is itself a mount point, but
+// not a live FUSE mount (a bind mount, as every Kubernetes volumeMount
+// and container volume is; a tmpfs, as a memory emptyDir is), is mounted
+// on like any directory, and then mounted over for real; a live FUSE
+// mount there is refused as in use. Needs root (mount(2)).
+func TestCheckAcceptsVolumes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to bind-mount (the integration tests run as root)")
+	}
+	src, dir := t.TempDir(), t.TempDir()
+	for _, c := range []struct {
+		name         string
+		source, kind string
+		flags        uintptr
+	}{
+		{"bind mount", src, "", syscall.MS_BIND},
+		{"tmpfs", "tmpfs", "tmpfs", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := syscall.Mount(c.source, dir, c.kind, c.flags, ""); err != nil {
+				t.Fatalf("mount: %v", err)
+			}
+			defer syscall.Unmount(dir, syscall.MNT_DETACH)
+			if _, _, ok := MountedOn(dir); !ok {
+				t.Fatalf("%s not seen as a mount point", dir)
+			}
+			if err := Check(dir, false, nil); err != nil {
+				t.Fatalf("Check of a %s: %v, want it accepted", c.name, err)
+			}
+			srv, err := gofs.Mount(dir, &gofs.Inode{}, &gofs.Options{MountOptions: fuse.MountOptions{DirectMount: true, FsName: "checktest", Name: "checktest"}})
+			if err != nil {
+				t.Fatalf("FUSE mount over the %s: %v", c.name, err)
+			}
+			err = Check(dir, true, nil)
+			if uerr := srv.Unmount(); uerr != nil {
+				t.Errorf("unmount: %v", uerr)
+			}
+			srv.Wait()
+			if err == nil || !strings.Contains(err.Error(), "in use") {
+				t.Errorf("Check of a live FUSE mount = %v, want 'in use'", err)
+			}
+		})
 	}
 }
