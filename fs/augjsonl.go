@@ -35,10 +35,15 @@ import (
 // image that is not one gets {"file":...,"error":"not an image"}. The
 // file's inode number carries a digest of the listing it was made from, so
 // a changed directory is a new file once the kernel looks the name up
-// again (after --metadata-ttl).
+// again (after --metadata-ttl). A name that is not valid UTF-8, which a
+// JSON string cannot hold, is also given as its bytes in base64
+// ("file_b64": naming.RawName). The file is listed after the bucket's
+// entries; where the bucket shows an entry called augment.jsonl (a
+// prefix, an archive, an archive's sidecar), that entry keeps the name
+// and the file is augment.jsonl's moved name (naming.Generated).
 
-// augmentJSONL is the name of a view directory's parameters file.
-const augmentJSONL = "augment.jsonl"
+// augmentJSONL is a view directory's parameters file.
+const augmentJSONL naming.Generated = "augment.jsonl"
 
 // augLineFixed is a line's width beside its name's JSON string: the keys,
 // punctuation and the widest values (10 digits for the box and size, 20
@@ -49,26 +54,36 @@ var augLineFixed = len(`{"file":,"top":,"left":,"height":,"width":,"flip":false,
 // fetches at once.
 const augJSONLFetches = 8
 
+// augRawFixed is the width of the "file_b64" field beside its value.
+var augRawFixed = len(`,"file_b64":""`)
+
 // augLineWidth is the width of the line of the file called name.
 func augLineWidth(name string) int {
 	b, _ := json.Marshal(name)
-	return len(b) + augLineFixed
+	w := len(b) + augLineFixed
+	if raw := naming.RawName(name); raw != "" {
+		w += augRawFixed + len(raw)
+	}
+	return w
 }
 
 // augLine renders the line of the view file called name: params, or the
 // error, padded to augLineWidth.
 func augLine(name string, params augment.Params, bad bool) []byte {
 	var b []byte
+	raw := naming.RawName(name)
 	if bad {
 		b, _ = json.Marshal(struct {
-			File  string `json:"file"`
-			Error string `json:"error"`
-		}{name, "not an image"})
+			File    string `json:"file"`
+			FileB64 string `json:"file_b64,omitempty"`
+			Error   string `json:"error"`
+		}{name, raw, "not an image"})
 	} else {
 		b, _ = json.Marshal(struct {
-			File string `json:"file"`
+			File    string `json:"file"`
+			FileB64 string `json:"file_b64,omitempty"`
 			augment.Params
-		}{name, params})
+		}{name, raw, params})
 	}
 	w := augLineWidth(name)
 	if len(b) > w-1 { // cannot happen: the fixed part holds the widest values
@@ -95,23 +110,27 @@ var _ = (gofs.NodeGetattrer)((*augJSONL)(nil))
 var _ = (gofs.NodeReader)((*augJSONL)(nil))
 
 // viewFiles returns the view files of d's directory, in listing order:
-// every feature file (not subdirectories, not archive sidecars).
-func viewFiles(ctx context.Context, d *prefixDir) ([]naming.Entry, error) {
+// every feature file (not subdirectories, not archive sidecars); and the
+// bucket's entry called augment.jsonl when the directory shows one (nil
+// when not: the generated file then has its usual name).
+func viewFiles(ctx context.Context, d *prefixDir) (files []naming.Entry, taken *naming.Entry, err error) {
 	r := d.fs.ns.OpenDir(ctx, d.prefix)
 	defer r.Close()
-	var out []naming.Entry
 	for !r.Done() {
 		es, err := r.Next(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, e := range es {
+			if e.Name == string(augmentJSONL) {
+				taken = &e
+			}
 			if !e.Dir && !e.Obj.Plain {
-				out = append(out, e)
+				files = append(files, e)
 			}
 		}
 	}
-	return out, nil
+	return files, taken, nil
 }
 
 // augJSONLIno is the inode number of d's augment.jsonl made from files
@@ -128,15 +147,27 @@ func augJSONLIno(d *prefixDir, files []naming.Entry) uint64 {
 	return ino('j', "features", d.view.model, d.view.dir, d.prefix, fmt.Sprint(binary.LittleEndian.Uint64(sum[:])))
 }
 
-// augJSONLChild returns the augment.jsonl node of view directory d.
-func augJSONLChild(ctx context.Context, d *prefixDir, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	files, err := viewFiles(ctx, d)
+// augJSONLLookup answers a lookup of name in view directory d, where name
+// is augment.jsonl's usual or moved name (augmentJSONL.Is): the bucket's
+// entry when it has the usual name, the augment.jsonl node under the name
+// the directory's listing gives it, else ENOENT.
+func augJSONLLookup(ctx context.Context, d *prefixDir, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	files, taken, err := viewFiles(ctx, d)
 	if err != nil {
-		return nil, d.fs.errno(err, d.prefix+augmentJSONL)
+		return nil, d.fs.errno(err, d.prefix+name)
+	}
+	if taken != nil && name == string(augmentJSONL) {
+		if taken.Dir {
+			d.fs.revalidateDir(ctx, taken.Sub)
+		}
+		return d.child(ctx, *taken, out), 0
+	}
+	if name != augmentJSONL.Name(taken != nil) {
+		return nil, syscall.ENOENT
 	}
 	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: augJSONLIno(d, files)}
 	fileAttr(&out.Attr, augJSONLSize(files), newest(files))
-	if ch := d.GetChild(augmentJSONL); ch != nil && ch.StableAttr() == id {
+	if ch := d.GetChild(name); ch != nil && ch.StableAttr() == id {
 		return ch, 0
 	}
 	return d.NewInode(ctx, &augJSONL{noOpen: noOpen{d.fs}, dir: d}, id), 0
@@ -165,9 +196,9 @@ func augJSONLSize(files []naming.Entry) int64 {
 
 // Getattr reports the file's size, from the directory's listing.
 func (j *augJSONL) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	files, err := viewFiles(ctx, j.dir)
+	files, _, err := viewFiles(ctx, j.dir)
 	if err != nil {
-		return j.dir.fs.errno(err, j.dir.prefix+augmentJSONL)
+		return j.dir.fs.errno(err, j.dir.prefix+string(augmentJSONL))
 	}
 	fileAttr(&out.Attr, augJSONLSize(files), newest(files))
 	return 0
@@ -176,9 +207,9 @@ func (j *augJSONL) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.At
 // Read renders the lines that [off, off+len(dest)) covers.
 func (j *augJSONL) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	d := j.dir
-	files, err := viewFiles(ctx, d)
+	files, _, err := viewFiles(ctx, d)
 	if err != nil {
-		return nil, d.fs.errno(err, d.prefix+augmentJSONL)
+		return nil, d.fs.errno(err, d.prefix+string(augmentJSONL))
 	}
 	end := off + int64(len(dest))
 	type span struct {
@@ -216,7 +247,7 @@ func (j *augJSONL) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, d.fs.errno(err, d.prefix+augmentJSONL)
+		return nil, d.fs.errno(err, d.prefix+string(augmentJSONL))
 	}
 	var b strings.Builder
 	for _, l := range lines {

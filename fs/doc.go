@@ -70,6 +70,16 @@
 // members (bucket.Object.Plain) are plain files of their own name
 // (plainfile.go), never a name ending in .npy.
 //
+// Generated files (augment.jsonl in a view directory, predictions.jsonl
+// under predictions/, the layers table) never hide a name from the
+// bucket, by one rule (naming.Generated): where a directory shows an
+// entry from the bucket of the generated file's name, the entry keeps it
+// and the file is listed, after the bucket's entries, under the shortened
+// form of its name (augment.jsonl~515fabe7447a63f7,
+// predictions.jsonl~73a657540c708401), which no bucket name is shown
+// under. A line of augment.jsonl gives a name that is not UTF-8 also as
+// its bytes in base64 ("file_b64": naming.RawName).
+//
 // # Caching
 //
 // The tree of features/, the models and their layers is built once at mount.

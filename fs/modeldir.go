@@ -46,8 +46,12 @@ func (d *modelDir) OnAdd(ctx context.Context) {
 		}
 		d.addLayer(ctx, a, l)
 	}
+	// The layers table is a generated file (naming.Generated) in a
+	// directory where the bucket shows no name (layer and alias
+	// directories only; an alias called layers is ignored above): it
+	// keeps its name.
 	lf := d.NewPersistentInode(ctx, newLayersFile(d.fs, m.Table()), gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('t', m.Name)})
-	d.AddChild(spec.LayersFile, lf, true)
+	d.AddChild(naming.Generated(spec.LayersFile).Name(false), lf, true)
 }
 
 func (d *modelDir) addLayer(ctx context.Context, dir string, l api.Layer) {

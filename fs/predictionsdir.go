@@ -10,13 +10,16 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // PredictionsFile is the file, in every directory under
 // predictions/<model>/, that holds the top classes of the images directly
 // in that directory's bucket prefix, one JSON line each
-// (predictionsfile.go).
-const PredictionsFile = "predictions.jsonl"
+// (predictionsfile.go). Where the prefix has a subdirectory of that name,
+// the subdirectory keeps it and the file is PredictionsFile.Moved()
+// (naming.Generated).
+const PredictionsFile naming.Generated = "predictions.jsonl"
 
 // predView is what every node under predictions/<model>/ shares: the
 // model, the view of its last layer (class scores) and the lines' layout.
@@ -34,8 +37,9 @@ func (pv *predView) view() *features.View { return pv.cur.Load() }
 
 // predDir is predictions/<model>/<prefix>: the bucket prefix's
 // subdirectories, as the feature directories show them, and its
-// predictions file. A subdirectory named predictions.jsonl is hidden by
-// the file.
+// predictions file, listed after them. A subdirectory named
+// predictions.jsonl keeps its name: the file is then
+// PredictionsFile.Moved().
 type predDir struct {
 	gofs.Inode
 	readOnly
@@ -75,7 +79,7 @@ func (d *predDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 func (d *predDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
 	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: ino('j', d.pv.model.Name, d.prefix)}
-	if name == PredictionsFile {
+	if PredictionsFile.Is(name) {
 		pf := &predFile{fs: d.fs, noOpen: noOpen{d.fs}, pv: d.pv, prefix: d.prefix}
 		if ch := d.GetChild(name); ch != nil && ch.StableAttr() == id {
 			pf = ch.Operations().(*predFile)
@@ -84,11 +88,17 @@ func (d *predDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		if err != nil {
 			return nil, d.fs.errno(err, d.prefix)
 		}
-		pf.attr(&out.Attr, snap)
-		if ch := d.GetChild(name); ch != nil && ch.StableAttr() == id {
-			return ch, 0
+		switch name {
+		case PredictionsFile.Name(snap.dirTaken):
+			pf.attr(&out.Attr, snap)
+			if ch := d.GetChild(name); ch != nil && ch.StableAttr() == id {
+				return ch, 0
+			}
+			return d.NewInode(ctx, pf, id), 0
+		case PredictionsFile.Moved():
+			return nil, syscall.ENOENT
 		}
-		return d.NewInode(ctx, pf, id), 0
+		// The bucket's subdirectory called predictions.jsonl.
 	}
 	e, err := d.fs.ns.Lookup(ctx, d.prefix, name)
 	if err != nil {
@@ -105,22 +115,26 @@ func (d *predDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	return d.NewInode(ctx, &predDir{fs: d.fs, pv: d.pv, prefix: e.Sub}, id), 0
 }
 
-// Readdir lists the predictions file and the subdirectories. It reads the
+// Readdir lists the subdirectories and the predictions file. It reads the
 // whole listing (the namespace keeps it, within the metadata budget) and
 // hands out only directories: their number, not the images', is held.
 func (d *predDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	entries := []fuse.DirEntry{{Name: PredictionsFile, Mode: syscall.S_IFREG, Ino: ino('j', d.pv.model.Name, d.prefix)}}
+	var entries []fuse.DirEntry
+	taken := false
 	r := d.fs.ns.OpenDir(ctx, d.prefix)
+	defer r.Close()
 	for !r.Done() {
 		es, err := r.Next(ctx)
 		if err != nil {
 			return nil, d.fs.errno(err, d.prefix)
 		}
 		for _, e := range es {
-			if e.Dir && e.Name != PredictionsFile {
+			if e.Dir {
+				taken = taken || e.Name == string(PredictionsFile)
 				entries = append(entries, fuse.DirEntry{Name: e.Name, Mode: syscall.S_IFDIR, Ino: ino('p', d.pv.model.Name, e.Sub)})
 			}
 		}
 	}
+	entries = append(entries, fuse.DirEntry{Name: PredictionsFile.Name(taken), Mode: syscall.S_IFREG, Ino: ino('j', d.pv.model.Name, d.prefix)})
 	return gofs.NewListDirStream(entries), 0
 }

@@ -68,6 +68,9 @@ type predSnapshot struct {
 	size  int64
 	mtime time.Time
 	taken time.Time
+	// dirTaken is whether the listing holds a subdirectory called
+	// predictions.jsonl, which then keeps the name (naming.Generated).
+	dirTaken bool
 }
 
 // snapshot returns the file's listing: the last one while it is younger
@@ -136,6 +139,9 @@ func (pf *predFile) take(ctx context.Context, id string) (*predSnapshot, error) 
 			return nil, err
 		}
 		for _, e := range es {
+			if e.Dir && e.Name == string(PredictionsFile) {
+				s.dirTaken = true
+			}
 			if e.Dir || e.Obj.Plain {
 				continue
 			}

@@ -53,8 +53,8 @@ func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
 	d.lookups.Add(1)
-	if name == augmentJSONL && d.view.aug != nil {
-		return augJSONLChild(ctx, d, out)
+	if d.view.aug != nil && augmentJSONL.Is(name) {
+		return augJSONLLookup(ctx, d, name, out)
 	}
 	e, err := d.fs.ns.Lookup(ctx, d.prefix, name)
 	if err != nil {
@@ -131,6 +131,11 @@ type dirHandle struct {
 	off     uint64               // GUARDED_BY(mu): entries handed out so far
 	last    naming.Entry         // GUARDED_BY(mu): the entry Readdirent returned last
 	hasLast bool                 // GUARDED_BY(mu)
+	// In a view directory: whether the bucket's entries handed out so
+	// far hold one called augment.jsonl, and whether the augment.jsonl
+	// was handed out (after them, under the name taken gives it; last is
+	// then that file).
+	augTaken, augDone bool // GUARDED_BY(mu)
 }
 
 var _ = (gofs.FileReaddirenter)((*dirHandle)(nil))
@@ -145,6 +150,7 @@ func (h *dirHandle) start(ctx context.Context) {
 		h.r.Close()
 	}
 	h.entries, h.pos, h.off, h.hasLast = nil, 0, 0, false
+	h.augTaken, h.augDone = false, false
 	h.r = h.d.fs.ns.OpenDir(ctx, h.d.prefix)
 }
 
@@ -152,15 +158,19 @@ func (h *dirHandle) start(ctx context.Context) {
 func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.off == 0 && h.d.view.aug != nil {
-		// A view directory lists its augment.jsonl first (augjsonl.go).
-		h.off++
-		h.last, h.hasLast = naming.Entry{Name: augmentJSONL}, true
-		return &fuse.DirEntry{Name: augmentJSONL, Mode: syscall.S_IFREG, Ino: augJSONLIno(h.d, nil), Off: h.off}, 0
-	}
 	for h.pos >= len(h.entries) {
 		if h.r == nil || h.r.Done() {
-			return nil, 0
+			if h.r == nil || h.d.view.aug == nil || h.augDone {
+				return nil, 0
+			}
+			// A view directory lists its augment.jsonl after the
+			// bucket's entries, moved if one of them has its name
+			// (augjsonl.go).
+			h.augDone = true
+			h.off++
+			name := augmentJSONL.Name(h.augTaken)
+			h.last, h.hasLast = naming.Entry{Name: name}, true
+			return &fuse.DirEntry{Name: name, Mode: syscall.S_IFREG, Ino: augJSONLIno(h.d, nil), Off: h.off}, 0
 		}
 		es, err := h.r.Next(ctx)
 		if err != nil {
@@ -172,6 +182,7 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	h.pos++
 	h.off++
 	h.last, h.hasLast = e, true
+	h.augTaken = h.augTaken || e.Name == string(augmentJSONL)
 	mode := uint32(syscall.S_IFREG)
 	if e.Dir {
 		mode = syscall.S_IFDIR
@@ -205,13 +216,14 @@ const plusFirst = 128
 func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	h.mu.Lock()
 	e, ok := h.last, h.hasLast && h.last.Name == name
+	gen := ok && h.augDone // the augment.jsonl Readdirent just handed out
 	attrs := (h.off <= plusFirst && !h.walk) || h.d.lookups.Load() != h.lookupsAtOpen
 	h.mu.Unlock()
-	if name == augmentJSONL && h.d.view.aug != nil {
-		if !attrs {
+	if h.d.view.aug != nil && augmentJSONL.Is(name) && (gen || !ok) {
+		if gen && !attrs {
 			return nil, syscall.EAGAIN
 		}
-		return augJSONLChild(ctx, h.d, out)
+		return augJSONLLookup(ctx, h.d, name, out)
 	}
 	if ok && (!attrs || h.d.fs.nodesFull()) {
 		// The name without attributes or a node: go-fuse answers an entry

@@ -17,10 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/naming"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -75,9 +75,11 @@ func (a *augmentArgs) check() error {
 }
 
 // viewLine is a line of augment.jsonl: the view file's name in its
-// directory and its parameters.
+// directory (with its bytes in base64 when it is not UTF-8:
+// naming.RawName) and its parameters, as a mount's augment.jsonl has it.
 type viewLine struct {
-	File string `json:"file"`
+	File    string `json:"file"`
+	FileB64 string `json:"file_b64,omitempty"`
 	augment.Params
 }
 
@@ -152,13 +154,23 @@ func extractViews(ctx context.Context, svc *extractor.Service, model string, lay
 }
 
 // writeViewLines writes, in every directory of view files written, its
-// augment.jsonl: one line per file, by name.
+// augment.jsonl: one line per file, by name. Where the outputs (names,
+// written or not) have a directory called augment.jsonl, that directory
+// keeps the name and the file is augment.jsonl's moved name, as a mount
+// shows it (naming.Generated).
 func writeViewLines(out string, names []string, params []augment.Params, written []bool) error {
 	dirs := map[string][]viewLine{}
+	taken := map[string]bool{} // directories holding a directory called augment.jsonl
 	for j, n := range names {
+		n = filepath.ToSlash(n)
+		for d := path.Dir(n); d != "."; d = path.Dir(d) {
+			if parent, base := path.Split(d); base == augmentJSONL {
+				taken[parent] = true
+			}
+		}
 		if written[j] {
-			d, f := path.Split(filepath.ToSlash(n))
-			dirs[d] = append(dirs[d], viewLine{File: f, Params: params[j]})
+			d, f := path.Split(n)
+			dirs[d] = append(dirs[d], viewLine{File: f, FileB64: naming.RawName(f), Params: params[j]})
 		}
 	}
 	root, err := os.OpenRoot(out)
@@ -175,7 +187,8 @@ func writeViewLines(out string, names []string, params []augment.Params, written
 				return err
 			}
 		}
-		if err := safefile.WriteFileIn(root, filepath.Join(filepath.FromSlash(d), augmentJSONL), buf.Bytes(), 0o644); err != nil {
+		name := naming.Generated(augmentJSONL).Name(taken[d])
+		if err := writeOutputIn(root, filepath.Join(filepath.FromSlash(d), name), buf.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}
