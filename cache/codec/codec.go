@@ -45,6 +45,9 @@ import (
 // ChunkSize is the raw size of a chunk (the last may be shorter).
 const ChunkSize = 64 << 10
 
+// HeaderLen is the length of a blob's fixed header, which MetaLen reads.
+const HeaderLen = headerLen
+
 const (
 	version   = 1
 	headerLen = 16
@@ -278,6 +281,45 @@ func (bl blob) offset(k int) int {
 		off += bl.storedLen(j)
 	}
 	return off
+}
+
+// MetaLen returns the length of the header and chunk table of the blob
+// whose first HeaderLen bytes (at least) are b, from its header's raw
+// length; the header's checksum, which covers the table, is not checked.
+// A reader of a blob in a file reads that much first, then Span.
+func MetaLen(b []byte) (int, error) {
+	if len(b) < headerLen || !IsBlob(b) {
+		return 0, fmt.Errorf("%w: no header", ErrCorrupt)
+	}
+	return headerLen + entryLen*numChunks(int(binary.LittleEndian.Uint32(b[8:]))), nil
+}
+
+// Span returns the part b[start:end] of blob b that ReadAt(b, p, off) with
+// len(p) == n reads: the stored chunks the range touches (start == end
+// when it reads none). It reads only b's header and chunk table (MetaLen
+// bytes), which it checks as ReadAt does; b must have the blob's whole
+// length, but its bytes outside the table and [start, end) are never read
+// by either, so a reader of a blob in a file reads only the table and the
+// span (cache/files.go).
+func Span(b []byte, off int64, n int) (start, end int, err error) {
+	bl, err := parse(b)
+	if err != nil {
+		return 0, 0, err
+	}
+	if off < 0 {
+		return 0, 0, fmt.Errorf("codec: read at negative offset %d", off)
+	}
+	if off >= int64(bl.rawLen) {
+		return 0, 0, nil
+	}
+	last := min(int(off)+n, bl.rawLen)
+	k := int(off) / ChunkSize
+	start = bl.offset(k)
+	end = start
+	for ; k*ChunkSize < last; k++ { // ReadAt's loop
+		end += bl.storedLen(k)
+	}
+	return start, end, nil
 }
 
 // RawLen returns the raw length a blob holds, checking its header.
