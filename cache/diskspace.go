@@ -164,30 +164,7 @@ func makeDir(dir string) (open bool, err error) {
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return false, err
 	}
-	return false, os.Chmod(dir, dirMode)
-}
-
-// privatizeFiles makes every regular file in dir 0600: Badger creates its
-// files 0666 less the umask.
-func privatizeFiles(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	var first error
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil || info.Mode().Perm()&0o077 == 0 {
-			continue
-		}
-		if err := os.Chmod(filepath.Join(dir, e.Name()), fileMode); err != nil && !errors.Is(err, fs.ErrNotExist) && first == nil {
-			first = err
-		}
-	}
-	return first
+	return false, chmodDir(dir, dirMode) // whatever the umask
 }
 
 // admit reserves need bytes of the cache's filesystem for a write, and

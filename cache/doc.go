@@ -59,7 +59,12 @@
 // misses.) A feature file is written (and with SyncWrites fsynced, with its
 // directory) before its index entry, so a kill -9 or power loss leaves a file
 // without entry (removed at the next open) rather than an entry without
-// file; an entry whose file is missing or of another length is a miss.
+// file; an entry whose file is missing, not a regular file, or of another
+// length (at its open, or later: files are read with pread, never mapped,
+// so one truncated under an open descriptor reads short) is a miss.
+// Anything planted in the directory is opened without blocking or
+// following a link (safeopen.go; docs/CACHE.md, "Files changed behind the
+// store's back").
 // Evicting a file-stored value unlinks its file after deleting its entry:
 // its disk space is free at once. A second process opening the same directory fails at once
 // with an error matching ErrLocked that names the directory.

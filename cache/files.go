@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/featurefs/featurefs/cache/codec"
 )
 
 // Large values live in files, one per value, outside Badger's value log:
@@ -182,7 +183,7 @@ func mkdirPrivate(d string) error {
 		return fmt.Errorf("%s is not a directory (a symlink is refused)", d)
 	}
 	if info.Mode().Perm() != dirMode {
-		return os.Chmod(d, dirMode) // whatever the umask, or an earlier mode
+		return chmodDir(d, dirMode) // whatever the umask, or an earlier mode
 	}
 	return nil
 }
@@ -204,11 +205,12 @@ func encodeHead(i id, v []byte) []byte {
 	return head
 }
 
-// tmpFile is a file writeFile wrote, not yet in place: its path and the
-// inode it got.
+// tmpFile is a file writeFile wrote, not yet in place: its path, and the
+// inode, length and modification time it had after the last write.
 type tmpFile struct {
-	path     string
-	dev, ino uint64
+	path        string
+	dev, ino    uint64
+	size, mtime int64 // mtime in nanoseconds
 }
 
 // writeFile writes the record parts (concatenated) to a temporary file
@@ -254,7 +256,7 @@ func (s *Store) writeFile(i id, parts ...[]byte) (tmpFile, error) {
 		}
 		return tmpFile{}, err
 	}
-	return tmpFile{path: tmp, dev: st.Dev, ino: st.Ino}, nil
+	return tmpFile{path: tmp, dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}, nil
 }
 
 // placeFile renames tmp to i's file (with SyncWrites, fsyncing its
@@ -269,13 +271,16 @@ func (s *Store) placeFile(i id, tmp tmpFile) error {
 		return err
 	}
 	// The rename changed the inode's ctime: its FileID is taken now, and
-	// kept only if the name still holds the inode written.
+	// kept only if the name still holds the inode written, with the
+	// length and modification time it had after the last write (a write
+	// between that and this Lstat changes the modification time).
 	var st unix.Stat_t
-	if unix.Lstat(final, &st) == nil && st.Dev == tmp.dev && st.Ino == tmp.ino {
-		s.wrote.add(i, FileID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Ctime: st.Ctim.Nano()})
+	if unix.Lstat(final, &st) == nil && st.Dev == tmp.dev && st.Ino == tmp.ino &&
+		st.Size == tmp.size && st.Mtim.Nano() == tmp.mtime {
+		s.wrote.add(i, fileIDOf(&st))
 	}
 	if s.syncWrites {
-		if d, err := os.Open(filepath.Dir(final)); err == nil {
+		if d, _, err := openDir(filepath.Dir(final)); err == nil {
 			err = d.Sync()
 			d.Close()
 			if err != nil {
@@ -297,29 +302,37 @@ func (s *Store) removeFile(i id) bool {
 	return err == nil
 }
 
-// openFile opens i's file for reading without following a symlink and
-// checks its length against the pointer. A missing file is (nil, nil).
+// openFile opens i's file for reading (openRegular: without blocking or
+// following a symbolic link, a regular file only) and checks its length
+// against the pointer. A missing file is (nil, nil); anything but a
+// regular file of the pointer's length is an error matching errChecksum
+// (a miss: the entry is dropped, said once).
 func (s *Store) openFile(i id, p filePtr) (*os.File, error) {
-	f, err := os.OpenFile(s.filePath(i), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	f, st, err := openRegular(s.filePath(i))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("%w: feature file is a symlink", errChecksum)
+	if isNotRegularOrLink(err) {
+		return nil, fmt.Errorf("%w: %v", errChecksum, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	info, err := f.Stat()
-	if err != nil {
+	if st.Size != p.recLen {
 		f.Close()
-		return nil, err
-	}
-	if !info.Mode().IsRegular() || info.Size() != p.recLen {
-		f.Close()
-		return nil, fmt.Errorf("%w: feature file of %d bytes, index says %d", errChecksum, info.Size(), p.recLen)
+		return nil, fmt.Errorf("%w: feature file of %d bytes, index says %d", errChecksum, st.Size, p.recLen)
 	}
 	return f, nil
+}
+
+// preadFull reads len(b) bytes of f at off with pread; fewer (the file
+// shrank since its length was checked) or a read error is an error
+// matching errChecksum: the value is dropped and recomputed.
+func preadFull(f *os.File, b []byte, off int64) error {
+	if _, err := f.ReadAt(b, off); err != nil {
+		return fmt.Errorf("%w: feature file, %d bytes at %d: %v", errChecksum, len(b), off, err)
+	}
+	return nil
 }
 
 // readWholeFile reads i's whole file into a new buffer. A missing file is
@@ -334,13 +347,13 @@ func (s *Store) readWholeFile(i id, p filePtr) ([]byte, error) {
 		// The record is the pointer's header and table, then the file.
 		rec := make([]byte, len(p.head)+int(p.recLen))
 		copy(rec, p.head)
-		if _, err := io.ReadFull(f, rec[len(p.head):]); err != nil {
+		if err := preadFull(f, rec[len(p.head):], 0); err != nil {
 			return nil, err
 		}
 		return rec, nil
 	}
 	rec := make([]byte, p.recLen)
-	if _, err := io.ReadFull(f, rec); err != nil {
+	if err := preadFull(f, rec, 0); err != nil {
 		return nil, err
 	}
 	if len(rec) < headerLen || [4]byte(rec[4:8]) != p.crc {
@@ -351,7 +364,9 @@ func (s *Store) readWholeFile(i id, p filePtr) ([]byte, error) {
 
 // fileReadAt is readAtVerified for a value in a file: one pread of the
 // header and chunk table, one of the chunks the range touches, verified
-// (a compressed value is read whole).
+// (a compressed value: readRecordAt). A file is never mapped: one that
+// shrank since its length was checked (truncated under an open
+// descriptor) reads short, which is a checksum miss, never a fault.
 func fileReadAt(i id, f *os.File, p filePtr, dst []byte, off int64) (int, int, error) {
 	var meta []byte
 	base := int64(0) // where the bytes start in the file
@@ -361,8 +376,11 @@ func fileReadAt(i id, f *os.File, p filePtr, dst []byte, off int64) (int, int, e
 		// The table of a chunked record of recLen bytes is at most this long.
 		metaLen := min(p.recLen, headerLen+4*int64(numChunks(int(max(p.recLen-headerLen, 0)))))
 		meta = make([]byte, metaLen)
-		if _, err := f.ReadAt(meta, 0); err != nil || metaLen < headerLen {
-			return 0, 0, fmt.Errorf("%w: feature file header: %v", errChecksum, err)
+		if metaLen < headerLen {
+			return 0, 0, fmt.Errorf("%w: feature file of %d bytes", errChecksum, metaLen)
+		}
+		if err := preadFull(f, meta, 0); err != nil {
+			return 0, 0, err
 		}
 		if [4]byte(meta[4:8]) != p.crc {
 			return 0, 0, fmt.Errorf("%w: feature file's header differs from its index entry", errChecksum)
@@ -377,17 +395,8 @@ func fileReadAt(i id, f *os.File, p filePtr, dst []byte, off int64) (int, int, e
 	}
 	if [4]byte(meta[:4]) != magic || binary.LittleEndian.Uint32(meta[12:]) != flagsChunked ||
 		base+n != p.recLen {
-		// Compressed (or not what it should be): map it, so that the
-		// codec decodes only the chunks the range touches from the page
-		// cache, as from Badger's value log. The length was checked
-		// against the index just now; files are only ever replaced by a
-		// rename or unlinked, never truncated, so the mapping stays whole.
-		m, err := syscall.Mmap(int(f.Fd()), 0, int(p.recLen), syscall.PROT_READ, syscall.MAP_SHARED)
-		if err != nil {
-			return 0, 0, fmt.Errorf("cache: map feature file: %w", err)
-		}
-		defer syscall.Munmap(m)
-		return readAtVerified(i, m, dst, off)
+		// Compressed (or not what it should be).
+		return readRecordAt(i, f, p.recLen, dst, off)
 	}
 	fr := frame{seed: crc32.Update(0, castagnoli, i[:]), table: meta[headerLen : headerLen+tl]}
 	if got := crc32.Update(fr.seed, castagnoli, meta[8:headerLen+tl]); got != binary.LittleEndian.Uint32(meta[4:]) {
@@ -414,8 +423,8 @@ func fileReadAt(i id, f *os.File, p filePtr, dst []byte, off int64) (int, int, e
 	} else {
 		buf = make([]byte, ce-cs)
 	}
-	if _, err := f.ReadAt(buf, base+int64(cs)); err != nil {
-		return 0, size, fmt.Errorf("%w: feature file: %v", errChecksum, err)
+	if err := preadFull(f, buf, base+int64(cs)); err != nil {
+		return 0, size, err
 	}
 	for k := k0; k <= k1; k++ {
 		a, b := k*chunkSize-cs, min((k+1)*chunkSize, size)-cs
@@ -646,13 +655,17 @@ func (s *Store) forgetAllFiles() {
 // with its header): not an error, a value the mount reads as before.
 var errNotRawFile = errors.New("cache: value not in a plain file")
 
-// FileID identifies one version of a feature file on disk: its inode and
-// its change time (any write to the file through the file system changes
-// it). OpenFile skips the verification of a file whose FileID is the one
-// its caller verified before.
+// FileID identifies one version of a feature file on disk: its inode, its
+// length, and its modification and change times in nanoseconds (a write
+// to the file through the file system, by write(2) or through a shared
+// mapping, changes both; a truncation its length too; an unlink, chmod or
+// link its change time). OpenFile skips the verification of a file whose
+// FileID is the one its caller verified before; a caller that holds a
+// file OpenFile returned compares FileIDOf(f) with it to tell whether the
+// file changed since (its check then no longer holds).
 type FileID struct {
-	Dev, Ino    uint64
-	Size, Ctime int64 // Ctime in nanoseconds
+	Dev, Ino           uint64
+	Size, Mtime, Ctime int64 // Mtime and Ctime in nanoseconds
 }
 
 // OpenFile returns k's value as a file open for reading that holds exactly
@@ -660,15 +673,16 @@ type FileID struct {
 // (uncompressed and at least Options.FileThreshold long): the mount hands
 // it to the kernel (FUSE passthrough), whose reads of the feature file then
 // go to it without the mount. Since those reads bypass the cache's checks,
-// every chunk's CRC is verified here first, through a read-only mapping of
-// the file, so through the page cache the kernel's reads then find warm,
-// unless the file's FileID equals verified (the same inode, unchanged
-// since the caller had it verified) or is one this Store wrote itself and
-// has not been written since (wroteFiles); a file that fails (or is missing, or
-// of another length) is a miss and its entry deleted, as for Get: it is
-// never returned. The caller closes the file. A miss, or a value stored any
-// other way, is (nil, 0, FileID{}, false, nil); it counts a hit only when
-// it returns a file.
+// every chunk's CRC is verified here first, read with pread (never
+// mapped: verifyRawFile) through the page cache the kernel's reads then
+// find warm, unless the file's FileID equals verified (the same inode,
+// length and times as when the caller had it verified) or is one this
+// Store wrote itself and has not been written since (wroteFiles); a file
+// that fails (or is missing, not a regular file, or of another length) is
+// a miss and its entry deleted, as for Get: it is never returned. The
+// caller closes the file. A miss, or a value stored any other way, is
+// (nil, 0, FileID{}, false, nil); it counts a hit only when it returns a
+// file.
 //
 // The file returned is the one the index named when it was opened: a Put
 // that replaces the value (the same key: the same bytes) or an eviction
@@ -690,12 +704,18 @@ func (s *Store) OpenFile(k Key, verified FileID) (*os.File, int64, FileID, bool,
 			return fmt.Errorf("cache: dup feature file: %w", err)
 		}
 		f := os.NewFile(uintptr(fd), cf.Name())
+		// Its FileID is taken before the check: a write during the
+		// check changes it, so the next open checks again.
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			f.Close()
 			return err
 		}
-		fid = FileID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Ctime: st.Ctim.Nano()}
+		if st.Size != p.recLen { // truncated or extended since it was opened
+			f.Close()
+			return fmt.Errorf("%w: feature file of %d bytes, index says %d", errChecksum, st.Size, p.recLen)
+		}
+		fid = fileIDOf(&st)
 		if fid != verified && !s.wrote.has(i, fid) {
 			s.fileVerifies.Add(1)
 			if err := verifyRawFile(i, f, p); err != nil {
@@ -715,19 +735,100 @@ func (s *Store) OpenFile(k Key, verified FileID) (*os.File, int64, FileID, bool,
 	return out, size, fid, true, nil
 }
 
+// verifyBlock is how much of a file verifyRawFile reads with one pread: a
+// whole number of chunks.
+const verifyBlock = 16 * chunkSize
+
 // verifyRawFile checks every chunk of a flagsRawFile file against its
-// pointer's table, through a read-only mapping (no copy).
+// pointer's table, reading it with pread verifyBlock at a time into a
+// pooled buffer (never a mapping: a file that shrank reads short, a
+// checksum miss). The reads go through the page cache, which the kernel's
+// reads of the file then find warm.
 func verifyRawFile(i id, f *os.File, p filePtr) error {
-	m, err := syscall.Mmap(int(f.Fd()), 0, int(p.recLen), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("cache: map feature file: %w", err)
-	}
-	defer syscall.Munmap(m)
+	n := int(p.recLen)
+	bp := getBuf(min(n, verifyBlock))
+	defer putBuf(bp)
 	fr := frame{seed: crc32.Update(0, castagnoli, i[:]), table: []byte(p.head[headerLen:])}
-	for k := range numChunks(len(m)) {
-		if err := fr.verifyChunk(k, m[k*chunkSize:min((k+1)*chunkSize, len(m))]); err != nil {
+	for at := 0; at < n; at += verifyBlock {
+		blk := (*bp)[:min(verifyBlock, n-at)]
+		if err := preadFull(f, blk, int64(at)); err != nil {
 			return err
+		}
+		for c := 0; c < len(blk); c += chunkSize {
+			if err := fr.verifyChunk((at+c)/chunkSize, blk[c:min(c+chunkSize, len(blk))]); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// bufPool holds the buffers the reads of files use (readRecordAt's
+// records, verifyRawFile's blocks): one per read in flight, reused; one
+// over maxPooledBuf is not kept.
+var bufPool sync.Pool // *[]byte
+
+const maxPooledBuf = 8 << 20
+
+// getBuf returns a buffer of n bytes, from the pool when it has one large
+// enough.
+func getBuf(n int) *[]byte {
+	if bp, _ := bufPool.Get().(*[]byte); bp != nil {
+		if cap(*bp) >= n {
+			*bp = (*bp)[:n]
+			return bp
+		}
+		bufPool.Put(bp)
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func putBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooledBuf {
+		bufPool.Put(bp)
+	}
+}
+
+// readRecordAt is readAtVerified for a record in a file that is not a
+// chunked frame of the file's length (a codec blob, a flags-0 record, or
+// damage), read with pread into a pooled buffer of the record's length
+// rather than mapped (a file truncated under a mapping faults the
+// process). Of a codec blob it reads only its header and chunk table and
+// the chunks the range touches (codec.Span), as a mapping would have
+// paged in; anything else it reads whole. The codec's and the frame's
+// checks then see exactly the bytes read: a file that shrank reads short
+// (errChecksum), and bytes changed since are a checksum failure.
+func readRecordAt(i id, f *os.File, recLen int64, dst []byte, off int64) (int, int, error) {
+	bp := getBuf(int(recLen))
+	defer putBuf(bp)
+	rec := *bp
+	head := min(len(rec), headerLen+codec.HeaderLen)
+	if err := preadFull(f, rec[:head], 0); err != nil {
+		return 0, 0, err
+	}
+	if head < headerLen || binary.LittleEndian.Uint32(rec[12:]) != flagsCodec {
+		if err := preadFull(f, rec[head:], int64(head)); err != nil {
+			return 0, 0, err
+		}
+		return readAtVerified(i, rec, dst, off)
+	}
+	blob := rec[headerLen:]
+	meta, err := codec.MetaLen(blob[:head-headerLen])
+	if err != nil || meta > len(blob) {
+		// Not a blob: readAtVerified says what is wrong with the header.
+		return readAtVerified(i, rec[:head], dst, off)
+	}
+	if err := preadFull(f, blob[codec.HeaderLen:meta], int64(headerLen+codec.HeaderLen)); err != nil {
+		return 0, 0, err
+	}
+	// The header and table are in; the chunks the read decodes next.
+	// Span fails only where readAtVerified's parse does, on the bytes
+	// read: it then reports the damage.
+	if start, end, err := codec.Span(blob, off, len(dst)); err == nil && end > start {
+		if err := preadFull(f, blob[start:end], int64(headerLen+start)); err != nil {
+			return 0, 0, err
+		}
+	}
+	return readAtVerified(i, rec, dst, off)
 }

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/featurefs/featurefs/cache/safefile"
 )
 
@@ -75,6 +77,17 @@ func lockDirWait(dir string, wait time.Duration, onWait func(pid int)) (*dirLock
 	if err != nil {
 		return nil, fmt.Errorf("cache: open lock file: %w", err)
 	}
+	// The holder truncates and writes it: never a hard link planted here
+	// to a file elsewhere (its owner is not checked: on NFS with
+	// root_squash root's own files belong to nobody).
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Nlink != 1 {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s has %d links (a hard link to a file elsewhere?): not a lock file the cache created; remove it", path, st.Nlink)
+		}
+		return nil, fmt.Errorf("cache: open lock file: %w", err)
+	}
 	start := time.Now()
 	waited := false
 	for {
@@ -122,7 +135,7 @@ func (l *dirLock) markClosing() {
 // Holder returns the pid of the process holding dir's lock, 0 when none
 // does (or it is not known), and whether it is closing the store.
 func Holder(dir string) (pid int, closing bool) {
-	f, err := os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, _, err := openRegular(filepath.Join(dir, lockFileName)) // no FIFO, no link
 	if err != nil {
 		return 0, false
 	}
@@ -143,7 +156,9 @@ func (l *dirLock) release() error {
 
 // refuseLinks refuses a cache directory that holds a symbolic link: Badger
 // opens its files with O_CREATE and would write through one planted at
-// the name of a file it creates.
+// the name of a file it creates. It refuses too anything but a regular
+// file at the name of one of Badger's files (a FIFO would block Badger's
+// open of it, and so the mount's start, forever).
 func refuseLinks(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -152,6 +167,10 @@ func refuseLinks(dir string) error {
 	for _, e := range ents {
 		if e.Type()&os.ModeSymlink != 0 {
 			return fmt.Errorf("cache: %s: %w", dir, safefile.RefuseSymlink(filepath.Join(dir, e.Name())))
+		}
+		if isBadgerFile(e.Name()) && !e.Type().IsRegular() {
+			return fmt.Errorf("cache: %s: %s %w (%v); remove it",
+				dir, e.Name(), safefile.ErrNotRegular, e.Type())
 		}
 	}
 	return nil

@@ -36,7 +36,7 @@ func (s *Store) maintain() {
 		return
 	}
 	s.updateReserve()
-	if err := privatizeFiles(s.dir); err != nil {
+	if err := privatizeFiles(s.dir, s.log); err != nil {
 		s.log.Debug("cache: make the cache files private", "dir", s.dir, "err", err)
 	}
 	s.mu.Lock()

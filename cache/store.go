@@ -426,7 +426,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s.gone = gone
 	s.readOnly.Store(readOnly)
-	if err := privatizeFiles(opts.Dir); err != nil {
+	if err := privatizeFiles(opts.Dir, log); err != nil {
 		log.Warn("cache: make the cache files private", "dir", opts.Dir, "err", err)
 	}
 	s.updateReserve()
@@ -1134,7 +1134,7 @@ func (s *Store) clearFilesLocked() error {
 		return fmt.Errorf("cache: clear %s: %w", s.dir, err)
 	}
 	s.fullWarned.Store(false) // writable again: the next refusal is news
-	if err := privatizeFiles(s.dir); err != nil {
+	if err := privatizeFiles(s.dir, s.log); err != nil {
 		s.log.Warn("cache: make the cache files private", "dir", s.dir, "err", err)
 	}
 	s.updateReserve()
@@ -1242,7 +1242,7 @@ func (s *Store) Close() error {
 			}
 		}
 		err = s.db.Close()
-		if perr := privatizeFiles(s.dir); perr != nil {
+		if perr := privatizeFiles(s.dir, s.log); perr != nil {
 			s.log.Warn("cache: make the cache files private", "dir", s.dir, "err", perr)
 		}
 		if lerr := s.lock.release(); err == nil {
