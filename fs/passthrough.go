@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"os"
@@ -31,12 +32,24 @@ import (
 // every chunk of the file first (through the page cache, which the
 // kernel's reads then find warm); a file that fails is a miss, deleted,
 // and the open reads through the mount. A file is checked at the first
-// open of its node that hands it over, and again whenever the cache's
-// file is another inode or was written since (its change time: only root
-// can write the cache's 0600 files), not per read: the kernel keeps the
-// backing file for as long as the feature file is open. Damage that no
-// write makes (the disk's own, under the page cache) is seen by the first
-// open of each node in a mount only.
+// open of its node that hands it over, and again at every later open
+// (the first of a new backing, or one that shares the node's held
+// backing file) whenever the file is another inode or its length,
+// modification or change time differ from those of its last check
+// (cache.FileID: a write by write(2), or through a mapping on most file
+// systems, changes both times; only root can write the cache's 0600
+// files), not per read: the kernel keeps the backing file for as long as
+// the feature file is open.
+// An open that shares a held backing file that changed since its check
+// has it checked again (recheckBacking); one that fails it is refused
+// (EIO: the kernel takes no other mode while the backing file is held,
+// FOPEN_DIRECT_IO included), the cache entry dropped, the failure logged
+// once by the cache. What is
+// not checked is in docs/CACHE.md ("What passthrough does not check"):
+// opens already holding the backing file read what it holds, a write
+// between a check and the kernel's read is read, and damage that no write
+// makes (the disk's own, under the page cache) is seen by the first open
+// of each node in a mount only.
 //
 // Versions: a node stands for one object version (its inode number holds
 // the ETag), and its backing file is that version's cache file (the cache
@@ -72,8 +85,12 @@ type ptState struct {
 	backed       int      // live opens handed the backing file
 	throughMount int      // live opens that read through the mount
 	// verified is the cache file this node last had verified: an open
-	// that finds the same inode unchanged does not verify it again.
+	// that finds the same inode unchanged (cache.FileID: length,
+	// modification and change times too) does not verify it again.
 	verified cache.FileID
+	// stale: the held backing file failed recheckBacking; every open
+	// that would share it is refused until the last one closes.
+	stale bool
 }
 
 // ptHandle is the handle of an open of a feature file handed its node's
@@ -126,6 +143,7 @@ func (h *ptHandle) Release(ctx context.Context) syscall.Errno {
 	if st.backed--; st.backed == 0 && st.file != nil {
 		st.file.Close()
 		st.file = nil
+		st.stale = false
 	}
 	return 0
 }
@@ -161,6 +179,13 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 				return nil, 0, syscall.ESTALE
 			}
 		}
+		if !ff.recheckBacking() {
+			// The held file is no longer vouched for, and the kernel
+			// refuses any open of the node that is not passthrough while
+			// it is held (EINVAL, even with FOPEN_DIRECT_IO: measured on
+			// 6.18).
+			return nil, 0, syscall.EIO
+		}
 		st.backed++
 		f.stats.passthroughOpens.Add(1)
 		return &ptHandle{ff: ff}, 0, 0
@@ -191,6 +216,76 @@ func (ff *featureFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle,
 		keep = fuse.FOPEN_KEEP_CACHE // as no_open did; an old node's pages are dropped
 	}
 	return &mountHandle{ff: ff}, keep, 0
+}
+
+// recheckBacking checks again, for an open that would share it, the
+// backing file the node holds (st.mu held) when it changed since its last
+// check (its cache.FileID: inode, length, modification and change time):
+// written, truncated, or unlinked or replaced by the cache. When the
+// cache's file of the feature is still that inode, the cache verifies it
+// (OpenCachedFile: a damaged one is dropped and logged there); when the
+// cache replaced it (a new inode of the same bytes, verified), the held
+// file must hold exactly those bytes. Otherwise (damaged, evicted since,
+// unreadable) nothing vouches for it and it reports false: the opens that
+// hold it keep it until they close, and every open until then is refused
+// with EIO (said once).
+func (ff *featureFile) recheckBacking() bool {
+	f, st := ff.fs, &ff.pt
+	if st.stale {
+		return false // said when it was found
+	}
+	held, err := cache.FileIDOf(st.file)
+	if err == nil && held == st.verified {
+		return true
+	}
+	t0 := time.Now()
+	defer func() { f.stats.passthroughVerifyNanos.Add(int64(time.Since(t0))) }()
+	ok, why := false, "the cache no longer holds it (damaged, or evicted since)"
+	if err != nil {
+		why = err.Error()
+	} else if file, fid, found := f.p.OpenCachedFile(ff.fv, ff.obj, st.verified); found {
+		switch {
+		case fid == held: // the same inode, unchanged since our fstat: just verified
+			ok = true
+		case fid.Size == held.Size && sameBytes(st.file, file, held.Size):
+			// The cache replaced the file: the held one holds the
+			// verified bytes, unless written during the comparison.
+			now, err := cache.FileIDOf(st.file)
+			ok = err == nil && now == held
+			why = "written while it was compared with the cache's copy"
+		default:
+			why = "it differs from the cache's verified copy"
+		}
+		file.Close()
+	}
+	if !ok {
+		st.stale = true
+		f.log.Warn("featurefs: passthrough: the cache file held open for this feature changed since it was checked and cannot be checked again: open refused (EIO) while other opens hold it",
+			slog.String("key", ff.obj.Key), slog.String("name", ff.prefix+ff.name), slog.String("why", why))
+		return false
+	}
+	st.verified = held
+	return true
+}
+
+// sameBytes reports whether the first n bytes of a and b are equal,
+// reading both with pread a block at a time.
+func sameBytes(a, b *os.File, n int64) bool {
+	const block = 1 << 20
+	ba, bb := make([]byte, min(n, block)), make([]byte, min(n, block))
+	for at := int64(0); at < n; at += block {
+		m := min(block, n-at)
+		if _, err := a.ReadAt(ba[:m], at); err != nil {
+			return false
+		}
+		if _, err := b.ReadAt(bb[:m], at); err != nil {
+			return false
+		}
+		if !bytes.Equal(ba[:m], bb[:m]) {
+			return false
+		}
+	}
+	return true
 }
 
 // canPassthrough reports whether the kernel takes file as a backing file,

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -250,5 +251,131 @@ func TestMountHandleOffersNoBackingFile(t *testing.T) {
 	var p any = &ptHandle{}
 	if _, ok := p.(gofs.FilePassthroughFder); !ok {
 		t.Fatal("ptHandle offers no backing file")
+	}
+}
+
+// cacheFileOf returns the path of the cache's feature file holding
+// exactly want (an uncompressed value in a file of its own).
+func cacheFileOf(t *testing.T, st *cache.Store, want []byte) string {
+	t.Helper()
+	var found string
+	filepath.WalkDir(filepath.Join(st.Dir(), "files"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || found != "" {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && bytes.Equal(b, want) {
+			found = p
+		}
+		return nil
+	})
+	if found == "" {
+		t.Fatal("no cache file holds the feature's bytes")
+	}
+	return found
+}
+
+// TestPassthroughSharedBackingFileRechecked: an open that would share the
+// backing file another open holds gets it only while it is what was
+// checked: a file damaged in place (its mtime and ctime change) is checked
+// again, fails, and the open is refused (EIO: the kernel takes no other
+// mode while the backing file is held), said once; a file the cache
+// replaced by the same bytes, or one unlinked behind its back that it
+// still holds open, is checked again and shared; one the cache evicted
+// has nothing to be checked against and is refused. Once the holder
+// closes, the feature reads right again.
+func TestPassthroughSharedBackingFileRechecked(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(path string) error
+		shared bool // the second open shares the held file
+		bad    int64
+	}{
+		{"damaged", func(p string) error {
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			c := []byte{0}
+			f.ReadAt(c, 500_000)
+			c[0] ^= 0x40
+			_, err = f.WriteAt(c, 500_000)
+			return err
+		}, false, 1},
+		{"replaced", func(p string) error {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			tmp := p + ".new"
+			if err := os.WriteFile(tmp, b, 0o600); err != nil {
+				return err
+			}
+			return os.Rename(tmp, p)
+		}, true, 0},
+		// Unlinked behind the cache's back: the cache still holds it open
+		// and checks it again through that descriptor.
+		{"unlinked", os.Remove, true, 0},
+		{"evicted", nil, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, b, x, want := passthroughEnv(t)
+			if tc.change == nil { // evicted by the cache (every entry: Clear)
+				tc.change = func(string) error { return st.Clear() }
+			}
+			e := testMountWith(t, b, x, func(c *testConfig) { c.Cache = st; c.passthrough = true })
+			p := e.path("features", "tiny", "layer12", "d", "1.npy")
+			fd1, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fd1.Close()
+			if got, err := io.ReadAll(fd1); err != nil || !bytes.Equal(got, want["1"]) {
+				t.Fatalf("first open: %v, right bytes %v", err, bytes.Equal(got, want["1"]))
+			}
+			if n := e.fs.Stats().FS.PassthroughOpens; n != 1 {
+				t.Fatalf("%d passthrough opens; want 1", n)
+			}
+			if err := tc.change(cacheFileOf(t, st, want["1"])); err != nil {
+				t.Fatal(err)
+			}
+			fd2, err := os.Open(p)
+			if err == nil {
+				got, rerr := io.ReadAll(fd2)
+				fd2.Close()
+				if rerr != nil || !bytes.Equal(got, want["1"]) {
+					t.Fatalf("second open, its cache file %s while the first held it: read %v, right bytes %v; want them right, or the open refused",
+						tc.name, rerr, bytes.Equal(got, want["1"]))
+				}
+			}
+			if tc.shared != (err == nil) {
+				t.Fatalf("second open, the cache file %s: %v; want it shared %v (else refused: EIO)", tc.name, err, tc.shared)
+			}
+			if err != nil && !errors.Is(err, syscall.EIO) {
+				t.Fatalf("second open refused with %v; want EIO", err)
+			}
+			if err != nil {
+				// Refused until the holder closes, said once.
+				if fd3, err := os.Open(p); !errors.Is(err, syscall.EIO) {
+					if fd3 != nil {
+						fd3.Close()
+					}
+					t.Fatalf("third open: %v; want EIO", err)
+				}
+				if n := strings.Count(e.logs.String(), "cannot be checked again"); n != 1 {
+					t.Errorf("%d WARN lines about the held file; want 1:\n%s", n, e.logs)
+				}
+			}
+			if n := st.Stats().ChecksumFailures; n != tc.bad {
+				t.Errorf("%d checksum failures; want %d", n, tc.bad)
+			}
+			fd1.Close()
+			for i := range 2 {
+				got, err := os.ReadFile(p)
+				if err != nil || !bytes.Equal(got, want["1"]) {
+					t.Fatalf("read %d after the holder closed: %v, right bytes %v", i, err, bytes.Equal(got, want["1"]))
+				}
+			}
+		})
 	}
 }
