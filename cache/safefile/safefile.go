@@ -9,15 +9,14 @@
 package safefile
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 // ErrSymlink is the error for a path that is a symbolic link.
@@ -110,7 +109,9 @@ func Create(path string, perm fs.FileMode) (*File, error) {
 	if err := RefuseSymlink(path); err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	// The temporary name's length is fixed (".tmp-" and CreateTemp's
+	// random digits), so it fits NAME_MAX whenever path's name does.
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return nil, err
 	}
@@ -161,27 +162,36 @@ func WriteFile(path string, data []byte, perm fs.FileMode) error {
 	return f.Commit()
 }
 
-var tmpSeq atomic.Uint64
+// tmpName returns a temporary name in dir: ".tmp-" and 16 random hex
+// digits, a fixed length, so that it fits NAME_MAX whenever the name it
+// stands for does (a name of the target's with a suffix did not past
+// about 229 bytes: ENAMETOOLONG).
+func tmpName(dir string) string {
+	var r [8]byte
+	rand.Read(r[:])
+	return filepath.Join(dir, ".tmp-"+hex.EncodeToString(r[:]))
+}
 
 // WriteFileIn is WriteFile for name inside root: nothing outside root is
 // written whatever links its directories hold (os.Root), and a symbolic
-// link at name itself is refused.
+// link at name itself is refused. The temporary file is created 0600
+// (O_EXCL|O_NOFOLLOW) and given perm before its rename.
 func WriteFileIn(root *os.Root, name string, data []byte, perm fs.FileMode) error {
 	if err := refuseIn(root, name); err != nil {
 		return err
 	}
-	dir, base := filepath.Split(name)
+	dir := filepath.Dir(name)
 	var tmp string
 	var f *os.File
 	for i := 0; ; i++ {
-		tmp = filepath.Join(dir, ".tmp-"+base+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)+strconv.FormatUint(tmpSeq.Add(1), 36))
+		tmp = tmpName(dir)
 		var err error
-		f, err = root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, perm)
+		f, err = root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, fs.ErrExist) || i > 100 {
-			return err
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	_, err := f.Write(data)

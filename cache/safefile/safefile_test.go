@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -94,5 +95,42 @@ func TestWriteFileInStaysInRoot(t *testing.T) {
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 3 {
 		t.Fatalf("left %d entries (a temporary file?)", len(ents))
+	}
+}
+
+// TestLongNames: a file whose name is 255 bytes (NAME_MAX) is written by
+// WriteFile, Create and WriteFileIn: the temporary name is of a fixed
+// length, not the target's with a suffix (ENAMETOOLONG past about 229
+// bytes), and none is left behind.
+func TestLongNames(t *testing.T) {
+	dir := t.TempDir()
+	name := strings.Repeat("n", 251) + ".npy"
+	if err := WriteFile(filepath.Join(dir, name), []byte("a"), 0o644); err != nil {
+		t.Fatalf("WriteFile of a 255-byte name: %v", err)
+	}
+	f, err := Create(filepath.Join(dir, "c"+name[1:]), 0o644)
+	if err != nil {
+		t.Fatalf("Create of a 255-byte name: %v", err)
+	}
+	f.Write([]byte("b"))
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if err := WriteFileIn(root, "r"+name[1:], []byte("c"), 0o644); err != nil {
+		t.Fatalf("WriteFileIn of a 255-byte name: %v", err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 3 {
+		t.Errorf("%d entries, want the 3 files and no temporary one", len(ents))
+	}
+	for _, e := range ents {
+		if st, err := os.Stat(filepath.Join(dir, e.Name())); err != nil || st.Mode().Perm() != 0o644 {
+			t.Errorf("%s: %v %v, want 0644", e.Name(), err, st.Mode())
+		}
 	}
 }

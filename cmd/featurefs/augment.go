@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/featurefs/featurefs/cache/safefile"
 	"github.com/featurefs/featurefs/extractor"
 	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/features"
@@ -188,7 +189,7 @@ func writeViewLines(out string, names []string, params []augment.Params, written
 			}
 		}
 		name := naming.Generated(augmentJSONL).Name(taken[d])
-		if err := writeOutputIn(root, filepath.Join(filepath.FromSlash(d), name), buf.Bytes(), 0o644); err != nil {
+		if err := safefile.WriteFileIn(root, filepath.Join(filepath.FromSlash(d), name), buf.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/featurefs/featurefs/cache/safefile"
@@ -289,7 +286,7 @@ func openExtractModel(a extractArgs, rt *mountopts.Options, level slog.Level) (*
 // (the service batches them), until ctx ends, showing progress. It returns
 // the counts and the first maxListedFailures failures, by image. Nothing
 // is written outside out (os.Root), and a symbolic link at an output's
-// path fails that image alone (writeOutputIn).
+// path fails that image alone (cache/safefile).
 func extractAll(ctx context.Context, images, names []string, out string, prog *progress, extract func(context.Context, string) ([]byte, error)) warmOutcome {
 	return extractEach(ctx, images, names, out, prog, func(ctx context.Context, j int) ([]byte, error) { return extract(ctx, images[j]) }, nil)
 }
@@ -338,7 +335,7 @@ loop:
 					err = root.MkdirAll(dir, 0o755)
 				}
 				if err == nil {
-					err = writeOutputIn(root, names[i], b, 0o644)
+					err = safefile.WriteFileIn(root, names[i], b, 0o644)
 				}
 				if err == nil && after != nil {
 					err = after(root, i)
@@ -358,52 +355,6 @@ loop:
 	update()
 	sort.Slice(failures, func(i, j int) bool { return failures[i].key < failures[j].key })
 	return warmOutcome{total: total, done: done.Load(), failed: failed.Load(), failures: failures, elapsed: time.Since(start)}
-}
-
-// writeOutputIn writes data to name inside root as
-// safefile.WriteFileIn does (nothing outside root is written, a symbolic
-// link at name is refused with safefile.ErrSymlink, the bytes go to a
-// temporary file made with O_EXCL|O_NOFOLLOW in name's directory and
-// renamed into place), but with a temporary name of fixed length,
-// ".tmp-" and 16 hex digits, so that it fits NAME_MAX whenever name does.
-// safefile's temporary name is name's with 26 bytes more, and an output
-// name over about 229 bytes failed with ENAMETOOLONG (issue 48 item 7).
-// The temporary name ends in no .npy, so it meets no output.
-func writeOutputIn(root *os.Root, name string, data []byte, perm iofs.FileMode) error {
-	if fi, err := root.Lstat(name); err == nil && fi.Mode()&iofs.ModeSymlink != 0 {
-		return fmt.Errorf("%s %w", name, safefile.ErrSymlink)
-	}
-	dir := filepath.Dir(name)
-	var tmp string
-	var f *os.File
-	for i := 0; ; i++ {
-		var r [8]byte
-		rand.Read(r[:])
-		tmp = filepath.Join(dir, ".tmp-"+hex.EncodeToString(r[:]))
-		var err error
-		f, err = root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, iofs.ErrExist) || i >= 100 {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	_, err := f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = root.Rename(tmp, name)
-	}
-	if err != nil {
-		root.Remove(tmp)
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
 }
 
 // extractFanOut bounds the images extract has in flight: read, queued in
