@@ -267,6 +267,23 @@ func TestPrivateFiles(t *testing.T) {
 	if n := countLines(log2.String(), "open to other users"); n != 1 {
 		t.Errorf("%d warnings for a 0755 cache directory, want 1:\n%s", n, log2.String())
 	}
+
+	// A volume (a pod's emptyDir is 0777): its mode is not the user's to
+	// change, so no WARN asks for chmod 700.
+	vol := filepath.Join(parent, "volume")
+	if err := os.Mkdir(vol, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(vol, 0o777)
+	var log3 syncBuffer
+	s, err = Open(Options{Dir: vol, MaxBytes: 8 << 20, Logger: textLogger(&log3), DirIsVolume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if strings.Contains(log3.String(), "chmod 700") || strings.Contains(log3.String(), "level=WARN") {
+		t.Errorf("a 0777 volume as the cache directory was warned about:\n%s", log3.String())
+	}
 }
 
 // TestClearDirOnCrashedFullCache: a cache left by kill -9 (write-ahead logs

@@ -55,6 +55,11 @@ type Options struct {
 	// Logger receives the store's and Badger's messages; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// DirIsVolume says Dir is a mount point of its own, such as a pod's
+	// volume (an emptyDir is 0777): its mode is the volume's, which the
+	// user cannot change, so a directory open to others is said at DEBUG,
+	// not as a WARN asking for chmod 700.
+	DirIsVolume bool
 	// SyncWrites makes every Put fsync before returning, so even a power
 	// loss loses nothing that was acknowledged. Off by default: a kill -9
 	// loses nothing either way, and a power loss can only lose the most
@@ -325,7 +330,10 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: create %s: %w", opts.Dir, err)
 	}
-	if open {
+	switch {
+	case open && opts.DirIsVolume:
+		log.Debug("cache: the cache directory is a volume open to other users (its mode is the volume's)", "dir", opts.Dir)
+	case open:
 		log.Warn("cache: the cache directory is open to other users (features derive from the images): chmod 700 it",
 			"dir", opts.Dir)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/featurestore"
+	"github.com/featurefs/featurefs/fs/mountpoint"
 	"github.com/featurefs/featurefs/mountopts"
 )
 
@@ -87,7 +88,9 @@ func openCache(o mountopts.Options, log *slog.Logger) (*cache.Store, error) {
 	deadline := time.Now().Add(lockWait)
 	for {
 		method, rawFiles := cacheCompression(o.CacheCompression)
-		store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log, Compression: method, RawFiles: rawFiles})
+		_, _, volume := mountpoint.MountedOn(o.CacheDir)
+		store, err := cache.Open(cache.Options{Dir: o.CacheDir, MaxBytes: o.CacheSize, Logger: log, Compression: method, RawFiles: rawFiles,
+			DirIsVolume: volume})
 		switch {
 		case err == nil:
 			return store, nil
@@ -130,7 +133,35 @@ func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger, 
 	if why := svc.Fallback(); why != "" {
 		warn("--" + why + " (--allow-cpu-fallback)")
 	}
+	if why := noGPUDecode(o.Decode, svc.Stats()); why != "" {
+		if !o.AllowCPUFallback {
+			svc.Close()
+			return nil, failf(exitModel, "%s %s", why, noGPUDecodeHint)
+		}
+		warn(why + ": JPEGs are decoded on the CPU (--allow-cpu-fallback)")
+	}
 	return svc, nil
+}
+
+// noGPUDecodeHint says what decodes on the CPU instead of the GPU decoder
+// that --decode gpu asked for and that cannot be had.
+const noGPUDecodeHint = "(--decode cpu or auto, or --allow-cpu-fallback, decodes on the CPU)"
+
+// noGPUDecode says, in one line, why JPEGs are not decoded on the GPU
+// that --decode gpu asked for (no GPU, no nvJPEG, a build without a GPU
+// decoder: the extractor's own words, st.JPEGDecode), or "" when decode is
+// not gpu or the GPU decodes (st.GPUDecode set). An explicit --decode gpu
+// is held to --device cuda's rule: without what it needs, exit 4, or with
+// --allow-cpu-fallback the CPU and a warning at start (docs/GPU.md);
+// --decode auto, like --device auto, falls back without a word.
+func noGPUDecode(decode string, st extractor.Stats) string {
+	if extractor.DecodeMode(decode) != extractor.DecodeGPU || st.GPUDecode != nil {
+		return ""
+	}
+	if why, ok := strings.CutPrefix(st.JPEGDecode, "cpu: "); ok && why != "" {
+		return why
+	}
+	return "--decode gpu: no GPU JPEG decoder"
 }
 
 // noDeviceHint says, in parentheses, what runs on the CPU instead of the
