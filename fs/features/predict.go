@@ -353,7 +353,7 @@ const minErrorRoom = 120
 
 // Width is the padded width of key's line, its newline included.
 func (l *PredictionLayout) Width(key string) int64 {
-	q := len(quote(key))
+	q := len(quote(key)) + len(keyB64(key))
 	top := len(`{"key": , "top": []}`) + q + l.TopK*l.entry + (l.TopK-1)*len(", ")
 	errw := len(`{"key": , "error": ""}`) + q + minErrorRoom
 	return int64(max(top, errw) + 1)
@@ -365,6 +365,7 @@ func (l *PredictionLayout) Append(b []byte, pr Prediction, pad bool) []byte {
 	start := len(b)
 	b = append(b, `{"key": `...)
 	b = append(b, quote(pr.Key)...)
+	b = append(b, keyB64(pr.Key)...)
 	if pr.Err != "" {
 		b = append(b, `, "error": `...)
 		msg := pr.Err
@@ -405,6 +406,18 @@ func (l *PredictionLayout) Append(b []byte, pr Prediction, pad bool) []byte {
 	return append(b, '\n')
 }
 
+// keyB64 is what a line of key carries after its "key" so that the key
+// can be found again: nothing for a key of valid UTF-8, else
+// `, "key_b64": "..."`, its bytes in base64 (naming.RawName: JSON writes
+// U+FFFD for each byte that is not UTF-8, which names no object).
+func keyB64(key string) string {
+	raw := naming.RawName(key)
+	if raw == "" {
+		return ""
+	}
+	return `, "key_b64": "` + raw + `"`
+}
+
 // quote is s as a JSON string.
 func quote(s string) string {
 	b, err := json.Marshal(s)
@@ -416,9 +429,12 @@ func quote(s string) string {
 
 // PredictionLine is one line of a predictions file as JSON reads it.
 type PredictionLine struct {
-	Key   string  `json:"key"`
-	Top   [][]any `json:"top,omitempty"`
-	Error string  `json:"error,omitempty"`
+	Key string `json:"key"`
+	// KeyB64 is the key's bytes in base64 where the key is not valid
+	// UTF-8 (Key then holds U+FFFD in place of the bad bytes).
+	KeyB64 string  `json:"key_b64,omitempty"`
+	Top    [][]any `json:"top,omitempty"`
+	Error  string  `json:"error,omitempty"`
 }
 
 // Top1 returns the line's top class and its name ("" without labels), ok

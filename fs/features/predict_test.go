@@ -2,12 +2,14 @@ package features
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
@@ -226,6 +228,36 @@ func TestNothingToPredictAgreesWithPredictTree(t *testing.T) {
 				t.Errorf("shard %s, %d of %d images left: NothingToPredict = %v (%d images), PredictTree predicted %d",
 					shard, len(keys)-len(skip), len(keys), nothing, n, res.Extracted+res.Failed)
 			}
+		}
+	}
+}
+
+// TestPredictionLinesNameNonUTF8Keys: a key that is not valid UTF-8 (JSON
+// writes U+FFFD for its bad bytes, which names no object) also carries
+// key_b64, its bytes, within the padded width, on top and error lines; a
+// UTF-8 key carries none.
+func TestPredictionLinesNameNonUTF8Keys(t *testing.T) {
+	m := &api.Model{Name: "m", Layers: []api.Layer{{Name: "layer0", Shape: []int64{4}}}}
+	l := NewPredictionLayout(m, nil, 2)
+	for _, pr := range []Prediction{
+		{Key: "d/\xff\xfe-bad.jpg", Top: []Class{{1, 0.5}, {0, 0.25}}},
+		{Key: "d/\xff-err.jpg", Err: strings.Repeat("corrupt ", 40)},
+		{Key: "d/ok-ü.jpg", Top: []Class{{1, 0.5}, {0, 0.25}}},
+	} {
+		line := l.Append(nil, pr, true)
+		if int64(len(line)) != l.Width(pr.Key) {
+			t.Fatalf("line %q: %d bytes, width %d", line, len(line), l.Width(pr.Key))
+		}
+		var got PredictionLine
+		if err := json.Unmarshal(line, &got); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		raw, err := base64.StdEncoding.DecodeString(got.KeyB64)
+		switch {
+		case utf8.ValidString(pr.Key) && got.KeyB64 != "":
+			t.Errorf("UTF-8 key %q has key_b64 %q", pr.Key, got.KeyB64)
+		case !utf8.ValidString(pr.Key) && (err != nil || string(raw) != pr.Key):
+			t.Errorf("line %q: key_b64 gives %q, want the key %q", line, raw, pr.Key)
 		}
 	}
 }
