@@ -52,7 +52,7 @@ func waitStoreField(t *testing.T, m *mounted, field string, want int64) {
 
 // storeObject reads one object of the feature store bucket with its user
 // metadata.
-func storeObject(t *testing.T, srv *testenv.MinIO, bucketName, key string) ([]byte, map[string]string) {
+func storeObject(t testing.TB, srv *testenv.MinIO, bucketName, key string) ([]byte, map[string]string) {
 	t.Helper()
 	out, err := srv.Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucketName), Key: aws.String(key)})
 	if err != nil {
@@ -68,7 +68,7 @@ func storeObject(t *testing.T, srv *testenv.MinIO, bucketName, key string) ([]by
 
 // storeFeature is storeObject of a feature: its .npy bytes, decoded where
 // the object is a compressed blob (featurefs-encoding ffz1).
-func storeFeature(t *testing.T, srv *testenv.MinIO, bucketName, key string) ([]byte, map[string]string) {
+func storeFeature(t testing.TB, srv *testenv.MinIO, bucketName, key string) ([]byte, map[string]string) {
 	t.Helper()
 	b, meta := storeObject(t, srv, bucketName, key)
 	if meta[featurestore.MetaEncoding] == featurestore.EncodingFFZ1 {

@@ -21,7 +21,7 @@ import (
 
 // buildImage runs scripts/mkimage (make image's builder) on the tested
 // binary and this machine's ONNX Runtime, writing out.
-func buildImage(t *testing.T, out string) []byte {
+func buildImage(t testing.TB, out string) []byte {
 	t.Helper()
 	cmd := exec.Command("go", "run", "./scripts/mkimage", "-bin", featurefsBin(t), "-ort", testenv.ORTLib(t), "-o", out)
 	cmd.Dir = testenv.RepoRoot(t)

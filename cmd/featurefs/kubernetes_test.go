@@ -157,7 +157,7 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"serve-daemonset.yaml", "training-pod-sidecar.yaml", "training-pod.yaml", "warm-job.yaml"}
+	want := []string{"serve-daemonset.yaml", "training-pod-sidecar.yaml", "warm-job.yaml"}
 	var got []string
 	for _, f := range files {
 		got = append(got, filepath.Base(f))
@@ -281,52 +281,6 @@ func TestKubernetesServeDaemonSet(t *testing.T) {
 		t.Errorf("readinessProbe %+v: want GET /healthz (serve's unauthenticated health check)", p)
 	}
 	checkImage(t, "serve-daemonset.yaml", c)
-}
-
-// The training pod that mounts featurefs itself: the mount's container
-// has SYS_ADMIN and /dev/fuse through a device plugin's resource (not
-// privileged), no AppArmor profile in the way, its mount point on a
-// volume, and the trainer reads a layer under it.
-func TestKubernetesTrainingPod(t *testing.T) {
-	pod := one[corev1.Pod](t, "training-pod.yaml")
-	if len(pod.Spec.Containers) != 1 {
-		t.Fatalf("%d containers, want 1", len(pod.Spec.Containers))
-	}
-	c := pod.Spec.Containers[0]
-	line := featurefsLine(t, c)
-	cmd, o, _, pos := parseLine(t, "training-pod.yaml", line)
-	if cmd != "mount" || len(pos) != 2 || o.FeatureStore == "" {
-		t.Fatalf("featurefs %s %v: want mount --feature-store SOURCE MOUNTPOINT", cmd, pos)
-	}
-	// Its log goes to the container's stderr (kubectl logs): a mount in
-	// the foreground, in the shell's background, without --log-file.
-	if !o.Foreground || o.LogFile != mountopts.Default().LogFile || !strings.HasSuffix(strings.TrimSpace(strings.Split(c.Args[0], "\n")[0]), " &") {
-		t.Errorf("the mount's log does not reach kubectl logs: want `featurefs mount --foreground ... &` without --log-file:\n%s", c.Args[0])
-	}
-	sc := c.SecurityContext
-	if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Add, "SYS_ADMIN") {
-		t.Errorf("securityContext %+v: want capabilities.add SYS_ADMIN (mount(2))", sc)
-	}
-	if sc != nil && sc.Privileged != nil && *sc.Privileged {
-		t.Error("privileged: this pod is the unprivileged form (a FUSE device plugin)")
-	}
-	fuse := false
-	for name := range c.Resources.Limits {
-		fuse = fuse || strings.HasSuffix(string(name), "/fuse")
-	}
-	if !fuse {
-		t.Errorf("limits %v: want a FUSE device plugin's resource (.../fuse), which puts /dev/fuse in the device cgroup", c.Resources.Limits)
-	}
-	if sc == nil || sc.AppArmorProfile == nil || sc.AppArmorProfile.Type != corev1.AppArmorProfileTypeUnconfined {
-		t.Errorf("appArmorProfile: want Unconfined (container runtimes' default profile forbids mount)")
-	}
-	if !mountedFrom(pod.Spec, c, pos[1], func(v corev1.Volume) bool { return v.EmptyDir != nil }) {
-		t.Errorf("mount point %s is not a volume of the container", pos[1])
-	}
-	if !strings.Contains(c.Args[len(c.Args)-1], pos[1]+"/features/") {
-		t.Errorf("the trainer does not read under the mount point %s:\n%s", pos[1], c.Args[len(c.Args)-1])
-	}
-	checkImage(t, "training-pod.yaml", c)
 }
 
 // The training pod with featurefs in a sidecar: a native sidecar (an init

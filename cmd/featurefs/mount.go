@@ -69,6 +69,11 @@ serve; docs/SERVE.md) and so do the models; there is no SOURCE argument.
 Flags:
 `
 
+// unmountWait bounds how long a stop waits for the unmount (mountpoint.Unmount)
+// before the process exits anyway: well inside Kubernetes' default grace
+// period of 30 s, with the cache's close after it.
+const unmountWait = 5 * time.Second
+
 // mountFlags binds every mount flag to o (the option table's Mount set).
 func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl := flag.NewFlagSet("mount", flag.ContinueOnError)
@@ -507,7 +512,14 @@ wait:
 		log.Info("featurefs: unmounted", slog.String("mountpoint", mnt))
 	} else {
 		log.Info("featurefs: unmounting", slog.String("signal", s.String()), slog.String("mountpoint", mnt))
-		mountpoint.Unmount(srv.Unmount, mnt, log)
+		if !mountpoint.Unmount(srv.Unmount, mnt, unmountWait, log) {
+			// This namespace's mount is gone, but a copy propagated into
+			// another (a pod's other container) is still read: exiting
+			// closes /dev/fuse, which ends the connection there.
+			log.Warn("featurefs: the mount is still in use in another mount namespace; exiting ends it there (its readers get ENOTCONN)",
+				slog.String("mountpoint", mnt), slog.Duration("waited", unmountWait))
+			return nil
+		}
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
