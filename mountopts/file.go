@@ -90,6 +90,7 @@ func (o *Options) apply(f reflect.Value, dir string) error {
 		if err := opt.v.load(o, v, opt.Key, dir); err != nil {
 			return err
 		}
+		o.MarkGiven(opt.Name)
 	}
 	return nil
 }

@@ -95,13 +95,15 @@ type Options struct {
 	// nvidia/*/lib folders of Python environments (--cuda-lib-dir).
 	CUDALibDir string
 	// AllowCPUFallback lets an explicitly asked-for GPU (--device cuda,
-	// cuda:N or --tensorrt) that cannot be had fall back to the CPU, with a
-	// warning on stderr, instead of failing with exit code 4
-	// (--allow-cpu-fallback). --device auto always falls back.
+	// cuda:N or --tensorrt) or GPU JPEG decoder (--decode gpu) that cannot
+	// be had fall back to the CPU, with a warning on stderr at start,
+	// instead of failing with exit code 4 (--allow-cpu-fallback). --device
+	// auto and --decode auto always fall back.
 	AllowCPUFallback bool
 	// Decode is where JPEGs are decoded: cpu (libjpeg-turbo, bit-exact
-	// with PIL), gpu (nvJPEG on the GPU for the JPEGs it takes) or auto
-	// (gpu where this GPU type passed the decode fidelity check) (--decode).
+	// with PIL), gpu (nvJPEG on the GPU for the JPEGs it takes; without a
+	// GPU or nvJPEG, exit 4 unless AllowCPUFallback) or auto (gpu where
+	// this GPU type passed the decode fidelity check, else cpu) (--decode).
 	Decode string
 	// DType is the element type of the served .npy files: float32 or float16
 	// (--dtype).
@@ -257,7 +259,28 @@ type Options struct {
 	// Serve is featurefs serve's own settings (serve.go); a mount leaves
 	// them at their defaults.
 	Serve ServeOptions
+
+	// given holds the options (their flag's name) given by a flag or a
+	// config-file key, whatever their value (MarkGiven, LoadFile):
+	// ApplyMemoryLimit leaves those alone, even at their default.
+	given map[string]bool
 }
+
+// MarkGiven records that option name (its flag, without the dashes) was
+// given, by a flag or the config file, whatever its value: a value given
+// stays what it is where a default would be sized from another option
+// (ApplyMemoryLimit). The commands call it for each flag set on the
+// command line (flag.FlagSet.Visit); LoadFile for each key in the file.
+func (o *Options) MarkGiven(name string) {
+	if o.given == nil {
+		o.given = map[string]bool{}
+	}
+	o.given[name] = true
+}
+
+// Given reports whether option name (its flag) was given by a flag or the
+// config file (MarkGiven).
+func (o *Options) Given(name string) bool { return o.given[name] }
 
 // DefaultLogFile is where a background mount logs when LogFile is empty.
 func DefaultLogFile() string { return spec.DefaultLogFile() }
@@ -643,23 +666,29 @@ const (
 	MemoryShareCacheWrite = 16 // limit / 16
 )
 
-// ApplyMemoryLimit sizes, from MemoryLimit, the bounds left at their
-// defaults (--metadata-cache-size, --decode-memory, --fetch-memory; a value given by flag
-// or config file stays) and returns the sizes of those without a flag;
-// with MemoryLimit 0 it changes nothing and returns zeros.
+// ApplyMemoryLimit sizes from MemoryLimit the bounds left to it
+// (--metadata-cache-size, --decode-memory, --fetch-memory) and returns the
+// sizes of those without a flag; with MemoryLimit 0 it changes nothing and
+// returns zeros. A bound given by a flag or a config-file key stays what
+// it was given, even the default's value (Given): whether it was given
+// decides, not its value.
 func (o *Options) ApplyMemoryLimit() MemorySizes {
 	l := o.MemoryLimit
 	if l <= 0 {
 		return MemorySizes{}
 	}
 	d := Default()
-	if o.MetadataCacheSize == d.MetadataCacheSize {
+	// left says whether bound name, v now, is the limit's to size: not
+	// given, and at its default (Options built without the table's flags
+	// or file, as tests do, may set a bound without MarkGiven).
+	left := func(name string, v, def int64) bool { return !o.Given(name) && v == def }
+	if left("metadata-cache-size", o.MetadataCacheSize, d.MetadataCacheSize) {
 		o.MetadataCacheSize = l / MemoryShareMetadata
 	}
-	if o.DecodeMemory == d.DecodeMemory {
+	if left("decode-memory", o.DecodeMemory, d.DecodeMemory) {
 		o.DecodeMemory = max(l/MemoryShareDecode, 16*MiB)
 	}
-	if o.FetchMemory == d.FetchMemory {
+	if left("fetch-memory", o.FetchMemory, d.FetchMemory) {
 		o.FetchMemory = max(l/MemoryShareFetch, 4*MiB)
 	}
 	return MemorySizes{GoLimit: l / 4 * 3, Prefetch: l / MemorySharePrefetch, Handoff: l / MemoryShareHandoff, CacheWrite: l / MemoryShareCacheWrite}

@@ -105,10 +105,12 @@ func parseInterspersed(fl *flag.FlagSet, args []string) ([]string, error) {
 // and warm: fresh options, then the --config file if the flags name one,
 // then the flags again over it (flags override the file, which overrides
 // the defaults). fresh returns the command's options with their defaults,
-// opts the mountopts.Options inside them, and bind their flag set.
+// opts the mountopts.Options inside them, and bind their flag set. Every
+// option given, by a flag or a key of the file, is marked given
+// (mountopts.Options.MarkGiven), whatever its value.
 func parseWithConfig[T any](args []string, fresh func() T, opts func(*T) *mountopts.Options, bind func(*T) *flag.FlagSet) (T, []string, error) {
 	v := fresh()
-	pos, err := parseInterspersed(bind(&v), args)
+	pos, err := parseGiven(bind(&v), opts(&v), args)
 	cfg := opts(&v).ConfigFile
 	if err != nil || cfg == "" {
 		return v, pos, err
@@ -117,9 +119,22 @@ func parseWithConfig[T any](args []string, fresh func() T, opts func(*T) *mounto
 	if err := opts(&v).LoadFile(cfg); err != nil {
 		return v, nil, err
 	}
-	pos, err = parseInterspersed(bind(&v), args)
+	pos, err = parseGiven(bind(&v), opts(&v), args)
 	opts(&v).ConfigFile = cfg
 	return v, pos, err
+}
+
+// parseGiven parses args with fl (parseInterspersed) and marks in o each
+// option whose flag the command line sets (flag.FlagSet.Visit: set, not
+// merely equal to its default).
+func parseGiven(fl *flag.FlagSet, o *mountopts.Options, args []string) ([]string, error) {
+	pos, err := parseInterspersed(fl, args)
+	fl.Visit(func(f *flag.Flag) {
+		if mountopts.Lookup(f.Name) != nil {
+			o.MarkGiven(f.Name)
+		}
+	})
+	return pos, err
 }
 
 // parseMount builds mount's options (parseWithConfig).
