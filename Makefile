@@ -51,10 +51,20 @@ demo: deps build
 
 # image: featurefs's container image, built offline (scripts/mkimage): an OCI
 # image layout archive, bin/featurefs-image.tar, named featurefs:latest
-# (podman load -i / docker load -i; docs/KUBERNETES.md). Reproducible:
-# SOURCE_DATE_EPOCH (default 0) fixes its times.
-image: build
-	$(GO) run ./scripts/mkimage -bin $(BIN) -ort "$(FEATUREFS_ORT_LIB)" -o bin/featurefs-image.tar
+# (podman load -i / docker load -i; docs/KUBERNETES.md). Reproducible: the
+# same commit gives the same bytes from any checkout path
+# (test/image_paths_test.go). Its binary, IMAGE_BIN, is built apart from
+# bin/featurefs with -trimpath (no path of the checkout or of the Go module
+# cache in it) and -buildvcs=false (no VCS stamp: `featurefs version`, from
+# git describe through -ldflags, names the commit, and a checkout git will
+# not read, another user's, still builds). SOURCE_DATE_EPOCH fixes the
+# image's times; when not set, it is the commit's time (git log -1
+# --format=%ct), 0 outside a git checkout.
+IMAGE_BIN := bin/featurefs-image-bin
+IMAGE_EPOCH = $(or $(SOURCE_DATE_EPOCH),$(shell git log -1 --format=%ct 2>/dev/null),0)
+image:
+	$(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(IMAGE_BIN) ./cmd/featurefs
+	SOURCE_DATE_EPOCH=$(IMAGE_EPOCH) $(GO) run ./scripts/mkimage -bin $(IMAGE_BIN) -ort "$(FEATUREFS_ORT_LIB)" -o bin/featurefs-image.tar
 
 # check: formatting and vet.
 check:
