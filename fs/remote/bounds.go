@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/featurefs/featurefs/fs/features"
 )
@@ -87,10 +89,31 @@ func checkKey(key string) error {
 	return nil
 }
 
+// MaxEchoBytes bounds the bytes of a client's input (a key, a model name,
+// a query parameter) that an error sent back shows: a longer one is shown
+// quoted, cut at this many bytes, then "..." and its length (echo).
+const MaxEchoBytes = 200
+
+// echo is a client's input s as an error sent back shows it: quoted
+// (strconv.Quote), and when longer than MaxEchoBytes its first
+// MaxEchoBytes bytes at most (cut before a rune, never inside one), then
+// "..." and its length in bytes, so that a 5,000-byte key is not sent
+// back whole.
+func echo(s string) string {
+	if len(s) <= MaxEchoBytes {
+		return strconv.Quote(s)
+	}
+	cut := MaxEchoBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "... (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 // public is the error a client is told: the status's sentinel with a
 // message that names the key but none of the server's paths (the source's
-// root, the cache directory: those stay in the server's log). An internal
-// error says only that.
+// root, the cache directory: those stay in the server's log), a key longer
+// than MaxEchoBytes cut (echo). An internal error says only that.
 func (s *Server) public(key string, err error) error {
 	if StatusOf(err) == StatusInternal {
 		return fmt.Errorf("%s: internal server error (the server's log has the details)", key)
@@ -105,8 +128,16 @@ func (s *Server) public(key string, err error) error {
 		msg = strings.ReplaceAll(msg, root+"/", "")
 		msg = strings.ReplaceAll(msg, root, "<source>")
 	}
-	if key != "" && StatusOf(err) != StatusBadImage && !strings.Contains(msg, key) {
-		msg = key + ": " + msg
+	shown := key
+	if len(key) > MaxEchoBytes {
+		// A key too long to send back whole is shown cut (echo),
+		// wherever the message names it.
+		shown = echo(key)
+		msg = strings.ReplaceAll(msg, strconv.Quote(key), shown)
+		msg = strings.ReplaceAll(msg, key, shown)
+	}
+	if key != "" && StatusOf(err) != StatusBadImage && !strings.Contains(msg, shown) {
+		msg = shown + ": " + msg
 	}
 	return errors.New(msg)
 }

@@ -487,7 +487,7 @@ var ErrServerTimeout = errors.New("timed out on the feature server")
 // viewParamsItem parses GET /v1/viewparams's query: the item and its view.
 func viewParamsItem(q url.Values) (BatchItem, error) {
 	bad := func(name string) (BatchItem, error) {
-		return BatchItem{}, fmt.Errorf("%s %q: %w", name, q.Get(name), errBadItem)
+		return BatchItem{}, fmt.Errorf("%s %s: %w", name, echo(q.Get(name)), errBadItem)
 	}
 	it, err := queryItem(q)
 	if err != nil {
@@ -523,7 +523,7 @@ func viewParamsItem(q url.Values) (BatchItem, error) {
 func queryItem(q url.Values) (BatchItem, error) {
 	layer, err := strconv.Atoi(q.Get("layer"))
 	if err != nil {
-		return BatchItem{}, fmt.Errorf("layer %q: want a layer index: %w", q.Get("layer"), errBadItem)
+		return BatchItem{}, fmt.Errorf("layer %s: want a layer index: %w", echo(q.Get("layer")), errBadItem)
 	}
 	return BatchItem{Model: q.Get("model"), Layer: layer, Key: q.Get("key"), ETag: q.Get("etag"), Digest: q.Get("digest")}, nil
 }

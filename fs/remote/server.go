@@ -355,7 +355,7 @@ type loadTimer interface {
 func (s *Server) version(it BatchItem) (*features.View, error) {
 	m, ok := s.ex.Model(it.Model)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w %q", it.Key, api.ErrUnknownModel, it.Model)
+		return nil, fmt.Errorf("%s: %w %s", it.Key, api.ErrUnknownModel, echo(it.Model))
 	}
 	if it.Layer < 0 || it.Layer >= len(m.Layers) {
 		return nil, fmt.Errorf("%s: %w %d of model %s (it has %d)", it.Key, api.ErrUnknownLayer, it.Layer, it.Model, len(m.Layers))
@@ -486,7 +486,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix := q.Get("prefix")
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
-		writeError(w, StatusBadRequest, fmt.Errorf("prefix %q: want \"\" or a prefix ending in /", prefix))
+		writeError(w, StatusBadRequest, fmt.Errorf("prefix %s: want \"\" or a prefix ending in /", echo(prefix)))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.itemTimeout)

@@ -55,7 +55,7 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 	}
 	model := r.URL.Query().Get("model")
 	if _, ok := s.ex.Model(model); !ok {
-		writeError(w, http.StatusNotFound, fmt.Errorf("%w %q", api.ErrUnknownModel, model))
+		writeError(w, http.StatusNotFound, fmt.Errorf("%w %s", api.ErrUnknownModel, echo(model)))
 		return
 	}
 	dir := s.cfg.ProfileDir
@@ -133,7 +133,7 @@ var probeFiller = sync.OnceValue(func() []byte {
 func (s *Server) handleProbe(w http.ResponseWriter, r *http.Request) {
 	n, err := strconv.ParseInt(r.URL.Query().Get("bytes"), 10, 64)
 	if err != nil || n < 0 || n > MaxProbeBytes {
-		writeError(w, StatusBadRequest, fmt.Errorf("bytes %q: want 0..%d", r.URL.Query().Get("bytes"), MaxProbeBytes))
+		writeError(w, StatusBadRequest, fmt.Errorf("bytes %s: want 0..%d", echo(r.URL.Query().Get("bytes")), MaxProbeBytes))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")

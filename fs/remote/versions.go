@@ -105,7 +105,7 @@ func (s *server) lags() bool {
 func (s *modelSet) version(req api.Request) (*api.Model, error) {
 	m, ok := s.byName[req.Model]
 	if !ok {
-		return nil, fmt.Errorf("extract %s: %w %q", req.Key, api.ErrUnknownModel, req.Model)
+		return nil, fmt.Errorf("extract %s: %w %s", req.Key, api.ErrUnknownModel, echo(req.Model))
 	}
 	if req.Layer < 0 || req.Layer >= len(m.Layers) {
 		return nil, fmt.Errorf("extract %s: %w %d of model %s (it has %d)", req.Key, api.ErrUnknownLayer, req.Layer, m.Name, len(m.Layers))
