@@ -3,6 +3,7 @@ package figures
 import (
 	"bufio"
 	"bytes"
+	"math"
 	"os"
 	"runtime/metrics"
 	"strconv"
@@ -120,7 +121,10 @@ func ReadProcessMemory(m *MemoryStats) {
 	m.GoStacksBytes = v(5) + v(6)
 	m.GoRuntimeBytes = max(total-m.GoHeapObjectsBytes-m.GoHeapUnusedBytes-m.GoHeapFreeBytes-m.GoHeapReleasedBytes-m.GoStacksBytes, 0)
 	m.GoHeapGoalBytes = v(7)
-	if lim := v(8); lim < 1<<62 {
+	// The runtime's "no limit" is math.MaxInt64 exactly; every other
+	// value is a limit set, however large (--memory-limit
+	// 9223372036854775807 sets three quarters of it, past 1<<62).
+	if lim := v(8); lim < math.MaxInt64 {
 		m.GoMemoryLimitBytes = lim
 	}
 	m.GoGCPercent = v(9)
