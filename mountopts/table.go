@@ -371,7 +371,7 @@ var table = []*Option{
 		Help: "run models with TensorRT on CUDA (without TensorRT's libraries: CUDA, with a warning)",
 		v:    boolean(func(o *Options) *bool { return &o.TensorRT })},
 	{Name: "allow-cpu-fallback", Key: "allow-cpu-fallback", In: sourceCmds | Extract,
-		Help: "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for cannot be had, instead of failing with exit code 4",
+		Help: "run on the CPU, with a warning, when the GPU that --device cuda[:N] or --tensorrt asks for, or the GPU JPEG decoder --decode gpu asks for, cannot be had, instead of failing with exit code 4",
 		v:    boolean(func(o *Options) *bool { return &o.AllowCPUFallback })},
 	{Name: "precision", Key: "precision", In: extractorCmds,
 		Help: "GPU arithmetic: fp32, tf32 (TF32 tensor cores) or fp16 (with --tensorrt)",
@@ -487,7 +487,7 @@ var table = []*Option{
 			return nil
 		})},
 	{Name: "memory-limit", Key: "memory-limit", In: Mount,
-		Help: "size the memory bounds left at their defaults from this one figure, e.g. 512MiB (metadata a quarter, decode memory and prefetch an eighth each, fetched objects, hand-off and cache write queue a sixteenth each) and set Go's soft memory limit to three quarters of it (GOMEMLIMIT wins); 0: off",
+		Help: "size the memory bounds not given by a flag or the config file from this one figure, e.g. 512MiB (metadata a quarter, decode memory and prefetch an eighth each, fetched objects, hand-off and cache write queue a sixteenth each) and set Go's soft memory limit to three quarters of it (GOMEMLIMIT wins); 0: off",
 		v: size(func(o *Options) *int64 { return &o.MemoryLimit }, 0, func(n int64) error {
 			if n != 0 && n < 128*MiB {
 				return failf("--memory-limit %s: must be 0 (off) or at least 128MiB, e.g. 512MiB", FormatSize(n))

@@ -142,6 +142,11 @@ func runBench(args []string) int {
 		return exitModel
 	}
 	defer svc.Close()
+	if why := noGPUDecode(rt.Decode, svc.Stats()); why != "" {
+		// As --device cuda without a GPU: bench has no fallback.
+		fmt.Fprintf(os.Stderr, "featurefs bench: %s (--decode cpu or auto decodes on the CPU)\n", why)
+		return exitModel
+	}
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
 		if err != nil {

@@ -268,6 +268,14 @@ func openExtractModel(a extractArgs, rt *mountopts.Options, level slog.Level) (*
 	if why := svc.Fallback(); why != "" {
 		fmt.Fprintf(os.Stderr, "featurefs extract: warning: --%s (--allow-cpu-fallback)\n", why)
 	}
+	if why := noGPUDecode(rt.Decode, svc.Stats()); why != "" {
+		// --device cuda's rule, as mount, serve and warm (newExtractor).
+		if !rt.AllowCPUFallback {
+			svc.Close()
+			return nil, "", extractor.Layer{}, failf(exitModel, "%s %s", why, noGPUDecodeHint)
+		}
+		fmt.Fprintf(os.Stderr, "featurefs extract: warning: %s: JPEGs are decoded on the CPU (--allow-cpu-fallback)\n", why)
+	}
 	m, _ := svc.Model(name)
 	layer, ok := m.Lookup(a.layer)
 	if !ok {
