@@ -21,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -173,6 +174,28 @@ func (p *podman) try(limit time.Duration, args ...string) (string, error) {
 		return stdout.String(), fmt.Errorf("%w\n%s", err, lastBytes(stderr.String(), 2000))
 	}
 	return stdout.String(), nil
+}
+
+// fuseDevice returns a device node for /dev/fuse's device, 0666 as on
+// a node whose udev made it (a container runtime copies a device's mode
+// from the node's).
+func (p *podman) fuseDevice(t testing.TB) string {
+	t.Helper()
+	dev := filepath.Join(p.dir, "fuse")
+	if _, err := os.Stat(dev); err == nil {
+		return dev
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/dev/fuse", &st); err != nil {
+		t.Fatalf("/dev/fuse: %v", err)
+	}
+	if err := syscall.Mknod(dev, syscall.S_IFCHR|0o666, int(st.Rdev)); err != nil {
+		t.Fatalf("mknod %s: %v", dev, err)
+	}
+	if err := os.Chmod(dev, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return dev
 }
 
 // loadImage loads the image make image builds (scripts/mkimage) and a
@@ -394,7 +417,10 @@ func (k *kubePod) start(t testing.TB, c corev1.Container, psc *corev1.PodSecurit
 		case res == corev1.ResourceMemory:
 			args = append(args, "--memory", strconv.FormatInt(q.Value(), 10))
 		case strings.HasSuffix(string(res), "/fuse"):
-			args = append(args, "--device", "/dev/fuse")
+			// As a FUSE device plugin gives it: the node's /dev/fuse,
+			// 0666 as udev makes it (this machine's is 0600, which keeps
+			// fusermount3, opening it as the calling user, out).
+			args = append(args, "--device", k.p.fuseDevice(t)+":/dev/fuse")
 		}
 	}
 	vars := map[string]string{}
@@ -960,4 +986,96 @@ func stopSidecarWhileReading(t *testing.T, f *clusterFixture, n int) {
 		k.cleanup()
 	}
 	t.Logf("%d stops of the sidecar with a reader active: the longest took %v (grace period %v)", n, worst, spec.TerminationGracePeriodSeconds)
+}
+
+// TestNonRootMountInPodman: a mount by the image's own user (65532), with
+// SYS_ADMIN in the bounding set only (as a Kubernetes runtime gives it:
+// test/nocaps), which mounts and unmounts through the setuid fusermount3,
+// on a volume shared with the node: it mounts, serves the node, and on
+// SIGTERM unmounts and exits 0 leaving no mount behind and no
+// "failed to open /etc/mtab" (reported at 06087ba, whose image had no
+// /etc/mtab; Debian's fusermount3 3.14 here unmounts without one, so this
+// test passes with or without it: the image has it all the same).
+func TestNonRootMountInPodman(t *testing.T) {
+	p := newPodman(t)
+	p.loadImages(t)
+	work := t.TempDir()
+	src := filepath.Join(work, "src")
+	writeJPEG(t, filepath.Join(src, "train", "cat", "a.jpg"), 64, 48, 1)
+	if err := os.Chmod(filepath.Join(work), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err == nil {
+			mode := os.FileMode(0o644)
+			if d.IsDir() {
+				mode = 0o755
+			}
+			os.Chmod(p, mode)
+		}
+		return err
+	})
+	models := filepath.Join(work, "models")
+	mkdirMode(t, models, 0o755)
+	if b, err := os.ReadFile(testenv.OddModel(t, "tiny")); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(models, "tiny.onnx"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bidi := corev1.MountPropagationBidirectional
+	fuse := corev1.ResourceList{"smarter-devices/fuse": resource.MustParse("1")}
+	spec := corev1.PodSpec{
+		Volumes: []corev1.Volume{
+			{Name: "mnt", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+			{Name: "models", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "models"}}},
+		},
+		Containers: []corev1.Container{{
+			Name: "featurefs", Image: "featurefs:latest", Command: []string{"/tools/nocaps", "featurefs"},
+			Args: []string{"mount", "--foreground", "--allow-other", "--model=tiny=/models/tiny.onnx", "--cache-dir=/var/cache/featurefs", "/data", "/mnt/features"},
+			// SYS_ADMIN added reaches the bounding set only, as a
+			// Kubernetes runtime gives it to a non-root user (test/nocaps
+			// makes podman do the same): the image's user mounts and
+			// unmounts through the setuid fusermount3.
+			SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}},
+			Resources:       corev1.ResourceRequirements{Limits: fuse},
+			StartupProbe:    &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"featurefs", "stats", "/mnt/features"}}}, PeriodSeconds: 1, FailureThreshold: 60},
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "mnt", MountPath: "/mnt/features", MountPropagation: &bidi},
+				{Name: "cache", MountPath: "/var/cache/featurefs"},
+				{Name: "data", MountPath: "/data", ReadOnly: true},
+				{Name: "models", MountPath: "/models", ReadOnly: true},
+				{Name: "tools", MountPath: "/tools", ReadOnly: true},
+			},
+		}},
+	}
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "tools", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "tools"}}})
+	tools := filepath.Join(work, "tools")
+	mkdirMode(t, tools, 0o755)
+	build := exec.Command(testenv.GoTool(t), "build", "-trimpath", "-o", filepath.Join(tools, "nocaps"), "./test/nocaps")
+	build.Dir = testenv.RepoRoot(t)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building test/nocaps: %v\n%s", err, b)
+	}
+	k := p.startPod(t, "nonroot", spec, podEnv{claims: map[string]string{"data": src, "models": models, "tools": tools}})
+	if u := strings.TrimSpace(p.run(time.Minute, "inspect", "--format", "{{.Config.User}}", k.ctrName("featurefs"))); !slices.Contains([]string{"featurefs", "65532", "65532:65532"}, u) {
+		t.Fatalf("the mount runs as %q, want the image's user", u)
+	}
+	vol := k.vols["mnt"]
+	if _, err := os.ReadFile(filepath.Join(vol, "features", "tiny", "layer0", "train", "cat", "a.npy")); err != nil {
+		t.Fatalf("a feature through the non-root mount, read on the node: %v\n%s", err, k.logs("featurefs"))
+	}
+	code, took := k.stopOne(t, "featurefs")
+	logs := k.logs("featurefs")
+	if code != 0 || took > k.grace() {
+		t.Errorf("the non-root mount exited %d after %v on SIGTERM, want 0 within %v:\n%s", code, took, k.grace(), logs)
+	}
+	if strings.Contains(logs, "mtab") || strings.Contains(logs, "unmount failed") {
+		t.Errorf("the non-root mount could not unmount cleanly:\n%s", logs)
+	}
+	if left := fuseMountsUnder(t, vol); len(left) > 0 {
+		t.Errorf("the non-root mount left mounts on the node after it exited: %v", left)
+	}
 }

@@ -168,6 +168,10 @@ func collect(bin, ort string) ([]entry, error) {
 		entry{name: "/etc/group", typ: tar.TypeReg, mode: 0o644, data: []byte("root:x:0:\n" + userName + ":x:" + id + ":\n")},
 		// mount(8)'s fuse.conf: let --allow-other work for the non-root user.
 		entry{name: "/etc/fuse.conf", typ: tar.TypeReg, mode: 0o644, data: []byte("user_allow_other\n")},
+		// fusermount3 reads /etc/mtab to unmount: without it a mount by
+		// the non-root user cannot be unmounted ("failed to open
+		// /etc/mtab") and stays after the process exits.
+		entry{name: "/etc/mtab", typ: tar.TypeSymlink, mode: 0o777, link: "/proc/self/mounts"},
 		entry{name: homeDir, typ: tar.TypeDir, mode: 0o700, uid: userID, gid: userID},
 		entry{name: "/tmp", typ: tar.TypeDir, mode: 0o1777},
 		entry{name: "/models", typ: tar.TypeDir, mode: 0o755},
