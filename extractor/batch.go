@@ -194,6 +194,10 @@ type schedConfig struct {
 	// then (memtrim.go).
 	idle      func()
 	idleAfter time.Duration
+	// afterBatch, when set, is called by an inference loop after each
+	// batch it ran (memtrim.go: the C heap's free chunks are bounded
+	// while the mount works, not only once it is idle).
+	afterBatch func()
 	// gpu, when set, decodes the JPEGs it takes on a GPU (--decode gpu).
 	gpu *gpuDecodeLoop
 	// entered, when set (tests), is called with each call that passes
@@ -1057,6 +1061,9 @@ func (s *scheduler) runBatch(dev int, ln *lane, batch []*call, bs int, inb, outb
 	d.batches.Add(1)
 	d.items.Add(int64(n))
 	s.ranSinceIdle.Store(true)
+	if s.cfg.afterBatch != nil {
+		s.cfg.afterBatch()
+	}
 	if g.from != nil {
 		s.n.splitBatches.Add(1)
 		s.n.splitItems.Add(int64(n))

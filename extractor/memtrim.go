@@ -3,7 +3,13 @@ package extractor
 // #include <malloc.h>
 import "C"
 
-import "runtime/debug"
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+)
 
 // Activation buffers (ONNX Runtime runs CPU sessions without its arena,
 // ort.go) come from the C heap and are reused run after run: what one Run
@@ -17,14 +23,67 @@ import "runtime/debug"
 // heap while batches run; and the scheduler trims the heaps once it has
 // had no work for a second (schedConfig.idle), so an idle mount holds
 // what its sessions hold, not the last batch's activations.
+//
+// arenaMax bounds glibc's arenas. By default glibc makes up to 8 per core,
+// one for each thread that meets a locked one: the decode workers, ONNX
+// Runtime's threads and Go's cgo threads each freed buffers into arenas of
+// their own, which no other thread reused, and each arena kept up to
+// trimThreshold. Measured at 06087ba (1M entries, defaults, prefetch
+// busy): 374 MiB of free chunks, 7 MiB in use; MALLOC_ARENA_MAX=2, 34
+// MiB. Two arenas on a 2-core host cost no measurable extraction speed
+// (docs/bench/memory.md).
+//
+// busyTrimFree is what free chunks the C heap may hold while the mount
+// works: an inference loop past it after a batch trims the heaps, at most
+// once every busyTrimEvery (trimBusy), so a busy mount (prefetch of a whole
+// tree) holds its activations, not every arena's high-water mark; the idle
+// trim alone never ran while prefetch kept the scheduler busy.
 const (
 	mmapThreshold = 32 << 20
 	trimThreshold = 256 << 20
+	arenaMax      = 2
+	busyTrimFree  = 64 << 20
+	busyTrimEvery = time.Second
 )
 
 func init() {
 	C.mallopt(C.M_MMAP_THRESHOLD, mmapThreshold)
 	C.mallopt(C.M_TRIM_THRESHOLD, trimThreshold)
+	C.mallopt(C.M_ARENA_MAX, arenaMax)
+}
+
+// busyTrim rate-limits trimBusy.
+var busyTrim struct {
+	sync.Mutex
+	last  time.Time // GUARDED_BY(busyTrim)
+	count int64     // GUARDED_BY(busyTrim)
+}
+
+// trimBusy is called by the inference loops after every batch
+// (schedConfig.afterBatch): it trims the C heap when its free chunks exceed
+// busyTrimFree, at most once every busyTrimEvery. glibc counts a trimmed
+// chunk as free still (its pages are handed back, not the chunk), so past
+// the bound this trims once a second while batches run: malloc_trim of a
+// few hundred MiB of heap takes about a millisecond, and the pages a next
+// batch touches again fault back in.
+func trimBusy() {
+	busyTrim.Lock()
+	defer busyTrim.Unlock()
+	if time.Since(busyTrim.last) < busyTrimEvery {
+		return
+	}
+	busyTrim.last = time.Now()
+	if _, free := cHeap(); free > busyTrimFree {
+		trimCHeap()
+		busyTrim.count++
+	}
+}
+
+// busyTrims returns how many times trimBusy trimmed.
+func busyTrims() int64 {
+	busyTrim.Lock()
+	defer busyTrim.Unlock()
+	return busyTrim.count
 }
 
 // releaseMemory hands freed memory back to the operating system: Go's heap
@@ -49,3 +108,16 @@ func cHeap() (inUse, free int64) {
 // session (its weights and arena) was destroyed and when the scheduler has
 // been idle.
 func trimCHeap() { C.malloc_trim(0) }
+
+// rssBytes returns the process's resident set (statm), 0 when unknown.
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, res int64
+	if _, err := fmt.Sscan(string(b), &size, &res); err != nil {
+		return 0
+	}
+	return res * int64(os.Getpagesize())
+}

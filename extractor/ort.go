@@ -356,7 +356,13 @@ type ortSession struct {
 	// costs cuDNN an algorithm search, so a few shapes are run, not every
 	// partial batch size.
 	pow2 bool
+	// cost is the C heap the session holds, measured at its opening
+	// (Service.newPool): its weights and plan.
+	cost int64
 }
+
+// memBytes is the C heap the session holds (sessionPool.stats).
+func (o *ortSession) memBytes() int64 { return o.cost }
 
 // newORTSession loads the pruned model onnx with one input and one output.
 // fixed is the batch size the graph fixes (0: any): run then feeds ONNX
@@ -627,6 +633,20 @@ func (p *sessionPool) stats() (live int, created, evicted int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.entries), p.created, p.evicted
+}
+
+// bytes returns the C heap the open sessions hold, as measured when each
+// was opened (0 for a session that does not say).
+func (p *sessionPool) bytes() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for _, e := range p.entries {
+		if m, ok := e.s.(interface{ memBytes() int64 }); ok {
+			n += m.memBytes()
+		}
+	}
+	return n
 }
 
 // close destroys every idle session; sessions still held are destroyed on

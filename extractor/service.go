@@ -195,6 +195,8 @@ type Service struct {
 	decodeWhy string
 	once      sync.Once
 	prof      profileState // compute profiles (profile.go)
+	// opening serializes opening sessions, on every device (newPool).
+	opening sync.Mutex
 }
 
 // New loads the models and starts the service. The ONNX Runtime library is
@@ -289,12 +291,27 @@ func (s *Service) newPool(dev deviceChoice) *sessionPool {
 		if err != nil {
 			return nil, err
 		}
+		// Sessions open one at a time, with Go's garbage and the C heap's
+		// free pages handed back before and after: opening ResNet-50 to
+		// layer18 (90 MiB of weights) takes 250 MiB more for a moment
+		// (the pruned bytes, ONNX Runtime's parse and its reordered
+		// weights), and two at once, or beside the last batch's free
+		// chunks, had the mount's peak over --memory-limit.
+		s.opening.Lock()
+		defer s.opening.Unlock()
+		releaseMemory()
 		t := time.Now()
+		in0, _ := cHeap()
 		sess, err := newORTSession(b, m.Input, l.Tensor, m.InputShape, l.Shape, m.FixedBatch, sc)
+		peak := rssBytes()
+		releaseMemory()
 		if err != nil {
 			return nil, fmt.Errorf("model %s %s: %w", m.Name, l.Name, err)
 		}
-		s.log.Debug("session opened", "model", m.Name, "layer", l.Name, "device", dev.String(), "took", time.Since(t))
+		in1, _ := cHeap()
+		sess.cost = max(in1-in0, 0)
+		s.log.Debug("session opened", "model", m.Name, "layer", l.Name, "device", dev.String(), "took", time.Since(t),
+			"c_heap_bytes", sess.cost, "rss_after_open", peak)
 		return sess, nil
 	})
 }
@@ -317,21 +334,22 @@ func (s *Service) schedConfig() schedConfig {
 		})
 	}
 	return schedConfig{
-		workers:   s.cfg.Workers + fetchAhead(s.cfg.Workers),
-		decoders:  s.cfg.Workers,
-		maxWait:   s.cfg.MaxWait,
-		maxCalls:  s.cfg.MaxPending,
-		tokens:    s.cfg.Workers + fetchAhead(s.cfg.Workers) + (len(s.pick.devs)+1)*largest,
-		maxPixels: s.cfg.MaxPixels,
-		decode:    newDecodeBudget(s.cfg.DecodeMemory),
-		fetch:     newDecodeBudget(s.cfg.FetchMemory),
-		dtype:     s.cfg.DType,
-		log:       s.log,
-		batchSize: s.chooseBatch,
-		inflight:  s.cfg.InFlight,
-		alloc:     func(dev, n int) ([]float32, func()) { return allocs[dev](n) },
-		idle:      trimCHeap,
-		gpu:       s.gpuDec,
+		workers:    s.cfg.Workers + fetchAhead(s.cfg.Workers),
+		decoders:   s.cfg.Workers,
+		maxWait:    s.cfg.MaxWait,
+		maxCalls:   s.cfg.MaxPending,
+		tokens:     s.cfg.Workers + fetchAhead(s.cfg.Workers) + (len(s.pick.devs)+1)*largest,
+		maxPixels:  s.cfg.MaxPixels,
+		decode:     newDecodeBudget(s.cfg.DecodeMemory),
+		fetch:      newDecodeBudget(s.cfg.FetchMemory),
+		dtype:      s.cfg.DType,
+		log:        s.log,
+		batchSize:  s.chooseBatch,
+		inflight:   s.cfg.InFlight,
+		alloc:      func(dev, n int) ([]float32, func()) { return allocs[dev](n) },
+		idle:       trimCHeap,
+		afterBatch: trimBusy,
+		gpu:        s.gpuDec,
 	}
 }
 
@@ -560,7 +578,9 @@ func (s *Service) Stats() Stats {
 		st.GPUDecode = &GPUDecodeStats{Decoded: g.decoded.Load(), Refused: g.refused.Load(), Failed: g.failed.Load(),
 			KeptOnCPU: g.cpuKinds.Load(), Batches: g.batches.Load(), Seconds: time.Duration(g.nanos.Load()).Seconds()}
 	}
+	var sessionBytes int64
 	for _, p := range s.pools {
+		sessionBytes += p.bytes()
 		live, created, evicted := p.stats()
 		st.Sessions += live
 		st.SessionsCreated += created
@@ -571,6 +591,7 @@ func (s *Service) Stats() Stats {
 		DecodeBytes: s.sched.cfg.decode.inUse(), DecodeMaxBytes: s.sched.cfg.decode.max(),
 		FetchedBytes: s.sched.cfg.fetch.inUse(), FetchMaxBytes: s.sched.cfg.fetch.max(), Fetchers: s.sched.cfg.workers,
 		CHeapInUseBytes: inUse, CHeapFreeBytes: free,
+		SessionBytes: sessionBytes, BusyTrims: busyTrims(),
 	}
 	if g := s.gpuDec; g != nil {
 		st.Memory.GPUPixelBytes, st.Memory.GPUPixelMaxBytes = g.pix.inUse(), g.pix.max()

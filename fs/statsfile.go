@@ -65,6 +65,7 @@ func (f *FS) memoryStats(st *figures.Stats) *figures.MemoryStats {
 	add("metadata", "--metadata-cache-size", t.MetadataMaxBytes, figures.Used(t.MetadataBytes))
 	if xm := st.Extractor.Memory; xm != nil {
 		m.CHeapInUseBytes, m.CHeapFreeBytes = xm.CHeapInUseBytes, xm.CHeapFreeBytes
+		m.SessionBytes, m.BusyTrims = xm.SessionBytes, xm.BusyTrims
 		add("decode", "--decode-memory", xm.DecodeMaxBytes, figures.Used(xm.DecodeBytes))
 		add("fetched_objects", "--fetch-memory", xm.FetchMaxBytes, figures.Used(xm.FetchedBytes))
 		if xm.GPUPixelMaxBytes > 0 {

@@ -238,6 +238,12 @@ type ExtractorMemory struct {
 	// CHeapFreeBytes what malloc holds free, not yet handed back.
 	CHeapInUseBytes int64 `json:"c_heap_in_use_bytes"`
 	CHeapFreeBytes  int64 `json:"c_heap_free_bytes"`
+	// SessionBytes is the C heap the open ONNX Runtime sessions hold, each
+	// measured when it was opened (its weights and plan).
+	SessionBytes int64 `json:"session_bytes"`
+	// BusyTrims counts the C heap's trims between batches (its free
+	// chunks past 64 MiB while the scheduler was busy).
+	BusyTrims int64 `json:"busy_trims"`
 	// GPUPixelBytes is the bytes of images decoded on the GPU and not yet
 	// resized (--decode gpu), against GPUPixelMaxBytes (--decode-memory,
 	// a budget apart from DecodeMaxBytes); both 0 without a GPU decoder.

@@ -49,6 +49,13 @@ type MemoryStats struct {
 	// from the extractor in this process (0 for a --remote mount).
 	CHeapInUseBytes int64 `json:"c_heap_in_use_bytes"`
 	CHeapFreeBytes  int64 `json:"c_heap_free_bytes"`
+	// SessionBytes is the part of CHeapInUseBytes the open ONNX Runtime
+	// sessions hold (each measured when opened: weights and plan);
+	// BusyTrims counts the C heap's trims between batches, its free
+	// chunks past 64 MiB while the extractor was busy (extractor,
+	// memtrim.go).
+	SessionBytes int64 `json:"session_bytes"`
+	BusyTrims    int64 `json:"busy_trims"`
 	// IdleReleases counts the times the mount, idle after some work,
 	// handed its free memory back to the operating system.
 	IdleReleases int64 `json:"idle_releases"`
