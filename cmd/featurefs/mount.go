@@ -385,6 +385,14 @@ func serve(o mountopts.Options, source, mnt string, rep *reporter) (err error) {
 		return err
 	}
 	defer logc.Close()
+	if o.MemoryLimit > 0 && !o.Remote.Enabled() {
+		// --memory-limit is the whole process's: one the models cannot
+		// run in is refused before anything is mounted.
+		if need, why := o.MemoryNeed(); o.MemoryLimit < need {
+			return failf(exitUsage, "--memory-limit %s is less than the models need, at least %s (raise it, or give the models a process of their own: featurefs serve)",
+				mountopts.FormatSize(o.MemoryLimit), why)
+		}
+	}
 	mem := o.ApplyMemoryLimit()
 	if mem.GoLimit > 0 {
 		if env := os.Getenv("GOMEMLIMIT"); env != "" {
