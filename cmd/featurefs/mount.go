@@ -74,6 +74,26 @@ Flags:
 // period of 30 s, with the cache's close after it.
 const unmountWait = 5 * time.Second
 
+// unmountWithin runs unmount and reports whether it returned within wait.
+// go-fuse's unmount returns only once its request loops end, which a copy
+// of the mount in use in another mount namespace (a pod's other container,
+// HostToContainer) prevents; the caller then exits, and closing /dev/fuse
+// ends the connection there (its readers get ENOTCONN). The goroutine is
+// left behind only in that case, for the process's last moments.
+func unmountWithin(unmount func(), wait time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		unmount()
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(wait):
+		return false
+	}
+}
+
 // mountFlags binds every mount flag to o (the option table's Mount set).
 func mountFlags(o *mountopts.Options) *flag.FlagSet {
 	fl := flag.NewFlagSet("mount", flag.ContinueOnError)
@@ -535,7 +555,7 @@ wait:
 		log.Info("featurefs: unmounted", slog.String("mountpoint", mnt))
 	} else {
 		log.Info("featurefs: unmounting", slog.String("signal", s.String()), slog.String("mountpoint", mnt))
-		if !mountpoint.Unmount(srv.Unmount, mnt, unmountWait, log) {
+		if !unmountWithin(func() { mountpoint.Unmount(srv.Unmount, mnt, log) }, unmountWait) {
 			// This namespace's mount is gone, but a copy propagated into
 			// another (a pod's other container) is still read: exiting
 			// closes /dev/fuse, which ends the connection there.

@@ -75,38 +75,25 @@ func Check(dir string, allowNonempty bool, log *slog.Logger) error {
 
 // Unmount calls un (the FUSE server's unmount), retrying while the mount is
 // busy, then detaches the mount lazily: it goes once its last user leaves.
-// It waits at most wait for all that and reports whether it ended: go-fuse's
-// unmount returns only once its request loops have, and they run until the
-// last copy of the mount is gone. A copy propagated into another mount
-// namespace and in use there (a pod's other container, whose volume has
-// HostToContainer propagation, reading through it) keeps them running
-// after this namespace's mount is gone; the caller should then exit: the
-// kernel ends the connection once the server's /dev/fuse descriptor is
-// closed, and the copy answers ENOTCONN. log may be nil.
-func Unmount(un func() error, dir string, wait time.Duration, log *slog.Logger) bool {
+// go-fuse's unmount returns only once its request loops have, and they run
+// until the last copy of the mount is gone: a copy propagated into another
+// mount namespace and in use there (a pod's other container reading
+// through it) keeps them running, so a caller that must end in time waits
+// for Unmount with a bound (cmd/featurefs: unmountWithin). log may be nil.
+func Unmount(un func() error, dir string, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		var err error
-		for range 5 {
-			if err = un(); err == nil {
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
+	var err error
+	for range 5 {
+		if err = un(); err == nil {
+			return
 		}
-		log.Warn("featurefs: mount busy; detaching it lazily", slog.String("mountpoint", dir), slog.Any("err", err))
-		if err := detach(dir); err != nil {
-			log.Error("featurefs: unmount failed", slog.String("mountpoint", dir), slog.Any("err", err))
-		}
-	}()
-	select {
-	case <-ended:
-		return true
-	case <-time.After(wait):
-		return false
+		time.Sleep(200 * time.Millisecond)
+	}
+	log.Warn("featurefs: mount busy; detaching it lazily", slog.String("mountpoint", dir), slog.Any("err", err))
+	if err := detach(dir); err != nil {
+		log.Error("featurefs: unmount failed", slog.String("mountpoint", dir), slog.Any("err", err))
 	}
 }
 

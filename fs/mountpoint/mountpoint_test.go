@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -85,32 +84,14 @@ func TestUnmountRetriesThenDetaches(t *testing.T) {
 			return errors.New("busy")
 		}
 		return nil
-	}, t.TempDir(), time.Minute, nil)
+	}, t.TempDir(), nil)
 	if calls != 3 {
 		t.Errorf("unmount called %d times, want 3 (two busy, then done)", calls)
 	}
 	calls = 0
-	if !Unmount(func() error { calls++; return errors.New("busy") }, t.TempDir(), time.Minute, nil) {
-		t.Error("an unmount that failed and then detached reports it did not end")
-	}
+	Unmount(func() error { calls++; return errors.New("busy") }, t.TempDir(), nil)
 	if calls != 5 {
 		t.Errorf("a mount that stays busy: unmount called %d times, want 5", calls)
-	}
-}
-
-// TestUnmountGivesUpOnAServerThatWaits: go-fuse's unmount blocks until
-// its request loops end, which a copy of the mount in use in another
-// mount namespace prevents; Unmount returns false after its wait instead
-// of blocking the process's exit (a pod's grace period).
-func TestUnmountGivesUpOnAServerThatWaits(t *testing.T) {
-	block := make(chan struct{})
-	defer close(block)
-	start := time.Now()
-	if Unmount(func() error { <-block; return nil }, t.TempDir(), 300*time.Millisecond, nil) {
-		t.Fatal("Unmount reported an unmount that never returned as ended")
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Unmount returned after %v, want about its wait (300ms)", d)
 	}
 }
 
