@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,8 +26,9 @@ type model struct {
 	Model
 
 	g        *graph.Model
-	weight   int64   // bytes of the ONNX file
-	actBytes []int64 // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
+	file     *os.File // what g reads its weights from (detach); nil when it holds them
+	weight   int64    // bytes of the ONNX file
+	actBytes []int64  // per layer: per-sample bytes of all tensors up to it (upper bound of activation memory)
 
 	// bufs holds one sample's input buffers, shared by the model's image
 	// lanes and by the versions that replace it (Reload keeps the input
@@ -61,13 +63,43 @@ func LayersTable(name, path string, cfg Config) (string, error) {
 }
 
 // pruned returns the model pruned at layer l. The bytes are not kept: only
-// the session made from them is (bounded by the session pool).
+// the session made from them is (bounded by the session pool). Its weights
+// are read back from the model's file (detach); when the file no longer
+// holds the ones loaded, the error matches ErrModelReplaced and
+// graph.ErrSourceChanged.
 func (m *model) pruned(l Layer) ([]byte, error) {
 	b, err := m.g.Prune(l.Tensor)
 	if err != nil {
-		return nil, fmt.Errorf("model %s: prune at %s (%s): %w", m.Name, l.Name, l.Tensor, err)
+		return nil, m.pruneError(fmt.Sprintf("prune at %s (%s)", l.Name, l.Tensor), err)
 	}
 	return b, nil
+}
+
+// pruneError wraps an error of pruning m (what names the pruned model): a
+// changed file's as a replaced version's, which a reload of the file
+// serves.
+func (m *model) pruneError(what string, err error) error {
+	if errors.Is(err, graph.ErrSourceChanged) {
+		return fmt.Errorf("model %s (%.12s): %s: %w since it was loaded: %w", m.Name, m.Digest, what, ErrModelReplaced, err)
+	}
+	return fmt.Errorf("model %s: %s: %w", m.Name, what, err)
+}
+
+// detach lets go of the bytes m was parsed from (the whole file, nearly
+// all weights: 98 MiB for ResNet-50, in the Go heap for as long as the
+// version is loaded): its graph reads the weights of each pruned model
+// back from f, the file they were read from, checked against the hashes
+// its digests cover (graph.Model.Detach). f is the open file, not the
+// path, so a version whose file was replaced by a rename still opens
+// sessions; one rewritten in place fails them (pruned). m keeps f open
+// for its life; the os.File's cleanup closes it once m is garbage.
+func (m *model) detach(f *os.File) error {
+	g, err := m.g.Detach(f)
+	if err != nil {
+		return fmt.Errorf("model %s: %w", m.Name, err)
+	}
+	m.g, m.file = g, f
+	return nil
 }
 
 // loadModel reads ms.Path and finds its layers, their per-sample shapes and
@@ -118,12 +150,36 @@ func readModelFile(path string) ([]byte, error) {
 	return data, err
 }
 
+// openModelFile is readModelFile that also returns the file, open (for
+// model.detach).
+func openModelFile(path string) (*os.File, []byte, error) {
+	f, data, err := spec.OpenRegular(path, MaxModelFileBytes)
+	if errors.Is(err, spec.ErrFileTooLarge) {
+		return nil, nil, fmt.Errorf("%w: %w", err, ErrModelTooLarge)
+	}
+	return f, data, err
+}
+
 func loadModel(ms ModelSpec) (*model, error) {
-	data, err := readModelFile(ms.Path)
+	f, data, err := openModelFile(ms.Path)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", ms.Name, err)
 	}
-	return loadModelData(ms, data)
+	return loadModelFile(ms, f, data)
+}
+
+// loadModelFile is loadModelData of the bytes read from f, detached from
+// them (model.detach); f is closed unless the model keeps it.
+func loadModelFile(ms ModelSpec, f *os.File, data []byte) (*model, error) {
+	m, err := loadModelData(ms, data)
+	if err == nil {
+		err = m.detach(f)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return m, nil
 }
 
 // loadModelData is loadModel of the file's bytes, read by readModelFile.

@@ -105,12 +105,13 @@ func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
 	if !ok {
 		return nil, false, fmt.Errorf("reload: %w %q", ErrUnknownModel, name)
 	}
-	data, err := readModelFile(old.spec.Path)
+	f, data, err := openModelFile(old.spec.Path)
 	if err != nil {
 		return nil, false, fmt.Errorf("model %s: %w: %w", name, ErrReloadRefused, err)
 	}
 	sum := graph.Sum256(data)
 	if hex.EncodeToString(sum[:]) == old.Digest {
+		f.Close()
 		return old.public(), false, nil
 	}
 	// The file read, the parse, the pruned copy and the check
@@ -118,7 +119,7 @@ func (s *Service) Reload(name string) (m *Model, changed bool, err error) {
 	// the previous: handed back to the system, or a mount's resident
 	// memory grows by them with every reload.
 	defer releaseMemory()
-	nm, err := loadModelData(old.spec, data) // read once: the digest's bytes are the ones loaded
+	nm, err := loadModelFile(old.spec, f, data) // read once: the digest's bytes are the ones loaded
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: %w", ErrReloadRefused, err)
 	}

@@ -125,7 +125,7 @@ func (s *Service) openSplitSession(m *model, k sessionKey, sc sessionConfig) (in
 	}
 	b, err := m.g.PruneFrom(k.from, to.Tensor)
 	if err != nil {
-		return nil, fmt.Errorf("model %s: prune %s..%s: %w", m.Name, k.from, to.Name, err)
+		return nil, m.pruneError(fmt.Sprintf("prune %s..%s", k.from, to.Name), err)
 	}
 	t := time.Now()
 	sess, err := newORTSession(b, k.from, to.Tensor, fromShape, to.Shape, m.FixedBatch, sc)

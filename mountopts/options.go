@@ -695,35 +695,36 @@ func (o *Options) ApplyMemoryLimit() MemorySizes {
 }
 
 // What the models take of --memory-limit (MemoryNeed), measured with
-// ResNet-50 (97 MiB file) on the CPU: its parsed graph stays in Go's heap
-// (one file's bytes per model); opening a session takes, for a moment,
-// about 2.5 times its weights (the pruned bytes, ONNX Runtime's parse and
-// its reordered weights: layer18, 90 MiB of weights, took the process from
-// 288 to 562 MiB before settling at 90 MiB more); and a process with no
-// model holds MemoryBaseNeed (Go's runtime, the libraries, Badger's
-// memtables and caches).
+// ResNet-50 (97 MiB file) on the CPU: its parsed graph holds no weights
+// (they are read back from the file when a session opens), and the file's
+// bytes, read whole while the model loads, are garbage before any session
+// opens; opening a session takes, for a moment, about 2.5 times its
+// weights (the pruned bytes, ONNX Runtime's parse and its reordered
+// weights: layer18, 90 MiB of weights, took the process from 288 to 562
+// MiB before settling at 90 MiB more); and a process with no model holds
+// MemoryBaseNeed (Go's runtime, the libraries, Badger's memtables and
+// caches).
 const (
 	MemorySessionOpenFactor = 5 // halves: 2.5 x the largest model's file
 	MemoryBaseNeed          = 128 * MiB
 )
 
-// MemoryNeed returns the least --memory-limit the models can run in: the
-// parsed graph of every model, opening a session of the largest one, and
-// the process's base (MemorySessionOpenFactor, MemoryBaseNeed), with a
-// line naming those parts. A model file that cannot be read counts 0 (the
-// model's own load reports it).
+// MemoryNeed returns the least --memory-limit the models can run in:
+// opening a session of the largest one and the process's base
+// (MemorySessionOpenFactor, MemoryBaseNeed), with a line naming those
+// parts. A model file that cannot be read counts 0 (the model's own load
+// reports it).
 func (o *Options) MemoryNeed() (int64, string) {
-	var graphs, largest int64
+	var largest int64
 	for _, m := range o.Models {
 		fi, err := os.Stat(m.Path)
 		if err != nil {
 			continue
 		}
-		graphs += fi.Size()
 		largest = max(largest, fi.Size())
 	}
 	open := largest * MemorySessionOpenFactor / 2
-	need := graphs + open + MemoryBaseNeed
-	return need, fmt.Sprintf("%s: the models' graphs %s, opening a session of the largest %s, the process's base %s",
-		FormatSize(need), FormatSize(graphs), FormatSize(open), FormatSize(MemoryBaseNeed))
+	need := open + MemoryBaseNeed
+	return need, fmt.Sprintf("%s: opening a session of the largest model %s, the process's base %s",
+		FormatSize(need), FormatSize(open), FormatSize(MemoryBaseNeed))
 }

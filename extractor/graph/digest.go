@@ -134,12 +134,14 @@ func (d *digester) of(name string) ([sha256.Size]byte, error) {
 	}
 	var th [sha256.Size]byte
 	if t, ok := d.m.inits[name]; ok {
-		h := sha256.New()
-		writeStr(h, "initializer")
-		if err := hashTensor(h, t); err != nil {
-			return th, err
+		if t.spill != nil {
+			th = t.spill.sum // Detach hashed it, as initSum does here
+		} else {
+			var err error
+			if th, err = initSum(t); err != nil {
+				return th, err
+			}
 		}
-		h.Sum(th[:0])
 		d.tensor[name] = th
 		if t.external {
 			d.external[name] = true

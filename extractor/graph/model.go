@@ -3,6 +3,7 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 )
 
@@ -20,12 +21,15 @@ var ErrUnknownTensor = errors.New("graph: unknown tensor")
 var ErrNotCut = errors.New("graph: tensor does not separate the outputs from the graph inputs")
 
 // Model is a parsed ONNX model. It keeps the bytes it was parsed from (not a
-// copy) and must not outlive changes to them. A Model is safe for concurrent
-// use.
+// copy) and must not outlive changes to them, unless Detach made it one that
+// reads its large initializers back from the file. A Model is safe for
+// concurrent use.
 type Model struct {
-	top     []field // ModelProto fields
-	graphAt int     // index of the graph field in top
-	gfields []field // GraphProto fields
+	data    []byte      // what Parse parsed (Detach finds the fields' offsets in it)
+	src     io.ReaderAt // where detached initializers are read from (Detach); nil when none is
+	top     []field     // ModelProto fields
+	graphAt int         // index of the graph field in top
+	gfields []field     // GraphProto fields
 
 	irVersion int64
 	opset     int64 // default-domain opset version, 0 when not imported
@@ -81,6 +85,7 @@ type tensor struct {
 	external bool
 	msg      []byte // the TensorProto message
 	raw      []byte // the whole field in GraphProto, for initializers
+	spill    *spill // where its field is in the model's source, for a detached initializer (Detach)
 }
 
 // valueInfo is a ValueInfoProto.
@@ -106,7 +111,7 @@ func Parse(data []byte) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{graphAt: -1}
+	m := &Model{data: data, graphAt: -1}
 	for i, f := range top {
 		switch f.num {
 		case fModelIRVersion:

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -67,7 +68,7 @@ func (m *Model) prune(from string, outputs []string) ([]byte, error) {
 		}
 		out.add(f.raw)
 	}
-	return out.bytes(), nil
+	return out.bytes(m.src)
 }
 
 // distinctOutputs checks that every output is a tensor of the model and
@@ -160,7 +161,12 @@ func (m *Model) prunedGraph(from string, outs []string, needed map[string]bool, 
 			if err != nil {
 				return nil, err
 			}
-			if needed[t.name] {
+			if !needed[t.name] {
+				break
+			}
+			if sp := m.inits[t.name].spill; sp != nil {
+				g.addSpill(sp)
+			} else {
 				g.add(f.raw)
 			}
 		case fGraphInput:
@@ -311,22 +317,35 @@ func encodeValueInfo(name string, elem int32, hasShape bool, dims []dim) []byte 
 }
 
 // pieces is a serialized message kept as the slices it is made of (mostly
-// the source file's own fields) until bytes copies them once into a buffer
-// of the exact size. A model's pruned copy is about as big as the file
-// (100 MB for ResNet-50): appending it field by field regrew and recopied
-// the buffer, each time in one memmove that the Go scheduler cannot
-// preempt, which held up the garbage collector's stack scan and with it
-// every goroutine of a 2-CPU mount for 400 ms (docs/MODELS.md, "Reload").
+// the source file's own fields, or where to read them in it for a detached
+// model) until bytes copies them once into a buffer of the exact size. A
+// model's pruned copy is about as big as the file (100 MB for ResNet-50):
+// appending it field by field regrew and recopied the buffer, each time in
+// one memmove that the Go scheduler cannot preempt, which held up the
+// garbage collector's stack scan and with it every goroutine of a 2-CPU
+// mount for 400 ms (docs/MODELS.md, "Reload").
 type pieces struct {
-	parts [][]byte
+	parts []piece
 	n     int
+}
+
+// piece is bytes in memory, or a detached initializer read from the
+// model's source.
+type piece struct {
+	b  []byte
+	sp *spill
 }
 
 func (p *pieces) add(b []byte) {
 	if len(b) > 0 {
-		p.parts = append(p.parts, b)
+		p.parts = append(p.parts, piece{b: b})
 		p.n += len(b)
 	}
+}
+
+func (p *pieces) addSpill(sp *spill) {
+	p.parts = append(p.parts, piece{sp: sp})
+	p.n += int(sp.n)
 }
 
 func (p *pieces) addAll(q *pieces) {
@@ -339,14 +358,26 @@ func (p *pieces) addAll(q *pieces) {
 // garbage collection waiting to scan its stack) until it is done.
 const copyChunk = 256 << 10
 
-// bytes returns the pieces joined, copied at most copyChunk bytes at a time.
-func (p *pieces) bytes() []byte {
+// bytes returns the pieces joined, copied at most copyChunk bytes at a
+// time, the detached initializers read from src straight into place and
+// checked (spill.read).
+func (p *pieces) bytes(src io.ReaderAt) ([]byte, error) {
 	out := make([]byte, p.n)
 	at := 0
-	for _, b := range p.parts {
-		at += copyPreemptible(out[at:], b)
+	for _, pc := range p.parts {
+		if pc.sp == nil {
+			at += copyPreemptible(out[at:], pc.b)
+			continue
+		}
+		if src == nil {
+			return nil, fmt.Errorf("graph: initializer %q is detached and the model has no source", pc.sp.name)
+		}
+		if err := pc.sp.read(src, out[at:at+int(pc.sp.n)]); err != nil {
+			return nil, err
+		}
+		at += int(pc.sp.n)
 	}
-	return out
+	return out, nil
 }
 
 // copyPreemptible is copy(dst, src) in copyChunk steps, yielding between

@@ -23,25 +23,40 @@ var ErrFileTooLarge = errors.New("file too large")
 // meanwhile is read to that size (one snapshot), one that shrinks to what
 // it holds. The errors name path.
 func ReadRegular(path string, max int64) ([]byte, error) {
+	f, data, err := OpenRegular(path, max)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	return data, nil
+}
+
+// OpenRegular is ReadRegular that also returns the file, open: what a
+// caller reads of it later is read from the file it read (the same inode,
+// whatever replaces the path since). The caller closes it.
+func OpenRegular(path string, max int64) (*os.File, []byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, err
+		f.Close()
+		return nil, nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %w", path, ErrNotRegular)
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", path, ErrNotRegular)
 	}
 	if fi.Size() > max {
-		return nil, fmt.Errorf("%s: %d bytes, over %d bytes: %w", path, fi.Size(), max, ErrFileTooLarge)
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %d bytes, over %d bytes: %w", path, fi.Size(), max, ErrFileTooLarge)
 	}
 	data := make([]byte, fi.Size())
 	n, err := io.ReadFull(f, data)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return nil, err
+		f.Close()
+		return nil, nil, err
 	}
-	return data[:n], nil
+	return f, data[:n], nil
 }
