@@ -724,6 +724,7 @@ func (s *Store) OpenFile(k Key, verified FileID) (*os.File, int64, FileID, bool,
 			}
 		}
 		out, size = f, p.recLen
+		s.auto.handed.add(i) // never compacted under a holder (compact.go)
 		return nil
 	})
 	if errors.Is(err, errNotRawFile) {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/featurefs/featurefs/cache/codec"
 )
 
 // helperEnv selects what TestHelperProcess does when the test binary runs
@@ -26,13 +28,21 @@ const helperEnv = "FEATUREFS_CACHE_HELPER"
 //	                                    1.5 s (an unmounted mount closing the rest), Close
 //	FEATUREFS_CACHE_HELPER=writer DIR N  open DIR, Put keys N, N+1, ... from 4 goroutines,
 //	                                    printing "put K" after each Put returns, until killed
+//	FEATUREFS_CACHE_HELPER=compactor DIR STEP  open DIR under auto (compacting after 20 ms
+//	                                    idle), print "ready"; with STEP (intent, renamed,
+//	                                    committed) print "at ID" at that step of the first
+//	                                    compaction and stop there, until killed
 func TestHelperProcess(t *testing.T) {
 	mode := os.Getenv(helperEnv)
 	if mode == "" {
 		return
 	}
 	args := strings.Fields(os.Getenv(helperEnv + "_ARGS"))
-	s, err := Open(Options{Dir: args[0], MaxBytes: 4 << 30, Logger: quietLogger()})
+	opts := Options{Dir: args[0], MaxBytes: 4 << 30, Logger: quietLogger()}
+	if mode == "compactor" {
+		opts.Compression, opts.RawFiles, opts.CompactAfter = codec.S2, true, 20*time.Millisecond
+	}
+	s, err := Open(opts)
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(3)
@@ -52,6 +62,18 @@ func TestHelperProcess(t *testing.T) {
 			os.Exit(4)
 		}
 		os.Exit(0)
+	case "compactor":
+		if len(args) > 1 && args[1] != "random" {
+			hook := func(name string, i id) {
+				if name == args[1] {
+					fmt.Printf("at %s\n", i)
+					select {}
+				}
+			}
+			s.auto.testStep.Store(&hook)
+		}
+		fmt.Println("ready")
+		select {}
 	case "writer":
 		first, _ := strconv.Atoi(args[1])
 		var next atomic.Int64

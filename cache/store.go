@@ -78,13 +78,22 @@ type Options struct {
 	// every value in Badger (as before files: for comparison). Values of
 	// either kind are read whatever it is.
 	FileThreshold int64
-	// RawFiles stores the values that go to files of their own (a raw
-	// record of at least FileThreshold bytes) as they are, whatever
-	// Compression says: Compression then applies to the small values
-	// kept in Badger only. For large features the codec costs the CPU
-	// that a GPU host runs out of (an S2 Put of an 803 KB feature about
-	// 2.6 ms against 0.9 ms raw) to save 23% of their disk (docs/CACHE.md).
+	// RawFiles is the auto policy (the mount's --cache-compression auto)
+	// for the values that go to files of their own (a raw record of at
+	// least FileThreshold bytes): Compression applies to the small values
+	// kept in Badger only, and a large value is compressed with
+	// zeros-elision on the write path only where the codec's measured CPU
+	// is at most 5% of the measured extraction time of a feature
+	// (SetWorkload: a CPU host), else written raw (a GPU host, whose epoch
+	// 1 runs out of CPU); raw files are compacted at rest, with the same
+	// codec, once the store has seen no work for CompactAfter
+	// (compact.go, docs/CACHE.md).
 	RawFiles bool
+	// CompactAfter is, with RawFiles, how long the store must see no work
+	// (no read, Put, Has or Delete, no change in Workload.Activity) before
+	// it compacts raw files; zero means DefaultCompactAfter, negative
+	// never.
+	CompactAfter time.Duration
 	// Inspect opens the store for tools such as featurefs cache stats and
 	// clear: nothing is evicted and no background work runs, and when
 	// MaxBytes is zero the budget reported is the one the store was last
@@ -128,8 +137,24 @@ type Stats struct {
 	// none).
 	Compression string `json:"compression,omitempty"`
 	// RawFiles: Compression applies to the values kept in Badger only;
-	// those in files of their own (large features) are stored raw.
+	// those in files of their own (large features) follow the auto
+	// policy: raw, or zeros-elision where the codec is a small share of
+	// the extraction, raw files compacted at rest.
 	RawFiles bool `json:"raw_files,omitempty"`
+	// AutoCompressedPuts counts the large values the auto policy
+	// compressed on the write path; ExtractSecondsPerFeature and
+	// CodecSecondsPerMB are what it last measured: the extraction's
+	// compute time per feature (0: not known) and zeros-elision's CPU per
+	// MB of raw bytes on this host (0: not measured yet).
+	AutoCompressedPuts       int64   `json:"auto_compressed_puts,omitempty"`
+	ExtractSecondsPerFeature float64 `json:"extract_seconds_per_feature,omitempty"`
+	CodecSecondsPerMB        float64 `json:"codec_seconds_per_mb,omitempty"`
+	// Compactions counts raw files compacted at rest, CompactionSavedBytes
+	// the bytes that saved, CompactionsAbandoned the compactions given up
+	// because work appeared.
+	Compactions          int64 `json:"compactions,omitempty"`
+	CompactionSavedBytes int64 `json:"compaction_saved_bytes,omitempty"`
+	CompactionsAbandoned int64 `json:"compactions_abandoned,omitempty"`
 	// PutRawBytes and PutStoredBytes are the bytes Put since the store was
 	// opened, before and after compression; CompressionRatio is their
 	// ratio (0 before any Put).
@@ -255,6 +280,7 @@ type Store struct {
 	fds          fdCache
 	wrote        wroteFiles
 	fileVerifies atomic.Int64 // OpenFile's CRC passes (tests)
+	auto         autoState    // the auto policy and the compactor (compact.go)
 	log          *slog.Logger
 	bopts        badger.Options
 	lock         *dirLock
@@ -419,6 +445,7 @@ func Open(opts Options) (*Store, error) {
 		syncWrites:   opts.SyncWrites,
 		fileThresh:   fileThreshold(opts.FileThreshold),
 		rawFiles:     opts.RawFiles,
+		auto:         autoState{on: opts.RawFiles && fileThreshold(opts.FileThreshold) > 0, after: opts.CompactAfter},
 		reclaimAfter: reclaimThreshold(opts.MaxBytes),
 		log:          log,
 		bopts:        bo,
@@ -438,6 +465,13 @@ func Open(opts Options) (*Store, error) {
 		log.Warn("cache: make the cache files private", "dir", opts.Dir, "err", err)
 	}
 	s.updateReserve()
+	if !readOnly && !opts.Inspect {
+		if err := s.recoverCompaction(); err != nil {
+			db.Close()
+			lk.release()
+			return nil, err
+		}
+	}
 	if err := s.loadIndex(); err != nil {
 		db.Close()
 		lk.release()
@@ -475,6 +509,16 @@ func Open(opts Options) (*Store, error) {
 		return s, nil
 	}
 	go s.loop()
+	if s.auto.on && !readOnly {
+		if s.auto.after == 0 {
+			s.auto.after = DefaultCompactAfter
+		}
+		if s.auto.after > 0 {
+			s.auto.pending.Store(1) // raw files of earlier mounts may wait
+			s.auto.done = make(chan struct{})
+			go s.compactLoop()
+		}
+	}
 	s.mu.Lock()
 	over := s.bytes > s.maxBytes
 	s.mu.Unlock()
@@ -674,19 +718,33 @@ func (s *Store) ReadAt(k Key, dst []byte, off int64) (n int, size int64, ok bool
 // buffer; or, when partial is set and the value is in a file, partial on
 // the open file instead), pinning the entry against eviction meanwhile,
 // and keeps the hit, miss and recency accounting. An error matching
-// errChecksum drops the entry and is a miss.
+// errChecksum drops the entry and is a miss, unless the entry verifies
+// under its stripe lock (its file was replaced meanwhile: a compaction at
+// rest, a Put of the same bytes): then it is read once more.
 func (s *Store) read(k Key, fn func(rec []byte, owned bool) error, partial func(*os.File, filePtr) error) (bool, error) {
 	i := k.id()
+	s.auto.ops.Add(1)
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
 		return false, ErrClosed
 	}
+	for try := 0; ; try++ {
+		found, again, err := s.readOnce(k, i, fn, partial, try == 0)
+		if !again {
+			return found, err
+		}
+	}
+}
+
+// readOnce is one try of read; again asks for another (retry allowed and
+// the entry was replaced under the read).
+func (s *Store) readOnce(k Key, i id, fn func(rec []byte, owned bool) error, partial func(*os.File, filePtr) error, retry bool) (ok, again bool, err error) {
 	s.mu.Lock()
 	if _, ok := s.idx.lookup(i); !ok {
 		s.mu.Unlock()
 		s.misses.Add(1)
-		return false, nil
+		return false, false, nil
 	}
 	s.pins[i]++
 	s.mu.Unlock()
@@ -722,19 +780,21 @@ func (s *Store) read(k Key, fn func(rec []byte, owned bool) error, partial func(
 	switch {
 	case err == nil && found:
 		s.hits.Add(1)
-		return true, nil
+		return true, false, nil
 	case err == nil:
 		// Indexed but not stored: the index was stale (a concurrent
 		// Delete, or an earlier failed write). Forget it.
 		s.dropIfBad(k, i, nil)
 		s.misses.Add(1)
-		return false, nil
+		return false, false, nil
 	case errors.Is(err, errChecksum):
-		s.dropIfBad(k, i, err)
+		if s.dropIfBad(k, i, err) && retry {
+			return false, true, nil
+		}
 		s.misses.Add(1)
-		return false, nil
+		return false, false, nil
 	}
-	return false, fmt.Errorf("cache: get %s: %w", i, err)
+	return false, false, fmt.Errorf("cache: get %s: %w", i, err)
 }
 
 // readValue runs fn on the stored record for i: in Badger (owned false),
@@ -783,9 +843,10 @@ func (s *Store) readValue(i id, fn func(rec []byte, owned bool) error, partial f
 }
 
 // dropIfBad deletes the entry for i if, under its stripe lock, its value is
-// still missing or still fails verification. A checksum failure is counted
-// and logged once, by the caller that deletes it.
-func (s *Store) dropIfBad(k Key, i id, cause error) {
+// still missing or still fails verification, and reports whether it found
+// it intact instead. A checksum failure is counted and logged once, by the
+// caller that deletes it.
+func (s *Store) dropIfBad(k Key, i id, cause error) (intact bool) {
 	st := s.stripe(i)
 	st.Lock()
 	defer st.Unlock()
@@ -795,9 +856,9 @@ func (s *Store) dropIfBad(k Key, i id, cause error) {
 	}, nil)
 	switch {
 	case err == nil && found:
-		return // replaced by a good value meanwhile
+		return true // replaced by a good value meanwhile
 	case err != nil && !errors.Is(err, errChecksum):
-		return // cannot tell; leave it
+		return false // cannot tell; leave it
 	case err != nil:
 		cause = err
 	}
@@ -822,12 +883,14 @@ func (s *Store) dropIfBad(k Key, i id, cause error) {
 		s.checksumFailures.Add(1)
 		s.log.Warn("cache: checksum failure, entry deleted", "key", k.Object, "model", k.ModelDigest, "layer", k.Layer, "id", i.String(), "err", cause)
 	}
+	return false
 }
 
 // Has reports whether k is stored, without reading or verifying the value
 // and without counting a hit or miss.
 func (s *Store) Has(k Key) bool {
 	i := k.id()
+	s.auto.ops.Add(1)
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
@@ -847,17 +910,33 @@ func (s *Store) Put(k Key, v []byte) error {
 		return fmt.Errorf("%w: %d bytes for %s (limit %d bytes, cache budget %d bytes)", ErrTooLarge, len(v), k.Object, s.maxValue, s.maxBytes)
 	}
 	i := k.id()
+	s.auto.ops.Add(1)
+	auto := false
 	if s.fileThresh > 0 && (s.compression == 0 || s.rawFiles) && int64(headerLen+4*numChunks(len(v))+len(v)) >= s.fileThresh {
-		return s.putFile(k, i, v)
+		// A file of its own. Under auto (compact.go), compressed where
+		// the codec is a small share of the extraction, else raw.
+		if auto = s.auto.on && k.kind() == kindFeature && s.autoCompresses(len(v)); !auto {
+			return s.putRawFile(k, i, v)
+		}
 	}
 	bp := recordBuf(recordCap(len(v)))
-	rec := s.encode(*bp, i, k, v)
+	var rec []byte
 	defer func() { // Badger has copied rec by then (db.Update commits before it returns)
 		if cap(rec) == cap(*bp) {
 			*bp = rec[:0]
 			recPool.Put(bp)
 		}
 	}()
+	if auto {
+		var err error
+		rec, err = s.encodeAuto(*bp, i, v, int(spec.DType(k.DType).Size()))
+		if err != nil || len(rec)-headerLen >= len(v) {
+			return s.putRawFile(k, i, v) // it does not shrink
+		}
+		s.auto.autoPuts.Add(1)
+	} else {
+		rec = s.encode(*bp, i, k, v)
+	}
 	stored := storedLen(rec, len(v))
 	s.gate.RLock()
 	defer s.gate.RUnlock()
@@ -875,6 +954,14 @@ func (s *Store) Put(k Key, v []byte) error {
 		return s.commitFile(k, i, v, stored, encodePtr(i, rec, len(rec)), rec)
 	}
 	return s.commitPut(k, i, v, stored, rec, tmpFile{})
+}
+
+// putRawFile is putFile, under auto noting a raw file for the compactor.
+func (s *Store) putRawFile(k Key, i id, v []byte) error {
+	if s.auto.on {
+		s.auto.pending.Add(1)
+	}
+	return s.putFile(k, i, v)
 }
 
 // putFile is Put of an uncompressed value to a file: its header and chunk
@@ -1044,6 +1131,7 @@ func (s *Store) deleteVictims(vs []victim) {
 // Delete removes k. Deleting a missing key is not an error.
 func (s *Store) Delete(k Key) error {
 	i := k.id()
+	s.auto.ops.Add(1)
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
@@ -1168,6 +1256,13 @@ func (s *Store) Stats() Stats {
 		st.Compression = s.compression.String()
 		st.RawFiles = s.rawFiles && s.fileThresh > 0
 	}
+	if a := &s.auto; a.on {
+		st.AutoCompressedPuts = a.autoPuts.Load()
+		st.ExtractSecondsPerFeature = time.Duration(a.extractNs.Load()).Seconds()
+		st.CodecSecondsPerMB = float64(a.codecPs.Load()) * 1e6 / 1e12
+		st.Compactions, st.CompactionSavedBytes = a.compactions.Load(), a.compactSaved.Load()
+		st.CompactionsAbandoned = a.compactAborts.Load()
+	}
 	if st.PutStoredBytes > 0 {
 		st.CompressionRatio = float64(st.PutRawBytes) / float64(st.PutStoredBytes)
 	}
@@ -1221,6 +1316,9 @@ func (s *Store) Close() error {
 		s.lock.markClosing()
 		close(s.quit)
 		<-s.done
+		if s.auto.done != nil {
+			<-s.auto.done
+		}
 		s.gate.Lock()
 		defer s.gate.Unlock()
 		s.forgetAllFiles()

@@ -69,7 +69,12 @@ type Options struct {
 	// evicted beyond it (--cache-size, e.g. 10GiB).
 	CacheSize int64
 	// CacheCompression is how features are compressed in the cache
-	// (--cache-compression): s2 (the default), zstd-fastest, zstd, or off.
+	// (--cache-compression): auto (the default: S2 for the small features
+	// kept in Badger; a large feature compressed with zeros-elision where
+	// the codec's measured CPU is at most 5% of the measured extraction
+	// time of a feature, as on a CPU host, else written raw and compacted
+	// once the mount has been idle 10 s; docs/CACHE.md), s2, zeros,
+	// zstd-fastest, zstd, or off.
 	CacheCompression string
 	// FeatureStoreCompression is how features are written to the feature
 	// store (--feature-store-compression): s2 (the default), zstd-fastest,

@@ -293,6 +293,7 @@ func New(cfg Config) (*Pipeline, error) {
 	p.cfg.Extractor = observedExtractor{Extractor: cfg.Extractor, o: &p.obs, now: cfg.Now}
 	p.pf = newPrefetcher(p, cfg.Prefetch)
 	p.predicting = newBudget(p.pf.maxInFlight, p.pf.maxBytes)
+	p.tellCache(true)
 	return p, nil
 }
 
@@ -447,5 +448,6 @@ func (p *Pipeline) Close() error {
 	p.pf.close()
 	p.owner.Close()
 	p.writes.close(p.cfg.CacheDrainTimeout)
+	p.tellCache(false)
 	return nil
 }
