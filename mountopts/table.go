@@ -344,7 +344,7 @@ var table = []*Option{
 			return nil
 		})},
 	{Name: "cache-compression", Key: "cache-compression", In: sourceCmds,
-		Help: "how features are compressed in the cache: auto (s2 for features under 64 KiB, raw for larger ones, whose codec costs the CPU a GPU host runs out of), s2, zeros, zstd-fastest, zstd or off",
+		Help: "how features are compressed in the cache: auto (s2 for features under 64 KiB; a larger one compressed where the codec is a small share of its extraction, as on a CPU host, else written raw and compacted once the mount is idle), s2, zeros, zstd-fastest, zstd or off",
 		v: str(func(o *Options) *string { return &o.CacheCompression }, "auto", func(s string) error {
 			if _, err := codec.ParseMethod(s); s != "off" && s != "auto" && err != nil {
 				return failf("--cache-compression %q: auto, s2, zeros, zstd-fastest, zstd or off", s)

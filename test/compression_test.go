@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"testing"
+	"time"
 )
 
 // TestCacheCompression reads a layer through a mount with
@@ -12,7 +13,8 @@ import (
 // --cache-compression off, zstd, and the default (auto), the mount serves
 // every file from the cache, byte for byte the same, computing nothing: a
 // cache holds values written either way. A fresh cache with the default
-// keeps these large (layer12, 803 KB) features raw.
+// (auto) on this CPU host holds these large (layer12, 803 KB) features at
+// 1/1.5 of their raw bytes or less.
 func TestCacheCompression(t *testing.T) {
 	d := genDataset(t, "--classes", "2", "--train", "4", "--val", "0")
 	names := featureNames(d.keys(t))
@@ -54,8 +56,12 @@ func TestCacheCompression(t *testing.T) {
 		m2.Unmount(t)
 	}
 
-	// The default on a fresh cache: S2 for what Badger keeps, the large
-	// layer12 features raw in their files (issue 37 item 2).
+	// The default on a fresh cache (auto) on this CPU host, where the
+	// codec is a small share of a layer12 extraction: the features are
+	// compressed, on the write path once the extraction's cost is
+	// measured, and any written raw before that compacted once the mount
+	// is idle: the cache holds them at 1/1.5 of their raw bytes or less
+	// (issue 49 item 7; raw at cfad1cf: 1.00x).
 	m3 := testMount(t, mountConfig{Source: d.Dir, Args: []string{"--prefetch", "off"}})
 	got := readLayer(t, m3, names)
 	for key, b := range want {
@@ -67,9 +73,18 @@ func TestCacheCompression(t *testing.T) {
 	st3 := mountStats(t, m3)
 	c3 := st3["cache"].(map[string]any)
 	if c, _ := c3["compression"].(string); c != "s2" || c3["raw_files"] != true {
-		t.Errorf("default cache compression %q, raw_files %v; want s2 with raw files", c, c3["raw_files"])
+		t.Errorf("default cache compression %q, raw_files %v; want s2 with the auto policy for large features", c, c3["raw_files"])
 	}
-	if raw, stored := statsField(t, st3, "cache.put_raw_bytes"), statsField(t, st3, "cache.put_stored_bytes"); raw == 0 || stored != raw {
-		t.Errorf("default: %d bytes put raw, %d stored; want the large features stored raw", raw, stored)
+	raw3 := statsField(t, st3, "cache.put_raw_bytes")
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		held := statsField(t, mountStats(t, m3), "cache.bytes")
+		if raw3 > 0 && float64(raw3)/float64(held) >= 1.5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("default on a CPU host: the cache holds %d bytes of %d raw 90 s after the reads; want at most 1/1.5 (stats: %v)", held, raw3, mountStats(t, m3)["cache"])
+		}
+		time.Sleep(time.Second)
 	}
 }
