@@ -204,13 +204,13 @@ func TestReplacedArchiveServesNewMembers(t *testing.T) {
 		renameInto(t, src, s.oldTar)
 		m := testMount(t, mountConfig{Source: src, Args: ttl})
 		dir := filepath.Join(m.Layer(testLayer), "good")
-		dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		dfd, err := retryEINTR(func() (int, error) { return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0) })
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer unix.Close(dfd)
 		openAt := func(name string, flags int) (*os.File, error) {
-			fd, err := unix.Openat(dfd, name, flags|unix.O_RDONLY, 0)
+			fd, err := retryEINTR(func() (int, error) { return unix.Openat(dfd, name, flags|unix.O_RDONLY, 0) })
 			if err != nil {
 				return nil, err
 			}

@@ -116,8 +116,15 @@ func torchViews(t *testing.T, views []byte) string {
 // os.getxattr and Go's os package retry: the kernel answers EINTR for a
 // FUSE request a signal interrupted (the Go runtime's own, here).
 func getxattr(path, name string, buf []byte) (int, error) {
+	return retryEINTR(func() (int, error) { return unix.Getxattr(path, name, buf) })
+}
+
+// retryEINTR calls f until it is not interrupted, as Go's os package and
+// Python (PEP 475) retry open: a Go runtime signal that lands while the
+// kernel waits on the mount makes a raw unix.Open* answer EINTR.
+func retryEINTR(f func() (int, error)) (int, error) {
 	for {
-		n, err := unix.Getxattr(path, name, buf)
+		n, err := f()
 		if err != unix.EINTR {
 			return n, err
 		}
