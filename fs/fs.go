@@ -25,6 +25,7 @@ import (
 	"github.com/featurefs/featurefs/fs/internal/lru"
 	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/fs/naming"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // Config is the tree's own settings: what the FUSE tree needs beyond the
@@ -82,6 +83,12 @@ type FS struct {
 	// srv is the mount's server (Mount), for registering backing files.
 	srv atomic.Pointer[fuse.Server]
 
+	// arraySnaps keeps the array views' listing snapshots (arrays.go);
+	// arrayEnvV is what they read through, made once.
+	arraySnaps   *views.Snapshots
+	arrayEnvOnce sync.Once
+	arrayEnvV    *views.ArrayEnv
+
 	// owner owns the tree's own goroutines: kernel checks and
 	// invalidations; closed by Close.
 	owner *lifetime.Owner
@@ -135,6 +142,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		seen[m.Name] = true
 	}
 	f.ns = namespace.New(p, cfg, f.listed, f.listingDropped)
+	f.arraySnaps = views.NewSnapshots(f.metadataTTL, f.ns.MetadataBytes()/2, f.clock)
 	if ab, ok := pc.Bucket.(*archive.Bucket); ok {
 		// The archive indexes kept in memory count in the metadata
 		// budget with the kernel's entries (budget.go).

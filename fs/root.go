@@ -17,7 +17,7 @@ import (
 // once.
 const FailuresFile = "failures"
 
-// rootDir is the mount's root: features/, predictions/ and .featurefs/. The whole tree
+// rootDir is the mount's root: features/, arrays/, predictions/ and .featurefs/. The whole tree
 // down to the layer directories is built once, when the root is attached,
 // from persistent inodes.
 type rootDir struct {
@@ -29,7 +29,7 @@ type rootDir struct {
 var _ = (gofs.NodeOnAdder)((*rootDir)(nil))
 var _ = (gofs.NodeGetattrer)((*rootDir)(nil))
 
-// OnAdd builds features/<model>/..., predictions/<model>/, .featurefs/stats
+// OnAdd builds features/<model>/..., arrays/<model>/, predictions/<model>/, .featurefs/stats
 // and .featurefs/failures.
 func (r *rootDir) OnAdd(ctx context.Context) {
 	features := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "features")})
@@ -37,6 +37,13 @@ func (r *rootDir) OnAdd(ctx context.Context) {
 	for _, m := range r.fs.models {
 		md := features.NewPersistentInode(ctx, &modelDir{fs: r.fs, model: m}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "features", m.Name)})
 		features.AddChild(m.Name, md, true)
+	}
+	arrays := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "arrays")})
+	r.AddChild("arrays", arrays, true)
+	for _, m := range r.fs.models {
+		g := newArrayGroup(r.fs, features.GetChild(m.Name), m.Name)
+		ad := arrays.NewPersistentInode(ctx, g, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('A', "g", m.Name)})
+		arrays.AddChild(m.Name, ad, true)
 	}
 	preds := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "predictions")})
 	r.AddChild("predictions", preds, true)

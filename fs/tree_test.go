@@ -17,7 +17,7 @@ func TestTreeShape(t *testing.T) {
 	b.put("top.jpeg", []byte("top"))
 	e := testMount(t, b)
 
-	if got := names(t, e.mnt); !same(got, []string{"features/", "predictions/", ".featurefs/"}) {
+	if got := names(t, e.mnt); !same(got, []string{"features/", "arrays/", "predictions/", ".featurefs/"}) {
 		t.Errorf("root = %q", got)
 	}
 	if got := names(t, e.path("features")); !same(got, []string{"tiny/"}) {
@@ -28,6 +28,14 @@ func TestTreeShape(t *testing.T) {
 	}
 	if got := names(t, e.path("features", "tiny", "layer1")); !same(got, []string{"train/", "top.npy"}) {
 		t.Errorf("layer dir = %q (README.txt must not show)", got)
+	}
+	if got := names(t, e.path("arrays", "tiny")); !same(got, []string{"layer0/", "layer0.npy", "layer0.labels.npy", "layer0.rows.jsonl",
+		"layer1/", "layer1.npy", "layer1.labels.npy", "layer1.rows.jsonl", "layer2/", "layer2.npy", "layer2.labels.npy", "layer2.rows.jsonl",
+		"pool/", "pool.npy", "pool.labels.npy", "pool.rows.jsonl"}) {
+		t.Errorf("arrays/tiny = %q", got)
+	}
+	if got := names(t, e.path("arrays", "tiny", "layer1")); !same(got, []string{"train/", "train.npy", "train.labels.npy", "train.rows.jsonl"}) {
+		t.Errorf("arrays/tiny/layer1 = %q (directories and their arrays only)", got)
 	}
 	if got := names(t, e.path("features", "tiny", "layer1", "train")); !same(got, []string{"cat/", "dog/"}) {
 		t.Errorf("train = %q", got)

@@ -59,8 +59,12 @@ func npyShapeRepr(shape []int64) string {
 // space-padded dict ending in '\n') for a C-order array of the given shape
 // and dtype, exactly as numpy's np.save writes it. Its length is a multiple
 // of 64.
-func NPYHeader(shape []int64, dt DType) []byte {
-	dict := "{'descr': '" + npyDescr(dt) + "', 'fortran_order': False, 'shape': " + npyShapeRepr(shape) + ", }"
+func NPYHeader(shape []int64, dt DType) []byte { return NPYHeaderOf(npyDescr(dt), shape) }
+
+// NPYHeaderOf is NPYHeader for any numpy dtype descriptor, such as "<i8"
+// (int64: the labels of an array view, fs/views).
+func NPYHeaderOf(descr string, shape []int64) []byte {
+	dict := "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + npyShapeRepr(shape) + ", }"
 	if len(shape) > 0 {
 		if n := npyGrowthDigits - len(strconv.FormatInt(shape[0], 10)); n > 0 {
 			dict += strings.Repeat(" ", n)
