@@ -102,7 +102,8 @@ func (a *Array) nanRow() []byte {
 
 // ReadAt fills p from off: the header, then each row the range covers,
 // cached rows copied straight from the cache, the others computed (at
-// most env.Fetch at once, which the extractor batches). A bad image's
+// most env.Fetch rows at once: the cache's reads overlap, and the
+// extractor batches the computations). A bad image's
 // row is NaN; any other failure fails the read. A read that starts where
 // the last one ended also starts extracting the rows after it.
 func (a *Array) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
@@ -138,9 +139,6 @@ func (a *Array) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	var wg sync.WaitGroup
 	for i, pt := range parts {
 		row := a.ds.Rows[pt.row]
-		if c, ok := a.env.Source.ReadCachedAt(a.v, row.Obj, pt.dst, a.fileHdr+pt.rowStart); ok && c == len(pt.dst) {
-			continue
-		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -151,6 +149,11 @@ func (a *Array) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			// The cache first (a cold one reads its disk: the rows' reads
+			// overlap), then the computation.
+			if c, ok := a.env.Source.ReadCachedAt(a.v, row.Obj, pt.dst, a.fileHdr+pt.rowStart); ok && c == len(pt.dst) {
+				return
+			}
 			errs[i] = a.compute(ctx, pt.row, row, pt.dst, pt.rowStart)
 		})
 	}
