@@ -14,7 +14,8 @@ bad image's does), mismatch (row indices that are neither), labels_equal
 (labels == DatasetFolder's targets), files_equal (the row list names
 DatasetFolder's samples in order), and probe (a linear head trained for a
 few steps over TensorDataset(torch.from_numpy(X)): its loss before and
-after, the README's recipe).
+after; scikit-learn's LogisticRegression's accuracy on the rows it was
+fit on: the README's recipes).
 """
 import json
 import os
@@ -75,6 +76,12 @@ def main():
     with torch.no_grad():
         after = float(loss_fn(head(Xt), yt))
     out["probe"] = {"loss_before": before, "loss_after": after}
+    # And the scikit-learn recipe: LogisticRegression on the same rows.
+    from sklearn.linear_model import LogisticRegression
+    Xs = np.asarray(X)[good].reshape(int(good.sum()), -1)
+    Xs = (Xs - Xs.mean(axis=0)) / (Xs.std(axis=0) + 1e-6)  # standardized: random weights' features are alike
+    clf = LogisticRegression(C=1e3, max_iter=2000).fit(Xs, yt.numpy())
+    out["probe"]["sklearn_train_accuracy"] = float(clf.score(Xs, yt.numpy()))
     json.dump(out, sys.stdout)
 
 

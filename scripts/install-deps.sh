@@ -31,13 +31,14 @@ for a in "$@"; do
 done
 
 need_apt=()
-# fuse3: mounts; python3-*: the demo, tests and model export; gcc, libc6-dev:
+# fuse3: mounts; python3-*: the demo, tests and model export (python3-sklearn:
+# the array views' linear probe recipe, scripts/array_check.py); gcc, libc6-dev:
 # cgo (ONNX Runtime bindings, go test -race); libjpeg62-turbo-dev: libjpeg.a,
 # the libjpeg-turbo Pillow decodes with, linked statically (extractor/jpeg.go);
 # util-linux: mountpoint(1); podman, runc: the container runtime the image
 # and the Kubernetes manifests are tested in (test/podman_test.go: runc
 # with cgroupfs, as crun refuses these machines' hybrid cgroups).
-for p in fuse3 python3-torch python3-torchvision python3-onnx python3-numpy python3-pil python3-boto3 \
+for p in fuse3 python3-torch python3-torchvision python3-onnx python3-numpy python3-pil python3-boto3 python3-sklearn \
   iproute2 ca-certificates gcc libc6-dev libjpeg62-turbo-dev make git curl util-linux procps findutils \
   podman runc; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$p")

@@ -24,8 +24,9 @@ type arrayCheck struct {
 	LabelsEqual bool    `json:"labels_equal"`
 	FilesEqual  bool    `json:"files_equal"`
 	Probe       struct {
-		Before float64 `json:"loss_before"`
-		After  float64 `json:"loss_after"`
+		Before  float64 `json:"loss_before"`
+		After   float64 `json:"loss_after"`
+		Sklearn float64 `json:"sklearn_train_accuracy"`
 	} `json:"probe"`
 }
 
@@ -55,7 +56,8 @@ func runArrayCheck(t *testing.T, root, array string) arrayCheck {
 // features/MODEL/LAYER/SPLIT (a bad image's row all NaN), its labels are
 // DatasetFolder's targets and its row list names its samples in order; a
 // linear head trained over TensorDataset(torch.from_numpy(X)) lowers its
-// loss. After an object is replaced and the listing refreshed, the rows
+// loss and scikit-learn's LogisticRegression fits the rows (the README's
+// recipes). After an object is replaced and the listing refreshed, the rows
 // still equal the per-file views (the replaced image's new feature).
 func TestArrayViewEqualsDatasetFolder(t *testing.T) {
 	d := genDataset(t, "--bad", "--classes", "3", "--train", "4", "--val", "2")
@@ -89,6 +91,9 @@ func TestArrayViewEqualsDatasetFolder(t *testing.T) {
 		r := check(split)
 		if !(r.Probe.After < r.Probe.Before) {
 			t.Errorf("%s: the linear probe's loss went %v -> %v; want lower", split, r.Probe.Before, r.Probe.After)
+		}
+		if r.Probe.Sklearn < 0.5 {
+			t.Errorf("%s: LogisticRegression fit the rows to %.2f accuracy; want at least 0.5 (3 classes)", split, r.Probe.Sklearn)
 		}
 	}
 	// Replace one image with another's bytes: once the listing is
