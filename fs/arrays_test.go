@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -259,5 +260,47 @@ func TestArrayNameTakenByADirectory(t *testing.T) {
 	shape, _, _, err := api.ParseNPY(b2)
 	if err != nil || shape[0] != 1 {
 		t.Errorf("%s: shape %v, %v; want d's one row", moved, shape, err)
+	}
+}
+
+// TestAugmentJSONLOneListing: an augment.jsonl's size and bytes come from
+// the one listing it was looked up with (views.AugJSONL): read after the
+// directory changed, an open file gives the lines of its listing, as
+// many bytes as its size said; a new lookup gives the new listing's.
+// (At 1aead67 Getattr and Read each listed the directory again.)
+func TestAugmentJSONLOneListing(t *testing.T) {
+	b := newFakeBucket(1000)
+	b.put("d/a.jpg", []byte("one"))
+	b.put("d/c.jpg", []byte("three"))
+	e := testMount(t, b, func(c *testConfig) {
+		c.Augment = features.AugmentConfig{Views: 1, Seed: 1}
+		c.MetadataTTL = time.Second
+	})
+	p := e.path("features", "tiny", "layer1-aug", "0", "d", "augment.jsonl")
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.put("d/b.jpg", []byte("two")) // a line between the two
+	e.clock.Advance(2 * time.Second)
+	time.Sleep(1200 * time.Millisecond)
+	got, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(got)) != st.Size() || bytes.Contains(got, []byte(`"b.npy"`)) || !bytes.Contains(got, []byte(`"c.npy"`)) {
+		t.Errorf("the open file read %d bytes (size %d):\n%s\nwant its own listing's lines (a.npy, c.npy)", len(got), st.Size(), got)
+	}
+	fresh, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(fresh, []byte(`"b.npy"`)) || len(bytes.Split(bytes.TrimSpace(fresh), []byte("\n"))) != 3 {
+		t.Errorf("a new open after the listing changed:\n%s\nwant 3 lines with b.npy", fresh)
 	}
 }
