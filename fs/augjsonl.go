@@ -12,7 +12,6 @@ import (
 	"github.com/featurefs/featurefs/fs/views"
 )
 
-
 // augmentJSONL is a view directory's parameters file (views.AugJSONL
 // says what it holds).
 const augmentJSONL = views.AugmentJSONL

@@ -12,7 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/fs/figures"
-	"github.com/featurefs/featurefs/fs/internal/lru"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // Stats returns the current figures: the pipeline's, with the tree's own
@@ -96,59 +96,32 @@ func indentJSON(v any) []byte {
 	return append(b, '\n')
 }
 
-// statsFile is .featurefs/stats. Each read the kernel sends takes a
-// snapshot. The kernel keeps the file's pages (noOpen), but every stat and
-// every read(2) asks for its attributes again (statsAttrTimeout, with
-// FUSE_AUTO_INVAL_DATA), and each answer gives a new mtime (mtime), so the
-// kernel drops its pages and reads fresh figures; and each read, once
-// answered, tells the kernel to drop the pages it filled (the kernel keeps
-// attributes for one of its clock ticks, 1-10 ms, and a second read within
-// it would find them). So that the
-// size stat reports is the size a read then returns (cat, cp and readers
-// that trust st_size must not truncate), the file is the snapshot's JSON
-// followed by spaces and a newline up to the file's size: a high-water mark
-// that only grows, with headroom (statsSize). Figures that change between a
-// stat and a read change the content, not its length; when the JSON
-// outgrows the size, the size grows (whitespace after a JSON value is
-// still valid JSON). The file is a few kilobytes, and the kernel may read
-// it in more than one request (a page, then the rest): a read at offset 0
-// takes the snapshot, and the reads after it from the same thread (the
-// request's caller) within statsSnapTTL get the rest of that snapshot,
-// not of a new one, so that no read(2) returns the halves of two.
+// statsFile is .featurefs/stats: a views.Padded file (a fresh snapshot
+// per reader, padded to a size that only grows). The kernel keeps the
+// file's pages (noOpen), but every stat and every read(2) asks for its
+// attributes again (statsAttrTimeout, with FUSE_AUTO_INVAL_DATA), and each
+// answer gives a new mtime (mtime), so the kernel drops its pages and
+// reads fresh figures; and each read, once answered, tells the kernel to
+// drop the pages it filled (the kernel keeps attributes for one of its
+// clock ticks, 1-10 ms, and a second read within it would find them). The
+// file is a few kilobytes, and the kernel may read it in more than one
+// request (a page, then the rest): the reads after one at offset 0 from
+// the same thread (the request's caller) get the rest of that snapshot.
 //
 // .featurefs/failures (FailuresFile) is served the same way, with its own
-// content (render).
+// content.
 type statsFile struct {
 	gofs.Inode
 	readOnly
 	noOpen
-	fs     *FS
-	render func() []byte // the content, ending in a newline
-	size   atomic.Int64  // the file's size; never shrinks
-	last   atomic.Int64  // the last mtime reported, in Unix nanoseconds
-	// snaps is the snapshot each recent reader (by the thread id FUSE
-	// gives) read from offset 0, for its reads further on: at most
-	// statsSnapReaders, each kept statsSnapTTL.
-	snaps *lru.LRU[uint32, statsSnap]
+	fs   *FS
+	file *views.Padded
+	last atomic.Int64 // the last mtime reported, in Unix nanoseconds
 }
-
-// statsSnap is one reader's snapshot: the JSON (no final newline), the
-// size it was padded to, and when it was taken.
-type statsSnap struct {
-	json []byte
-	size int64
-	at   time.Time
-}
-
-// Bounds on the snapshots kept for readers part way through the file.
-const (
-	statsSnapReaders = 64
-	statsSnapTTL     = time.Second
-)
 
 // newStatsFile returns a .featurefs file whose content render makes.
 func newStatsFile(f *FS, render func() []byte) *statsFile {
-	return &statsFile{fs: f, noOpen: noOpen{f}, render: render, snaps: lru.New[uint32, statsSnap](statsSnapReaders)}
+	return &statsFile{fs: f, noOpen: noOpen{f}, file: views.NewPadded(render, f.now)}
 }
 
 var _ = (gofs.NodeGetattrer)((*statsFile)(nil))
@@ -159,28 +132,6 @@ var _ = (gofs.NodeReader)((*statsFile)(nil))
 // zero timeout with the mount's --metadata-ttl). The kernel rounds it up
 // to one of its clock ticks.
 const statsAttrTimeout = time.Nanosecond
-
-// statsSize returns the padded size for JSON of n bytes: n plus a quarter
-// (at least 1 KiB) of headroom, rounded up to 1 KiB, so that the size
-// changes only when the figures grow by that much (new lanes, recent
-// errors), not when a counter gains a digit.
-func statsSize(n int) int64 {
-	const kib = 1024
-	return int64((n+max(n/4, kib)+kib-1)/kib) * kib
-}
-
-// snapshot renders the stats and grows the file's size when the JSON
-// outgrew it. It returns the JSON without its final newline and the size.
-func (sf *statsFile) snapshot() ([]byte, int64) {
-	b := sf.render()
-	for {
-		cur := sf.size.Load()
-		if int64(len(b)) <= cur || sf.size.CompareAndSwap(cur, statsSize(len(b))) {
-			break
-		}
-	}
-	return b[:len(b)-1], sf.size.Load()
-}
 
 // mtime returns the mount's clock, or a nanosecond after the last mtime
 // reported if that is not later: every answer differs from the one
@@ -196,51 +147,21 @@ func (sf *statsFile) mtime() time.Time {
 	}
 }
 
-// readerSnapshot returns the snapshot a read at off gets: a new one at
-// offset 0 (kept for the caller), the caller's own from offset 0 further
-// on while it is recent, else a new one.
-func (sf *statsFile) readerSnapshot(ctx context.Context, off int64) ([]byte, int64) {
-	caller, ok := fuse.FromContext(ctx)
-	if ok && off > 0 {
-		if s, kept := sf.snaps.Get(caller.Pid); kept && sf.fs.now().Sub(s.at) < statsSnapTTL {
-			return s.json, s.size
-		}
-	}
-	json, size := sf.snapshot()
-	if ok {
-		sf.snaps.Put(caller.Pid, statsSnap{json: json, size: size, at: sf.fs.now()}, 1)
-	}
-	return json, size
-}
-
 // Getattr reports the file's size, grown first if the figures now need
 // more.
 func (sf *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	_, size := sf.snapshot()
+	_, size := sf.file.Snapshot()
 	fileAttr(&out.Attr, size, sf.mtime())
 	out.SetTimeout(statsAttrTimeout)
 	return 0
 }
 
-// Read returns part of a new snapshot padded to the file's size: the JSON,
-// spaces, and a newline as the last byte.
+// Read returns part of a snapshot padded to the file's size (the
+// caller's own snapshot past offset 0).
 func (sf *statsFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	json, size := sf.readerSnapshot(ctx, off)
-	if off < 0 || off >= size {
-		return fuse.ReadResultData(nil), 0
-	}
-	n := min(int64(len(dest)), size-off)
-	out := dest[:n]
-	c := 0
-	if off < int64(len(json)) {
-		c = copy(out, json[off:])
-	}
-	for i := c; i < len(out); i++ {
-		out[i] = ' '
-	}
-	if off+n == size {
-		out[n-1] = '\n'
-	}
+	caller, known := fuse.FromContext(ctx)
+	content, size := sf.file.ReaderSnapshot(caller.Pid, known, off)
+	out := views.ReadPadded(content, size, dest, off)
 	sf.fs.dropPagesLater(&sf.Inode, nil)
 	return fuse.ReadResultData(out), 0
 }

@@ -1,7 +1,8 @@
 package fs
 
 import (
-	"context"
+	"github.com/featurefs/featurefs/fs/views"
+
 	"encoding/json"
 	"fmt"
 	"github.com/featurefs/featurefs/fs/figures"
@@ -13,8 +14,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // TestStatsFileSizeIsWhatAReadReturns: the size stat reports for
@@ -140,9 +139,9 @@ func TestStatsFileSizeIsWhatAReadReturns(t *testing.T) {
 // quarter (at least 1 KiB) to spare, in whole KiB.
 func TestStatsSizeHasHeadroom(t *testing.T) {
 	for _, n := range []int{1, 1023, 1024, 2980, 3054, 4096, 10000, 100000} {
-		s := statsSize(n)
+		s := views.PaddedSize(n)
 		if s%1024 != 0 || s < int64(n+max(n/4, 1024)) || s >= int64(n+max(n/4, 1024)+1024) {
-			t.Errorf("statsSize(%d) = %d", n, s)
+			t.Errorf("views.PaddedSize(%d) = %d", n, s)
 		}
 	}
 }
@@ -152,7 +151,7 @@ func TestStatsSizeHasHeadroom(t *testing.T) {
 // after the first, from the same thread, get the rest of the first's
 // snapshot, so a read(2) never returns the halves of two different
 // documents (a CI run once parsed `"get_e` followed by a newer rendering).
-// Another thread, or the same one after statsSnapTTL, gets a new one.
+// Another thread, or the same one after views.PaddedSnapTTL, gets a new one.
 func TestStatsFileReadInPiecesIsOneSnapshot(t *testing.T) {
 	e := testMount(t, newFakeBucket(1000))
 	renders := 0
@@ -174,8 +173,7 @@ func TestStatsFileReadInPiecesIsOneSnapshot(t *testing.T) {
 	// snapshot it answers from; Read pads it and notifies the kernel,
 	// which needs the file in a mounted tree).
 	read := func(pid uint32, off int64, n int) []byte {
-		ctx := fuse.NewContext(context.Background(), &fuse.Caller{Pid: pid})
-		json, _ := sf.readerSnapshot(ctx, off)
+		json, _ := sf.file.ReaderSnapshot(pid, true, off)
 		if off >= int64(len(json)) {
 			return nil
 		}
@@ -193,9 +191,9 @@ func TestStatsFileReadInPiecesIsOneSnapshot(t *testing.T) {
 	first := read(7, 0, 4096)
 	one("reader 8", whole(8))
 	one("reader 7 around reader 8's read", append(first, read(7, 4096, 1<<20)...))
-	// After statsSnapTTL a read further on takes a new snapshot.
+	// After views.PaddedSnapTTL a read further on takes a new snapshot.
 	before := renders
-	e.clock.Advance(2 * statsSnapTTL)
+	e.clock.Advance(2 * views.PaddedSnapTTL)
 	read(7, 4096, 1<<20)
 	if renders != before+1 {
 		t.Errorf("a read past the snapshot's time rendered %d times, want 1", renders-before)
