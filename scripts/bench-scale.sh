@@ -27,7 +27,18 @@
 #      BENCH_SCALE_SAMPLES (10000), BENCH_SCALE_OBJECTS (100000),
 #      BENCH_SCALE_FLAT (50000), BENCH_SCALE_IMAGES (2000), BENCH_SCALE_CLASSES (10: section 3's
 #      classes, one tar each), BENCH_ROUNDS (3; fewer than 3 gives figures
-#      but no verdict), BENCH_SCALE_SECTIONS ("1 2 3": which to run).
+#      but no verdict), BENCH_SCALE_SECTIONS ("1 2 3": which to run),
+#      BENCH_SCALE_IDLE (30,120,240: seconds after section 1's epochs at
+#      which RSS and the stats are read), BENCH_SCALE_PREFETCH (off: section
+#      1's mount gets --prefetch off, as the published figures were taken;
+#      dir or tree: that --prefetch; default: no --prefetch at all, the
+#      mount's default, tree, its prefetch left running through the epochs
+#      and the idle wait), BENCH_SCALE_KEEP (a directory: section 1's per-run
+#      JSON files, 1 s traces included, are copied there).
+# Section 1's mount runs carry a 1 s trace (scripts/bench_scale.py scan
+# --pid) of VmRSS, the C heap's resident memory (smaps: [heap], glibc's
+# arenas, mmapped chunks) and the stats file's memory section, through the
+# scans, the epochs and the idle wait: the report gives its maximum.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 ENTRIES=${BENCH_SCALE_ENTRIES:-200000}
@@ -39,6 +50,12 @@ ROUNDS=${BENCH_ROUNDS:-3}
 CLASSES=${BENCH_SCALE_CLASSES:-10}
 SECTIONS=" ${BENCH_SCALE_SECTIONS:-1 2 3} "
 IDLE=${BENCH_SCALE_IDLE:-30,120,240}
+PREFETCH=${BENCH_SCALE_PREFETCH:-off}
+case $PREFETCH in
+off | dir | tree) PREFETCH_ARGS=(--prefetch "$PREFETCH") ;;
+default) PREFETCH_ARGS=() ;;
+*) echo "BENCH_SCALE_PREFETCH=$PREFETCH: want off, dir, tree or default" >&2; exit 1 ;;
+esac
 [[ $IDLE =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "BENCH_SCALE_IDLE=$IDLE: want seconds, comma-separated" >&2; exit 1; }
 for v in ENTRIES SAMPLES OBJECTS FLAT IMAGES ROUNDS CLASSES; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v=${!v}: want a positive integer" >&2; exit 1; }
@@ -79,7 +96,7 @@ run_kind() {
   source) $S scan --root "$WORK/src/train" --ext .jpg >"$out" ;;
   mount)
     featurefs_mount --model "tiny=$MODEL" --cache-dir "$WORK/cache-$tag" --log-file "$WORK/featurefs-$tag.log" \
-      --device cpu --prefetch off "$WORK/src" "$MNT" 2>/dev/null
+      --device cpu "${PREFETCH_ARGS[@]}" "$WORK/src" "$MNT" 2>/dev/null
     wait_mounted "$MNT"
     pid=${MOUNT_PIDS[$MNT]}
     $S scan --root "$MNT/features/tiny/layer0/train" --ext .npy --pid "$pid" --mnt "$MNT" --samples "$SAMPLES" --idle "$IDLE" >"$out"
@@ -92,8 +109,8 @@ run_rounds --load bench-scale-local "$ROUNDS" "$WORK/s1" source mount
 SCAN_ARGS=("${ROUND_ARGS[@]}")
 rm -rf "$WORK/src"
 LOAD_1=$(cut -d' ' -f1-3 /proc/loadavg)
-$S report "${SCAN_ARGS[@]/#--round/--scan}" --classes "$SCAN_CLASSES" --command "make bench" \
-  --env "$ENV_DESC, BENCH_SCALE_ENTRIES=$ENTRIES, BENCH_SCALE_SAMPLES=$SAMPLES, load average $LOAD_BEFORE before, $LOAD_1 after"
+$S report "${SCAN_ARGS[@]/#--round/--scan}" --classes "$SCAN_CLASSES" --command "make bench" --prefetch "$PREFETCH" \
+  --env "$ENV_DESC, BENCH_SCALE_ENTRIES=$ENTRIES, BENCH_SCALE_SAMPLES=$SAMPLES, BENCH_SCALE_PREFETCH=$PREFETCH, load average $LOAD_BEFORE before, $LOAD_1 after"
 echo
 fi
 

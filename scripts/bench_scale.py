@@ -2,7 +2,7 @@
 """Datasets at scale (scripts/bench-scale.sh runs it; issue 27).
 
     /usr/bin/python3 scripts/bench_scale.py tree --out DIR --entries N --classes C --jpeg FILE
-    /usr/bin/python3 scripts/bench_scale.py scan --root DIR --ext .jpg|.npy [--pid PID --mnt MNT --samples S --epochs E]
+    /usr/bin/python3 scripts/bench_scale.py scan --root DIR --ext .jpg|.npy [--pid PID --mnt MNT --samples S --epochs E --trace-every SEC]
     /usr/bin/python3 scripts/bench_scale.py upload-empty --endpoint URL --bucket B --entries N --classes C [--flat P]
     /usr/bin/python3 scripts/bench_scale.py upload-dir --endpoint URL --bucket B --dir DIR
     /usr/bin/python3 scripts/bench_scale.py pack --dir DIR --out DIR
@@ -19,7 +19,11 @@ iNNNNNNN.jpg): an ImageNet-shaped local source that costs one inode of data.
 scan: DatasetFolder(ROOT, loader=np.load or a no-op, extensions=(EXT,)) built
 twice (first and second scan: seconds each); with --pid, the mount process's
 RSS (/proc/PID/status VmRSS) and its stats file after the scans, then E
-epochs of S random samples read with np.load, and the RSS and stats after.
+epochs of S random samples read with np.load, and the RSS and stats after;
+with --pid, also a 1 s trace (a thread) through the scans, epochs and idle
+wait: VmRSS, the C heap's resident pages (smaps) and the stats' memory
+section at each sample ("trace"), their maxima ("rss_max_kib",
+"rss_max_by_phase", "c_heap_resident_max_kib", "c_heap_free_max_bytes").
 
 upload-empty, upload-dir: PUTs from 16 threads (boto3); upload-empty --flat P puts
 the N objects under one prefix P/ instead of C class prefixes. pack: one
@@ -101,13 +105,182 @@ def noload(p):
     return p
 
 
+ARENA = 64 << 20  # glibc's non-main arena heaps: 64 MiB, aligned to it (HEAP_MAX_SIZE on 64-bit)
+
+
+def smaps_maps(pid):
+    """/proc/PID/smaps as a list of (start, end, perms, path, rss KiB)."""
+    maps, cur = [], None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            if line[0] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+                parts = line.split(None, 5)
+                lo, hi = parts[0].split("-")
+                cur = [int(lo, 16), int(hi, 16), parts[1], parts[5].strip() if len(parts) > 5 else "", 0]
+                maps.append(cur)
+            elif line.startswith("Rss:") and cur is not None:
+                cur[4] = int(line.split()[1])
+    return maps
+
+
+def c_heap_resident(pid, maps):
+    """The C heap's resident KiB from smaps: the main arena ([heap], brk),
+    glibc's other arenas (anonymous 64 MiB-aligned heaps, each starting with
+    a heap_info whose ar_ptr points just past it, or, for an arena's later
+    heaps, at its first heap's arena; read from /proc/PID/mem) and
+    malloc's mmapped chunks (an anonymous mapping that starts with a chunk
+    header marked IS_MMAPPED and its own size). Returns a dict; arenas that
+    share a mapping with other memory (merged VMAs) count the mapping's
+    Rss up to the heap's mapped size."""
+    import struct
+    out = {"heap_kib": sum(m[4] for m in maps if m[3] == "[heap]"), "arenas_kib": 0, "arenas": 0,
+           "mmapped_kib": 0, "mmapped": 0}
+    anon = [m for m in maps if m[3] == "" and m[2].startswith("rw")]
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    except OSError:
+        out["error"] = "no /proc/PID/mem"
+        return out
+    try:
+        def word4(a):
+            try:
+                b = os.pread(fd, 32, a)
+            except OSError:
+                return None
+            return struct.unpack("<4Q", b) if len(b) == 32 else None
+        heads = []  # (aligned address, mapping, heap_info)
+        for m in anon:
+            a = -(-m[0] // ARENA) * ARENA
+            while a < m[1]:
+                h = word4(a)
+                if h:
+                    heads.append((a, m, h))
+                a += ARENA
+        sane = lambda a, m, h: (0 < h[3] <= ARENA and h[3] % 4096 == 0 and h[2] <= h[3]
+                                and a + h[3] <= m[1] and (h[1] == 0 or h[1] % ARENA == 0))
+        first = {h[0] for a, m, h in heads if 0 < h[0] - a <= 128 and h[1] == 0 and sane(a, m, h)}
+        seen = set()
+        for a, m, h in heads:
+            if h[0] in first and sane(a, m, h):
+                key = (m[0], m[1])
+                if key in seen:
+                    continue
+                seen.add(key)
+                out["arenas"] += 1
+                out["arenas_kib"] += min(m[4], h[3] // 1024) if (m[1] - m[0] > ARENA or m[0] < a) else m[4]
+        for m in anon:
+            if (m[0], m[1]) in seen:
+                continue
+            h = word4(m[0])
+            if h and h[0] == 0 and h[1] & 2 and (h[1] & ~7) == m[1] - m[0]:
+                out["mmapped"] += 1
+                out["mmapped_kib"] += m[4]
+    finally:
+        os.close(fd)
+    out["resident_kib"] = out["heap_kib"] + out["arenas_kib"] + out["mmapped_kib"]
+    return out
+
+
+class Tracer:
+    """A 1 s trace of the mount, in a thread, for the whole scan run: the
+    phase the run is in, VmRSS, smaps_rollup's Anonymous, the C heap's
+    resident figures (c_heap_resident) and the stats file's memory section
+    (mallinfo2's in use and free, Go's heap classes, idle releases)."""
+
+    STATS_KEYS = ("rss_bytes", "c_heap_in_use_bytes", "c_heap_free_bytes", "go_heap_objects_bytes",
+                  "go_heap_unused_bytes", "go_heap_free_bytes", "go_heap_released_bytes", "go_heap_goal_bytes",
+                  "go_stacks_bytes", "go_runtime_bytes", "busy_trims", "idle_releases")
+
+    def __init__(self, pid, mnt, every=1.0):
+        import threading
+        self.pid, self.mnt, self.every = pid, mnt, every
+        self.phase, self.trace, self.phases = "start", [], []
+        self.t0 = time.monotonic()
+        self.stop_ev = threading.Event()
+        self.th = threading.Thread(target=self.run, daemon=True)
+
+    def start(self):
+        self.th.start()
+        return self
+
+    def set(self, phase):
+        self.phases.append({"phase": phase, "at_s": round(time.monotonic() - self.t0, 3)})
+        self.phase = phase
+
+    def sample(self):
+        t = time.monotonic()
+        s = {"t": round(t - self.t0, 3), "phase": self.phase, "rss_kib": rss_kib(self.pid)}
+        try:
+            maps = smaps_maps(self.pid)
+            s["anon_kib"] = smaps(self.pid).get("anonymous", 0)
+            s["c_heap"] = c_heap_resident(self.pid, maps)
+        except OSError as e:
+            s["smaps_error"] = str(e)
+        t1 = time.monotonic()
+        if self.mnt:
+            try:
+                mem = read_stats(self.mnt).get("memory") or {}
+                s["stats"] = {k: mem.get(k) for k in self.STATS_KEYS}
+            except (OSError, ValueError) as e:
+                s["stats_error"] = str(e)
+        t2 = time.monotonic()
+        s["smaps_ms"], s["stats_ms"] = round(1000 * (t1 - t), 1), round(1000 * (t2 - t1), 1)
+        self.trace.append(s)
+
+    def run(self):
+        k = 0
+        while True:
+            self.sample()
+            k += 1
+            if self.stop_ev.wait(max(0.0, self.t0 + k * self.every - time.monotonic())):
+                return
+
+    def stop(self):
+        self.set("end")
+        self.stop_ev.set()
+        self.th.join()
+        self.sample()
+        return self.summary()
+
+    def summary(self):
+        """rss_max_kib (and the phase and time of it) and per phase maxima."""
+        tr = self.trace
+        mx = max(tr, key=lambda s: s["rss_kib"])
+        c_res = lambda s: s.get("c_heap", {}).get("resident_kib", 0)
+        c_free = lambda s: (s.get("stats") or {}).get("c_heap_free_bytes") or 0
+        per = {}
+        for s in tr:
+            p = per.setdefault(s["phase"], {"samples": 0, "rss_max_kib": 0, "anon_max_kib": 0, "c_heap_resident_max_kib": 0,
+                                            "c_heap_free_max_bytes": 0, "c_heap_in_use_max_bytes": 0,
+                                            "go_heap_objects_max_bytes": 0})
+            st = s.get("stats") or {}
+            p["samples"] += 1
+            p["rss_max_kib"] = max(p["rss_max_kib"], s["rss_kib"])
+            p["anon_max_kib"] = max(p["anon_max_kib"], s.get("anon_kib", 0))
+            p["c_heap_resident_max_kib"] = max(p["c_heap_resident_max_kib"], c_res(s))
+            p["c_heap_free_max_bytes"] = max(p["c_heap_free_max_bytes"], c_free(s))
+            p["c_heap_in_use_max_bytes"] = max(p["c_heap_in_use_max_bytes"], st.get("c_heap_in_use_bytes") or 0)
+            p["go_heap_objects_max_bytes"] = max(p["go_heap_objects_max_bytes"], st.get("go_heap_objects_bytes") or 0)
+        return {"trace_every_s": self.every, "trace": tr, "phases": self.phases, "rss_max_kib": mx["rss_kib"],
+                "rss_max_phase": mx["phase"], "rss_max_t": mx["t"], "rss_max_by_phase": per,
+                "c_heap_resident_max_kib": max(c_res(s) for s in tr),
+                "c_heap_free_max_bytes": max(c_free(s) for s in tr),
+                "trace_smaps_ms_max": max(s.get("smaps_ms", 0) for s in tr),
+                "trace_stats_ms_max": max(s.get("stats_ms", 0) for s in tr)}
+
+
 def cmd_scan(args):
     import numpy as np
     import torchvision
     load0 = loadavg()
     out = {"scans": []}
     ds = None
-    for _ in range(2):
+    tracer = Tracer(args.pid, args.mnt, args.trace_every) if args.pid and args.trace_every > 0 else None
+    phase = tracer.set if tracer else (lambda p: None)
+    for k in range(2):
+        phase(f"scan{k + 1}")
+        if tracer and k == 0:
+            tracer.start()
         t0 = time.perf_counter()
         ds = torchvision.datasets.DatasetFolder(args.root, loader=np.load if args.pid else noload,
                                                 extensions=(args.ext,))
@@ -118,6 +291,7 @@ def cmd_scan(args):
         out["stats_scan"] = read_stats(args.mnt)
         out["smaps_scan_pending"] = smaps(args.pid)
         if args.scan_idle > 0:
+            phase("scan-idle")
             # The same mount once idle for scan_idle seconds: what the
             # scan's burst held beyond its live heap, handed back by the
             # idle release (fs/idlememory.go), before the epochs start.
@@ -128,7 +302,8 @@ def cmd_scan(args):
         rng = random.Random(0)
         idx = rng.sample(range(len(ds)), min(args.samples, len(ds)))
         out["epochs"] = []
-        for _ in range(args.epochs):
+        for e in range(args.epochs):
+            phase(f"epoch{e + 1}")
             rng.shuffle(idx)
             t0 = time.perf_counter()
             for i in idx:
@@ -139,12 +314,15 @@ def cmd_scan(args):
         out["smaps_scan"] = out.pop("smaps_scan_pending")
         out["smaps_epochs"] = smaps(args.pid)
         # Idle: nothing reads; RSS and the stats' memory at each mark.
+        phase("idle")
         t_idle = time.monotonic()
         out["idle"] = []
         for mark in [int(x) for x in args.idle.split(",") if x]:
             time.sleep(max(0.0, t_idle + mark - time.monotonic()))
             out["idle"].append({"seconds": mark, "rss_kib": rss_kib(args.pid), "smaps": smaps(args.pid),
                                 "memory": read_stats(args.mnt).get("memory")})
+        if tracer:
+            out.update(tracer.stop())
     out.update(load_start=load0, load_end=loadavg())
     json.dump(out, sys.stdout)
 
@@ -358,13 +536,40 @@ def report_scan(args, rounds):
         f"{'the budget caps the metadata whatever the count' if budget else ''}")
     loads = ", ".join(f"{min(x['load_start'] for x in r.values()):.1f}-{max(x['load_end'] for x in r.values()):.1f}"
                       for r in rounds)
+    prefetch = ("`--prefetch off`" if args.prefetch == "off" else
+                "`--prefetch` at its default (`tree`: the first read starts extracting the layer directory in the background, left running)"
+                if args.prefetch == "default" else f"`--prefetch {args.prefetch}` (left running)")
+    # the 1 s trace (scan --pid): VmRSS at every sample, busy or idle
+    traced = all("rss_max_kib" in r["mount"] for r in rounds)
+    trace_rows, trace_targets, trace_text = "", "", ""
+    if traced:
+        tmax = per(lambda r: mib(r["mount"]["rss_max_kib"]))
+        where = per(lambda r: f"{r['mount']['rss_max_kib'] / 1024:.0f} MiB in {r['mount']['rss_max_phase']} at {r['mount']['rss_max_t']:.0f} s")
+        cres = per(lambda r: mib(r["mount"]["c_heap_resident_max_kib"]))
+        cfree = per(lambda r: r["mount"]["c_heap_free_max_bytes"] / 2**20)
+        cuse = per(lambda r: max(p["c_heap_in_use_max_bytes"] for p in r["mount"]["rss_max_by_phase"].values()) / 2**20)
+        nsamp = per(lambda r: len(r["mount"]["trace"]))
+        every = rounds[0]["mount"]["trace_every_s"]
+        idle_s = rounds[0]["mount"]["idle"][-1]["seconds"] if rounds[0]["mount"].get("idle") else 0
+        trace_rows = (f"| mount RSS, max of a {every:g} s trace (scan, epochs, idle), MiB | | {cell(tmax, '{:.0f}')} | |\n"
+                      f"| C heap resident (smaps: `[heap]`, glibc's arenas, mmapped chunks), max of the trace, MiB | | {cell(cres, '{:.0f}')} | |\n"
+                      f"| C heap in use / glibc's free chunks (stats: mallinfo2), max of the trace, MiB | | {cell(cuse, '{:.0f}')} / {cell(cfree, '{:.0f}')} | |\n")
+        trace_targets = (f"| mount RSS <= {TARGET_RSS_MIB} MiB at every sample of a {every:g} s trace (scans, epochs, {idle_s} s idle; every round) "
+                         f"| **{med(tmax):.0f} MiB** ({min(tmax):.0f}-{max(tmax):.0f}), the highest sample {max(tmax):.0f} MiB "
+                         f"| {verdict(max(tmax) <= TARGET_RSS_MIB, nr)} |\n"
+                         f"| glibc's free chunks (mallinfo2 `c_heap_free_bytes`) <= 64 MiB at every sample (every round) "
+                         f"| **{med(cfree):.0f} MiB** ({min(cfree):.0f}-{max(cfree):.0f}) | {verdict(max(cfree) <= 64, nr)} |\n")
+        trace_text = (f"\nThe {every:g} s trace of each mount run ({cell(nsamp, '{:.0f}')} samples): VmRSS (`/proc/PID/status`), the C heap's resident"
+                      f" pages (`/proc/PID/smaps`: `[heap]`, glibc's arenas found by their `heap_info` headers, malloc's mmapped chunks) and"
+                      f" the stats file's `memory` section, read from a thread of the scanning process through the scans, the epochs"
+                      f" and the idle wait. The highest sample per round: {'; '.join(where)}.\n")
     print(f"""## Scale: an ImageNet-shaped local source of {n:,} entries, DatasetFolder scan and the mount's memory
 
 Command: `{args.command}` ({args.env}). A local-directory source shaped like ImageNet: {n:,} JPEG-named files in
 {args.classes:,} class directories (hard links to copies of one 64x48 JPEG: listing reads no content, and the sampled reads
 extract a real image); BENCH_SCALE_ENTRIES={n:,} (the issue's figure is 1,000,000). The near-free `tiny` model
 (scripts/bench_delivery.py's Conv2d(3, 64, 4, stride=4) + ReLU, 802,816-byte features), the mount's defaults but
-`--prefetch off --device cpu` (`--metadata-cache-size` at its default). {nr} interleaved rounds, each running, in an order that rotates every
+{prefetch} and `--device cpu` (`--metadata-cache-size` at its default). {nr} interleaved rounds, each running, in an order that rotates every
 round, `source` (`DatasetFolder(SRC/train, extensions=(".jpg",))` built twice) and `mount` (a fresh mount and cache
 directory: `DatasetFolder(MOUNT/features/tiny/layer0/train, loader=np.load, extensions=(".npy",))` built twice, then
 2 epochs of {samples:,} random samples read with `np.load`). The source directory's entries are in the kernel's dentry
@@ -381,12 +586,12 @@ over the rounds (min-max). Load average (1 min) over each round: {loads}.
 | stats `fs.metadata_bytes` after the scans / after the epochs, MiB (budget {budget:.0f} MiB) | | {cell(md_s, '{:.1f}')} / {cell(md_e, '{:.1f}')} | |
 | stats `fs.listing_bytes` / `fs.kernel_nodes` after the epochs | | {cell(lb_e, '{:.1f}')} MiB / {cell(kn_e, '{:.0f}')} | |
 | epoch 1 / epoch 2, samples/s (np.load, one thread) | | {cell(ep(0), '{:.0f}')} / {cell(ep(1), '{:.0f}')} | |
-
+{trace_rows}
 | target (medians of this run) | measured | verdict |
 |---|---|---|
 | DatasetFolder scan of the mount <= {TARGET_SCAN:.0f}x the source directory's | **{rs:.2f}x** ({med(m1):.2f} vs {med(src1):.2f} s, first scan) | {verdict(rs <= TARGET_SCAN, nr)} (target <= {TARGET_SCAN:.0f}x) |
 | mount RSS after the scan and the reads <= {TARGET_RSS_MIB} MiB at 1M entries | **{re_:.0f} MiB** at {n:,} entries | {verdict(rss_ok, nr) if n >= 1_000_000 else ('met at this size' if rss_ok else 'MISSED at this size') + ' (' + rss_note.rstrip('; ') + ')'} |
-
+{trace_targets}{trace_text}
 Per-round ratios, first scan: {', '.join(f'{x:.2f}' for x in ratio1)}; RSS after the epochs per round: {', '.join(f'{x:.0f}' for x in rss_e)} MiB.
 """)
     report_memory(rounds, budget, re_, med(rss_s))
@@ -595,6 +800,7 @@ def main():
     s.add_argument("--samples", type=int, default=10000)
     s.add_argument("--epochs", type=int, default=2)
     s.add_argument("--idle", default="30,120,240", help="seconds after the epochs at which to read RSS and the stats (comma list)")
+    s.add_argument("--trace-every", type=float, default=1.0, help="with --pid, the trace's period in seconds (0: no trace)")
     s.add_argument("--scan-idle", type=float, default=5, help="seconds idle after the scans before reading RSS again (0: none)")
     s = sub.add_parser("upload-empty")
     for a in ("--endpoint", "--bucket"):
@@ -632,6 +838,7 @@ def main():
     s.add_argument("--classes", type=int, default=10)
     s.add_argument("--upload-s", type=float, default=0)
     s.add_argument("--flat", default="flat")
+    s.add_argument("--prefetch", default="off", help="section 1's mount's --prefetch (default: none given)")
     s.add_argument("--command", default="make bench")
     s.add_argument("--env", default="")
     args = p.parse_args()
