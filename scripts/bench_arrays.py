@@ -163,6 +163,10 @@ DatasetFolder + `np.stack` of the per-file views (`perfile`). Sums equal across 
 | cached array >= {TARGET_PERFILE:.0f}x the per-file stack (cold / hot) | {cell(rows['cold']['perfile'], '{:.1f}')} / {cell(rows['hot']['perfile'], '{:.1f}')} | {verdict(med(rows['cold']['perfile']) >= TARGET_PERFILE and med(rows['hot']['perfile']) >= TARGET_PERFILE)} |
 | epoch 1: array images/s >= {TARGET_RATE}x `featurefs extract`'s | {cell(ep_ratio)} ({cell([rate(r, 'array1') for r in rounds], '{:.0f}')} vs {cell([rate(r, 'extract') for r in rounds], '{:.0f}')} images/s) | {verdict(med(ep_ratio) >= TARGET_RATE)} |
 | epoch 1: CPU per image (mount + reader) <= {TARGET_CPU}x extract's | {cell(cpu_ratio)} | {verdict(med(cpu_ratio) <= TARGET_CPU)} |
+
+Medians as ratios: epoch 1 {med(ep_ratio):.2f}x `featurefs extract`'s images/s at {med(cpu_ratio):.2f}x its CPU per image;
+the cached array {med(vs_local['cold']):.2f}x (cold) and {med(vs_local['hot']):.2f}x (hot) a local .npy's speed,
+{med(rows['cold']['perfile']):.1f}x and {med(rows['hot']['perfile']):.1f}x the per-file stack's.
 """)
 
 
