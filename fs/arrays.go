@@ -128,14 +128,13 @@ func (d *arrayDir) dirs(ctx context.Context) (map[string]*arrayTarget, error) {
 		}
 		return out, nil
 	}
-	es, err := d.fs.listAll(ctx, d.prefix)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range es {
+	err := d.fs.listEach(ctx, d.prefix, func(e naming.Entry) {
 		if e.Dir {
 			out[e.Name] = &arrayTarget{view: d.view, prefix: e.Sub}
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -269,17 +268,30 @@ func (d *arrayDir) arrayFile(ctx context.Context, t arrayTarget, kind int, name 
 	return d.NewInode(ctx, &viewFile{fs: d.fs, noOpen: noOpen{d.fs}, file: file, name: t.prefix + name}, id), 0
 }
 
-// listAll reads prefix's whole directory (namespace.Namespace.OpenDir).
-func (f *FS) listAll(ctx context.Context, prefix string) ([]naming.Entry, error) {
+// listEach reads prefix's whole directory (namespace.Namespace.OpenDir),
+// calling fn on each entry as its page comes: a caller that keeps only
+// some (directories) holds no more.
+func (f *FS) listEach(ctx context.Context, prefix string, fn func(naming.Entry)) error {
 	r := f.ns.OpenDir(ctx, prefix)
 	defer r.Close()
-	var all []naming.Entry
 	for !r.Done() {
 		es, err := r.Next(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		all = append(all, es...)
+		for _, e := range es {
+			fn(e)
+		}
+	}
+	return nil
+}
+
+// listAll reads prefix's whole directory into one slice (listEach).
+func (f *FS) listAll(ctx context.Context, prefix string) ([]naming.Entry, error) {
+	var all []naming.Entry
+	err := f.listEach(ctx, prefix, func(e naming.Entry) { all = append(all, e) })
+	if err != nil {
+		return nil, err
 	}
 	return all, nil
 }

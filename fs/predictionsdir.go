@@ -121,19 +121,14 @@ func (d *predDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 func (d *predDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	var entries []fuse.DirEntry
 	taken := false
-	r := d.fs.ns.OpenDir(ctx, d.prefix)
-	defer r.Close()
-	for !r.Done() {
-		es, err := r.Next(ctx)
-		if err != nil {
-			return nil, d.fs.errno(err, d.prefix)
+	err := d.fs.listEach(ctx, d.prefix, func(e naming.Entry) {
+		if e.Dir {
+			taken = taken || e.Name == string(PredictionsFile)
+			entries = append(entries, fuse.DirEntry{Name: e.Name, Mode: syscall.S_IFDIR, Ino: ino('p', d.pv.model.Name, e.Sub)})
 		}
-		for _, e := range es {
-			if e.Dir {
-				taken = taken || e.Name == string(PredictionsFile)
-				entries = append(entries, fuse.DirEntry{Name: e.Name, Mode: syscall.S_IFDIR, Ino: ino('p', d.pv.model.Name, e.Sub)})
-			}
-		}
+	})
+	if err != nil {
+		return nil, d.fs.errno(err, d.prefix)
 	}
 	entries = append(entries, fuse.DirEntry{Name: PredictionsFile.Name(taken), Mode: syscall.S_IFREG, Ino: ino('j', d.pv.model.Name, d.prefix)})
 	return gofs.NewListDirStream(entries), 0

@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/naming"
 )
 
 // predFile is predictions/<model>/<prefix>/predictions.jsonl: one JSON
@@ -131,27 +132,22 @@ func (f *FS) predRefreshSlot() bool {
 // the file's snapshot.
 func (pf *predFile) take(ctx context.Context, id string) (*predSnapshot, error) {
 	s := &predSnapshot{taken: pf.fs.now(), mtime: pf.fs.p.Started()}
-	r := pf.fs.ns.OpenDir(ctx, pf.prefix)
-	defer r.Close()
-	for !r.Done() {
-		es, err := r.Next(ctx)
-		if err != nil {
-			return nil, err
+	err := pf.fs.listEach(ctx, pf.prefix, func(e naming.Entry) {
+		if e.Dir && e.Name == string(PredictionsFile) {
+			s.dirTaken = true
 		}
-		for _, e := range es {
-			if e.Dir && e.Name == string(PredictionsFile) {
-				s.dirTaken = true
-			}
-			if e.Dir || e.Obj.Plain {
-				continue
-			}
-			s.size += pf.pv.layout.Width(e.Obj.Key)
-			s.objs = append(s.objs, e.Obj)
-			s.ends = append(s.ends, s.size)
-			if e.Obj.ModTime.After(s.mtime) {
-				s.mtime = e.Obj.ModTime
-			}
+		if e.Dir || e.Obj.Plain {
+			return
 		}
+		s.size += pf.pv.layout.Width(e.Obj.Key)
+		s.objs = append(s.objs, e.Obj)
+		s.ends = append(s.ends, s.size)
+		if e.Obj.ModTime.After(s.mtime) {
+			s.mtime = e.Obj.ModTime
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	pf.fs.predSnaps.Put(id, s, predSnapshotCost(len(s.objs)))
 	return s, nil
