@@ -607,9 +607,9 @@ func TestIdleCalledOnceAfterBatches(t *testing.T) {
 	var idles atomic.Int64
 	s := newTestScheduler(t, &fakeRunner{}, 1, 1, func(c *schedConfig) {
 		c.idle = func() { idles.Add(1) }
-		c.idleAfter = 30 * time.Millisecond
+		c.idleAfter = 300 * time.Millisecond // well above one extraction under -race on a loaded CI host
 	})
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond)
 	if n := idles.Load(); n != 0 {
 		t.Fatalf("idle called %d times before any batch ran", n)
 	}
@@ -628,7 +628,7 @@ func TestIdleCalledOnceAfterBatches(t *testing.T) {
 		t.Fatalf("idle called %d times while work kept coming", n)
 	}
 	waitFor(t, "the idle call after the batches", func() bool { return idles.Load() == 1 })
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond)
 	if n := idles.Load(); n != 1 {
 		t.Fatalf("idle called %d times without a new batch, want 1", n)
 	}
