@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/graph"
@@ -73,6 +75,46 @@ func (m *model) pruned(l Layer) ([]byte, error) {
 		return nil, m.pruneError(fmt.Sprintf("prune at %s (%s)", l.Name, l.Tensor), err)
 	}
 	return b, nil
+}
+
+// openSession opens a session of m pruned to compute layer to: from the
+// graph input (from ""), or from the tensor from (split execution, its
+// per-sample shape fromShape). On the CPU ONNX Runtime reads the pruned
+// model from a pipe as it is written (newORTSessionPiped), so the process
+// never holds it whole; on a GPU (where TensorRT keys its engine cache by
+// the model's path) and for a model with external data (read relative to
+// the model's path), from the bytes, as before.
+func (m *model) openSession(from string, to Layer, fromShape []int64, sc sessionConfig) (*ortSession, error) {
+	what, input, inShape := fmt.Sprintf("prune at %s (%s)", to.Name, to.Tensor), m.Input, m.InputShape
+	if from != "" {
+		what, input, inShape = fmt.Sprintf("prune %s..%s", from, to.Name), from, fromShape
+	}
+	if !sc.gpu && pipeModels() && !m.g.ExternalData() {
+		sess, err := newORTSessionPiped(func(w io.Writer) error {
+			var err error
+			if from != "" {
+				err = m.g.PruneFromTo(w, from, to.Tensor)
+			} else {
+				err = m.g.PruneTo(w, to.Tensor)
+			}
+			if err != nil && !errors.Is(err, syscall.EPIPE) {
+				return m.pruneError(what, err)
+			}
+			return err
+		}, input, to.Tensor, inShape, to.Shape, m.FixedBatch, sc)
+		return sess, err
+	}
+	var b []byte
+	var err error
+	if from != "" {
+		b, err = m.g.PruneFrom(from, to.Tensor)
+	} else {
+		b, err = m.g.Prune(to.Tensor)
+	}
+	if err != nil {
+		return nil, m.pruneError(what, err)
+	}
+	return newORTSession(b, input, to.Tensor, inShape, to.Shape, m.FixedBatch, sc)
 }
 
 // pruneError wraps an error of pruning m (what names the pruned model): a

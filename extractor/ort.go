@@ -10,11 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -376,6 +378,60 @@ func newORTSession(onnx []byte, input, output string, inShape, outShape []int64,
 	s, err := ort.NewDynamicAdvancedSessionWithONNXData(onnx, []string{input}, []string{output}, o)
 	if err != nil {
 		return nil, fmt.Errorf("onnx runtime session: %w", err)
+	}
+	return &ortSession{s: s, inShape: inShape, outShape: outShape, fixed: fixed, pow2: c.gpu}, nil
+}
+
+// pipeModels says whether ONNX Runtime can read a model from a pipe, by
+// its /proc/self/fd path (newORTSessionPiped).
+var pipeModels = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/self/fd")
+	return err == nil
+})
+
+// newORTSessionPiped is newORTSession of the model that write writes,
+// which ONNX Runtime reads from a pipe as it parses it (its path
+// /proc/self/fd/N): the process never holds the model's bytes whole, only
+// ONNX Runtime's parse of them. Opening ResNet-50 to layer18 (90 MiB of
+// weights) from a byte slice held that slice through ONNX Runtime's parse
+// and its reordering of the weights, 90 MiB at the mount's peak
+// (docs/bench/memory.md). write's error, when it is not the pipe's reader
+// going away, is returned as it is (a model file changed since it was
+// loaded: graph.ErrSourceChanged): write checks each piece before it
+// writes it, so ONNX Runtime never gets bytes other than the parsed ones,
+// and a model cut short does not parse.
+func newORTSessionPiped(write func(io.Writer) error, input, output string, inShape, outShape []int64, fixed int, c sessionConfig) (*ortSession, error) {
+	o, err := newSessionOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Destroy()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("onnx runtime session: the model's pipe: %w", err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		err := write(w)
+		w.Close()
+		wrote <- err
+	}()
+	// Fd puts r in blocking mode: ONNX Runtime reads its own descriptor of
+	// the pipe, opened by path, on this thread.
+	s, serr := ort.NewDynamicAdvancedSession(fmt.Sprintf("/proc/self/fd/%d", r.Fd()), []string{input}, []string{output}, o)
+	r.Close() // the writer, if ONNX Runtime stopped reading early, gets EPIPE
+	werr := <-wrote
+	switch {
+	case werr != nil && !errors.Is(werr, syscall.EPIPE):
+		if serr == nil {
+			s.Destroy()
+		}
+		return nil, werr
+	case serr != nil:
+		return nil, fmt.Errorf("onnx runtime session: %w", serr)
+	case werr != nil:
+		s.Destroy()
+		return nil, fmt.Errorf("onnx runtime session: it stopped reading the model before its end: %w", werr)
 	}
 	return &ortSession{s: s, inShape: inShape, outShape: outShape, fixed: fixed, pow2: c.gpu}, nil
 }

@@ -190,15 +190,10 @@ func incompatible(old, nm *model) string {
 // checkSession opens (and closes) a session of m's last layer on the
 // service's first device: ONNX Runtime accepts the new file.
 func (s *Service) checkSession(m *model) error {
-	l := m.Layers[len(m.Layers)-1]
-	b, err := m.pruned(l)
+	sc := sessionConfig{threads: s.cfg.IntraOpThreads, gpu: s.dev.gpu, gpuIndex: s.dev.index, tensorRT: s.dev.tensorRT, precision: s.cfg.Precision}
+	sess, err := m.openSession("", m.Layers[len(m.Layers)-1], nil, sc)
 	if err != nil {
 		return err
-	}
-	sc := sessionConfig{threads: s.cfg.IntraOpThreads, gpu: s.dev.gpu, gpuIndex: s.dev.index, tensorRT: s.dev.tensorRT, precision: s.cfg.Precision}
-	sess, err := newORTSession(b, m.Input, l.Tensor, m.InputShape, l.Shape, m.FixedBatch, sc)
-	if err != nil {
-		return fmt.Errorf("ONNX Runtime: %w", err)
 	}
 	sess.close()
 	return nil

@@ -287,22 +287,19 @@ func (s *Service) newPool(dev deviceChoice) *sessionPool {
 			return s.openSplitSession(m, k, sc)
 		}
 		l := m.Layers[k.layer]
-		b, err := m.pruned(l)
-		if err != nil {
-			return nil, err
-		}
 		// Sessions open one at a time, with Go's garbage and the C heap's
 		// free pages handed back before and after: opening ResNet-50 to
-		// layer18 (90 MiB of weights) takes 250 MiB more for a moment
-		// (the pruned bytes, ONNX Runtime's parse and its reordered
-		// weights), and two at once, or beside the last batch's free
-		// chunks, had the mount's peak over --memory-limit.
+		// layer18 (90 MiB of weights) takes about 220 MiB more for a
+		// moment (ONNX Runtime's parse and its reordered weights; the
+		// pruned model is piped to it, never held whole: openSession), and
+		// two at once, or beside the last batch's free chunks, had the
+		// mount's peak over --memory-limit.
 		s.opening.Lock()
 		defer s.opening.Unlock()
 		releaseMemory()
 		t := time.Now()
 		in0, _ := cHeap()
-		sess, err := newORTSession(b, m.Input, l.Tensor, m.InputShape, l.Shape, m.FixedBatch, sc)
+		sess, err := m.openSession("", l, nil, sc)
 		peak := rssBytes()
 		releaseMemory()
 		if err != nil {

@@ -123,12 +123,8 @@ func (s *Service) openSplitSession(m *model, k sessionKey, sc sessionConfig) (in
 	if fromShape == nil {
 		return nil, fmt.Errorf("model %s: split input %q is no layer", m.Name, k.from)
 	}
-	b, err := m.g.PruneFrom(k.from, to.Tensor)
-	if err != nil {
-		return nil, m.pruneError(fmt.Sprintf("prune %s..%s", k.from, to.Name), err)
-	}
 	t := time.Now()
-	sess, err := newORTSession(b, k.from, to.Tensor, fromShape, to.Shape, m.FixedBatch, sc)
+	sess, err := m.openSession(k.from, to, fromShape, sc)
 	if err != nil {
 		return nil, fmt.Errorf("model %s %s..%s: %w", m.Name, k.from, to.Name, err)
 	}

@@ -167,3 +167,14 @@ func (sp *spill) read(src io.ReaderAt, dst []byte) error {
 	}
 	return nil
 }
+
+// ExternalData reports whether an initializer of m is external data (in a
+// file of its own, which ONNX Runtime reads relative to the model's path).
+func (m *Model) ExternalData() bool {
+	for _, t := range m.inits {
+		if t.external {
+			return true
+		}
+	}
+	return false
+}

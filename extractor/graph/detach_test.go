@@ -61,6 +61,10 @@ func TestDetachPrunesTheSameBytes(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("Prune(%v): %d bytes detached, %d not: they differ", outs, len(got), len(want))
 		}
+		var w bytes.Buffer
+		if err := d.PruneTo(&w, outs...); err != nil || !bytes.Equal(w.Bytes(), want) {
+			t.Errorf("PruneTo(%v): %d bytes, %v; want Prune's %d", outs, w.Len(), err, len(want))
+		}
 	}
 	want, err := m.PruneFrom("r1o", "y")
 	if err != nil {
@@ -68,6 +72,10 @@ func TestDetachPrunesTheSameBytes(t *testing.T) {
 	}
 	if got, err := d.PruneFrom("r1o", "y"); err != nil || !bytes.Equal(got, want) {
 		t.Errorf("PruneFrom: differs (err %v)", err)
+	}
+	var w bytes.Buffer
+	if err := d.PruneFromTo(&w, "r1o", "y"); err != nil || !bytes.Equal(w.Bytes(), want) {
+		t.Errorf("PruneFromTo: %d bytes, %v; want PruneFrom's %d", w.Len(), err, len(want))
 	}
 	tensors := m.NodeOutputs()
 	wd, err := m.Digests(tensors...)
@@ -126,6 +134,15 @@ func TestDetachRefusesAChangedSource(t *testing.T) {
 			}
 			if b, err := d.Prune("y"); !errors.Is(err, ErrSourceChanged) {
 				t.Errorf("Prune of a changed source: %d bytes, %v; want ErrSourceChanged", len(b), err)
+			}
+			// PruneTo writes what comes before the changed initializer
+			// and none of it.
+			var w bytes.Buffer
+			if err := d.PruneTo(&w, "y"); !errors.Is(err, ErrSourceChanged) {
+				t.Errorf("PruneTo of a changed source: %d bytes, %v; want ErrSourceChanged", w.Len(), err)
+			}
+			if good, _ := m.Prune("y"); !bytes.HasPrefix(good, w.Bytes()) || w.Len() > len(good)-int(sp.n) {
+				t.Errorf("PruneTo of a changed source wrote %d bytes: not a prefix of the model before the changed initializer (%d bytes, the initializer %d)", w.Len(), len(good), sp.n)
 			}
 			if _, err := d.Prune("r1o"); err != nil {
 				t.Errorf("Prune not reading the changed initializer: %v", err)

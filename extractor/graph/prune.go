@@ -17,7 +17,27 @@ import (
 // rules give (none where they give none) and, where known, the shape with a
 // dynamic "batch" dimension.
 func (m *Model) Prune(outputs ...string) ([]byte, error) {
-	return m.prune("", outputs)
+	p, err := m.prune("", outputs)
+	if err != nil {
+		return nil, err
+	}
+	return p.bytes(m.src)
+}
+
+// PruneTo writes to w the model Prune returns without holding it in
+// memory: what the graph keeps, and each detached initializer read from
+// the source and checked (spill.read) before any of its bytes are written,
+// one at a time. On an error, w has a prefix of the model (never bytes
+// other than the parsed ones) and the error says why: the reader of w must
+// not take what it got for a model. The cost in memory is the largest
+// initializer, not the model (ONNX Runtime reads the model from a pipe:
+// extractor's session opening).
+func (m *Model) PruneTo(w io.Writer, outputs ...string) error {
+	p, err := m.prune("", outputs)
+	if err != nil {
+		return err
+	}
+	return p.writeTo(w, m.src)
 }
 
 // PruneFrom is Prune for split execution: the sub-model's only input is the
@@ -25,6 +45,23 @@ func (m *Model) Prune(outputs ...string) ([]byte, error) {
 // outputs from it. When the outputs depend on a graph input other than
 // through input, the error matches ErrNotCut.
 func (m *Model) PruneFrom(input string, outputs ...string) ([]byte, error) {
+	p, err := m.pruneFrom(input, outputs)
+	if err != nil {
+		return nil, err
+	}
+	return p.bytes(m.src)
+}
+
+// PruneFromTo is PruneFrom writing to w as PruneTo does.
+func (m *Model) PruneFromTo(w io.Writer, input string, outputs ...string) error {
+	p, err := m.pruneFrom(input, outputs)
+	if err != nil {
+		return err
+	}
+	return p.writeTo(w, m.src)
+}
+
+func (m *Model) pruneFrom(input string, outputs []string) (*pieces, error) {
 	if !m.defined(input) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownTensor, input)
 	}
@@ -46,7 +83,9 @@ func (m *Model) isGraphInput(name string) bool {
 	return false
 }
 
-func (m *Model) prune(from string, outputs []string) ([]byte, error) {
+// prune returns the pruned model as pieces (pieces.bytes joins them,
+// pieces.writeTo writes them).
+func (m *Model) prune(from string, outputs []string) (*pieces, error) {
 	outs, err := m.distinctOutputs(outputs)
 	if err != nil {
 		return nil, err
@@ -68,7 +107,7 @@ func (m *Model) prune(from string, outputs []string) ([]byte, error) {
 		}
 		out.add(f.raw)
 	}
-	return out.bytes(m.src)
+	return &out, nil
 }
 
 // distinctOutputs checks that every output is a tensor of the model and
@@ -378,6 +417,34 @@ func (p *pieces) bytes(src io.ReaderAt) ([]byte, error) {
 		at += int(pc.sp.n)
 	}
 	return out, nil
+}
+
+// writeTo writes the pieces to w, each detached initializer read from src
+// into one buffer of the largest one's size and checked (spill.read)
+// before it is written.
+func (p *pieces) writeTo(w io.Writer, src io.ReaderAt) error {
+	var buf []byte
+	for _, pc := range p.parts {
+		if pc.sp != nil && int(pc.sp.n) > len(buf) {
+			buf = make([]byte, pc.sp.n)
+		}
+	}
+	for _, pc := range p.parts {
+		b := pc.b
+		if pc.sp != nil {
+			if src == nil {
+				return fmt.Errorf("graph: initializer %q is detached and the model has no source", pc.sp.name)
+			}
+			b = buf[:pc.sp.n]
+			if err := pc.sp.read(src, b); err != nil {
+				return err
+			}
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // copyPreemptible is copy(dst, src) in copyChunk steps, yielding between
