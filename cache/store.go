@@ -133,8 +133,11 @@ type Stats struct {
 	// featurefs without this count wrote count as features until rewritten.
 	ArchiveIndexEntries int64 `json:"archive_index_entries"`
 	ArchiveIndexBytes   int64 `json:"archive_index_bytes"`
+	// Policy is the mount's --cache-compression as the store applies it:
+	// "auto" (RawFiles), a codec method's name, or "off".
+	Policy string `json:"policy"`
 	// Compression names the codec method values are Put with ("" for
-	// none).
+	// none); under the auto policy (RawFiles), the small values' only.
 	Compression string `json:"compression,omitempty"`
 	// RawFiles: Compression applies to the values kept in Badger only;
 	// those in files of their own (large features) follow the auto
@@ -1252,9 +1255,14 @@ func (s *Store) Stats() Stats {
 		CompressSeconds:   time.Duration(s.compressNanos.Load()).Seconds(),
 		DecompressSeconds: time.Duration(s.decompressNanos.Load()).Seconds(),
 	}
+	st.Policy = "off"
 	if s.compression != 0 {
 		st.Compression = s.compression.String()
 		st.RawFiles = s.rawFiles && s.fileThresh > 0
+		st.Policy = st.Compression
+		if st.RawFiles {
+			st.Policy = "auto"
+		}
 	}
 	if a := &s.auto; a.on {
 		st.AutoCompressedPuts = a.autoPuts.Load()

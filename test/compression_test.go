@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 )
@@ -72,8 +73,13 @@ func TestCacheCompression(t *testing.T) {
 	waitCacheWrites(t, m3)
 	st3 := mountStats(t, m3)
 	c3 := st3["cache"].(map[string]any)
-	if c, _ := c3["compression"].(string); c != "s2" || c3["raw_files"] != true {
-		t.Errorf("default cache compression %q, raw_files %v; want s2 with the auto policy for large features", c, c3["raw_files"])
+	if c, _ := c3["compression"].(string); c != "s2" || c3["raw_files"] != true || c3["policy"] != "auto" {
+		t.Errorf("default cache compression %q, raw_files %v, policy %v; want s2 for small values with the auto policy for large features", c, c3["raw_files"], c3["policy"])
+	}
+	// What the text of featurefs stats says of it: auto, not s2 alone
+	// (issue 52: it said "compression s2" under the default).
+	if out := runCLI(t, time.Minute, nil, "stats", m3.Dir); !strings.Contains(out.Stdout, "auto: small values s2; large features raw") {
+		t.Errorf("featurefs stats under the default compression does not say auto:\n%s", out.Stdout)
 	}
 	raw3 := statsField(t, st3, "cache.put_raw_bytes")
 	deadline := time.Now().Add(90 * time.Second)
