@@ -560,6 +560,11 @@ type pooled struct {
 type sessionPool struct {
 	max  int
 	open func(sessionKey) (inferSession, error)
+	// pressure, when set, reports whether opening k now would take the
+	// process past its memory target (Config.MemoryLimit): acquire then
+	// closes idle sessions, least recently used first, until it would not
+	// or none is idle (relieve).
+	pressure func(k sessionKey) bool
 
 	mu      sync.Mutex
 	entries map[sessionKey]*pooled // GUARDED_BY(mu)
@@ -568,6 +573,8 @@ type sessionPool struct {
 	closed  bool                   // GUARDED_BY(mu)
 	created int64                  // GUARDED_BY(mu)
 	evicted int64                  // GUARDED_BY(mu)
+	// pressed counts the sessions relieve closed (within evicted).
+	pressed int64 // GUARDED_BY(mu)
 }
 
 func newSessionPool(max int, open func(sessionKey) (inferSession, error)) *sessionPool {
@@ -635,6 +642,7 @@ func (p *sessionPool) acquire(ctx context.Context, k sessionKey) (*pooled, error
 		if victim != nil && victim.s != nil {
 			victim.s.close()
 		}
+		p.relieve(k)
 		s, err := p.open(k)
 		p.mu.Lock()
 		e.s, e.err = s, err
@@ -648,6 +656,36 @@ func (p *sessionPool) acquire(ctx context.Context, k sessionKey) (*pooled, error
 			return nil, err
 		}
 		return e, nil
+	}
+}
+
+// relieve closes idle sessions other than k's, least recently used first,
+// while opening k would take the process past its memory target
+// (pressure), handing their memory back after each (releaseMemory); a
+// session in use is never closed, so with none idle the opening goes
+// ahead.
+func (p *sessionPool) relieve(k sessionKey) {
+	if p.pressure == nil {
+		return
+	}
+	for p.pressure(k) {
+		p.mu.Lock()
+		var victim *pooled
+		for _, e := range p.entries {
+			if e.key != k && e.refs == 0 && e.s != nil && (victim == nil || e.lastUse < victim.lastUse) {
+				victim = e
+			}
+		}
+		if victim == nil {
+			p.mu.Unlock()
+			return
+		}
+		delete(p.entries, victim.key)
+		p.evicted++
+		p.pressed++
+		p.mu.Unlock()
+		victim.s.close()
+		releaseMemory()
 	}
 }
 
@@ -682,6 +720,13 @@ func (p *sessionPool) release(e *pooled) {
 	if destroy {
 		e.s.close()
 	}
+}
+
+// pressedOut returns how many sessions relieve closed.
+func (p *sessionPool) pressedOut() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pressed
 }
 
 // stats returns the number of live sessions, created and evicted so far.

@@ -2,6 +2,7 @@ package extractor
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -72,6 +73,31 @@ func TestPipedSessionEqualsBytes(t *testing.T) {
 		}
 		if !errors.Is(err, boom) || s != nil {
 			t.Errorf("a writer failing after %s (%d of %d bytes): session %v, error %v; want the writer's", name, cut, len(b), s != nil, err)
+		}
+	}
+}
+
+// TestMemoryLimitClosesIdleSessions: a service with a memory target its
+// sessions cannot all fit in (Config.MemoryLimit, here 1 MiB: every
+// opening presses) closes the idle session of one layer before it opens
+// another's, and says so in its stats; without a target both stay open.
+func TestMemoryLimitClosesIdleSessions(t *testing.T) {
+	img := testJPEG(t, 64, 48)
+	for _, limit := range []int64{0, 1 << 20} {
+		svc := newCPUService(t, func(c *Config) { c.MemoryLimit = limit }, ModelSpec{Name: "resnet18", Path: testenv.Model(t, "resnet18")})
+		for _, layer := range []int{3, 6} {
+			if _, err := svc.Extract(context.Background(), Request{Model: "resnet18", Layer: layer, Key: "a.jpg", Fetch: fetchOf(img)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := svc.Stats()
+		wantLive, wantClosed := 2, int64(0)
+		if limit > 0 {
+			wantLive, wantClosed = 1, 1
+		}
+		if st.Sessions != wantLive || st.Memory.SessionsClosedForMemory != wantClosed {
+			t.Errorf("--memory-limit %d bytes, two layers read: %d sessions open, %d closed for memory; want %d, %d",
+				limit, st.Sessions, st.Memory.SessionsClosedForMemory, wantLive, wantClosed)
 		}
 	}
 }

@@ -58,6 +58,12 @@ type Config struct {
 	// (one per model and layer in use); the least recently used idle one
 	// is closed first.
 	MaxSessions int
+	// MemoryLimit is the process's memory target in bytes (the mount's
+	// --memory-limit; 0: none). Before a session opens on the CPU, idle
+	// sessions are closed, least recently used first, while the process's
+	// resident set plus what the opening takes for a moment
+	// (SessionOpenFactor halves of the pruned model's bytes) would pass it.
+	MemoryLimit int64
 	// IntraOpThreads is ONNX Runtime's thread count per run (default: cores).
 	IntraOpThreads int
 	// MaxPixels rejects images with more pixels (width*height) than this.
@@ -275,9 +281,45 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 	return s, nil
 }
 
+// SessionOpenFactor is, in halves, what opening a CPU session takes for a
+// moment over the pruned model's bytes: ONNX Runtime's parse of it and its
+// reordered weights (ResNet-50 to layer18, 90 MiB: about 220 MiB,
+// docs/bench/memory.md). mountopts.MemorySessionOpenFactor is the same
+// figure for the refusal at start.
+const SessionOpenFactor = 5
+
 // newPool returns the session pool of device dev.
 func (s *Service) newPool(dev deviceChoice) *sessionPool {
 	sc := sessionConfig{threads: s.cfg.IntraOpThreads, gpu: dev.gpu, gpuIndex: dev.index, tensorRT: dev.tensorRT, precision: s.cfg.Precision}
+	p := s.newSessionPool(sc, dev)
+	if s.cfg.MemoryLimit > 0 && !dev.gpu {
+		p.pressure = s.memoryPressure
+	}
+	return p
+}
+
+// memoryPressure reports whether opening the session of k now would take
+// the process past Config.MemoryLimit: its resident set plus
+// SessionOpenFactor halves of k's pruned model.
+func (s *Service) memoryPressure(k sessionKey) bool {
+	m, ok := s.reg.Load().forKey(k)
+	if !ok {
+		return false
+	}
+	to := m.Layers[k.layer]
+	n, err := m.g.PrunedSize(k.from, to.Tensor)
+	if err != nil {
+		return false
+	}
+	rss, need := rssBytes(), n*SessionOpenFactor/2
+	if rss == 0 || rss+need <= s.cfg.MemoryLimit {
+		return false
+	}
+	s.log.Info("opening a session would pass --memory-limit: idle sessions close first, least recently used", "opening", k.String(), "rss", rss, "opening_takes", need, "limit", s.cfg.MemoryLimit)
+	return true
+}
+
+func (s *Service) newSessionPool(sc sessionConfig, dev deviceChoice) *sessionPool {
 	return newSessionPool(s.cfg.MaxSessions, func(k sessionKey) (inferSession, error) {
 		m, ok := s.reg.Load().forKey(k)
 		if !ok {
@@ -575,9 +617,10 @@ func (s *Service) Stats() Stats {
 		st.GPUDecode = &GPUDecodeStats{Decoded: g.decoded.Load(), Refused: g.refused.Load(), Failed: g.failed.Load(),
 			KeptOnCPU: g.cpuKinds.Load(), Batches: g.batches.Load(), Seconds: time.Duration(g.nanos.Load()).Seconds()}
 	}
-	var sessionBytes int64
+	var sessionBytes, pressed int64
 	for _, p := range s.pools {
 		sessionBytes += p.bytes()
+		pressed += p.pressedOut()
 		live, created, evicted := p.stats()
 		st.Sessions += live
 		st.SessionsCreated += created
@@ -588,7 +631,7 @@ func (s *Service) Stats() Stats {
 		DecodeBytes: s.sched.cfg.decode.inUse(), DecodeMaxBytes: s.sched.cfg.decode.max(),
 		FetchedBytes: s.sched.cfg.fetch.inUse(), FetchMaxBytes: s.sched.cfg.fetch.max(), Fetchers: s.sched.cfg.workers,
 		CHeapInUseBytes: inUse, CHeapFreeBytes: free,
-		SessionBytes: sessionBytes, BusyTrims: busyTrims(),
+		SessionBytes: sessionBytes, BusyTrims: busyTrims(), SessionsClosedForMemory: pressed,
 	}
 	if g := s.gpuDec; g != nil {
 		st.Memory.GPUPixelBytes, st.Memory.GPUPixelMaxBytes = g.pix.inUse(), g.pix.max()

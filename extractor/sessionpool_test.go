@@ -138,3 +138,53 @@ func TestSessionPoolOpenErrorIsNotCached(t *testing.T) {
 	}
 	p.release(e)
 }
+
+// TestSessionPoolClosesIdleSessionsUnderPressure: with a memory target
+// (pressure), opening a session first closes idle ones, least recently
+// used first, until the opening fits; a held session is never closed, and
+// with none idle the opening goes ahead.
+func TestSessionPoolClosesIdleSessionsUnderPressure(t *testing.T) {
+	var live atomic.Int64
+	p := newSessionPool(8, func(k sessionKey) (inferSession, error) {
+		live.Add(1)
+		return &fakeSession{live: &live}, nil
+	})
+	// Room for two open sessions before an opening: a third presses.
+	p.pressure = func(sessionKey) bool { return live.Load() >= 2 }
+	ctx := context.Background()
+	key := func(l int) sessionKey { return sessionKey{model: "m", layer: l} }
+	open := func(l int) *pooled {
+		e, err := p.acquire(ctx, key(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a := open(0)
+	p.release(a)
+	b := open(1)
+	p.release(b)
+	c := open(2) // a (least recently used) closes; b stays
+	if !a.s.(*fakeSession).closed.Load() || b.s.(*fakeSession).closed.Load() {
+		t.Fatalf("opening a third: a closed %v, b closed %v; want a only", a.s.(*fakeSession).closed.Load(), b.s.(*fakeSession).closed.Load())
+	}
+	if n := p.pressedOut(); n != 1 {
+		t.Errorf("closed for memory: %d, want 1", n)
+	}
+	// b idle, c held: opening a fourth closes b, never c.
+	d := open(3)
+	if !b.s.(*fakeSession).closed.Load() || c.s.(*fakeSession).closed.Load() {
+		t.Fatalf("opening a fourth with c held: b closed %v, c closed %v; want b only", b.s.(*fakeSession).closed.Load(), c.s.(*fakeSession).closed.Load())
+	}
+	// c and d held, none idle: a fifth opens anyway.
+	e := open(4)
+	if c.s.(*fakeSession).closed.Load() || d.s.(*fakeSession).closed.Load() || live.Load() != 3 {
+		t.Fatalf("a fifth with every session held: %d live; want c, d and e open", live.Load())
+	}
+	for _, x := range []*pooled{c, d, e} {
+		p.release(x)
+	}
+	if live, created, evicted := p.stats(); live != 3 || created != 5 || evicted != 2 {
+		t.Errorf("stats: %d live, %d created, %d evicted; want 3, 5, 2", live, created, evicted)
+	}
+}

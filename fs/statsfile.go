@@ -66,6 +66,7 @@ func (f *FS) memoryStats(st *figures.Stats) *figures.MemoryStats {
 	if xm := st.Extractor.Memory; xm != nil {
 		m.CHeapInUseBytes, m.CHeapFreeBytes = xm.CHeapInUseBytes, xm.CHeapFreeBytes
 		m.SessionBytes, m.BusyTrims = xm.SessionBytes, xm.BusyTrims
+		m.SessionsClosedForMemory = xm.SessionsClosedForMemory
 		add("decode", "--decode-memory", xm.DecodeMaxBytes, figures.Used(xm.DecodeBytes))
 		add("fetched_objects", "--fetch-memory", xm.FetchMaxBytes, figures.Used(xm.FetchedBytes))
 		if xm.GPUPixelMaxBytes > 0 {

@@ -121,6 +121,7 @@ func newExtractor(o mountopts.Options, dtype extractor.DType, log *slog.Logger, 
 		MaxPixels:        o.MaxPixels,
 		DecodeMemory:     o.DecodeMemory,
 		FetchMemory:      o.FetchMemory,
+		MemoryLimit:      o.MemoryLimit,
 		DType:            dtype,
 		Logger:           log,
 	}, o.ModelSpecs())

@@ -244,6 +244,10 @@ type ExtractorMemory struct {
 	// BusyTrims counts the C heap's trims between batches (its free
 	// chunks past 64 MiB while the scheduler was busy).
 	BusyTrims int64 `json:"busy_trims"`
+	// SessionsClosedForMemory counts the idle sessions closed so that
+	// another could open within the memory target (Config.MemoryLimit),
+	// within SessionsEvicted.
+	SessionsClosedForMemory int64 `json:"sessions_closed_for_memory"`
 	// GPUPixelBytes is the bytes of images decoded on the GPU and not yet
 	// resized (--decode gpu), against GPUPixelMaxBytes (--decode-memory,
 	// a budget apart from DecodeMaxBytes); both 0 without a GPU decoder.

@@ -65,6 +65,9 @@ func TestDetachPrunesTheSameBytes(t *testing.T) {
 		if err := d.PruneTo(&w, outs...); err != nil || !bytes.Equal(w.Bytes(), want) {
 			t.Errorf("PruneTo(%v): %d bytes, %v; want Prune's %d", outs, w.Len(), err, len(want))
 		}
+		if n, err := d.PrunedSize("", outs...); err != nil || n != int64(len(want)) {
+			t.Errorf("PrunedSize(%v): %d, %v; want Prune's %d", outs, n, err, len(want))
+		}
 	}
 	want, err := m.PruneFrom("r1o", "y")
 	if err != nil {

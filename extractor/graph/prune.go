@@ -463,3 +463,20 @@ func copyPreemptible(dst, src []byte) int {
 	}
 	return n
 }
+
+// PrunedSize returns the size in bytes of the model PruneFrom(from,
+// outputs...) (from "": Prune(outputs...)) gives, without reading any
+// weights: what opening a session of it parses.
+func (m *Model) PrunedSize(from string, outputs ...string) (int64, error) {
+	var p *pieces
+	var err error
+	if from == "" {
+		p, err = m.prune("", outputs)
+	} else {
+		p, err = m.pruneFrom(from, outputs)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return int64(p.n), nil
+}

@@ -56,6 +56,9 @@ type MemoryStats struct {
 	// memtrim.go).
 	SessionBytes int64 `json:"session_bytes"`
 	BusyTrims    int64 `json:"busy_trims"`
+	// SessionsClosedForMemory counts the idle ONNX Runtime sessions closed
+	// so that another could open within --memory-limit.
+	SessionsClosedForMemory int64 `json:"sessions_closed_for_memory"`
 	// IdleReleases counts the times the mount, idle after some work,
 	// handed its free memory back to the operating system.
 	IdleReleases int64 `json:"idle_releases"`
