@@ -97,17 +97,19 @@ func indentJSON(v any) []byte {
 	return append(b, '\n')
 }
 
-// statsFile is .featurefs/stats: a views.Padded file (a fresh snapshot
-// per reader, padded to a size that only grows). The kernel keeps the
-// file's pages (noOpen), but every stat and every read(2) asks for its
+// statsFile is .featurefs/stats: a views.Padded file (fresh figures for a
+// read after a pause, padded to a size that only grows). The kernel keeps
+// the file's pages (noOpen), but every stat and every read(2) asks for its
 // attributes again (statsAttrTimeout, with FUSE_AUTO_INVAL_DATA), and each
 // answer gives a new mtime (mtime), so the kernel drops its pages and
 // reads fresh figures; and each read, once answered, tells the kernel to
 // drop the pages it filled (the kernel keeps attributes for one of its
 // clock ticks, 1-10 ms, and a second read within it would find them). The
-// file is a few kilobytes, and the kernel may read it in more than one
-// request (a page, then the rest): the reads after one at offset 0 from
-// the same thread (the request's caller) get the rest of that snapshot.
+// kernel asks for a reader's bytes in several requests, from any offset,
+// and serves pages one reader's request filled to another: reads in a row
+// are given one rendering (views.Padded.Served), so that no read(2) gets
+// pieces of two (CI runs parsed `"get_e` and `"loaded_ "loaded_unix"`:
+// the start of one rendering and the rest of a newer one).
 //
 // .featurefs/failures (FailuresFile) is served the same way, with its own
 // content.
@@ -157,11 +159,10 @@ func (sf *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.
 	return 0
 }
 
-// Read returns part of a snapshot padded to the file's size (the
-// caller's own snapshot past offset 0).
+// Read returns part of the rendering reads are given now
+// (views.Padded.Served), padded to the file's size.
 func (sf *statsFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	caller, known := fuse.FromContext(ctx)
-	content, size := sf.file.ReaderSnapshot(caller.Pid, known, off)
+	content, size := sf.file.Served()
 	out := views.ReadPadded(content, size, dest, off)
 	sf.fs.dropPagesLater(&sf.Inode, nil)
 	return fuse.ReadResultData(out), 0
