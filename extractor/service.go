@@ -283,10 +283,14 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 
 // SessionOpenFactor is, in halves, what opening a CPU session takes for a
 // moment over the pruned model's bytes: ONNX Runtime's parse of it and its
-// reordered weights (ResNet-50 to layer18, 90 MiB: about 220 MiB,
-// docs/bench/memory.md). mountopts.MemorySessionOpenFactor is the same
-// figure for the refusal at start.
-const SessionOpenFactor = 5
+// reordered weights, and the batches running meanwhile. Measured in a
+// mount warming five ResNet-50 layers under --memory-limit 512MiB: the
+// openings of layer17 and layer18 (94 MiB pruned) took the resident set
+// up by 242-264 MiB, 2.6-2.8 times (docs/bench/memory.md); 2.5 let the
+// peak pass the limit. mountopts.MemorySessionOpenFactor (2.5 times the
+// model's file) is the least a lone opening needs, for the refusal at
+// start.
+const SessionOpenFactor = 6
 
 // newPool returns the session pool of device dev.
 func (s *Service) newPool(dev deviceChoice) *sessionPool {
