@@ -124,7 +124,7 @@ type statsFile struct {
 
 // newStatsFile returns a .featurefs file whose content render makes.
 func newStatsFile(f *FS, render func() []byte) *statsFile {
-	return &statsFile{fs: f, noOpen: noOpen{f}, file: views.NewPadded(render, f.now)}
+	return &statsFile{fs: f, noOpen: noOpen{f}, file: views.NewPadded(render)}
 }
 
 var _ = (gofs.NodeGetattrer)((*statsFile)(nil))

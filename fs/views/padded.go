@@ -31,8 +31,7 @@ import (
 // (TestStatsFileWholeUnderConcurrentReaders).
 type Padded struct {
 	render func() []byte // the content, ending in a newline
-	clock  func() time.Time
-	size   atomic.Int64 // never shrinks
+	size   atomic.Int64  // never shrinks
 	mu     sync.Mutex
 	served *paddedSnap // GUARDED_BY(mu): the rendering the last read was given
 }
@@ -55,8 +54,8 @@ const (
 )
 
 // NewPadded returns a Padded file of render's content.
-func NewPadded(render func() []byte, clock func() time.Time) *Padded {
-	return &Padded{render: render, clock: clock}
+func NewPadded(render func() []byte) *Padded {
+	return &Padded{render: render}
 }
 
 // PaddedSize returns the padded size for content of n bytes: n plus a
