@@ -64,19 +64,6 @@ func LayersTable(name, path string, cfg Config) (string, error) {
 	return m.Table(), nil
 }
 
-// pruned returns the model pruned at layer l. The bytes are not kept: only
-// the session made from them is (bounded by the session pool). Its weights
-// are read back from the model's file (detach); when the file no longer
-// holds the ones loaded, the error matches ErrModelReplaced and
-// graph.ErrSourceChanged.
-func (m *model) pruned(l Layer) ([]byte, error) {
-	b, err := m.g.Prune(l.Tensor)
-	if err != nil {
-		return nil, m.pruneError(fmt.Sprintf("prune at %s (%s)", l.Name, l.Tensor), err)
-	}
-	return b, nil
-}
-
 // openSession opens a session of m pruned to compute layer to: from the
 // graph input (from ""), or from the tensor from (split execution, its
 // per-sample shape fromShape). On the CPU ONNX Runtime reads the pruned
@@ -91,12 +78,7 @@ func (m *model) openSession(from string, to Layer, fromShape []int64, sc session
 	}
 	if !sc.gpu && pipeModels() && !m.g.ExternalData() {
 		sess, err := newORTSessionPiped(func(w io.Writer) error {
-			var err error
-			if from != "" {
-				err = m.g.PruneFromTo(w, from, to.Tensor)
-			} else {
-				err = m.g.PruneTo(w, to.Tensor)
-			}
+			err := m.g.PruneFromTo(w, from, to.Tensor)
 			if err != nil && !errors.Is(err, syscall.EPIPE) {
 				return m.pruneError(what, err)
 			}
@@ -104,13 +86,7 @@ func (m *model) openSession(from string, to Layer, fromShape []int64, sc session
 		}, input, to.Tensor, inShape, to.Shape, m.FixedBatch, sc)
 		return sess, err
 	}
-	var b []byte
-	var err error
-	if from != "" {
-		b, err = m.g.PruneFrom(from, to.Tensor)
-	} else {
-		b, err = m.g.Prune(to.Tensor)
-	}
+	b, err := m.g.PruneFrom(from, to.Tensor)
 	if err != nil {
 		return nil, m.pruneError(what, err)
 	}

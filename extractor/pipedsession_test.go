@@ -25,7 +25,7 @@ func TestPipedSessionEqualsBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := m.Layers[len(m.Layers)/2]
-	b, err := m.pruned(l)
+	b, err := m.g.Prune(l.Tensor)
 	if err != nil {
 		t.Fatal(err)
 	}

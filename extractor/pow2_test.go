@@ -21,7 +21,7 @@ func TestPow2PaddingKeepsOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := m.Layers[len(m.Layers)-1]
-	b, err := m.pruned(l)
+	b, err := m.g.Prune(l.Tensor)
 	if err != nil {
 		t.Fatal(err)
 	}

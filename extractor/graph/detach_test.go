@@ -62,8 +62,8 @@ func TestDetachPrunesTheSameBytes(t *testing.T) {
 			t.Errorf("Prune(%v): %d bytes detached, %d not: they differ", outs, len(got), len(want))
 		}
 		var w bytes.Buffer
-		if err := d.PruneTo(&w, outs...); err != nil || !bytes.Equal(w.Bytes(), want) {
-			t.Errorf("PruneTo(%v): %d bytes, %v; want Prune's %d", outs, w.Len(), err, len(want))
+		if err := d.PruneFromTo(&w, "", outs...); err != nil || !bytes.Equal(w.Bytes(), want) {
+			t.Errorf("PruneFromTo(\"\", %v): %d bytes, %v; want Prune's %d", outs, w.Len(), err, len(want))
 		}
 		if n, err := d.PrunedSize("", outs...); err != nil || n != int64(len(want)) {
 			t.Errorf("PrunedSize(%v): %d, %v; want Prune's %d", outs, n, err, len(want))
@@ -138,14 +138,14 @@ func TestDetachRefusesAChangedSource(t *testing.T) {
 			if b, err := d.Prune("y"); !errors.Is(err, ErrSourceChanged) {
 				t.Errorf("Prune of a changed source: %d bytes, %v; want ErrSourceChanged", len(b), err)
 			}
-			// PruneTo writes what comes before the changed initializer
-			// and none of it.
+			// PruneFromTo writes what comes before the changed
+			// initializer and none of it.
 			var w bytes.Buffer
-			if err := d.PruneTo(&w, "y"); !errors.Is(err, ErrSourceChanged) {
-				t.Errorf("PruneTo of a changed source: %d bytes, %v; want ErrSourceChanged", w.Len(), err)
+			if err := d.PruneFromTo(&w, "", "y"); !errors.Is(err, ErrSourceChanged) {
+				t.Errorf("PruneFromTo of a changed source: %d bytes, %v; want ErrSourceChanged", w.Len(), err)
 			}
 			if good, _ := m.Prune("y"); !bytes.HasPrefix(good, w.Bytes()) || w.Len() > len(good)-int(sp.n) {
-				t.Errorf("PruneTo of a changed source wrote %d bytes: not a prefix of the model before the changed initializer (%d bytes, the initializer %d)", w.Len(), len(good), sp.n)
+				t.Errorf("PruneFromTo of a changed source wrote %d bytes: not a prefix of the model before the changed initializer (%d bytes, the initializer %d)", w.Len(), len(good), sp.n)
 			}
 			if _, err := d.Prune("r1o"); err != nil {
 				t.Errorf("Prune not reading the changed initializer: %v", err)

@@ -24,26 +24,11 @@ func (m *Model) Prune(outputs ...string) ([]byte, error) {
 	return p.bytes(m.src)
 }
 
-// PruneTo writes to w the model Prune returns without holding it in
-// memory: what the graph keeps, and each detached initializer read from
-// the source and checked (spill.read) before any of its bytes are written,
-// one at a time. On an error, w has a prefix of the model (never bytes
-// other than the parsed ones) and the error says why: the reader of w must
-// not take what it got for a model. The cost in memory is the largest
-// initializer, not the model (ONNX Runtime reads the model from a pipe:
-// extractor's session opening).
-func (m *Model) PruneTo(w io.Writer, outputs ...string) error {
-	p, err := m.prune("", outputs)
-	if err != nil {
-		return err
-	}
-	return p.writeTo(w, m.src)
-}
-
 // PruneFrom is Prune for split execution: the sub-model's only input is the
 // intermediate tensor input (typically a layer tensor), and it computes
 // outputs from it. When the outputs depend on a graph input other than
-// through input, the error matches ErrNotCut.
+// through input, the error matches ErrNotCut. An input "" is the graph's
+// input: PruneFrom("", outputs...) is Prune(outputs...).
 func (m *Model) PruneFrom(input string, outputs ...string) ([]byte, error) {
 	p, err := m.pruneFrom(input, outputs)
 	if err != nil {
@@ -52,7 +37,14 @@ func (m *Model) PruneFrom(input string, outputs ...string) ([]byte, error) {
 	return p.bytes(m.src)
 }
 
-// PruneFromTo is PruneFrom writing to w as PruneTo does.
+// PruneFromTo writes to w the model PruneFrom returns without holding it
+// in memory: what the graph keeps, and each detached initializer read from
+// the source and checked (spill.read) before any of its bytes are written,
+// one at a time. On an error, w has a prefix of the model (never bytes
+// other than the parsed ones) and the error says why: the reader of w must
+// not take what it got for a model. The cost in memory is the largest
+// initializer, not the model (ONNX Runtime reads the model from a pipe:
+// extractor's session opening).
 func (m *Model) PruneFromTo(w io.Writer, input string, outputs ...string) error {
 	p, err := m.pruneFrom(input, outputs)
 	if err != nil {
@@ -62,6 +54,9 @@ func (m *Model) PruneFromTo(w io.Writer, input string, outputs ...string) error 
 }
 
 func (m *Model) pruneFrom(input string, outputs []string) (*pieces, error) {
+	if input == "" {
+		return m.prune("", outputs)
+	}
 	if !m.defined(input) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownTensor, input)
 	}
@@ -465,16 +460,10 @@ func copyPreemptible(dst, src []byte) int {
 }
 
 // PrunedSize returns the size in bytes of the model PruneFrom(from,
-// outputs...) (from "": Prune(outputs...)) gives, without reading any
-// weights: what opening a session of it parses.
+// outputs...) gives, without reading any weights: what opening a session
+// of it parses.
 func (m *Model) PrunedSize(from string, outputs ...string) (int64, error) {
-	var p *pieces
-	var err error
-	if from == "" {
-		p, err = m.prune("", outputs)
-	} else {
-		p, err = m.pruneFrom(from, outputs)
-	}
+	p, err := m.pruneFrom(from, outputs)
 	if err != nil {
 		return 0, err
 	}
