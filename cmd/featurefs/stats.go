@@ -134,17 +134,17 @@ func printStats(w io.Writer, mnt string, data []byte) error {
 	row("write queue", "%d features (%s) queued, peak %s of %s; %d written in the background, %d inline, %d skipped (read while the queue was full: not cached), %d dropped",
 		cw.WriteQueued, humanBytes(cw.WriteQueuedBytes), humanBytes(cw.WriteQueuePeakBytes), humanBytes(cw.WriteQueueMaxBytes),
 		cw.BackgroundWrites, cw.InlineWrites, cw.SkippedWrites, cw.DroppedWrites)
+	written := fmt.Sprintf("%.2fx on what was written (%s raw, %s stored); %.1fs compressing, %.1fs decompressing",
+		c.CompressionRatio, humanBytes(c.PutRawBytes), humanBytes(c.PutStoredBytes), c.CompressSeconds, c.DecompressSeconds)
 	switch {
 	case c.RawFiles:
 		// The auto policy: naming only the small values' codec read as if
 		// every feature were compressed with it.
 		row("compression", "auto: small values %s; large features raw, or zeros-elision where it costs a small share of the extraction (%d compressed on the write path; extraction %.2f ms per feature, zeros-elision %.2f ms per MB, as last measured); raw files compacted at rest: %d (%s saved, %d abandoned)",
 			c.Compression, c.AutoCompressedPuts, 1e3*c.ExtractSecondsPerFeature, 1e3*c.CodecSecondsPerMB, c.Compactions, humanBytes(c.CompactionSavedBytes), c.CompactionsAbandoned)
-		row("", "%.2fx on what was written (%s raw, %s stored); %.1fs compressing, %.1fs decompressing",
-			c.CompressionRatio, humanBytes(c.PutRawBytes), humanBytes(c.PutStoredBytes), c.CompressSeconds, c.DecompressSeconds)
+		row("", "%s", written)
 	case c.Compression != "":
-		row("compression", "%s, %.2fx on what was written (%s raw, %s stored); %.1fs compressing, %.1fs decompressing",
-			c.Compression, c.CompressionRatio, humanBytes(c.PutRawBytes), humanBytes(c.PutStoredBytes), c.CompressSeconds, c.DecompressSeconds)
+		row("compression", "%s, %s", c.Compression, written)
 	default:
 		row("compression", "off")
 	}
