@@ -20,7 +20,7 @@ const augmentJSONL = views.AugmentJSONL
 // called augment.jsonl when it shows one (views.AugFiles), from one
 // listing.
 func viewFiles(ctx context.Context, d *prefixDir) (files []naming.Entry, taken *naming.Entry, err error) {
-	es, err := d.fs.listAll(ctx, d.prefix)
+	es, err := views.ListAll(d.fs.ns)(ctx, d.prefix)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -36,7 +36,7 @@ func augJSONLIno(d *prefixDir, file views.File) uint64 {
 	if file != nil {
 		v = file.Version()
 	}
-	return ino('j', "features", d.view.model, d.view.dir, d.prefix, strconv.FormatUint(v, 16))
+	return ino('j', "features", d.view.Model, d.view.Dir, d.prefix, strconv.FormatUint(v, 16))
 }
 
 // augJSONLLookup answers a lookup of name in view directory d, where name
@@ -57,7 +57,7 @@ func augJSONLLookup(ctx context.Context, d *prefixDir, name string, out *fuse.En
 	if name != augmentJSONL.Name(taken != nil) {
 		return nil, syscall.ENOENT
 	}
-	file := views.NewAugJSONL(d.fs.p, d.view.view(), d.prefix, files)
+	file := views.NewAugJSONL(d.fs.p, d.view.View(), d.prefix, files)
 	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: augJSONLIno(d, file)}
 	fileAttr(&out.Attr, file.Size(), file.ModTime())
 	if ch := d.GetChild(name); ch != nil && ch.StableAttr() == id {

@@ -8,6 +8,7 @@ import (
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // errClass is how an error answered to a reader is classified: its
@@ -32,6 +33,7 @@ type timeout interface{ Timeout() bool }
 //	context.Canceled (interrupt)  EINTR, not counted
 //	bucket.ErrNotFound            ENOENT; counted (not_found) only when a
 //	                              listed object was gone at its fetch
+//	views.ErrTooManyRows          EFBIG, other, logged (an array past its rows)
 //	bucket.ErrAccessDenied        EACCES, logged (a refused token)
 //	bad image, too large          EIO, bad_image
 //	a timeout (Timeout() true)    EIO, timeout, logged (--read-timeout
@@ -60,6 +62,8 @@ func classify(err error) errClass {
 			return errClass{errno: syscall.ENOENT, kind: figures.ErrKindNotFound} // listed, then gone
 		}
 		return errClass{errno: syscall.ENOENT} // a name that is not there
+	case errors.Is(err, views.ErrTooManyRows):
+		return errClass{errno: syscall.EFBIG, kind: figures.ErrKindOther, log: "too large"}
 	case errors.Is(err, bucket.ErrAccessDenied):
 		return errClass{errno: syscall.EACCES, kind: storeOr(figures.ErrKindOther), log: "access denied"}
 	case errors.Is(err, context.DeadlineExceeded):

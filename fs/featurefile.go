@@ -14,6 +14,7 @@ import (
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/namespace"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // featureFile is one .npy file: the feature of one object version at one
@@ -25,7 +26,7 @@ type featureFile struct {
 	readOnly
 	noOpen
 	fs     *FS
-	view   *layerView
+	view   *views.Layer
 	fv     *features.View // the model version it was looked up at: its reads finish on it
 	prefix string         // the directory's bucket prefix
 	name   string         // the file's name in it
@@ -108,7 +109,7 @@ func (ff *featureFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte
 		ff.fs.dropPagesLater(&ff.Inode, &ff.fs.stats.contentDrops)
 	}
 	ff.fs.stats.reads.Add(1)
-	out := sliceAt(data, dest, off)
+	out := views.SliceAt(data, len(dest), off)
 	ff.fs.stats.readBytes.Add(int64(len(out)))
 	return fuse.ReadResultData(out), 0
 }
@@ -123,7 +124,7 @@ func (ff *featureFile) readHeld(obj bucket.Object, dest []byte, off int64) (fuse
 	if data, ok := ns.Recent(k); ok {
 		ff.fs.p.Touch(ff.fv, ff.prefix)
 		ns.ReadDone(k, ff.prefix+ff.name, nil)
-		out := sliceAt(data, dest, off)
+		out := views.SliceAt(data, len(dest), off)
 		ff.fs.stats.recentReads.Add(1)
 		ff.fs.stats.reads.Add(1)
 		ff.fs.stats.readBytes.Add(int64(len(out)))

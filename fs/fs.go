@@ -20,9 +20,7 @@ import (
 	"github.com/featurefs/featurefs/fs/archive"
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
-	"github.com/featurefs/featurefs/fs/internal/inflight"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
-	"github.com/featurefs/featurefs/fs/internal/lru"
 	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/fs/naming"
 	"github.com/featurefs/featurefs/fs/views"
@@ -61,13 +59,12 @@ type FS struct {
 
 	stats counters
 
-	// predSnaps are the predictions files' listing snapshots, by model
-	// and prefix, bounded by predSnapshotBytes (predictionsfile.go).
-	predSnaps *lru.LRU[string, *predSnapshot]
-	// predRefresh reads stale predictions snapshots again, one run per
-	// file, at most cap(predRefreshing) at once (predictionsfile.go).
-	predRefresh    inflight.Group[*predSnapshot]
-	predRefreshing chan struct{}
+	// preds and arrays are what predictions/ and arrays/ read through
+	// (fs/views); predModels, predictions/<model> of each model, for
+	// ModelReplaced.
+	preds      *views.Predictions
+	arrays     *views.Arrays
+	predModels []*gofs.Inode
 
 	kernel kernelCache // keeps the kernel's cached file entries true (kernelcache.go)
 	budget budget      // the nodes' part of the metadata budget (budget.go)
@@ -82,12 +79,6 @@ type FS struct {
 	registerBacking func(fd int) syscall.Errno
 	// srv is the mount's server (Mount), for registering backing files.
 	srv atomic.Pointer[fuse.Server]
-
-	// arraySnaps keeps the array views' listing snapshots (arrays.go);
-	// arrayEnvV is what they read through, made once.
-	arraySnaps   *views.Snapshots
-	arrayEnvOnce sync.Once
-	arrayEnvV    *views.ArrayEnv
 
 	// owner owns the tree's own goroutines: kernel checks and
 	// invalidations; closed by Close.
@@ -127,10 +118,7 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		p:           p,
 		journal:     p.Journal(),
 		budget:      newBudget(),
-		predSnaps:   lru.New[string, *predSnapshot](predSnapshotBytes),
 	}
-	f.predRefresh.Owner = f.owner
-	f.predRefreshing = make(chan struct{}, predRefreshes)
 	if len(f.models) == 0 {
 		return nil, errors.New("fs.New: the extractor serves no model")
 	}
@@ -142,7 +130,13 @@ func New(p *features.Pipeline, cfg Config) (*FS, error) {
 		seen[m.Name] = true
 	}
 	f.ns = namespace.New(p, cfg, f.listed, f.listingDropped)
-	f.arraySnaps = views.NewSnapshots(f.metadataTTL, f.ns.MetadataBytes()/2, f.clock)
+	f.preds = views.NewPredictions(f.ns, p, f.owner)
+	f.arrays = &views.Arrays{NS: f.ns, Snaps: views.NewSnapshots(f.metadataTTL, f.ns.MetadataBytes()/2, f.clock),
+		MaxRows: maxArrayRows, Env: &views.ArrayEnv{Source: p, Owner: f.owner, Fetch: arrayFetch, Ahead: arrayAhead,
+			Failed: func(v *features.View, ds *views.Dataset, row views.Row, err error) {
+				k := namespace.FileKey{View: v, Key: row.Obj.Key, ETag: row.Obj.ETag}
+				f.ns.ReadFailed(k, ds.Prefix+row.Path, 0, int(v.Size), err, time.Now())
+			}}}
 	if ab, ok := pc.Bucket.(*archive.Bucket); ok {
 		// The archive indexes kept in memory count in the metadata
 		// budget with the kernel's entries (budget.go).
@@ -277,34 +271,20 @@ func writeExisting(p string, b []byte) error {
 	return err
 }
 
-// ino derives a stable inode number from a node's kind and path, so that
-// numbers survive forgets and remounts.
-func ino(kind byte, parts ...string) uint64 {
-	// FNV-1a, 64 bits (hash/fnv's New64a), without its allocations: a
-	// READDIRPLUS of a large directory computes one per entry.
-	const offset64, prime64 = 14695981039346656037, 1099511628211
-	h := uint64(offset64)
-	h = (h ^ uint64(kind)) * prime64
-	for _, p := range parts {
-		h *= prime64 // the 0 separator: h ^ 0 == h
-		for i := 0; i < len(p); i++ {
-			h = (h ^ uint64(p[i])) * prime64
-		}
-	}
-	return inoFrom(h)
-}
+// ino derives a stable inode number from a node's kind and path
+// (views.Ino).
+func ino(kind byte, parts ...string) uint64 { return views.Ino(kind, parts...) }
 
-// inoFrom keeps a hash off the inode numbers go-fuse reserves: 0, the
-// root's (1) and ^0.
-func inoFrom(v uint64) uint64 {
-	switch {
-	case v <= fuse.FUSE_ROOT_ID:
-		return v + 2
-	case v == ^uint64(0):
-		return v - 1
-	}
-	return v
-}
+// maxArrayRows bounds one array view's rows (a directory of more fails
+// its array's lookup with EFBIG, logged with its prefix). arrayAhead is
+// how many rows an in-order reader of an array has extracted ahead of
+// it; arrayFetch, how many rows one read computes at once (the extractor
+// batches concurrent requests: both are a few of its batches).
+const (
+	maxArrayRows = 16 << 20
+	arrayAhead   = 64
+	arrayFetch   = 16
+)
 
 // Close stops every goroutine the tree started and waits for them: the
 // namespace's detached listings and the kernel checks (their contexts are

@@ -9,12 +9,13 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/featurefs/featurefs/fs/namespace"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // What the kernel caches of a feature file, and how it is kept true.
 //
 // A feature file's inode number is derived from its object's key and ETag
-// (layerView.fileIno), and everything the kernel caches of that inode is
+// (views.Layer.FileIno), and everything the kernel caches of that inode is
 // fixed by them: its size (the layer's shape), its mtime (the object's) and
 // its content (the feature of that object version, opened with
 // FOPEN_KEEP_CACHE). What can change is which inode a name stands for: an
@@ -92,7 +93,7 @@ const (
 type kernelCache struct {
 	mu     sync.Mutex
 	layers []*gofs.Inode           // GUARDED_BY(mu): every layer and alias directory of every model
-	preds  []*gofs.Inode           // GUARDED_BY(mu): predictions/<model> of every model
+	preds  []predRoot              // GUARDED_BY(mu): predictions/<model> of every model
 	queue  chan *namespace.Listing // GUARDED_BY(mu): listings to check; nil unless mounted
 }
 
@@ -115,10 +116,16 @@ func (f *FS) addLayerDir(n *gofs.Inode) {
 
 // addPredModelDir records predictions/<model>'s inode (rootDir.OnAdd), for
 // ModelReplaced.
-func (f *FS) addPredModelDir(n *gofs.Inode) {
+func (f *FS) addPredModelDir(pm *views.PredModel, n *gofs.Inode) {
 	f.kernel.mu.Lock()
 	defer f.kernel.mu.Unlock()
-	f.kernel.preds = append(f.kernel.preds, n)
+	f.kernel.preds = append(f.kernel.preds, predRoot{pm, n})
+}
+
+// predRoot is predictions/<model>: its views and its inode.
+type predRoot struct {
+	pm   *views.PredModel
+	node *gofs.Inode
 }
 
 // startKernelChecks starts the checker goroutines, the tree's owner's:

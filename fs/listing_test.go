@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 func TestListingCachedForMetadataTTL(t *testing.T) {
@@ -134,7 +136,7 @@ func TestInoIsFNV1a(t *testing.T) {
 			h.Write([]byte{0})
 			h.Write([]byte(p))
 		}
-		if got, want := ino('f', parts...), inoFrom(h.Sum64()); got != want {
+		if got, want := ino('f', parts...), views.InoFrom(h.Sum64()); got != want {
 			t.Errorf("ino(f, %q) = %d, want %d", parts, got, want)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/namespace"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // TestFilesAreNeverOpened reads feature files, the layer table and the
@@ -141,8 +142,8 @@ func TestSlowFailureAnswersOnlyTheKernelsRetry(t *testing.T) {
 	}
 	defer f.Close()
 	m := f.models[0]
-	lv := newLayerView(f, m, m.Layers[0], m.Layers[0].Name)
-	ff := &featureFile{fs: f, view: lv, fv: lv.view(), prefix: "d/", name: "a.npy", obj: b.objectFor(t, "d/a.jpg")}
+	lv := views.NewLayer(f.p, m, m.Layers[0], m.Layers[0].Name)
+	ff := &featureFile{fs: f, view: lv, fv: lv.View(), prefix: "d/", name: "a.npy", obj: b.objectFor(t, "d/a.jpg")}
 	read := func(off int64, size int) (syscall.Errno, time.Duration) {
 		t0 := time.Now()
 		_, errno := ff.Read(context.Background(), nil, make([]byte, size), off)

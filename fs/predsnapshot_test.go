@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // A stat of a predictions file after --metadata-ttl, whose prefix's
 // listing the namespace dropped (the metadata budget), waits at most
-// predStaleGrace for the new listing: past it the last snapshot answers,
+// views.PredStaleGrace for the new listing: past it the last snapshot answers,
 // and the new one, read on in the background, replaces it when it comes.
 // Before, the stat read the whole prefix again page by page first
 // (issue 40: a first-after-TTL stat took 39 s on a loaded store); here
@@ -32,15 +32,15 @@ func TestPredictionsStatAfterTTLIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	pf := &predFile{fs: f, pv: newPredModelDir(f, f.models[0]).pv, prefix: "d/"}
+	pf := f.preds.Model(f.models[0]).File("d/")
 	stat := func() (int64, time.Duration) {
 		t.Helper()
-		var out fuse.AttrOut
 		t0 := time.Now()
-		if errno := pf.Getattr(context.Background(), nil, &out); errno != 0 {
-			t.Fatalf("getattr: %v", errno)
+		size, _, err := pf.Stat(context.Background())
+		if err != nil {
+			t.Fatalf("stat: %v", err)
 		}
-		return int64(out.Size), time.Since(t0)
+		return size, time.Since(t0)
 	}
 	size0, _ := stat()
 	if size0 == 0 {
@@ -51,8 +51,8 @@ func TestPredictionsStatAfterTTLIsBounded(t *testing.T) {
 	b.ListDelay = 400 * time.Millisecond
 	clock.Advance(2 * time.Minute)
 	size1, took := stat()
-	if took > predStaleGrace+3*time.Second {
-		t.Errorf("stat after the TTL took %v: it waited for the whole listing (bound %v)", took, predStaleGrace)
+	if took > views.PredStaleGrace+3*time.Second {
+		t.Errorf("stat after the TTL took %v: it waited for the whole listing (bound %v)", took, views.PredStaleGrace)
 	}
 	if size1 != size0 {
 		t.Errorf("stat within the grace: size %d, want the last snapshot's %d", size1, size0)
@@ -60,8 +60,8 @@ func TestPredictionsStatAfterTTLIsBounded(t *testing.T) {
 	// The refresh goes on and replaces the snapshot: the new image shows.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		s, ok := f.predSnaps.Get(pf.pv.model.Name + "\x00d/")
-		if ok && len(s.objs) == 1001 {
+		s, ok := pf.Held()
+		if ok && s.Images() == 1001 {
 			break
 		}
 		if time.Now().After(deadline) {

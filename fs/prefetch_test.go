@@ -23,6 +23,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // batchExtractor is a fake extractor with the scheduling the real one has:
@@ -683,7 +684,7 @@ func TestPrefetchStopsOnUnmount(t *testing.T) {
 	}
 	// A touch after Close schedules nothing.
 	m := f.models[0]
-	f.p.Touch(newLayerView(f, m, m.Layers[0], m.Layers[0].Name).view(), "")
+	f.p.Touch(views.NewLayer(f.p, m, m.Layers[0], m.Layers[0].Name).View(), "")
 	if st2 := f.p.PrefetchStats(); st2.Walks != st.Walks || st2.Queued != 0 {
 		t.Errorf("a touch after Close scheduled a walk: %+v", st2)
 	}

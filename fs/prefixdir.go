@@ -12,6 +12,7 @@ import (
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/fs/naming"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // prefixDir is a bucket prefix seen through one layer:
@@ -21,7 +22,7 @@ type prefixDir struct {
 	gofs.Inode
 	readOnly
 	fs     *FS
-	view   *layerView
+	view   *views.Layer
 	prefix string // "" or "a/b/"
 	// lookups counts the kernel's LOOKUPs in the directory (a reader
 	// stat'ing entries READDIRPLUS handed out without attributes).
@@ -53,7 +54,7 @@ func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
 	d.lookups.Add(1)
-	if d.view.aug != nil && augmentJSONL.Is(name) {
+	if d.view.Aug != nil && augmentJSONL.Is(name) {
 		return augJSONLLookup(ctx, d, name, out)
 	}
 	e, err := d.fs.ns.Lookup(ctx, d.prefix, name)
@@ -70,7 +71,7 @@ func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 // it is the same node), filling its attributes and, for a feature file, its
 // kernel timeouts (FS.fileTimeout; directories keep the mount's).
 func (d *prefixDir) child(ctx context.Context, e naming.Entry, out *fuse.EntryOut) *gofs.Inode {
-	fv := d.view.view()
+	fv := d.view.View()
 	id := gofs.StableAttr{Mode: syscall.S_IFREG, Ino: d.entryIno(fv, e)}
 	if e.Dir {
 		id.Mode = syscall.S_IFDIR
@@ -91,7 +92,7 @@ func (d *prefixDir) child(ctx context.Context, e naming.Entry, out *fuse.EntryOu
 		return d.NewInode(ctx, &prefixDir{fs: d.fs, view: d.view, prefix: e.Sub}, id)
 	}
 	if e.Obj.Plain {
-		return d.NewInode(ctx, &plainFile{fs: d.fs, noOpen: noOpen{d.fs}, obj: e.Obj}, id)
+		return d.NewInode(ctx, &viewFile{fs: d.fs, noOpen: noOpen{d.fs}, file: views.NewObject(d.fs.p.Bucket(), e.Obj), name: e.Obj.Key}, id)
 	}
 	return d.NewInode(ctx, &featureFile{fs: d.fs, noOpen: noOpen{d.fs}, view: d.view, fv: fv, prefix: d.prefix, name: e.Name, obj: e.Obj}, id)
 }
@@ -100,9 +101,9 @@ func (d *prefixDir) child(ctx context.Context, e naming.Entry, out *fuse.EntryOu
 // layer's version fv.
 func (d *prefixDir) entryIno(fv *features.View, e naming.Entry) uint64 {
 	if e.Dir {
-		return d.view.dirIno(e.Sub)
+		return d.view.DirIno(e.Sub)
 	}
-	return d.view.fileIno(fv, e.Obj.Key, e.Obj.ETag)
+	return d.view.FileIno(fv, e.Obj.Key, e.Obj.ETag)
 }
 
 // OpendirHandle starts a listing: from the cache when a complete one is
@@ -160,7 +161,7 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	defer h.mu.Unlock()
 	for h.pos >= len(h.entries) {
 		if h.r == nil || h.r.Done() {
-			if h.r == nil || h.d.view.aug == nil || h.augDone {
+			if h.r == nil || h.d.view.Aug == nil || h.augDone {
 				return nil, 0
 			}
 			// A view directory lists its augment.jsonl after the
@@ -187,7 +188,7 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	if e.Dir {
 		mode = syscall.S_IFDIR
 	}
-	return &fuse.DirEntry{Name: e.Name, Mode: mode, Ino: h.d.entryIno(h.d.view.view(), e), Off: h.off}, 0
+	return &fuse.DirEntry{Name: e.Name, Mode: mode, Ino: h.d.entryIno(h.d.view.View(), e), Off: h.off}, 0
 }
 
 // plusFirst is how many entries of an open directory READDIRPLUS hands
@@ -219,7 +220,7 @@ func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	gen := ok && h.augDone // the augment.jsonl Readdirent just handed out
 	attrs := (h.off <= plusFirst && !h.walk) || h.d.lookups.Load() != h.lookupsAtOpen
 	h.mu.Unlock()
-	if h.d.view.aug != nil && augmentJSONL.Is(name) && (gen || !ok) {
+	if h.d.view.Aug != nil && augmentJSONL.Is(name) && (gen || !ok) {
 		if gen && !attrs {
 			return nil, syscall.EAGAIN
 		}

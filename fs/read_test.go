@@ -14,6 +14,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 func TestSizeEqualsBytesRead(t *testing.T) {
@@ -116,8 +117,8 @@ func TestSecondReaderOfAFileIsInterruptible(t *testing.T) {
 	defer f.Close()
 	m := f.models[0]
 	obj := b.objectFor(t, "d/a.jpg")
-	lv := newLayerView(f, m, m.Layers[0], m.Layers[0].Name)
-	ff := &featureFile{fs: f, view: lv, fv: lv.view(), prefix: "d/", name: "a.npy", obj: obj}
+	lv := views.NewLayer(f.p, m, m.Layers[0], m.Layers[0].Name)
+	ff := &featureFile{fs: f, view: lv, fv: lv.View(), prefix: "d/", name: "a.npy", obj: obj}
 	var h gofs.FileHandle // reads come without a handle (noOpen)
 	first := make(chan syscall.Errno, 1)
 	go func() {

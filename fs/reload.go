@@ -7,6 +7,7 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // ModelReplaced points the tree at m, a new version of the model of that
@@ -27,18 +28,18 @@ func (f *FS) ModelReplaced(m *api.Model) []string {
 	var changed []string
 	for _, n := range layers {
 		d, ok := n.Operations().(*prefixDir)
-		if !ok || d.view.model != m.Name {
+		if !ok || d.view.Model != m.Name {
 			continue
 		}
-		l, ok := m.Lookup(d.view.layer)
+		l, ok := m.Lookup(d.view.Name)
 		if !ok {
 			continue // Reload keeps the layers; an alias always resolves
 		}
-		old := d.view.cur.Swap(d.view.make(f, m, l))
+		old := d.view.Replace(f.p, m, l)
 		if old.Layer.Digest == l.Digest && old.Layer.Digest != "" {
 			continue
 		}
-		changed = append(changed, d.view.dir)
+		changed = append(changed, d.view.Dir)
 		f.dropTree(n)
 	}
 	if f.predictionsReplaced(m) {
@@ -46,9 +47,8 @@ func (f *FS) ModelReplaced(m *api.Model) []string {
 	}
 	if md := f.modelDirNode(m.Name); md != nil {
 		if ch := md.GetChild(spec.LayersFile); ch != nil {
-			if lf, ok := ch.Operations().(*layersFile); ok {
-				b := []byte(m.Table())
-				lf.data.Store(&b)
+			if vf, ok := ch.Operations().(*viewFile); ok {
+				vf.file.(*views.Bytes).Replace([]byte(m.Table()))
 				ch.NotifyContent(0, 0)
 			}
 		}
@@ -65,17 +65,14 @@ func (f *FS) predictionsReplaced(m *api.Model) bool {
 	f.kernel.mu.Lock()
 	preds := f.kernel.preds
 	f.kernel.mu.Unlock()
-	for _, n := range preds {
-		d, ok := n.Operations().(*predDir)
-		if !ok || d.pv.model.Name != m.Name {
+	for _, pr := range preds {
+		if pr.pm.Name() != m.Name {
 			continue
 		}
-		v := f.p.PredictionView(m)
-		old := d.pv.cur.Swap(v)
-		if old.Layer.Digest == v.Layer.Digest && old.Layer.Digest != "" {
+		if !pr.pm.Replace(m) {
 			return false
 		}
-		f.dropPredictions(n)
+		f.dropPredictions(pr.node)
 		return true
 	}
 	return false
@@ -85,11 +82,13 @@ func (f *FS) predictionsReplaced(m *api.Model) bool {
 // file it holds under directory n, at any depth.
 func (f *FS) dropPredictions(n *gofs.Inode) {
 	for _, ch := range n.Children() {
-		switch ch.Operations().(type) {
-		case *predFile:
-			ch.NotifyContent(0, 0)
-			f.stats.invalidations.Add(1)
-		case *predDir:
+		switch op := ch.Operations().(type) {
+		case *viewFile:
+			if _, ok := op.file.(*views.PredFile); ok {
+				ch.NotifyContent(0, 0)
+				f.stats.invalidations.Add(1)
+			}
+		case *viewDir:
 			f.dropPredictions(ch)
 		}
 	}
@@ -116,7 +115,7 @@ func (f *FS) modelDirNode(name string) *gofs.Inode {
 	layers := f.kernel.layers
 	f.kernel.mu.Unlock()
 	for _, n := range layers {
-		if d, ok := n.Operations().(*prefixDir); ok && d.view.model == name && d.view.aug == nil {
+		if d, ok := n.Operations().(*prefixDir); ok && d.view.Model == name && d.view.Aug == nil {
 			_, parent := n.Parent()
 			return parent
 		}

@@ -6,6 +6,8 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 // FailuresFile is the file, under the mount's .featurefs directory, that
@@ -16,6 +18,11 @@ import (
 // file in `ls -l`, each a round trip, and a mount without them says so
 // once.
 const FailuresFile = "failures"
+
+// PredictionsFile is the file, in every directory under
+// predictions/<model>/, of the top classes of its images
+// (views.PredictionsFile).
+const PredictionsFile = views.PredictionsFile
 
 // rootDir is the mount's root: features/, arrays/, predictions/ and .featurefs/. The whole tree
 // down to the layer directories is built once, when the root is attached,
@@ -41,16 +48,17 @@ func (r *rootDir) OnAdd(ctx context.Context) {
 	arrays := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "arrays")})
 	r.AddChild("arrays", arrays, true)
 	for _, m := range r.fs.models {
-		g := newArrayGroup(r.fs, features.GetChild(m.Name), m.Name)
-		ad := arrays.NewPersistentInode(ctx, g, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('A', "g", m.Name)})
+		g := r.fs.arrayGroup(features.GetChild(m.Name), m.Name)
+		ad := arrays.NewPersistentInode(ctx, &viewDir{fs: r.fs, dir: g, path: "arrays/" + m.Name + "/"}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: g.Ino()})
 		arrays.AddChild(m.Name, ad, true)
 	}
 	preds := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', "predictions")})
 	r.AddChild("predictions", preds, true)
 	for _, m := range r.fs.models {
-		pd := preds.NewPersistentInode(ctx, newPredModelDir(r.fs, m), gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('p', m.Name, "")})
+		pm := r.fs.preds.Model(m)
+		pd := preds.NewPersistentInode(ctx, &viewDir{fs: r.fs, dir: pm.Dir(""), path: "predictions/" + m.Name + "/"}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: pm.Ino("")})
 		preds.AddChild(m.Name, pd, true)
-		r.fs.addPredModelDir(pd)
+		r.fs.addPredModelDir(pm, pd)
 	}
 	meta := r.NewPersistentInode(ctx, &staticDir{fs: r.fs}, gofs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino('d', ".featurefs")})
 	r.AddChild(".featurefs", meta, true)
@@ -100,6 +108,23 @@ func (d *staticDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 func (d *staticDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	d.fs.dirAttr(&out.Attr)
 	return 0
+}
+
+// arrayGroup returns arrays/<path>/ for the model's directory md of the
+// features tree (or a directory of views in it): a layer view for each of
+// its layer and alias directories, a nested group for each of its view
+// directories.
+func (f *FS) arrayGroup(md *gofs.Inode, path string) *views.ArrayGroup {
+	layers, groups := map[string]*views.Layer{}, map[string]*views.ArrayGroup{}
+	for name, ch := range md.Children() {
+		switch n := ch.Operations().(type) {
+		case *prefixDir:
+			layers[name] = n.view
+		case *staticDir:
+			groups[name] = f.arrayGroup(ch, path+"/"+name)
+		}
+	}
+	return views.NewArrayGroup(f.arrays, path, layers, groups)
 }
 
 // failuresJSON renders the namespace's failures record, indented, with a

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/featurefs/featurefs/extractor/api"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 func TestTreeShape(t *testing.T) {
@@ -99,8 +100,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // or ^0 is moved off them (^0 used to wrap to 1, the root's).
 func TestInoAvoidsReservedNumbers(t *testing.T) {
 	for v, want := range map[uint64]uint64{0: 2, 1: 3, 2: 2, ^uint64(0): ^uint64(0) - 1, 12345: 12345} {
-		if got := inoFrom(v); got != want {
-			t.Errorf("inoFrom(%#x) = %#x, want %#x", v, got, want)
+		if got := views.InoFrom(v); got != want {
+			t.Errorf("views.InoFrom(%#x) = %#x, want %#x", v, got, want)
 		}
 	}
 }

@@ -613,6 +613,24 @@ func (ns *Namespace) aheadSlot() bool {
 	}
 }
 
+// Each reads prefix's whole directory (OpenDir), calling fn on each entry
+// as its page comes: a caller that keeps only some (directories) holds no
+// more.
+func (ns *Namespace) Each(ctx context.Context, prefix string, fn func(naming.Entry)) error {
+	r := ns.OpenDir(ctx, prefix)
+	defer r.Close()
+	for !r.Done() {
+		es, err := r.Next(ctx)
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			fn(e)
+		}
+	}
+	return nil
+}
+
 // DirReader reads one directory for a reader: a complete cached listing,
 // decoded dirBatch entries at a time, or a stream reading the bucket page
 // by page as the reader asks. Not safe for concurrent use.

@@ -1,14 +1,3 @@
-// Package naming holds the one rule that turns object keys into feature file
-// names (fs/doc.go, "Names"): which keys are images (by extension, in any
-// ASCII case), an image's short name (its extension replaced by .npy), its
-// long name (.npy appended), the shortened name of what cannot be shown as
-// it is, and the resolution of clashes between them. The FUSE tree lists
-// and looks up names through it (Resolver, Rule.Probe, Rule.Resolve) and the
-// feature store names its objects through it (Rule.StoreName).
-//
-// It is FUSE-free and cgo-free, and imports nothing of featurefs but the
-// bucket's object and page types and the image-extension match of
-// extractor/spec.
 package naming
 
 import (
