@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -203,4 +204,25 @@ func chmodDir(path string, mode fs.FileMode) error {
 // directory, a device).
 func isNotRegularOrLink(err error) bool {
 	return errors.Is(err, errNotRegular) || errors.Is(err, safefile.ErrSymlink) || errors.Is(err, syscall.EISDIR)
+}
+
+// SameBytes reports whether the first n bytes of a and b are equal,
+// reading both with pread a block at a time (a passthrough mount
+// compares a backing file it holds with the cache's verified copy).
+func SameBytes(a, b *os.File, n int64) bool {
+	const block = 1 << 20
+	ba, bb := make([]byte, min(n, block)), make([]byte, min(n, block))
+	for at := int64(0); at < n; at += block {
+		m := min(block, n-at)
+		if _, err := a.ReadAt(ba[:m], at); err != nil {
+			return false
+		}
+		if _, err := b.ReadAt(bb[:m], at); err != nil {
+			return false
+		}
+		if !bytes.Equal(ba[:m], bb[:m]) {
+			return false
+		}
+	}
+	return true
 }

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"syscall"
 
@@ -10,40 +9,30 @@ import (
 
 	"github.com/featurefs/featurefs/extractor/augment"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/views"
 )
 
 var _ = (gofs.NodeGetxattrer)((*featureFile)(nil))
 var _ = (gofs.NodeListxattrer)((*featureFile)(nil))
 
 // Getxattr answers augment.Xattr on a view file (--augment): its view's
-// parameters as JSON (the crop box in the image's pixels, the flip, the
-// size, the seed and the view), for the object version the file is of.
-// The image is fetched for its header the first time (the parameters are
-// then remembered: features.Pipeline.ViewParams); no feature is computed.
-// Every other attribute, and every file of a plain layer, has none. Only a
-// mount with --augment answers extended attributes at all (Mount's
-// DisableXAttrs).
+// parameters as JSON (views.Feature.Params), for the object version the
+// file is of. Every other attribute, and every file of a plain layer, has
+// none. Only a mount with --augment answers extended attributes at all
+// (Mount's DisableXAttrs).
 func (ff *featureFile) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if attr != augment.Xattr || (ff.fv.Aug == nil && ff.fv.FAug == nil) {
+	if attr != augment.Xattr {
 		return 0, syscall.ENODATA
 	}
-	if ff.fv.FAug != nil {
-		b, err := json.Marshal(ff.fs.p.FeatureParams(ff.fv, ff.obj))
-		if err != nil {
-			return 0, syscall.EIO
-		}
-		return xattrValue(b, dest)
-	}
-	params, err := ff.fs.p.ViewParams(ctx, ff.fv, ff.obj)
-	if errors.Is(err, features.ErrNoViewParams) {
+	feat := views.Feature{P: ff.fs.p, FV: ff.fv, Obj: ff.obj}
+	b, err := feat.Params(ctx)
+	switch {
+	case errors.Is(err, features.ErrNoViewParams):
 		return 0, syscall.EOPNOTSUPP
-	}
-	if err != nil {
+	case err != nil:
 		return 0, ff.fs.errno(err, ff.obj.Key)
-	}
-	b, err := json.Marshal(params)
-	if err != nil {
-		return 0, syscall.EIO
+	case b == nil:
+		return 0, syscall.ENODATA
 	}
 	return xattrValue(b, dest)
 }

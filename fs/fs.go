@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,7 +11,6 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/extractor/spec"
@@ -21,6 +18,7 @@ import (
 	"github.com/featurefs/featurefs/fs/features"
 	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/internal/lifetime"
+	"github.com/featurefs/featurefs/fs/mountpoint"
 	"github.com/featurefs/featurefs/fs/namespace"
 	"github.com/featurefs/featurefs/fs/naming"
 	"github.com/featurefs/featurefs/fs/views"
@@ -231,44 +229,18 @@ func (f *FS) Mount(dir string, mo MountOptions) (*fuse.Server, error) {
 		f.passthrough.Store(false) // the kernel has no passthrough: files are never opened
 		f.log.Debug("featurefs: passthrough off: the kernel does not offer it", slog.String("mountpoint", dir))
 	}
-	f.raiseReadAhead(dir)
+	// The kernel gives a FUSE mount the default 128KiB readahead whatever
+	// max_readahead the INIT reply asks for: a read(2) of a whole feature
+	// file (np.load) would be sent in requests of 128KiB however large
+	// max_pages is. Only root may raise it.
+	if err := mountpoint.SetReadAhead(dir, maxRead>>10); err != nil {
+		f.log.Debug("featurefs: readahead left at the kernel's default", slog.String("mountpoint", dir), slog.Any("err", err))
+	}
 	f.startKernelChecks()
 	f.startTrimmer()
 	f.startIdleRelease()
 	f.owner.CloseAfter(srv.Wait) // the mount is gone: stop the kernel checks and listings
 	return srv, nil
-}
-
-// raiseReadAhead sets the mount's readahead to maxRead. The kernel gives a
-// FUSE mount the default 128KiB window whatever max_readahead the INIT
-// reply asks for, and a read(2) of a whole feature file (np.load) is
-// then sent in requests of 128KiB however large max_pages is. Only root
-// may write the mount's read_ahead_kb (in sysfs); elsewhere the mount
-// keeps the default, which it says at debug level.
-func (f *FS) raiseReadAhead(dir string) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err != nil {
-		f.log.Debug("featurefs: readahead left at the kernel's default", slog.String("mountpoint", dir), slog.Any("err", err))
-		return
-	}
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
-	if err := writeExisting(p, []byte(strconv.Itoa(maxRead>>10))); err != nil {
-		f.log.Debug("featurefs: readahead left at the kernel's default", slog.String("mountpoint", dir), slog.Any("err", err))
-	}
-}
-
-// writeExisting writes b to the existing file p (a sysfs attribute):
-// never created, never through a symbolic link.
-func writeExisting(p string, b []byte) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // ino derives a stable inode number from a node's kind and path

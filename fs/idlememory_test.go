@@ -10,7 +10,7 @@ import (
 
 // TestIdleReleasesMemoryOnce: a mount that read something and then stays
 // idle hands its free memory back once (the stats' memory.idle_releases),
-// within idleRelease and a tick; it does not again while it stays idle,
+// within idle.Release and a tick; it does not again while it stays idle,
 // and again after the next read and idle period. The stats file's memory
 // section has the process's figures and every bound.
 func TestIdleReleasesMemoryOnce(t *testing.T) {
@@ -26,10 +26,10 @@ func TestIdleReleasesMemoryOnce(t *testing.T) {
 	}
 	t0 := time.Now()
 	waitFor(t, 10*time.Second, "an idle release", func() bool { return releases() == 1 })
-	if d := time.Since(t0); d > idleRelease+2*time.Second {
-		t.Errorf("the release came %v after the read, want within %v", d, idleRelease+2*time.Second)
+	if d := time.Since(t0); d > idle.Release+2*time.Second {
+		t.Errorf("the release came %v after the read, want within %v", d, idle.Release+2*time.Second)
 	}
-	time.Sleep(2 * idleRelease)
+	time.Sleep(2 * idle.Release)
 	if n := releases(); n != 1 {
 		t.Fatalf("%d releases while idle after one busy period, want 1", n)
 	}
@@ -60,12 +60,12 @@ func TestIdleReleasesMemoryOnce(t *testing.T) {
 
 // TestIdleReleasesAgainWhenTheHeapRegrows: a mount that stays idle after
 // its first release releases again once Go's heap has grown by
-// idleRegrowth (as the cache's background work makes it grow), at most
-// once per idleReleaseEvery, and not while it does not grow.
+// idle.Regrowth (as the cache's background work makes it grow), at most
+// once per idle.Every, and not while it does not grow.
 func TestIdleReleasesAgainWhenTheHeapRegrows(t *testing.T) {
-	every := idleReleaseEvery
-	idleReleaseEvery = time.Second
-	t.Cleanup(func() { idleReleaseEvery = every })
+	every := idle.Every
+	idle.Every = time.Second
+	t.Cleanup(func() { idle.Every = every })
 	b := newFakeBucket(1000)
 	b.put("x/1.jpg", []byte("one"))
 	e := testMount(t, b)
@@ -74,11 +74,11 @@ func TestIdleReleasesAgainWhenTheHeapRegrows(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the first idle release", func() bool { return releases() == 1 })
-	time.Sleep(3 * idleReleaseEvery)
+	time.Sleep(3 * idle.Every)
 	if n := releases(); n != 1 {
 		t.Fatalf("%d releases while idle with no growth, want 1", n)
 	}
-	hold := make([]byte, 4*idleRegrowth) // the heap grows while idle
+	hold := make([]byte, 4*idle.Regrowth) // the heap grows while idle
 	for i := range hold {
 		hold[i] = byte(i)
 	}

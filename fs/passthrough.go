@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
@@ -247,7 +246,7 @@ func (ff *featureFile) recheckBacking() bool {
 		switch {
 		case fid == held: // the same inode, unchanged since our fstat: just verified
 			ok = true
-		case fid.Size == held.Size && sameBytes(st.file, file, held.Size):
+		case fid.Size == held.Size && cache.SameBytes(st.file, file, held.Size):
 			// The cache replaced the file: the held one holds the
 			// verified bytes, unless written during the comparison.
 			now, err := cache.FileIDOf(st.file)
@@ -265,26 +264,6 @@ func (ff *featureFile) recheckBacking() bool {
 		return false
 	}
 	st.verified = held
-	return true
-}
-
-// sameBytes reports whether the first n bytes of a and b are equal,
-// reading both with pread a block at a time.
-func sameBytes(a, b *os.File, n int64) bool {
-	const block = 1 << 20
-	ba, bb := make([]byte, min(n, block)), make([]byte, min(n, block))
-	for at := int64(0); at < n; at += block {
-		m := min(block, n-at)
-		if _, err := a.ReadAt(ba[:m], at); err != nil {
-			return false
-		}
-		if _, err := b.ReadAt(bb[:m], at); err != nil {
-			return false
-		}
-		if !bytes.Equal(ba[:m], bb[:m]) {
-			return false
-		}
-	}
 	return true
 }
 

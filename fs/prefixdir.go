@@ -54,7 +54,7 @@ func (d *prefixDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.A
 func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	d.fs.stats.lookups.Add(1)
 	d.lookups.Add(1)
-	if d.view.Aug != nil && augmentJSONL.Is(name) {
+	if d.view.Aug != nil && views.AugmentJSONL.Is(name) {
 		return augJSONLLookup(ctx, d, name, out)
 	}
 	e, err := d.fs.ns.Lookup(ctx, d.prefix, name)
@@ -65,6 +65,23 @@ func (d *prefixDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		d.fs.revalidateDir(ctx, e.Sub)
 	}
 	return d.child(ctx, e, out), 0
+}
+
+// augJSONLLookup answers a lookup of name in view directory d, where name
+// is augment.jsonl's usual or moved name (views.AugJSONLLookup): the
+// bucket's entry when it has the usual name, else the augment.jsonl file
+// (one listing gives it its size and its bytes).
+func augJSONLLookup(ctx context.Context, d *prefixDir, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	n, taken, err := views.AugJSONLLookup(ctx, d.fs.ns, d.fs.p, d.view, d.prefix, name)
+	switch {
+	case err != nil:
+		return nil, d.fs.errno(err, d.prefix+name)
+	case taken == nil:
+		return d.fs.viewChild(ctx, &d.Inode, name, d.prefix+name, n, out)
+	case taken.Dir:
+		d.fs.revalidateDir(ctx, taken.Sub)
+	}
+	return d.child(ctx, *taken, out), 0
 }
 
 // child returns the inode of an entry (the one the kernel already has when
@@ -166,12 +183,12 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			}
 			// A view directory lists its augment.jsonl after the
 			// bucket's entries, moved if one of them has its name
-			// (augjsonl.go).
+			// (views.AugJSONL).
 			h.augDone = true
 			h.off++
-			name := augmentJSONL.Name(h.augTaken)
+			name := views.AugmentJSONL.Name(h.augTaken)
 			h.last, h.hasLast = naming.Entry{Name: name}, true
-			return &fuse.DirEntry{Name: name, Mode: syscall.S_IFREG, Ino: augJSONLIno(h.d, nil), Off: h.off}, 0
+			return &fuse.DirEntry{Name: name, Mode: syscall.S_IFREG, Ino: views.AugJSONLIno(h.d.view, h.d.prefix, nil), Off: h.off}, 0
 		}
 		es, err := h.r.Next(ctx)
 		if err != nil {
@@ -183,7 +200,7 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	h.pos++
 	h.off++
 	h.last, h.hasLast = e, true
-	h.augTaken = h.augTaken || e.Name == string(augmentJSONL)
+	h.augTaken = h.augTaken || e.Name == string(views.AugmentJSONL)
 	mode := uint32(syscall.S_IFREG)
 	if e.Dir {
 		mode = syscall.S_IFDIR
@@ -220,7 +237,7 @@ func (h *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	gen := ok && h.augDone // the augment.jsonl Readdirent just handed out
 	attrs := (h.off <= plusFirst && !h.walk) || h.d.lookups.Load() != h.lookupsAtOpen
 	h.mu.Unlock()
-	if h.d.view.Aug != nil && augmentJSONL.Is(name) && (gen || !ok) {
+	if h.d.view.Aug != nil && views.AugmentJSONL.Is(name) && (gen || !ok) {
 		if gen && !attrs {
 			return nil, syscall.EAGAIN
 		}

@@ -7,6 +7,7 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/featurefs/featurefs/fs/figures"
 	"github.com/featurefs/featurefs/fs/views"
 )
 
@@ -129,4 +130,4 @@ func (f *FS) arrayGroup(md *gofs.Inode, path string) *views.ArrayGroup {
 
 // failuresJSON renders the namespace's failures record, indented, with a
 // final newline: the content of .featurefs/failures.
-func (f *FS) failuresJSON() []byte { return indentJSON(f.ns.Failures()) }
+func (f *FS) failuresJSON() []byte { return figures.IndentJSON(f.ns.Failures()) }

@@ -2,9 +2,6 @@ package fs
 
 import (
 	"context"
-	"encoding/json"
-	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,63 +42,20 @@ func (f *FS) Stats() figures.Stats {
 	t.MetadataBytes, t.MetadataMaxBytes = t.ListingBytes+t.NodeBytes+t.ArchiveIndexBytes, f.ns.MetadataBytes()
 	st.BytesServed = st.FS.ReadBytes
 	st.Errors = c.errors.Counts()
-	st.Memory = f.memoryStats(&st)
+	hu, hm := f.p.HandoffMemory()
+	ru, rm := f.ns.RecentMemory()
+	st.Memory = st.MemoryOf(c.memoryReleases.Load(), [2]int64{hu, hm}, [2]int64{ru, rm})
 	return st
 }
 
-// memoryStats is the stats file's "memory": the process's figures and
-// every bound the mount has, with what it holds now (docs/RELIABILITY.md,
-// "Memory bounds", lists them with their defaults; the names here are
-// that table's).
-func (f *FS) memoryStats(st *figures.Stats) *figures.MemoryStats {
-	m := &figures.MemoryStats{}
-	figures.ReadProcessMemory(m)
-	m.IdleReleases = f.stats.memoryReleases.Load()
-	t := &st.FS
-	add := func(name, flag string, max int64, used *int64) {
-		m.Bounds = append(m.Bounds, figures.MemoryBound{Name: name, Flag: flag, MaxBytes: max, UsedBytes: used})
-		m.BoundsTotalBytes += max
-	}
-	add("metadata", "--metadata-cache-size", t.MetadataMaxBytes, figures.Used(t.MetadataBytes))
-	if xm := st.Extractor.Memory; xm != nil {
-		m.CHeapInUseBytes, m.CHeapFreeBytes = xm.CHeapInUseBytes, xm.CHeapFreeBytes
-		m.SessionBytes, m.BusyTrims = xm.SessionBytes, xm.BusyTrims
-		m.SessionsClosedForMemory = xm.SessionsClosedForMemory
-		add("decode", "--decode-memory", xm.DecodeMaxBytes, figures.Used(xm.DecodeBytes))
-		add("fetched_objects", "--fetch-memory", xm.FetchMaxBytes, figures.Used(xm.FetchedBytes))
-		if xm.GPUPixelMaxBytes > 0 {
-			add("gpu_decoded_pixels", "--decode-memory", xm.GPUPixelMaxBytes, figures.Used(xm.GPUPixelBytes))
-		}
-	}
-	add("prefetch", "", st.Prefetch.MaxBytes, figures.Used(st.Prefetch.InFlightBytes))
-	hu, hm := f.p.HandoffMemory()
-	add("handoff", "", hm, figures.Used(hu))
-	add("cache_write_queue", "", t.WriteQueueMaxBytes, figures.Used(t.WriteQueuedBytes))
-	ru, rm := f.ns.RecentMemory()
-	add("recent_reads", "", rm, figures.Used(ru))
-	add("badger", "", st.Cache.BadgerMemoryMaxBytes, nil)
-	return m
-}
-
 // statsJSON renders Stats, indented, with a final newline.
-func (f *FS) statsJSON() []byte { return indentJSON(f.Stats()) }
-
-// indentJSON renders v indented with a final newline, or an object naming
-// the error when v cannot be rendered: the content of the files under
-// .featurefs (stats, failures).
-func indentJSON(v any) []byte {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		b = []byte(`{"error": ` + strconv.Quote(err.Error()) + `}`)
-	}
-	return append(b, '\n')
-}
+func (f *FS) statsJSON() []byte { return figures.IndentJSON(f.Stats()) }
 
 // statsFile is .featurefs/stats: a views.Padded file (fresh figures for a
 // read after a pause, padded to a size that only grows). The kernel keeps
 // the file's pages (noOpen), but every stat and every read(2) asks for its
 // attributes again (statsAttrTimeout, with FUSE_AUTO_INVAL_DATA), and each
-// answer gives a new mtime (mtime), so the kernel drops its pages and
+// answer gives a new mtime (views.Padded.ModTime), so the kernel drops its pages and
 // reads fresh figures; and each read, once answered, tells the kernel to
 // drop the pages it filled (the kernel keeps attributes for one of its
 // clock ticks, 1-10 ms, and a second read within it would find them). The
@@ -119,7 +73,6 @@ type statsFile struct {
 	noOpen
 	fs   *FS
 	file *views.Padded
-	last atomic.Int64 // the last mtime reported, in Unix nanoseconds
 }
 
 // newStatsFile returns a .featurefs file whose content render makes.
@@ -136,25 +89,11 @@ var _ = (gofs.NodeReader)((*statsFile)(nil))
 // to one of its clock ticks.
 const statsAttrTimeout = time.Nanosecond
 
-// mtime returns the mount's clock, or a nanosecond after the last mtime
-// reported if that is not later: every answer differs from the one
-// before, which tells the kernel to drop the pages it holds.
-func (sf *statsFile) mtime() time.Time {
-	now := sf.fs.now().UnixNano()
-	for {
-		last := sf.last.Load()
-		t := max(now, last+1)
-		if sf.last.CompareAndSwap(last, t) {
-			return time.Unix(0, t)
-		}
-	}
-}
-
 // Getattr reports the file's size, grown first if the figures now need
 // more.
 func (sf *statsFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	_, size := sf.file.Snapshot()
-	fileAttr(&out.Attr, size, sf.mtime())
+	fileAttr(&out.Attr, size, sf.file.ModTime(sf.fs.now()))
 	out.SetTimeout(statsAttrTimeout)
 	return 0
 }

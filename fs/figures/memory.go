@@ -139,3 +139,35 @@ func ReadProcessMemory(m *MemoryStats) {
 	}
 	m.GoGCPercent = v(9)
 }
+
+// MemoryOf returns the stats file's "memory" for st: the process's
+// figures and every bound the mount has, with what it holds now
+// (docs/RELIABILITY.md, "Memory bounds", lists them with their defaults;
+// the names here are that table's), given what st lacks: the idle
+// releases, and the hand-off buffers' and the recent reads' (used, max).
+func (st *Stats) MemoryOf(idleReleases int64, handoff, recent [2]int64) *MemoryStats {
+	m := &MemoryStats{IdleReleases: idleReleases}
+	ReadProcessMemory(m)
+	t := &st.FS
+	add := func(name, flag string, max int64, used *int64) {
+		m.Bounds = append(m.Bounds, MemoryBound{Name: name, Flag: flag, MaxBytes: max, UsedBytes: used})
+		m.BoundsTotalBytes += max
+	}
+	add("metadata", "--metadata-cache-size", t.MetadataMaxBytes, Used(t.MetadataBytes))
+	if xm := st.Extractor.Memory; xm != nil {
+		m.CHeapInUseBytes, m.CHeapFreeBytes = xm.CHeapInUseBytes, xm.CHeapFreeBytes
+		m.SessionBytes, m.BusyTrims = xm.SessionBytes, xm.BusyTrims
+		m.SessionsClosedForMemory = xm.SessionsClosedForMemory
+		add("decode", "--decode-memory", xm.DecodeMaxBytes, Used(xm.DecodeBytes))
+		add("fetched_objects", "--fetch-memory", xm.FetchMaxBytes, Used(xm.FetchedBytes))
+		if xm.GPUPixelMaxBytes > 0 {
+			add("gpu_decoded_pixels", "--decode-memory", xm.GPUPixelMaxBytes, Used(xm.GPUPixelBytes))
+		}
+	}
+	add("prefetch", "", st.Prefetch.MaxBytes, Used(st.Prefetch.InFlightBytes))
+	add("handoff", "", handoff[1], Used(handoff[0]))
+	add("cache_write_queue", "", t.WriteQueueMaxBytes, Used(t.WriteQueuedBytes))
+	add("recent_reads", "", recent[1], Used(recent[0]))
+	add("badger", "", st.Cache.BadgerMemoryMaxBytes, nil)
+	return m
+}

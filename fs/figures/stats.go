@@ -1,6 +1,8 @@
 package figures
 
 import (
+	"encoding/json"
+	"strconv"
 	"syscall"
 
 	"github.com/featurefs/featurefs/cache"
@@ -409,4 +411,15 @@ type ModelStats struct {
 	LoadedAt string `json:"loaded_at,omitempty"`
 	// LoadedUnix is LoadedAt in seconds since 1970; 0 when empty.
 	LoadedUnix float64 `json:"loaded_unix"`
+}
+
+// IndentJSON renders v indented with a final newline, or an object naming
+// the error when v cannot be rendered: the content of the files under
+// .featurefs (stats, failures).
+func IndentJSON(v any) []byte {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		b = []byte(`{"error": ` + strconv.Quote(err.Error()) + `}`)
+	}
+	return append(b, '\n')
 }

@@ -1,5 +1,6 @@
 // Package heappace keeps Go's collector from doubling a mount's large,
-// long-lived heap (issue 39).
+// long-lived heap (issue 39), and hands an idle mount's free heap back
+// (idle.go: ReleaseWhenIdle).
 //
 // With GOGC=100 the collector lets the heap grow to twice what was live
 // after the last collection before it collects again. A mount's live heap

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -111,6 +112,38 @@ func AugFiles(es []naming.Entry) (files []naming.Entry, taken *naming.Entry) {
 		}
 	}
 	return files, taken
+}
+
+// AugJSONLIno is the inode number of augment.jsonl in directory prefix of
+// view v at file's version (nil: the number readdir reports, without the
+// listing): a changed directory is a new file.
+func AugJSONLIno(v *Layer, prefix string, file File) uint64 {
+	var ver uint64
+	if file != nil {
+		ver = file.Version()
+	}
+	return Ino('j', "features", v.Model, v.Dir, prefix, strconv.FormatUint(ver, 16))
+}
+
+// AugJSONLLookup answers a lookup of name in directory prefix of view v,
+// where name is augment.jsonl's usual or moved name (AugmentJSONL.Is),
+// from one listing: taken, the bucket's entry, when it has the usual
+// name; else the augment.jsonl file under the name the listing gives it;
+// else ErrNotFound.
+func AugJSONLLookup(ctx context.Context, ns Namespace, src ParamSource, v *Layer, prefix, name string) (n Node, taken *naming.Entry, err error) {
+	es, err := ListAll(ns)(ctx, prefix)
+	if err != nil {
+		return Node{}, nil, err
+	}
+	files, taken := AugFiles(es)
+	switch {
+	case taken != nil && name == string(AugmentJSONL):
+		return Node{}, taken, nil
+	case name != AugmentJSONL.Name(taken != nil):
+		return Node{}, nil, bucket.ErrNotFound
+	}
+	file := NewAugJSONL(src, v.View(), prefix, files)
+	return Node{Ino: AugJSONLIno(v, prefix, file), File: file}, nil, nil
 }
 
 // ParamSource draws an image's view parameters: features.Pipeline.

@@ -33,7 +33,21 @@ type Padded struct {
 	render func() []byte // the content, ending in a newline
 	size   atomic.Int64  // never shrinks
 	mu     sync.Mutex
-	served *paddedSnap // GUARDED_BY(mu): the rendering the last read was given
+	served *paddedSnap  // GUARDED_BY(mu): the rendering the last read was given
+	mtime  atomic.Int64 // the last ModTime reported, in Unix nanoseconds
+}
+
+// ModTime returns now, or a nanosecond after the last time it returned if
+// that is not later: every stat answers a new time, which tells the
+// kernel to drop the pages it holds (FUSE_AUTO_INVAL_DATA).
+func (p *Padded) ModTime(now time.Time) time.Time {
+	for {
+		last := p.mtime.Load()
+		t := max(now.UnixNano(), last+1)
+		if p.mtime.CompareAndSwap(last, t) {
+			return time.Unix(0, t)
+		}
+	}
 }
 
 // paddedSnap is a rendering reads are given: the content (no final
