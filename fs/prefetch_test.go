@@ -23,6 +23,7 @@ import (
 	"github.com/featurefs/featurefs/extractor/api"
 	"github.com/featurefs/featurefs/fs/bucket"
 	"github.com/featurefs/featurefs/fs/features"
+	"github.com/featurefs/featurefs/fs/internal/leakcheck"
 	"github.com/featurefs/featurefs/fs/views"
 )
 
@@ -549,36 +550,15 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 	f, _, mnt := mountFS(t, testConfig{pipelineConfig: pipelineConfig{Bucket: b, Extractor: x, Cache: c,
 		Prefetch: features.PrefetchConfig{Mode: features.PrefetchTree, MaxBytes: maxBytes, MaxQueued: 4}}})
 
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapAlloc
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			if ms.HeapAlloc > peak.Load() {
-				peak.Store(ms.HeapAlloc)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
+	base, peak := leakcheck.PeakHeap(10*time.Millisecond, func() {
+		if _, err := os.ReadFile(filepath.Join(mnt, "features", "big", "layer0", "many", "00000.npy")); err != nil {
+			t.Error(err)
+			return
 		}
-	}()
-	if _, err := os.ReadFile(filepath.Join(mnt, "features", "big", "layer0", "many", "00000.npy")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 120*time.Second, "the walk of 10,000 objects", func() bool { return f.p.PrefetchStats().WalksDone >= 1 })
-	// The last features may still be queued for their cache write.
-	waitFor(t, 60*time.Second, "the queued cache writes", func() bool { return f.Stats().FS.WriteQueued == 0 })
-	close(stop)
-	<-sampled
+		waitFor(t, 120*time.Second, "the walk of 10,000 objects", func() bool { return f.p.PrefetchStats().WalksDone >= 1 })
+		// The last features may still be queued for their cache write.
+		waitFor(t, 60*time.Second, "the queued cache writes", func() bool { return f.Stats().FS.WriteQueued == 0 })
+	})
 
 	st := f.p.PrefetchStats()
 	limit := 4 * x.batch // the default: 4 batches
@@ -590,7 +570,7 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 	}
 	cost := b.objectFor(t, "many/00000.jpg").Size + 3*crop*crop*4 + featureBytes
 	t.Logf("prefetch: %+v; feature %d bytes, cost %d bytes; heap %d MiB at start, peak %d MiB",
-		st, featureBytes, cost, base>>20, peak.Load()>>20)
+		st, featureBytes, cost, base>>20, peak>>20)
 	// The first object is extracted by the read that started the walk.
 	if st.Extracted != objects-1 || st.Cached != 1 || x.extracts.Load() != objects || c.puts.Load() != objects {
 		t.Errorf("prefetch extracted %d (cached %d), Extract calls %d, cache puts %d; want %d prefetched, 1 cached and %d each",
@@ -613,7 +593,7 @@ func TestPrefetchBoundedMemory(t *testing.T) {
 		t.Errorf("peak walks queued %d, want <= 4", st.PeakQueued)
 	}
 	// Holding every feature would take objects*featureBytes (625 MiB).
-	if grow := int64(peak.Load()) - int64(base); grow > 96<<20 {
+	if grow := int64(peak) - int64(base); grow > 96<<20 {
 		t.Errorf("heap grew by %d MiB during the walk, want < 96 MiB (holding the features would take %d MiB)",
 			grow>>20, objects*featureBytes>>20)
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/fs/bucket"
+	"github.com/featurefs/featurefs/fs/internal/leakcheck"
 )
 
 // longDir is the directory of writeManyTar's long member paths.
@@ -48,36 +48,6 @@ func writeManyTar(t testing.TB, path string, n int, long bool) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// peakHeap runs f while sampling the heap in use every millisecond, and
-// returns its peak growth over the heap in use before f (after a GC).
-func peakHeap(f func()) uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	var peak atomic.Uint64
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > peak.Load() {
-				peak.Store(ms.HeapInuse)
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	f()
-	close(done)
-	<-stopped
-	return max(peak.Load(), base) - base
 }
 
 // fileStore is an IndexStore on disk, as the feature cache is: what it
@@ -134,7 +104,8 @@ func listingMemory(t *testing.T, n int, long bool) (peak uint64, indexBytes int6
 	}
 	keys := 0
 	t0 := time.Now()
-	peak = peakHeap(func() { keys = countListed(t, w, prefix) })
+	base, top := leakcheck.PeakHeap(time.Millisecond, func() { keys = countListed(t, w, prefix) })
+	peak = top - base
 	took = time.Since(t0)
 	if keys != n {
 		t.Fatalf("%d members listed, want %d", keys, n)

@@ -1,6 +1,7 @@
 // Package leakcheck is a test helper: it finds goroutines running this
 // module's code that a test started and did not end (a goleak-style check
-// without the dependency).
+// without the dependency), and samples the heap's peak while a test's
+// work runs (PeakHeap).
 package leakcheck
 
 import (
