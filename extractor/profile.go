@@ -17,6 +17,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,7 +51,13 @@ func (s *Service) Profile(ctx context.Context, model string, opts ProfileOptions
 	if opts.Runs <= 0 {
 		opts.Runs = 2
 	}
+	// A profile is of the processors it was measured on: a process given
+	// other CPUs or another CPU quota (a cpuset, a container's limit)
+	// measures its own.
 	id := fmt.Sprintf("%s-%s-t%d-b%d", m.Digest[:16], strings.ReplaceAll(s.Device(), ":", ""), s.cfg.IntraOpThreads, opts.Batch)
+	if !s.dev.gpu {
+		id += cpuID(split.ProcessCPUs(), split.ProcessCPUQuota())
+	}
 	ps := &s.prof
 	ps.mu.Lock()
 	if p := ps.byID[id]; p != nil {
@@ -93,6 +100,19 @@ func (s *Service) Profile(ctx context.Context, model string, opts ProfileOptions
 	return p, nil
 }
 
+// cpuID names a CPU profile's processors in its file name: the CPU list
+// and the quota, where known.
+func cpuID(cpus string, quota float64) string {
+	id := ""
+	if cpus != "" {
+		id += "-c" + strings.ReplaceAll(cpus, ",", "_")
+	}
+	if quota > 0 {
+		id += "-q" + strconv.FormatFloat(quota, 'f', 2, 64)
+	}
+	return id
+}
+
 func (s *Service) remember(id string, p *split.Profile) {
 	s.prof.mu.Lock()
 	if s.prof.byID == nil {
@@ -111,6 +131,8 @@ func (s *Service) measureProfile(ctx context.Context, m *model, opts ProfileOpti
 		Digest:      m.Digest,
 		Device:      s.Device(),
 		Host:        split.HostID(),
+		CPUs:        split.ProcessCPUs(),
+		CPUQuota:    split.ProcessCPUQuota(),
 		Threads:     s.cfg.IntraOpThreads,
 		Batch:       opts.Batch,
 		Created:     time.Now().UTC(),

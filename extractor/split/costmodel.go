@@ -59,7 +59,7 @@ type CostModel struct {
 	OverheadBytes float64
 	// SharedCompute says both sides run on the same processors (see the
 	// file comment). NewCostModel sets it when both profiles are CPU ones of
-	// the same host.
+	// the same host whose processes' CPU lists overlap (Profile.SharesCPUs).
 	SharedCompute bool
 	// ServerMemory and ClientMemory bound each side's memory for the model
 	// (bytes; 0 = not limited). NewCostModel takes a GPU profile's free
@@ -75,7 +75,7 @@ type CostModel struct {
 
 // NewCostModel returns the cost model of two profiles of the same model with
 // defaults: float32 on the wire, 110 KB images (ImageNet's mean JPEG), shared
-// compute when both are CPU profiles of one host, GPU memory from the
+// compute when both are CPU profiles of one host's same processors, GPU memory from the
 // profiles, batches of the profiles.
 func NewCostModel(server, client *Profile) (*CostModel, error) {
 	if server == nil || client == nil {
@@ -96,7 +96,7 @@ func NewCostModel(server, client *Profile) (*CostModel, error) {
 		RawBytes:      110 << 10,
 		ElemBytes:     4,
 		OverheadBytes: 256,
-		SharedCompute: server.Host != "" && server.Host == client.Host && !isGPU(server.Device) && !isGPU(client.Device),
+		SharedCompute: server.SharesCPUs(client) && !isGPU(server.Device) && !isGPU(client.Device),
 		ServerMemory:  server.FreeMemory,
 		ClientMemory:  client.FreeMemory,
 		ServerBatch:   max(1, server.Batch),

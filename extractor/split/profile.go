@@ -11,13 +11,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // ProfileSchema is bumped when Profile's meaning changes; older files are
 // measured again.
-const ProfileSchema = 2 // 2: LayerProfile.WireRatio
+const ProfileSchema = 3 // 2: LayerProfile.WireRatio; 3: Profile.CPUs and CPUQuota
 
 // Profile is the measured compute cost of one model on one device.
 type Profile struct {
@@ -28,9 +30,16 @@ type Profile struct {
 	Digest string `json:"digest"`
 	// Device is where it ran: "cpu" or "cuda:N".
 	Device string `json:"device"`
-	// Host identifies the machine (its boot id): two profiles with the same
-	// Host and a CPU device share processors.
-	Host string `json:"host"`
+	// Host identifies the machine (its boot id). CPUs is the processors
+	// the measuring process could run on (Linux's list form, "0-3,6";
+	// empty: not known, taken as all of them) and CPUQuota the cores its
+	// cgroup's CPU quota allowed (0: none). Two CPU profiles of one Host
+	// share processors unless their CPU lists are disjoint (SharesCPUs):
+	// two sides of a split given their own cores (cpusets) on one machine
+	// are two hosts to the cost model.
+	Host     string  `json:"host"`
+	CPUs     string  `json:"cpus,omitempty"`
+	CPUQuota float64 `json:"cpu_quota,omitempty"`
 	// Threads is the intra-op thread count, Batch the batch size timed.
 	Threads int `json:"threads"`
 	Batch   int `json:"batch"`
@@ -134,6 +143,146 @@ func SaveProfile(file string, p *Profile) error {
 		return err
 	}
 	return nil
+}
+
+// SharesCPUs reports whether two profiles' processes share processors:
+// the same Host, and CPU lists that are not disjoint (a list not known
+// counts as every processor).
+func (p *Profile) SharesCPUs(o *Profile) bool {
+	if p.Host == "" || p.Host != o.Host {
+		return false
+	}
+	a, aok := ParseCPUList(p.CPUs)
+	b, bok := ParseCPUList(o.CPUs)
+	if !aok || !bok {
+		return true
+	}
+	for c := range a {
+		if b[c] {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseCPUList parses Linux's CPU list form ("0-3,6"); ok is false for
+// an empty or malformed list.
+func ParseCPUList(s string) (cpus map[int]bool, ok bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, false
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) > maxCPUListParts {
+		return nil, false
+	}
+	cpus = map[int]bool{}
+	for _, part := range parts {
+		lo, hi, rng := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, false
+		}
+		b := a
+		if rng {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, false
+			}
+		}
+		if b >= maxCPUs {
+			return nil, false
+		}
+		for c := a; c <= b; c++ {
+			cpus[c] = true
+		}
+	}
+	return cpus, true
+}
+
+// maxCPUs bounds a CPU number ParseCPUList accepts (Linux's NR_CPUS is at
+// most 8192), maxCPUListParts the ranges of one list: a list from a
+// server's profile is outside input.
+const (
+	maxCPUs         = 1 << 13
+	maxCPUListParts = 1 << 10
+)
+
+// ProcessCPUs returns the processors this process may run on
+// (Cpus_allowed_list of /proc/self/status: its affinity, within its
+// cpuset), "" where not known.
+func ProcessCPUs() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// ProcessCPUQuota returns the cores this process's cgroup CPU quota
+// allows (cgroup v2 cpu.max, v1 cpu.cfs_quota_us over cpu.cfs_period_us),
+// 0 where it has none or it cannot be read. Only the process's own
+// cgroup is read, not its ancestors'.
+func ProcessCPUQuota() float64 {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case f[0] == "0" && f[1] == "": // v2
+			if q, ok := readQuota("/sys/fs/cgroup"+f[2], "cpu.max"); ok {
+				return q
+			}
+		case slices.Contains(strings.Split(f[1], ","), "cpu"): // v1
+			for _, mnt := range []string{"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"} {
+				if q, ok := readQuota(mnt+f[2], ""); ok {
+					return q
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// readQuota reads the quota in dir: file cpu.max ("QUOTA PERIOD" or
+// "max PERIOD"), or v1's two files when file is "". ok is false when it
+// cannot be read.
+func readQuota(dir, file string) (float64, bool) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(b))
+	}
+	var q, p string
+	if file != "" {
+		f := strings.Fields(read(file))
+		if len(f) != 2 {
+			return 0, false
+		}
+		q, p = f[0], f[1]
+	} else {
+		q, p = read("cpu.cfs_quota_us"), read("cpu.cfs_period_us")
+	}
+	if q == "max" || q == "-1" {
+		return 0, q != "" && p != ""
+	}
+	qv, err1 := strconv.ParseFloat(q, 64)
+	pv, err2 := strconv.ParseFloat(p, 64)
+	if err1 != nil || err2 != nil || qv <= 0 || pv <= 0 {
+		return 0, false
+	}
+	return qv / pv, true
 }
 
 // HostID identifies this machine: the kernel's boot id, else the host name.

@@ -76,3 +76,106 @@ func TestHostID(t *testing.T) {
 		t.Errorf("HostID %q then %q: want one non-empty id", a, b)
 	}
 }
+
+// Two CPU profiles of one machine share processors unless their
+// processes' CPU lists are disjoint: the two sides of a split each given
+// their own cores (cpusets) are two hosts to the cost model, which then
+// takes the slowest stage rather than the sum of both sides' compute.
+func TestSharesCPUs(t *testing.T) {
+	p := func(host, cpus string) *Profile { return &Profile{Host: host, CPUs: cpus} }
+	for _, c := range []struct {
+		a, b *Profile
+		want bool
+	}{
+		{p("h", "0"), p("h", "1"), false},
+		{p("h", "0-1"), p("h", "1"), true},
+		{p("h", "0,2-3"), p("h", "1,4-7"), false},
+		{p("h", "0,2-3"), p("h", "3"), true},
+		{p("h", ""), p("h", "1"), true}, // not known: every processor
+		{p("h", "0"), p("g", "0"), false},
+		{p("", "0"), p("", "0"), false},
+	} {
+		if got := c.a.SharesCPUs(c.b); got != c.want || c.b.SharesCPUs(c.a) != c.want {
+			t.Errorf("%+v and %+v: shares %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+	server, client := synthProfile("h", "cpu", 1), synthProfile("h", "cpu", 1)
+	server.CPUs, client.CPUs = "0", "1"
+	if cm, err := NewCostModel(server, client); err != nil || cm.SharedCompute {
+		t.Errorf("disjoint cpusets: SharedCompute %v (%v), want false", cm != nil && cm.SharedCompute, err)
+	}
+	client.CPUs = "0-1"
+	if cm, err := NewCostModel(server, client); err != nil || !cm.SharedCompute {
+		t.Errorf("overlapping cpusets: SharedCompute false (%v), want true", err)
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	for s, want := range map[string][]int{"0": {0}, "0-3": {0, 1, 2, 3}, "1,3-4": {1, 3, 4}, " 2 ": {2}} {
+		got, ok := ParseCPUList(s)
+		if !ok || len(got) != len(want) {
+			t.Errorf("%q: %v %v, want %v", s, got, ok, want)
+			continue
+		}
+		for _, c := range want {
+			if !got[c] {
+				t.Errorf("%q: %v lacks %d", s, got, c)
+			}
+		}
+	}
+	for _, s := range []string{"", "a", "3-1", "-1", "0-", "1,,2", "0-99999999", strings.Repeat("0,", 2000) + "0"} {
+		if _, ok := ParseCPUList(s); ok {
+			t.Errorf("%q parsed", s)
+		}
+	}
+}
+
+// FuzzParseCPUList: a CPU list comes from a server's profile too; no
+// input panics, and an accepted list holds only CPUs under the bound.
+func FuzzParseCPUList(f *testing.F) {
+	for _, s := range []string{"0", "0-3,6", "", "1-0", "8191", "0-8192"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		cpus, ok := ParseCPUList(s)
+		if !ok {
+			return
+		}
+		for c := range cpus {
+			if c < 0 || c >= maxCPUs {
+				t.Fatalf("%q gave CPU %d", s, c)
+			}
+		}
+	})
+}
+
+// A quota is read from cgroup v2's cpu.max and v1's two files; none
+// ("max", -1) is 0.
+func TestReadQuota(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, v string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cpu.max", "50000 100000")
+	if q, ok := readQuota(dir, "cpu.max"); !ok || q != 0.5 {
+		t.Errorf("cpu.max 50000 100000: %v %v", q, ok)
+	}
+	write("cpu.max", "max 100000")
+	if q, ok := readQuota(dir, "cpu.max"); !ok || q != 0 {
+		t.Errorf("cpu.max max: %v %v", q, ok)
+	}
+	write("cpu.cfs_quota_us", "150000")
+	write("cpu.cfs_period_us", "100000")
+	if q, ok := readQuota(dir, ""); !ok || q != 1.5 {
+		t.Errorf("v1 150000/100000: %v %v", q, ok)
+	}
+	write("cpu.cfs_quota_us", "-1")
+	if q, ok := readQuota(dir, ""); !ok || q != 0 {
+		t.Errorf("v1 -1: %v %v", q, ok)
+	}
+	if _, ok := readQuota(filepath.Join(dir, "none"), "cpu.max"); ok {
+		t.Error("a missing file read as a quota")
+	}
+}
