@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Benchmark (make bench): split execution (HAPI) over the netns test bed.
-# For ResNet-50 (freeze layer12 and layer17) and ResNet-18 (layer6, layer9),
-# at 50 Mbit/s, 200 Mbit/s and 1 Gbit/s (tc tbf on a veth pair between a
-# storage and a trainer network namespace): steady-state samples/s and bytes
-# per sample of --split auto, fixed splits (raw images = the baseline, none =
-# the freeze layer, the cost model's best ranked layers and a spread of
-# others), over one long-lived featurefs serve re-shaped per bandwidth.
+# Benchmark (make bench): split execution (HAPI) on the two-host test bed:
+# the storage side (featurefs serve) and the trainer side each in its own
+# network namespace and cgroup, on their own CPUs (half of them each), joined
+# by a veth pair shaped with tc tbf; the storage side also at half a core
+# (a CPU quota: a weaker storage host). For ResNet-18 (layer6, layer9; every
+# split), ResNet-50 (layer12, layer17), MobileNetV3-Large (layer21, layer29)
+# and ConvNeXt-Tiny (layer17, layer21) (a sample of their splits), at 25,
+# 100, 400 and 1000 Mbit/s: steady-state samples/s and bytes per sample of
+# --split auto and of the fixed splits, 3 interleaved rounds, medians.
 # Drives TestSplitBench in test/split_bench_test.go with
 # FEATUREFS_SPLIT_BENCH=full. Prints one markdown section on stdout (make
-# bench also stores it in docs/bench/split.md). Needs root (ip netns, tc).
+# bench also stores it in docs/bench/split.md). Needs root (ip netns, tc,
+# cgroups) and 2 CPUs.
 #
-#   scripts/bench-split.sh     (after make build; about 15 minutes on 2 CPUs)
+#   scripts/bench-split.sh     (after make build; about 90 minutes on 2 CPUs)
 # Env: BENCH_SPLIT_IMAGES (16 timed images per configuration, after 4 warm-up),
-# BENCH_SPLIT_ROUNDS (2: each configuration runs that often, the fastest counts).
+# BENCH_SPLIT_ROUNDS (3: interleaved runs of each configuration, the median
+# counts), BENCH_SPLIT_MODELS, BENCH_SPLIT_MBITS, BENCH_SPLIT_SPEEDS
+# (comma-separated: a part of the sweep; speeds in storage cores, 0 for all).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_bin
-[ "$(id -u)" = 0 ] || { echo "bench-split needs root (ip netns, tc)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "bench-split needs root (ip netns, tc, cgroups)" >&2; exit 1; }
 command -v tc >/dev/null || { echo "no tc: install iproute2" >&2; exit 1; }
 
 OUT=$(mktemp /tmp/featurefs-bench-split.XXXXXX.md)
@@ -26,12 +31,19 @@ cd "$REPO"
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "bench-split: running TestSplitBench (FEATUREFS_SPLIT_BENCH=full)..." >&2
 if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_BENCH_OUT=$OUT \
-  FEATUREFS_SPLIT_BENCH_IMAGES=${BENCH_SPLIT_IMAGES:-16} FEATUREFS_SPLIT_BENCH_ROUNDS=${BENCH_SPLIT_ROUNDS:-2} \
-  go test -v -count=1 -timeout 60m -run '^TestSplitBench$' ./test 2>&1 | tee "$LOG" | { grep --line-buffered '^splitbench: ' >&2 || true; }; then
+  FEATUREFS_SPLIT_BENCH_IMAGES=${BENCH_SPLIT_IMAGES:-16} FEATUREFS_SPLIT_BENCH_ROUNDS=${BENCH_SPLIT_ROUNDS:-3} \
+  FEATUREFS_SPLIT_BENCH_MODELS=${BENCH_SPLIT_MODELS:-} FEATUREFS_SPLIT_BENCH_MBITS=${BENCH_SPLIT_MBITS:-} \
+  FEATUREFS_SPLIT_BENCH_SPEEDS=${BENCH_SPLIT_SPEEDS:-} \
+  go test -v -count=1 -timeout 240m -run '^TestSplitBench$' ./test 2>&1 | tee "$LOG" | { grep --line-buffered '^splitbench: ' >&2 || true; }; then
   tail -n 60 "$LOG" >&2
   exit 1
 fi
 [ -s "$OUT" ] || { tail -n 60 "$LOG" >&2; exit 1; }
-cat "$OUT"
+CMD="scripts/bench-split.sh"
+for v in BENCH_SPLIT_IMAGES BENCH_SPLIT_ROUNDS BENCH_SPLIT_MODELS BENCH_SPLIT_MBITS BENCH_SPLIT_SPEEDS; do
+  [ -n "${!v:-}" ] && CMD="$v=${!v} $CMD"
+done
+sed -n '1,2p' "$OUT"
+bench_stamp "$CMD" "$LOAD"
 echo
-echo "Environment: $(nproc) CPUs, $(uname -m)$(command -v nvidia-smi >/dev/null && echo ", $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"), load average at the start: $LOAD."
+sed '1,2d' "$OUT"

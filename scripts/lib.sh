@@ -7,6 +7,17 @@ DEPS=${FEATUREFS_DEPS:-$HOME/.cache/featurefs}
 export FEATUREFS_ORT_LIB=${FEATUREFS_ORT_LIB:-$DEPS/lib/onnxruntime-1.29.0/libonnxruntime.so.1}
 BIN=${FEATUREFS_BIN:-$REPO/bin/featurefs}
 
+# bench_stamp COMMAND LOAD_BEFORE: one line saying what a benchmark measured
+# and where: the commit (with "-dirty" when the tree has changes), the date,
+# the CPU model and count, the kernel, the exact command and the load
+# average before and now. Every bench file's header should be this line.
+bench_stamp() {
+  local commit
+  commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  git -C "$REPO" diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
+  echo "Measured at commit $commit, $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, kernel $(uname -r); command: \`$1\`; load average $2 before, $(cut -d' ' -f1-3 /proc/loadavg) after."
+}
+
 # model_path NAME: a torchvision model exported with random seeded weights
 # (scripts/export_model.py), cached in $DEPS/models under the same name the
 # Go tests use (testenv.Model), exported once under a file lock.

@@ -12,11 +12,13 @@ import (
 
 	"bufio"
 	"fmt"
+	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/test/testenv"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -198,6 +200,27 @@ func TestNetnsHelperProcess(t *testing.T) {
 			n -= k
 		}
 		c.Close()
+	case "burn": // spin every P for a second; say where and how much
+		var ru0, ru1 syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+		t0 := time.Now()
+		done := make(chan struct{})
+		for range runtime.GOMAXPROCS(0) {
+			go func() {
+				for x := 0; ; x++ {
+					select {
+					case <-done:
+						return
+					default:
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Second)
+		close(done)
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+		cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+		fmt.Printf("burned cpus=%s quota=%g cpu_per_s=%g\n", split.ProcessCPUs(), split.ProcessCPUQuota(), cpu.Seconds()/time.Since(t0).Seconds())
 	case "recv":
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -247,11 +270,21 @@ func TestNetnsLinkIsShaped(t *testing.T) {
 // server namespace and returns its URL once it listens.
 func startServeIn(t *testing.T, l *netLink, dir string, args ...string) string {
 	t.Helper()
+	return startServeInSide(t, l, nil, dir, args...)
+}
+
+// startServeInSide is startServeIn with the server in side's cgroups (its
+// own CPUs, maybe a quota), or in this process's when side is nil.
+func startServeInSide(t *testing.T, l *netLink, side *cpuSide, dir string, args ...string) string {
+	t.Helper()
 	work := t.TempDir()
 	full := append([]string{"serve", "--listen", l.ServerIP + ":7070", "--no-auth",
 		"--model", modelName + "=" + testenv.Model(t, modelName), "--cache-dir", filepath.Join(work, "cache"),
 		"--ort-lib", testenv.ORTLib(t), "--device", "cpu", "--log-level", "debug"}, args...)
 	cmd := l.Command(l.Server, featurefsBin(t), append(full, dir)...)
+	if side != nil {
+		cmd = side.Wrap(cmd)
+	}
 	logPath := filepath.Join(work, "serve.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
