@@ -17,7 +17,8 @@
 # Env: BENCH_SPLIT_IMAGES (16 timed images per configuration, after 4 warm-up),
 # BENCH_SPLIT_ROUNDS (3: interleaved runs of each configuration, the median
 # counts), BENCH_SPLIT_MODELS, BENCH_SPLIT_MBITS, BENCH_SPLIT_SPEEDS
-# (comma-separated: a part of the sweep; speeds in storage cores, 0 for all).
+# (comma-separated: a part of the sweep; speeds in storage cores, 0 for all),
+# BENCH_SPLIT_FREEZE (0 or 1: only each model's first or second freeze layer).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_bin
@@ -33,14 +34,14 @@ echo "bench-split: running TestSplitBench (FEATUREFS_SPLIT_BENCH=full)..." >&2
 if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_BENCH_OUT=$OUT \
   FEATUREFS_SPLIT_BENCH_IMAGES=${BENCH_SPLIT_IMAGES:-16} FEATUREFS_SPLIT_BENCH_ROUNDS=${BENCH_SPLIT_ROUNDS:-3} \
   FEATUREFS_SPLIT_BENCH_MODELS=${BENCH_SPLIT_MODELS:-} FEATUREFS_SPLIT_BENCH_MBITS=${BENCH_SPLIT_MBITS:-} \
-  FEATUREFS_SPLIT_BENCH_SPEEDS=${BENCH_SPLIT_SPEEDS:-} \
+  FEATUREFS_SPLIT_BENCH_SPEEDS=${BENCH_SPLIT_SPEEDS:-} FEATUREFS_SPLIT_BENCH_FREEZE=${BENCH_SPLIT_FREEZE:-} \
   go test -v -count=1 -timeout 240m -run '^TestSplitBench$' ./test 2>&1 | tee "$LOG" | { grep --line-buffered '^splitbench: ' >&2 || true; }; then
   tail -n 60 "$LOG" >&2
   exit 1
 fi
 [ -s "$OUT" ] || { tail -n 60 "$LOG" >&2; exit 1; }
 CMD="scripts/bench-split.sh"
-for v in BENCH_SPLIT_IMAGES BENCH_SPLIT_ROUNDS BENCH_SPLIT_MODELS BENCH_SPLIT_MBITS BENCH_SPLIT_SPEEDS; do
+for v in BENCH_SPLIT_IMAGES BENCH_SPLIT_ROUNDS BENCH_SPLIT_MODELS BENCH_SPLIT_MBITS BENCH_SPLIT_SPEEDS BENCH_SPLIT_FREEZE; do
   [ -n "${!v:-}" ] && CMD="$v=${!v} $CMD"
 done
 sed -n '1,2p' "$OUT"

@@ -28,7 +28,8 @@ package test
 // FEATUREFS_SPLIT_BENCH_ROUNDS how often each runs, interleaved (full: 3;
 // the median counts), and FEATUREFS_SPLIT_BENCH_MODELS, _MBITS and
 // _SPEEDS (comma-separated: model names, Mbit/s, storage cores, 0 for its
-// whole CPUs) narrow the full sweep.
+// whole CPUs) and _FREEZE (0 or 1: each model's first or second freeze
+// layer only) narrow the full sweep.
 
 import (
 	"bytes"
@@ -135,6 +136,15 @@ func TestSplitBench(t *testing.T) {
 			plan.Models = slices.DeleteFunc(plan.Models, func(m splitBenchModel) bool { return !slices.Contains(want, m.Name) })
 			if len(plan.Models) == 0 {
 				t.Fatalf("FEATUREFS_SPLIT_BENCH_MODELS=%q: none of resnet18, resnet50, mobilenet_v3_large, convnext_tiny", v)
+			}
+		}
+		if v := os.Getenv("FEATUREFS_SPLIT_BENCH_FREEZE"); v != "" {
+			k, err := strconv.Atoi(v)
+			if err != nil || k < 0 || k > 1 {
+				t.Fatalf("FEATUREFS_SPLIT_BENCH_FREEZE=%q: want 0 or 1, the first or the second freeze layer of each model", v)
+			}
+			for i := range plan.Models {
+				plan.Models[i].Freezes = plan.Models[i].Freezes[k : k+1]
 			}
 		}
 		if v := os.Getenv("FEATUREFS_SPLIT_BENCH_MBITS"); v != "" {
