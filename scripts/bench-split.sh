@@ -7,18 +7,22 @@
 # split), ResNet-50 (layer12, layer17), MobileNetV3-Large (layer21, layer29)
 # and ConvNeXt-Tiny (layer17, layer21) (a sample of their splits), at 25,
 # 100, 400 and 1000 Mbit/s: steady-state samples/s and bytes per sample of
-# --split auto and of the fixed splits, 3 interleaved rounds, medians.
+# --split auto and of the fixed splits, 3 interleaved rounds, medians; then
+# --split auto with the link's rate changed mid-epoch (TestSplitReplan:
+# 1000 -> 25 and 25 -> 1000 Mbit/s, ResNet-18 layer6).
 # Drives TestSplitBench in test/split_bench_test.go with
 # FEATUREFS_SPLIT_BENCH=full. Prints one markdown section on stdout (make
 # bench also stores it in docs/bench/split.md). Needs root (ip netns, tc,
 # cgroups) and 2 CPUs.
 #
 #   scripts/bench-split.sh     (after make build; about 90 minutes on 2 CPUs)
-# Env: BENCH_SPLIT_IMAGES (16 timed images per configuration, after 4 warm-up),
+# Env: BENCH_SPLIT_IMAGES (300: the most images a run counts, in a 4 s window
+# after 8 warm-up ones, 16 readers),
 # BENCH_SPLIT_ROUNDS (3: interleaved runs of each configuration, the median
 # counts), BENCH_SPLIT_MODELS, BENCH_SPLIT_MBITS, BENCH_SPLIT_SPEEDS
 # (comma-separated: a part of the sweep; speeds in storage cores, 0 for all),
-# BENCH_SPLIT_FREEZE (0 or 1: only each model's first or second freeze layer).
+# BENCH_SPLIT_FREEZE (0 or 1: only each model's first or second freeze layer),
+# BENCH_SPLIT_EXTRA (fixed splits besides raw and none, for every model).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_bin
@@ -35,16 +39,27 @@ if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_BENCH_OUT=$OU
   FEATUREFS_SPLIT_BENCH_IMAGES=${BENCH_SPLIT_IMAGES:-16} FEATUREFS_SPLIT_BENCH_ROUNDS=${BENCH_SPLIT_ROUNDS:-3} \
   FEATUREFS_SPLIT_BENCH_MODELS=${BENCH_SPLIT_MODELS:-} FEATUREFS_SPLIT_BENCH_MBITS=${BENCH_SPLIT_MBITS:-} \
   FEATUREFS_SPLIT_BENCH_SPEEDS=${BENCH_SPLIT_SPEEDS:-} FEATUREFS_SPLIT_BENCH_FREEZE=${BENCH_SPLIT_FREEZE:-} \
+  FEATUREFS_SPLIT_BENCH_EXTRA=${BENCH_SPLIT_EXTRA:-} \
   go test -v -count=1 -timeout 240m -run '^TestSplitBench$' ./test 2>&1 | tee "$LOG" | { grep --line-buffered '^splitbench: ' >&2 || true; }; then
   tail -n 60 "$LOG" >&2
   exit 1
 fi
 [ -s "$OUT" ] || { tail -n 60 "$LOG" >&2; exit 1; }
+REPLAN=$(mktemp /tmp/featurefs-bench-split-replan.XXXXXX.md)
+trap 'rm -f "$OUT" "$LOG" "$REPLAN"' EXIT
+echo "bench-split: running TestSplitReplan (the link's rate changed mid-epoch)..." >&2
+if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_REPLAN_OUT=$REPLAN \
+  go test -v -count=1 -timeout 30m -run '^TestSplitReplan$' ./test 2>&1 | tee "$LOG" | { grep --line-buffered '^splitbench: ' >&2 || true; }; then
+  tail -n 60 "$LOG" >&2
+  exit 1
+fi
 CMD="scripts/bench-split.sh"
-for v in BENCH_SPLIT_IMAGES BENCH_SPLIT_ROUNDS BENCH_SPLIT_MODELS BENCH_SPLIT_MBITS BENCH_SPLIT_SPEEDS BENCH_SPLIT_FREEZE; do
+for v in BENCH_SPLIT_IMAGES BENCH_SPLIT_ROUNDS BENCH_SPLIT_MODELS BENCH_SPLIT_MBITS BENCH_SPLIT_SPEEDS BENCH_SPLIT_FREEZE BENCH_SPLIT_EXTRA; do
   [ -n "${!v:-}" ] && CMD="$v=${!v} $CMD"
 done
 sed -n '1,2p' "$OUT"
 bench_stamp "$CMD" "$LOAD"
 echo
 sed '1,2d' "$OUT"
+echo
+cat "$REPLAN"

@@ -23,13 +23,14 @@ package test
 // whole storage CPU, a few images) that checks the figures are sound and
 // that the cost model sees two hosts; FEATUREFS_SPLIT_BENCH=full runs the
 // benchmark (scripts/bench-split.sh). FEATUREFS_SPLIT_BENCH_OUT names a
-// file for the markdown section; FEATUREFS_SPLIT_BENCH_IMAGES the timed
-// images per configuration (full: 16, after 4 warm-up ones),
+// file for the markdown section; FEATUREFS_SPLIT_BENCH_IMAGES the most
+// images a run counts (full: 300, in a 4 s window after 8 warm-up ones),
 // FEATUREFS_SPLIT_BENCH_ROUNDS how often each runs, interleaved (full: 3;
 // the median counts), and FEATUREFS_SPLIT_BENCH_MODELS, _MBITS and
 // _SPEEDS (comma-separated: model names, Mbit/s, storage cores, 0 for its
-// whole CPUs) and _FREEZE (0 or 1: each model's first or second freeze
-// layer only) narrow the full sweep.
+// whole CPUs), _FREEZE (0 or 1: each model's first or second freeze
+// layer only) and _EXTRA (the fixed splits besides raw and none: the cost
+// model's choice, its best ranked and a spread) narrow the full sweep.
 
 import (
 	"bytes"
@@ -70,9 +71,12 @@ type splitBenchPlan struct {
 	Mbits                    []int
 	Models                   []splitBenchModel
 	Warm, Timed, Concurrency int
-	RawBytes                 float64
-	Configs                  int // key prefixes c000.. available
-	Rounds                   int // runs of each configuration; the median counts
+	// Window is how long completions are counted once Warm are done (at
+	// most Timed of them: the keys a run has).
+	Window   time.Duration
+	RawBytes float64
+	Configs  int // key prefixes c000.. available
+	Rounds   int // runs of each configuration; the median counts
 	// Speeds are the storage side's CPU quotas, in cores (0: its whole
 	// CPUs), run in turn; StorageCgroup and StorageV2 are its cgroup, whose
 	// quota the helper sets.
@@ -116,10 +120,10 @@ type splitBenchResult struct {
 
 func TestSplitBench(t *testing.T) {
 	full := os.Getenv("FEATUREFS_SPLIT_BENCH") == "full"
-	plan := splitBenchPlan{Warm: 4, Timed: 8, Concurrency: 8, Mbits: []int{200}, BatchSize: 4, Speeds: []float64{0},
+	plan := splitBenchPlan{Warm: 4, Timed: 8, Concurrency: 8, Window: 2 * time.Second, Mbits: []int{200}, BatchSize: 4, Speeds: []float64{0},
 		Models: []splitBenchModel{{Name: "resnet18", Freezes: []int{6}, Extra: 1}}}
 	if full {
-		plan.Warm, plan.Timed, plan.Concurrency = 4, 16, 8
+		plan.Warm, plan.Timed, plan.Concurrency, plan.Window = 8, 300, 16, 4*time.Second
 		plan.Mbits = []int{25, 100, 400, 1000}
 		plan.Speeds = []float64{0, 0.5}
 		// Four shapes: ResNet-18 (layer6 = layer3.0, 256x14x14; layer9 =
@@ -145,6 +149,15 @@ func TestSplitBench(t *testing.T) {
 			}
 			for i := range plan.Models {
 				plan.Models[i].Freezes = plan.Models[i].Freezes[k : k+1]
+			}
+		}
+		if v := os.Getenv("FEATUREFS_SPLIT_BENCH_EXTRA"); v != "" {
+			k, err := strconv.Atoi(v)
+			if err != nil || k < 0 {
+				t.Fatalf("FEATUREFS_SPLIT_BENCH_EXTRA=%q: want how many fixed splits to run besides raw and none", v)
+			}
+			for i := range plan.Models {
+				plan.Models[i].Extra = k
 			}
 		}
 		if v := os.Getenv("FEATUREFS_SPLIT_BENCH_MBITS"); v != "" {
@@ -202,25 +215,26 @@ func TestSplitBench(t *testing.T) {
 	plan.Configs = perBW * len(plan.Mbits) * plan.Rounds * len(plan.Speeds)
 
 	// Images: ImageNet-like JPEGs (about 500x375, 110 KB), linked under one
-	// prefix per configuration.
+	// prefix per configuration (as many keys as a run may read).
 	data := t.TempDir()
-	n := plan.Warm + plan.Timed
+	n := plan.Warm + plan.Timed + plan.Concurrency
+	const bases = 32
 	var sum int64
-	for j := range n {
+	for j := range min(n, bases) {
 		b := benchJPEG(480+j%5*10, 360+j%3*10, j)
 		sum += int64(len(b))
 		if err := os.WriteFile(filepath.Join(data, fmt.Sprintf("base%03d.jpg", j)), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	plan.RawBytes = float64(sum) / float64(n)
+	plan.RawBytes = float64(sum) / float64(min(n, bases))
 	for c := range plan.Configs {
 		dir := filepath.Join(data, fmt.Sprintf("c%03d", c))
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		for j := range n {
-			if err := os.Link(filepath.Join(data, fmt.Sprintf("base%03d.jpg", j)), filepath.Join(dir, fmt.Sprintf("%03d.jpg", j))); err != nil {
+			if err := os.Link(filepath.Join(data, fmt.Sprintf("base%03d.jpg", j%bases)), filepath.Join(dir, fmt.Sprintf("%03d.jpg", j))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -283,7 +297,7 @@ func TestSplitBench(t *testing.T) {
 		if r.Shared {
 			t.Errorf("%s %s layer%d: the cost model took the sides (CPUs %s and %s) for one host's shared processors", r.Model, r.Policy, r.Freeze, plan.StorageCPUs, plan.TrainerCPUs)
 		}
-		if r.Samples != n || !(r.PerSec > 0) || !(r.Predicted > 0) {
+		if r.Samples <= plan.Warm || !(r.PerSec > 0) || !(r.Predicted > 0) {
 			t.Errorf("%s %s layer%d %d Mbit/s: %d samples at %.2f/s (predicted %.2f/s)", r.Model, r.Policy, r.Freeze, r.Mbit, r.Samples, r.PerSec, r.Predicted)
 		}
 		// A tensor may come compressed (--wire-compression): at most its
@@ -529,48 +543,95 @@ func coresName(q float64) string {
 func splitBenchRun(t *testing.T, l *netLink, x *remote.SplitExtractor, m *extractor.Model, freeze int, plan splitBenchPlan, cfg int) splitBenchResult {
 	t.Helper()
 	size := api.NPYSize(m.Layers[freeze].Shape, x.DType())
-	read := func(from, to int) int {
-		keys := make(chan string, to-from)
-		for j := from; j < to; j++ {
-			keys <- fmt.Sprintf("c%03d/%03d.jpg", cfg, j)
+	keys, stop, warm := make(chan string), make(chan struct{}), make(chan struct{})
+	// Once the window closes, the requests still in flight are cancelled:
+	// on a slow link they would take seconds to drain.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var done []time.Time // GUARDED_BY(mu)
+	go func() {
+		defer close(keys)
+		for j := range plan.Warm + plan.Timed + plan.Concurrency {
+			select {
+			case keys <- fmt.Sprintf("c%03d/%03d.jpg", cfg, j):
+			case <-stop:
+				return
+			}
 		}
-		close(keys)
-		var mu sync.Mutex
-		got := 0
-		var wg sync.WaitGroup
-		for range plan.Concurrency {
-			wg.Go(func() {
-				for k := range keys {
-					data, err := x.Extract(context.Background(), extractor.Request{Model: m.Name, Layer: freeze, Key: k})
-					if err != nil {
-						t.Errorf("%s: %v", k, err)
-						continue
-					}
-					if int64(len(data)) != size {
-						t.Errorf("%s: %d bytes, want the %d of layer%d", k, len(data), size, freeze)
-					}
-					mu.Lock()
-					got++
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		return got
-	}
+	}()
 	before := linkBytes(t, l)
-	n := read(0, plan.Warm)
-	start := time.Now()
-	timed := read(plan.Warm, plan.Warm+plan.Timed)
-	took := time.Since(start)
-	n += timed
+	var wg sync.WaitGroup
+	for range plan.Concurrency {
+		wg.Go(func() {
+			for k := range keys {
+				data, err := x.Extract(ctx, extractor.Request{Model: m.Name, Layer: freeze, Key: k})
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("%s: %v", k, err)
+					}
+					continue
+				}
+				if int64(len(data)) != size {
+					t.Errorf("%s: %d bytes, want the %d of layer%d", k, len(data), size, freeze)
+				}
+				mu.Lock()
+				done = append(done, time.Now())
+				if len(done) == plan.Warm {
+					close(warm)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	// Steady state: the readers never wait for a new key, so the pipeline
+	// stays full; the rate is the completions in a window that opens at
+	// the Warm-th completion (sessions open on both sides, every stage
+	// busy), at most Timed of them.
+	ended := make(chan struct{})
+	go func() { wg.Wait(); close(ended) }()
+	exhausted := false
+	select {
+	case <-warm:
+		select {
+		case <-time.After(plan.Window):
+		case <-ended:
+			exhausted = true
+		}
+	case <-ended:
+		exhausted = true
+	}
+	close(stop)
+	cancel()
+	<-ended
 	wire := linkBytes(t, l) - before
 	if t.Failed() {
 		t.FailNow()
 	}
+	mu.Lock()
+	n := len(done)
+	slices.SortFunc(done, func(a, b time.Time) int { return a.Compare(b) })
+	var perSec float64
+	if n > plan.Warm {
+		t0 := done[plan.Warm-1]
+		end := t0.Add(plan.Window)
+		in, last := 0, t0
+		for _, d := range done[plan.Warm:] {
+			if !d.After(end) {
+				in++
+				last = d
+			}
+		}
+		span := plan.Window
+		if exhausted {
+			span = last.Sub(t0) // the keys ran out before the window closed
+		}
+		perSec = float64(in) / span.Seconds()
+	}
+	mu.Unlock()
 	st := x.Planner(m.Name).Stats()
 	r := splitBenchResult{Model: m.Name, Freeze: freeze, Samples: n, ProbedMbit: st.PlannedBandwidthBps * 8 / 1e6, Shared: st.SharedCompute,
-		WireBytes: float64(wire) / float64(n), PerSec: float64(timed) / took.Seconds()}
+		WireBytes: float64(wire) / float64(n), PerSec: perSec}
 	for _, p := range st.Plans {
 		if p.Freeze == freeze {
 			r.Split, r.Predicted, r.PayloadBytes = p.Split, p.PredictedPerSec, p.MeasuredWireBytes
@@ -615,9 +676,9 @@ func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.D
 	w("shaped with tc tbf joins them, re-shaped between bandwidths; the storage side's CPU quota is set between storage speeds\n")
 	w("(\"all\": its whole CPUs; 0.5: half a core, a weaker storage host), and its compute profile measured again for each\n")
 	w("(a profile is of its process's CPUs and quota). The cost model sees two hosts (the profiles' CPU lists are disjoint:\n")
-	w("time(S) = max(server, wire, client)); the test fails if it does not. Per configuration: %d concurrent readers, %d images\n", plan.Concurrency, plan.Warm+plan.Timed)
-	w("(about %.0f KB, ImageNet-like JPEGs) of which the first %d warm up (sessions opened on both sides); throughput = the other\n", plan.RawBytes/1000, plan.Warm)
-	w("%d over the time from their start to the last one's completion. Each configuration ran %d time(s), interleaved with the\n", plan.Timed, plan.Rounds)
+	w("time(S) = max(server, wire, client)); the test fails if it does not. Per run: %d concurrent readers of fresh images (about\n", plan.Concurrency)
+	w("%.0f KB, ImageNet-like JPEGs) that never wait for a key, so the pipeline stays full; throughput = the completions in the\n", plan.RawBytes/1000)
+	w("%s after the %d-th (sessions open on both sides, every stage busy), at most %d. Each configuration ran %d time(s), interleaved with the\n", plan.Window, plan.Warm, plan.Timed, plan.Rounds)
 	w("others (every policy of a configuration in turn, then again), each run on object keys of its own (no server cache entry\n")
 	w("of one run serves another); a figure is the median of its runs. Took %s.\n\n", took.Round(time.Second))
 	if full {
