@@ -2,11 +2,13 @@ package extractor
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/featurefs/featurefs/extractor/split"
 	"github.com/featurefs/featurefs/test/testenv"
@@ -93,5 +95,33 @@ func TestProfileMeasuredOnceAndCached(t *testing.T) {
 	}
 	if _, err := svc.Profile(ctx, "nope", ProfileOptions{}); err == nil {
 		t.Error("unknown model profiled")
+	}
+}
+
+// timeRuns takes the fastest run without a quota, and under one the mean
+// over at least sustainWindow: a run that is fast in bursts and stopped
+// between them (as a quota does) is timed at its sustained rate.
+func TestTimeRunsUnderAQuota(t *testing.T) {
+	n := 0
+	burst := func() error { // every third run is stopped for 20 ms
+		n++
+		if n%3 == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Millisecond)
+		return nil
+	}
+	best, err := timeRuns(3, 0, burst)
+	if err != nil || best > 10*time.Millisecond || n != 3 {
+		t.Errorf("no quota: %v after %d runs (%v), want the fastest, about 1 ms, of 3", best, n, err)
+	}
+	n = 0
+	t0 := time.Now()
+	mean, err := timeRuns(3, 0.5, burst)
+	if err != nil || time.Since(t0) < sustainWindow || mean < 5*time.Millisecond {
+		t.Errorf("quota: %v after %d runs in %v (%v), want the mean over %v, about 8 ms", mean, n, time.Since(t0), err, sustainWindow)
+	}
+	if _, err := timeRuns(3, 0.5, func() error { return errors.New("boom") }); err == nil {
+		t.Error("a failing run was timed")
 	}
 }

@@ -11,6 +11,8 @@ package test
 // controller is refused with a message that says so.
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,6 +25,7 @@ import (
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/split"
+	"github.com/featurefs/featurefs/test/testenv"
 )
 
 // cgroupPrefix starts the names of the cgroups this file makes; the
@@ -317,5 +320,49 @@ func TestTwoHostTestBed(t *testing.T) {
 	}
 	if left := leftCPUSides(t); len(left) > 0 {
 		t.Errorf("cgroups left behind: %v", left)
+	}
+}
+
+// TestProfileSeesTheQuota: a server under a CPU quota of half a core
+// profiles its model at its sustained rate, about twice the time it
+// measures with the whole core, early segments included (timed alone,
+// they ran in the quota's full-speed bursts: a split that trusted them
+// ran at half its predicted rate on the test bed).
+func TestProfileSeesTheQuota(t *testing.T) {
+	l := newNetLink(t, 1000)
+	sc, _ := splitCPUs(t)
+	storage := newCPUSide(t, "storage", sc, 0.5)
+	model := "resnet18"
+	url := startServeInSide(t, l, storage, t.TempDir(), "--model", model+"="+testenv.Model(t, model))
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	profile := func() *split.Profile {
+		t.Helper()
+		cmd := l.Command(l.Client, self, "-test.run=^TestNetnsHelperProcess$")
+		cmd.Env = append(os.Environ(), "FFTB_ROLE=get", "FFTB_URL="+url+"/v1/profile?model="+model)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("GET /v1/profile: %v", err)
+		}
+		out = out[:bytes.LastIndexByte(out, '}')+1]
+		var p split.Profile
+		if err := json.Unmarshal(out, &p); err != nil {
+			t.Fatalf("profile: %v: %.300s", err, out)
+		}
+		return &p
+	}
+	half := profile()
+	storage.SetQuota(t, 0)
+	whole := profile()
+	if half.CPUQuota != 0.5 || whole.CPUQuota != 0 || half.CPUs != sc {
+		t.Fatalf("profiles say quota %g and %g on CPUs %q; want 0.5, then none, on %q", half.CPUQuota, whole.CPUQuota, half.CPUs, sc)
+	}
+	at := func(p *split.Profile, k int) float64 { return p.DecodeSeconds + p.Layers[k].CumSeconds }
+	early, all := at(half, 2)/at(whole, 2), at(half, len(half.Layers)-1)/at(whole, len(whole.Layers)-1)
+	t.Logf("half a core / the whole core: %.2fx to layer2, %.2fx the whole model", early, all)
+	if early < 1.6 || all < 1.6 || early > 2.6 || all > 2.6 {
+		t.Errorf("under half a core the profile is %.2fx (to layer2) and %.2fx (whole model) the whole core's; want about 2x", early, all)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/featurefs/featurefs/test/testenv"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -200,6 +201,15 @@ func TestNetnsHelperProcess(t *testing.T) {
 			n -= k
 		}
 		c.Close()
+	case "get": // GET FFTB_URL and print the body
+		resp, err := http.Get(os.Getenv("FFTB_URL"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(os.Stdout, resp.Body); err != nil {
+			t.Fatal(err)
+		}
 	case "burn": // spin every P for a second; say where and how much
 		var ru0, ru1 syscall.Rusage
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)

@@ -302,7 +302,9 @@ func TestSplitBench(t *testing.T) {
 		}
 		// A tensor may come compressed (--wire-compression): at most its
 		// .npy size; an image comes as it is.
-		if r.Split == spec.SplitRaw && math.Abs(r.PayloadBytes-r.WantPayload) > 1 ||
+		// Images: a run reads as many as its window allows, so their mean
+		// size is near, not at, the mean of the images made.
+		if r.Split == spec.SplitRaw && math.Abs(r.PayloadBytes-r.WantPayload) > 0.05*r.WantPayload ||
 			r.Split != spec.SplitRaw && !(r.PayloadBytes > 0 && r.PayloadBytes <= r.WantPayload+1) {
 			t.Errorf("%s %s layer%d: %.0f payload bytes per sample, want %.0f (split %s; at most that for a tensor, which may come compressed)",
 				r.Model, r.Policy, r.Freeze, r.PayloadBytes, r.WantPayload, spec.SplitName(r.Split))

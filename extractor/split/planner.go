@@ -102,9 +102,15 @@ func (p *Planner) planLocked(freeze int) (*plan, error) {
 }
 
 // ObserveTransfer records a transfer of n bytes that took d on the wire and
-// reports whether the plans were redone: when the bandwidth estimate (a
-// moving average of transfers of 64 KiB or more) differs from the one
-// planned with by more than a factor of 2.
+// reports whether the plans were redone: when the bandwidth estimate
+// differs from the one planned with by more than a factor of 2. The
+// estimate is a moving average of transfers of 64 KiB or more, but a
+// transfer more than a factor of 2 off the estimate replaces it: the
+// link changed (a probe measures the link's capacity, the bytes received
+// meanwhile included, every SplitConfig.ProbeEvery), and averaging a 40x
+// drop in halves took 5 probes, 100 s at the default period, to reach a
+// plan for the new rate (TestSplitReplan measured auto still on the old
+// split 60 s after 1000 -> 25 Mbit/s).
 func (p *Planner) ObserveTransfer(n int64, d time.Duration) bool {
 	if n < minTransferBytes || d <= 0 {
 		return false
@@ -113,7 +119,11 @@ func (p *Planner) ObserveTransfer(n int64, d time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.transfers++
-	p.bw = 0.5*p.bw + 0.5*rate
+	if r := rate / p.bw; r > 2 || r < 0.5 || !(p.bw > 0) {
+		p.bw = rate
+	} else {
+		p.bw = 0.5*p.bw + 0.5*rate
+	}
 	if r := p.bw / p.plannedBW; r > 2 || r < 0.5 {
 		p.plannedBW = p.bw
 		p.replans++

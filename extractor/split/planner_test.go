@@ -86,3 +86,33 @@ func TestPlannerReplansOnBandwidthChange(t *testing.T) {
 		}
 	}
 }
+
+// A probe more than 2x off the estimate replaces it: after the link drops
+// 40x, the first probe at the new rate re-plans at that rate (averaging in
+// halves took 5 probes, 100 s at the default period), and one within 2x
+// is averaged in.
+func TestPlannerFollowsALinkChangeAtOnce(t *testing.T) {
+	cm, err := NewCostModel(synthProfile("a", "cpu", 4), synthProfile("b", "cpu", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mbit = 1e6 / 8
+	auto, _ := spec.ParseSplitPolicy("auto")
+	p, err := NewPlanner(cm, auto, 1000*mbit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.ObserveTransfer(1<<20, xfer(1<<20, 25*mbit)) {
+		t.Fatal("a probe 40x slower than the plan's bandwidth did not re-plan")
+	}
+	st := p.Stats()
+	if math.Abs(st.PlannedBandwidthBps-25*mbit) > 0.01*25*mbit || st.Replans != 1 {
+		t.Errorf("after one probe at 25 Mbit/s: planned at %g Mbit/s, %d replans", st.PlannedBandwidthBps/mbit, st.Replans)
+	}
+	if p.ObserveTransfer(1<<20, xfer(1<<20, 40*mbit)) {
+		t.Error("a probe 1.6x the estimate re-planned")
+	}
+	if bw := p.Stats().BandwidthBps / mbit; math.Abs(bw-32.5) > 0.1 {
+		t.Errorf("a probe within 2x averaged to %g Mbit/s, want 32.5", bw)
+	}
+}

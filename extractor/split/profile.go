@@ -19,7 +19,7 @@ import (
 
 // ProfileSchema is bumped when Profile's meaning changes; older files are
 // measured again.
-const ProfileSchema = 3 // 2: LayerProfile.WireRatio; 3: Profile.CPUs and CPUQuota
+const ProfileSchema = 4 // 2: LayerProfile.WireRatio; 3: Profile.CPUs and CPUQuota; 4: sustained times under a quota
 
 // Profile is the measured compute cost of one model on one device.
 type Profile struct {
