@@ -2,6 +2,7 @@ package leakcheck
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,9 +18,9 @@ func PeakHeap(every time.Duration, f func()) (base, peak uint64) {
 	base = ms.HeapInuse
 	var top atomic.Uint64
 	top.Store(base)
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		var ms runtime.MemStats
 		for {
 			runtime.ReadMemStats(&ms)
@@ -32,9 +33,9 @@ func PeakHeap(every time.Duration, f func()) (base, peak uint64) {
 			case <-time.After(every):
 			}
 		}
-	}()
+	})
 	f()
 	close(done)
-	<-stopped
+	wg.Wait()
 	return base, top.Load()
 }
