@@ -2,6 +2,7 @@ package split
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -177,5 +178,27 @@ func TestReadQuota(t *testing.T) {
 	}
 	if _, ok := readQuota(filepath.Join(dir, "none"), "cpu.max"); ok {
 		t.Error("a missing file read as a quota")
+	}
+}
+
+func TestMonotone(t *testing.T) {
+	for _, c := range []struct{ in, want []float64 }{
+		{nil, nil},
+		{[]float64{1, 2, 3}, []float64{1, 2, 3}},
+		{[]float64{1, 4, 2, 3}, []float64{1, 3, 3, 3}},
+		{[]float64{3, 2, 1}, []float64{2, 2, 2}},
+		{[]float64{0.78, 1.61, 10.55, 5, 6, 6.5, 11}, []float64{0.78, 1.61, 7.0125, 7.0125, 7.0125, 7.0125, 11}},
+		{[]float64{-1, 2}, []float64{0, 2}},
+	} {
+		got := Monotone(c.in)
+		if len(got) != len(c.in) {
+			t.Fatalf("Monotone(%v) = %v", c.in, got)
+		}
+		for i := range got {
+			if math.Abs(got[i]-c.want[i]) > 1e-9 {
+				t.Errorf("Monotone(%v) = %v, want %v", c.in, got, c.want)
+				break
+			}
+		}
 	}
 }
