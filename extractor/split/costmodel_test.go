@@ -212,3 +212,40 @@ func TestCostModelPricesCompressedBytes(t *testing.T) {
 		t.Errorf("best split %d plain, %d compressed; want layer 2 to win once it compresses 20x", plain.Split, best.Split)
 	}
 }
+
+// TestCostModelCountsTheCPUPerByte: each side's CPU per byte moved adds
+// to its stage, as wall time under a quota.
+func TestCostModelCountsTheCPUPerByte(t *testing.T) {
+	s, c := synthProfile("a", "cpu", 1), synthProfile("b", "cpu", 1)
+	cm, err := NewCostModel(s, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw := 125e6 // 1000 Mbit/s
+	cands0, err := cm.Candidates(len(s.Layers)-1, bw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, c2 := *s, *c
+	s2.ByteSeconds, c2.ByteSeconds = 10e-9, 5e-9
+	s2.CPUQuota = 0.5
+	cm2, err := NewCostModel(&s2, &c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cands, _ := cm2.Candidates(len(s.Layers)-1, bw)
+	for i, k := range cands {
+		k0 := cands0[i]
+		wantS := k0.ServerSeconds + k.WireBytes*20e-9 // 10 ns of CPU at half a core
+		wantC := k0.ClientSeconds + k.WireBytes*5e-9
+		if math.Abs(k.ServerSeconds-wantS) > 1e-12 || math.Abs(k.ClientSeconds-wantC) > 1e-12 {
+			t.Errorf("split %d: server %g client %g s, want %g and %g", k.Split, k.ServerSeconds, k.ClientSeconds, wantS, wantC)
+		}
+	}
+	if err := (&Profile{Layers: s.Layers, ByteSeconds: math.NaN()}).Validate(); err == nil {
+		t.Error("a NaN CPU per byte validated")
+	}
+	if err := (&Profile{Layers: s.Layers, ByteSeconds: 1}).Validate(); err == nil {
+		t.Error("a second per byte validated")
+	}
+}

@@ -193,6 +193,11 @@ type PlanStats struct {
 	// measured).
 	PredictedPerSec float64 `json:"predicted_samples_per_second"`
 	MeasuredPerSec  float64 `json:"measured_samples_per_second"`
+	// ServerSeconds, WireSeconds and ClientSeconds are the cost model's
+	// per-sample time of each stage of the split.
+	ServerSeconds float64 `json:"predicted_server_seconds"`
+	WireSeconds   float64 `json:"predicted_wire_seconds"`
+	ClientSeconds float64 `json:"predicted_client_seconds"`
 	// PredictedWireBytes is the model's bytes per sample; MeasuredWireBytes
 	// the bytes per sample seen.
 	PredictedWireBytes float64 `json:"predicted_wire_bytes_per_sample"`
@@ -216,7 +221,8 @@ func (p *Planner) Stats() Stats {
 		if err != nil {
 			return
 		}
-		ps := PlanStats{Freeze: f, Split: pl.chosen.Split, SplitLayer: spec.SplitName(pl.chosen.Split), PredictedPerSec: pl.chosen.Throughput, PredictedWireBytes: pl.chosen.WireBytes}
+		ps := PlanStats{Freeze: f, Split: pl.chosen.Split, SplitLayer: spec.SplitName(pl.chosen.Split), PredictedPerSec: pl.chosen.Throughput, PredictedWireBytes: pl.chosen.WireBytes,
+			ServerSeconds: pl.chosen.ServerSeconds, WireSeconds: pl.chosen.WireSeconds, ClientSeconds: pl.chosen.ClientSeconds}
 		if r := p.rates[f]; r != nil {
 			ps.MeasuredPerSec, ps.MeasuredWireBytes, ps.Samples = r.rate()
 		}

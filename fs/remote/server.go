@@ -115,6 +115,7 @@ type Server struct {
 	allow         map[string][]string // path -> the methods it answers
 	sem           chan struct{}
 	owner         *lifetime.Owner // the computations, which outlive requests
+	sendCost      byteCost        // CPU per byte of GET /v1/probe answers
 
 	n serverCounters
 }

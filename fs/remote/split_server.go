@@ -100,7 +100,11 @@ func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 			}
 			switch {
 			case res.err == nil:
-				writeJSON(w, res.prof)
+				// The profile is the model's; the CPU per byte sent is
+				// of the link, measured by the client's probes.
+				prof := *res.prof
+				prof.ByteSeconds = s.sendCost.seconds()
+				writeJSON(w, &prof)
 			case !started:
 				writeError(w, http.StatusInternalServerError, s.public(model, res.err))
 			default:
@@ -141,6 +145,7 @@ func (s *Server) handleProbe(w http.ResponseWriter, r *http.Request) {
 	// Random bytes (nothing on the path can compress them), one buffer
 	// for every request.
 	buf := probeFiller()
+	total, cpu := n, processCPU()
 	for n > 0 {
 		k := min(n, int64(len(buf)))
 		if _, err := w.Write(buf[:k]); err != nil {
@@ -148,6 +153,7 @@ func (s *Server) handleProbe(w http.ResponseWriter, r *http.Request) {
 		}
 		n -= k
 	}
+	s.sendCost.observe(total, processCPU()-cpu)
 }
 
 func (s *Server) handleObject(w http.ResponseWriter, r *http.Request) {

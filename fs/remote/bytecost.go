@@ -1,0 +1,52 @@
+package remote
+
+import (
+	"math"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The CPU a side spends per byte moved over the link (HTTP and the
+// kernel's network stack), measured while a bandwidth probe passes: the
+// split cost model adds it to each side's stage (split.Profile
+// ByteSeconds).
+
+// minByteCostBytes is the smallest probe whose CPU per byte is taken: a
+// smaller one is mostly the request's fixed cost.
+const minByteCostBytes = 256 << 10
+
+// processCPU returns the CPU time this process has used (user and system,
+// all threads).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// byteCost keeps the smallest CPU per byte seen over probes: other work
+// running meanwhile only adds to a probe's CPU time, so the least is the
+// nearest to the transfer's own cost. Its zero value has seen none.
+type byteCost struct{ bits atomic.Uint64 }
+
+// observe records a probe of n bytes that took cpu.
+func (b *byteCost) observe(n int64, cpu time.Duration) {
+	if n < minByteCostBytes || cpu <= 0 {
+		return
+	}
+	v := cpu.Seconds() / float64(n)
+	for {
+		old := b.bits.Load()
+		if old != 0 && math.Float64frombits(old) <= v {
+			return
+		}
+		if b.bits.CompareAndSwap(old, math.Float64bits(v)) {
+			return
+		}
+	}
+}
+
+// seconds returns the CPU seconds per byte, 0 if none was measured.
+func (b *byteCost) seconds() float64 { return math.Float64frombits(b.bits.Load()) }
