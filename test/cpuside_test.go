@@ -205,6 +205,55 @@ func (s *cpuSide) Wrap(cmd *exec.Cmd) *exec.Cmd {
 	return w
 }
 
+// CPUSeconds returns the CPU time the processes now in the side have used
+// (their threads included), from /proc: cgroup v1's cpu hierarchy has no
+// usage counter of its own. Softirq work (the link's packets) done on the
+// side's CPUs is counted where the kernel charges it, if at all.
+func (s *cpuSide) CPUSeconds(t testing.TB) float64 {
+	u, k := s.CPUTimes(t)
+	return u + k
+}
+
+// CPUTimes returns the user and system CPU seconds of the processes now in
+// the side.
+func (s *cpuSide) CPUTimes(t testing.TB) (user, system float64) {
+	t.Helper()
+	procs, err := os.ReadFile(filepath.Join(s.dirs[0], "cgroup.procs"))
+	if err != nil {
+		t.Fatalf("cgroup %s: %v", s.Name, err)
+	}
+	for _, pid := range strings.Fields(string(procs)) {
+		u, k, err := procCPUTimes(pid)
+		if err != nil {
+			continue // it exited
+		}
+		user += u
+		system += k
+	}
+	return user, system
+}
+
+// procCPUTimes returns the user and system CPU seconds of process pid
+// ("self" for this one), its threads included.
+func procCPUTimes(pid string) (user, system float64, err error) {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	// The fields after the command's closing parenthesis: state is the
+	// first, utime and stime the 12th and 13th, in USER_HZ ticks.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("/proc/%s/stat: %q", pid, stat)
+	}
+	u, err1 := strconv.Atoi(f[11])
+	k, err2 := strconv.Atoi(f[12])
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("/proc/%s/stat: %q", pid, stat)
+	}
+	return float64(u) / 100, float64(k) / 100, nil
+}
+
 // remove moves whatever still runs in the side to its parent and removes
 // its cgroups.
 func (s *cpuSide) remove() error {

@@ -116,6 +116,17 @@ type splitBenchResult struct {
 	WireBytes    float64   `json:"wire_bytes"`    // per sample, both directions of the trainer's link
 	WantPayload  float64   `json:"want_payload"`  // the .npy size of the split layer, or the mean image
 	Shared       bool      `json:"shared_compute"`
+	// SettleSeconds is how long the run waited for the previous one's
+	// traffic and server work to end (settle).
+	SettleSeconds float64 `json:"settle_seconds"`
+	// StorageCPU and TrainerCPU are each side's CPU seconds per sample in
+	// the window (user, system): the storage side's processes, and the
+	// trainer's helper process.
+	StorageCPU [2]float64 `json:"storage_cpu"`
+	TrainerCPU [2]float64 `json:"trainer_cpu"`
+	// Stages are the cost model's per-sample estimates of the chosen
+	// split (server, wire, client seconds).
+	Stages [3]float64 `json:"stages"`
 }
 
 func TestSplitBench(t *testing.T) {
@@ -402,7 +413,11 @@ func TestSplitBenchHelper(t *testing.T) {
 					t.Fatalf("no model %s", bm.Name)
 				}
 				for _, freeze := range bm.Freezes {
+					// Each run starts on an idle link and server (its
+					// bandwidth probe, at the open, included).
+					var settled time.Duration
 					openSplit := func(policy string) *remote.SplitExtractor {
+						settled = settle(t, l, storage)
 						p, err := spec.ParseSplitPolicy(policy)
 						if err != nil {
 							t.Fatal(err)
@@ -473,7 +488,8 @@ func TestSplitBenchHelper(t *testing.T) {
 						if next >= plan.Configs {
 							t.Fatalf("more configurations than the %d key prefixes", plan.Configs)
 						}
-						r := splitBenchRun(t, l, x, m, freeze, plan, next)
+						r := splitBenchRun(t, l, storage, x, m, freeze, plan, next)
+						r.SettleSeconds = settled.Seconds()
 						next++
 						r.Mbit, r.Policy, r.WantPayload, r.Rank, r.StorageCores = mbit, policy, want(r.Split), rank[r.Split], speed
 						if i, ok := slot[policy]; !ok {
@@ -488,8 +504,9 @@ func TestSplitBenchHelper(t *testing.T) {
 							results[i].Runs = append(results[i].Runs, r.PerSec)
 							results[i].PerSec = median(results[i].Runs)
 						}
-						fmt.Printf("splitbench: storage %s cores, %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample\n",
-							coresName(speed), m.Name, freeze, mbit, r.ProbedMbit, policy, spec.SplitName(r.Split), r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes)
+						fmt.Printf("splitbench: storage %s cores, %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample, settled in %.1f s; ms per sample: storage CPU %.1f+%.1f, trainer CPU %.1f+%.1f (user+system), predicted server %.1f wire %.1f client %.1f\n",
+							coresName(speed), m.Name, freeze, mbit, r.ProbedMbit, policy, spec.SplitName(r.Split), r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes, r.SettleSeconds,
+							1e3*r.StorageCPU[0], 1e3*r.StorageCPU[1], 1e3*r.TrainerCPU[0], 1e3*r.TrainerCPU[1], 1e3*r.Stages[0], 1e3*r.Stages[1], 1e3*r.Stages[2])
 					}
 					// Rounds run every configuration in turn again (fresh keys):
 					// a burst of other load on the machine hits one run of a
@@ -542,7 +559,7 @@ func coresName(q float64) string {
 // through x with plan.Concurrency readers: the first plan.Warm (sessions
 // are opened on both sides), then, timed from the start to the last
 // completion, the other plan.Timed.
-func splitBenchRun(t *testing.T, l *netLink, x *remote.SplitExtractor, m *extractor.Model, freeze int, plan splitBenchPlan, cfg int) splitBenchResult {
+func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitExtractor, m *extractor.Model, freeze int, plan splitBenchPlan, cfg int) splitBenchResult {
 	t.Helper()
 	size := api.NPYSize(m.Layers[freeze].Shape, x.DType())
 	keys, stop, warm := make(chan string), make(chan struct{}), make(chan struct{})
@@ -592,14 +609,25 @@ func splitBenchRun(t *testing.T, l *netLink, x *remote.SplitExtractor, m *extrac
 	// busy), at most Timed of them.
 	ended := make(chan struct{})
 	go func() { wg.Wait(); close(ended) }()
+	// Each side's CPU time over the window: what the stages cost, to set
+	// against the cost model's estimates.
+	type cpuAt struct{ su, ss, tu, ts float64 }
+	cpuNow := func() (c cpuAt) {
+		c.su, c.ss = storage.CPUTimes(t)
+		c.tu, c.ts, _ = procCPUTimes("self")
+		return c
+	}
+	var cpu0, cpu1 cpuAt
 	exhausted := false
 	select {
 	case <-warm:
+		cpu0 = cpuNow()
 		select {
 		case <-time.After(plan.Window):
 		case <-ended:
 			exhausted = true
 		}
+		cpu1 = cpuNow()
 	case <-ended:
 		exhausted = true
 	}
@@ -614,6 +642,7 @@ func splitBenchRun(t *testing.T, l *netLink, x *remote.SplitExtractor, m *extrac
 	n := len(done)
 	slices.SortFunc(done, func(a, b time.Time) int { return a.Compare(b) })
 	var perSec float64
+	var cpuSample cpuAt
 	if n > plan.Warm {
 		t0 := done[plan.Warm-1]
 		end := t0.Add(plan.Window)
@@ -629,17 +658,53 @@ func splitBenchRun(t *testing.T, l *netLink, x *remote.SplitExtractor, m *extrac
 			span = last.Sub(t0) // the keys ran out before the window closed
 		}
 		perSec = float64(in) / span.Seconds()
+		if in > 0 {
+			cpuSample = cpuAt{(cpu1.su - cpu0.su) / float64(in), (cpu1.ss - cpu0.ss) / float64(in), (cpu1.tu - cpu0.tu) / float64(in), (cpu1.ts - cpu0.ts) / float64(in)}
+		}
 	}
 	mu.Unlock()
 	st := x.Planner(m.Name).Stats()
 	r := splitBenchResult{Model: m.Name, Freeze: freeze, Samples: n, ProbedMbit: st.PlannedBandwidthBps * 8 / 1e6, Shared: st.SharedCompute,
-		WireBytes: float64(wire) / float64(n), PerSec: perSec}
+		WireBytes: float64(wire) / float64(n), PerSec: perSec,
+		StorageCPU: [2]float64{cpuSample.su, cpuSample.ss}, TrainerCPU: [2]float64{cpuSample.tu, cpuSample.ts}}
 	for _, p := range st.Plans {
 		if p.Freeze == freeze {
 			r.Split, r.Predicted, r.PayloadBytes = p.Split, p.PredictedPerSec, p.MeasuredWireBytes
+			r.Stages = [3]float64{p.ServerSeconds, p.WireSeconds, p.ClientSeconds}
 		}
 	}
 	return r
+}
+
+// settle waits until the link and the storage side are idle: what a run
+// left behind (responses on the wire, batches the server still computes
+// after their requests were cancelled) slowed the next run and its
+// bandwidth probe (auto, first in each round, probed 6-32 Mbit/s on 25
+// and 100 Mbit/s links and carried up to 4x its payload). Idle is two
+// 250 ms intervals in a row with under 4 KB on the link and under a
+// tenth of a core used by the storage side; after 30 s it gives up and
+// says so. It returns how long it waited.
+func settle(t *testing.T, l *netLink, storage *cpuSide) time.Duration {
+	t.Helper()
+	const every, limit = 250 * time.Millisecond, 30 * time.Second
+	start := time.Now()
+	b, c := linkBytes(t, l), storage.CPUSeconds(t)
+	quiet := 0
+	for quiet < 2 {
+		if time.Since(start) > limit {
+			fmt.Printf("splitbench: the link or the storage side still busy after %s; measuring anyway\n", limit)
+			break
+		}
+		time.Sleep(every)
+		b2, c2 := linkBytes(t, l), storage.CPUSeconds(t)
+		if b2-b < 4<<10 && c2-c < 0.1*every.Seconds() {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		b, c = b2, c2
+	}
+	return time.Since(start)
 }
 
 // linkBytes returns the bytes received plus sent by the trainer's end of l.

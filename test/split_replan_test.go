@@ -60,6 +60,8 @@ type replanResult struct {
 	SwitchAt float64         `json:"switch_at"`
 	Replans  int             `json:"replans"`
 	Fixed    map[int]float64 `json:"fixed"` // split -> samples/s at To
+	// ProbedMbit is the bandwidth auto's first probe measured (at From).
+	ProbedMbit float64 `json:"probed_mbit"`
 }
 
 func TestSplitReplan(t *testing.T) {
@@ -168,8 +170,13 @@ func TestSplitReplan(t *testing.T) {
 			}
 		}
 		end := r.SwitchAt + after.Seconds()
-		t.Logf("%d -> %d Mbit/s: before %s at %.2f/s; choices %v; replans %d; after: %s; fixed %v", rates[0], rates[1],
+		t.Logf("%d -> %d Mbit/s (probed %.0f): before %s at %.2f/s; choices %v; replans %d; after: %s; fixed %v", rates[0], rates[1], r.ProbedMbit,
 			spec.SplitName(choice(r.SwitchAt)), rate(r.SwitchAt-10, r.SwitchAt), r.Choices, r.Replans, spec.SplitName(choice(end)), r.Fixed)
+		// The probe measures the link's rate, not its shaper's burst (a
+		// 1 MiB probe timed whole read 1731 Mbit/s on 1000).
+		if r.ProbedMbit < 0.7*float64(rates[0]) || r.ProbedMbit > 1.3*float64(rates[0]) {
+			t.Errorf("%d Mbit/s link: auto's first probe measured %.0f Mbit/s", rates[0], r.ProbedMbit)
+		}
 		if !full {
 			// CI: the choice must follow the change (at 25 Mbit/s the
 			// planner's choice at 1000 no longer wins), or the planner
@@ -307,6 +314,7 @@ func TestSplitReplanHelper(t *testing.T) {
 	var res replanResult
 	var mu sync.Mutex
 	x := open("auto")
+	res.ProbedMbit = x.Planner(plan.Model).Stats().PlannedBandwidthBps * 8 / 1e6
 	start := time.Now()
 	since := func() float64 { return time.Since(start).Seconds() }
 	stop := make(chan struct{})
