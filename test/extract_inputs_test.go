@@ -320,7 +320,7 @@ func TestExtractBadInputsFailAlone(t *testing.T) {
 		"--files-from stdin line 5: entry over 65536 bytes",
 		zero + ": ", dzero + ": ",
 		fifo + ": ", dfifo + ": ", "not a regular file (a FIFO)", "not a regular file (a character device)",
-		big + ": ", "over --max-object-size 1048576",
+		big + ": ", "over 1048576 bytes: file too large (--max-object-size)",
 	} {
 		if !strings.Contains(r.Stderr, w) {
 			t.Errorf("stderr lacks %q", w)

@@ -206,7 +206,7 @@ func TestReadRegular(t *testing.T) {
 		max  int64
 		want string
 	}{
-		{img, 7, "8 bytes, over --max-object-size 7"},
+		{img, 7, "8 bytes, over 7 bytes: file too large (--max-object-size)"},
 		{"/dev/zero", 1 << 20, "not a regular file (a character device)"},
 		{link, 1 << 20, "not a regular file (a character device)"},
 		{fifo, 1 << 20, "not a regular file (a FIFO)"},

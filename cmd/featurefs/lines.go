@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
+
+	"github.com/featurefs/featurefs/extractor/spec"
 )
 
 // lineReader reads delimited lines (entries of a file list, lines of a
@@ -78,69 +79,32 @@ const headLen = 64
 // line is the number of the line next returned last, from 1.
 func (lr *lineReader) line() int { return lr.n }
 
-// errNotRegular is the error of an input that is not a regular file
-// (a device, FIFO, socket or directory), refused before it is read.
-var errNotRegular = errors.New("not a regular file")
-
-// openRegular opens path for reading if it is a regular file (following
-// symbolic links), and refuses anything else (errNotRegular, saying what
-// it is; the caller names the path) without blocking: a FIFO
-// is opened non-blocking (no writer needed) and checked with fstat, so it
-// neither hangs nor is read; a device or socket is refused the same way.
+// openRegular opens path for reading if it is a regular file
+// (spec.OpenIfRegular: a FIFO, device or socket is refused without
+// blocking, saying what it is); the error leaves the path to the caller.
 func openRegular(path string) (*os.File, os.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, fmt.Errorf("%w (%s)", errNotRegular, fileKind(fi.Mode()))
-	}
-	return f, fi, nil
+	f, fi, err := spec.OpenIfRegular(path)
+	return f, fi, inputError(err)
 }
 
-// fileKind names a file type for a message.
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a block device"
-	}
-	return "not a regular file"
-}
-
-// readRegular reads the regular file path whole, refusing anything else
-// (openRegular) and a file over max bytes: at most max+1 bytes are read
-// whatever the file says its size is (it may grow while read).
+// readRegular reads the regular file path whole, at most max bytes
+// (spec.ReadRegular, which reads one snapshot of the size fstat gave); the
+// error leaves the path to the caller and names the flag that sets max.
 func readRegular(path string, max int64) ([]byte, error) {
-	f, fi, err := openRegular(path)
-	if err != nil {
-		return nil, err
+	b, err := spec.ReadRegular(path, max)
+	if errors.Is(err, spec.ErrFileTooLarge) {
+		return nil, fmt.Errorf("%w (--max-object-size)", inputError(err))
 	}
-	defer f.Close()
-	if fi.Size() > max {
-		return nil, fmt.Errorf("%d bytes, over --max-object-size %d", fi.Size(), max)
+	return b, inputError(err)
+}
+
+// inputError is err without the path an *os.PathError adds: the messages
+// of an input name it once, first.
+func inputError(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
 	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("over --max-object-size %d bytes (it grew while read)", max)
-	}
-	return b, nil
+	return err
 }
 
 // openList opens a list of inputs (--files-from): a regular file, or a
@@ -153,7 +117,7 @@ func openList(path string) (*os.File, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() && fi.Mode()&os.ModeNamedPipe == 0 {
-		return nil, fmt.Errorf("%s: %w (%s)", path, errNotRegular, fileKind(fi.Mode()))
+		return nil, fmt.Errorf("%s: %w (%s)", path, spec.ErrNotRegular, spec.FileKind(fi.Mode()))
 	}
 	return os.Open(path)
 }
