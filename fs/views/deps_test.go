@@ -14,15 +14,7 @@ import (
 // and do not import the tree (package fs) above them, so a new view is
 // tested without a kernel and touches no go-fuse code.
 func TestViewsImportNoFUSE(t *testing.T) {
-	deps := testenv.Deps(t, nil, ".")
-	if len(deps) < 20 {
-		t.Fatalf("go list -deps listed %d packages: %v", len(deps), deps)
-	}
-	for _, d := range deps {
-		if strings.Contains(d.ImportPath, "go-fuse") || d.ImportPath == "github.com/featurefs/featurefs/fs" {
-			t.Errorf("fs/views depends on %s", d.ImportPath)
-		}
-	}
+	testenv.CheckDeps(t, ".", 20, testenv.FUSE)
 }
 
 // maxTreeLines bounds the go-fuse tree's own code (fs/*.go but tests):

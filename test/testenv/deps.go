@@ -74,3 +74,41 @@ func Imports(t testing.TB, patterns ...string) map[string][]string {
 	}
 	return imports
 }
+
+// CheckDeps checks the packages pkg depends on (Deps, run in the test's
+// directory): none may match refused (it returns why, "" for a package
+// that may be there), and each of wanted must be among them (a package
+// split in two would lose the import the check is about). The list must
+// hold at least min packages, so that an empty answer is not a pass.
+func CheckDeps(t testing.TB, pkg string, min int, refused func(Dep) string, wanted ...string) {
+	t.Helper()
+	deps := Deps(t, nil, pkg)
+	if len(deps) < min {
+		t.Fatalf("go list -deps %s listed %d packages, fewer than %d: %v", pkg, len(deps), min, deps)
+	}
+	seen := map[string]bool{}
+	for _, d := range deps {
+		seen[d.ImportPath] = true
+		if why := refused(d); why != "" {
+			t.Errorf("%s depends on %s: %s", pkg, d.ImportPath, why)
+		}
+	}
+	for _, w := range wanted {
+		if !seen[w] {
+			t.Errorf("%s does not depend on %s; go list said: %v", pkg, w, deps)
+		}
+	}
+}
+
+// FUSE says why a package must not be depended on by one that stays
+// FUSE-free: go-fuse, or the tree (package fs) that renders with it; "" for
+// any other.
+func FUSE(d Dep) string {
+	switch {
+	case strings.Contains(d.ImportPath, "go-fuse"):
+		return "go-fuse"
+	case d.ImportPath == "github.com/featurefs/featurefs/fs":
+		return "the FUSE tree"
+	}
+	return ""
+}
