@@ -7,7 +7,8 @@
 # split), ResNet-50 (layer12, layer17), MobileNetV3-Large (layer21, layer29)
 # and ConvNeXt-Tiny (layer17, layer21) (a sample of their splits), at 25,
 # 100, 400 and 1000 Mbit/s: steady-state samples/s and bytes per sample of
-# --split auto and of the fixed splits, 3 interleaved rounds, medians; then
+# --split auto and of the fixed splits, 3 interleaved rounds, medians, and
+# each stage's estimate against the CPU each side used (split_stages.py); then
 # --split auto with the link's rate changed mid-epoch (TestSplitReplan:
 # 1000 -> 25 and 25 -> 1000 Mbit/s, ResNet-18 layer6).
 # Drives TestSplitBench in test/split_bench_test.go with
@@ -15,7 +16,8 @@
 # bench also stores it in docs/bench/split.md). Needs root (ip netns, tc,
 # cgroups) and 2 CPUs.
 #
-#   scripts/bench-split.sh     (after make build; about 90 minutes on 2 CPUs)
+#   scripts/bench-split.sh     (after make build; about 3 hours on 2 CPUs;
+#   BENCH_SPLIT_FREEZE=0 BENCH_SPLIT_EXTRA=2: about an hour)
 # Env: BENCH_SPLIT_IMAGES (300: the most images a run counts, in a 4 s window
 # after 8 warm-up ones, 16 readers),
 # BENCH_SPLIT_ROUNDS (3: interleaved runs of each configuration, the median
@@ -45,13 +47,21 @@ if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_BENCH_OUT=$OU
   exit 1
 fi
 [ -s "$OUT" ] || { tail -n 60 "$LOG" >&2; exit 1; }
+# Each run's stage figures, from its progress line, before the replan
+# test's log takes the file.
+STAGES=$(mktemp /tmp/featurefs-bench-split-stages.XXXXXX.md)
 REPLAN=$(mktemp /tmp/featurefs-bench-split-replan.XXXXXX.md)
-trap 'rm -f "$OUT" "$LOG" "$REPLAN"' EXIT
+trap 'rm -f "$OUT" "$LOG" "$REPLAN" "$STAGES"' EXIT
+"$PY" scripts/split_stages.py < "$LOG" > "$STAGES"
 echo "bench-split: running TestSplitReplan (the link's rate changed mid-epoch)..." >&2
 if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_REPLAN_OUT=$REPLAN \
   go test -v -count=1 -timeout 30m -run '^TestSplitReplan$' ./test 2>&1 | tee "$LOG" | { grep --line-buffered '^splitbench: ' >&2 || true; }; then
+  # The sweep's figures are still printed (an hour of runs is not thrown
+  # away for the second test); the script fails at the end.
   tail -n 60 "$LOG" >&2
-  exit 1
+  { echo "## Split execution: --split auto after the link's rate changes mid-epoch"; echo
+    echo "TestSplitReplan FAILED; its last lines:"; echo; tail -n 20 "$LOG" | sed 's/^/    /'; } > "$REPLAN"
+  FAILED=1
 fi
 CMD="scripts/bench-split.sh"
 for v in BENCH_SPLIT_IMAGES BENCH_SPLIT_ROUNDS BENCH_SPLIT_MODELS BENCH_SPLIT_MBITS BENCH_SPLIT_SPEEDS BENCH_SPLIT_FREEZE BENCH_SPLIT_EXTRA; do
@@ -62,4 +72,12 @@ bench_stamp "$CMD" "$LOAD"
 echo
 sed '1,2d' "$OUT"
 echo
+echo "**Stage times.** Per configuration and policy, the medians over its rounds: the cost model's per-sample estimate of"
+echo "each stage against what each side's processes used over the run's window (CPU ms per sample, user + system, divided"
+echo "by the side's cores: its quota, or 1) and the split's payload at the link's rate (scripts/split_stages.py, from the"
+echo "runs' progress lines):"
+echo
+cat "$STAGES"
+echo
 cat "$REPLAN"
+[ -z "${FAILED:-}" ]

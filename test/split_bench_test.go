@@ -40,8 +40,6 @@ import (
 	"image"
 	"image/color"
 	"image/jpeg"
-	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -229,27 +227,11 @@ func TestSplitBench(t *testing.T) {
 	// prefix per configuration (as many keys as a run may read).
 	data := t.TempDir()
 	n := plan.Warm + plan.Timed + plan.Concurrency
-	const bases = 32
-	var sum int64
-	for j := range min(n, bases) {
-		b := benchJPEG(480+j%5*10, 360+j%3*10, j)
-		sum += int64(len(b))
-		if err := os.WriteFile(filepath.Join(data, fmt.Sprintf("base%03d.jpg", j)), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	dirs := make([]string, plan.Configs)
+	for c := range dirs {
+		dirs[c] = fmt.Sprintf("c%03d", c)
 	}
-	plan.RawBytes = float64(sum) / float64(min(n, bases))
-	for c := range plan.Configs {
-		dir := filepath.Join(data, fmt.Sprintf("c%03d", c))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for j := range n {
-			if err := os.Link(filepath.Join(data, fmt.Sprintf("base%03d.jpg", j%bases)), filepath.Join(dir, fmt.Sprintf("%03d.jpg", j))); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	plan.RawBytes = benchImages(t, data, min(n, 32), dirs, n, func(j int) string { return fmt.Sprintf("%03d.jpg", j) })
 
 	l := newNetLink(t, plan.Mbits[0])
 	// Each side on its own CPUs: the cgroups are made before the processes
@@ -268,28 +250,12 @@ func TestSplitBench(t *testing.T) {
 	plan.ServerNS, plan.ClientNS, plan.ServerDev, plan.ClientDev = l.Server, l.Client, l.serverDev, l.clientDev
 	plan.Out = filepath.Join(t.TempDir(), "results.json")
 	plan.ProfileDir = spec.DefaultProfileDir()
-	planFile := filepath.Join(t.TempDir(), "plan.json")
-	pb, _ := json.Marshal(plan)
-	if err := os.WriteFile(planFile, pb, 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	cmd := trainer.Wrap(l.Command(l.Client, self, "-test.run=^TestSplitBenchHelper$", "-test.v", "-test.timeout=240m"))
-	cmd.Env = append(os.Environ(), "FFSB_PLAN="+planFile, "FEATUREFS_ORT_LIB="+testenv.ORTLib(t))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, progressWriter{t}), io.MultiWriter(&out, progressWriter{t})
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("split bench helper: %v\n%s", err, lastBytes(out.String(), 8000))
-	}
+	runTrainerHelper(t, trainer, l, "TestSplitBenchHelper", "FFSB_PLAN", plan, 240*time.Minute)
 	took := time.Since(start)
 	rb, err := os.ReadFile(plan.Out)
 	if err != nil {
-		t.Fatalf("split bench helper wrote no results: %v\n%s", err, lastBytes(out.String(), 8000))
+		t.Fatalf("split bench helper wrote no results: %v", err)
 	}
 	var res []splitBenchResult
 	if err := json.Unmarshal(rb, &res); err != nil {
@@ -365,38 +331,16 @@ func benchJPEG(w, h, seed int) []byte {
 // TestSplitBenchHelper is the trainer side of TestSplitBench when run with
 // FFSB_PLAN; otherwise it does nothing.
 func TestSplitBenchHelper(t *testing.T) {
-	pf := os.Getenv("FFSB_PLAN")
-	if pf == "" {
+	var plan splitBenchPlan
+	if !helperPlan(t, "FFSB_PLAN", &plan) {
 		return
 	}
-	var plan splitBenchPlan
-	b, err := os.ReadFile(pf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &plan); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	c, err := remote.Dial(ctx, remote.ClientConfig{URLs: []string{plan.URL}, Timeout: 2 * time.Minute, MaxBatch: 64, MaxWait: 2 * time.Millisecond, MaxInFlight: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cfg := extractor.DefaultConfig()
-	cfg.ORTLib = os.Getenv("FEATUREFS_ORT_LIB")
-	cfg.Device = "cpu"
-	cfg.BatchSize = plan.BatchSize
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	var specs []extractor.ModelSpec
 	for _, m := range plan.Models {
 		specs = append(specs, extractor.ModelSpec{Name: m.Name, Path: m.Path})
 	}
-	svc, err := extractor.New(cfg, specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	c, svc := trainerSide(t, plan.URL, plan.BatchSize, specs)
 	l := &netLink{Server: plan.ServerNS, Client: plan.ClientNS, serverDev: plan.ServerDev, clientDev: plan.ClientDev}
 
 	storage := &cpuSide{dirs: plan.StorageCgroup, v2: plan.StorageV2}
@@ -676,33 +620,38 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 	return r
 }
 
-// settle waits until the link and the storage side are idle: what a run
-// left behind (responses on the wire, batches the server still computes
-// after their requests were cancelled) slowed the next run and its
-// bandwidth probe (auto, first in each round, probed 6-32 Mbit/s on 25
-// and 100 Mbit/s links and carried up to 4x its payload). Idle is two
-// 250 ms intervals in a row with under 4 KB on the link and under a
-// tenth of a core used by the storage side; after 30 s it gives up and
-// says so. It returns how long it waited.
+// settle waits until the link and both sides are idle: what a run left
+// behind (responses on the wire, batches the server still computes after
+// their requests were cancelled, the trainer finishing responses it had)
+// slowed the next run and its bandwidth probe (auto, first in each round,
+// probed 6-32 Mbit/s on 25 and 100 Mbit/s links and carried up to 4x its
+// payload). Idle is two 250 ms intervals in a row with under 4 KB on the
+// link and under a tenth of a core used by the storage side and by this
+// process; after 30 s it gives up and says so. It returns how long it
+// waited.
 func settle(t *testing.T, l *netLink, storage *cpuSide) time.Duration {
 	t.Helper()
 	const every, limit = 250 * time.Millisecond, 30 * time.Second
 	start := time.Now()
-	b, c := linkBytes(t, l), storage.CPUSeconds(t)
+	busy := func() (int64, float64, float64) {
+		u, k, _ := procCPUTimes("self")
+		return linkBytes(t, l), storage.CPUSeconds(t), u + k
+	}
+	b, c, s := busy()
 	quiet := 0
 	for quiet < 2 {
 		if time.Since(start) > limit {
-			fmt.Printf("splitbench: the link or the storage side still busy after %s; measuring anyway\n", limit)
+			fmt.Printf("splitbench: the link or a side still busy after %s; measuring anyway\n", limit)
 			break
 		}
 		time.Sleep(every)
-		b2, c2 := linkBytes(t, l), storage.CPUSeconds(t)
-		if b2-b < 4<<10 && c2-c < 0.1*every.Seconds() {
+		b2, c2, s2 := busy()
+		if b2-b < 4<<10 && c2-c < 0.1*every.Seconds() && s2-s < 0.1*every.Seconds() {
 			quiet++
 		} else {
 			quiet = 0
 		}
-		b, c = b2, c2
+		b, c, s = b2, c2, s2
 	}
 	return time.Since(start)
 }
@@ -816,8 +765,7 @@ func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.D
 	w("auto's worst ratio to the best fixed split: %.2f (target >= 0.8: %s).\n", worst, metOrNot(okWorst))
 	w("\nPredicted samples/s are the cost model's, from the compute profiles in ~/.cache/featurefs/profiles (one per model digest,\n")
 	w("device, thread count, batch size, CPU list and quota: the storage side's and the trainer's are measured apart) and\n")
-	w("the bandwidth the planner probed. The probed bandwidth of the 1 Gbit/s link reads high: tbf lets the probe's first\n")
-	w("bytes through at line rate.\n")
+	w("the bandwidth the planner probed (the rate of the probe's second half, so that a shaper's burst does not count).\n")
 	w("\nEvery configuration (rank = the cost model's order by predicted time at the probed bandwidth; none = the freeze layer;\n")
 	w("samples/s: the median, then each run):\n\n")
 	w("| storage cores | model | freeze | link (probed) | policy | split | rank | samples/s (runs) | predicted/s | payload bytes/sample | link bytes/sample |\n")
