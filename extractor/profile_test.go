@@ -42,10 +42,16 @@ func TestProfileMeasuredOnceAndCached(t *testing.T) {
 	if len(p.Layers) != len(m.Layers) || p.Digest != m.Digest || p.Device != "cpu" || p.Batch != 2 || p.Host != split.HostID() || p.Host == "" {
 		t.Fatalf("profile %+v does not describe the model", p)
 	}
+	// Prefixes are timed whole and fitted non-decreasing: a segment may
+	// cost 0 where timing noise pooled it with its neighbours, never less.
 	for i, l := range p.Layers {
-		if l.Tensor != m.Layers[i].Tensor || l.Bytes != m.Layers[i].Bytes || l.Seconds <= 0 || l.WireRatio < 1 {
+		if l.Tensor != m.Layers[i].Tensor || l.Bytes != m.Layers[i].Bytes || l.Seconds < 0 || l.WireRatio < 1 ||
+			i > 0 && l.CumSeconds < p.Layers[i-1].CumSeconds {
 			t.Errorf("layer %d: %+v", i, l)
 		}
+	}
+	if p.Layers[0].CumSeconds <= 0 {
+		t.Errorf("the first prefix timed at %g s", p.Layers[0].CumSeconds)
 	}
 	// ReLU outputs compress: some layer of the model measures a ratio
 	// over 1.2 (the cost model divides its bytes by it).
