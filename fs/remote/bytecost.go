@@ -3,9 +3,16 @@ package remote
 import (
 	"math"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/featurefs/featurefs/fs/figures"
 )
+
+// processCPU returns the CPU time this process has used (user and system,
+// all threads): the figures' getrusage reading.
+func processCPU() time.Duration {
+	return time.Duration(figures.ProcessCPUSeconds() * float64(time.Second))
+}
 
 // The CPU a side spends per byte moved over the link (HTTP and the
 // kernel's network stack), measured while a bandwidth probe passes: the
@@ -15,16 +22,6 @@ import (
 // minByteCostBytes is the smallest probe whose CPU per byte is taken: a
 // smaller one is mostly the request's fixed cost.
 const minByteCostBytes = 256 << 10
-
-// processCPU returns the CPU time this process has used (user and system,
-// all threads).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // byteCost keeps the smallest CPU per byte seen over probes: other work
 // running meanwhile only adds to a probe's CPU time, so the least is the
