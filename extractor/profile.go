@@ -17,6 +17,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/featurefs/featurefs/cache/codec"
 	"github.com/featurefs/featurefs/extractor/split"
+	"golang.org/x/sys/unix"
 )
 
 // profileState caches profiles in memory (one per model); its zero value
@@ -183,8 +185,9 @@ func (s *Service) measureProfile(ctx context.Context, m *model, opts ProfileOpti
 	cum := 0.0
 	for k, c := range split.Monotone(prefix) {
 		l := m.Layers[k]
+		ratio, cp, enc, dec := tensorPath(outs[k])
 		p.Layers = append(p.Layers, split.LayerProfile{Index: k, Tensor: l.Tensor, Bytes: l.Bytes, ActBytes: m.actBytes[k], Seconds: c - cum, CumSeconds: c,
-			WireRatio: wireRatio(outs[k])})
+			WireRatio: ratio, CopySeconds: cp, EncodeSeconds: enc, DecodeSeconds: dec})
 		cum = c
 	}
 	return p, nil
@@ -223,19 +226,59 @@ func timeRuns(runs int, quota float64, run func() error) (time.Duration, error) 
 	return best, nil
 }
 
-// wireRatio is how much smaller one sample's output gets as a cache/codec
-// S2 blob of its float32 bytes (what a server sends with
-// --wire-compression s2), or 1.
-func wireRatio(sample []float32) float64 {
+// tensorPath measures one sample's output tensor on the wire path: how
+// much smaller it gets as a cache/codec S2 blob of its float32 bytes (what
+// a server sends with --wire-compression s2; 1 when it does not shrink),
+// and the CPU time of a copy into fresh memory (the .npy answer, the
+// mount's input), of compressing and of decompressing it, each into fresh
+// memory as the wire path allocates it (page faults included).
+func tensorPath(sample []float32) (ratio float64, copyS, encS, decS float64) {
 	raw := make([]byte, 4*len(sample))
 	for i, v := range sample {
 		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
 	}
+	var last []byte
+	copyS = threadSeconds(func() {
+		last = make([]byte, len(raw))
+		copy(last, raw)
+	})
 	blob, err := codec.Encode(nil, raw, 4, codec.S2)
 	if err != nil || len(blob) >= len(raw) {
-		return 1
+		return 1, copyS, 0, 0
 	}
-	return float64(len(raw)) / float64(len(blob))
+	encS = threadSeconds(func() { last, _ = codec.Encode(nil, raw, 4, codec.S2) })
+	decS = threadSeconds(func() { last, _ = codec.Decode(nil, blob) })
+	runtime.KeepAlive(last)
+	return float64(len(raw)) / float64(len(blob)), copyS, encS, decS
+}
+
+// threadSeconds is the mean CPU time of f on the calling thread over at
+// least 3 runs and 20 ms (0 where the thread's clock cannot be read).
+// Thread CPU time, not wall time: a CPU quota's throttling does not
+// count (split.Profile.Wall adds it).
+func threadSeconds(f func()) float64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c0 := threadCPU()
+	n := 0
+	for start := time.Now(); n < 3 || time.Since(start) < 20*time.Millisecond; n++ {
+		f()
+	}
+	c1 := threadCPU()
+	if c0 <= 0 || c1 < c0 {
+		return 0
+	}
+	return float64(c1-c0) / 1e9 / float64(n)
+}
+
+// threadCPU returns the calling thread's CPU time in nanoseconds (0 when
+// it cannot be read).
+func threadCPU() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return ts.Nano()
 }
 
 // syntheticJPEG encodes a w x h image with smooth gradients and texture, so

@@ -125,6 +125,8 @@ type splitBenchResult struct {
 	// Stages are the cost model's per-sample estimates of the chosen
 	// split (server, wire, client seconds).
 	Stages [3]float64 `json:"stages"`
+	// Compressed says the plan sent the split's tensor compressed.
+	Compressed bool `json:"compressed"`
 }
 
 func TestSplitBench(t *testing.T) {
@@ -448,9 +450,9 @@ func TestSplitBenchHelper(t *testing.T) {
 							results[i].Runs = append(results[i].Runs, r.PerSec)
 							results[i].PerSec = median(results[i].Runs)
 						}
-						fmt.Printf("splitbench: storage %s cores, %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample, settled in %.1f s; ms per sample: storage CPU %.1f+%.1f, trainer CPU %.1f+%.1f (user+system), predicted server %.1f wire %.1f client %.1f\n",
+						fmt.Printf("splitbench: storage %s cores, %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample, settled in %.1f s; ms per sample: storage CPU %.1f+%.1f, trainer CPU %.1f+%.1f (user+system), predicted server %.1f wire %.1f client %.1f; tensor %s\n",
 							coresName(speed), m.Name, freeze, mbit, r.ProbedMbit, policy, spec.SplitName(r.Split), r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes, r.SettleSeconds,
-							1e3*r.StorageCPU[0], 1e3*r.StorageCPU[1], 1e3*r.TrainerCPU[0], 1e3*r.TrainerCPU[1], 1e3*r.Stages[0], 1e3*r.Stages[1], 1e3*r.Stages[2])
+							1e3*r.StorageCPU[0], 1e3*r.StorageCPU[1], 1e3*r.TrainerCPU[0], 1e3*r.TrainerCPU[1], 1e3*r.Stages[0], 1e3*r.Stages[1], 1e3*r.Stages[2], tensorName(r))
 					}
 					// Rounds run every configuration in turn again (fresh keys):
 					// a burst of other load on the machine hits one run of a
@@ -489,6 +491,18 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// tensorName says how the run's split went on the wire: the image, or
+// the tensor compressed or plain.
+func tensorName(r splitBenchResult) string {
+	switch {
+	case r.Split == spec.SplitRaw:
+		return "none (the image)"
+	case r.Compressed:
+		return "compressed"
+	}
+	return "plain"
 }
 
 // coresName names a storage speed: "all" for its whole CPUs.
@@ -615,6 +629,7 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 		if p.Freeze == freeze {
 			r.Split, r.Predicted, r.PayloadBytes = p.Split, p.PredictedPerSec, p.MeasuredWireBytes
 			r.Stages = [3]float64{p.ServerSeconds, p.WireSeconds, p.ClientSeconds}
+			r.Compressed = p.Compressed
 		}
 	}
 	return r

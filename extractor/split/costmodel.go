@@ -11,9 +11,11 @@ package split
 // scored by its steady-state time per sample instead:
 //
 //	server(S) = decode + compute(input..S) on the server (0 for raw)
+//	            + copy(S) [+ compress(S)] on the server
 //	            + bytes(S) x the server's CPU per byte sent
 //	wire(S)   = (bytes(S) + overhead) / bandwidth (the encoded image for raw)
 //	client(S) = compute(S..F) on the mount (decode + compute(input..F) for raw)
+//	            + copy(S) [+ decompress(S)] on the mount
 //	            + bytes(S) x the mount's CPU per byte received
 //	time(S)   = max(server, wire, client)           stages on separate processors
 //	time(S)   = max(server + client, wire)          both sides share processors
@@ -31,11 +33,16 @@ package split
 //
 // The CPU per byte (Profile.ByteSeconds, measured on each side while the
 // bandwidth probe passes) is what carrying a byte over the link costs each
-// side besides computing: HTTP and the kernel's network stack. It is the
-// link's part only: on the test bed it moved the server's estimate for a
-// 700 KB tensor by about 0.2 ms, while the tensor cost it about 5 ms of CPU
-// beyond its compute (allocation page faults, the wire and cache codecs,
-// the cache write), which the model does not count yet.
+// side besides computing: HTTP and the kernel's network stack. The
+// tensor's own path is timed per layer in the profiles (LayerProfile's
+// CopySeconds, EncodeSeconds, DecodeSeconds): on the test bed a 700 KB
+// tensor cost the storage side about 5 ms of CPU beyond its compute (the
+// wire codec 14% of its CPU, its cache write 13%, page faults of fresh
+// buffers), where the probe's per-byte figure moved the estimate by 0.2
+// ms. A split tensor is not cached by the server (fs/remote), and each
+// layer is scored both compressed for the wire and plain: compression
+// wins where the link is the slowest stage, and costs both sides' CPU
+// where it is not.
 
 import (
 	"errors"
@@ -77,9 +84,10 @@ type CostModel struct {
 	ServerMemory, ClientMemory int64
 	// ServerBatch and ClientBatch are the batch sizes each side runs.
 	ServerBatch, ClientBatch int
-	// Compressed says tensors go compressed on the wire (the server
-	// compresses and the client accepts it): a layer's bytes are divided by
-	// its measured LayerProfile.WireRatio.
+	// Compressed says tensors may go compressed on the wire (the server
+	// compresses and the client accepts it): each layer is then scored
+	// both ways, compressed (its bytes divided by its measured
+	// LayerProfile.WireRatio, the codec's CPU on both sides) and plain.
 	Compressed bool
 }
 
@@ -128,6 +136,9 @@ type Candidate struct {
 	SecondsPerSample float64 `json:"seconds_per_sample"`
 	// Throughput is 1/SecondsPerSample: samples per second.
 	Throughput float64 `json:"throughput"`
+	// Compressed says the tensor goes compressed on the wire (the faster
+	// of the two ways, CostModel.Compressed); false: plain.
+	Compressed bool `json:"compressed,omitempty"`
 	// WireBytes is the bytes per sample on the wire.
 	WireBytes float64 `json:"wire_bytes"`
 	// ServerMemory and ClientMemory are the estimated memory needs.
@@ -163,36 +174,54 @@ func (c *CostModel) Candidates(freeze int, bandwidth float64) ([]Candidate, erro
 			k.WireBytes = c.RawBytes + c.OverheadBytes
 			k.ClientSeconds = c.Client.DecodeSeconds + cl[freeze].CumSeconds
 			k.ClientMemory = c.Client.WeightBytes + cb*cl[freeze].ActBytes
-		} else {
-			sl := c.Server.Layers[s]
-			k.WireBytes = float64(sl.Bytes / 4 * elem)
-			if c.Compressed && sl.WireRatio > 1 {
-				k.WireBytes /= sl.WireRatio
+			out = append(out, c.score(k, bandwidth))
+			continue
+		}
+		sl, ml := c.Server.Layers[s], cl[s]
+		k.WireBytes = float64(sl.Bytes / 4 * elem)
+		k.ServerSeconds = c.Server.DecodeSeconds + sl.CumSeconds + c.Server.Wall(sl.CopySeconds)
+		k.ClientSeconds = cl[freeze].CumSeconds - ml.CumSeconds
+		k.ServerMemory = c.Server.WeightBytes + sb*sl.ActBytes
+		if s < freeze {
+			// The mount copies the tensor into the rest of the model.
+			k.ClientSeconds += c.Client.Wall(ml.CopySeconds)
+			k.ClientMemory = c.Client.WeightBytes + cb*(cl[freeze].ActBytes-ml.ActBytes+ml.Bytes)
+		}
+		plain := k
+		plain.WireBytes += c.OverheadBytes
+		best := c.score(plain, bandwidth)
+		if c.Compressed && sl.WireRatio > 1 {
+			z := k
+			z.Compressed = true
+			z.WireBytes = k.WireBytes/sl.WireRatio + c.OverheadBytes
+			z.ServerSeconds += c.Server.Wall(sl.EncodeSeconds)
+			z.ClientSeconds += c.Client.Wall(ml.DecodeSeconds)
+			if z = c.score(z, bandwidth); z.SecondsPerSample < best.SecondsPerSample {
+				best = z
 			}
-			k.WireBytes += c.OverheadBytes
-			k.ServerSeconds = c.Server.DecodeSeconds + sl.CumSeconds
-			k.ClientSeconds = cl[freeze].CumSeconds - cl[s].CumSeconds
-			k.ServerMemory = c.Server.WeightBytes + sb*sl.ActBytes
-			if s < freeze {
-				k.ClientMemory = c.Client.WeightBytes + cb*(cl[freeze].ActBytes-cl[s].ActBytes+cl[s].Bytes)
-			}
 		}
-		k.WireSeconds = k.WireBytes / bandwidth
-		k.ServerSeconds += k.WireBytes * c.Server.ByteWallSeconds()
-		k.ClientSeconds += k.WireBytes * c.Client.ByteWallSeconds()
-		if c.SharedCompute {
-			k.SecondsPerSample = max(k.ServerSeconds+k.ClientSeconds, k.WireSeconds)
-		} else {
-			k.SecondsPerSample = max(k.ServerSeconds, k.WireSeconds, k.ClientSeconds)
-		}
-		if k.SecondsPerSample > 0 {
-			k.Throughput = 1 / k.SecondsPerSample
-		}
-		k.Feasible = (c.ServerMemory <= 0 || k.ServerMemory <= c.ServerMemory) &&
-			(c.ClientMemory <= 0 || k.ClientMemory <= c.ClientMemory)
-		out = append(out, k)
+		out = append(out, best)
 	}
 	return out, nil
+}
+
+// score adds the per-byte costs and the wire time to k's stages and
+// combines them (see the file comment).
+func (c *CostModel) score(k Candidate, bandwidth float64) Candidate {
+	k.WireSeconds = k.WireBytes / bandwidth
+	k.ServerSeconds += k.WireBytes * c.Server.ByteWallSeconds()
+	k.ClientSeconds += k.WireBytes * c.Client.ByteWallSeconds()
+	if c.SharedCompute {
+		k.SecondsPerSample = max(k.ServerSeconds+k.ClientSeconds, k.WireSeconds)
+	} else {
+		k.SecondsPerSample = max(k.ServerSeconds, k.WireSeconds, k.ClientSeconds)
+	}
+	if k.SecondsPerSample > 0 {
+		k.Throughput = 1 / k.SecondsPerSample
+	}
+	k.Feasible = (c.ServerMemory <= 0 || k.ServerMemory <= c.ServerMemory) &&
+		(c.ClientMemory <= 0 || k.ClientMemory <= c.ClientMemory)
+	return k
 }
 
 // Choose returns the best candidate for freeze at bandwidth and all of them.

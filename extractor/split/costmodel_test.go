@@ -249,3 +249,72 @@ func TestCostModelCountsTheCPUPerByte(t *testing.T) {
 		t.Error("a second per byte validated")
 	}
 }
+
+// TestCostModelWeighsTheCodec: a layer is scored compressed and plain,
+// with each side's copy and codec CPU (wall time under a quota): on a
+// slow link compression wins (the wire is the slowest stage); on a fast
+// one, where compressing makes the quota-bound server the slowest stage,
+// the plain tensor wins. A split's copy counts on both sides, the whole
+// layer's (split = freeze) on the server only.
+func TestCostModelWeighsTheCodec(t *testing.T) {
+	s, c := synthProfile("a", "cpu", 1), synthProfile("b", "cpu", 1)
+	for i := range s.Layers {
+		for _, p := range []*Profile{s, c} {
+			l := &p.Layers[i]
+			l.WireRatio, l.CopySeconds = 1.25, 1e-4
+			l.EncodeSeconds, l.DecodeSeconds = 2e-3, 3e-4
+		}
+	}
+	s.CPUQuota = 0.5
+	cm, err := NewCostModel(s, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Compressed = true
+	const freeze = 4
+	layer := func(bw float64, split int) Candidate {
+		cands, err := cm.Candidates(freeze, bw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range cands {
+			if k.Split == split {
+				return k
+			}
+		}
+		t.Fatalf("no candidate %d", split)
+		return Candidate{}
+	}
+	slow, fast := layer(10e6/8, 0), layer(1000e6/8, 0) // layer 0: 1 MiB
+	if !slow.Compressed || slow.WireBytes > float64(1<<20)/1.25+cm.OverheadBytes+1 {
+		t.Errorf("at 10 Mbit/s layer 0 goes plain (%.0f bytes); want it compressed", slow.WireBytes)
+	}
+	if fast.Compressed || fast.WireBytes != float64(1<<20)+cm.OverheadBytes {
+		t.Errorf("at 1000 Mbit/s layer 0 goes compressed (%.0f bytes); want it plain", fast.WireBytes)
+	}
+	// Plain at 1000 Mbit/s: the server's compute, its copy at half a core,
+	// the bytes; the client's rest of the model and its copy.
+	wantS := s.DecodeSeconds + s.Layers[0].CumSeconds + 2*1e-4
+	wantC := c.Layers[freeze].CumSeconds - c.Layers[0].CumSeconds + 1e-4
+	if math.Abs(fast.ServerSeconds-wantS) > 1e-12 || math.Abs(fast.ClientSeconds-wantC) > 1e-12 {
+		t.Errorf("plain layer 0: server %g client %g s, want %g and %g", fast.ServerSeconds, fast.ClientSeconds, wantS, wantC)
+	}
+	// Compressed at 10 Mbit/s: and the codec on each side.
+	if d := slow.ServerSeconds - (wantS + 2*2e-3); math.Abs(d) > 1e-12 {
+		t.Errorf("compressed layer 0: server %g s, want %g", slow.ServerSeconds, wantS+2*2e-3)
+	}
+	if d := slow.ClientSeconds - (wantC + 3e-4); math.Abs(d) > 1e-12 {
+		t.Errorf("compressed layer 0: client %g s, want %g", slow.ClientSeconds, wantC+3e-4)
+	}
+	if whole := layer(1000e6/8, freeze); whole.ClientSeconds != 0 {
+		t.Errorf("split = freeze: the client's stage is %g s, want 0 (it receives the feature it serves)", whole.ClientSeconds)
+	}
+	for _, bad := range []float64{-1, math.NaN()} {
+		p := *s
+		p.Layers = append([]LayerProfile(nil), s.Layers...)
+		p.Layers[1].EncodeSeconds = bad
+		if p.Validate() == nil {
+			t.Errorf("a layer's encode time of %g validated", bad)
+		}
+	}
+}

@@ -54,13 +54,21 @@ func NewPlanner(cm *CostModel, policy spec.SplitPolicy, bandwidth float64) (*Pla
 // Split returns the layer the server should send for freeze layer freeze
 // (spec.SplitRaw: the image). Unknown layers get freeze itself.
 func (p *Planner) Split(freeze int) int {
+	s, _ := p.Plan(freeze)
+	return s
+}
+
+// Plan is Split, and whether the layer goes compressed on the wire
+// (Candidate.Compressed; false for raw). Unknown layers get freeze
+// itself, compressed (a request as without a plan).
+func (p *Planner) Plan(freeze int) (split int, compressed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pl, err := p.planLocked(freeze)
 	if err != nil {
-		return freeze
+		return freeze, true
 	}
-	return pl.chosen.Split
+	return pl.chosen.Split, pl.chosen.Compressed
 }
 
 // Candidates returns every candidate of freeze layer freeze as the current
@@ -188,6 +196,8 @@ type PlanStats struct {
 	Freeze     int    `json:"freeze"`
 	Split      int    `json:"split"`
 	SplitLayer string `json:"split_layer"`
+	// Compressed says the split's tensor goes compressed on the wire.
+	Compressed bool `json:"compressed"`
 	// PredictedPerSec is the cost model's throughput of the split;
 	// MeasuredPerSec the recent delivered samples per second (0 until
 	// measured).
@@ -221,7 +231,7 @@ func (p *Planner) Stats() Stats {
 		if err != nil {
 			return
 		}
-		ps := PlanStats{Freeze: f, Split: pl.chosen.Split, SplitLayer: spec.SplitName(pl.chosen.Split), PredictedPerSec: pl.chosen.Throughput, PredictedWireBytes: pl.chosen.WireBytes,
+		ps := PlanStats{Freeze: f, Split: pl.chosen.Split, SplitLayer: spec.SplitName(pl.chosen.Split), Compressed: pl.chosen.Compressed, PredictedPerSec: pl.chosen.Throughput, PredictedWireBytes: pl.chosen.WireBytes,
 			ServerSeconds: pl.chosen.ServerSeconds, WireSeconds: pl.chosen.WireSeconds, ClientSeconds: pl.chosen.ClientSeconds}
 		if r := p.rates[f]; r != nil {
 			ps.MeasuredPerSec, ps.MeasuredWireBytes, ps.Samples = r.rate()

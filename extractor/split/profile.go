@@ -19,7 +19,7 @@ import (
 
 // ProfileSchema is bumped when Profile's meaning changes; older files are
 // measured again.
-const ProfileSchema = 5 // 2: LayerProfile.WireRatio; 3: Profile.CPUs and CPUQuota; 4: sustained times under a quota; 5: prefixes timed whole
+const ProfileSchema = 6 // 2: LayerProfile.WireRatio; 3: Profile.CPUs and CPUQuota; 4: sustained times under a quota; 5: prefixes timed whole; 6: a tensor's copy and codec CPU
 
 // Profile is the measured compute cost of one model on one device.
 type Profile struct {
@@ -63,13 +63,16 @@ type Profile struct {
 	ByteSeconds float64 `json:"byte_seconds,omitempty"`
 }
 
-// ByteWallSeconds is ByteSeconds as wall time on this side: CPU time
+// ByteWallSeconds is ByteSeconds as wall time on this side (Wall).
+func (p *Profile) ByteWallSeconds() float64 { return p.Wall(p.ByteSeconds) }
+
+// Wall is cpu seconds of one thread as wall time on this side: CPU time
 // under a quota of q < 1 cores takes 1/q as long.
-func (p *Profile) ByteWallSeconds() float64 {
+func (p *Profile) Wall(cpu float64) float64 {
 	if p.CPUQuota > 0 && p.CPUQuota < 1 {
-		return p.ByteSeconds / max(p.CPUQuota, 0.01)
+		return cpu / max(p.CPUQuota, 0.01)
 	}
-	return p.ByteSeconds
+	return cpu
 }
 
 // LayerProfile is the cost of one layer.
@@ -91,6 +94,18 @@ type LayerProfile struct {
 	// the wire (cache/codec, S2, as float32) on the profiling image; 0 when
 	// not measured (a profile written before it), which counts as 1.
 	WireRatio float64 `json:"wire_ratio,omitempty"`
+	// CopySeconds, EncodeSeconds and DecodeSeconds are the CPU time (one
+	// thread, not scaled by a quota: Profile.Wall) of moving one sample's
+	// output tensor through the wire path on this side, into freshly
+	// allocated memory as the path does (its page faults counted): one
+	// copy (the server's .npy answer, the mount's input to the rest of the
+	// model), and the wire codec's compression and decompression. On the
+	// test bed a 700 KB tensor cost the storage side about 5 ms of CPU
+	// beyond computing it, which the cost model did not count; 0: not
+	// measured.
+	CopySeconds   float64 `json:"copy_seconds,omitempty"`
+	EncodeSeconds float64 `json:"encode_seconds,omitempty"`
+	DecodeSeconds float64 `json:"decode_seconds,omitempty"`
 }
 
 // LoadProfile reads a profile saved by SaveProfile.
@@ -117,7 +132,7 @@ func (p *Profile) Validate() error {
 	}
 	cum := 0.0
 	for i, l := range p.Layers {
-		if l.Index != i || l.Seconds < 0 || l.Bytes <= 0 {
+		if l.Index != i || l.Seconds < 0 || l.Bytes <= 0 || !(l.CopySeconds >= 0) || !(l.EncodeSeconds >= 0) || !(l.DecodeSeconds >= 0) {
 			return fmt.Errorf("profile layer %d: bad entry %+v", i, l)
 		}
 		cum += l.Seconds

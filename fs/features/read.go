@@ -44,6 +44,32 @@ func (p *Pipeline) FeatureAt(ctx context.Context, v *View, obj bucket.Object) ([
 	return p.feature(ctx, v, obj)
 }
 
+// FeatureUncached is FeatureAt for a tensor its caller finishes itself
+// (a split client's layer, fs/remote): served from the cache when there,
+// else extracted and not stored, in the cache or the feature store. Such
+// tensors are large early layers each read once per epoch by the mount,
+// which caches what it computes from them: storing them cost the test
+// bed's storage side 13% of its CPU and would fill its cache.
+func (p *Pipeline) FeatureUncached(ctx context.Context, v *View, obj bucket.Object) ([]byte, error) {
+	if !p.isImage(path.Base(obj.Key)) {
+		return nil, fmt.Errorf("feature %s: %w", obj.Key, ErrNotImage)
+	}
+	if v.FAug != nil {
+		return p.feature(ctx, v, obj)
+	}
+	if reason, bad := p.isBad(obj.Key, obj.ETag); bad {
+		p.stats.badHits.Add(1)
+		return nil, &api.ImageError{Key: obj.Key, Reason: reason}
+	}
+	key := p.cacheKey(v, obj)
+	// Its own in-flight key: a reader's request for the same feature
+	// must not share a run that does not store it (the extractor still
+	// merges the two extractions).
+	return p.features.Do(ctx, string(key.ID())+"\x00uncached", func(ctx context.Context) ([]byte, error) {
+		return p.computeFor(ctx, v, obj, key, forSplit)
+	})
+}
+
 // Read is a reader's feature of obj, the whole read within ReadTimeout. An
 // object overwritten since it was listed (its ETag changed) is a normal
 // event, not an error: the new version is looked up, remembered for later
@@ -256,6 +282,11 @@ func (p *Pipeline) cacheGet(key cache.Key) ([]byte, bool, error) {
 // compute reads the cache, else extracts and stores. It runs detached from
 // the reader (see inflight.Group) under ReadTimeout.
 func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key cache.Key) ([]byte, error) {
+	return p.computeFor(ctx, v, obj, key, forRead)
+}
+
+// computeFor is compute for r (forRead or forSplit).
+func (p *Pipeline) computeFor(ctx context.Context, v *View, obj bucket.Object, key cache.Key, r requester) ([]byte, error) {
 	data, ok, err := p.cacheGetAny(ctx, v, obj, key)
 	switch {
 	case err != nil:
@@ -277,7 +308,7 @@ func (p *Pipeline) compute(ctx context.Context, v *View, obj bucket.Object, key 
 		return data, nil
 	}
 	p.stats.cacheMisses.Add(1)
-	return p.extractStore(ctx, v, obj, key, forRead)
+	return p.extractStore(ctx, v, obj, key, r)
 }
 
 // requester is who asks extractStore for a feature. It decides the
@@ -297,11 +328,14 @@ const (
 	// forWarm is warm-up: Background; every feature it computes reaches
 	// the feature store, so its write waits for room (featurestore.PutWait).
 	forWarm
+	// forSplit is a split client's tensor (FeatureUncached): Foreground;
+	// neither cached nor written to the feature store.
+	forSplit
 )
 
 // priority is the extraction's priority for r.
 func (r requester) priority() api.Priority {
-	if r == forRead {
+	if r == forRead || r == forSplit {
 		return api.Foreground
 	}
 	return api.Background
@@ -342,7 +376,9 @@ func (p *Pipeline) findOrExtractFrom(ctx context.Context, v *View, obj bucket.Ob
 		if r == forPrefetch {
 			p.handOff(string(key.ID()), data)
 		}
-		p.putCache(ctx, obj, key, data, prio)
+		if r != forSplit {
+			p.putCache(ctx, obj, key, data, prio)
+		}
 		return data, true, nil
 	}
 	p.stats.extractions.Add(1)
@@ -379,8 +415,10 @@ func (p *Pipeline) findOrExtractFrom(ctx context.Context, v *View, obj bucket.Ob
 	if r == forPrefetch {
 		p.handOff(string(key.ID()), data)
 	}
-	p.putCache(ctx, obj, key, data, prio)
-	p.toFeatureStore(ctx, ref, data, r == forWarm)
+	if r != forSplit {
+		p.putCache(ctx, obj, key, data, prio)
+		p.toFeatureStore(ctx, ref, data, r == forWarm)
+	}
 	return data, false, nil
 }
 

@@ -218,6 +218,11 @@ func (e *Extractor) Extract(ctx context.Context, req api.Request) ([]byte, error
 // the servers list it, else the read fails (the tree follows the new
 // version: OnModelReplaced).
 func (e *Extractor) ExtractWire(ctx context.Context, req api.Request) ([]byte, int, error) {
+	return e.extractWire(ctx, req, itemOpts{})
+}
+
+// extractWire is ExtractWire with the item's split flags.
+func (e *Extractor) extractWire(ctx context.Context, req api.Request, opts itemOpts) ([]byte, int, error) {
 	c := e.c
 	m, err := c.set.Load().version(req)
 	if err != nil {
@@ -229,7 +234,7 @@ func (e *Extractor) ExtractWire(ctx context.Context, req api.Request) ([]byte, i
 	wait := lagFirstWait
 	retried := false
 	for {
-		data, wire, err := c.extract(ctx, req, want)
+		data, wire, err := c.extract(ctx, req, want, opts)
 		if !errors.Is(err, api.ErrModelReplaced) || ctx.Err() != nil {
 			return data, wire, err
 		}

@@ -46,10 +46,14 @@ func newServer(c *Client, u string) *server {
 		slots: make(chan struct{}, c.cfg.MaxInFlight)}
 }
 
+// itemOpts are a batch item's split-execution flags (BatchItem.Transient
+// and Plain).
+type itemOpts struct{ transient, plain bool }
+
 // extract queues req, for the layer at digest, on the server its key is routed to, in the
 // foreground or background queue by its priority, and waits for the answer,
 // counting the request in the client's figures.
-func (c *Client) extract(ctx context.Context, req api.Request, digest string) ([]byte, int, error) {
+func (c *Client) extract(ctx context.Context, req api.Request, digest string, opts itemOpts) ([]byte, int, error) {
 	c.n.requests.Add(1)
 	c.n.inFlight.Add(1)
 	defer c.n.inFlight.Add(-1)
@@ -57,7 +61,8 @@ func (c *Client) extract(ctx context.Context, req api.Request, digest string) ([
 		c.n.failed.Add(1)
 		return nil, 0, fmt.Errorf("extract %s: the feature servers do not compute augmented views (a featurefs serve older than --augment)", req.Key)
 	}
-	cl := &call{item: BatchItem{Model: req.Model, Layer: req.Layer, Key: req.Key, ETag: req.ETag, Digest: digest, Aug: AugItemOf(req.Augment)}, ctx: ctx, done: make(chan struct{})}
+	cl := &call{item: BatchItem{Model: req.Model, Layer: req.Layer, Key: req.Key, ETag: req.ETag, Digest: digest, Aug: AugItemOf(req.Augment),
+		Transient: opts.transient, Plain: opts.plain}, ctx: ctx, done: make(chan struct{})}
 	s := c.route(req.Key)
 	queue := s.fg
 	if req.Priority == api.Background {

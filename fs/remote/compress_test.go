@@ -109,3 +109,49 @@ func TestDamagedCompressedFrameFailsItsItem(t *testing.T) {
 		t.Fatalf("answers: %v; want the damaged item failed, the other decoded", errs)
 	}
 }
+
+// TestTransientAndPlainItems: a transient item (a split client's tensor)
+// is computed and not stored, so asking again computes it again, while
+// a stored feature still answers it; a plain item comes uncompressed
+// from a compressing server, and the client reads both kinds.
+func TestTransientAndPlainItems(t *testing.T) {
+	objects := map[string]string{"a/x.jpg": "x-bytes", "a/y.jpg": "yy-bytes"}
+	ts := startServerEx(t, writeObjects(t, objects), newFakeExtractorShape(bigShape), func(c *testConfig) { c.WireCompression = codec.S2 })
+	want := bigFeature([]byte("x-bytes"), 1)
+	item := `{"model":"tiny","layer":1,"key":"a/x.jpg","transient":true,"plain":true}`
+	for i := range 2 {
+		_, frames := postBatch(t, ts.URL, `{"items":[`+item+`],"encodings":["ffz1"]}`)
+		if f := frames[0]; f.Status != 200 || f.Flags != 0 || !bytes.Equal(f.Data, want) {
+			t.Fatalf("transient plain item, ask %d: status %d flags %d, right bytes %v; want the plain feature", i+1, f.Status, f.Flags, bytes.Equal(f.Data, want))
+		}
+		if got := ts.Ex.Calls.Load(); got != int64(i+1) {
+			t.Fatalf("after %d asks for a transient item: %d extractions; want %d (not stored)", i+1, got, i+1)
+		}
+	}
+	// A transient item that is not plain is compressed.
+	_, frames := postBatch(t, ts.URL, `{"items":[{"model":"tiny","layer":1,"key":"a/x.jpg","transient":true}],"encodings":["ffz1"]}`)
+	if f := frames[0]; f.Status != 200 || f.Flags != FrameCompressed {
+		t.Fatalf("transient item: status %d flags %d; want a compressed frame", f.Status, f.Flags)
+	}
+	// A stored feature answers a transient item.
+	ts.Ex.Calls.Store(0)
+	_, frames = postBatch(t, ts.URL, `{"items":[{"model":"tiny","layer":1,"key":"a/y.jpg"}],"encodings":["ffz1"]}`)
+	if frames[0].Status != 200 || ts.Ex.Calls.Load() != 1 {
+		t.Fatalf("plain item: status %d, %d extractions", frames[0].Status, ts.Ex.Calls.Load())
+	}
+	_, frames = postBatch(t, ts.URL, `{"items":[{"model":"tiny","layer":1,"key":"a/y.jpg","transient":true}]}`)
+	if f := frames[0]; f.Status != 200 || !bytes.Equal(f.Data, bigFeature([]byte("yy-bytes"), 1)) || ts.Ex.Calls.Load() != 1 {
+		t.Fatalf("transient item of a stored feature: status %d, right bytes %v, %d extractions; want it from the cache (1)", f.Status, bytes.Equal(f.Data, bigFeature([]byte("yy-bytes"), 1)), ts.Ex.Calls.Load())
+	}
+	// Through the client: the flags reach the server, the bytes come back.
+	c := dial(t, ClientConfig{URLs: []string{ts.URL}})
+	for _, opts := range []itemOpts{{transient: true, plain: true}, {transient: true}} {
+		got, wire, err := c.Extractor().extractWire(context.Background(), featureReq("a/x.jpg", 1, ""), opts)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%+v: %v, right bytes %v", opts, err, bytes.Equal(got, want))
+		}
+		if opts.plain != (wire == len(want)) {
+			t.Errorf("%+v: %d bytes on the wire for %d", opts, wire, len(want))
+		}
+	}
+}

@@ -186,6 +186,15 @@ type BatchItem struct {
 	// ignores it: a client asks for views only of servers that list
 	// "augment" in their features (ModelsResponse.Features).
 	Aug AugItem `json:"aug,omitzero"`
+	// Transient asks for a tensor the client finishes itself (split
+	// execution, docs/SPLIT.md): the server answers it from its cache
+	// when it has it, else computes it and does not store it. Plain asks
+	// for it uncompressed on the wire even where the request accepts
+	// EncodingFFZ1 (the split planner found the codec's CPU costs more
+	// than its bytes). A server that predates them ignores both: it
+	// stores and compresses as for any item.
+	Transient bool `json:"transient,omitempty"`
+	Plain     bool `json:"plain,omitempty"`
 }
 
 // AugItem names augmented view View of an image, drawn with Seed and the

@@ -620,6 +620,9 @@ func (s *Server) compute(ctx context.Context, it BatchItem) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if it.Transient {
+		return s.pipe.FeatureUncached(ctx, v, obj)
+	}
 	return s.pipe.FeatureAt(ctx, v, obj)
 }
 
@@ -754,7 +757,7 @@ func (run *batchRun) work(queue <-chan *batchJob) {
 		}
 		data, err := run.s.feature(run.ctx, j.it)
 		res := itemResult{idx: j.idx, data: data, raw: len(data), err: err, held: held}
-		if run.compress && err == nil {
+		if run.compress && !j.it.Plain && err == nil {
 			res.data, res.flags = run.s.compress(data)
 		}
 		run.results <- res

@@ -404,7 +404,8 @@ func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, 
 	if n := x.rawN.Load(); n > 0 {
 		p.SetRawBytes(float64(x.rawSum.Load()) / float64(n))
 	}
-	split := p.Split(freeze)
+	split, compressed := p.Plan(freeze)
+	planned := split
 	var local string // the local version computing part of the feature
 	if split != freeze {
 		sm, err := x.c.set.Load().version(req)
@@ -438,7 +439,9 @@ func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, 
 		sreq.Layer = split
 		var mid []byte
 		var n int
-		mid, n, err = x.inner.ExtractWire(ctx, sreq)
+		// Not stored by the server (the mount stores layer freeze), and
+		// compressed only where the plan found it pays.
+		mid, n, err = x.inner.extractWire(ctx, sreq, itemOpts{transient: true, plain: !compressed})
 		wire = int64(n)
 		if err == nil {
 			data, err = x.local.ExtractFromVersion(ctx, req.Model, local, split, freeze, mid)
@@ -455,7 +458,9 @@ func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, 
 	}
 	if split == freeze {
 		var n int
-		data, n, err = x.inner.ExtractWire(ctx, req)
+		// Plain only where the plan chose the whole layer plain (not a
+		// split that fell back to it).
+		data, n, err = x.inner.extractWire(ctx, req, itemOpts{plain: planned == freeze && !compressed})
 		wire = int64(n)
 	}
 	x.received.Add(wire)
