@@ -40,7 +40,16 @@ import (
 // works: an inference loop past it after a batch trims the heaps, at most
 // once every busyTrimEvery (trimBusy), so a busy mount (prefetch of a whole
 // tree) holds its activations, not every arena's high-water mark; the idle
-// trim alone never ran while prefetch kept the scheduler busy. Measured at
+// trim alone never ran while prefetch kept the scheduler busy. It trims
+// when the free chunks grew by busyTrimGrowth since the last trim (the
+// heaps took new memory), or busyTrimAge after it: glibc counts a trimmed
+// chunk as free still, so past busyTrimFree a check of the count alone
+// trimmed every 250 ms for the whole life of a process whose heaps had
+// once grown (a server that had opened a model's prefix sessions), and
+// every batch faulted its activations back in: a featurefs serve at half
+// a core sending MobileNetV3-Large's layer1 spent 13% of its CPU in page
+// faults under ONNX Runtime and delivered 58-69 samples/s; trimming on
+// growth, 68-89, and a mount's peaks no higher (docs/bench/memory.md). Measured at
 // ebd50b2 (1M entries, defaults, prefetch busy, 2 epochs; the C heap's
 // resident pages less its bytes in use, max of a 1 s trace, 3 rounds):
 // every 1 s with a 256 MiB trimThreshold, 405, 57 and 99 MiB (the first
@@ -49,11 +58,13 @@ import (
 // ResNet-50 to layer12 at batch 4 as fast (2 cores, 18 interleaved runs:
 // 23.8 vs 23.6 images/s, 80.9 vs 81.5 ms of CPU per image).
 const (
-	mmapThreshold = 32 << 20
-	trimThreshold = 32 << 20
-	arenaMax      = 2
-	busyTrimFree  = 64 << 20
-	busyTrimEvery = 250 * time.Millisecond
+	mmapThreshold  = 32 << 20
+	trimThreshold  = 32 << 20
+	arenaMax       = 2
+	busyTrimFree   = 64 << 20
+	busyTrimEvery  = 250 * time.Millisecond
+	busyTrimGrowth = 16 << 20
+	busyTrimAge    = 5 * time.Second
 )
 
 func init() {
@@ -65,8 +76,10 @@ func init() {
 // busyTrim rate-limits trimBusy.
 var busyTrim struct {
 	sync.Mutex
-	last  time.Time // GUARDED_BY(busyTrim)
-	count int64     // GUARDED_BY(busyTrim)
+	last    time.Time // GUARDED_BY(busyTrim): the last check
+	trimmed time.Time // GUARDED_BY(busyTrim): the last trim
+	free    int64     // GUARDED_BY(busyTrim): the free chunks then
+	count   int64     // GUARDED_BY(busyTrim)
 }
 
 // trimBusy is called by the inference loops after every batch
@@ -82,11 +95,20 @@ func trimBusy() {
 	if time.Since(busyTrim.last) < busyTrimEvery {
 		return
 	}
-	busyTrim.last = time.Now()
-	if _, free := cHeap(); free > busyTrimFree {
+	now := time.Now()
+	busyTrim.last = now
+	_, free := cHeap()
+	if shouldBusyTrim(free, busyTrim.free, now.Sub(busyTrim.trimmed)) {
 		trimCHeap()
 		busyTrim.count++
+		busyTrim.trimmed, busyTrim.free = now, free
 	}
+}
+
+// shouldBusyTrim says whether a heap with free bytes in free chunks is
+// trimmed, lastFree having been free at the last trim, since ago.
+func shouldBusyTrim(free, lastFree int64, since time.Duration) bool {
+	return free > busyTrimFree && (free > lastFree+busyTrimGrowth || since >= busyTrimAge)
 }
 
 // busyTrims returns how many times trimBusy trimmed.
