@@ -65,6 +65,11 @@ func TestProfileMeasuredOnceAndCached(t *testing.T) {
 	if p.DecodeSeconds <= 0 {
 		t.Errorf("decode time %g", p.DecodeSeconds)
 	}
+	// The tensor path is timed: a copy of the first layer's 800 KB costs
+	// CPU, and where it compresses, so do the codec's two ways.
+	if l := p.Layers[0]; !(l.CopySeconds > 0) || l.WireRatio > 1 && !(l.EncodeSeconds > 0 && l.DecodeSeconds > 0) {
+		t.Errorf("layer 0's tensor path: copy %g, encode %g, decode %g s (ratio %.2f)", l.CopySeconds, l.EncodeSeconds, l.DecodeSeconds, l.WireRatio)
+	}
 	// The cumulative time follows the compute: the last layer costs more
 	// than the first block.
 	if last := p.Layers[len(p.Layers)-1].CumSeconds; last <= p.Layers[1].CumSeconds {
