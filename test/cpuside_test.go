@@ -417,7 +417,10 @@ func TestProfileSeesTheQuota(t *testing.T) {
 	at := func(p *split.Profile, k int) float64 { return p.DecodeSeconds + p.Layers[k].CumSeconds }
 	early, all := at(half, 2)/at(whole, 2), at(half, len(half.Layers)-1)/at(whole, len(whole.Layers)-1)
 	t.Logf("half a core / the whole core: %.2fx to layer2, %.2fx the whole model", early, all)
-	if early < 1.6 || all < 1.6 || early > 2.6 || all > 2.6 {
+	// The lower bound is what the test is for (timed in the quota's
+	// bursts, early prefixes read about 1x). Above, measured fresh on a
+	// loaded 2-core machine: 1.83-2.65x to layer2, 1.85-2.34x whole.
+	if early < 1.6 || all < 1.6 || early > 3 || all > 3 {
 		t.Errorf("under half a core the profile is %.2fx (to layer2) and %.2fx (whole model) the whole core's; want about 2x", early, all)
 	}
 }
