@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache mountopts
 # Benchmark: two featurefs builds side by side in one run (a refactoring's
 # "no speed change" check, issue 26). OLD and NEW run in interleaved rounds,
 # the order alternating each round:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs cache
 # Benchmark (make bench; issue 36 items 7 and 8): listing a tar of many
 # members against the same names as plain files. A local-directory source
 # holds big/data.tar (BENCH_ARCHIVE_MEMBERS members of 1 byte) and another

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (issue 50): array views. BENCH_ARRAY_ROWS JPEGs (500x375, in 10
 # class directories) of a local source, the near-free pool2048 model
 # (scripts/bench_arrays.py), in BENCH_ROUNDS interleaved rounds:

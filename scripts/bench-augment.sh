@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (make bench; issue 41): augmented views through a mount, in one run.
 #  (a) The first pass over K views costs K extractions per image and no more:
 #      a fresh `featurefs mount --augment K` of a local directory of generated

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cache fs/features
 # Benchmark (issue 49 item 7): --cache-compression auto, chosen per host by
 # measurement (docs/CACHE.md, "Compression of file-stored features"). One
 # MinIO, three parts; prints one markdown section on stdout, progress on

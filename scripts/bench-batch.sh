@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod fs/remote extractor cache
 # Benchmark (make bench): near-data batching, features/s fetched from a
 # server whose cache holds them, batched (MaxBatch 64, 4 requests in
 # flight) against one request per feature (16 in flight), 64 concurrent

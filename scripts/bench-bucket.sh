@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod fs/bucket
 # Benchmark (make bench): small-object GETs (110 KiB) from a real MinIO on
 # 127.0.0.1: the AWS SDK's GetObject directly (baseline) vs featurefs's
 # bucket.Get, one caller and 16 concurrent callers, in one run. Prints one

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cache scripts/benchcache
 # Benchmark (make bench): the feature cache. Reads of 800 KB values (a
 # ResNet-50 layer12 feature) from a warm cache with 4 concurrent readers vs
 # reading the same bytes from one file each on the same local disk, in the

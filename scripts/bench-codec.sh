@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cache/codec cache scripts/benchcodec
 # Benchmark (make bench): the feature codec (cache/codec) on real features.
 # Extracts BENCH_IMAGES images' features with `featurefs extract` at
 # ResNet-50 layer12, layer17 and layer18 and ResNet-18 layer4 and layer6

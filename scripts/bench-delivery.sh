@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (make bench; issue 25): the mount's delivery path with a model
 # that costs almost nothing, the CPU stand-in for a GPU host. A Conv2d(3, 64,
 # 4, stride=4) + ReLU (ONNX, opset 17, dynamic batch) whose output is the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (make bench): 3 epochs of transfer learning on ResNet-50 layer12
 # features, the way a user does it today with PyTorch alone (boto3 + torchvision
 # transforms + the frozen trunk in torch every epoch) vs featurefs (a

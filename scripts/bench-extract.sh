@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd extractor scripts/benchextract
 # Benchmark (make bench): CPU extraction throughput of ResNet-50 layer12 and
 # layer18 on the same set of 500x375 JPEGs, in interleaved rounds
 # (scripts/bench_extract.py): featurefs's extractor in several

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (make bench): a second training host's epoch 1 reading ResNet-50
 # layer12 features from the feature store (--feature-store, filled once by a
 # first host) vs computing them itself, on this machine, against one local

@@ -1,4 +1,5 @@
 #!/bin/bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (issue 49): a mount with --memory-limit 512MiB warming five
 # ResNet-50 layers in turn (layer12, 15, 16, 17, 18: more sessions than the
 # limit holds), twice, through `featurefs warm --jobs 8`, on 24 generated

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (issue 49 item 6): the mount's peak resident set with
 # --memory-limit 512MiB, 1GiB and none, over reading ResNet-50's layer12 and
 # layer18 of BENCH_MEMORY_IMAGES generated JPEGs twice through a fresh

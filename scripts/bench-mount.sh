@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs cache
 # Benchmark (make bench): the mount's own overhead, in one run.
 #  1. Second-epoch DataLoader throughput of layer12 features read through a
 #     featurefs mount vs the same .npy files copied to a local directory.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs cache
 # Benchmark of FUSE passthrough (issue 37 item 4): readback (epoch 1's read of
 # features prefetch cached), hot (epoch 2, page cache warm) and epoch2 (page
 # cache dropped) with --passthrough on and off, interleaved rounds; see

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark: predictions (issue 28 item 3, docs/MODELS.md) against reading
 # the same images' last-layer features, ResNet-50 (random weights) on the
 # CPU, one directory of PRED_IMAGES 500x375 JPEGs. Each of PRED_ROUNDS

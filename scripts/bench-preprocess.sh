@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod extractor
 # Benchmark (make bench): single-core JPEG decoding and preprocessing on a
 # set of 500-800 px JPEGs (scripts/ref_preprocess.py genbench): decode only
 # (to RGB) with the old Go decoder, with libjpeg-turbo (now) and with PIL;

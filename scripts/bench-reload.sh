@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (make bench): a model reload under reads. A `--device cpu
 # --prefetch off` mount of generated images with ResNet-50 (base.onnx of
 # scripts/export_versions.py); layer4 (unchanged by layer4fc.onnx) and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs cache
 # Benchmark (make bench; issue 27): datasets as they are kept at scale.
 #  1. An ImageNet-shaped local source (BENCH_SCALE_ENTRIES JPEG-named files in
 #     1,000 class directories, hard links to one small JPEG): the DatasetFolder

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (make bench): split execution (HAPI) on the two-host test bed:
 # the storage side (featurefs serve) and the trainer side each in its own
 # network namespace and cgroup, on their own CPUs (half of them each), joined
@@ -13,10 +14,10 @@
 # 1000 -> 25 and 25 -> 1000 Mbit/s, ResNet-18 layer6).
 # Drives TestSplitBench in test/split_bench_test.go with
 # FEATUREFS_SPLIT_BENCH=full. Prints one markdown section on stdout (make
-# bench also stores it in docs/bench/split.md). Needs root (ip netns, tc,
+# bench, or scripts/bench.sh split, stores it in docs/bench/split.md). Needs root (ip netns, tc,
 # cgroups) and 2 CPUs.
 #
-#   scripts/bench-split.sh     (after make build; about 3 hours on 2 CPUs;
+#   scripts/bench.sh split     (after make build; about 3 hours on 2 CPUs;
 #   BENCH_SPLIT_FREEZE=0 BENCH_SPLIT_EXTRA=2: about an hour)
 # Env: BENCH_SPLIT_IMAGES (300: the most images a run counts, in a 4 s window
 # after 8 warm-up ones, 16 readers),
@@ -35,7 +36,6 @@ OUT=$(mktemp /tmp/featurefs-bench-split.XXXXXX.md)
 LOG=$(mktemp /tmp/featurefs-bench-split.XXXXXX.log)
 trap 'rm -f "$OUT" "$LOG"' EXIT
 cd "$REPO"
-LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "bench-split: running TestSplitBench (FEATUREFS_SPLIT_BENCH=full)..." >&2
 if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_BENCH_OUT=$OUT \
   FEATUREFS_SPLIT_BENCH_IMAGES=${BENCH_SPLIT_IMAGES:-300} FEATUREFS_SPLIT_BENCH_ROUNDS=${BENCH_SPLIT_ROUNDS:-3} \
@@ -63,14 +63,7 @@ if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_REPLAN_OUT=$R
     echo "TestSplitReplan FAILED; its last lines:"; echo; tail -n 20 "$LOG" | sed 's/^/    /'; } > "$REPLAN"
   FAILED=1
 fi
-CMD="scripts/bench-split.sh"
-for v in BENCH_SPLIT_IMAGES BENCH_SPLIT_ROUNDS BENCH_SPLIT_MODELS BENCH_SPLIT_MBITS BENCH_SPLIT_SPEEDS BENCH_SPLIT_FREEZE BENCH_SPLIT_EXTRA; do
-  [ -n "${!v:-}" ] && CMD="$v=${!v} $CMD"
-done
-sed -n '1,2p' "$OUT"
-bench_stamp "$CMD" "$LOAD"
-echo
-sed '1,2d' "$OUT"
+cat "$OUT"
 echo
 echo "**Stage times.** Per configuration and policy, the medians over its rounds: the cost model's per-sample estimate of"
 echo "each stage against what each side's processes used over the run's window (CPU ms per sample, user + system, divided"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# measures: go.mod cmd fs extractor cache
 # Benchmark (make bench): compression on the wire between `featurefs serve`
 # and `featurefs mount --remote`. Drives TestWireCompressionBench in
 # test/wire_bench_test.go with FEATUREFS_WIRE_BENCH=full: ResNet-50 layer12

@@ -7,15 +7,29 @@ DEPS=${FEATUREFS_DEPS:-$HOME/.cache/featurefs}
 export FEATUREFS_ORT_LIB=${FEATUREFS_ORT_LIB:-$DEPS/lib/onnxruntime-1.29.0/libonnxruntime.so.1}
 BIN=${FEATUREFS_BIN:-$REPO/bin/featurefs}
 
-# bench_stamp COMMAND LOAD_BEFORE: one line saying what a benchmark measured
-# and where: the commit (with "-dirty" when the tree has changes), the date,
-# the CPU model and count, the kernel, the exact command and the load
-# average before and now. Every bench file's header should be this line.
+# bench_stamp COMMAND LOAD_BEFORE [MEASURES [SECONDS]]: the one header line
+# of a bench file (scripts/bench.sh writes it; no script writes its own):
+# the commit (with "-dirty" when the tree has changes), the date, the CPU
+# model and count, the kernel, the exact command, the load average before
+# and now, the run's wall time and the code it measures (the bench script's
+# "# measures:" paths), which make bench-docs compares with later commits to
+# mark the file stale. Its form is fixed: TestBenchFilesAreStamped and the
+# Makefile's staleness check parse it.
 bench_stamp() {
-  local commit
-  commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  local commit m=""
+  commit=$(git -C "$REPO" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
   git -C "$REPO" diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
-  echo "Measured at commit $commit, $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, kernel $(uname -r); command: \`$1\`; load average $2 before, $(cut -d' ' -f1-3 /proc/loadavg) after."
+  [ -z "${3:-}" ] || m="; measures: $(printf '`%s` ' $3 | sed 's/ $//')"
+  echo "Measured at commit $commit, $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, kernel $(uname -r); command: \`$1\`; load average $2 before, $(cut -d' ' -f1-3 /proc/loadavg) after${4:+; ${4} s wall}$m."
+}
+
+# bench_measures SCRIPT: the paths a bench script's "# measures:" line names
+# (the code whose change makes its figures stale); fails where it has none.
+bench_measures() {
+  local m
+  m=$(sed -nE 's/^# measures: (.*)$/\1/p' "$1" | head -1)
+  [ -n "$m" ] || { echo "$1 has no '# measures: PATH...' line (the code it measures)" >&2; return 1; }
+  echo "$m"
 }
 
 # model_path NAME: a torchvision model exported with random seeded weights
