@@ -9,7 +9,8 @@ BIN=${FEATUREFS_BIN:-$REPO/bin/featurefs}
 
 # bench_stamp COMMAND LOAD_BEFORE [MEASURES [SECONDS]]: the one header line
 # of a bench file (scripts/bench.sh writes it; no script writes its own):
-# the commit (with "-dirty" when the tree has changes), the date, the CPU
+# the commit (with "-dirty" when the tree has changes other than to bench
+# files), the date, the CPU
 # model and count, the kernel, the exact command, the load average before
 # and now, the run's wall time and the code it measures (the bench script's
 # "# measures:" paths), which make bench-docs compares with later commits to
@@ -18,7 +19,9 @@ BIN=${FEATUREFS_BIN:-$REPO/bin/featurefs}
 bench_stamp() {
   local commit m=""
   commit=$(git -C "$REPO" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
-  git -C "$REPO" diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
+  # Dirty: changes other than bench files (an earlier area's fresh section).
+  git -C "$REPO" diff --quiet HEAD -- . ':(exclude)docs/bench' ':(exclude)docs/BENCHMARKS.md' 2>/dev/null ||
+    commit="$commit-dirty"
   [ -z "${3:-}" ] || m="; measures: $(printf '`%s` ' $3 | sed 's/ $//')"
   echo "Measured at commit $commit, $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, kernel $(uname -r); command: \`$1\`; load average $2 before, $(cut -d' ' -f1-3 /proc/loadavg) after${4:+; ${4} s wall}$m."
 }
