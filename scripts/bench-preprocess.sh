@@ -4,10 +4,9 @@
 # set of 500-800 px JPEGs (scripts/ref_preprocess.py genbench): decode only
 # (to RGB) with the old Go decoder, with libjpeg-turbo (now) and with PIL;
 # the whole preprocess (decode, Resize(256), CenterCrop(224), normalize)
-# before and now and with PIL + torchvision 0.14. "Before" is the package
-# at OLD_REV (the Go image/jpeg decoder with hand-written upsampling and
-# colour conversion, the first resample), built from a git worktree with
-# this tree's extractor/preprocess_bench_test.go. Then --fast-decode on
+# now and with PIL + torchvision 0.14, and, with OLD_REV set, "before": the
+# package at that commit, built from a git worktree with this tree's
+# extractor/preprocess_bench_test.go. Then --fast-decode on
 # large photo-like JPEGs (scripts/ref_preprocess.py genlarge): the whole
 # preprocess and the decode alone, exact and fast, per size class (4000x3000
 # decoded at 1/8, 2000x1500 at 1/4, 800-1600 px at 1/2), PIL + torchvision
@@ -19,15 +18,16 @@
 #
 #   scripts/bench-preprocess.sh
 # Env: BENCH_SECONDS (2): time per measurement; BENCH_ROUNDS (5);
-#      BENCH_JPEGS (32): number of images; OLD_REV (ab1c547, the last commit
-#      before libjpeg-turbo; empty: no "before" columns); BENCH_FIDELITY (1;
+#      BENCH_JPEGS (32): number of images; OLD_REV (none: a commit whose
+#      extractor builds with this tree's benchmark file; ab1c547, the last
+#      before libjpeg-turbo, no longer does); BENCH_FIDELITY (1;
 #      0: skip the fidelity run).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 SECS=${BENCH_SECONDS:-2}
 ROUNDS=${BENCH_ROUNDS:-5}
 NIMG=${BENCH_JPEGS:-32}
-OLD_REV=${OLD_REV-ab1c54742c589b31e1a65a75115e6755d3e61159}
+OLD_REV=${OLD_REV:-}
 WORK=$(mktemp -d /tmp/featurefs-bench-pre.XXXXXX)
 cleanup() {
   if [ -d "$WORK/old" ]; then git -C "$REPO" worktree remove --force "$WORK/old" >/dev/null 2>&1 || true; fi
@@ -152,7 +152,16 @@ stat() {
 }
 med() { stat "$1" 2 2 | cut -d" " -f1; }
 ratio() { awk -v a="$(med "$1")" -v b="$(med "$2")" 'BEGIN { if (a == "n/a" || b == "n/a" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
-row() { echo "| $1 | $(stat "$2" 2) | $(stat "$2" 3) |"; }
+# row LABEL KEY and ratiorow LABEL A B: nothing where a key has no figures
+# (no OLD_REV: no "before").
+row() { grep -q "^$2 " "$WORK/results" || return 0; echo "| $1 | $(stat "$2" 2) | $(stat "$2" 3) |"; }
+ratiorow() { grep -q "^$3 " "$WORK/results" || return 0; echo "| $1 | $(ratio "$2" "$3") |"; }
+if [ $HAVE_OLD = 1 ]; then
+  BEFORE="\"Before\" is the
+package at \`${OLD_REV:0:7}\`, built from a git worktree with this tree's benchmark file; \"now\" is"
+else
+  BEFORE="\"Now\" is"
+fi
 CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 
 cat <<MD
@@ -167,9 +176,7 @@ side, $ROUNDS interleaved rounds of ${SECS}s per measurement, **medians (min-max
 
 "Per core" is images per CPU second of the benchmarking process (getrusage;
 Python's \`time.process_time\`), which load from other processes on a shared machine
-does not dilute the way it dilutes wall-clock rates (both shown). "Before" is the
-package at \`${OLD_REV:0:7}\`: Go's \`image/jpeg\` with hand-written chroma upsampling and
-colour conversion, and the first resample; "now" is libjpeg-turbo 2.1.5 (static, cgo)
+does not dilute the way it dilutes wall-clock rates (both shown). $BEFORE libjpeg-turbo 2.1.5 (static, cgo)
 configured as Pillow configures it, and the resample with cached taps and unrolled kernels.
 
 | decode only, whole image to RGB | images per CPU s (per core) | images/s wall |
@@ -191,11 +198,11 @@ $(row "(featurefs now: resize + crop alone, on decoded RGB)" new-resize-crop)
 | ratio of per-core medians | |
 |---|---|
 | **ratio Go / PIL+torchvision** | **$(ratio new-apply pil-apply)** |
-| whole preprocess, now / before | $(ratio new-apply old-apply) |
-| decode, now / before | $(ratio new-decode old-decode) |
+$(ratiorow "whole preprocess, now / before" new-apply old-apply)
+$(ratiorow "decode, now / before" new-decode old-decode)
 | decode, libjpeg-turbo now / PIL \`open().convert("RGB")\` | $(ratio new-decode pil-decode) |
 | decode, libjpeg-turbo now / PIL \`open().load()\` | $(ratio new-decode pil-load) |
-| resize + crop, now / before | $(ratio new-resize-crop old-resize-crop) |
+$(ratiorow "resize + crop, now / before" new-resize-crop old-resize-crop)
 
 Pixels equal PIL's bit for bit for JPEG and PNG (\`go test ./extractor -run
 'TestJPEGMatchesPIL|TestResizeMatchesPIL|TestPreprocessMatchesTorchvision'\`). The decoder
