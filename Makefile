@@ -303,29 +303,13 @@ summary() {
   fi
   echo
 }
-# freshness FILE: where the section was measured and whether the code it
-# measures changed since: "current", "stale: ..." or "no stamp: ...". The
-# stamp (scripts/lib.sh bench_stamp) names the commit and the paths.
-freshness() {
-  local line commit paths n newest
-  line=$(grep -m1 '^Measured at commit ' "$1" || true)
-  if [ -z "$line" ]; then echo "no stamp: written before the harness (scripts/bench.sh), its commit unrecorded"; return; fi
-  commit=$(sed -E 's/^Measured at commit ([0-9a-f]+).*/\1/' <<<"$line")
-  paths=$(grep -oE '; measures: .*' <<<"$line" | grep -oE '`[^`]+`' | tr -d '`' | tr '\n' ' ' || true)
-  [ -n "$paths" ] || paths="go.mod cmd fs extractor cache mountopts"
-  if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then echo "stale: measured at $commit, which this history lacks"; return; fi
-  # shellcheck disable=SC2086 # (a change to tests alone changes nothing measured)
-  n=$(git rev-list --count "$commit..HEAD" -- $paths ':(exclude)*_test.go')
-  case $line in "Measured at commit $commit-dirty"*) commit="$commit-dirty" ;; esac
-  if [ "$n" = 0 ]; then echo "current: measured at $commit"; return; fi
-  # shellcheck disable=SC2086
-  newest=$(git log -1 --format=%h "$commit..HEAD" -- $paths ':(exclude)*_test.go')
-  echo "stale: measured at $commit; $n later commit(s) change what it measures ($(echo $paths | sed 's/ /, /g')), the newest $newest"
-}
+# bench_freshness (scripts/lib.sh): "current", "stale: ..." or "no stamp: ...".
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 declare -A stale=()
 fresh=()
 for f in "$@"; do
-  area=$(basename "$f" .md); st=$(freshness "$f")
+  area=$(basename "$f" .md); st=$(bench_freshness "$f")
   case $st in current*) ;; *) stale[$area]=1 ;; esac
   fresh+=("| [$area](bench/$area.md) | $st |")
 done

@@ -35,6 +35,27 @@ bench_measures() {
   echo "$m"
 }
 
+# bench_freshness FILE: where a bench file was measured and whether the
+# code it measures changed since, against $REPO's HEAD: "current: ...",
+# "stale: ..." or "no stamp: ...". The stamp (bench_stamp) names the commit
+# and the paths; a change to tests alone changes nothing measured.
+bench_freshness() {
+  local line commit paths n newest
+  line=$(grep -m1 '^Measured at commit ' "$1" || true)
+  if [ -z "$line" ]; then echo "no stamp: written before the harness (scripts/bench.sh), its commit unrecorded"; return; fi
+  commit=$(sed -E 's/^Measured at commit ([0-9a-f]+).*/\1/' <<<"$line")
+  paths=$(grep -oE '; measures: .*' <<<"$line" | grep -oE '`[^`]+`' | tr -d '`' | tr '\n' ' ' || true)
+  [ -n "$paths" ] || paths="go.mod cmd fs extractor cache mountopts"
+  if ! git -C "$REPO" cat-file -e "$commit^{commit}" 2>/dev/null; then echo "stale: measured at $commit, which this history lacks"; return; fi
+  # shellcheck disable=SC2086
+  n=$(git -C "$REPO" rev-list --count "$commit..HEAD" -- $paths ':(exclude)*_test.go')
+  case $line in "Measured at commit $commit-dirty"*) commit="$commit-dirty" ;; esac
+  if [ "$n" = 0 ]; then echo "current: measured at $commit"; return; fi
+  # shellcheck disable=SC2086
+  newest=$(git -C "$REPO" log -1 --format=%h "$commit..HEAD" -- $paths ':(exclude)*_test.go')
+  echo "stale: measured at $commit; $n later commit(s) change what it measures ($(echo $paths | sed 's/ /, /g')), the newest $newest"
+}
+
 # model_path NAME: a torchvision model exported with random seeded weights
 # (scripts/export_model.py), cached in $DEPS/models under the same name the
 # Go tests use (testenv.Model), exported once under a file lock.
