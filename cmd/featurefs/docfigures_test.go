@@ -55,54 +55,174 @@ func paragraphs(text string) (out []string, lines []int) {
 	return out, lines
 }
 
-// Every measured figure (N.NNx) that README.md, docs/SERVE.md and
-// docs/FEATURE-STORE.md quote is in a docs/bench section that the same
-// paragraph, list item or table row cites (issue 24: figures from older
-// runs, or from files that did not hold them, had drifted in).
+// codeSpan matches an inline code span (a command's -benchtime 200x is no
+// figure).
+var codeSpan = regexp.MustCompile("`[^`]*`")
+
+// bound matches the words before a figure that make it a target or a
+// bound rather than a measurement: (target >= 1.5x), at most 2x the budget.
+var bound = regexp.MustCompile(`(?i)(target|goal|>=|<=|≥|≤|at least|at most|no more than|never (exceeds?|more than|worse than)|exceeds?|within|up to|bounded?)[^.;|]{0,25}$`)
+
+// stampCommit matches the commit of a bench file's stamp (scripts/lib.sh
+// bench_stamp); hexCommit any commit a file names.
+var (
+	stampCommit = regexp.MustCompile(`(?m)^Measured at commit ([0-9a-f]{7,40})`)
+	hexCommit   = regexp.MustCompile(`\b[0-9a-f]{7}\b`)
+	measuredAt  = regexp.MustCompile(`measured at ([0-9a-f]{7,40})`)
+)
+
+// quotedDocs: README.md and every docs/*.md but the generated BENCHMARKS.md.
+func quotedDocs(t *testing.T, root string) []string {
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil || len(docs) < 10 {
+		t.Fatalf("docs/*.md: %d files, %v", len(docs), err)
+	}
+	out := []string{"README.md"}
+	for _, d := range docs {
+		if d = strings.TrimPrefix(d, root+string(filepath.Separator)); d != filepath.Join("docs", "BENCHMARKS.md") {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Every measured figure (1.69x, **2.88x**, 7x) that README.md or any of
+// docs/*.md quotes is in a docs/bench section that the same paragraph,
+// list item or table row cites (issue 24: figures from older runs, or
+// from files that did not hold them, had drifted in; issue 52: CACHE.md
+// described one bench file three ways). A bound is no measurement (target
+// >= 1.5x, at most 2x the budget), nor is a code span. In README, the
+// paragraph also says where the figure was measured: "measured at C",
+// where C is the commit of the cited file's stamp (scripts/bench.sh), or,
+// in a file written before the harness, a commit that file names, so that
+// a reader of a figure from a stale file (make bench-docs marks them) sees
+// which code it measured.
 func TestQuotedFiguresComeFromBench(t *testing.T) {
 	root := filepath.Join("..", "..")
 	checked := 0
-	for _, doc := range []string{"README.md", "docs/SERVE.md", "docs/FEATURE-STORE.md"} {
+	for _, doc := range quotedDocs(t, root) {
 		b, err := os.ReadFile(filepath.Join(root, doc))
 		if err != nil {
 			t.Fatal(err)
 		}
 		paras, lines := paragraphs(string(b))
 		for i, p := range paras {
-			figs := figure.FindAllStringSubmatch(p, -1)
+			prose := codeSpan.ReplaceAllString(p, "``")
+			var figs []string
+			for _, m := range figure.FindAllStringSubmatchIndex(prose, -1) {
+				if !bound.MatchString(prose[:m[2]]) {
+					figs = append(figs, prose[m[2]:m[3]])
+				}
+			}
 			if len(figs) == 0 {
 				continue
 			}
-			var sections []string
-			for _, ref := range benchRef.FindAllString(p, -1) {
+			refs := benchRef.FindAllString(p, -1)
+			sections := map[string]string{}
+			for _, ref := range refs {
 				path := filepath.Join(root, "docs", strings.TrimPrefix(ref, "docs/"))
 				s, err := os.ReadFile(path)
 				if err != nil {
 					t.Errorf("%s:%d cites %s: %v", doc, lines[i], ref, err)
 					continue
 				}
-				sections = append(sections, string(s))
+				sections[ref] = string(s)
 			}
+			holders := map[string]bool{}
 			for _, f := range figs {
 				checked++
 				if len(sections) == 0 {
-					t.Errorf("%s:%d quotes %s and cites no docs/bench section", doc, lines[i], f[1])
+					t.Errorf("%s:%d quotes %s and cites no docs/bench section", doc, lines[i], f)
 					continue
 				}
-				in := regexp.MustCompile(`(?:^|[^\w.])` + regexp.QuoteMeta(f[1]) + `\b`)
+				in := regexp.MustCompile(`(?:^|[^\w.])` + regexp.QuoteMeta(f) + `\b`)
 				found := false
-				for _, s := range sections {
-					found = found || in.MatchString(s)
+				for ref, s := range sections {
+					if in.MatchString(s) {
+						found, holders[ref] = true, true
+					}
 				}
 				if !found {
 					t.Errorf("%s:%d quotes %s, which none of the sections it cites (%s) holds",
-						doc, lines[i], f[1], strings.Join(benchRef.FindAllString(p, -1), ", "))
+						doc, lines[i], f, strings.Join(refs, ", "))
+				}
+			}
+			if doc != "README.md" {
+				continue
+			}
+			for ref := range holders {
+				if !namesCommit(p, sections[ref]) {
+					t.Errorf("%s:%d quotes figures of %s and does not say \"measured at C\" with its commit (%s)",
+						doc, lines[i], ref, commitsOf(sections[ref]))
 				}
 			}
 		}
 	}
-	if checked < 5 {
+	if checked < 50 {
 		t.Fatalf("checked %d figures: the docs quote more than that, so the parsing is broken", checked)
+	}
+}
+
+// commitsOf: the commit of a bench file's stamp, or, in one written before
+// the harness, every commit it names.
+func commitsOf(section string) []string {
+	if m := stampCommit.FindStringSubmatch(section); m != nil {
+		return []string{m[1][:7]}
+	}
+	return hexCommit.FindAllString(section, -1)
+}
+
+// namesCommit: the paragraph says "measured at C" with a commit of the
+// section (commitsOf).
+func namesCommit(para, section string) bool {
+	for _, m := range measuredAt.FindAllStringSubmatch(para, -1) {
+		for _, c := range commitsOf(section) {
+			if strings.HasPrefix(m[1], c) || strings.HasPrefix(c, m[1]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestFigureRules: the figure, bound and commit rules on examples, so that
+// a change to the regular expressions that lets measurements through, or
+// stops seeing them, fails here and not silently in the docs.
+func TestFigureRules(t *testing.T) {
+	for text, want := range map[string][]string{
+		"epoch 1 ran at 2.88x PyTorch":                  {"2.88x"},
+		"**1.69x** fewer bytes, and 7x smaller":         {"1.69x", "7x"},
+		"(target >= 1.5x), measured 1.52x":              {"1.52x"},
+		"at most 2x the budget; peak 3.1x":              {"3.1x"},
+		"`-benchtime 200x` and a 1024x14x14 tensor":     nil,
+		"| never exceeds 3x the budget | measured 2.2x": {"2.2x"},
+	} {
+		prose := codeSpan.ReplaceAllString(text, "``")
+		var got []string
+		for _, m := range figure.FindAllStringSubmatchIndex(prose, -1) {
+			if !bound.MatchString(prose[:m[2]]) {
+				got = append(got, prose[m[2]:m[3]])
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%q: measured figures %q, want %q", text, got, want)
+		}
+	}
+	stamped := "## X\n\nMeasured at commit 29e4cc7, 2026-12-07, ...; command: `scripts/bench-x.sh`.\n"
+	legacy := "## Y\n\nfrom the run at abd7911 and 9d09968\n"
+	for _, c := range []struct {
+		para, section string
+		want          bool
+	}{
+		{"2.1x (docs/bench/x.md, measured at 29e4cc7)", stamped, true},
+		{"2.1x (docs/bench/x.md, measured at 1234567)", stamped, false},
+		{"2.1x (docs/bench/x.md)", stamped, false},
+		{"2.1x (docs/bench/gpu.md, measured at 9d09968)", legacy, true},
+		{"2.1x (docs/bench/gpu.md, measured at 29e4cc7)", legacy, false},
+	} {
+		if got := namesCommit(c.para, c.section); got != c.want {
+			t.Errorf("namesCommit(%q) = %v, want %v", c.para, got, c.want)
+		}
 	}
 }
 
