@@ -72,6 +72,5 @@ for ((r = 0; r < ROUNDS; r++)); do
   ARGS+=(--round "${spec[@]}")
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
-COMMIT=$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD -- . 2>/dev/null || echo "-dirty")
 $A report "${ARGS[@]}" --command "scripts/bench-arrays.sh" \
-  --env "commit $COMMIT, $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, kernel $(uname -r), BENCH_ROUNDS=$ROUNDS, BENCH_ARRAY_ROWS=$ROWS, load average $LOAD_BEFORE before, $LOAD_AFTER after"
+  --env "BENCH_ROUNDS=$ROUNDS, BENCH_ARRAY_ROWS=$ROWS, load average $LOAD_BEFORE before, $LOAD_AFTER after; the commit, machine and command: the stamp above"
