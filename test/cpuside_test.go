@@ -383,6 +383,32 @@ func TestProfileSeesTheQuota(t *testing.T) {
 	// benchmark measured under other load, and the test compared those
 	// (2.76x to layer2, on a machine where it measures about 2x).
 	t.Setenv("FEATUREFS_DEPS", testenv.DepsDir())
+	// The lower bound is what the test is for (timed in the quota's
+	// bursts, early prefixes read about 1x). Measured fresh on a loaded
+	// 2-core machine, to layer2: 1.14, 1.26, 1.65, 1.71, 1.83, 1.93,
+	// 2.04, 2.58 and 2.65x; the whole model 1.52-2.36x. The early prefix
+	// sometimes reads low (1.14x in a whole-package run at b8656f9, 1.26x
+	// alone): the profile's short timings can still fall inside the
+	// quota's bursts (issue 51). A reading out of bounds is measured once
+	// more on a fresh server and side; a server that ignored the quota
+	// reads about 1x every time.
+	ok := func(early, all float64) bool { return early >= 1.4 && all >= 1.4 && early <= 3 && all <= 3 }
+	var early, all float64
+	for attempt := 1; attempt <= 2; attempt++ {
+		t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) {
+			early, all = profileQuotaRatios(t)
+		})
+		if t.Failed() || ok(early, all) {
+			return
+		}
+	}
+	t.Errorf("under half a core the profile is %.2fx (to layer2) and %.2fx (whole model) the whole core's, twice; want about 2x", early, all)
+}
+
+// profileQuotaRatios: a server on a storage side at half a core, its
+// profile of ResNet-18 there and then at the whole core, and the ratios
+// of the two (decode plus the prefix to layer2, and the whole model).
+func profileQuotaRatios(t *testing.T) (early, all float64) {
 	t.Setenv("HOME", t.TempDir())
 	l := newNetLink(t, 1000)
 	sc, _ := splitCPUs(t)
@@ -415,12 +441,7 @@ func TestProfileSeesTheQuota(t *testing.T) {
 		t.Fatalf("profiles say quota %g and %g on CPUs %q; want 0.5, then none, on %q", half.CPUQuota, whole.CPUQuota, half.CPUs, sc)
 	}
 	at := func(p *split.Profile, k int) float64 { return p.DecodeSeconds + p.Layers[k].CumSeconds }
-	early, all := at(half, 2)/at(whole, 2), at(half, len(half.Layers)-1)/at(whole, len(whole.Layers)-1)
+	early, all = at(half, 2)/at(whole, 2), at(half, len(half.Layers)-1)/at(whole, len(whole.Layers)-1)
 	t.Logf("half a core / the whole core: %.2fx to layer2, %.2fx the whole model", early, all)
-	// The lower bound is what the test is for (timed in the quota's
-	// bursts, early prefixes read about 1x). Above, measured fresh on a
-	// loaded 2-core machine: 1.83-2.65x to layer2, 1.85-2.34x whole.
-	if early < 1.6 || all < 1.6 || early > 3 || all > 3 {
-		t.Errorf("under half a core the profile is %.2fx (to layer2) and %.2fx (whole model) the whole core's; want about 2x", early, all)
-	}
+	return early, all
 }
