@@ -63,12 +63,11 @@ var codeSpan = regexp.MustCompile("`[^`]*`")
 // bound rather than a measurement: (target >= 1.5x), at most 2x the budget.
 var bound = regexp.MustCompile(`(?i)(target|goal|>=|<=|≥|≤|at least|at most|no more than|never (exceeds?|more than|worse than)|exceeds?|within|up to|bounded?)[^.;|]{0,25}$`)
 
-// stampCommit matches the commit of a bench file's stamp (scripts/lib.sh
-// bench_stamp); hexCommit any commit a file names.
+// hexCommit matches any commit a file names; measuredAt a paragraph's
+// "measured at C". A stamp's commit: stampLine (benchstamp_test.go).
 var (
-	stampCommit = regexp.MustCompile(`(?m)^Measured at commit ([0-9a-f]{7,40})`)
-	hexCommit   = regexp.MustCompile(`\b[0-9a-f]{7}\b`)
-	measuredAt  = regexp.MustCompile(`measured at ([0-9a-f]{7,40})`)
+	hexCommit  = regexp.MustCompile(`\b[0-9a-f]{7}\b`)
+	measuredAt = regexp.MustCompile(`measured at ([0-9a-f]{7,40})`)
 )
 
 // quotedDocs: README.md and every docs/*.md but the generated BENCHMARKS.md.
@@ -107,13 +106,7 @@ func TestQuotedFiguresComeFromBench(t *testing.T) {
 		}
 		paras, lines := paragraphs(string(b))
 		for i, p := range paras {
-			prose := codeSpan.ReplaceAllString(p, "``")
-			var figs []string
-			for _, m := range figure.FindAllStringSubmatchIndex(prose, -1) {
-				if !bound.MatchString(prose[:m[2]]) {
-					figs = append(figs, prose[m[2]:m[3]])
-				}
-			}
+			figs := measuredFigures(p)
 			if len(figs) == 0 {
 				continue
 			}
@@ -163,10 +156,23 @@ func TestQuotedFiguresComeFromBench(t *testing.T) {
 	}
 }
 
+// measuredFigures: the figures a paragraph quotes as measurements, code
+// spans and bounds left out.
+func measuredFigures(p string) []string {
+	prose := codeSpan.ReplaceAllString(p, "``")
+	var figs []string
+	for _, m := range figure.FindAllStringSubmatchIndex(prose, -1) {
+		if !bound.MatchString(prose[:m[2]]) {
+			figs = append(figs, prose[m[2]:m[3]])
+		}
+	}
+	return figs
+}
+
 // commitsOf: the commit of a bench file's stamp, or, in one written before
 // the harness, every commit it names.
 func commitsOf(section string) []string {
-	if m := stampCommit.FindStringSubmatch(section); m != nil {
+	if m := stampLine.FindStringSubmatch(section); m != nil {
 		return []string{m[1][:7]}
 	}
 	return hexCommit.FindAllString(section, -1)
@@ -197,18 +203,13 @@ func TestFigureRules(t *testing.T) {
 		"`-benchtime 200x` and a 1024x14x14 tensor":     nil,
 		"| never exceeds 3x the budget | measured 2.2x": {"2.2x"},
 	} {
-		prose := codeSpan.ReplaceAllString(text, "``")
-		var got []string
-		for _, m := range figure.FindAllStringSubmatchIndex(prose, -1) {
-			if !bound.MatchString(prose[:m[2]]) {
-				got = append(got, prose[m[2]:m[3]])
-			}
-		}
+		got := measuredFigures(text)
 		if strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Errorf("%q: measured figures %q, want %q", text, got, want)
 		}
 	}
-	stamped := "## X\n\nMeasured at commit 29e4cc7, 2026-12-07, ...; command: `scripts/bench-x.sh`.\n"
+	stamped := "## X\n\nMeasured at commit 29e4cc7, 2026-12-07, CPU, 2 CPUs, kernel k; command: `scripts/bench-x.sh`; " +
+		"load average 1 1 1 before, 1 1 1 after; 3 s wall; measures: `cache`.\n\nan earlier run at 1234567\n"
 	legacy := "## Y\n\nfrom the run at abd7911 and 9d09968\n"
 	for _, c := range []struct {
 		para, section string
