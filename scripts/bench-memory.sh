@@ -27,6 +27,19 @@ limits=()
 for l in ${BENCH_MEMORY_LIMITS:-512MiB 1GiB 0}; do limits+=(--limit "$l"); done
 echo "## Peak memory over two ResNet-50 layers, $n images, read twice"
 echo
-echo "Command: \`BENCH_MEMORY_OLD=${BENCH_MEMORY_OLD:-} scripts/bench-memory.sh\`; commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'), $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); medians (min-max) of ${BENCH_ROUNDS:-3} interleaved rounds."
+echo "Medians (min-max) of ${BENCH_ROUNDS:-3} interleaved rounds."
 echo
 /usr/bin/python3 scripts/bench_memory.py "${arms[@]}" "${limits[@]}" --model "$model" --data "$work/data" --rounds "${BENCH_ROUNDS:-3}"
+echo
+echo "## More sessions than the limit holds: five ResNet-50 layers under --memory-limit 512MiB"
+echo
+echo "scripts/bench-memory-layers.sh, ${BENCH_ROUNDS:-3} runs: a mount with \`--memory-limit 512MiB\` warming layer12, 15, 16, 17"
+echo "and 18 in turn, twice (\`featurefs warm --jobs 8\`, 24 generated JPEGs); the extractor keeps up to 4 sessions and"
+echo "closes idle ones before an opening that would pass the limit. Target: peak RSS (VmHWM) <= 512 MiB."
+echo
+echo "| run | peak RSS (VmHWM), MiB | sessions open at the end | sessions' C heap, MiB | closed for memory |"
+echo "|---|---|---|---|---|"
+for r in $(seq "${BENCH_ROUNDS:-3}"); do
+  BENCH_WORK=$work/layers bash scripts/bench-memory-layers.sh "$bin" "run$r" |
+    awk -v r="$r" '{print "| " r " | " $3 " | " $5 " | " $11 " | " $9 " |"}'
+done

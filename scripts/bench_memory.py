@@ -21,7 +21,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import cell, loadavg, read_stats, unmount  # noqa: E402
+from benchlib import cell, loadavg, med, read_stats, unmount  # noqa: E402
 
 LAYERS = ("layer12", "layer18")
 
@@ -118,6 +118,19 @@ def main():
                   f"| {cell([mib(o['rss']) for o in rs], '{:.0f}')} | {cell([mib(o['c_heap_free']) for o in rs], '{:.0f}')} "
                   f"| {cell(sess, '{:.0f}') if sess else '-'} | {cell([o['seconds'] for o in rs], '{:.1f}')} "
                   f"| {cell([o['load'] for o in rs], '{:.1f}')} |")
+    print()
+    units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+    for limit in limits:
+        m = re.fullmatch(r"(\d+)([KMG]iB)", limit)
+        if not m:
+            continue
+        cap = int(m.group(1)) * units[m.group(2)]
+        for name, _ in arms:
+            hw = [o["hwm"] for o in res[(limit, name)] if "hwm" in o]
+            if hw:
+                print(f"- Target: peak RSS (VmHWM) <= {limit} under `--memory-limit {limit}` ({name}): "
+                      f"median {mib(med(hw)):.0f} MiB, the highest round {mib(max(hw)):.0f}: "
+                      f"**{'met' if med(hw) <= cap else 'missed'}**.")
     print()
     print("Traces (VmRSS in MiB, one sample a second), first round:")
     print()
