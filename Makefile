@@ -237,10 +237,14 @@ summary() {
       while IFS='|' read -r name r; do
         row "near-data batching: features/s batched vs one request per feature ($name)" "${r}x" "no target" "$area"; n=$((n + 1))
       done < <(sed -nE 's/^\| ([^|(]*[^ (]) \([^|]*\) \| [^|]* \| [^|]* \| \*\*([0-9.]+)x\*\* \|.*/\1|\2/p' "$f") ;;
-    ab)
-      while IFS='|' read -r name fig r; do
-        row "same-run A/B of two builds, new/old: $name, $fig" "${r}x" "no target (~1.00x: no speed change)" "$area"; n=$((n + 1))
-      done < <(sed -nE 's/^\| ([^|]*[^ |]) \| ([^|]*[^ |]) \| [^|]* \| [^|]* \| ([0-9.]+)x \|$/\1|\2|\3/p' "$f") ;;
+    memory)
+      while IFS='|' read -r l r hi v; do
+        row "memory: peak RSS (VmHWM) of a mount reading two ResNet-50 layers, \`--memory-limit $l\` (highest round $hi MiB)" "$r MiB" "<= $l: $v" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^- Target: peak RSS \(VmHWM\) <= ([0-9]+[KMG]iB) under `--memory-limit [^`]*` \(new\): median ([0-9]+) MiB, the highest round ([0-9]+): \*\*([a-z]+)\*\*\.$/\1|\2|\3|\4/p' "$f") ;;
+    autocompress)
+      while IFS='|' read -r r v; do
+        row "\`--cache-compression auto\` vs \`off\`, epoch 1 images/s (near-free model; median of per-round ratios)" "${r}x" ">= 0.98x: $v" "$area"; n=$((n + 1))
+      done < <(sed -nE 's/^Per round, `auto`.s images\/s over `off`.s: ([0-9.]+) \([^)]*\) \(target >= 0\.98: ([a-z]+)\).*/\1|\2/p' "$f") ;;
     scale)
       while read -r t r; do
         row "scale: DatasetFolder scan through the mount vs the source directory (ImageNet-shaped local source)" "${r}x" "<= ${t}x: $(verdict "$t" "$r")" "$area"; n=$((n + 1))
@@ -333,6 +337,12 @@ out=$(mktemp)
   echo "|---|---|"
   printf '%s\n' "${fresh[@]}"
   echo
+  recs=(docs/records/*.md)
+  if [ -f "${recs[0]}" ]; then
+    echo "Records, not rerun by the harness: same-run A/Bs of named builds and earlier runs of a section's benchmark, each"
+    echo "section naming the commits it ran (docs quote them as such):$(for r in "${recs[@]}"; do printf ' [%s](records/%s)' "$(basename "$r" .md)" "$(basename "$r")"; done)."
+    echo
+  fi
   for f in "$@"; do cat "$f"; echo; done
 } >"$out"
 mv "$out" docs/BENCHMARKS.md; chmod 644 docs/BENCHMARKS.md

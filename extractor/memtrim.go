@@ -34,7 +34,7 @@ import (
 // trimThreshold. Measured at 06087ba (1M entries, defaults, prefetch
 // busy): 374 MiB of free chunks, 7 MiB in use; MALLOC_ARENA_MAX=2, 34
 // MiB. Two arenas on a 2-core host cost no measurable extraction speed
-// (docs/bench/memory.md).
+// (docs/records/memory.md).
 //
 // busyTrimFree is what free chunks the C heap may hold while the mount
 // works: an inference loop past it after a batch trims the heaps, at most
@@ -49,7 +49,7 @@ import (
 // every batch faulted its activations back in: a featurefs serve at half
 // a core sending MobileNetV3-Large's layer1 spent 13% of its CPU in page
 // faults under ONNX Runtime and delivered 58-69 samples/s; trimming on
-// growth, 68-89, and a mount's peaks no higher (docs/bench/memory.md). Measured at
+// growth, 68-89, and a mount's peaks no higher (docs/records/memory.md). Measured at
 // ebd50b2 (1M entries, defaults, prefetch busy, 2 epochs; the C heap's
 // resident pages less its bytes in use, max of a 1 s trace, 3 rounds):
 // every 1 s with a 256 MiB trimThreshold, 405, 57 and 99 MiB (the first

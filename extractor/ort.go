@@ -395,7 +395,7 @@ var pipeModels = sync.OnceValue(func() bool {
 // ONNX Runtime's parse of them. Opening ResNet-50 to layer18 (90 MiB of
 // weights) from a byte slice held that slice through ONNX Runtime's parse
 // and its reordering of the weights, 90 MiB at the mount's peak
-// (docs/bench/memory.md). write's error, when it is not the pipe's reader
+// (docs/records/memory.md). write's error, when it is not the pipe's reader
 // going away, is returned as it is (a model file changed since it was
 // loaded: graph.ErrSourceChanged): write checks each piece before it
 // writes it, so ONNX Runtime never gets bytes other than the parsed ones,

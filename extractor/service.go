@@ -286,7 +286,7 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 // reordered weights, and the batches running meanwhile. Measured in a
 // mount warming five ResNet-50 layers under --memory-limit 512MiB: the
 // openings of layer17 and layer18 (94 MiB pruned) took the resident set
-// up by 242-264 MiB, 2.6-2.8 times (docs/bench/memory.md); 2.5 let the
+// up by 242-264 MiB, 2.6-2.8 times (docs/records/memory.md); 2.5 let the
 // peak pass the limit. mountopts.MemorySessionOpenFactor (2.5 times the
 // model's file) is the least a lone opening needs, for the refusal at
 // start.

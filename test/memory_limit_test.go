@@ -66,7 +66,7 @@ func TestMemoryLimitHoldsInAContainer(t *testing.T) {
 	}{
 		// 512MiB was OOM-killed when layer18's session opened while the
 		// parsed graph held the model file's bytes (peak 543 MiB by
-		// docs/bench/memory.md); with the weights read back from the file
+		// docs/records/memory.md); with the weights read back from the file
 		// when a session opens it held, by too little (peaks 474-517 MiB,
 		// over the limit in a .ci/run); with the pruned model piped to
 		// ONNX Runtime, never held whole, 387-408 MiB.

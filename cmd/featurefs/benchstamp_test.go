@@ -20,9 +20,7 @@ var stampLine = regexp.MustCompile("(?m)^Measured at commit ([0-9a-f]{7,40})(-di
 // which name no commit in its form. The list only shrinks: a file rerun
 // through scripts/bench.sh must leave it, and a new file must be stamped.
 var unstamped = map[string]bool{
-	"ab-gomaxprocs.md": true, "ab-passthrough-auto.md": true, "ab.md": true,
-	"autocompress.md": true, "gpu.md": true, "memory.md": true,
-	"scale.md": true,
+	"gpu.md": true, "scale.md": true,
 }
 
 // TestBenchFilesAreStamped: every bench script names the code it measures
@@ -97,6 +95,52 @@ func TestBenchFilesAreStamped(t *testing.T) {
 	sort.Strings(gone)
 	if len(gone) > 0 {
 		t.Errorf("the unstamped list names files that are not in docs/bench: %v", gone)
+	}
+}
+
+// TestRecordsNameTheirCommits: a docs/records file holds runs the harness
+// does not repeat (A/Bs of named builds, a benchmark's earlier runs). Its
+// first line marks it a record, its header says so to a reader, it names
+// the commits it ran, each one in this history, and it carries no stamp
+// (a stamped section belongs in docs/bench, where make bench-docs tracks
+// its freshness).
+func TestRecordsNameTheirCommits(t *testing.T) {
+	root := filepath.Join("..", "..")
+	files, _ := filepath.Glob(filepath.Join(root, "docs", "records", "*.md"))
+	if len(files) < 3 {
+		t.Fatalf("%d records: the glob is broken", len(files))
+	}
+	shallow, _ := exec.Command("git", "-C", root, "rev-parse", "--is-shallow-repository").Output()
+	history := strings.TrimSpace(string(shallow)) == "false"
+	for _, f := range files {
+		name := filepath.Base(f)
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		if !strings.HasPrefix(text, "<!-- record -->\n*A record, not rerun by scripts/bench.sh") {
+			t.Errorf("docs/records/%s does not begin with the record's marker and header", name)
+		}
+		if stampLine.MatchString(text) {
+			t.Errorf("docs/records/%s carries a harness stamp: a stamped section belongs in docs/bench", name)
+		}
+		commits := hexCommit.FindAllString(text, -1)
+		if len(commits) == 0 {
+			t.Errorf("docs/records/%s names no commit", name)
+		}
+		found := 0
+		for _, c := range commits {
+			if !history {
+				break
+			}
+			if exec.Command("git", "-C", root, "cat-file", "-e", c+"^{commit}").Run() == nil {
+				found++
+			}
+		}
+		if history && len(commits) > 0 && found == 0 {
+			t.Errorf("docs/records/%s names %v, none of them a commit of this history", name, commits)
+		}
 	}
 }
 

@@ -13,8 +13,10 @@ import (
 var figure = regexp.MustCompile(`(?:^|[^\w.])(\d+(?:\.\d+)?x)\b`)
 
 // benchRef matches a benchmark section cited in a paragraph, as a link
-// or a bare path: docs/bench/mount.md (from docs/, without docs/).
-var benchRef = regexp.MustCompile(`(?:docs/)?bench/[a-z0-9_-]+\.md`)
+// or a bare path: docs/bench/mount.md (from docs/, without docs/), or a
+// record of earlier runs, docs/records/ab.md, whose figures are of the
+// commits it names.
+var benchRef = regexp.MustCompile(`(?:docs/)?(?:bench|records)/[a-z0-9_-]+\.md`)
 
 // paragraphs splits markdown into what one citation covers: a paragraph,
 // a list item or a table row; fenced code blocks are left out. Each comes

@@ -11,10 +11,10 @@ import (
 
 // mdRef matches a markdown file of the repository's kind named in text: a
 // bare upper-case name (README.md, LAYERS.md) or a path under docs/ or
-// bench/, with any ../ before it (docs/SERVE.md, bench/mount.md,
+// bench/ or records/, with any ../ before it (docs/SERVE.md, bench/mount.md,
 // ../README.md). Other names (an object key, a work file) are not cited
 // documents.
-var mdRef = regexp.MustCompile(`(?:^|[^\w/.])((?:\.\./)*(?:(?:docs/|bench/)[\w/-]*|[A-Z][A-Z0-9_-]*)\.md)\b`)
+var mdRef = regexp.MustCompile(`(?:^|[^\w/.])((?:\.\./)*(?:(?:docs/|bench/|records/)[\w/-]*|[A-Z][A-Z0-9_-]*)\.md)\b`)
 
 // Every markdown file that the repository's code, scripts and docs name
 // exists in the repository (issue 24: docs/FEATURE-STORE.md and three

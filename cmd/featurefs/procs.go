@@ -15,7 +15,7 @@ import (
 // wake-up. Twice the Ps keeps one free for it meanwhile: in two A/Bs of
 // the same build on 2 cores, epoch 1 through the mount ran 1.05-1.07x the
 // images/s at 0.95-1.00x the mount's CPU per image, and the extractor
-// alone on ResNet-50 was unchanged (docs/bench/ab-gomaxprocs.md).
+// alone on ResNet-50 was unchanged (docs/records/ab-gomaxprocs.md).
 func moreProcs() {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return

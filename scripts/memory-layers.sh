@@ -6,8 +6,9 @@
 # JPEGs; prints the mount's peak resident set (VmHWM), its sessions open
 # at the end, created, closed for memory and their bytes (stats).
 #
-#   scripts/bench-memory-layers.sh BIN LABEL   (as root: it mounts; run
-#   it for two builds in turn, 3 rounds, as docs/bench/memory.md did)
+#   scripts/memory-layers.sh BIN LABEL   (as root: it mounts;
+#   scripts/bench-memory.sh runs it for its second section, and two builds
+#   in turn make an A/B, as docs/records/memory.md records)
 set -euo pipefail
 scripts=$(cd "$(dirname "$0")" && pwd)
 bin=$(realpath "$1"); label=$2
