@@ -241,7 +241,7 @@ var _ Peeker = (*localBucket)(nil)
 // order need all of the directory's names, read and sorted (in a walk of
 // 1,000 class directories each was read whole twice, for the look and for
 // its listing: a tenth of the mount's CPU in a DatasetFolder scan,
-// docs/bench/scale.md). Its Next, when the directory has more entries,
+// docs/records/scale.md). Its Next, when the directory has more entries,
 // starts a List from the top, which covers them (and repeats some).
 func (b *localBucket) Peek(ctx context.Context, prefix string, n int) (Page, error) {
 	n = min(max(n, 1), b.pageSize)

@@ -8,7 +8,7 @@
 // by default), which live until evicted: a mount with a full budget was
 // measured at 271 MiB live and 613 MiB resident after a DatasetFolder scan
 // of 10,000,000 entries, and at 356 MiB live and 771 MiB resident after
-// two epochs (docs/bench/scale.md). The garbage the collector let pile up
+// two epochs (docs/records/scale.md). The garbage the collector let pile up
 // beside them was larger than anything the mount keeps.
 //
 // So the pacer sets Go's GC percentage after every collection from the
@@ -17,7 +17,7 @@
 // for a small heap (a mount that has read little) and a fixed share of a
 // large one. The listings are pointer-free byte blobs (namespace/packed.go),
 // which the collector marks without scanning, so the extra collections cost
-// little CPU (docs/bench/scale.md measures it).
+// little CPU (docs/records/scale.md measures it).
 //
 // It runs in the finalizer goroutine, once per collection: no goroutine of
 // its own. GOGC set in the environment turns it off (the user's choice

@@ -12,7 +12,7 @@ import (
 // operating system only gradually: a mount measured after a DatasetFolder
 // scan of 1,000,000 entries and two epochs held 102 MiB of free heap, and
 // its resident set still moved by tens of MiB over the next minutes while
-// nothing read it (docs/bench/scale.md). So once neither the kernel nor
+// nothing read it (docs/records/scale.md). So once neither the kernel nor
 // the pipeline has asked anything of the mount for idleRelease, after
 // some work, the mount collects and returns every free page
 // (debug.FreeOSMemory), once per idle period: a full collection of the

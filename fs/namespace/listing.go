@@ -566,7 +566,7 @@ const dirBatch = 256
 // saves). A full budget does not stop it: what a listing read ahead evicts
 // is the coldest, in a walk a directory it has read (at 10,000,000 entries,
 // where the listings fill the budget, a walk that stopped reading ahead
-// read each directory while the reader waited: docs/bench/scale.md).
+// read each directory while the reader waited: docs/records/scale.md).
 const (
 	aheadDirs   = 4
 	aheadRuns   = 2

@@ -74,7 +74,7 @@ func (ns *Namespace) Lookup(ctx context.Context, prefix, name string) (naming.En
 		// listing, which the next name in it reads again. A dataset
 		// larger than the budget sampled at random did that on every
 		// read (10,000,000 entries: 34 samples/s against 318 at
-		// 1,000,000, docs/bench/scale.md); Stat calls for the one name
+		// 1,000,000, docs/records/scale.md); Stat calls for the one name
 		// cost what the name costs.
 		ns.counts.crowdedLookups.Add(1)
 		return ns.statLookup(ctx, prefix, name)

@@ -53,7 +53,7 @@ type Config struct {
 	// ListRanges enables the key ranges (with ListFanout > 1): for stores
 	// where a page started at a key (StartAfter) costs what a continued
 	// one does (AWS S3); a local MinIO answers each such page with a walk
-	// of the prefix from its start (docs/bench/scale.md).
+	// of the prefix from its start (docs/records/scale.md).
 	ListRanges bool
 }
 
