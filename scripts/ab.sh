@@ -14,7 +14,7 @@
 # Prints markdown on stdout: medians with min-max, and NEW/OLD ratios of
 # the medians.
 #
-#   OLD=/path/to/old/featurefs scripts/bench-ab.sh     (NEW: bin/featurefs)
+#   OLD=/path/to/old/featurefs scripts/ab.sh     (NEW: bin/featurefs)
 # Env: OLD (required), NEW, AB_ROUNDS (3), AB_JPEGS (64, extract),
 #      AB_IMAGES (1000, epoch 1), BENCH_IMAGES / BENCH_LS_ENTRIES (passed on
 #      to bench-mount.sh; 256 and 20000 here).
@@ -30,28 +30,30 @@ WORK=$(mktemp -d /tmp/featurefs-ab.XXXXXX)
 MNT=$WORK/mnt
 MINIO_PID=
 trap epoch_cleanup EXIT
-mkdir -p "$MNT" "$WORK/minio"
+mkdir -p "$MNT" "$WORK/minio" "$WORK/extract" "$WORK/epoch"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "## Same-run A/B: $(basename "$NEW") vs $(basename "$OLD")"
 echo
-echo "Command: \`OLD=$OLD NEW=$NEW scripts/bench-ab.sh\` ($(nproc) CPUs, $ROUNDS interleaved rounds). Load average (1, 5, 15 min) $(load) at the start."
+echo "Command: \`OLD=$OLD NEW=$NEW scripts/ab.sh\` ($(nproc) CPUs, $ROUNDS interleaved rounds). Load average (1, 5, 15 min) $(load) at the start."
 echo
+
+# run_kind V FILE (run_rounds, the order alternating): $PHASE's run of build
+# V (old: $OLD, new: $NEW), its figures as JSON in FILE.
+run_kind() {
+  local b=$OLD
+  [ "$1" = new ] && b=$NEW
+  "$PHASE" "$b" >"$2"
+}
 
 # 1. extract
 gen_extract_jpegs "$WORK/jpegs" "${AB_JPEGS:-64}" >/dev/null
 RESNET=$(model_path resnet50)
-: >"$WORK/extract.jsonl"
-for ((r = 0; r < ROUNDS; r++)); do
-  order=(old new)
-  ((r % 2)) && order=(new old)
-  for v in "${order[@]}"; do
-    b=$OLD
-    [ "$v" = new ] && b=$NEW
-    "$b" bench --model "$RESNET" --modes extract --layers layer12 --device cpu "$WORK/jpegs" 2>/dev/null |
-      "$PY" -c "import json,sys; d=json.loads(sys.stdin.readline()); print(json.dumps({'v':'$v','ips':d['images_per_s'],'cpu':1000*d['cpu_seconds']/d['images']}))" >>"$WORK/extract.jsonl"
-  done
-done
+extract() {
+  "$1" bench --model "$RESNET" --modes extract --layers layer12 --device cpu "$WORK/jpegs" 2>/dev/null |
+    "$PY" -c "import json,sys; d=json.loads(sys.stdin.readline()); print(json.dumps({'ips':d['images_per_s'],'cpu':1000*d['cpu_seconds']/d['images']}))"
+}
+PHASE=extract run_rounds ab-extract "$ROUNDS" "$WORK/extract" old new
 
 # 2. epoch 1 through a mount
 IMAGES=${AB_IMAGES:-1000}
@@ -62,35 +64,26 @@ start_minio "$WORK/minio" "$WORK/minio.log"
 rm -f "$WORK/images/manifest.json"
 "$PY" "$REPO/scripts/bench_epoch.py" upload --endpoint "$ENDPOINT" --bucket abbench --dir "$WORK/images" >/dev/null
 "$PY" "$REPO/scripts/bench_delivery.py" export --out "$WORK/tiny.onnx" 2>/dev/null
-: >"$WORK/epoch.jsonl"
-for ((r = 0; r < ROUNDS; r++)); do
-  order=(old new)
-  ((r % 2)) && order=(new old)
-  for v in "${order[@]}"; do
-    b=$OLD
-    [ "$v" = new ] && b=$NEW
-    "$PY" "$REPO/scripts/bench_delivery.py" mount --bin "$b" --model "$WORK/tiny.onnx" --layer layer0 --endpoint "$ENDPOINT" \
-      --bucket abbench --mnt "$MNT" --cache-dir "$WORK/cache" --log "$WORK/log" --prefetch tree --epochs 1 >"$WORK/out.json" 2>/dev/null
-    rm -rf "$WORK/cache"
-    "$PY" -c "import json; p=json.load(open('$WORK/out.json'))['passes'][0]; n=p['samples']; print(json.dumps({'v':'$v','ips':n/p['seconds'],'cpu':1000*p['mount_cpu']/n}))" >>"$WORK/epoch.jsonl"
-  done
-done
+epoch() {
+  "$PY" "$REPO/scripts/bench_delivery.py" mount --bin "$1" --model "$WORK/tiny.onnx" --layer layer0 --endpoint "$ENDPOINT" \
+    --bucket abbench --mnt "$MNT" --cache-dir "$WORK/cache" --log "$WORK/log" --prefetch tree --epochs 1 >"$WORK/out.json" 2>/dev/null
+  rm -rf "$WORK/cache"
+  "$PY" -c "import json; p=json.load(open('$WORK/out.json'))['passes'][0]; n=p['samples']; print(json.dumps({'ips':n/p['seconds'],'cpu':1000*p['mount_cpu']/n}))"
+}
+PHASE=epoch run_rounds ab-epoch "$ROUNDS" "$WORK/epoch" old new
 
-"$PY" - "$WORK/extract.jsonl" "$WORK/epoch.jsonl" <<'EOF'
-import json, statistics, sys
+bench_py - "$WORK/extract" "$WORK/epoch" <<'EOF'
+import glob, json, os, sys
+from benchlib import cell, med
 names = ["extract (ResNet-50 layer12, the extractor alone)", "epoch 1 through the mount (near-free model, MinIO)"]
 print("| benchmark | figure | old median (min-max) | new median (min-max) | new/old |")
 print("|---|---|---:|---:|---:|")
-for name, path in zip(names, sys.argv[1:]):
-    rows = [json.loads(l) for l in open(path)]
+for name, d in zip(names, sys.argv[1:]):
+    # run_rounds' files: DIR/rR-V.json
+    rows = {v: [json.load(open(p)) for p in glob.glob(os.path.join(d, f"r*-{v}.json"))] for v in ("old", "new")}
     for key, label in (("ips", "images/s"), ("cpu", "CPU ms/image")):
-        med = {}
-        cells = []
-        for v in ("old", "new"):
-            xs = [r[key] for r in rows if r["v"] == v]
-            med[v] = statistics.median(xs)
-            cells.append(f"{med[v]:.2f} ({min(xs):.2f}-{max(xs):.2f})")
-        print(f"| {name} | {label} | {cells[0]} | {cells[1]} | {med['new'] / med['old']:.2f}x |")
+        xs = {v: [r[key] for r in rows[v]] for v in rows}
+        print(f"| {name} | {label} | {cell(xs['old'])} | {cell(xs['new'])} | {med(xs['new']) / med(xs['old']):.2f}x |")
 EOF
 echo
 echo "Load average at the end of these: $(load)."

@@ -30,15 +30,16 @@ WORK=$(mktemp -d "/tmp/featurefs-bench-archive.XXXXXX")
 MNT=$WORK/mnt
 MINIO_PID=
 trap epoch_cleanup EXIT
-mkdir -p "$MNT" "$WORK/r"
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+mkdir -p "$MNT"
 MODEL=$WORK/tiny.onnx
 "$PY" "$REPO/scripts/bench_delivery.py" export --out "$MODEL" 2>/dev/null
 S="$PY $REPO/scripts/bench_archive_index.py"
 
+# run_kind KIND FILE (run_rounds): a fresh mount of $WORK/$NAME/KIND lists
+# big/$SUB.
 run_kind() {
   local kind=$1 out=$2 tag pid
-  tag=$(basename "$out" .json)
+  tag=$NAME-$(basename "$out" .json)
   featurefs_mount --model "tiny=$MODEL" --cache-dir "$WORK/cache-$tag" --log-file "$WORK/featurefs-$tag.log" \
     --device cpu --prefetch off "$WORK/$NAME/$kind" "$MNT" 2>/dev/null
   wait_mounted "$MNT"
@@ -52,19 +53,13 @@ FILES=()
 for NAME in $NAMES; do
   echo "bench-archive-index: $MEMBERS members, $NAME names..." >&2
   SUB=$($S tree --out "$WORK/$NAME" --members "$MEMBERS" --names "$NAME")
-  for ((r = 1; r <= ROUNDS; r++)); do
-    rotated $((r - 1)) plain tar
-    for kind in "${ROTATED[@]}"; do
-      echo "bench-archive-index: $NAME round $r/$ROUNDS: $kind (load $(cut -d' ' -f1 /proc/loadavg))..." >&2
-      run_kind "$kind" "$WORK/r/$NAME-$kind-$r.json"
-      FILES+=("$WORK/r/$NAME-$kind-$r.json")
-    done
-  done
+  mkdir -p "$WORK/r/$NAME"
+  run_rounds --load "bench-archive-index: $NAME" "$ROUNDS" "$WORK/r/$NAME" plain tar
+  FILES+=("$WORK/r/$NAME"/r*-*.json)
   rm -rf "${WORK:?}/$NAME"
 done
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "## Archive index: listing a tar of $MEMBERS members against the same names as plain files"
 echo
-echo "Command: \`make bench\` (scripts/bench-archive-index.sh, BENCH_ROUNDS=$ROUNDS, BENCH_ARCHIVE_MEMBERS=$MEMBERS, $(nproc) CPUs (nproc), load average $LOAD_BEFORE before, $LOAD_AFTER after). A local-directory source holding big/data.tar ($MEMBERS members of 1 byte, PAX headers) and one holding the same paths as empty files; a fresh mount and cache of each (the tiny model, \`--prefetch off --device cpu\`, \`--metadata-cache-size\` at its default, 256 MiB) lists the members' directory with one \`os.listdir\` (first, then a second); the mount's VmHWM (peak RSS) and VmRSS and its stats after. Names: short (\`n0000000.jpg\`) and long (800-byte member paths: three 180-byte directories and a 251-byte base name). $ROUNDS interleaved rounds; figures: median (min-max)."
+echo "A local-directory source holding big/data.tar ($MEMBERS members of 1 byte, PAX headers) and one holding the same paths as empty files; a fresh mount and cache of each (the tiny model, \`--prefetch off --device cpu\`, \`--metadata-cache-size\` at its default, 256 MiB) lists the members' directory with one \`os.listdir\` (first, then a second); the mount's VmHWM (peak RSS) and VmRSS and its stats after. Names: short (\`n0000000.jpg\`) and long (800-byte member paths: three 180-byte directories and a 251-byte base name). $ROUNDS interleaved rounds; figures: median (min-max)."
 echo
 $S report --rounds "${FILES[@]}"

@@ -36,7 +36,6 @@ for ((i = 0; i < ROWS; i++)); do
   mkdir -p "$WORK/src/train/c$c"
   cp "$WORK/distinct/$(printf %04d $((i % 200))).jpg" "$WORK/src/train/c$c/$(printf %06d "$i").jpg"
 done
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 ARRAY=$MNT/arrays/pool2048/layer2/train.npy
 ARGS=()
 for ((r = 0; r < ROUNDS; r++)); do
@@ -71,6 +70,4 @@ for ((r = 0; r < ROUNDS; r++)); do
   unmount "$MNT"
   ARGS+=(--round "${spec[@]}")
 done
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
-$A report "${ARGS[@]}" --command "scripts/bench-arrays.sh" \
-  --env "BENCH_ROUNDS=$ROUNDS, BENCH_ARRAY_ROWS=$ROWS, load average $LOAD_BEFORE before, $LOAD_AFTER after; the commit, machine and command: the stamp above"
+$A report "${ARGS[@]}"

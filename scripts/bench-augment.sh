@@ -39,16 +39,8 @@ need_bin
 grep -q -- "-augment" <<<"$("$BIN" mount -h 2>&1)" || { echo "$BIN has no --augment flag: rebuild (make build)" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/featurefs-bench-augment.XXXXXX)
 MNT=$WORK/mnt
-cleanup() {
-  local rc=$?
-  unmount "$MNT" || true
-  if [ $rc -ne 0 ]; then
-    for f in "$WORK"/featurefs-*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
-  fi
-  rm -rf "$WORK"
-  exit $rc
-}
-trap cleanup EXIT
+MINIO_PID= # no MinIO: epoch_cleanup (lib.sh) unmounts, tails the logs on failure, removes WORK
+trap epoch_cleanup EXIT
 mkdir -p "$MNT"
 MODEL=$WORK/tiny.onnx
 "$PY" "$REPO/scripts/bench_delivery.py" export --out "$MODEL" 2>/dev/null
@@ -58,7 +50,6 @@ PER_CLASS=$(((IMAGES + CLASSES - 1) / CLASSES))
   --formats jpg --min-side 160 --max-side 640 2>/dev/null
 rm -f "$WORK/images/manifest.json"
 IMAGES=$((PER_CLASS * CLASSES))
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 ARGS=()
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -69,8 +60,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
   rm -rf "$WORK/cache-r$r"
   ARGS+=(--round "$WORK/r$r.json")
 done
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-"$PY" "$REPO/scripts/bench_augment.py" report "${ARGS[@]}" --workers "$WORKERS" --command "make bench" \
-  --image-desc "$CLASSES classes, JPEG, sides 160-640 px" \
-  --env "scripts/bench-augment.sh at $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown), BENCH_AUGMENT_IMAGES=$IMAGES, BENCH_AUGMENT_VIEWS=$VIEWS, BENCH_ROUNDS=$ROUNDS, BENCH_AUGMENT_EPOCHS=$EPOCHS, $(nproc) CPUs (nproc), load average $LOAD_BEFORE before, $LOAD_AFTER after"
+"$PY" "$REPO/scripts/bench_augment.py" report "${ARGS[@]}" --workers "$WORKERS" \
+  --image-desc "$CLASSES classes, JPEG, sides 160-640 px"

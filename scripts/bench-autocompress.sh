@@ -37,8 +37,7 @@ MNT=$WORK/mnt
 MINIO_PID=
 trap epoch_cleanup EXIT
 mkdir -p "$MNT" "$WORK/minio"
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "bench-autocompress: $IMAGES JPEGs, $ROUNDS rounds, load $LOAD_BEFORE" >&2
+echo "bench-autocompress: $IMAGES JPEGs, $ROUNDS rounds, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 start_minio "$WORK/minio" "$WORK/minio.log"
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes "$CLASSES" --train $(((IMAGES + CLASSES - 1) / CLASSES)) \
   --val 0 --formats jpg --min-side 375 --max-side 800 2>/dev/null

@@ -16,8 +16,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 ROUNDS=${BENCH_ROUNDS:-5}
-WORK=$(mktemp -d /tmp/featurefs-bench-batch.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+bench_work bench-batch
 cd "$REPO"
 echo "bench-batch: building fs/remote's test binary..." >&2
 go test -c -o "$WORK/remote.test" ./fs/remote >&2
@@ -25,10 +24,10 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "bench-batch: $ROUNDS rounds of BenchmarkBatchVsSingle..." >&2
 (cd fs/remote && "$WORK/remote.test" -test.run '^$' -test.bench '^BenchmarkBatchVsSingle$' \
   -test.benchtime 1x -test.count "$ROUNDS") >"$WORK/out.txt" 2>&1 || { cat "$WORK/out.txt" >&2; exit 1; }
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
-"$PY" - "$WORK/out.txt" "$ROUNDS" "$(nproc)" "$LOAD_BEFORE" "$LOAD_AFTER" <<'PYEOF'
-import re, statistics, sys
-path, rounds, cpus, before, after = sys.argv[1:]
+bench_py - "$WORK/out.txt" "$ROUNDS" "$LOAD_BEFORE" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PYEOF'
+import re, sys
+from benchlib import cell, med, span
+path, rounds, before, after = sys.argv[1:]
 runs = {}
 for line in open(path):
     m = re.match(r"BenchmarkBatchVsSingle/shape=\[([0-9 _]+)\]\S*\s+\d+\s+(.*)", line)
@@ -41,8 +40,8 @@ if len(runs) != 2 or any(len(r) != int(rounds) for r in runs.values()):
 names = {"2048": "2048 floats (ResNet-50 layer18, 8 KiB)", "1024_14_14": "1024x14x14 (layer12, 784 KiB)"}
 print("## Near-data batching: features/s, batched vs one request per feature")
 print()
-print("Command: `make bench` (scripts/bench-batch.sh: `go test -run '^$' -bench BatchVsSingle -benchtime 1x -count %s ./fs/remote`, "
-      "%s CPUs (nproc), load average %s before, %s after)." % (rounds, cpus, before, after))
+print("`go test -run '^$' -bench BatchVsSingle -benchtime 1x -count %s ./fs/remote` (a test binary built first; "
+      "load average %s before its rounds, %s after)." % (rounds, before, after))
 print("A `featurefs serve` server (fs/remote.Server, wire compression off) on loopback whose cache holds 2048 features, "
       "read by 64 concurrent readers through fs/remote.Client: batched (`--remote-max-batch 64`, 4 requests in flight) "
       "against one request per feature (`--remote-max-batch 1`, 16 in flight); no model runs, so this is the per-request "
@@ -55,7 +54,6 @@ for shape, rs in runs.items():
     b = [r["batched_features/s"] for r in rs]
     s = [r["single_features/s"] for r in rs]
     q = [r["ratio"] for r in rs]
-    print("| %s | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | **%.2fx** | %.2f-%.2fx | %s |" % (
-        names.get(shape, shape), statistics.median(b), min(b), max(b), statistics.median(s), min(s), max(s),
-        statistics.median(q), min(q), max(q), ", ".join("%.2f" % x for x in q)))
+    print("| %s | %s | %s | **%.2fx** | %s | %s |" % (
+        names.get(shape, shape), cell(b, "{:.0f}"), cell(s, "{:.0f}"), med(q), span(q, "x"), ", ".join("%.2f" % x for x in q)))
 PYEOF

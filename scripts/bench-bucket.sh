@@ -8,7 +8,7 @@
 #   scripts/bench-bucket.sh
 # Env: BENCH_SECONDS (2): time per case.
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 SECS=${BENCH_SECONDS:-2}
 cd "$REPO"
 OUT=$(go test ./fs/bucket/ -run '^$' -bench '^BenchmarkGet$' -benchtime "${SECS}s" -count 1 2>&1) || { echo "$OUT" >&2; exit 1; }
@@ -19,13 +19,12 @@ PAR=$(rate 'BenchmarkGet/bucket.Get/callers=16')
 if [ -z "$SDK" ] || [ -z "$ONE" ] || [ -z "$PAR" ]; then echo "$OUT" >&2; exit 1; fi
 R1=$(awk -v a="$ONE" -v b="$SDK" 'BEGIN { printf "%.2f", a / b }')
 R16=$(awk -v a="$PAR" -v b="$ONE" 'BEGIN { printf "%.2f", a / b }')
-LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 
 cat <<MD
 ## Bucket: small-object GETs from MinIO
 
 \`scripts/bench-bucket.sh\` (64 objects of 110 KiB on a local MinIO over 127.0.0.1, ${SECS}s per case;
-$(nproc) CPUs shared by MinIO and the client, load average $LOAD after the run)
+the CPUs shared by MinIO and the client)
 
 | case | objects/s |
 |---|---|

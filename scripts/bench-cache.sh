@@ -18,9 +18,10 @@
 # the median of which is reported; TMPDIR: where the data goes (the disk
 # being measured).
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 ROUNDS=${BENCH_ROUNDS:-8}
 COUNT=${BENCH_COUNT:-3}
+DATA=${TMPDIR:-/tmp}
 cd "$REPO"
 OUT=$(go test ./cache/ -run '^$' -bench '^Benchmark(WarmRead|Write)$' -benchtime "${ROUNDS}x" -count "$COUNT" 2>&1) ||
 	{ echo "$OUT" >&2; exit 1; }
@@ -39,16 +40,15 @@ done
 ALL=$(echo "$OUT" | awk '$1 ~ /^BenchmarkWarmRead/ {for (i=2;i<NF;i++) if ($(i+1)=="ratio") printf "%s%.2f", (n++ ? ", " : ""), $i}')
 CPU_ROUNDS=${BENCH_CPU_ROUNDS:-3}
 CPU_FEATURES=${BENCH_CPU_FEATURES:-48}
-CPU_OUT=$(go run ./scripts/benchcache -rounds "$CPU_ROUNDS" -features "$CPU_FEATURES" -dir "${TMPDIR:-/tmp}") ||
+CPU_OUT=$(go run ./scripts/benchcache -rounds "$CPU_ROUNDS" -features "$CPU_FEATURES" -dir "$DATA") ||
 	{ echo "$CPU_OUT" >&2; exit 1; }
-LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
-FS=$(df -T "${TMPDIR:-/tmp}" | awk 'NR==2 {print $2}')
+FS=$(df -T "$DATA" | awk 'NR==2 {print $2}')
 
 cat <<MD
 ## Cache: warm reads of 800 KB features vs local files
 
 \`scripts/bench-cache.sh\` (\`go test ./cache/ -bench '^Benchmark(WarmRead|Write)\$' -benchtime ${ROUNDS}x -count $COUNT\`,
-median of $COUNT runs; $(nproc) CPUs, load average $LOAD after the run; data in ${TMPDIR:-/tmp} on $FS)
+median of $COUNT runs; data in $DATA on $FS)
 
 | case | figure |
 |---|---|
@@ -65,13 +65,10 @@ stored in a file of its own, its index entry in Badger (docs/CACHE.md); the cach
 chunk. The ratio measures the cache's per-read overhead: the key hash, the index, Badger's LSM lookup of the
 pointer, the open and the checksum. Writes add a temporary file renamed into place, the index entry in Badger
 and evictions (whose files are unlinked at once).
-MD
-
-cat <<MD
 
 ## Cache alone: CPU per 803 KB feature, Put and Get vs plain files
 
-\`go run ./scripts/benchcache -rounds $CPU_ROUNDS -features $CPU_FEATURES\` (in \`scripts/bench-cache.sh\`; data in ${TMPDIR:-/tmp} on $FS).
+\`go run ./scripts/benchcache -rounds $CPU_ROUNDS -features $CPU_FEATURES\` (in \`scripts/bench-cache.sh\`; data in $DATA on $FS).
 Each phase Puts, then Gets (warm), then reads in 128 KiB \`ReadAt\` pieces as the mount does (plain files: open, pread, close) $CPU_FEATURES ResNet-50 layer12-shaped features (802,944 B .npy of post-ReLU float32,
 about half zeros) from W goroutines; CPU is the process's getrusage user+sys over the phase (Badger's goroutines
 and the GC included) per feature; the plain-files baseline is \`os.WriteFile\`/\`os.ReadFile\` of the same bytes

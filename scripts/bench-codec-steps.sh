@@ -19,8 +19,7 @@ set -euo pipefail
 COUNT=${BENCH_COUNT:-3}
 BTIME=${BENCH_TIME:-0.3s}
 cd "$REPO"
-WORK=$(mktemp -d /tmp/featurefs-codec-steps.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+bench_work codec-steps
 OUT=$WORK/out.txt
 go test -c -o "$WORK/codec.test" ./cache/codec
 for i in $(seq "$COUNT"); do
@@ -28,24 +27,20 @@ for i in $(seq "$COUNT"); do
   "$WORK/codec.test" -test.run '^$' -test.bench '^Benchmark(Step|Encode|Decode|ReadAt|S2Planes|ShufflePath)' \
     -test.benchtime "$BTIME" -test.count 1 >>"$OUT" 2>&1 || { cat "$OUT" >&2; exit 1; }
 done
-"$PY" - "$OUT" "$COUNT" "$BTIME" <<'PYEOF'
-import re, statistics, sys
+bench_py - "$OUT" "$COUNT" "$BTIME" <<'PYEOF'
+import re, sys
+from benchlib import cell, med
 path, count, btime = sys.argv[1], sys.argv[2], sys.argv[3]
-runs = {}
-order = []
+runs = {}  # in the order of the output
 for line in open(path):
     f = line.split()
     if not f or not f[0].startswith("Benchmark") or len(f) < 4:
         continue
     name = re.sub(r"-\d+$", "", f[0][len("Benchmark"):])
     vals = {f[i + 1]: float(f[i]) for i in range(2, len(f) - 1, 2) if re.match(r"^[0-9.e+-]+$", f[i])}
-    if name not in runs:
-        runs[name] = []
-        order.append(name)
-    runs[name].append(vals)
+    runs.setdefault(name, []).append(vals)
 def fig(xs, fmt):
-    m = statistics.median(xs)
-    return fmt.format(m) if len(xs) < 2 else f"{fmt.format(m)} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
+    return cell(xs, fmt) if len(xs) > 1 else fmt.format(med(xs))
 print("## Codec steps: cache/codec's benchmarks on activation-like data")
 print()
 print(f"cache/codec's test binary with `-test.bench '^Benchmark(Step|Encode|Decode|ReadAt|S2Planes|ShufflePath)' -test.benchtime {btime}`,")
@@ -56,8 +51,7 @@ print("collector's). ratio: raw bytes over stored bytes (S2 unless the name says
 print()
 print("| benchmark | us/op | CPU us/op | MB/s | ratio | allocs/op |")
 print("|---|---:|---:|---:|---:|---:|")
-for name in order:
-    rs = runs[name]
+for name, rs in runs.items():
     col = lambda k: [r[k] for r in rs if k in r]
     ns, cpu, mbs, ratio, allocs = col("ns/op"), col("cpu-ns/op"), col("MB/s"), col("ratio"), col("allocs/op")
     print("| " + " | ".join([
@@ -65,7 +59,7 @@ for name in order:
         fig([x / 1000 for x in ns], "{:.1f}") if ns else "",
         fig([x / 1000 for x in cpu], "{:.1f}") if cpu else "",
         fig(mbs, "{:.0f}") if mbs else "",
-        f"{statistics.median(ratio):.2f}x" if ratio else "",
-        f"{statistics.median(allocs):.0f}" if allocs else "",
+        f"{med(ratio):.2f}x" if ratio else "",
+        f"{med(allocs):.0f}" if allocs else "",
     ]) + " |")
 PYEOF

@@ -16,8 +16,7 @@ set -euo pipefail
 need_bin
 IMAGES=${BENCH_IMAGES:-32}
 ROUNDS=${BENCH_ROUNDS:-3}
-WORK=$(mktemp -d /tmp/featurefs-bench-codec.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+bench_work bench-codec
 
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes 2 --train $((IMAGES / 2)) --val 0 \
   --min-side 160 --max-side 640 2>/dev/null
@@ -36,19 +35,19 @@ done
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 TABLE=$(cd "$REPO" && go run ./scripts/benchcodec -rounds "$ROUNDS" "${SETS[@]}")
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+S2=$(echo "$TABLE" | awk -F'|' '$2 ~ /resnet50 layer12 float32/ && $3 ~ /^ s2 $/ {gsub(/[ *x]/, "", $6); print $6}')
 
 cat <<MD
 ## Codec: feature bytes in the cache, per method
 
-Command: \`make bench\` (scripts/bench-codec.sh, $(nproc) CPUs). $IMAGES generated images (160-640 px), their features
+$IMAGES generated images (160-640 px), their features
 extracted by \`featurefs extract\` (torchvision models with seeded random weights) as float32 and float16 \`.npy\` files;
 each codec method (cache/codec: 64 KiB chunks shuffled by element size, each compressed on its own) encodes, decodes
 and reads 200 random 4 KiB ranges of every file, $ROUNDS rounds with the methods' order rotating: medians (min-max) on one
 goroutine. Features per GiB: how many a 1 GiB cache holds as they are and compressed. The cache's default is s2
-(\`--cache-compression\`). Load average (1, 5, 15 min) $LOAD0 before, $LOAD1 after.
+(\`--cache-compression\`). Load average (1, 5, 15 min) $LOAD0 before the codec's rounds (after the extraction), $LOAD1 after.
 
 $TABLE
+
+- ResNet-50 layer12 float32 in the cache (s2): **${S2}x** smaller (target >= 1.6x).
 MD
-S2=$(echo "$TABLE" | awk -F'|' '$2 ~ /resnet50 layer12 float32/ && $3 ~ /^ s2 $/ {gsub(/[ *x]/, "", $6); print $6}')
-echo
-echo "- ResNet-50 layer12 float32 in the cache (s2): **${S2}x** smaller (target >= 1.6x)."

@@ -46,8 +46,7 @@ MNT=$WORK/mnt
 MINIO_PID=
 trap epoch_cleanup EXIT
 mkdir -p "$MNT" "$WORK/minio"
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "bench-delivery: $IMAGES JPEGs, $ROUNDS rounds, load $LOAD_BEFORE" >&2
+echo "bench-delivery: $IMAGES JPEGs, $ROUNDS rounds, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 start_minio "$WORK/minio" "$WORK/minio.log"
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes "$CLASSES" --train $(((IMAGES + CLASSES - 1) / CLASSES)) \
   --val 0 --formats jpg --min-side 375 --max-side 800 2>/dev/null
@@ -79,9 +78,7 @@ run_kind() {
   esac
 }
 run_rounds --load bench-delivery "$ROUNDS" "$WORK" tree off s2 extract decode torch
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 [ -n "${BENCH_DELIVERY_KEEP:-}" ] && cp "$WORK"/r*.json "$BENCH_DELIVERY_KEEP"/
 
 "$PY" "$REPO/scripts/bench_delivery.py" report "${ROUND_ARGS[@]}" --classes "$CLASSES" --layer "$LAYER" \
-  --command "make bench" --image-desc "JPEG, sides 375-800 px" \
-  --env "scripts/bench-delivery.sh, BENCH_DELIVERY_IMAGES=$IMAGES, BENCH_ROUNDS=$ROUNDS, $(nproc) CPUs (nproc), load average $LOAD_BEFORE before, $LOAD_AFTER after"
+  --image-desc "JPEG, sides 375-800 px"

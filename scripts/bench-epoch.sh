@@ -35,8 +35,6 @@ run_kind() {
   rm -rf "$WORK/cache-$tag"
 }
 run_rounds bench-epoch "$ROUNDS" "$WORK" baseline tree off
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 "$PY" "$REPO/scripts/bench_epoch.py" report "${ROUND_ARGS[@]}" --classes "$CLASSES" --cpus "$(nproc)" \
-  --command "make bench" --image-desc "JPEG, sides 160-640 px" \
-  --env "scripts/bench-epoch.sh, BENCH_IMAGES=$IMAGES, BENCH_ROUNDS=$ROUNDS, $(nproc) CPUs (nproc), load average $LOAD_BEFORE before, $LOAD_AFTER after$(command -v nvidia-smi >/dev/null && echo ", $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")"
+  --image-desc "JPEG, sides 160-640 px"

@@ -17,8 +17,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 N=${BENCH_IMAGES:-64}
 WORKERS=${BENCH_WORKERS:-2}
-WORK=$(mktemp -d /tmp/featurefs-bench-extract.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+bench_work bench-extract
 need_bin
 MODEL=$(model_path resnet50)
 
@@ -26,4 +25,4 @@ gen_extract_jpegs "$WORK/img" "$N"
 
 CONFIGS=${BENCH_CONFIGS:-default,2x1,1x2,1x1}
 "$PY" "$REPO/scripts/bench_extract.py" --bin "$BIN" --model "$MODEL" --images "$WORK/img" \
-  --rounds "${BENCH_ROUNDS:-3}" --configs "${CONFIGS//default/0x0}" --torch-workers "$WORKERS" --command "make bench"
+  --rounds "${BENCH_ROUNDS:-3}" --configs "${CONFIGS//default/0x0}" --torch-workers "$WORKERS"

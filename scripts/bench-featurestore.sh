@@ -23,7 +23,6 @@ import sys, boto3
 boto3.client("s3", endpoint_url=sys.argv[1]).create_bucket(Bucket="features")
 PYEOF
 STORE=(--feature-store s3://features/bench)
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 COMMON=(--endpoint "$ENDPOINT" --bucket "$BUCKET" --workers "$WORKERS" --threads "$THREADS" --epochs 1
   --bin "$BIN" --model "$MODEL" --mnt "$MNT" --prefetch tree --device cpu)
 
@@ -56,6 +55,4 @@ run_kind() {
   rm -rf "$WORK/cache-$tag"
 }
 run_rounds bench-featurestore "$ROUNDS" "$WORK" compute store
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
-"$PY" "$REPO/scripts/bench_featurestore.py" --fill "$WORK/fill.json" --objects "$WORK/objects.json" "${ROUND_ARGS[@]}" \
-  --env "scripts/bench-featurestore.sh, BENCH_IMAGES=$IMAGES, BENCH_ROUNDS=$ROUNDS, $(nproc) CPUs (nproc), load average $LOAD_BEFORE before, $LOAD_AFTER after"
+"$PY" "$REPO/scripts/bench_featurestore.py" --fill "$WORK/fill.json" --objects "$WORK/objects.json" "${ROUND_ARGS[@]}"

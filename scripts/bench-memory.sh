@@ -33,13 +33,13 @@ echo
 echo
 echo "## More sessions than the limit holds: five ResNet-50 layers under --memory-limit 512MiB"
 echo
-echo "scripts/bench-memory-layers.sh, ${BENCH_ROUNDS:-3} runs: a mount with \`--memory-limit 512MiB\` warming layer12, 15, 16, 17"
+echo "scripts/memory-layers.sh, ${BENCH_ROUNDS:-3} runs: a mount with \`--memory-limit 512MiB\` warming layer12, 15, 16, 17"
 echo "and 18 in turn, twice (\`featurefs warm --jobs 8\`, 24 generated JPEGs); the extractor keeps up to 4 sessions and"
 echo "closes idle ones before an opening that would pass the limit. Target: peak RSS (VmHWM) <= 512 MiB."
 echo
 echo "| run | peak RSS (VmHWM), MiB | sessions open at the end | sessions' C heap, MiB | closed for memory |"
 echo "|---|---|---|---|---|"
 for r in $(seq "${BENCH_ROUNDS:-3}"); do
-  BENCH_WORK=$work/layers bash scripts/bench-memory-layers.sh "$bin" "run$r" |
+  BENCH_WORK=$work/layers bash scripts/memory-layers.sh "$bin" "run$r" |
     awk -v r="$r" '{print "| " r " | " $3 " | " $5 " | " $11 " | " $9 " |"}'
 done

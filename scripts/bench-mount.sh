@@ -40,60 +40,60 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$MNT" "$BMNT" "$WORK/mnt-ls" "$WORK/mnt-ls-base"
-ENV_DESC="scripts/bench-mount.sh, $(nproc) CPUs"
+# What the sections say of the setup beyond the harness's stamp: a GPU (the
+# mounts' default --device auto uses it) and the baseline's binary.
+SETUP=
 if command -v nvidia-smi >/dev/null; then
-  ENV_DESC+=", $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  SETUP="GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 fi
-if [ -n "$BASE_BIN" ]; then ENV_DESC+=", $BASE_NAME = $BASE_BIN"; fi
+if [ -n "$BASE_BIN" ]; then SETUP+="${SETUP:+; }$BASE_NAME: \`$BASE_BIN\`"; fi
 
-# base_mount ARGS... SOURCE DIR: featurefs_mount with the baseline binary.
-base_mount() { BIN=$BASE_BIN featurefs_mount "$@"; }
+# rn50_mount CACHE LOG ARGS... SOURCE DIR: featurefs_mount of ResNet-50 with
+# the cache directory CACHE and the log file LOG, then wait until DIR is
+# mounted (BIN=$BASE_BIN rn50_mount: the baseline's binary).
+rn50_mount() {
+  local cache=$1 log=$2
+  shift 2
+  featurefs_mount --model "resnet50=$MODEL" --cache-dir "$cache" --log-file "$log" "$@"
+  wait_mounted "${!#}"
+}
+
+# warm_epoch ROOT: one epoch over ROOT (bench_mount.py --warm), its JSON.
+warm_epoch() { "$PY" "$REPO/scripts/bench_mount.py" --warm --mount "$1" --workers "$WORKERS"; }
 
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes 4 --train $((IMAGES / 4)) --val 0 \
   --min-side 160 --max-side 640 2>/dev/null
 MODEL=$(model_path resnet50)
-featurefs_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" --log-file "$WORK/featurefs.log" \
-  "$WORK/images" "$MNT"
-wait_mounted "$MNT"
+rn50_mount "$WORK/cache" "$WORK/featurefs.log" "$WORK/images" "$MNT"
 ROOT=$MNT/features/resnet50/layer12/train
 
 echo "bench-mount: epoch 1 over $IMAGES images (extraction)..." >&2
-E1=$("$PY" "$REPO/scripts/bench_mount.py" --warm --mount "$ROOT" --local "$ROOT" --workers "$WORKERS")
+E1=$(warm_epoch "$ROOT")
 cp -r "$ROOT" "$WORK/local"
 cp -r "$ROOT" "$WORK/local-written"
-# The local copy's pages are dropped and read back, as a dataset on disk is
-# after its first epoch; local-written keeps the pages cp wrote.
-"$PY" - "$WORK/local" <<'EOF'
-import os, sys
-for d, _, fs in os.walk(sys.argv[1]):
-    for f in fs:
-        fd = os.open(os.path.join(d, f), os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-EOF
+# The local copy's pages are written back, dropped and read back, as a
+# dataset on disk is after its first epoch (the kernel does not drop dirty
+# pages: without the write-back, before 2026-12-07, the copy kept the
+# pages cp wrote); local-written keeps the pages cp wrote.
+bench_py -c 'import sys, benchlib; benchlib.drop_pages(sys.argv[1])' "$WORK/local"
 cat "$WORK"/local/*/*.npy >/dev/null
 # A restarted mount on the same cache: its first epoch reads every feature
 # from the Badger store through FUSE (nothing in the kernel's page cache).
 unmount "$MNT"
 if [ -n "$BASE_BIN" ]; then cp -r "$WORK/cache" "$WORK/cache-base"; fi
-featurefs_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache" --log-file "$WORK/featurefs.log" \
-  --metadata-ttl "$TTL" "$WORK/images" "$MNT"
-wait_mounted "$MNT"
+rn50_mount "$WORK/cache" "$WORK/featurefs.log" --metadata-ttl "$TTL" "$WORK/images" "$MNT"
 echo "bench-mount: first epoch after a restart (feature cache)..." >&2
-ER=$("$PY" "$REPO/scripts/bench_mount.py" --warm --mount "$ROOT" --local "$ROOT" --workers "$WORKERS")
+ER=$(warm_epoch "$ROOT")
 BASE_ARGS=(--stats "mount=$MNT/.featurefs/stats")
 if [ -n "$BASE_BIN" ]; then
-  base_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache-base" --log-file "$WORK/featurefs-base.log" \
-    --metadata-ttl "$TTL" "$WORK/images" "$BMNT"
-  wait_mounted "$BMNT"
-  "$PY" "$REPO/scripts/bench_mount.py" --warm --mount "$BMNT/features/resnet50/layer12/train" --local x \
-    --workers "$WORKERS" >/dev/null
+  BIN=$BASE_BIN rn50_mount "$WORK/cache-base" "$WORK/featurefs-base.log" --metadata-ttl "$TTL" "$WORK/images" "$BMNT"
+  warm_epoch "$BMNT/features/resnet50/layer12/train" >/dev/null
   BASE_ARGS+=(--baseline "$BASE_NAME=$BMNT/features/resnet50/layer12/train" --stats "$BASE_NAME=$BMNT/.featurefs/stats")
 fi
 echo "bench-mount: $REPEATS rounds of epochs..." >&2
 "$PY" "$REPO/scripts/bench_mount.py" --mount "$ROOT" --local "$WORK/local" --local-written "$WORK/local-written" \
   "${BASE_ARGS[@]}" --repeats "$REPEATS" --workers "$WORKERS" --epoch1 "$E1" --restart "$ER" --ttl "$TTL" \
-  --command "make bench" --env "$ENV_DESC, BENCH_IMAGES=$IMAGES"
+  --env "$SETUP"
 unmount "$MNT"
 if [ -n "$BASE_BIN" ]; then unmount "$BMNT"; fi
 echo
@@ -102,16 +102,11 @@ echo
 echo "bench-mount: ls -l of $LS_ENTRIES entries..." >&2
 mkdir -p "$WORK/lsdir/big"
 (cd "$WORK/lsdir/big" && seq -f "img%05g.jpg" 0 $((LS_ENTRIES - 1)) | xargs touch)
-LS_ARGS=()
-featurefs_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache-ls" --log-file "$WORK/featurefs.log" \
-  --prefetch off "$WORK/lsdir" "$WORK/mnt-ls"
-wait_mounted "$WORK/mnt-ls"
-LS_ARGS+=(--mount "featurefs mount=$WORK/mnt-ls/features/resnet50/layer12/big")
+rn50_mount "$WORK/cache-ls" "$WORK/featurefs.log" --prefetch off "$WORK/lsdir" "$WORK/mnt-ls"
+LS_ARGS=(--mount "featurefs mount=$WORK/mnt-ls/features/resnet50/layer12/big")
 if [ -n "$BASE_BIN" ]; then
-  base_mount --model "resnet50=$MODEL" --cache-dir "$WORK/cache-ls-base" --log-file "$WORK/featurefs-base.log" \
-    --prefetch off "$WORK/lsdir" "$WORK/mnt-ls-base"
-  wait_mounted "$WORK/mnt-ls-base"
+  BIN=$BASE_BIN rn50_mount "$WORK/cache-ls-base" "$WORK/featurefs-base.log" --prefetch off "$WORK/lsdir" "$WORK/mnt-ls-base"
   LS_ARGS+=(--mount "featurefs $BASE_NAME=$WORK/mnt-ls-base/features/resnet50/layer12/big")
 fi
 "$PY" "$REPO/scripts/bench_ls.py" --local "$WORK/lsdir/big" "${LS_ARGS[@]}" --rounds "$LS_ROUNDS" \
-  --command "make bench" --env "$ENV_DESC"
+  --env "$SETUP"

@@ -13,8 +13,8 @@ set -euo pipefail
 need_bin
 IMAGES=${BENCH_PT_IMAGES:-400}
 ROUNDS=${BENCH_ROUNDS:-3}
-WORK=$(mktemp -d "/tmp/featurefs-bench-pt.XXXXXX")
-trap 'umount "$WORK/mnt" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+pt_unmount() { umount "$WORK/mnt" 2>/dev/null; }
+bench_work bench-pt pt_unmount
 mkdir -p "$WORK/mnt"
 echo "bench-passthrough: $IMAGES JPEGs, $ROUNDS rounds, load $(cut -d' ' -f1-3 /proc/loadavg), kernel $(uname -r)" >&2
 "$PY" "$REPO/scripts/gen_dataset.py" --out "$WORK/images" --classes 10 --train $(((IMAGES + 9) / 10)) \

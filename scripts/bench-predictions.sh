@@ -20,29 +20,25 @@ set -euo pipefail
 need_bin
 N=${PRED_IMAGES:-96}
 ROUNDS=${PRED_ROUNDS:-3}
-WORK=$(mktemp -d /tmp/featurefs-pred.XXXXXX)
+cleanup() { unmount "$MNT" >/dev/null 2>&1; }
+bench_work pred cleanup
 MNT=$WORK/mnt
-cleanup() { unmount "$MNT" >/dev/null 2>&1 || true; rm -rf "$WORK"; }
-trap cleanup EXIT
 mkdir -p "$MNT" "$WORK/src"
 gen_extract_jpegs "$WORK/src/cls" "$N" >/dev/null
 R50=$(model_path resnet50)
-load() { cut -d' ' -f1-3 /proc/loadavg; }
 secs() { local s e; s=$(date +%s.%N); "$@" >/dev/null; e=$(date +%s.%N); "$PY" -c "print(f'{$e-$s:.3f}')"; }
 mnt() { featurefs_mount --model "r50=$R50" --device cpu --cache-dir "$1" --log-file "$WORK/mount.log" "$WORK/src" "$MNT" 2>/dev/null; }
 
 echo "## Predictions: predictions.jsonl and warm --predictions vs the last layer's features"
 echo
-echo "Command: \`scripts/bench-predictions.sh\` ($(nproc) CPUs, $ROUNDS rounds, PRED_IMAGES=$N 500x375 JPEGs in one directory, ResNet-50 random weights on the CPU, fresh caches). Load average (1, 5, 15 min) $(load) at the start."
+echo "$ROUNDS rounds, PRED_IMAGES=$N 500x375 JPEGs in one directory, ResNet-50 random weights on the CPU, fresh caches."
 echo
 declare -A T=()
 add() { T[$1]="${T[$1]:-} $2"; }
 for ((r = 0; r < ROUNDS; r++)); do
-  order=(pred npy)
-  ((r % 2)) && order=(npy pred)
-  for what in "${order[@]}"; do
-    c=$WORK/cache-$what-$r
-    mnt "$c"
+  rotated "$r" pred npy # the order alternating
+  for what in "${ROTATED[@]}"; do
+    mnt "$WORK/cache-$what-$r"
     if [ "$what" = pred ]; then
       add pred "$(secs cat "$MNT/predictions/r50/cls/predictions.jsonl")"
     else
@@ -59,11 +55,12 @@ for ((r = 0; r < ROUNDS; r++)); do
   add rerun "$(secs w)"
   [ "$(wc -l <"$out")" -eq "$N" ] || { echo "warm --predictions wrote $(wc -l <"$out") lines, want $N" >&2; exit 1; }
 done
-"$PY" - "$N" "${T[pred]}" "${T[npy]}" "${T[predwarm]}" "${T[warm]}" "${T[rerun]}" <<'PYEOF'
-import statistics, sys
+bench_py - "$N" "${T[pred]}" "${T[npy]}" "${T[predwarm]}" "${T[warm]}" "${T[rerun]}" <<'PYEOF'
+import sys
+import benchlib
 n = int(sys.argv[1])
 rows = dict(zip(["pred", "npy", "predwarm", "warm", "rerun"], [[float(v) for v in a.split()] for a in sys.argv[2:]]))
-med = {k: statistics.median(v) for k, v in rows.items()}
+med = {k: benchlib.med(v) for k, v in rows.items()}
 names = {
     "npy": "cold: `cat features/r50/layer19/cls/*.npy` (baseline)",
     "pred": "cold: `cat predictions/r50/cls/predictions.jsonl`",
@@ -79,5 +76,3 @@ for k in ["npy", "pred", "predwarm", "warm", "rerun"]:
 print()
 print("Seconds per round: " + "; ".join(f"{k} " + ", ".join(f"{x:.3f}" for x in rows[k]) for k in rows) + ".")
 PYEOF
-echo
-echo "Load average at the end: $(load)."

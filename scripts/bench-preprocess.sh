@@ -28,12 +28,9 @@ SECS=${BENCH_SECONDS:-2}
 ROUNDS=${BENCH_ROUNDS:-5}
 NIMG=${BENCH_JPEGS:-32}
 OLD_REV=${OLD_REV:-}
-WORK=$(mktemp -d /tmp/featurefs-bench-pre.XXXXXX)
-cleanup() {
-  if [ -d "$WORK/old" ]; then git -C "$REPO" worktree remove --force "$WORK/old" >/dev/null 2>&1 || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# the "before" package's git worktree goes with the work directory
+cleanup() { [ ! -d "$WORK/old" ] || git -C "$REPO" worktree remove --force "$WORK/old" >/dev/null 2>&1; }
+bench_work bench-pre cleanup
 
 "$PY" "$REPO/scripts/ref_preprocess.py" genbench "$WORK/img" "$NIMG"
 IMGS=("$WORK"/img/*.jpg)
@@ -89,28 +86,31 @@ if [ -n "$OLD_REV" ] && git cat-file -e "$OLD_REV^{commit}" 2>/dev/null; then
   HAVE_OLD=1
 fi
 
-# gobench BIN REGEX [DIR]: "name cpu-rate wall-rate" per sub-benchmark.
+# gobench KEY- BIN REGEX [DIR] and pilbench KEY ARGS...: lines "KEY cpu-rate
+# wall-rate" in the results, per sub-benchmark of the Go test binary BIN
+# (KEY- and the sub-benchmark's name) or of scripts/ref_preprocess.py ARGS.
 gobench() {
-  FEATUREFS_BENCH_IMAGES="${3:-$WORK/img}" "$1" -test.run '^$' -test.bench "$2" -test.benchtime "${SECS}s" -test.cpu 1 |
-    awk '/images\/cpu-s/ { c = w = ""; for (i = 2; i <= NF; i++) { if ($i == "images/cpu-s") c = $(i-1); if ($i == "images/s") w = $(i-1) }
-                           sub(/^Benchmark(Preprocess|FastDecode)\//, "", $1); print $1, c, w }'
+  FEATUREFS_BENCH_IMAGES="${4:-$WORK/img}" "$2" -test.run '^$' -test.bench "$3" -test.benchtime "${SECS}s" -test.cpu 1 |
+    awk -v k="$1" '/images\/cpu-s/ { c = w = ""; for (i = 2; i <= NF; i++) { if ($i == "images/cpu-s") c = $(i-1); if ($i == "images/s") w = $(i-1) }
+                           sub(/^Benchmark(Preprocess|FastDecode)\//, "", $1); print k $1, c, w }' >>"$WORK/results"
 }
-: >"$WORK/results"  # lines: key cpu-rate wall-rate
+pilbench() { echo "$1 $("$PY" scripts/ref_preprocess.py "${@:2}" | awk '{print $2, $1}')" >>"$WORK/results"; }
+: >"$WORK/results"
 LOADS=()
 for r in $(seq 1 "$ROUNDS"); do
   LOADS+=("$(cut -d' ' -f1 /proc/loadavg)")
   echo "round $r/$ROUNDS" >&2
-  gobench "$WORK/new.test" 'BenchmarkPreprocess/(apply|decode|go-image-jpeg|resize-crop)$' | sed 's/^/new-/' >>"$WORK/results"
+  gobench new- "$WORK/new.test" 'BenchmarkPreprocess/(apply|decode|go-image-jpeg|resize-crop)$'
   if [ $HAVE_OLD = 1 ]; then
-    gobench "$WORK/old.test" 'BenchmarkPreprocess/(apply|decode|resize-crop)$' | sed 's/^/old-/' >>"$WORK/results"
+    gobench old- "$WORK/old.test" 'BenchmarkPreprocess/(apply|decode|resize-crop)$'
   fi
-  echo "pil-decode $("$PY" scripts/ref_preprocess.py bench-decode "$SECS" "${IMGS[@]}" | awk '{print $2, $1}')" >>"$WORK/results"
-  echo "pil-load $("$PY" scripts/ref_preprocess.py bench-decode --load-only "$SECS" "${IMGS[@]}" | awk '{print $2, $1}')" >>"$WORK/results"
-  echo "pil-apply $("$PY" scripts/ref_preprocess.py bench "$SECS" "${IMGS[@]}" | awk '{print $2, $1}')" >>"$WORK/results"
+  pilbench pil-decode bench-decode "$SECS" "${IMGS[@]}"
+  pilbench pil-load bench-decode --load-only "$SECS" "${IMGS[@]}"
+  pilbench pil-apply bench "$SECS" "${IMGS[@]}"
   for g in "${LGROUPS[@]}"; do
-    gobench "$WORK/new.test" 'BenchmarkFastDecode/(exact|fast|decode-exact|decode-fast)$' "$WORK/large-$g" | sed "s/^/large-$g-/" >>"$WORK/results"
-    echo "large-$g-pil $("$PY" scripts/ref_preprocess.py bench "$SECS" "$WORK/large-$g"/*.jpg | awk '{print $2, $1}')" >>"$WORK/results"
-    echo "large-$g-pil-draft $("$PY" scripts/ref_preprocess.py bench --draft "$SECS" "$WORK/large-$g"/*.jpg | awk '{print $2, $1}')" >>"$WORK/results"
+    gobench "large-$g-" "$WORK/new.test" 'BenchmarkFastDecode/(exact|fast|decode-exact|decode-fast)$' "$WORK/large-$g"
+    pilbench "large-$g-pil" bench "$SECS" "$WORK/large-$g"/*.jpg
+    pilbench "large-$g-pil-draft" bench --draft "$SECS" "$WORK/large-$g"/*.jpg
   done
 done
 LOADS+=("$(cut -d' ' -f1 /proc/loadavg)")
@@ -162,7 +162,6 @@ package at \`${OLD_REV:0:7}\`, built from a git worktree with this tree's benchm
 else
   BEFORE="\"Now\" is"
 fi
-CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 
 cat <<MD
 ## Preprocessing (decode + resize + crop + normalize)
@@ -171,8 +170,8 @@ cat <<MD
 \`go test -c ./extractor\` run as \`extractor.test -test.bench BenchmarkPreprocess -test.cpu 1\`
 with \`FEATUREFS_BENCH_IMAGES\` set; PIL: \`scripts/ref_preprocess.py bench-decode\` and \`bench\`,
 torch on 1 thread). $IMGSTAT (\`scripts/ref_preprocess.py genbench\`). One thread per
-side, $ROUNDS interleaved rounds of ${SECS}s per measurement, **medians (min-max)**; $(nproc) CPUs
-($CPU), 1-minute load average at the start of each round and at the end: ${LOADS[*]}.
+side, $ROUNDS interleaved rounds of ${SECS}s per measurement, **medians (min-max)**;
+1-minute load average at the start of each round and at the end: ${LOADS[*]}.
 
 "Per core" is images per CPU second of the benchmarking process (getrusage;
 Python's \`time.process_time\`), which load from other processes on a shared machine

@@ -27,14 +27,8 @@ BASELINE=${BENCH_BASELINE:-5}
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS=$ROUNDS: want a positive integer" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/featurefs-bench-reload.XXXXXX)
 MNT=$WORK/mnt
-cleanup() {
-  local rc=$?
-  unmount "$MNT" || true
-  if [ $rc -ne 0 ] && [ -f "$WORK/featurefs.log" ]; then tail -n 30 "$WORK/featurefs.log" >&2; fi
-  rm -rf "$WORK"
-  exit $rc
-}
-trap cleanup EXIT
+MINIO_PID= # no MinIO: epoch_cleanup (lib.sh) unmounts, tails the log on failure, removes WORK
+trap epoch_cleanup EXIT
 mkdir -p "$MNT"
 
 # The versions, exported once per version of the scripts into $DEPS/models
@@ -56,9 +50,8 @@ mapfile -t CLASSES < <(ls "$WORK/images/train")
 mapfile -t WARMF < <(cd "$WORK/images" && ls "train/${CLASSES[0]}" | head -n "$WARM" | sed "s|^|train/${CLASSES[0]}/|; s|\.[^.]*$|.npy|")
 mapfile -t COLDF < <(cd "$WORK/images" && ls "train/${CLASSES[1]}" | head -n $((2 * ROUNDS)) | sed "s|^|train/${CLASSES[1]}/|; s|\.[^.]*$|.npy|")
 
-LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 featurefs_mount --model "resnet50=$WORK/model.onnx" --device cpu --prefetch off --cache-dir "$WORK/cache" \
-  --log-file "$WORK/featurefs.log" "$WORK/images" "$MNT"
+  --log-file "$WORK/featurefs-mount.log" "$WORK/images" "$MNT"
 wait_mounted "$MNT"
 L=$MNT/features/resnet50
 echo "bench-reload: warming layer4 and layer15 of ${#WARMF[@]} images..." >&2
@@ -66,8 +59,5 @@ for f in "${WARMF[@]}"; do cat "$L/layer4/$f" "$L/layer15/$f" >/dev/null; done
 
 echo "bench-reload: $ROUNDS rounds..." >&2
 "$PY" "$REPO/scripts/bench_reload.py" --layer "$L/layer4" --warm "${WARMF[@]}" --cold "${COLDF[@]}" \
-  --model "$WORK/model.onnx" --versions "$VERSIONS/base.onnx" "$VERSIONS/layer4fc.onnx" --log "$WORK/featurefs.log" \
-  --rounds "$ROUNDS" --baseline "$BASELINE" --command "make bench (scripts/bench-reload.sh)" \
-  --env "$(nproc) CPUs, $(uname -m), ONNX Runtime on the CPU."
-echo
-echo "Load average: $LOAD at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
+  --model "$WORK/model.onnx" --versions "$VERSIONS/base.onnx" "$VERSIONS/layer4fc.onnx" --log "$WORK/featurefs-mount.log" \
+  --rounds "$ROUNDS" --baseline "$BASELINE"

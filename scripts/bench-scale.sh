@@ -71,8 +71,6 @@ MNT=$WORK/mnt
 MINIO_PID=
 trap epoch_cleanup EXIT
 mkdir -p "$MNT" "$WORK/minio"
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-ENV_DESC="scripts/bench-scale.sh, BENCH_ROUNDS=$ROUNDS, $(nproc) CPUs (nproc)"
 MODEL=$WORK/tiny.onnx
 "$PY" "$REPO/scripts/bench_delivery.py" export --out "$MODEL" 2>/dev/null
 grep -q "^0 *layer0 .*802816" <<<"$("$BIN" layers "$MODEL")" || { echo "the tiny model's layer0 is not 802,816 bytes" >&2; exit 1; }
@@ -107,11 +105,8 @@ run_kind() {
 }
 run_rounds --load bench-scale-local "$ROUNDS" "$WORK/s1" source mount
 [ -n "${BENCH_SCALE_KEEP:-}" ] && cp "$WORK"/s1/*.json "$BENCH_SCALE_KEEP"/
-SCAN_ARGS=("${ROUND_ARGS[@]}")
 rm -rf "$WORK/src"
-LOAD_1=$(cut -d' ' -f1-3 /proc/loadavg)
-$S report "${SCAN_ARGS[@]/#--round/--scan}" --classes "$SCAN_CLASSES" --command "make bench" --prefetch "$PREFETCH" \
-  --env "$ENV_DESC, BENCH_SCALE_ENTRIES=$ENTRIES, BENCH_SCALE_SAMPLES=$SAMPLES, BENCH_SCALE_PREFETCH=$PREFETCH, load average $LOAD_BEFORE before, $LOAD_1 after"
+$S report "${ROUND_ARGS[@]/#--round/--scan}" --classes "$SCAN_CLASSES" --prefetch "$PREFETCH"
 echo
 fi
 
@@ -135,12 +130,8 @@ run_kind() {
   flat) $S s3list --endpoint "$ENDPOINT" --bucket many --prefix flat/ >"$out" ;;
   esac
 }
-LOAD_2=$(cut -d' ' -f1-3 /proc/loadavg)
 run_rounds --load bench-scale-s3 "$ROUNDS" "$WORK/s2" mount list prefix flat
-S3_ARGS=("${ROUND_ARGS[@]}")
-LOAD_3=$(cut -d' ' -f1-3 /proc/loadavg)
-$S report "${S3_ARGS[@]/#--round/--s3}" --upload-s "$UP_S" --command "make bench" \
-  --env "$ENV_DESC, BENCH_SCALE_OBJECTS=$OBJECTS, BENCH_SCALE_FLAT=$FLAT, load average $LOAD_2 before, $LOAD_3 after"
+$S report "${ROUND_ARGS[@]/#--round/--s3}" --upload-s "$UP_S"
 echo
 fi
 
@@ -154,21 +145,18 @@ $S upload-dir --endpoint "$ENDPOINT" --bucket loose --dir "$WORK/images" >/dev/n
 $S pack --dir "$WORK/images" --out "$WORK/packed" >/dev/null
 $S upload-dir --endpoint "$ENDPOINT" --bucket packed --dir "$WORK/packed" >/dev/null
 run_kind() {
-  local kind=$1 out=$2 tag
+  local kind=$1 out=$2 tag src
   tag=$(basename "$out" .json)
   case $kind in
   decode) "$BIN" bench --model "$MODEL" --modes decode --layers layer0 --device cpu "$WORK/images" 2>/dev/null >"$out" ;;
-  local)
-    $S warm --bin "$BIN" --model "$MODEL" --endpoint "$ENDPOINT" --bucket none --source "$WORK/images" --cache-dir "$WORK/cache-$tag" >"$out"
-    rm -rf "$WORK/cache-$tag" ;;
-  *)
-    $S warm --bin "$BIN" --model "$MODEL" --endpoint "$ENDPOINT" --bucket "$kind" --cache-dir "$WORK/cache-$tag" >"$out"
+  *) # loose, packed: a bucket; local: the images' directory (no store)
+    src=(--bucket "$kind")
+    [ "$kind" = local ] && src=(--bucket none --source "$WORK/images")
+    $S warm --bin "$BIN" --model "$MODEL" --endpoint "$ENDPOINT" "${src[@]}" --cache-dir "$WORK/cache-$tag" >"$out"
     rm -rf "$WORK/cache-$tag" ;;
   esac
 }
-LOAD_4=$(cut -d' ' -f1-3 /proc/loadavg)
 run_rounds --load bench-scale-archives "$ROUNDS" "$WORK/s3" loose packed local decode
-WARM_ARGS=("${ROUND_ARGS[@]}")
 # byte-identical features: the first files of one class through a mount of each
 mkdir -p "$WORK/mnt2"
 featurefs_mount --model "tiny=$MODEL" --cache-dir "$WORK/cache-a" --log-file "$WORK/featurefs-a.log" --device cpu \
@@ -179,7 +167,5 @@ wait_mounted "$MNT"; wait_mounted "$WORK/mnt2"
 CLS=$(ls "$WORK/images/train" | head -1)
 SAME=$($S same --a "$MNT/features/tiny/layer0/train/$CLS" --b "$WORK/mnt2/features/tiny/layer0/train/$CLS" --n 5)
 unmount "$WORK/mnt2"; unmount "$MNT"
-LOAD_5=$(cut -d' ' -f1-3 /proc/loadavg)
-$S report "${WARM_ARGS[@]/#--round/--warm}" --same "$SAME" --classes "$CLASSES" --command "make bench" \
-  --env "$ENV_DESC, BENCH_SCALE_IMAGES=$IMAGES, load average $LOAD_4 before, $LOAD_5 after"
+$S report "${ROUND_ARGS[@]/#--round/--warm}" --same "$SAME" --classes "$CLASSES"
 fi

@@ -29,33 +29,29 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_bin
-[ "$(id -u)" = 0 ] || { echo "bench-split needs root (ip netns, tc, cgroups)" >&2; exit 1; }
-command -v tc >/dev/null || { echo "no tc: install iproute2" >&2; exit 1; }
-
-OUT=$(mktemp /tmp/featurefs-bench-split.XXXXXX.md)
-LOG=$(mktemp /tmp/featurefs-bench-split.XXXXXX.log)
-trap 'rm -f "$OUT" "$LOG"' EXIT
+need_netns bench-split "ip netns, tc, cgroups"
+bench_work bench-split
+OUT=$WORK/out.md LOG=$WORK/log STAGES=$WORK/stages.md REPLAN=$WORK/replan.md
+: >"$REPLAN"
 cd "$REPO"
+# logged CMD...: CMD's output in $LOG, its progress lines on stderr.
+logged() { "$@" 2>&1 | tee "$LOG" | { grep --line-buffered '^splitbench: ' >&2 || true; }; }
 echo "bench-split: running TestSplitBench (FEATUREFS_SPLIT_BENCH=full)..." >&2
 if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_BENCH_OUT=$OUT \
   FEATUREFS_SPLIT_BENCH_IMAGES=${BENCH_SPLIT_IMAGES:-300} FEATUREFS_SPLIT_BENCH_ROUNDS=${BENCH_SPLIT_ROUNDS:-3} \
   FEATUREFS_SPLIT_BENCH_MODELS=${BENCH_SPLIT_MODELS:-} FEATUREFS_SPLIT_BENCH_MBITS=${BENCH_SPLIT_MBITS:-} \
   FEATUREFS_SPLIT_BENCH_SPEEDS=${BENCH_SPLIT_SPEEDS:-} FEATUREFS_SPLIT_BENCH_FREEZE=${BENCH_SPLIT_FREEZE:-} \
   FEATUREFS_SPLIT_BENCH_EXTRA=${BENCH_SPLIT_EXTRA:-} \
-  go test -v -count=1 -timeout 240m -run '^TestSplitBench$' ./test 2>&1 | tee "$LOG" | { grep --line-buffered '^splitbench: ' >&2 || true; }; then
+  logged go test -v -count=1 -timeout 240m -run '^TestSplitBench$' ./test || [ ! -s "$OUT" ]; then
   tail -n 60 "$LOG" >&2
   exit 1
 fi
-[ -s "$OUT" ] || { tail -n 60 "$LOG" >&2; exit 1; }
 # Each run's stage figures, from its progress line, before the replan
 # test's log takes the file.
-STAGES=$(mktemp /tmp/featurefs-bench-split-stages.XXXXXX.md)
-REPLAN=$(mktemp /tmp/featurefs-bench-split-replan.XXXXXX.md)
-trap 'rm -f "$OUT" "$LOG" "$REPLAN" "$STAGES"' EXIT
 "$PY" scripts/split_stages.py < "$LOG" > "$STAGES"
 echo "bench-split: running TestSplitReplan (the link's rate changed mid-epoch)..." >&2
 if ! FEATUREFS_BIN=$BIN FEATUREFS_SPLIT_BENCH=full FEATUREFS_SPLIT_REPLAN_OUT=$REPLAN \
-  go test -v -count=1 -timeout 30m -run '^TestSplitReplan$' ./test 2>&1 | tee "$LOG" | { grep --line-buffered '^splitbench: ' >&2 || true; }; then
+  logged go test -v -count=1 -timeout 30m -run '^TestSplitReplan$' ./test; then
   # The sweep's figures are still printed (an hour of runs is not thrown
   # away for the second test); the script fails at the end.
   tail -n 60 "$LOG" >&2

@@ -12,17 +12,13 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_bin
-[ "$(id -u)" = 0 ] || { echo "bench-wire needs root (ip netns, tc)" >&2; exit 1; }
-command -v tc >/dev/null || { echo "no tc: install iproute2" >&2; exit 1; }
-OUT=$(mktemp /tmp/featurefs-bench-wire.XXXXXX.md)
-LOG=$(mktemp /tmp/featurefs-bench-wire.XXXXXX.log)
-trap 'rm -f "$OUT" "$LOG"' EXIT
+need_netns bench-wire "ip netns, tc"
+bench_work bench-wire
 cd "$REPO"
 echo "bench-wire: running TestWireCompressionBench (FEATUREFS_WIRE_BENCH=full)..." >&2
-if ! FEATUREFS_BIN=$BIN FEATUREFS_WIRE_BENCH=full FEATUREFS_WIRE_BENCH_OUT=$OUT \
-  go test -v -count=1 -timeout 30m -run '^TestWireCompressionBench$' ./test >"$LOG" 2>&1; then
-  tail -n 60 "$LOG" >&2
+if ! FEATUREFS_BIN=$BIN FEATUREFS_WIRE_BENCH=full FEATUREFS_WIRE_BENCH_OUT=$WORK/out.md \
+  go test -v -count=1 -timeout 30m -run '^TestWireCompressionBench$' ./test >"$WORK/log" 2>&1 || [ ! -s "$WORK/out.md" ]; then
+  tail -n 60 "$WORK/log" >&2
   exit 1
 fi
-[ -s "$OUT" ] || { tail -n 60 "$LOG" >&2; exit 1; }
-cat "$OUT"
+cat "$WORK/out.md"

@@ -8,7 +8,8 @@ mount's first listing of each, its peak RSS (VmHWM) and stats.
          directory to list under the layer, relative to big/.
   ls     --dir D --pid PID --mnt MNT: a first os.listdir of D (and a
          second), the mount's VmHWM and VmRSS, stats.
-  report --rounds F...: the markdown section.
+  report --rounds F...: the markdown section's figures (F: NAMES/rR-KIND.json,
+         the files run_rounds names in a directory per name form).
 """
 
 import argparse
@@ -19,7 +20,7 @@ import sys
 import tarfile
 import time
 
-from benchlib import cell, loadavg, med, read_stats
+from benchlib import cell, loadavg, med, proc_status, read_stats
 
 TARGET_TIME = 2.0  # tar listing <= 2x the plain directory's
 SLACK_MIB = 64     # peak RSS of the tar listing <= the plain one's + index_bytes + this
@@ -49,14 +50,6 @@ def cmd_tree(args):
     print(os.path.join("data", sub) if sub else "data")
 
 
-def status_kib(pid, field):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
 def cmd_ls(args):
     load0 = loadavg()
     out = {"load_start": load0}
@@ -67,8 +60,8 @@ def cmd_ls(args):
     os.listdir(args.dir)
     out["second"] = time.perf_counter() - t0
     out["entries"] = n
-    out["hwm_kib"] = status_kib(args.pid, "VmHWM")
-    out["rss_kib"] = status_kib(args.pid, "VmRSS")
+    out["hwm_kib"] = proc_status(args.pid, "VmHWM") // 1024
+    out["rss_kib"] = proc_status(args.pid, "VmRSS") // 1024
     st = read_stats(args.mnt)
     fs = st.get("fs", {})
     out["metadata_bytes"] = fs.get("metadata_bytes", 0)
@@ -79,16 +72,17 @@ def cmd_ls(args):
 
 
 def cmd_report(args):
-    # rounds: files named NAMES-KIND-ROUND.json
     rows = {}
     loads = []
     for p in args.rounds:
-        names, kind, _ = os.path.basename(p)[:-5].split("-")
+        names, kind = os.path.basename(os.path.dirname(p)), os.path.basename(p)[:-5].split("-", 1)[1]
         with open(p) as f:
             r = json.load(f)
         rows.setdefault((names, kind), []).append(r)
         loads += [r["load_start"], r["load_end"]]
-    mib = lambda k: [r[k] / 1024 for r in rs]  # noqa: E731
+    f = lambda rs, k: [r[k] for r in rs]  # noqa: E731
+    m = lambda rs, k: [r[k] / 1048576 for r in rs]  # noqa: E731
+    k = lambda rs, k: [r[k] / 1024 for r in rs]  # noqa: E731
     print(f"Load average (1 min) over the runs: {min(loads):.1f}-{max(loads):.1f}.\n")
     print("| names | figure | plain files | tar | tar / plain |")
     print("|---|---|---|---|---|")
@@ -98,9 +92,6 @@ def cmd_report(args):
             continue
         rp, rt = rows[(names, "plain")], rows[(names, "tar")]
         ratios = [t["first"] / p["first"] for p, t in zip(rp, rt)]
-        f = lambda rs, k: [r[k] for r in rs]  # noqa: E731
-        m = lambda rs, k: [r[k] / 1048576 for r in rs]  # noqa: E731
-        k = lambda rs, k: [r[k] / 1024 for r in rs]  # noqa: E731
         label = "short (12 bytes)" if names == "short" else "long (800 bytes)"
         print(f"| {label} | entries | {rp[0]['entries']} | {rt[0]['entries']} | |")
         print(f"| {label} | first listing, s | {cell(f(rp, 'first'))} | {cell(f(rt, 'first'))} | {cell(ratios)}x |")

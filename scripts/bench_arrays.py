@@ -4,8 +4,8 @@
     bench_arrays.py export --out MODEL.onnx
     bench_arrays.py epoch1 --array A.npy --pid PID --out JSON      one in-order pass over an array view
     bench_arrays.py extract --bin B --model M --layer L --src DIR --out JSON   featurefs extract of the same images
-    bench_arrays.py cached --kind array|local|perfile --path P --out JSON [--pid PID]
-    bench_arrays.py report --round KIND=JSON... --command C --env E
+    bench_arrays.py cached --kind array|local|perfile --path P --out JSON
+    bench_arrays.py report --round KIND=JSON...
 
 The near-free model ("pool2048"): Conv2d(3, 64, 16, stride=16), a 1x1
 Conv2d(64, 2048), ReLU, global average pooling and flatten: its last
@@ -19,37 +19,16 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import cell, loadavg, med  # noqa: E402
+from benchlib import cell, drop_caches, med, proc_cpu, self_cpu
 
-TICK = os.sysconf("SC_CLK_TCK")
 TARGET_LOCAL = 0.8     # cached array through the mount >= 0.8x a local .npy
 TARGET_PERFILE = 20.0  # and >= 20x the per-file DatasetFolder stack
 TARGET_RATE = 0.95     # epoch 1 >= 0.95x featurefs extract's images/s
 TARGET_CPU = 1.2       # at <= 1.2x its CPU per image
-
-
-def proc_cpu(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def self_cpu():
-    import resource
-    s = resource.getrusage(resource.RUSAGE_SELF)
-    return s.ru_utime + s.ru_stime
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3")
 
 
 def cmd_export(args):
@@ -65,13 +44,13 @@ def cmd_export(args):
 
 def cmd_epoch1(args):
     """np.load(mmap_mode="r") and one in-order pass, a block of rows at a time."""
-    c0, m0, t0 = self_cpu(), proc_cpu(args.pid), time.perf_counter()
+    c0, m0, t0 = self_cpu()[0], proc_cpu(args.pid), time.perf_counter()
     X = np.load(args.array, mmap_mode="r")
     s = 0.0
     for i in range(0, X.shape[0], 256):
         s += float(np.asarray(X[i:i + 256]).sum(dtype=np.float64))
     sec = time.perf_counter() - t0
-    out = {"rows": int(X.shape[0]), "seconds": sec, "reader_cpu": self_cpu() - c0,
+    out = {"rows": int(X.shape[0]), "seconds": sec, "reader_cpu": self_cpu()[0] - c0,
            "mount_cpu": proc_cpu(args.pid) - m0, "nan": bool(np.isnan(s))}
     json.dump(out, open(args.out, "w"))
 
@@ -129,20 +108,16 @@ def cmd_report(args):
     ep_ratio = [rate(r, "array1") / rate(r, "extract") for r in rounds]
     cpu_img = lambda r: (r["array1"]["mount_cpu"] + r["array1"]["reader_cpu"]) / r["array1"]["rows"]
     cpu_ratio = [cpu_img(r) / (r["extract"]["cpu"] / r["extract"]["rows"]) for r in rounds]
-    rows = {}
-    for ph in ("cold", "hot"):
-        rows[ph] = {
-            "local": [r["array"][ph] / r["local"][ph] for r in rounds],    # speed ratio array/local = local time / array time, inverted below
-            "perfile": [r["perfile"][ph] / r["array"][ph] for r in rounds],
-        }
+    # speed ratios of the array view: the other's time / the array's
     vs_local = {ph: [r["local"][ph] / r["array"][ph] for r in rounds] for ph in ("cold", "hot")}
+    vs_perfile = {ph: [r["perfile"][ph] / r["array"][ph] for r in rounds] for ph in ("cold", "hot")}
     n = rounds[0]["array1"]["rows"]
     sums_equal = all(abs(r["array"]["sum"] - r["local"]["sum"]) < 1e-6 * max(1.0, abs(r["local"]["sum"])) and
                      abs(r["array"]["sum"] - r["perfile"]["sum"]) < 1e-6 * max(1.0, abs(r["local"]["sum"])) for r in rounds)
     t = lambda k, ph: [r[k][ph] for r in rounds]
     print(f"""## Array views: one (N, 2048) array of {n:,} rows (issue 50)
 
-Command: `{args.command}` ({args.env}). Each figure: median (min-max) of {nr} interleaved rounds, one run.
+Each figure: median (min-max) of {nr} interleaved rounds, one run.
 The near-free `pool2048` model (scripts/bench_arrays.py: its last layer is (2048,), ResNet-50 layer18's
 shape, at a few MFLOPs: on a GPU host the model is nearly free too, so what the mount costs decides).
 Epoch 1: a fresh mount and cache per round, `np.load(mmap_mode="r")` of `arrays/pool2048/layerN/train.npy`
@@ -160,13 +135,13 @@ DatasetFolder + `np.stack` of the per-file views (`perfile`). Sums equal across 
 | Target | Measured | Verdict |
 |---|---|---|
 | cached array >= {TARGET_LOCAL}x a local .npy (cold / hot) | {cell(vs_local['cold'])} / {cell(vs_local['hot'])} | {verdict(med(vs_local['cold']) >= TARGET_LOCAL and med(vs_local['hot']) >= TARGET_LOCAL)} |
-| cached array >= {TARGET_PERFILE:.0f}x the per-file stack (cold / hot) | {cell(rows['cold']['perfile'], '{:.1f}')} / {cell(rows['hot']['perfile'], '{:.1f}')} | {verdict(med(rows['cold']['perfile']) >= TARGET_PERFILE and med(rows['hot']['perfile']) >= TARGET_PERFILE)} |
+| cached array >= {TARGET_PERFILE:.0f}x the per-file stack (cold / hot) | {cell(vs_perfile['cold'], '{:.1f}')} / {cell(vs_perfile['hot'], '{:.1f}')} | {verdict(med(vs_perfile['cold']) >= TARGET_PERFILE and med(vs_perfile['hot']) >= TARGET_PERFILE)} |
 | epoch 1: array images/s >= {TARGET_RATE}x `featurefs extract`'s | {cell(ep_ratio)} ({cell([rate(r, 'array1') for r in rounds], '{:.0f}')} vs {cell([rate(r, 'extract') for r in rounds], '{:.0f}')} images/s) | {verdict(med(ep_ratio) >= TARGET_RATE)} |
 | epoch 1: CPU per image (mount + reader) <= {TARGET_CPU}x extract's | {cell(cpu_ratio)} | {verdict(med(cpu_ratio) <= TARGET_CPU)} |
 
 Medians as ratios: epoch 1 {med(ep_ratio):.2f}x `featurefs extract`'s images/s at {med(cpu_ratio):.2f}x its CPU per image;
 the cached array {med(vs_local['cold']):.2f}x (cold) and {med(vs_local['hot']):.2f}x (hot) a local .npy's speed,
-{med(rows['cold']['perfile']):.1f}x and {med(rows['hot']['perfile']):.1f}x the per-file stack's.
+{med(vs_perfile['cold']):.1f}x and {med(vs_perfile['hot']):.1f}x the per-file stack's.
 """)
 
 
@@ -180,7 +155,6 @@ def main():
         s.add_argument(a, required=True)
     s = sub.add_parser("cached"); s.add_argument("--kind", required=True); s.add_argument("--path", required=True); s.add_argument("--out", required=True)
     s = sub.add_parser("report"); s.add_argument("--round", nargs="+", action="append", required=True)
-    s.add_argument("--command", required=True); s.add_argument("--env", required=True)
     args = ap.parse_args()
     {"export": cmd_export, "epoch1": cmd_epoch1, "extract": cmd_extract, "cached": cmd_cached, "report": cmd_report}[args.cmd](args)
 

@@ -4,7 +4,7 @@ epoch over a cached view tree vs the plain tree (scripts/bench-augment.sh runs i
 
     /usr/bin/python3 scripts/bench_augment.py round --bin BIN --model M.onnx --src DIR --mnt DIR
         --cache-dir DIR --log FILE --views K --round R [--epochs 5] [--workers 4] [--batch 32]
-    /usr/bin/python3 scripts/bench_augment.py report --round JSON ... [--command ...] [--env ...]
+    /usr/bin/python3 scripts/bench_augment.py report --round JSON ... [--image-desc ...]
 
 One round, with the near-free tiny model of scripts/bench_delivery.py (layer0,
 802,816 bytes a feature) over a local directory DIR of images:
@@ -40,9 +40,7 @@ round, then their median; verdicts from the medians, with 3 rounds or more).
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import time
 import warnings
@@ -51,11 +49,10 @@ import numpy as np
 import torch
 import torchvision
 
-from benchlib import cell, loadavg, med, read_stats, unmount
+from benchlib import cell, drop_pages, loadavg, med, mount, proc_cpu, proc_read_bytes, read_stats, span, unmount
 
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
-TICK = os.sysconf("SC_CLK_TCK")
 LAYER = "layer0"
 # Targets (issue 41): the first pass costs K x images extractions (ratio 1,
 # no more), a remount none; an epoch over a cached view tree >= 0.9x the
@@ -63,38 +60,11 @@ LAYER = "layer0"
 TARGET_EPOCH = 0.9
 
 
-def proc_cpu(pid):
-    """CPU seconds (utime + stime) of process pid, all its threads."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def proc_read_bytes(pid):
-    """Bytes process pid caused to be read from storage (/proc/PID/io
-    read_bytes): what the page cache did not hold."""
-    with open(f"/proc/{pid}/io") as f:
-        for line in f:
-            if line.startswith("read_bytes:"):
-                return int(line.split()[1])
-    return 0
-
-
-def mount(args, cache_dir=None, more=()):
-    cmd = [args.bin, "mount", "--model", f"tiny={args.model}", "--cache-dir", cache_dir or args.cache_dir,
-           "--log-file", args.log, "--device", "cpu", "--augment", str(args.views),
-           "--augment-seed", "0", *more, args.src, args.mnt]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"featurefs mount failed ({r.returncode}): {r.stderr}")
-    m = re.search(r"\(pid (\d+),", r.stdout + r.stderr)
-    if not m:
-        sys.exit(f"featurefs mount: no pid in its output: {r.stdout}{r.stderr}")
-    for _ in range(1800):
-        if os.path.ismount(args.mnt):
-            return int(m.group(1))
-        time.sleep(0.1)
-    sys.exit(f"{args.mnt} not mounted after 180s")
+def mount_views(args, cache_dir=None, more=()):
+    """`featurefs mount --augment K` of args.src; the serving pid once mounted."""
+    return mount([args.bin, "mount", "--model", f"tiny={args.model}", "--cache-dir", cache_dir or args.cache_dir,
+                  "--log-file", args.log, "--device", "cpu", "--augment", str(args.views),
+                  "--augment-seed", "0", *more, args.src, args.mnt], args.mnt)
 
 
 def snapshot(mnt, pid):
@@ -142,25 +112,6 @@ def phase(args, pid, trees, label):
     return {"label": label, "runs": runs, "before": before, "after": after, "load_start": load0, "load_end": loadavg()}
 
 
-def drop_pages(root):
-    """fdatasync and POSIX_FADV_DONTNEED every file under root (our cache
-    directory): its pages leave the page cache."""
-    n = 0
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            try:
-                fd = os.open(os.path.join(d, f), os.O_RDONLY | os.O_NOFOLLOW)
-            except OSError:
-                continue
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                n += 1
-            finally:
-                os.close(fd)
-    return n
-
-
 def rotated(items, r):
     k = r % len(items)
     return items[k:] + items[:k]
@@ -173,7 +124,7 @@ def cmd_round(args):
     view = views[(r - 1) % K]
     out = {"round": r, "views": K, "view": (r - 1) % K, "load_start": loadavg()}
     # 1. First pass on a fresh mount and cache.
-    pid = mount(args)
+    pid = mount_views(args)
     try:
         order = rotated(["plain", "views"], r - 1)
         out["first_order"] = order
@@ -181,9 +132,10 @@ def cmd_round(args):
                         for kind in order}
     finally:
         unmount(args.mnt, pid)
-    # 2. Remount on the same cache, its pages dropped.
+    # 2. Remount on the same cache, its pages dropped (our cache directory's
+    # files only).
     out["dropped_files"] = drop_pages(args.cache_dir)
-    pid = mount(args)
+    pid = mount_views(args)
     try:
         order = rotated(["plain", "view"], r - 1)
         out["cached_order"] = order
@@ -201,7 +153,7 @@ def cmd_round(args):
     # 4. The first pass over the views again, --prefetch off: a fresh mount
     # and cache directory; every extraction is a read's.
     off_cache = args.cache_dir + "-off"
-    pid = mount(args, off_cache, ("--prefetch", "off"))
+    pid = mount_views(args, off_cache, ("--prefetch", "off"))
     try:
         out["views_off"] = phase(args, pid, views, "first pass, views, --prefetch off")
     finally:
@@ -294,7 +246,6 @@ def cmd_report(args):
 
     print(f"""## Augmented views: the first pass over K views, and epochs over a cached view tree vs the plain tree
 
-Command: `{args.command}` ({args.env}).
 {n} generated images ({args.image_desc}) in a local directory, `featurefs mount --augment {K} --augment-seed 0 --device cpu
 DIR MNT` (the defaults otherwise: `--prefetch tree`) with the near-free model of scripts/bench_delivery.py
 (`tiny`: Conv2d(3, 64, 4, stride 4) + ReLU, layer0 = 64x56x56 float32, 802,816 bytes a feature, so the figures are
@@ -324,9 +275,9 @@ verdicts from those medians ({nr} round(s){'' if nr >= 3 else ': fewer than 3, n
 |---|---|---:|---|
 | first pass over {K} views: extractions / ({K} x images) = 1.000, every round | **{med(x_ratio):.3f}** (target 1.000: {verdict(x_ok)}) | {min(x_ratio):.3f}-{max(x_ratio):.3f} | {by(x_ratio, "{:.3f}")} |
 | extractions after a remount, all {K + 1} trees read = 0, every round | **{med(x_remount):.0f}** (target 0: {verdict(r_ok)}) | {min(x_remount)}-{max(x_remount)} | {by(x_remount, "{}")} |
-| epoch over a cached view tree vs the plain tree, images/s, from the feature cache (remounted) | **{med(c_ratio):.2f}x** (target >= {TARGET_EPOCH}x: {verdict(c_ok)}) | {min(c_ratio):.2f}-{max(c_ratio):.2f}x | {by(c_ratio)} |
-| epoch over a cached view tree vs the plain tree, images/s, from the page cache | **{med(p_ratio):.2f}x** (target >= {TARGET_EPOCH}x: {verdict(p_ok)}) | {min(p_ratio):.2f}-{max(p_ratio):.2f}x | {by(p_ratio)} |
-| first pass, seconds per view-image vs per plain image | **{med(first_ratio):.2f}x** (no target) | {min(first_ratio):.2f}-{max(first_ratio):.2f}x | {by(first_ratio)} |
+| epoch over a cached view tree vs the plain tree, images/s, from the feature cache (remounted) | **{med(c_ratio):.2f}x** (target >= {TARGET_EPOCH}x: {verdict(c_ok)}) | {span(c_ratio, 'x')} | {by(c_ratio)} |
+| epoch over a cached view tree vs the plain tree, images/s, from the page cache | **{med(p_ratio):.2f}x** (target >= {TARGET_EPOCH}x: {verdict(p_ok)}) | {span(p_ratio, 'x')} | {by(p_ratio)} |
+| first pass, seconds per view-image vs per plain image | **{med(first_ratio):.2f}x** (no target) | {span(first_ratio, 'x')} | {by(first_ratio)} |
 
 First pass ({K} x {n} = {K * n} view-images and {n} plain images a round):
 
@@ -348,8 +299,8 @@ Epochs over a cached tree, {n} images ({mb:.0f} MB) each (images/s):
 
 | from | plain | view k | view / plain (per-round ratio) | by round | FUSE reads plain / view, by round | features read from the cache (`fs.cache_hits`) plain / view, by round | MB the mount read from disk plain / view, by round |
 |---|---:|---:|---:|---|---|---|---|
-| the feature cache (remounted, its pages dropped; 1 epoch each) | {cell(c_plain, "{:.0f}")} | {cell(c_view, "{:.0f}")} | **{med(c_ratio):.2f}x** ({min(c_ratio):.2f}-{max(c_ratio):.2f}) | {by(c_ratio)} | {pair(c_reads)} | {pair(c_hits)} | {", ".join(f"{a:.0f} / {b:.0f}" for a, b in c_disk)} |
-| the page cache (median of {n_ep} epochs each) | {cell(p_plain, "{:.0f}")} | {cell(p_view, "{:.0f}")} | **{med(p_ratio):.2f}x** ({min(p_ratio):.2f}-{max(p_ratio):.2f}) | {by(p_ratio)} | {pair(p_reads)} | | |
+| the feature cache (remounted, its pages dropped; 1 epoch each) | {cell(c_plain, "{:.0f}")} | {cell(c_view, "{:.0f}")} | **{med(c_ratio):.2f}x** ({span(c_ratio)}) | {by(c_ratio)} | {pair(c_reads)} | {pair(c_hits)} | {", ".join(f"{a:.0f} / {b:.0f}" for a, b in c_disk)} |
+| the page cache (median of {n_ep} epochs each) | {cell(p_plain, "{:.0f}")} | {cell(p_view, "{:.0f}")} | **{med(p_ratio):.2f}x** ({span(p_ratio)}) | {by(p_ratio)} | {pair(p_reads)} | | |
 
 View k by round: {by([r["view"] for r in rounds], "{}")}; orders (from the feature cache) by round: {"; ".join(", ".join(r["cached_order"]) for r in rounds)}.
 FUSE reads are the READ requests the mount answered (the pages the kernel did not hold); 0 in an epoch means it came
@@ -392,8 +343,6 @@ def main():
     rd.add_argument("--batch", type=int, default=32)
     rp = sub.add_parser("report")
     rp.add_argument("--round", action="append", required=True, metavar="JSON")
-    rp.add_argument("--command", default="make bench")
-    rp.add_argument("--env", default="")
     rp.add_argument("--image-desc", default="")
     rp.add_argument("--workers", type=int, default=4)
     rp.add_argument("--batch", type=int, default=32)

@@ -13,22 +13,11 @@
 import argparse
 import json
 import os
-import re
 import shlex
-import subprocess
 import sys
 import time
 
-from benchlib import cell, loadavg, med, read_stats, unmount
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu(pid):
-    """CPU seconds (utime + stime) of process pid, all its threads."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+from benchlib import cell, files_under, loadavg, med, mount, proc_cpu, read_stats, unmount
 
 
 def du(path):
@@ -51,18 +40,12 @@ def cache_stat(st, key):
 
 def cmd_watch(args):
     load0 = loadavg()
-    cmd = [args.bin, "mount", "--model", f"m={args.model}", "--endpoint-url", args.endpoint,
-           "--cache-dir", args.cache_dir, "--log-file", args.log, "--device", "cpu", *shlex.split(args.flags),
-           f"s3://{args.bucket}", args.mnt]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"featurefs mount failed ({r.returncode}): {r.stderr}")
-    m = re.search(r"\(pid (\d+),", r.stderr)
-    pid = int(m.group(1)) if m else None
+    pid = mount([args.bin, "mount", "--model", f"m={args.model}", "--endpoint-url", args.endpoint,
+                 "--cache-dir", args.cache_dir, "--log-file", args.log, "--device", "cpu", *shlex.split(args.flags),
+                 f"s3://{args.bucket}", args.mnt])
     out = {"load_start": load0, "samples": []}
     try:
-        root = os.path.join(args.mnt, "features", "m", args.layer, "train")
-        files = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".npy"))
+        files = files_under(os.path.join(args.mnt, "features", "m", args.layer, "train"))
         c0, t0 = proc_cpu(pid), time.perf_counter()
         raw = 0
         for p in files:

@@ -40,8 +40,6 @@ with min-max; verdicts from the medians).
 import argparse
 import json
 import os
-import re
-import resource
 import shlex
 import subprocess
 import sys
@@ -53,7 +51,8 @@ import torch
 import torchvision
 from torchvision import transforms
 
-from benchlib import loadavg, med, read_stats, unmount
+import benchlib
+from benchlib import loadavg, machine_cpu, med, mount, proc_cpu, read_stats, self_cpu, unmount
 
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
@@ -61,7 +60,6 @@ TF = transforms.Compose([
     transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
     transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
 ])
-TICK = os.sysconf("SC_CLK_TCK")
 BATCH = 64
 # Targets (issue 25): the mount's CPU per image at most this times the
 # extractor's; epoch 1 through the mount at least this times PyTorch's images/s.
@@ -82,28 +80,6 @@ def cmd_export(args):
                       input_names=["input"], output_names=["output"],
                       dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, do_constant_folding=True)
     os.replace(tmp, args.out)
-
-
-def cpu_self_children():
-    """CPU seconds (user + system) of this process and of its reaped children."""
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
-
-
-def proc_cpu(pid):
-    """CPU seconds (utime + stime) of process pid, all its threads."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # fields 14 and 15 of stat(5)
-
-
-def machine_cpu():
-    """(busy, total) CPU seconds of the whole machine so far (/proc/stat's
-    cpu line: busy is everything but idle and iowait)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    total = sum(v[:8])
-    return (total - v[3] - v[4]) / TICK, total / TICK
 
 
 def minio_cpu():
@@ -136,13 +112,7 @@ def cmd_mount(args):
            *shlex.split(os.environ.get("BENCH_DELIVERY_MOUNT_FLAGS", "")),
            f"s3://{args.bucket}", args.mnt]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"featurefs mount failed ({r.returncode}): {r.stderr}")
-    m = re.search(r"\(pid (\d+),", r.stderr)
-    if not m:
-        sys.exit(f"featurefs mount: no pid in its output: {r.stderr}")
-    pid = int(m.group(1))
+    pid = mount(cmd)
     mount_s = time.perf_counter() - t0
     passes = []
     try:
@@ -152,13 +122,13 @@ def cmd_mount(args):
         mount_cpu_setup = proc_cpu(pid)
         for _ in range(args.epochs):
             dl = loader(ds, args.workers)
-            s0, m0, (p0, c0), w0 = read_stats(args.mnt), proc_cpu(pid), cpu_self_children(), time.perf_counter()
+            s0, m0, (p0, c0), w0 = read_stats(args.mnt), proc_cpu(pid), self_cpu(), time.perf_counter()
             (b0, t0m), io0 = machine_cpu(), minio_cpu()
             n = 0
             for x, _y in dl:
                 n += len(x)
             (b1, t1m), io1 = machine_cpu(), minio_cpu()
-            w1, (p1, c1), m1, s1 = time.perf_counter(), cpu_self_children(), proc_cpu(pid), read_stats(args.mnt)
+            w1, (p1, c1), m1, s1 = time.perf_counter(), self_cpu(), proc_cpu(pid), read_stats(args.mnt)
             passes.append({"seconds": w1 - w0, "samples": n, "mount_cpu": m1 - m0, "python_cpu": p1 - p0,
                            "children_cpu": c1 - c0, "stats_before": s0, "stats_after": s1, "load": loadavg(),
                            "machine_busy": b1 - b0, "machine_total": t1m - t0m, "minio_cpu": io1 - io0})
@@ -175,11 +145,11 @@ def cmd_cli(args):
     load0 = loadavg()
     cmd = [args.bin, "bench", "--model", args.model, "--layers", args.layer, "--modes", args.mode,
            "--device", "cpu", args.dir]
-    _, c0 = cpu_self_children()
+    _, c0 = self_cpu()
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    _, c1 = cpu_self_children()
+    _, c1 = self_cpu()
     if r.returncode != 0:
         sys.exit(f"featurefs bench failed ({r.returncode}): {r.stderr}")
     res = [json.loads(line) for line in r.stdout.splitlines() if line.strip().startswith("{")]
@@ -190,10 +160,10 @@ def cmd_cli(args):
 def cmd_torch(args):
     load0 = loadavg()
     torch.set_num_threads(args.threads)
-    p0, c0 = cpu_self_children()
+    p0, c0 = self_cpu()
     t0 = time.perf_counter()
     model = build_tiny()
-    ds = torchvision.datasets.ImageFolder(os.path.join(args.dir), transform=TF)
+    ds = torchvision.datasets.ImageFolder(args.dir, transform=TF)
     dl = loader(ds, args.workers)
     setup = time.perf_counter() - t0
     w0 = time.perf_counter()
@@ -205,7 +175,7 @@ def cmd_torch(args):
             n += len(f)
     b1, t1m = machine_cpu()
     w1 = time.perf_counter()
-    p1, c1 = cpu_self_children()
+    p1, c1 = self_cpu()
     json.dump({"kind": "torch", "setup_seconds": setup, "seconds": w1 - w0, "samples": n,
                "cpu": (p1 - p0) + (c1 - c0), "load_start": load0, "load_end": loadavg(),
                "machine_busy": b1 - b0, "machine_total": t1m - t0m}, sys.stdout)
@@ -213,7 +183,8 @@ def cmd_torch(args):
 
 # s2: the defaults but --cache-compression s2 (every feature compressed,
 # ca82ffd's default), beside the default auto (large features raw).
-KINDS = ("tree", "off", "s2", "extract", "decode", "torch")
+MOUNTS = ("tree", "off", "s2")
+KINDS = (*MOUNTS, "extract", "decode", "torch")
 # The stats file's fs.read_sizes buckets (the size the kernel asked for) and
 # their names in the breakdown.
 READ_SIZES = (("le_4k", "<= 4 KiB"), ("le_32k", "4-32 KiB"), ("le_128k", "32-128 KiB"),
@@ -221,7 +192,8 @@ READ_SIZES = (("le_4k", "<= 4 KiB"), ("le_32k", "4-32 KiB"), ("le_128k", "32-128
 
 
 def cell(xs, fmt="{:.0f}"):
-    return f"{fmt.format(med(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
+    """benchlib's cell, whole numbers unless told otherwise."""
+    return benchlib.cell(xs, fmt)
 
 
 def bench_rate(r):
@@ -235,9 +207,8 @@ def bench_rate(r):
 
 def bench_images(r):
     res = r["results"][0]
-    for k in ("images",):
-        if k in res:
-            return int(res[k])
+    if "images" in res:
+        return int(res["images"])
     sys.exit(f"report: no image count in featurefs bench's result: {sorted(res)}")
 
 
@@ -264,7 +235,7 @@ def cmd_report(args):
     nr = len(rounds)
     n = rounds[0]["tree"]["samples"]
     for i, r in enumerate(rounds):
-        for kind in ("tree", "off", "s2"):
+        for kind in MOUNTS:
             for j, p in enumerate(r[kind]["passes"]):
                 if p["samples"] != n:
                     sys.exit(f"report: round {i + 1} {kind} pass {j + 1} read {p['samples']} samples, want {n}")
@@ -379,18 +350,12 @@ def cmd_report(args):
             *((f"FUSE READ requests {name}", ("fs", "read_sizes", key), 1, "{:.0f}") for key, name in READ_SIZES),
             ("mount CPU s (stats file `cpu_seconds`)", ("cpu_seconds",), 1, "{:.2f}"),
             ("bytes fetched from the store, MB", ("store", "bytes_fetched"), 1e-6, "{:.0f}")):
-        if path is None:
-            h = per(lambda r: delta(r["tree"]["passes"][0], "cache", "hits"))
-            mi = per(lambda r: delta(r["tree"]["passes"][0], "cache", "misses"))
-            ho = per(lambda r: delta(r["off"]["passes"][0], "cache", "hits"))
-            mo = per(lambda r: delta(r["off"]["passes"][0], "cache", "misses"))
-            hs = per(lambda r: delta(r["s2"]["passes"][0], "cache", "hits"))
-            ms2 = per(lambda r: delta(r["s2"]["passes"][0], "cache", "misses"))
-            breakdown.append(f"| {label} | {med(h):.0f} / {med(mi):.0f} | {med(ho):.0f} / {med(mo):.0f} | "
-                             f"{med(hs):.0f} / {med(ms2):.0f} |")
-            continue
-        breakdown.append(f"| {label} | {bd('tree', path, scale, fmt)} | {bd('off', path, scale, fmt)} | "
-                         f"{bd('s2', path, scale, fmt)} |")
+        if path is None:  # medians alone: hits / misses
+            cols = (" / ".join(f"{med(per(lambda r: delta(r[kind]['passes'][0], 'cache', k))):.0f}"
+                               for k in ("hits", "misses")) for kind in MOUNTS)
+        else:
+            cols = (bd(kind, path, scale, fmt) for kind in MOUNTS)
+        breakdown.append(f"| {label} | {' | '.join(cols)} |")
     for label, num, den in (("cache compress MB/s (put raw MB / compress s)", ("cache", "put_raw_bytes"),
                              ("cache", "compress_seconds")),
                             ("cache decompress MB/s (FUSE read MB / decompress s)", ("fs", "read_bytes"),
@@ -403,7 +368,7 @@ def cmd_report(args):
             xs = [scale * delta(r[kind]["passes"][0], *num) / d for r in rounds
                   if (d := delta(r[kind]["passes"][0], *den)) > 0]
             return cell(xs, "{:.1f}" if scale == 1 else "{:.0f}") if xs else "n/a"
-        breakdown.append(f"| {label} | {q('tree')} | {q('off')} | {q('s2')} |")
+        breakdown.append(f"| {label} | {' | '.join(q(kind) for kind in MOUNTS)} |")
     reads_per_file = med(per(lambda r: delta(r["tree"]["passes"][0], "fs", "reads"))) / n
     whole = [a + b for a, b in zip(mcpu("tree"), pycpu("tree"))]
     max_load = max(max(x["load_start"], x["load_end"]) for r in rounds for x in r.values())
@@ -417,7 +382,6 @@ def cmd_report(args):
 
     print(f"""## Delivery: epoch 1 through the mount vs the extractor alone vs PyTorch, near-free model
 
-Command: `{args.command}` ({args.env}).
 The GPU host's stand-in on the CPU (issue 25): a near-free model, one `Conv2d(3, 64, 4, stride=4)` + ReLU (seeded
 weights, ONNX opset 17, dynamic batch axis), whose output, 64x56x56 float32 = 802,816 bytes
 ({feat_bytes:,.0f} bytes per `.npy` file read), is the size of a ResNet-50 layer12 feature: inference costs almost nothing, so
@@ -507,8 +471,6 @@ def main():
     rp = sub.add_parser("report")
     rp.add_argument("--round", action="append", nargs="+", required=True, metavar="KIND=JSON",
                     help="one interleaved round: tree=, off=, s2=, extract=, decode= and torch= JSON files, in the order they ran")
-    rp.add_argument("--command", default="make bench")
-    rp.add_argument("--env", default="")
     rp.add_argument("--classes", type=int, default=10)
     rp.add_argument("--layer", default="")
     rp.add_argument("--image-desc", default="")

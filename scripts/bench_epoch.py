@@ -34,9 +34,7 @@ import argparse
 import io
 import json
 import os
-import re
 import shlex
-import subprocess
 import sys
 import time
 import warnings
@@ -45,26 +43,14 @@ import numpy as np
 import torch
 import torchvision
 from PIL import Image
-from torchvision import transforms
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import loadavg, med, read_stats, unmount  # noqa: E402
-from export_model import build  # noqa: E402
+from bench_torch_extract import TF, truncated
+from benchlib import cell, loadavg, med, mount, read_stats, s3_client, span, unmount
+from export_model import build
 
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
-TF = transforms.Compose([
-    transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
-    transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-])
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
-
-
-def s3_client(endpoint):
-    import boto3
-    from botocore.config import Config
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                        config=Config(retries={"max_attempts": 3}, max_pool_connections=16))
 
 
 def cmd_upload(args):
@@ -111,9 +97,8 @@ class S3ImageFolder(torch.utils.data.Dataset):
 
 
 def trunk_layer12(model):
-    """ResNet-50 up to featurefs's layer12 (layer3[3]): output 1024x14x14."""
-    m = model
-    trunk = torch.nn.Sequential(m.conv1, m.bn1, m.relu, m.maxpool, m.layer1, m.layer2, m.layer3[:4]).eval()
+    """ResNet-50 up to featurefs's layer12 (layer3[3]): output 1024x14x14, frozen."""
+    trunk = truncated(model, "layer12")
     for p in trunk.parameters():
         p.requires_grad_(False)
     return trunk
@@ -175,16 +160,11 @@ def cmd_baseline(args):
 def cmd_featurefs(args):
     load0 = loadavg()
     torch.set_num_threads(args.threads)
-    env = dict(os.environ)
     cmd = [args.bin, "mount", "--model", f"resnet50={args.model}", "--endpoint-url", args.endpoint,
            "--cache-dir", args.cache_dir, "--log-file", args.log, "--device", args.device,
            "--prefetch", args.prefetch, *shlex.split(args.extra), f"s3://{args.bucket}", args.mnt]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"featurefs mount failed ({r.returncode}): {r.stderr}")
-    m = re.search(r"\(pid (\d+),", r.stderr)
-    pid = int(m.group(1)) if m else None
+    pid = mount(cmd)
     mount_s = time.perf_counter() - t0
     try:
         root = os.path.join(args.mnt, "features", "resnet50", "layer12", "train")
@@ -219,10 +199,6 @@ KINDS = ("baseline", "tree", "off")
 TARGETS = {"epoch1": 1.6, "total": 4.5, "prefetch": 2}  # issue 11; prefetch unchanged
 
 
-def span(xs, unit=""):
-    return f"{min(xs):.2f}-{max(xs):.2f}{unit}"
-
-
 def cmd_report(args):
     rounds, orders = [], []
     for spec in args.round:
@@ -254,9 +230,6 @@ def cmd_report(args):
     def ratio(num, den, f):  # within each round, then over the rounds
         return [f(r[num]) / f(r[den]) for r in rounds]
 
-    def cell(xs, unit=""):
-        return f"{med(xs):.2f}{unit} ({span(xs)})"
-
     def verdict(rs, target):
         v = ("met" if med(rs) >= target else "MISSED") if nr >= 3 else f"no verdict from {nr} round{'s' * (nr > 1)}, fewer than 3"
         return f"**{med(rs):.2f}x** (target >= {target}x: {v})"
@@ -287,7 +260,10 @@ def cmd_report(args):
     rotation = "; ".join(f"round {i + 1}: {', '.join(o)}" for i, o in enumerate(orders[:3]))
     if nr > 3:
         rotation += "; and so on"
-    mount_s = {k: per(k, lambda r: r["mount_seconds"]) for k in ("tree", "off")}
+
+    def mount_s(kind):  # `featurefs mount` itself, seconds
+        xs = per(kind, lambda r: r["mount_seconds"])
+        return f"{med(xs):.2f}s ({span(xs)})"
 
     def st(r):
         return r["stats"]
@@ -326,7 +302,6 @@ def cmd_report(args):
 
     print(f"""## Epochs: transfer learning on layer12, PyTorch alone vs featurefs
 
-Command: `{args.command}` ({args.env}).
 {n} generated JPEGs ({args.classes} classes, {args.image_desc}) in a local MinIO bucket; ResNet-50 (torchvision, random seeded
 weights, the same in both) frozen up to layer12 (layer3[3], 1024x14x14), global average pool, linear head (BatchNorm1d without
 parameters + Linear) trained with SGD (lr 0.01, momentum 0.9), batch 32, `DataLoader(num_workers=4, shuffle=True)`, torch threads 2, ONNX Runtime
@@ -339,7 +314,7 @@ Figures: the median over the rounds with (min-max). Ratios: computed within each
 same round), then their median with min-max; verdicts come from those medians, "featurefs" being the `--prefetch tree`
 mount (the default).
 Setup = model build + bucket listing (baseline) or mount + directory scan (featurefs; `featurefs mount` itself took
-{cell(mount_s['tree'], 's')} (tree) and {cell(mount_s['off'], 's')} (off)); epoch 1 = setup + first pass.
+{mount_s('tree')} (tree) and {mount_s('off')} (off)); epoch 1 = setup + first pass.
 
 | run | setup s | {epoch_cols} | epoch 1 incl. setup s | total s | final loss | load average (1 min) at start/end, by round |
 |---|---:|{'---:|' * n_ep}---:|---:|---:|---|
@@ -396,9 +371,6 @@ batch count; the rest after {n_ep} epochs; extractions for tree with what prefet
             "epoch-1 ratio as the image count grows, and epochs 2-3 here also carry the noise of a shared machine.")
     if notes and nr >= 3:
         print("\n".join(notes))
-    if args.notes and os.path.exists(args.notes):
-        with open(args.notes) as f:
-            print(f.read().rstrip())
 
 
 def main():
@@ -428,12 +400,9 @@ def main():
     rp = sub.add_parser("report")
     rp.add_argument("--round", action="append", nargs="+", required=True, metavar="KIND=JSON",
                     help="one interleaved round: baseline=, tree= and off= JSON files, in the order they ran")
-    rp.add_argument("--command", default="make bench")
-    rp.add_argument("--env", default="")
     rp.add_argument("--classes", type=int, default=4)
     rp.add_argument("--image-desc", default="")
     rp.add_argument("--cpus", type=int, default=os.cpu_count())
-    rp.add_argument("--notes", help="a file whose text is appended to the section")
     args = ap.parse_args()
     {"upload": cmd_upload, "baseline": cmd_baseline, "featurefs": cmd_featurefs, "report": cmd_report}[args.cmd](args)
 

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 scripts/bench_extract.py --bin bin/featurefs --model M.onnx
         --images DIR [--rounds 3] [--configs 2x2,2x1,1x2,1x1] [--torch-workers 2]
-        [--layers layer12,layer18] [--command "make bench"]
+        [--layers layer12,layer18]
 
 In each of --rounds interleaved rounds (the order rotates every round), on
 the same JPEGs:
@@ -17,19 +17,15 @@ the same JPEGs:
   - PyTorch eager (scripts/bench_torch_extract.py: PIL + torchvision in a
     DataLoader, torch threads = cores).
 Prints one markdown section: medians with min-max, ratios of medians,
-each stage's CPU time per image, and the load average.
+each stage's CPU time per image.
 """
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
+from benchlib import med, span
 
 
 def run_ff(args, modes, layers, threads=0, workers=0, batch=0):
@@ -59,14 +55,6 @@ def run_torch(args):
     return json.loads(p.stdout)
 
 
-def med(xs):
-    return statistics.median(xs)
-
-
-def span(xs):
-    return f"{min(xs):.2f}-{max(xs):.2f}"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -77,7 +65,6 @@ def main():
     ap.add_argument("--torch-workers", type=int, default=2)
     ap.add_argument("--layers", default="layer12,layer18")
     ap.add_argument("--ort-time", default="5s")
-    ap.add_argument("--command", default="make bench")
     args = ap.parse_args()
     cores = os.cpu_count()
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",") if c] or [(0, 0)]
@@ -96,7 +83,6 @@ def main():
 
     # The default configuration first, once, to learn its batch size.
     batch = {}
-    load0 = loadavg()
     tasks = [("ff", c) for c in configs] + [("ort", None), ("decode", None), ("torch", None)]
     for rnd in range(args.rounds):
         k = rnd % len(tasks)
@@ -115,7 +101,6 @@ def main():
                 add("decode", run_ff(args, "decode", layers[0]))
             else:
                 add("torch", run_torch(args))
-    load1 = loadavg()
 
     def rate(name, layer):
         return [r["images_per_s"] for r in res[name][layer]]
@@ -125,21 +110,22 @@ def main():
 
     base = "ff " + cname(configs[0])
     print("## Feature extraction on the CPU (ResNet-50 layer12 and layer18)\n")
-    print(f"Command: `{args.command}` (`scripts/bench-extract.sh`). {nimg} generated 500x375 quality-90 JPEGs; "
-          f"ResNet-50 with random seeded weights; {cores} CPUs. {args.rounds} interleaved rounds (the order rotates "
+    print(f"{nimg} generated 500x375 quality-90 JPEGs; ResNet-50 with random seeded weights. "
+          f"{args.rounds} interleaved rounds (the order rotates "
           "every round), each measuring every row; medians with min-max. featurefs: `featurefs bench --modes extract` "
           "(every image through the extractor at once after a warm-up image: decode and preprocess workers overlapped "
           "with batched ONNX Runtime 1.29.0, batch size measured on first use), per configuration THREADSxWORKERS "
           "(ONNX Runtime intra-op threads x decode workers; `default` is what a mount runs). Bare ONNX Runtime: "
           "`--modes ort`, random input at the batch size the default chose, same threads (the inference ceiling). "
           f"PyTorch eager: torchvision 0.14, PIL decode + transforms in a DataLoader with {args.torch_workers} workers, "
-          f"batch 16, torch threads = {cores}. Load average (1, 5, 15 min) {load0} before, {load1} after.\n")
+          f"batch 16, torch threads = {cores}.\n")
     print("| layer | run | images/s median | min-max | vs bare ONNX Runtime | vs PyTorch eager | CPU ms per image | batch |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     summary = {}
     for layer in layers:
         ort = med(rate("ort", layer))
-        pt = med([r["images_per_s"] for r in res["torch"][layer]])
+        pts = rate("torch", layer)
+        pt = med(pts)
         for name in [n for n in res if n.startswith("ff ")] + ["ort"]:
             rs = rate(name, layer)
             b = med([r["batch"] for r in res[name][layer]])
@@ -148,17 +134,14 @@ def main():
                   f"| {med(cpu_per_img(name, layer)):.0f} | {b:.0f} |")
             if name == base:
                 summary[layer] = (med(rs) / ort, med(rs) / pt)
-        pts = [r["images_per_s"] for r in res["torch"][layer]]
-        print(f"| {layer} | PyTorch eager | {med(pts):.2f} | {span(pts)} | {med(pts) / ort:.2f}x | 1.00x | | 16 |")
-    dec = res["decode"][""]
-    drate = [r["images_per_s"] for r in dec]
+        print(f"| {layer} | PyTorch eager | {pt:.2f} | {span(pts)} | {pt / ort:.2f}x | 1.00x | | 16 |")
+    drate, d_ms = rate("decode", ""), med(cpu_per_img("decode", ""))
     print(f"\nDecode and preprocess alone on {cores} workers: {med(drate):.1f} images/s ({span(drate)}), "
-          f"{med([1000 * r['cpu_seconds'] / r['images'] for r in dec]):.1f} CPU ms per image.\n")
+          f"{d_ms:.1f} CPU ms per image.\n")
 
     print("CPU time per image of each stage (medians; each stage measured alone, then the whole extractor):\n")
     print("| layer | decode + preprocess | inference (bare ONNX Runtime) | sum of the stages | featurefs extractor (default) | extractor / sum |")
     print("|---|---:|---:|---:|---:|---:|")
-    d_ms = med([1000 * r["cpu_seconds"] / r["images"] for r in dec])
     for layer in layers:
         o_ms = med(cpu_per_img("ort", layer))
         f_ms = med(cpu_per_img(base, layer))

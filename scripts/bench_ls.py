@@ -3,7 +3,7 @@
 source directory (scripts/bench-mount.sh runs it).
 
     /usr/bin/python3 scripts/bench_ls.py --local DIR --mount NAME=DIR [--mount NAME=DIR ...]
-        [--rounds 5] [--entries N] [--command "make bench"] [--env TEXT]
+        [--rounds 5] [--env TEXT]
 
 Each --mount is a directory of a freshly mounted featurefs (nothing listed
 yet): its first `ls -l` (which reads the source's listing) is timed once,
@@ -11,23 +11,22 @@ then every directory, the local one included, is listed in --rounds
 interleaved rounds (the order rotates each round); the table shows the
 medians with min-max, and each mount's ratio to the local directory (the
 median of the per-round ratios). `ls -l` runs with LC_ALL=C, output to
-/dev/null. Prints one markdown section on stdout.
+/dev/null. --env is what else the text should say of the setup (the
+baseline's binary). Prints one markdown section on stdout.
 """
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
 
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
+from benchlib import med
 
 
 def ls_l(path):
-    """Seconds one `ls -l path` takes; fails if ls does."""
+    """Seconds one `ls -l path` takes, its output to /dev/null; fails if ls
+    does. Not benchlib's ls_l: that one reads the output through a pipe, a
+    cost the timing would include."""
     env = dict(os.environ, LC_ALL="C")
     t0 = time.perf_counter()
     subprocess.run(["ls", "-l", path], stdout=subprocess.DEVNULL, check=True, env=env)
@@ -43,12 +42,10 @@ def main() -> int:
     ap.add_argument("--local", required=True)
     ap.add_argument("--mount", action="append", required=True, help="NAME=DIR")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--command", default="make bench")
-    ap.add_argument("--env", default="")
+    ap.add_argument("--env", default="", help="the setup the harness's stamp does not record")
     args = ap.parse_args()
 
     mounts = [m.split("=", 1) for m in args.mount]
-    load0 = loadavg()
     cold = {name: ls_l(d) for name, d in mounts}
     n = count(args.local)
     for name, d in mounts:
@@ -61,27 +58,24 @@ def main() -> int:
         k = i % len(dirs)
         for name, d in dirs[k:] + dirs[:k]:
             runs[name].append(ls_l(d))
-    load1 = loadavg()
 
     def cell(v):
-        return f"{statistics.median(v):.2f} | {min(v):.2f}-{max(v):.2f}"
+        return f"{med(v):.2f} | {min(v):.2f}-{max(v):.2f}"
 
     print(f"## Mount: `ls -l` of a directory of {n:,} entries, featurefs vs local disk")
     print()
-    print(f"Command: `{args.command}`{(' (' + args.env + ')') if args.env else ''}. "
-          f"A local-directory source holding {n:,} empty `.jpg` files in one directory, mounted with "
+    print(f"{(args.env + '. ') if args.env else ''}A local-directory source holding {n:,} empty `.jpg` files in one directory, mounted with "
           f"`--prefetch off`; `LC_ALL=C ls -l DIR >/dev/null`. Each mount's first `ls -l` (which reads "
           f"the source's listing) is timed once; then the local directory and the mounts are listed in "
           f"{args.rounds} interleaved rounds, the order rotating each round: medians with min-max, and "
-          f"each mount's median per-round ratio to the local directory. "
-          f"Load average (1, 5, 15 min) {load0} before, {load1} after.")
+          f"each mount's median per-round ratio to the local directory.")
     print()
     print("| directory | `ls -l` s, median | min-max | first `ls -l` after mounting, s | vs local |")
     print("|---|---:|---:|---:|---|")
     print(f"| local source directory | {cell(runs['local'])} | | baseline |")
     for name, _ in mounts:
         ratios = [m / l for m, l in zip(runs[name], runs["local"])]
-        r = statistics.median(ratios)
+        r = med(ratios)
         note = f"**{r:.2f}x local** (target <= 3x)" if name == mounts[0][0] else f"{r:.2f}x local"
         print(f"| {name} | {cell(runs[name])} | {cold[name]:.2f} | {note} |")
     print()

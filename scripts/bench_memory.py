@@ -20,18 +20,9 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import cell, loadavg, med, read_stats, unmount  # noqa: E402
+from benchlib import cell, loadavg, med, proc_status, read_stats, unmount
 
 LAYERS = ("layer12", "layer18")
-
-
-def status(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def one(binp, model, data, limit):
@@ -51,7 +42,7 @@ def one(binp, model, data, limit):
         t0 = time.time()
         while not stop.is_set():
             try:
-                trace.append((round(time.time() - t0), status(pid, "VmRSS")))
+                trace.append((round(time.time() - t0), proc_status(pid, "VmRSS")))
             except OSError:
                 return
             stop.wait(1.0)
@@ -70,7 +61,7 @@ def one(binp, model, data, limit):
                 fh.read()
     secs = time.perf_counter() - t0
     mem = read_stats(mnt)["memory"]
-    out = {"files": len(files), "seconds": secs, "hwm": status(pid, "VmHWM"), "rss": status(pid, "VmRSS"),
+    out = {"files": len(files), "seconds": secs, "hwm": proc_status(pid, "VmHWM"), "rss": proc_status(pid, "VmRSS"),
            "c_heap_free": mem.get("c_heap_free_bytes", 0), "c_heap_in_use": mem.get("c_heap_in_use_bytes", 0),
            "session_bytes": mem.get("session_bytes"), "busy_trims": mem.get("busy_trims"),
            "go_heap_objects": mem.get("go_heap_objects_bytes", 0), "load": (load0 + loadavg()) / 2}

@@ -5,7 +5,7 @@
     /usr/bin/python3 scripts/bench_mount.py --mount ROOT --local ROOT
         [--local-written ROOT] [--baseline NAME=ROOT] [--stats NAME=FILE ...]
         [--repeats 7] [--workers 4] [--batch 32] [--epoch1 JSON] [--restart JSON]
-        [--ttl TEXT] | --warm --mount ROOT
+        [--ttl TEXT] [--env TEXT] | --warm --mount ROOT
 
 All ROOTs hold the same DatasetFolder tree. For each, an unmodified
 DatasetFolder(root, loader=np.load, extensions=(".npy",)) and a
@@ -17,13 +17,12 @@ dataset on disk is after its first epoch. --local-written is the same copy
 with the pages `cp` wrote (large folios on ext4; reads of a FUSE file get
 4 KiB ones), --baseline another featurefs build. With --stats (the mount's
 .featurefs/stats of the source NAME), the lookups, opens and reads its epochs cost
-are shown.
-Prints one markdown section on stdout.
+are shown; --env is what else the text should say of the setup (a GPU, the
+baseline's binary). Prints one markdown section on stdout.
 """
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import warnings
@@ -31,6 +30,8 @@ import warnings
 import numpy as np
 import torch
 import torchvision
+
+from benchlib import med
 
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
@@ -81,11 +82,6 @@ def per_file_costs(paths):
     return {"open+close": each(oc), "isatty": each(tty) - each(oc), "open().read()": each(rd), "np.load": each(np.load)}
 
 
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
 def tree_stats(path):
     with open(path) as f:
         fs = json.load(f)["fs"]
@@ -95,7 +91,7 @@ def tree_stats(path):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mount", required=True)
-    ap.add_argument("--local", required=True)
+    ap.add_argument("--local", help="the local copy's ROOT (required unless --warm)")
     ap.add_argument("--local-written")
     ap.add_argument("--baseline", help="NAME=ROOT of another featurefs build's mount")
     ap.add_argument("--stats", action="append", default=[],
@@ -107,9 +103,10 @@ def main() -> int:
     ap.add_argument("--restart", help="JSON from --warm: the first epoch of a restarted mount")
     ap.add_argument("--ttl", default="", help="the mount's --metadata-ttl, for the text")
     ap.add_argument("--warm", action="store_true", help="run one epoch over --mount, print JSON")
-    ap.add_argument("--command", default="make bench")
-    ap.add_argument("--env", default="")
+    ap.add_argument("--env", default="", help="the setup the harness's stamp does not record")
     args = ap.parse_args()
+    if not args.warm and not args.local:
+        ap.error("--local is required")
     torch.manual_seed(0)
 
     if args.warm:
@@ -136,7 +133,6 @@ def main() -> int:
         if len(loaders[name][0]) != n_samples or loaders[name][0].classes != ds.classes:
             print(f"bench: {name} and the local copy hold different datasets", file=sys.stderr)
             return 1
-    load0 = loadavg()
     stats = dict(s.split("=", 1) for s in args.stats)
     st0 = {name: tree_stats(path) for name, path in stats.items()}
     runs = {name: [] for name, _ in sources}
@@ -159,18 +155,17 @@ def main() -> int:
             for p in paths:
                 np.load(p)  # in the page cache
             costs[name].append(per_file_costs(paths))
-    load1 = loadavg()
-    med = {k: statistics.median(v) for k, v in runs.items()}
+    medians = {k: med(v) for k, v in runs.items()}
 
     def ratio(name):
         # The ratio within each round, then the median: load from other
         # processes that drifts during the run cancels within a round.
         rs = [l / m for l, m in zip(runs["local"], runs[name])]
-        return statistics.median(rs), rs
+        return med(rs), rs
 
     def row(label, name, note):
         v = runs[name]
-        dt = med[name]
+        dt = medians[name]
         return (f"| {label} | {n_samples / dt:,.1f} | {fbytes / dt / 1e6:,.1f} | {dt:.3f} | "
                 f"{min(v):.3f}-{max(v):.3f} | {note} |")
 
@@ -180,8 +175,7 @@ def main() -> int:
     r_mount, rs_mount = ratio("mount")
     print("## Mount: second-epoch DataLoader throughput, featurefs vs local disk")
     print()
-    print(f"Command: `{args.command}`{(' (' + args.env + ')') if args.env else ''}.")
-    print(f"ResNet-50 (torchvision, random weights) `layer12` features, {n_samples} samples of "
+    print(f"{(args.env + '. ') if args.env else ''}ResNet-50 (torchvision, random weights) `layer12` features, {n_samples} samples of "
           f"{sample_bytes:,} bytes ({shape} {first.dtype} .npy), read by an unmodified "
           f"`DatasetFolder(root, loader=np.load, extensions=(\".npy\",))` with "
           f"`DataLoader(num_workers={args.workers}, batch_size={args.batch}, shuffle=True)`. "
@@ -193,8 +187,7 @@ def main() -> int:
           + (" (the copy with the pages `cp` wrote, large folios on ext4, is shown too: reads of a FUSE file "
              "fill 4 KiB folios)" if args.local_written else "")
           + f"; the mount{(' (`--metadata-ttl ' + args.ttl + '`, shorter than an epoch, as with a large dataset)') if args.ttl else ''} "
-          f"serves epoch 2+ from its feature cache and the kernel's page cache. "
-          f"Load average (1, 5, 15 min) {load0} before, {load1} after.")
+          f"serves epoch 2+ from its feature cache and the kernel's page cache.")
     print()
     print("| source | samples/s | MB/s | epoch s, median | min-max | |")
     print("|---|---:|---:|---:|---:|---|")
@@ -235,7 +228,7 @@ def main() -> int:
     print("| source | " + " | ".join(kinds) + " |")
     print("|---|" + "---:|" * len(kinds))
     for name, _ in sources:
-        print(f"| {name} | " + " | ".join(f"{statistics.median(c[k] for c in costs[name]):.1f}" for k in kinds) + " |")
+        print(f"| {name} | " + " | ".join(f"{med([c[k] for c in costs[name]]):.1f}" for k in kinds) + " |")
     return 0
 
 

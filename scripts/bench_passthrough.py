@@ -28,45 +28,20 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
-import statistics
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import loadavg, read_stats, unmount  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
+from benchlib import drop_caches, files_under, loadavg, med, mount, proc_cpu, read_stats, unmount  # noqa: E402
 
 
-def proc_cpu(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def mount(args, passthrough, tag, compression="off"):
-    cache_dir = args.cache_dir if compression == "off" else args.cache_dir + "-" + compression
-    cmd = [args.bin, "mount", "--model", f"tiny={args.model}", "--cache-dir", cache_dir,
-           "--log-file", os.path.join(args.work, f"featurefs-{tag}.log"), "--device", "cpu",
-           "--cache-compression", compression, "--prefetch", "off"]
-    cmd.append("--passthrough=" + ("true" if passthrough else "false"))
-    cmd += [args.images, args.mnt]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"featurefs mount failed ({r.returncode}): {r.stderr}")
-    m = re.search(r"\(pid (\d+),", r.stderr)
-    if not m:
-        sys.exit(f"featurefs mount: no pid in its output: {r.stderr}")
-    return int(m.group(1))
-
-
-def files_of(root):
-    out = []
-    for d, _, fs in os.walk(root):
-        out += [os.path.join(d, f) for f in fs if f.endswith(".npy")]
-    return sorted(out)
+def mount_cache(args, passthrough, tag):
+    """Mount the images over the cache directory (--cache-compression off,
+    --prefetch off), with --passthrough or without; returns its pid."""
+    return mount([args.bin, "mount", "--model", f"tiny={args.model}", "--cache-dir", args.cache_dir,
+                  "--log-file", os.path.join(args.work, f"featurefs-{tag}.log"), "--device", "cpu",
+                  "--cache-compression", "off", "--prefetch", "off",
+                  "--passthrough=" + ("true" if passthrough else "false"), args.images, args.mnt])
 
 
 def read_all(paths, readers):
@@ -105,12 +80,6 @@ def warm_cache_files(cache_dir):
                     pass
 
 
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
 def main():
     ap = argparse.ArgumentParser()
     for a in ("bin", "model", "images", "mnt", "cache_dir", "work"):
@@ -122,16 +91,15 @@ def main():
     args = ap.parse_args()
     root = lambda: os.path.join(args.mnt, "features", "tiny", args.layer)  # noqa: E731
     # Fill the cache (raw: files of the features' bytes).
-    for comp in ("off",):
-        pid = mount(args, False, "fill-" + comp, comp)
-        try:
-            paths = files_of(root())
-            t0 = time.perf_counter()
-            read_all(paths, args.readers)
-            print(f"fill ({comp}): {len(paths)} features in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-            time.sleep(2)  # the cache writes are queued: let them land
-        finally:
-            unmount(args.mnt, pid)
+    pid = mount_cache(args, False, "fill-off")
+    try:
+        paths = files_under(root())
+        t0 = time.perf_counter()
+        read_all(paths, args.readers)
+        print(f"fill (off): {len(paths)} features in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        time.sleep(2)  # the cache writes are queued: let them land
+    finally:
+        unmount(args.mnt, pid)
     results = []
     load0 = loadavg()
     for r in range(args.rounds):
@@ -140,18 +108,18 @@ def main():
             mode = "on" if pt else "off"
             print(f"round {r + 1}, passthrough {mode}", file=sys.stderr)
             warm_cache_files(args.cache_dir)
-            pid = mount(args, pt, f"r{r}-{mode}")
+            pid = mount_cache(args, pt, f"r{r}-{mode}")
             try:
-                paths = files_of(root())
+                paths = files_under(root())
                 rb = one_pass(args, pid, paths, "readback")
                 hot = one_pass(args, pid, paths, "hot")
                 drop_caches()
                 e2 = one_pass(args, pid, paths, "epoch2")
             finally:
                 unmount(args.mnt, pid)
-            pid = mount(args, pt, f"r{r}-{mode}-restart")
+            pid = mount_cache(args, pt, f"r{r}-{mode}-restart")
             try:
-                paths = files_of(root())
+                paths = files_under(root())
                 drop_caches()
                 rs = one_pass(args, pid, paths, "restart")
             finally:
@@ -165,7 +133,7 @@ def main():
             rs = [p for p in results if p["passthrough"] == mode and p["pass"] == name]
             if not rs:
                 continue
-            summary[f"{name}/{mode}"] = {k: (statistics.median(p[k] for p in rs), min(p[k] for p in rs), max(p[k] for p in rs))
+            summary[f"{name}/{mode}"] = {k: (med([p[k] for p in rs]), min(p[k] for p in rs), max(p[k] for p in rs))
                                          for k in ("mb_s", "mount_cpu_ms_per_file", "seconds", "verify_ms_per_file")}
             summary[f"{name}/{mode}"]["opens_reads_pt"] = [(p["opens"], p["reads"], p["passthrough_opens"]) for p in rs]
     res = {"load_before": load0, "load_after": loadavg(), "files": len(paths), "readers": args.readers,
@@ -186,12 +154,13 @@ def report(res):
     """The markdown section make bench keeps in docs/bench/passthrough.md."""
     sm = res["summary"]
     loads = [p["load"] for p in res["passes"]]
+    rounds = max(p["round"] for p in res["passes"])
 
     def cell(key, field, bold=False, fmt="{:,.2f}"):
         if key not in sm:
             return "-"
-        med, lo, hi = sm[key][field]
-        t = (fmt.format(med) + " (" + fmt.format(lo) + "-" + fmt.format(hi) + ")")
+        m, lo, hi = sm[key][field]
+        t = (fmt.format(m) + " (" + fmt.format(lo) + "-" + fmt.format(hi) + ")")
         return f"**{t}**" if bold else t
 
     rows = []
@@ -206,11 +175,10 @@ def report(res):
     return "\n".join([
         "## FUSE passthrough: the mount's CPU per 803 KB feature file, on and off",
         "",
-        f"`scripts/bench-passthrough.sh` ({res['files']} files of 802,944 B from the near-free layer12-sized model of "
-        f"scripts/bench-delivery.sh, `--cache-compression off`, {res['readers']} reader threads each opening, reading whole "
-        f"and closing a file; kernel {res.get('kernel', '?')}; 1-minute load average {res['load_before']:.2f} before, "
-        f"{min(loads):.2f}-{max(loads):.2f} during the passes, {res['load_after']:.2f} after). Each pass is every file once; "
-        "3 rounds, the order of on and off alternating; median (min-max). Mount CPU: utime+stime of its process "
+        f"{res['files']} files of 802,944 B from the near-free layer12-sized model of scripts/bench-delivery.sh, "
+        f"`--cache-compression off`, {res['readers']} reader threads each opening, reading whole and closing a file "
+        f"(1-minute load average {min(loads):.2f}-{max(loads):.2f} during the passes). Each pass is every file once; "
+        f"{rounds} rounds, the order of on and off alternating; median (min-max). Mount CPU: utime+stime of its process "
         "(/proc/PID/stat, 10 ms ticks) over the pass, per file; verify: the wall time of the check at open, per file. "
         "Design and verdict: docs/CACHE.md, \"FUSE passthrough\".",
         "",

@@ -29,9 +29,11 @@ import json
 import os
 import re
 import shutil
-import statistics
+import sys
 import threading
 import time
+
+from benchlib import cell, med
 
 
 def read_timed(path):
@@ -137,8 +139,8 @@ def one_round(args, r, warm, expect, cold, versions):
     res["nap_reload_max_s"] = max(d for t0, d in naps if t0 + d >= swap and t0 <= end)
     res["worst_at_s"] = worst[0] - (logged - took)  # its start, from the load's start
     res.update(
-        baseline_reads=len(base), baseline_max_s=max(base), baseline_median_s=statistics.median(base),
-        reload_reads=len(during), reload_max_s=max(during), reload_median_s=statistics.median(during),
+        baseline_reads=len(base), baseline_max_s=max(base), baseline_median_s=med(base),
+        reload_reads=len(during), reload_max_s=max(during), reload_median_s=med(during),
         load_reads=len(load), load_max_s=max(load) if load else 0.0,
         load_s=took, detect_s=logged - took - swap,
         failed=sum(1 for _, _, ok in reads if ok is None), mixed=sum(1 for _, _, ok in reads if ok is False),
@@ -147,16 +149,13 @@ def one_round(args, r, warm, expect, cold, versions):
     return res
 
 
-def med(xs, fmt):
-    return f"{fmt(statistics.median(xs))} ({fmt(min(xs))}-{fmt(max(xs))})"
+def ms(xs):
+    """A cell of seconds, in milliseconds: median (min-max)."""
+    return cell([x * 1000 for x in xs], "{:.1f} ms")
 
 
-def ms(x):
-    return f"{x * 1000:.1f} ms"
-
-
-def ratio(x):
-    return f"{x:.2f}x"
+def ratio(xs):
+    return cell(xs, "{:.2f}x")
 
 
 def main():
@@ -171,8 +170,6 @@ def main():
     ap.add_argument("--baseline", type=float, default=5.0, help="seconds of the baseline window")
     ap.add_argument("--after", type=float, default=1.0, help="seconds read after the reload's log line")
     ap.add_argument("--timeout", type=float, default=120.0)
-    ap.add_argument("--command", default="scripts/bench-reload.sh")
-    ap.add_argument("--env", default="")
     ap.add_argument("--json")
     args = ap.parse_args()
     if len(args.cold) < 2 * args.rounds:
@@ -183,7 +180,7 @@ def main():
     for r in range(args.rounds):
         res = one_round(args, r, warm, expect, [os.path.join(args.layer, c) for c in args.cold[2 * r:2 * r + 2]], args.versions)
         rounds.append(res)
-        print(f"bench-reload: round {r + 1}/{args.rounds}: {json.dumps(res)}", file=__import__("sys").stderr)
+        print(f"bench-reload: round {r + 1}/{args.rounds}: {json.dumps(res)}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rounds, f, indent=1)
@@ -197,8 +194,6 @@ def main():
     met = max(vs_batch) <= 1.0 and failed == 0 and mixed == 0
     print("## Model reload under reads")
     print()
-    print(f"Command: `{args.command}`. {args.env}")
-    print()
     print(f"One thread reads {len(warm)} warm ResNet-50 layer4 files in a loop through a `--device cpu --prefetch off`")
     print("mount, timing every read (each file's pages dropped first, so each read reaches the mount). The model file")
     print("is replaced by a rename with a version whose layer4 digest is the same (base.onnx and layer4fc.onnx of")
@@ -210,28 +205,28 @@ def main():
     print()
     print("| figure | median (min-max) |")
     print("|---|---|")
-    print(f"| longest read, baseline window | {med(g('baseline_max_s'), ms)} |")
-    print(f"| longest read, reload window | {med(g('reload_max_s'), ms)} |")
-    print(f"| longest read overlapping the load itself | {med(g('load_max_s'), ms)} |")
-    print(f"| **longest read, reload / baseline window** | **{med(vs_base, ratio)}** |")
-    print(f"| control: longest oversleep of a 1 ms sleep loop in this process, baseline window | {med(g('nap_baseline_max_s'), ms)} |")
-    print(f"| control: the same, reload window (the machine's stalls, not the mount's) | {med(g('nap_reload_max_s'), ms)} |")
-    print(f"| when the reload window's longest read starts, from the load's start | {med(g('worst_at_s'), ms)} |")
-    print(f"| the reload's load time (`took` of its log line) | {med(g('load_s'), ms)} |")
-    print(f"| longest read overlapping the load / the load time | {med([x['load_max_s'] / x['load_s'] for x in rounds], ratio)} |")
-    print(f"| rename to the load's start (the 2 s watcher, one stable interval) | {med(g('detect_s'), ms)} |")
-    print(f"| one batch: a cold layer4 read | {med(g('cold_read_s'), ms)} |")
-    print(f"| the round's first cold layer4 read (rounds 2+: the first after a reload; layer4's digest is unchanged, so its session is kept) | {med(g('first_cold_read_s')[1:] or g('first_cold_read_s'), ms)} |")
-    print(f"| **longest read in the reload window / one batch** | **{med(vs_batch, ratio)}** |")
+    print(f"| longest read, baseline window | {ms(g('baseline_max_s'))} |")
+    print(f"| longest read, reload window | {ms(g('reload_max_s'))} |")
+    print(f"| longest read overlapping the load itself | {ms(g('load_max_s'))} |")
+    print(f"| **longest read, reload / baseline window** | **{ratio(vs_base)}** |")
+    print(f"| control: longest oversleep of a 1 ms sleep loop in this process, baseline window | {ms(g('nap_baseline_max_s'))} |")
+    print(f"| control: the same, reload window (the machine's stalls, not the mount's) | {ms(g('nap_reload_max_s'))} |")
+    print(f"| when the reload window's longest read starts, from the load's start | {ms(g('worst_at_s'))} |")
+    print(f"| the reload's load time (`took` of its log line) | {ms(g('load_s'))} |")
+    print(f"| longest read overlapping the load / the load time | {ratio([x['load_max_s'] / x['load_s'] for x in rounds])} |")
+    print(f"| rename to the load's start (the 2 s watcher, one stable interval) | {ms(g('detect_s'))} |")
+    print(f"| one batch: a cold layer4 read | {ms(g('cold_read_s'))} |")
+    print(f"| the round's first cold layer4 read (rounds 2+: the first after a reload; layer4's digest is unchanged, so its session is kept) | {ms(g('first_cold_read_s')[1:] or g('first_cold_read_s'))} |")
+    print(f"| **longest read in the reload window / one batch** | **{ratio(vs_batch)}** |")
     print(f"| **worst round: longest read in the reload window / one batch** | **{max(vs_batch):.2f}x** (target <= 1.00x) |")
-    print(f"| reads per round (baseline window, reload window) | {med(g('baseline_reads'), str)}, {med(g('reload_reads'), str)} |")
+    print(f"| reads per round (baseline window, reload window) | {cell(g('baseline_reads'), '{}')}, {cell(g('reload_reads'), '{}')} |")
     print(f"| failed reads, all rounds | **{failed}** of {sum(g('reads'))} |")
     print(f"| reads of other bytes than before the swap (mixed), all rounds | **{mixed}** |")
     print()
     stalled = sum(1 for v in vs_batch if v > 1.0)
     print(f"Verdict: no read waits more than one batch for the reload: **{'met' if met else 'MISSED'}** (the worst round's")
     print(f"longest read of the reload window is {max(vs_batch):.2f}x that round's cold layer4 read, the median round's")
-    print(f"{statistics.median(vs_batch):.2f}x; {stalled} of {len(rounds)} rounds over 1.00x; {failed} failed, {mixed} mixed reads).")
+    print(f"{med(vs_batch):.2f}x; {stalled} of {len(rounds)} rounds over 1.00x; {failed} failed, {mixed} mixed reads).")
 
 
 if __name__ == "__main__":

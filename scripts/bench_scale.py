@@ -52,20 +52,12 @@ import sys
 import tarfile
 import time
 
-from benchlib import cell, loadavg, med, read_stats, unmount
+from benchlib import cell, loadavg, ls_l, med, mount, proc_status, read_stats, s3_client, span, unmount
 
 TARGET_SCAN = 3.0          # mount scan <= 3x the source directory's (issue 39)
 TARGET_RSS_MIB = 512       # at 1M entries
 TARGET_WARM = 1.5          # packed warm >= 1.5x loose, images/s
 TARGET_GETS = 0.01         # GETs per sample, packed
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def cmd_tree(args):
@@ -209,7 +201,7 @@ class Tracer:
 
     def sample(self):
         t = time.monotonic()
-        s = {"t": round(t - self.t0, 3), "phase": self.phase, "rss_kib": rss_kib(self.pid)}
+        s = {"t": round(t - self.t0, 3), "phase": self.phase, "rss_kib": proc_status(self.pid, "VmRSS") // 1024}
         try:
             maps = smaps_maps(self.pid)
             s["anon_kib"] = smaps(self.pid).get("anonymous", 0)
@@ -247,20 +239,19 @@ class Tracer:
         tr = self.trace
         mx = max(tr, key=lambda s: s["rss_kib"])
         c_res = lambda s: s.get("c_heap", {}).get("resident_kib", 0)
-        c_free = lambda s: (s.get("stats") or {}).get("c_heap_free_bytes") or 0
+        def stat(key):  # a field of a sample's stats memory section, 0 if absent
+            return lambda s: (s.get("stats") or {}).get(key) or 0
+        c_free = stat("c_heap_free_bytes")
+        maxima = {"rss_max_kib": lambda s: s["rss_kib"], "anon_max_kib": lambda s: s.get("anon_kib", 0),
+                  "c_heap_resident_max_kib": c_res, "c_heap_free_max_bytes": c_free,
+                  "c_heap_in_use_max_bytes": stat("c_heap_in_use_bytes"),
+                  "go_heap_objects_max_bytes": stat("go_heap_objects_bytes")}
         per = {}
         for s in tr:
-            p = per.setdefault(s["phase"], {"samples": 0, "rss_max_kib": 0, "anon_max_kib": 0, "c_heap_resident_max_kib": 0,
-                                            "c_heap_free_max_bytes": 0, "c_heap_in_use_max_bytes": 0,
-                                            "go_heap_objects_max_bytes": 0})
-            st = s.get("stats") or {}
+            p = per.setdefault(s["phase"], {"samples": 0, **dict.fromkeys(maxima, 0)})
             p["samples"] += 1
-            p["rss_max_kib"] = max(p["rss_max_kib"], s["rss_kib"])
-            p["anon_max_kib"] = max(p["anon_max_kib"], s.get("anon_kib", 0))
-            p["c_heap_resident_max_kib"] = max(p["c_heap_resident_max_kib"], c_res(s))
-            p["c_heap_free_max_bytes"] = max(p["c_heap_free_max_bytes"], c_free(s))
-            p["c_heap_in_use_max_bytes"] = max(p["c_heap_in_use_max_bytes"], st.get("c_heap_in_use_bytes") or 0)
-            p["go_heap_objects_max_bytes"] = max(p["go_heap_objects_max_bytes"], st.get("go_heap_objects_bytes") or 0)
+            for k, f in maxima.items():
+                p[k] = max(p[k], f(s))
         return {"trace_every_s": self.every, "trace": tr, "phases": self.phases, "rss_max_kib": mx["rss_kib"],
                 "rss_max_phase": mx["phase"], "rss_max_t": mx["t"], "rss_max_by_phase": per,
                 "c_heap_resident_max_kib": max(c_res(s) for s in tr),
@@ -287,9 +278,9 @@ def cmd_scan(args):
         out["scans"].append(time.perf_counter() - t0)
     out["samples"] = len(ds)
     if args.pid:
-        out["rss_scan_kib"] = rss_kib(args.pid)
+        out["rss_scan_kib"] = proc_status(args.pid, "VmRSS") // 1024
         out["stats_scan"] = read_stats(args.mnt)
-        out["smaps_scan_pending"] = smaps(args.pid)
+        out["smaps_scan"] = smaps(args.pid)
         if args.scan_idle > 0:
             phase("scan-idle")
             # The same mount once idle for scan_idle seconds: what the
@@ -297,7 +288,7 @@ def cmd_scan(args):
             # idle release (fs/idlememory.go), before the epochs start.
             time.sleep(args.scan_idle)
             out["scan_idle_s"] = args.scan_idle
-            out["rss_scan_idle_kib"] = rss_kib(args.pid)
+            out["rss_scan_idle_kib"] = proc_status(args.pid, "VmRSS") // 1024
             out["stats_scan_idle"] = read_stats(args.mnt)
         rng = random.Random(0)
         idx = rng.sample(range(len(ds)), min(args.samples, len(ds)))
@@ -309,9 +300,8 @@ def cmd_scan(args):
             for i in idx:
                 ds[i]
             out["epochs"].append({"seconds": time.perf_counter() - t0, "samples": len(idx)})
-        out["rss_epochs_kib"] = rss_kib(args.pid)
+        out["rss_epochs_kib"] = proc_status(args.pid, "VmRSS") // 1024
         out["stats_epochs"] = read_stats(args.mnt)
-        out["smaps_scan"] = out.pop("smaps_scan_pending")
         out["smaps_epochs"] = smaps(args.pid)
         # Idle: nothing reads; RSS and the stats' memory at each mark.
         phase("idle")
@@ -319,7 +309,7 @@ def cmd_scan(args):
         out["idle"] = []
         for mark in [int(x) for x in args.idle.split(",") if x]:
             time.sleep(max(0.0, t_idle + mark - time.monotonic()))
-            out["idle"].append({"seconds": mark, "rss_kib": rss_kib(args.pid), "smaps": smaps(args.pid),
+            out["idle"].append({"seconds": mark, "rss_kib": proc_status(args.pid, "VmRSS") // 1024, "smaps": smaps(args.pid),
                                 "memory": read_stats(args.mnt).get("memory")})
         if tracer:
             out.update(tracer.stop())
@@ -327,16 +317,10 @@ def cmd_scan(args):
     json.dump(out, sys.stdout)
 
 
-def s3_client(endpoint):
-    import boto3
-    from botocore.config import Config
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                        config=Config(retries={"max_attempts": 5}, max_pool_connections=16))
-
-
 def put_all(endpoint, bucket, items):
-    """PUT (key, body-or-path) items from 16 threads; returns the count."""
-    s3 = s3_client(endpoint)
+    """PUT (key, body-or-path) items from 16 threads; prints the count and
+    the seconds."""
+    s3 = s3_client(endpoint, attempts=5)
     try:
         s3.create_bucket(Bucket=bucket)
     except s3.exceptions.BucketAlreadyOwnedByYou:
@@ -351,7 +335,7 @@ def put_all(endpoint, bucket, items):
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(16) as ex:
         n = sum(1 for _ in ex.map(put, items))
-    return n, time.perf_counter() - t0
+    json.dump({"objects": n, "seconds": time.perf_counter() - t0}, sys.stdout)
 
 
 def cmd_upload_empty(args):
@@ -359,8 +343,7 @@ def cmd_upload_empty(args):
     items = ((f"train/c{i // per:04d}/i{i:07d}.jpg", b"") for i in range(args.entries))
     if args.flat:
         items = ((f"{args.flat}/i{i:07d}.jpg", b"") for i in range(args.entries))
-    n, s = put_all(args.endpoint, args.bucket, items)
-    json.dump({"objects": n, "seconds": s}, sys.stdout)
+    put_all(args.endpoint, args.bucket, items)
 
 
 def cmd_upload_dir(args):
@@ -369,8 +352,7 @@ def cmd_upload_dir(args):
         for name in sorted(files):
             p = os.path.join(root, name)
             items.append((os.path.relpath(p, args.dir).replace(os.sep, "/"), p))
-    n, s = put_all(args.endpoint, args.bucket, items)
-    json.dump({"objects": n, "seconds": s}, sys.stdout)
+    put_all(args.endpoint, args.bucket, items)
 
 
 def cmd_pack(args):
@@ -389,7 +371,7 @@ def cmd_pack(args):
 
 def cmd_s3list(args):
     load0 = loadavg()
-    s3 = s3_client(args.endpoint)
+    s3 = s3_client(args.endpoint, attempts=5)
     t0 = time.perf_counter()
     n = 0
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=args.bucket, Prefix=args.prefix):
@@ -398,33 +380,16 @@ def cmd_s3list(args):
               sys.stdout)
 
 
-def mount(args, source, extra=()):
-    cmd = [args.bin, "mount", "--model", f"tiny={args.model}", "--endpoint-url", args.endpoint,
-           "--cache-dir", args.cache_dir, "--log-file", args.log, "--device", "cpu", "--prefetch", "off",
-           *extra, source, args.mnt]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"featurefs mount failed ({r.returncode}): {r.stderr}")
-    m = re.search(r"\(pid (\d+),", r.stderr)
-    if not m:
-        sys.exit(f"featurefs mount: no pid in its output: {r.stderr}")
-    return int(m.group(1))
-
-
-def ls_l(d):
-    t0 = time.perf_counter()
-    r = subprocess.run(["ls", "-l", d], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
-    if r.returncode != 0:
-        sys.exit(f"ls -l {d}: {r.stderr}")
-    return time.perf_counter() - t0, len(r.stdout.splitlines()) - 1
-
-
 def cmd_s3mount(args):
     import torchvision
     load0 = loadavg()
-    pid = mount(args, f"s3://{args.bucket}")
+    pid = mount([args.bin, "mount", "--model", f"tiny={args.model}", "--endpoint-url", args.endpoint,
+                 "--cache-dir", args.cache_dir, "--log-file", args.log, "--device", "cpu", "--prefetch", "off",
+                 f"s3://{args.bucket}", args.mnt])
+    list_calls = lambda: read_stats(args.mnt)["store"].get("list_calls", 0)
     try:
-        train = os.path.join(args.mnt, "features", "tiny", "layer0", "train")
+        layer = os.path.join(args.mnt, "features", "tiny", "layer0")
+        train = os.path.join(layer, "train")
         ls_cold, n_ls = ls_l(os.path.join(train, args.dir))
         t0 = time.perf_counter()
         ds = torchvision.datasets.DatasetFolder(train, loader=noload, extensions=(".npy",))
@@ -432,13 +397,13 @@ def cmd_s3mount(args):
         ls_warm, _ = ls_l(os.path.join(train, args.dir))
         flat, n_flat, flat_calls = 0, 0, 0
         if args.flat:
-            calls0 = read_stats(args.mnt)["store"].get("list_calls", 0)
+            calls0 = list_calls()
             t0 = time.perf_counter()
-            n_flat = len(os.listdir(os.path.join(args.mnt, "features", "tiny", "layer0", args.flat)))
+            n_flat = len(os.listdir(os.path.join(layer, args.flat)))
             flat = time.perf_counter() - t0
-            flat_calls = read_stats(args.mnt)["store"].get("list_calls", 0) - calls0
+            flat_calls = list_calls() - calls0
         st = read_stats(args.mnt)
-        rss = rss_kib(pid)
+        rss = proc_status(pid, "VmRSS") // 1024
     finally:
         unmount(args.mnt, pid)
     json.dump({"ls_cold": ls_cold, "ls_entries": n_ls, "scan": scan, "samples": len(ds), "ls_warm": ls_warm,
@@ -510,6 +475,15 @@ def verdict(ok, nr):
     return ("met" if ok else "MISSED") if nr >= 3 else f"no verdict from {nr} rounds"
 
 
+def round_loads(rounds, kinds=None):
+    """The 1-minute load average over each round: the lowest at a run's
+    start to the highest at a run's end (the runs of kinds, or all)."""
+    def span_of(r):
+        runs = [r[k] for k in kinds] if kinds else list(r.values())
+        return f"{min(x['load_start'] for x in runs):.1f}-{max(x['load_end'] for x in runs):.1f}"
+    return ", ".join(span_of(r) for r in rounds)
+
+
 def report_scan(args, rounds):
     nr = len(rounds)
     per = lambda f: [f(r) for r in rounds]
@@ -522,10 +496,10 @@ def report_scan(args, rounds):
     rss_e = per(lambda r: mib(r["mount"]["rss_epochs_kib"]))
     scan_idle = scan_idle_s(rounds)
     rss_si = per(lambda r: mib(r["mount"]["rss_scan_idle_kib"])) if scan_idle else []
-    fs = lambda key, k: per(lambda r: r["mount"][key]["fs"].get(k, 0))
-    md_s, md_e = [x / 2**20 for x in fs("stats_scan", "metadata_bytes")], [x / 2**20 for x in fs("stats_epochs", "metadata_bytes")]
-    lb_e = [x / 2**20 for x in fs("stats_epochs", "listing_bytes")]
-    kn_e = fs("stats_epochs", "kernel_nodes")
+    fs = lambda key, k, unit=2**20: per(lambda r: r["mount"][key]["fs"].get(k, 0) / unit)
+    md_s, md_e = fs("stats_scan", "metadata_bytes"), fs("stats_epochs", "metadata_bytes")
+    lb_e = fs("stats_epochs", "listing_bytes")
+    kn_e = fs("stats_epochs", "kernel_nodes", 1)
     budget = rounds[0]["mount"]["stats_epochs"]["fs"].get("metadata_max_bytes", 0) / 2**20
     ep = lambda i: per(lambda r: r["mount"]["epochs"][i]["samples"] / r["mount"]["epochs"][i]["seconds"])
     n, samples = rounds[0]["mount"]["samples"], rounds[0]["mount"]["epochs"][0]["samples"]
@@ -534,8 +508,7 @@ def report_scan(args, rounds):
     rss_note = "measured at 1,000,000" if n >= 1_000_000 else (
         f"measured at {n:,} entries, not 1M: the target's figure is for 1M; "
         f"{'the budget caps the metadata whatever the count' if budget else ''}")
-    loads = ", ".join(f"{min(x['load_start'] for x in r.values()):.1f}-{max(x['load_end'] for x in r.values()):.1f}"
-                      for r in rounds)
+    loads = round_loads(rounds)
     prefetch = ("`--prefetch off`" if args.prefetch == "off" else
                 "`--prefetch` at its default (`tree`: the first read starts extracting the layer directory in the background, left running)"
                 if args.prefetch == "default" else f"`--prefetch {args.prefetch}` (left running)")
@@ -565,7 +538,7 @@ def report_scan(args, rounds):
                       f" and the idle wait. The highest sample per round: {'; '.join(where)}.\n")
     print(f"""## Scale: an ImageNet-shaped local source of {n:,} entries, DatasetFolder scan and the mount's memory
 
-Command: `{args.command}` ({args.env}). A local-directory source shaped like ImageNet: {n:,} JPEG-named files in
+A local-directory source shaped like ImageNet: {n:,} JPEG-named files in
 {args.classes:,} class directories (hard links to copies of one 64x48 JPEG: listing reads no content, and the sampled reads
 extract a real image); BENCH_SCALE_ENTRIES={n:,} (the issue's figure is 1,000,000). The near-free `tiny` model
 (scripts/bench_delivery.py's Conv2d(3, 64, 4, stride=4) + ReLU, 802,816-byte features), the mount's defaults but
@@ -578,8 +551,8 @@ over the rounds (min-max). Load average (1 min) over each round: {loads}.
 
 | figure | source directory | mount | mount / source |
 |---|---|---|---|
-| DatasetFolder scan, first, s | {cell(src1)} | {cell(m1)} | {med(ratio1):.2f}x ({min(ratio1):.2f}-{max(ratio1):.2f}) |
-| DatasetFolder scan, second, s | {cell(src2)} | {cell(m2)} | {med(ratio2):.2f}x ({min(ratio2):.2f}-{max(ratio2):.2f}) |
+| DatasetFolder scan, first, s | {cell(src1)} | {cell(m1)} | {med(ratio1):.2f}x ({span(ratio1)}) |
+| DatasetFolder scan, second, s | {cell(src2)} | {cell(m2)} | {med(ratio2):.2f}x ({span(ratio2)}) |
 | mount RSS after the scans, MiB | | {cell(rss_s, '{:.0f}')} | |
 """ + (f"""| mount RSS after the scans and {scan_idle:g} s idle (the idle release: fs/idlememory.go), MiB | | {cell(rss_si, '{:.0f}')} | |
 """ if scan_idle else "") + f"""| mount RSS after 2 epochs of {samples:,} random samples, MiB | | {cell(rss_e, '{:.0f}')} | |
@@ -694,15 +667,14 @@ def report_s3(args, rounds):
         rfl = [a / b for a, b in zip(fm, fb)]
         fcalls = per(lambda r: r["mount"]["flat_list_calls"])
         flat_row = (f"| first `ls` of a {nf:,}-object prefix (`{args.flat}/`, one directory) | "
-                    f"{cell(fm)} | {cell(fb)} | **{med(rfl):.2f}x** ({min(rfl):.2f}-{max(rfl):.2f}) |\n")
+                    f"{cell(fm)} | {cell(fb)} | **{med(rfl):.2f}x** ({span(rfl)}) |\n")
         flat_text = (f" The `{args.flat}/` prefix ({nf:,} empty objects `{args.flat}/iNNNNNNN.jpg`, uploaded with the bucket) is"
                      f" listed by `ls` (os.listdir) last in each `mount` run and by `flat` (boto3, that prefix) in each round;"
                      f" the mount's List calls for it: {cell(fcalls, '{:.0f}')} ({-(-nf // 1000):,} pages of 1,000 one at a time).")
-    loads = ", ".join(f"{min(x['load_start'] for x in r.values()):.1f}-{max(x['load_end'] for x in r.values()):.1f}"
-                      for r in rounds)
+    loads = round_loads(rounds)
     print(f"""## Scale: a MinIO bucket of {n:,} objects, first listing and `ls -l` of a {nl:,}-entry directory
 
-Command: `{args.command}` ({args.env}). A local MinIO bucket of {n:,} empty JPEG-named objects, `train/cNNNN/` prefixes of
+A local MinIO bucket of {n:,} empty JPEG-named objects, `train/cNNNN/` prefixes of
 {nl:,} objects each (uploaded in {args.upload_s:.0f} s from 16 boto3 threads); BENCH_SCALE_OBJECTS={n:,}. No local
 baseline exists for S3: the mount's times are given absolute and against a direct boto3 `list_objects_v2` (every page,
 one thread) of the same prefix. {nr} interleaved rounds, each running, in an order that rotates every round, `mount` (a
@@ -713,8 +685,8 @@ Figures: the median over the rounds (min-max). Load average (1 min) over each ro
 
 | figure | mount, s | boto3 list of the same prefix, s | mount / boto3 |
 |---|---|---|---|
-| first full listing ({n:,} objects: DatasetFolder scan through the mount) | {cell(scan)} | {cell(full)} | **{med(rf):.2f}x** ({min(rf):.2f}-{max(rf):.2f}) |
-| `ls -l` of a {nl:,}-entry directory, first (the mount lists the prefix) | {cell(lsc, '{:.3f}')} | {cell(pre, '{:.3f}')} | **{med(rl):.2f}x** ({min(rl):.2f}-{max(rl):.2f}) |
+| first full listing ({n:,} objects: DatasetFolder scan through the mount) | {cell(scan)} | {cell(full)} | **{med(rf):.2f}x** ({span(rf)}) |
+| `ls -l` of a {nl:,}-entry directory, first (the mount lists the prefix) | {cell(lsc, '{:.3f}')} | {cell(pre, '{:.3f}')} | **{med(rl):.2f}x** ({span(rl)}) |
 | `ls -l` of the same directory again (listing cached) | {cell(lsw, '{:.3f}')} | | |
 {flat_row}
 Listing pages the mount asked the store for (stats `store.list_calls`): {cell(pages, '{:.0f}')}; the mount's RSS
@@ -739,11 +711,10 @@ def report_warm(args, rounds):
     n = rounds[0]["loose"]["done"]
     rr, gp = med(ratio), med(gps("packed"))
     same = json.loads(args.same)
-    loads = ", ".join(f"{min(r[k]['load_start'] for k in ('loose', 'packed')):.1f}-{max(r[k]['load_end'] for k in ('loose', 'packed')):.1f}"
-                      for r in rounds)
+    loads = round_loads(rounds, ("loose", "packed"))
     print(f"""## Scale: archives vs loose objects through MinIO, `featurefs warm`
 
-Command: `{args.command}` ({args.env}). The same {n:,} generated JPEGs ({args.classes} classes, sides 375-800 px,
+The same {n:,} generated JPEGs ({args.classes} classes, sides 375-800 px,
 scripts/gen_dataset.py) in two local MinIO buckets: `loose` (one object per image, `train/CLASS/NAME.jpg`) and `packed`
 (one uncompressed tar per class, `train/CLASS.tar`, {n // args.classes:,} members each, shown by the mount as directory
 `train/CLASS/`). `featurefs warm --source s3://BUCKET --model tiny=... --layer layer0 --device cpu` (the near-free tiny
@@ -839,8 +810,6 @@ def main():
     s.add_argument("--upload-s", type=float, default=0)
     s.add_argument("--flat", default="flat")
     s.add_argument("--prefetch", default="off", help="section 1's mount's --prefetch (default: none given)")
-    s.add_argument("--command", default="make bench")
-    s.add_argument("--env", default="")
     args = p.parse_args()
     {"tree": cmd_tree, "scan": cmd_scan, "upload-empty": cmd_upload_empty, "upload-dir": cmd_upload_dir,
      "pack": cmd_pack, "s3list": cmd_s3list, "s3mount": cmd_s3mount, "warm": cmd_warm, "same": cmd_same,

@@ -9,7 +9,7 @@ ONNX file) truncated at featurefs's layer12 (layer3[3]) and layer18
 (avgpool + flatten), fed by a DataLoader whose workers decode with PIL and
 apply Resize(256)/CenterCrop(224)/ToTensor/Normalize. Prints JSON: per layer
 images/s, seconds, and the seconds the main process waited for data vs ran
-the model.
+the model. scripts/bench_epoch.py's baseline uses the same TF and truncated().
 """
 import argparse
 import glob
@@ -22,8 +22,7 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_model import build  # noqa: E402
+from export_model import build
 
 TF = transforms.Compose([
     transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),

@@ -13,15 +13,15 @@
 # Env: COUNT (5), BENCHTIME (0.5s), BENCH (the -bench regexp, default all
 # of bench_test.go's benchmarks).
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 BASE=${1:-main}
 COUNT=${COUNT:-5}
 BENCHTIME=${BENCHTIME:-0.5s}
 BENCH=${BENCH:-'^Benchmark(Step|Encode$|Decode$|ReadAt$)'}
 cd "$REPO"
 OLD=cache/codec/zz_benchbase
-OUT=$(mktemp -d /tmp/featurefs-codec-steps.XXXXXX)
-trap 'rm -rf "$REPO/$OLD" "$OUT"' EXIT
+cleanup() { rm -rf "$REPO/$OLD"; }
+bench_work codec-steps cleanup
 mkdir -p "$OLD"
 for f in $(git ls-tree --name-only "$BASE" cache/codec/); do
   case "$f" in
@@ -30,12 +30,12 @@ for f in $(git ls-tree --name-only "$BASE" cache/codec/); do
   esac
 done
 cp cache/codec/bench*_test.go "$OLD/"
-go test -c -o "$OUT/old.test" "./$OLD"
-go test -c -o "$OUT/new.test" ./cache/codec
+go test -c -o "$WORK/old.test" "./$OLD"
+go test -c -o "$WORK/new.test" ./cache/codec
 for i in $(seq "$COUNT"); do
   echo "codec-steps: round $i of $COUNT" >&2
-  "$OUT/old.test" -test.run '^$' -test.bench "$BENCH" -test.benchtime "$BENCHTIME" -test.count 1 >> "$OUT/old.txt"
-  "$OUT/new.test" -test.run '^$' -test.bench "$BENCH" -test.benchtime "$BENCHTIME" -test.count 1 >> "$OUT/new.txt"
+  "$WORK/old.test" -test.run '^$' -test.bench "$BENCH" -test.benchtime "$BENCHTIME" -test.count 1 >> "$WORK/old.txt"
+  "$WORK/new.test" -test.run '^$' -test.bench "$BENCH" -test.benchtime "$BENCHTIME" -test.count 1 >> "$WORK/new.txt"
 done
 echo "base $(git rev-parse --short "$BASE"), new $(git rev-parse --short HEAD)$(git diff --quiet -- cache/codec || echo '+changes'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-cd "$OUT" && go run golang.org/x/perf/cmd/benchstat@latest -ignore pkg old.txt new.txt
+cd "$WORK" && go run golang.org/x/perf/cmd/benchstat@latest -ignore pkg old.txt new.txt

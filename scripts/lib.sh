@@ -47,12 +47,24 @@ bench_freshness() {
   paths=$(grep -oE '; measures: .*' <<<"$line" | grep -oE '`[^`]+`' | tr -d '`' | tr '\n' ' ' || true)
   [ -n "$paths" ] || paths="go.mod cmd fs extractor cache mountopts"
   if ! git -C "$REPO" cat-file -e "$commit^{commit}" 2>/dev/null; then echo "stale: measured at $commit, which this history lacks"; return; fi
+  # The commits since that change a line of code there: not those that
+  # change only // comments (not //go:, //export or cgo's // #... lines)
+  # and blank lines, which change nothing measured.
+  local changed=() c
   # shellcheck disable=SC2086
-  n=$(git -C "$REPO" rev-list --count "$commit..HEAD" -- $paths ':(exclude)*_test.go')
+  for c in $(git -C "$REPO" rev-list "$commit..HEAD" -- $paths ':(exclude)*_test.go'); do
+    git -C "$REPO" show --format= --unified=0 "$c" -- $paths ':(exclude)*_test.go' | awk '
+      /^(\+\+\+|---) / { next }
+      /^[+-]/ { l = substr($0, 2)
+        if (l ~ /^[[:space:]]*$/) next
+        if (l ~ /^[[:space:]]*\/\// && l !~ /^[[:space:]]*\/\/(go:|export |[[:space:]]*#)/) next
+        code = 1 }
+      END { exit !code }' && changed+=("$(git -C "$REPO" rev-parse --short=7 "$c")")
+  done
+  n=${#changed[@]}
   case $line in "Measured at commit $commit-dirty"*) commit="$commit-dirty" ;; esac
   if [ "$n" = 0 ]; then echo "current: measured at $commit"; return; fi
-  # shellcheck disable=SC2086
-  newest=$(git -C "$REPO" log -1 --format=%h "$commit..HEAD" -- $paths ':(exclude)*_test.go')
+  newest=${changed[0]}
   echo "stale: measured at $commit; $n later commit(s) change what it measures ($(echo $paths | sed 's/ /, /g')), the newest $newest"
 }
 
@@ -155,7 +167,7 @@ start_minio() {
 # BENCH_* settings (IMAGES, ROUNDS, CLASSES, WORKERS, THREADS), a work
 # directory WORK with a mount point MNT removed on exit (with the logs'
 # tails on failure), MinIO (start_minio), BENCH_IMAGES generated JPEGs
-# uploaded to BUCKET under train/, MODEL and LOAD_BEFORE.
+# uploaded to BUCKET under train/, and MODEL.
 epoch_setup() {
   local bucket=$1 tag=$2 flag=$3 per_class
   need_bin
@@ -182,7 +194,6 @@ epoch_setup() {
   rm -f "$WORK/images/manifest.json"
   "$PY" "$REPO/scripts/bench_epoch.py" upload --endpoint "$ENDPOINT" --bucket "$bucket" --dir "$WORK/images" >/dev/null
   MODEL=$(model_path resnet50)
-  LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 }
 
 # epoch_cleanup: epoch_setup's exit trap.
@@ -265,4 +276,35 @@ for i in range(n):
         d.ellipse([x0, y0, x1, y1], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
     im.save(os.path.join(out, f"{i:04d}.jpg"), quality=90)
 PYEOF
+}
+
+# bench_work TAG [CLEANUP]: sets WORK to a fresh scratch directory
+# (/tmp/featurefs-TAG.XXXXXX), removed on exit after the script's CLEANUP
+# command, if named (an unmount, a git worktree's removal); the script's
+# exit status stands.
+bench_work() {
+  WORK=$(mktemp -d "/tmp/featurefs-$1.XXXXXX")
+  BENCH_WORK_CLEANUP=${2:-}
+  trap bench_work_exit EXIT
+}
+
+# bench_work_exit: bench_work's exit trap.
+bench_work_exit() {
+  local rc=$?
+  [ -z "$BENCH_WORK_CLEANUP" ] || "$BENCH_WORK_CLEANUP" || true
+  rm -rf "$WORK" || true
+  exit $rc
+}
+
+# bench_py ARGS...: $PY with scripts/ on its module path, so that a script
+# it runs (a heredoc: bench_py - ARGS <<'PYEOF') can import benchlib.
+bench_py() {
+  PYTHONPATH="$REPO/scripts${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$@"
+}
+
+# need_netns NAME WHAT: fail unless root with tc, which the netns test bed
+# (test/netns_test.go) needs for WHAT.
+need_netns() {
+  [ "$(id -u)" = 0 ] || { echo "$1 needs root ($2)" >&2; exit 1; }
+  command -v tc >/dev/null || { echo "no tc: install iproute2" >&2; exit 1; }
 }

@@ -21,8 +21,9 @@ its quota, or 1). A stage the model gets right has measured near
 predicted; the slowest stage bounds the throughput.
 """
 import re
-import statistics
 import sys
+
+from benchlib import med
 
 LINE = re.compile(
     r"splitbench: storage (?P<cores>\S+) cores, (?P<model>\S+) layer(?P<freeze>\d+) (?P<mbit>\d+) Mbit/s "
@@ -37,48 +38,40 @@ def main():
     summary = sys.argv[1:] == ["--summary"]
     if sys.argv[1:] and not summary:
         sys.exit("usage: split_stages.py [--summary] < progress-lines")
-    runs = {}
-    order = []
+    runs = {}  # (cores, model, freeze, mbit, policy): its runs, in the order of the lines
     for ln in sys.stdin:
         m = LINE.search(ln)
         if not m:
             continue
         d = m.groupdict()
-        key = (d["cores"], d["model"], int(d["freeze"]), int(d["mbit"]), d["policy"])
-        if key not in runs:
-            runs[key] = []
-            order.append(key)
-        runs[key].append(d)
+        runs.setdefault((d["cores"], d["model"], int(d["freeze"]), int(d["mbit"]), d["policy"]), []).append(d)
     if not runs:
         sys.exit("split_stages: no progress lines with stage figures on stdin")
     if summary:
-        print_summary(runs, order)
+        print_summary(runs)
         return
     print("| storage cores | model | freeze | link | policy | split | samples/s | predicted/s "
           "| server ms: predicted, measured | wire ms: predicted, at the link's rate | client ms: predicted, measured | rounds |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for key in order:
-        rs = runs[key]
-        cores, model, freeze, mbit, policy = key
+    for (cores, model, freeze, mbit, policy), rs in runs.items():
         share = float(cores) if cores != "all" else 1.0
-
-        def med(f):
-            return statistics.median(f(r) for r in rs)
-        server = med(lambda r: (float(r["su"]) + float(r["ss"])) / share)
-        client = med(lambda r: float(r["tu"]) + float(r["ts"]))
-        wire = med(lambda r: float(r["payload"]) * 8 / (mbit * 1e6) * 1e3)
+        server = med_of(rs, lambda r: (float(r["su"]) + float(r["ss"])) / share)
+        client = med_of(rs, lambda r: float(r["tu"]) + float(r["ts"]))
+        wire = med_of(rs, lambda r: float(r["payload"]) * 8 / (mbit * 1e6) * 1e3)
         splits = sorted({r["split"] for r in rs})
         print(f"| {cores} | {model} | layer{freeze} | {mbit} Mbit/s | {policy} | {'/'.join(splits)} "
-              f"| {med(lambda r: float(r['rate'])):.2f} | {med(lambda r: float(r['pred'])):.2f} "
-              f"| {med(lambda r: float(r['ps'])):.1f}, {server:.1f} | {med(lambda r: float(r['pw'])):.1f}, {wire:.1f} "
-              f"| {med(lambda r: float(r['pc'])):.1f}, {client:.1f} | {len(rs)} |")
+              f"| {med_of(rs, 'rate'):.2f} | {med_of(rs, 'pred'):.2f} "
+              f"| {med_of(rs, 'ps'):.1f}, {server:.1f} | {med_of(rs, 'pw'):.1f}, {wire:.1f} "
+              f"| {med_of(rs, 'pc'):.1f}, {client:.1f} | {len(rs)} |")
 
 
-def print_summary(runs, order):
-    configs = []
-    for key in order:
-        if key[:4] not in configs:
-            configs.append(key[:4])
+def med_of(rs, f):
+    """The median over the runs rs of f(run), or of the field f read as a number."""
+    return med([float(r[f]) if isinstance(f, str) else f(r) for r in rs])
+
+
+def print_summary(runs):
+    configs = list(dict.fromkeys(key[:4] for key in runs))
     print("| storage cores | model | freeze | link | auto: split(s), samples/s (runs) | best fixed: split, samples/s "
           "| auto ÷ best | raw samples/s | auto ÷ raw | predicted samples/s: auto's split, best fixed's |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -86,13 +79,10 @@ def print_summary(runs, order):
     picked = picked_within = 0
     worst = float("inf")
     for cores, model, freeze, mbit in configs:
-        pols = {k[4]: runs[k] for k in order if k[:4] == (cores, model, freeze, mbit)}
+        pols = {k[4]: rs for k, rs in runs.items() if k[:4] == (cores, model, freeze, mbit)}
         if "auto" not in pols or len(pols) < 2:
             continue
-
-        def med(rs, f):
-            return statistics.median(f(r) for r in rs)
-        rate = {p: med(rs, lambda r: float(r["rate"])) for p, rs in pols.items()}
+        rate = {p: med_of(rs, "rate") for p, rs in pols.items()}
         best = max((p for p in pols if p != "auto"), key=lambda p: rate[p])
         raw = rate.get("raw", 0)
         ratio = rate["auto"] / rate[best]
@@ -108,7 +98,7 @@ def print_summary(runs, order):
         rs = ", ".join(r["rate"] for r in auto)
         print(f"| {cores} | {model} | layer{freeze} | {mbit} Mbit/s | {splits}, {rate['auto']:.2f} ({rs}) "
               f"| {pols[best][0]['split']}, {rate[best]:.2f} | {ratio:.2f} | {raw:.2f} | {rate['auto'] / raw:.2f}x "
-              f"| {med(auto, lambda r: float(r['pred'])):.2f}, {med(pols[best], lambda r: float(r['pred'])):.2f} |")
+              f"| {med_of(auto, 'pred'):.2f}, {med_of(pols[best], 'pred'):.2f} |")
     pct = 100 * within / max(1, total)
     met = lambda ok: "met" if ok else "NOT met"
     print()

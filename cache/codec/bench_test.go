@@ -5,7 +5,8 @@ package codec
 // each channel with its own scale and share of zeros), float32 and
 // float16, as .npy bytes. This file uses only Encode, Decode, ReadAt,
 // shuffle and unshuffle, so that it runs unchanged against an older
-// codec.go (scripts/bench-codec-steps.sh compares two commits with it).
+// codec.go (scripts/codec-steps-compare.sh compares two commits with it;
+// scripts/bench-codec-steps.sh runs it in rounds for docs/bench).
 
 import (
 	"encoding/binary"

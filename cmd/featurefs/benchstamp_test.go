@@ -149,9 +149,10 @@ func TestRecordsNameTheirCommits(t *testing.T) {
 
 // TestBenchFreshness runs scripts/lib.sh's bench_freshness, which make
 // bench-docs uses to mark sections stale, on a scratch repository: a
-// section is current until a commit changes what its stamp says it
-// measures (not a test file, not another path), stale after, and a
-// section without a stamp says so.
+// section is current until a commit changes code in what its stamp says
+// it measures (not a test file, not another path, not a comment alone;
+// a cgo directive is code), stale after, and a section without a stamp
+// says so.
 func TestBenchFreshness(t *testing.T) {
 	lib, err := filepath.Abs(filepath.Join("..", "..", "scripts", "lib.sh"))
 	if err != nil {
@@ -202,11 +203,23 @@ func TestBenchFreshness(t *testing.T) {
 		{"", "", "current: measured at " + c},
 		{"a test of what it measures", "cache/cache_test.go", "current: measured at " + c},
 		{"other code", "fs/fs.go", "current: measured at " + c},
-		{"the code it measures", "cache/cache.go", "stale: measured at " + c + "; 1 later commit(s) change what it measures (cache)"},
+		{"a comment in the code it measures", "cache/cache.go", "current: measured at " + c},
+		{"a cgo directive in it", "cache/cache.go", "stale: measured at " + c + "; 1 later commit(s) change what it measures (cache)"},
+		{"the code it measures", "cache/cache.go", "stale: measured at " + c + "; 2 later commit(s) change what it measures (cache)"},
+	}
+	// What each step writes: the comment and the directive leave the
+	// package clause as it was.
+	text := map[string]string{
+		"a comment in the code it measures": "package cache\n\n// a comment, reworded later\n",
+		"a cgo directive in it":             "// #cgo LDFLAGS: -lm\npackage cache\n\n// a comment, reworded later\n",
 	}
 	for _, s := range steps {
 		if s.file != "" {
-			write(s.file, "package x // "+s.change+"\n")
+			body, ok := text[s.change]
+			if !ok {
+				body = "package x // " + s.change + "\n"
+			}
+			write(s.file, body)
 			git("add", ".")
 			git("commit", "-qm", s.change)
 		}
