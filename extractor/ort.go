@@ -17,7 +17,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -564,10 +563,8 @@ type sessionPool struct {
 	// pressure, when set, reports whether opening k now would take the
 	// process past its memory target (Config.MemoryLimit): acquire then
 	// closes idle sessions, least recently used first, until it would not
-	// or none is idle, waiting up to relieveWait for one in use to be
-	// released (relieve).
-	pressure    func(k sessionKey) bool
-	relieveWait time.Duration // 0: defaultRelieveWait
+	// or none is idle (relieve).
+	pressure func(k sessionKey) bool
 
 	mu      sync.Mutex
 	entries map[sessionKey]*pooled // GUARDED_BY(mu)
@@ -645,7 +642,7 @@ func (p *sessionPool) acquire(ctx context.Context, k sessionKey) (*pooled, error
 		if victim != nil && victim.s != nil {
 			victim.s.close()
 		}
-		p.relieve(ctx, k)
+		p.relieve(k)
 		s, err := p.open(k)
 		p.mu.Lock()
 		e.s, e.err = s, err
@@ -662,61 +659,26 @@ func (p *sessionPool) acquire(ctx context.Context, k sessionKey) (*pooled, error
 	}
 }
 
-// defaultRelieveWait bounds how long an opening under memory pressure
-// waits for a session in use to be released so that it can close it.
-// Opening without the wait, a mount warming five ResNet-50 layers in turn
-// under --memory-limit 512MiB opened layer17 while layer16's last batches
-// held it: peaks of 463-509 MiB on a quiet machine and 566 MiB in one run
-// of three under load (docs/bench/memory.md at c44f733).
-const defaultRelieveWait = 2 * time.Second
-
 // relieve closes idle sessions other than k's, least recently used first,
 // while opening k would take the process past its memory target
-// (pressure), handing their memory back after each (releaseMemory). A
-// session in use is never closed: with none idle but some in use, it
-// waits for a release, up to relieveWait in all; then, or with none in
-// use, the opening goes ahead (a holder that waits for this opening
-// delays it, never blocks it).
-func (p *sessionPool) relieve(ctx context.Context, k sessionKey) {
+// (pressure), handing their memory back after each (releaseMemory); a
+// session in use is never closed, so with none idle the opening goes
+// ahead.
+func (p *sessionPool) relieve(k sessionKey) {
 	if p.pressure == nil {
 		return
 	}
-	wait := p.relieveWait
-	if wait <= 0 {
-		wait = defaultRelieveWait
-	}
-	deadline := time.Now().Add(wait)
 	for p.pressure(k) {
 		p.mu.Lock()
 		var victim *pooled
-		busy := false
 		for _, e := range p.entries {
-			switch {
-			case e.key == k || e.s == nil:
-			case e.refs > 0:
-				busy = true
-			case victim == nil || e.lastUse < victim.lastUse:
+			if e.key != k && e.refs == 0 && e.s != nil && (victim == nil || e.lastUse < victim.lastUse) {
 				victim = e
 			}
 		}
 		if victim == nil {
-			released := p.changed
 			p.mu.Unlock()
-			left := time.Until(deadline)
-			if !busy || left <= 0 {
-				return
-			}
-			t := time.NewTimer(left)
-			select {
-			case <-released:
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-			if ctx.Err() != nil {
-				return
-			}
-			continue
+			return
 		}
 		delete(p.entries, victim.key)
 		p.evicted++

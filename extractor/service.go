@@ -286,16 +286,11 @@ func New(cfg Config, specs []ModelSpec) (*Service, error) {
 // reordered weights, and the batches running meanwhile. Measured in a
 // mount warming five ResNet-50 layers under --memory-limit 512MiB: the
 // openings of layer17 and layer18 (94 MiB pruned) took the resident set
-// up by 242-264 MiB, 2.6-2.8 times (docs/records/memory.md), and more
-// while another session's batches ran: at 3 times (relieve waiting for a
-// busy session's release), layer18 opened at 255 MB resident beside
-// layer17's batches and the peak reached 535 MiB (peaks 465-535 in 5
-// runs; 463-509 without the wait); at 3.5 times with the wait, 437-480
-// MiB in 5 runs (scripts/memory-layers.sh, a 2-core machine, load 2-6;
-// docs/records/memory.md), 480-529 in the harness's 3 (docs/bench/memory.md). mountopts.MemorySessionOpenFactor (2.5 times
-// the model's file) is the least a lone opening needs, for the refusal at
+// up by 242-264 MiB, 2.6-2.8 times (docs/records/memory.md); 2.5 let the
+// peak pass the limit. mountopts.MemorySessionOpenFactor (2.5 times the
+// model's file) is the least a lone opening needs, for the refusal at
 // start.
-const SessionOpenFactor = 7
+const SessionOpenFactor = 6
 
 // newPool returns the session pool of device dev.
 func (s *Service) newPool(dev deviceChoice) *sessionPool {

@@ -139,67 +139,6 @@ func TestSessionPoolOpenErrorIsNotCached(t *testing.T) {
 	p.release(e)
 }
 
-// TestSessionPoolWaitsForABusySessionUnderPressure: an opening under
-// memory pressure with no idle session but one in use waits for its
-// release and closes it before opening (a mount warming layers in turn
-// opened the next while the last batches of the one before held it, and
-// passed its limit); a context cancelled meanwhile ends the wait.
-func TestSessionPoolWaitsForABusySessionUnderPressure(t *testing.T) {
-	var live atomic.Int64
-	p := newSessionPool(8, func(k sessionKey) (inferSession, error) {
-		live.Add(1)
-		return &fakeSession{live: &live}, nil
-	})
-	p.pressure = func(sessionKey) bool { return live.Load() >= 1 }
-	p.relieveWait = time.Minute
-	ctx := context.Background()
-	key := func(l int) sessionKey { return sessionKey{model: "m", layer: l} }
-	a, err := p.acquire(ctx, key(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *pooled, 1)
-	go func() {
-		b, err := p.acquire(ctx, key(1))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- b
-	}()
-	select {
-	case <-got:
-		t.Fatal("the opening under pressure went ahead while the only other session was in use")
-	case <-time.After(100 * time.Millisecond):
-	}
-	p.release(a)
-	var b *pooled
-	select {
-	case b = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the opening did not go ahead after the busy session's release")
-	}
-	if !a.s.(*fakeSession).closed.Load() || live.Load() != 1 {
-		t.Fatalf("after the release: a closed %v, %d live; want a closed and b alone open", a.s.(*fakeSession).closed.Load(), live.Load())
-	}
-	// b held: an opening whose context is cancelled stops waiting at once.
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if c, err := p.acquire(cctx, key(2)); err == nil {
-			p.release(c)
-		}
-	}()
-	time.Sleep(50 * time.Millisecond)
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("an opening waiting for a release did not end with its context")
-	}
-	p.release(b)
-}
-
 // TestSessionPoolClosesIdleSessionsUnderPressure: with a memory target
 // (pressure), opening a session first closes idle ones, least recently
 // used first, until the opening fits; a held session is never closed, and
@@ -212,7 +151,6 @@ func TestSessionPoolClosesIdleSessionsUnderPressure(t *testing.T) {
 	})
 	// Room for two open sessions before an opening: a third presses.
 	p.pressure = func(sessionKey) bool { return live.Load() >= 2 }
-	p.relieveWait = 50 * time.Millisecond // the fifth waits this long for a release
 	ctx := context.Background()
 	key := func(l int) sessionKey { return sessionKey{model: "m", layer: l} }
 	open := func(l int) *pooled {
@@ -238,13 +176,8 @@ func TestSessionPoolClosesIdleSessionsUnderPressure(t *testing.T) {
 	if !b.s.(*fakeSession).closed.Load() || c.s.(*fakeSession).closed.Load() {
 		t.Fatalf("opening a fourth with c held: b closed %v, c closed %v; want b only", b.s.(*fakeSession).closed.Load(), c.s.(*fakeSession).closed.Load())
 	}
-	// c and d held, none idle: a fifth opens anyway, once relieveWait has
-	// passed without a release.
-	t0 := time.Now()
+	// c and d held, none idle: a fifth opens anyway.
 	e := open(4)
-	if d := time.Since(t0); d < 50*time.Millisecond {
-		t.Errorf("a fifth with every session held opened after %v; want it to wait relieveWait (50ms) for a release first", d)
-	}
 	if c.s.(*fakeSession).closed.Load() || d.s.(*fakeSession).closed.Load() || live.Load() != 3 {
 		t.Fatalf("a fifth with every session held: %d live; want c, d and e open", live.Load())
 	}
