@@ -47,23 +47,33 @@ bench_freshness() {
   paths=$(grep -oE '; measures: .*' <<<"$line" | grep -oE '`[^`]+`' | tr -d '`' | tr '\n' ' ' || true)
   [ -n "$paths" ] || paths="go.mod cmd fs extractor cache mountopts"
   if ! git -C "$REPO" cat-file -e "$commit^{commit}" 2>/dev/null; then echo "stale: measured at $commit, which this history lacks"; return; fi
-  # The commits since that change a line of code there: not those that
-  # change only // comments (not //go:, //export or cgo's // #... lines)
-  # and blank lines, which change nothing measured.
+  # Stale where the code there differs from the commit's: a line changed
+  # that is not a // comment (//go:, //export and cgo's // #... lines are
+  # code) or blank; a change reverted since changes nothing. The commits
+  # counted are those that changed such a line.
   local changed=() c
-  # shellcheck disable=SC2086
-  for c in $(git -C "$REPO" rev-list "$commit..HEAD" -- $paths ':(exclude)*_test.go'); do
-    git -C "$REPO" show --format= --unified=0 "$c" -- $paths ':(exclude)*_test.go' | awk '
+  code_diff() {
+    awk '
       /^(\+\+\+|---) / { next }
       /^[+-]/ { l = substr($0, 2)
         if (l ~ /^[[:space:]]*$/) next
         if (l ~ /^[[:space:]]*\/\// && l !~ /^[[:space:]]*\/\/(go:|export |[[:space:]]*#)/) next
         code = 1 }
-      END { exit !code }' && changed+=("$(git -C "$REPO" rev-parse --short=7 "$c")")
+      END { exit !code }'
+  }
+  case $line in "Measured at commit $commit-dirty"*) local shown="$commit-dirty" ;; *) local shown=$commit ;; esac
+  # shellcheck disable=SC2086
+  if ! git -C "$REPO" diff --unified=0 "$commit" HEAD -- $paths ':(exclude)*_test.go' | code_diff; then
+    echo "current: measured at $shown"
+    return
+  fi
+  # shellcheck disable=SC2086
+  for c in $(git -C "$REPO" rev-list "$commit..HEAD" -- $paths ':(exclude)*_test.go'); do
+    git -C "$REPO" show --format= --unified=0 "$c" -- $paths ':(exclude)*_test.go' | code_diff &&
+      changed+=("$(git -C "$REPO" rev-parse --short=7 "$c")")
   done
   n=${#changed[@]}
-  case $line in "Measured at commit $commit-dirty"*) commit="$commit-dirty" ;; esac
-  if [ "$n" = 0 ]; then echo "current: measured at $commit"; return; fi
+  commit=$shown
   newest=${changed[0]}
   echo "stale: measured at $commit; $n later commit(s) change what it measures ($(echo $paths | sed 's/ /, /g')), the newest $newest"
 }

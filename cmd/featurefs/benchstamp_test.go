@@ -151,8 +151,8 @@ func TestRecordsNameTheirCommits(t *testing.T) {
 // bench-docs uses to mark sections stale, on a scratch repository: a
 // section is current until a commit changes code in what its stamp says
 // it measures (not a test file, not another path, not a comment alone;
-// a cgo directive is code), stale after, and a section without a stamp
-// says so.
+// a cgo directive is code), stale after until the code is as it was
+// (a revert), and a section without a stamp says so.
 func TestBenchFreshness(t *testing.T) {
 	lib, err := filepath.Abs(filepath.Join("..", "..", "scripts", "lib.sh"))
 	if err != nil {
@@ -206,12 +206,14 @@ func TestBenchFreshness(t *testing.T) {
 		{"a comment in the code it measures", "cache/cache.go", "current: measured at " + c},
 		{"a cgo directive in it", "cache/cache.go", "stale: measured at " + c + "; 1 later commit(s) change what it measures (cache)"},
 		{"the code it measures", "cache/cache.go", "stale: measured at " + c + "; 2 later commit(s) change what it measures (cache)"},
+		{"both reverted", "cache/cache.go", "current: measured at " + c},
 	}
 	// What each step writes: the comment and the directive leave the
 	// package clause as it was.
 	text := map[string]string{
 		"a comment in the code it measures": "package cache\n\n// a comment, reworded later\n",
 		"a cgo directive in it":             "// #cgo LDFLAGS: -lm\npackage cache\n\n// a comment, reworded later\n",
+		"both reverted":                     "package cache\n\n// a comment, reworded again\n",
 	}
 	for _, s := range steps {
 		if s.file != "" {
