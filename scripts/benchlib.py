@@ -128,13 +128,12 @@ def mount(cmd, mnt=None):
     m = re.search(r"\(pid (\d+),", r.stdout + r.stderr)
     if not m:
         sys.exit(f"featurefs mount: no pid in its output: {r.stdout}{r.stderr}")
-    for _ in range(1800 if mnt else 0):
-        if os.path.ismount(mnt):
-            break
-        time.sleep(0.1)
-    else:
-        if mnt:
-            sys.exit(f"{mnt} not mounted after 180s")
+    if mnt:
+        deadline = time.monotonic() + 180
+        while not os.path.ismount(mnt):
+            if time.monotonic() > deadline:
+                sys.exit(f"{mnt} not mounted after 180s")
+            time.sleep(0.1)
     return int(m.group(1))
 
 

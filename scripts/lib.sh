@@ -35,6 +35,20 @@ bench_measures() {
   echo "$m"
 }
 
+# bench_code_changed: whether the unified diff on stdin changes a line of
+# code: one that is not blank and not a // comment (//go:, //export and
+# cgo's // #... lines are code). It reads the whole diff, so that the git
+# command before it never dies of SIGPIPE under pipefail.
+bench_code_changed() {
+  awk '
+    /^(\+\+\+|---) / { next }
+    /^[+-]/ { l = substr($0, 2)
+      if (l ~ /^[[:space:]]*$/) next
+      if (l ~ /^[[:space:]]*\/\// && l !~ /^[[:space:]]*\/\/(go:|export |[[:space:]]*#)/) next
+      code = 1 }
+    END { exit !code }'
+}
+
 # bench_freshness FILE: where a bench file was measured and whether the
 # code it measures changed since, against $REPO's HEAD: "current: ...",
 # "stale: ..." or "no stamp: ...". The stamp (bench_stamp) names the commit
@@ -47,35 +61,24 @@ bench_freshness() {
   paths=$(grep -oE '; measures: .*' <<<"$line" | grep -oE '`[^`]+`' | tr -d '`' | tr '\n' ' ' || true)
   [ -n "$paths" ] || paths="go.mod cmd fs extractor cache mountopts"
   if ! git -C "$REPO" cat-file -e "$commit^{commit}" 2>/dev/null; then echo "stale: measured at $commit, which this history lacks"; return; fi
-  # Stale where the code there differs from the commit's: a line changed
-  # that is not a // comment (//go:, //export and cgo's // #... lines are
-  # code) or blank; a change reverted since changes nothing. The commits
-  # counted are those that changed such a line.
-  local changed=() c
-  code_diff() {
-    awk '
-      /^(\+\+\+|---) / { next }
-      /^[+-]/ { l = substr($0, 2)
-        if (l ~ /^[[:space:]]*$/) next
-        if (l ~ /^[[:space:]]*\/\// && l !~ /^[[:space:]]*\/\/(go:|export |[[:space:]]*#)/) next
-        code = 1 }
-      END { exit !code }'
-  }
-  case $line in "Measured at commit $commit-dirty"*) local shown="$commit-dirty" ;; *) local shown=$commit ;; esac
+  # Stale where the code there differs from the commit's (a change
+  # reverted since changes nothing); the commits counted are those that
+  # changed code there.
+  local changed=() c shown=$commit
+  case $line in "Measured at commit $commit-dirty"*) shown="$commit-dirty" ;; esac
   # shellcheck disable=SC2086
-  if ! git -C "$REPO" diff --unified=0 "$commit" HEAD -- $paths ':(exclude)*_test.go' | code_diff; then
+  if ! git -C "$REPO" diff --unified=0 "$commit" HEAD -- $paths ':(exclude)*_test.go' | bench_code_changed; then
     echo "current: measured at $shown"
     return
   fi
   # shellcheck disable=SC2086
   for c in $(git -C "$REPO" rev-list "$commit..HEAD" -- $paths ':(exclude)*_test.go'); do
-    git -C "$REPO" show --format= --unified=0 "$c" -- $paths ':(exclude)*_test.go' | code_diff &&
+    git -C "$REPO" show --format= --unified=0 "$c" -- $paths ':(exclude)*_test.go' | bench_code_changed &&
       changed+=("$(git -C "$REPO" rev-parse --short=7 "$c")")
   done
   n=${#changed[@]}
-  commit=$shown
   newest=${changed[0]}
-  echo "stale: measured at $commit; $n later commit(s) change what it measures ($(echo $paths | sed 's/ /, /g')), the newest $newest"
+  echo "stale: measured at $shown; $n later commit(s) change what it measures ($(echo $paths | sed 's/ /, /g')), the newest $newest"
 }
 
 # model_path NAME: a torchvision model exported with random seeded weights

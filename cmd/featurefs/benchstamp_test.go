@@ -56,11 +56,7 @@ func TestBenchFilesAreStamped(t *testing.T) {
 	}
 	// A shallow clone lacks the history to find a stamp's commit in; the
 	// form and the paths are checked all the same.
-	shallow, _ := exec.Command("git", "-C", root, "rev-parse", "--is-shallow-repository").Output()
-	history := strings.TrimSpace(string(shallow)) == "false"
-	if !history {
-		t.Logf("git rev-parse --is-shallow-repository: %q: stamps' commits not looked up", shallow)
-	}
+	history := fullHistory(t, root)
 	files, _ := filepath.Glob(filepath.Join(root, "docs", "bench", "*.md"))
 	seen := map[string]bool{}
 	for _, f := range files {
@@ -78,8 +74,8 @@ func TestBenchFilesAreStamped(t *testing.T) {
 			t.Errorf("docs/bench/%s is stamped now: take it off the unstamped list", name)
 		case m != nil:
 			if history {
-				if out, err := exec.Command("git", "-C", root, "cat-file", "-e", m[1]+"^{commit}").CombinedOutput(); err != nil {
-					t.Errorf("docs/bench/%s: its commit %s is not in this history: %v %s", name, m[1], err, out)
+				if !isCommit(root, m[1]) {
+					t.Errorf("docs/bench/%s: its commit %s is not in this history", name, m[1])
 				}
 			}
 			for _, p := range strings.Fields(strings.ReplaceAll(m[5], "`", " ")) {
@@ -101,6 +97,22 @@ func TestBenchFilesAreStamped(t *testing.T) {
 	}
 }
 
+// fullHistory reports whether the checkout at root has its whole history
+// (not a shallow clone), where commits named in the docs can be looked up.
+func fullHistory(t *testing.T, root string) bool {
+	shallow, _ := exec.Command("git", "-C", root, "rev-parse", "--is-shallow-repository").Output()
+	if strings.TrimSpace(string(shallow)) != "false" {
+		t.Logf("git rev-parse --is-shallow-repository: %q: named commits not looked up", shallow)
+		return false
+	}
+	return true
+}
+
+// isCommit reports whether c names a commit of root's history.
+func isCommit(root, c string) bool {
+	return exec.Command("git", "-C", root, "cat-file", "-e", c+"^{commit}").Run() == nil
+}
+
 // TestRecordsNameTheirCommits: a docs/records file holds runs the harness
 // does not repeat (A/Bs of named builds, a benchmark's earlier runs). Its
 // first line marks it a record, its header says so to a reader, it names
@@ -113,8 +125,7 @@ func TestRecordsNameTheirCommits(t *testing.T) {
 	if len(files) < 3 {
 		t.Fatalf("%d records: the glob is broken", len(files))
 	}
-	shallow, _ := exec.Command("git", "-C", root, "rev-parse", "--is-shallow-repository").Output()
-	history := strings.TrimSpace(string(shallow)) == "false"
+	history := fullHistory(t, root)
 	for _, f := range files {
 		name := filepath.Base(f)
 		b, err := os.ReadFile(f)
@@ -137,7 +148,7 @@ func TestRecordsNameTheirCommits(t *testing.T) {
 			if !history {
 				break
 			}
-			if exec.Command("git", "-C", root, "cat-file", "-e", c+"^{commit}").Run() == nil {
+			if isCommit(root, c) {
 				found++
 			}
 		}
