@@ -127,11 +127,6 @@ type splitBenchResult struct {
 	Stages [3]float64 `json:"stages"`
 	// Compressed says the plan sent the split's tensor compressed.
 	Compressed bool `json:"compressed"`
-	// Corrections and ServerSampleSeconds are auto's throughput feedback
-	// (split.Stats): how often it re-planned from a split's measured rate
-	// and the server seconds per sample that added.
-	Corrections         int     `json:"corrections,omitempty"`
-	ServerSampleSeconds float64 `json:"server_sample_seconds,omitempty"`
 }
 
 func TestSplitBench(t *testing.T) {
@@ -455,9 +450,9 @@ func TestSplitBenchHelper(t *testing.T) {
 							results[i].Runs = append(results[i].Runs, r.PerSec)
 							results[i].PerSec = median(results[i].Runs)
 						}
-						fmt.Printf("splitbench: storage %s cores, %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample, settled in %.1f s; ms per sample: storage CPU %.1f+%.1f, trainer CPU %.1f+%.1f (user+system), predicted server %.1f wire %.1f client %.1f; tensor %s; corrected %d times (server +%.1f ms)\n",
+						fmt.Printf("splitbench: storage %s cores, %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample, settled in %.1f s; ms per sample: storage CPU %.1f+%.1f, trainer CPU %.1f+%.1f (user+system), predicted server %.1f wire %.1f client %.1f; tensor %s\n",
 							coresName(speed), m.Name, freeze, mbit, r.ProbedMbit, policy, spec.SplitName(r.Split), r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes, r.SettleSeconds,
-							1e3*r.StorageCPU[0], 1e3*r.StorageCPU[1], 1e3*r.TrainerCPU[0], 1e3*r.TrainerCPU[1], 1e3*r.Stages[0], 1e3*r.Stages[1], 1e3*r.Stages[2], tensorName(r), r.Corrections, 1e3*r.ServerSampleSeconds)
+							1e3*r.StorageCPU[0], 1e3*r.StorageCPU[1], 1e3*r.TrainerCPU[0], 1e3*r.TrainerCPU[1], 1e3*r.Stages[0], 1e3*r.Stages[1], 1e3*r.Stages[2], tensorName(r))
 					}
 					// Rounds run every configuration in turn again (fresh keys):
 					// a burst of other load on the machine hits one run of a
@@ -628,7 +623,6 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 	mu.Unlock()
 	st := x.Planner(m.Name).Stats()
 	r := splitBenchResult{Model: m.Name, Freeze: freeze, Samples: n, ProbedMbit: st.PlannedBandwidthBps * 8 / 1e6, Shared: st.SharedCompute,
-		Corrections: st.Corrections, ServerSampleSeconds: st.ServerSampleSeconds,
 		WireBytes: float64(wire) / float64(n), PerSec: perSec,
 		StorageCPU: [2]float64{cpuSample.su, cpuSample.ss}, TrainerCPU: [2]float64{cpuSample.tu, cpuSample.ts}}
 	for _, p := range st.Plans {
