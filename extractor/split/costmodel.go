@@ -12,7 +12,6 @@ package split
 //
 //	server(S) = decode + compute(input..S) on the server (0 for raw)
 //	            + copy(S) [+ compress(S)] on the server
-//	            + what the planner measured beyond the profile (0 at first)
 //	            + bytes(S) x the server's CPU per byte sent
 //	wire(S)   = (bytes(S) + overhead) / bandwidth (the encoded image for raw)
 //	client(S) = compute(S..F) on the mount (decode + compute(input..F) for raw)
@@ -85,10 +84,6 @@ type CostModel struct {
 	ServerMemory, ClientMemory int64
 	// ServerBatch and ClientBatch are the batch sizes each side runs.
 	ServerBatch, ClientBatch int
-	// ServerSampleSeconds is server time per sample (wall) beyond what its
-	// profile says, added to every split's server stage but raw's: what
-	// the planner's throughput feedback measured (Planner.ObserveSamples).
-	ServerSampleSeconds float64
 	// Compressed says tensors may go compressed on the wire (the server
 	// compresses and the client accepts it): each layer is then scored
 	// both ways, compressed (its bytes divided by its measured
@@ -184,7 +179,7 @@ func (c *CostModel) Candidates(freeze int, bandwidth float64) ([]Candidate, erro
 		}
 		sl, ml := c.Server.Layers[s], cl[s]
 		k.WireBytes = float64(sl.Bytes / 4 * elem)
-		k.ServerSeconds = c.Server.DecodeSeconds + sl.CumSeconds + c.Server.Wall(sl.CopySeconds) + c.ServerSampleSeconds
+		k.ServerSeconds = c.Server.DecodeSeconds + sl.CumSeconds + c.Server.Wall(sl.CopySeconds)
 		k.ClientSeconds = cl[freeze].CumSeconds - ml.CumSeconds
 		k.ServerMemory = c.Server.WeightBytes + sb*sl.ActBytes
 		if s < freeze {

@@ -7,7 +7,6 @@ package split
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/featurefs/featurefs/extractor/spec"
@@ -29,47 +28,7 @@ type Planner struct {
 	transfers int64              // GUARDED_BY(mu)
 	now       func() time.Time   // the clock
 	rates     map[int]*rateMeter // GUARDED_BY(mu): by freeze layer
-
-	// Feedback (auto only): the throughput a split reaches where the
-	// server is its slowest stage corrects the server's estimate.
-	inflight    atomic.Int64      // Extract calls under way (Track)
-	fb          map[int]*feedback // GUARDED_BY(mu): by freeze layer
-	corrections int               // GUARDED_BY(mu)
 }
-
-// feedback is the measurement of one freeze layer's current split.
-type feedback struct {
-	split int       // the split measured
-	seen  int       // samples of it delivered since it was planned
-	t0    time.Time // when the counted window began
-	n     int       // samples counted since t0
-}
-
-// The throughput feedback. A split is measured once feedbackWarm of its
-// samples are delivered (the sessions it opens on both sides are open),
-// over feedbackSamples more delivered while the pipeline stayed full (at
-// least two of the server's batches in flight: a trainer that reads
-// slower than the mount can deliver measures itself, not the split).
-// Where the server is the split's slowest stage and the split delivers
-// less than 1/feedbackGap of its predicted rate, the server's stage is
-// what it measured: the difference is added to every split's server
-// stage (CostModel.ServerSampleSeconds), and the plan is redone. At most
-// maxCorrections times in a planner's life, so that a noisy pipeline
-// cannot keep the plan moving.
-//
-// On the test bed (docs/bench/split.md) a storage side under a CPU quota
-// of half a core spent 2.6-5 ms of wall time per image more than its
-// profile said (decode and ONNX Runtime timed alone, not beside the HTTP
-// server and the network stack under the quota): MobileNetV3-Large split
-// at layer1-7 delivered 67-86 samples/s where raw delivered 109-128, 0.60x
-// the best. A per-image cost, not a factor: a factor measured on the
-// pipeline moved the early layers the wrong way.
-const (
-	feedbackWarm    = 16
-	feedbackSamples = 64
-	feedbackGap     = 0.85
-	maxCorrections  = 3
-)
 
 type plan struct {
 	chosen Candidate
@@ -89,7 +48,7 @@ func NewPlanner(cm *CostModel, policy spec.SplitPolicy, bandwidth float64) (*Pla
 	if !(bandwidth > 0) {
 		return nil, fmt.Errorf("planner: bandwidth %g: want a positive number", bandwidth)
 	}
-	return &Planner{cm: cm, policy: policy, bw: bandwidth, plannedBW: bandwidth, plans: map[int]*plan{}, rates: map[int]*rateMeter{}, fb: map[int]*feedback{}, now: time.Now}, nil
+	return &Planner{cm: cm, policy: policy, bw: bandwidth, plannedBW: bandwidth, plans: map[int]*plan{}, rates: map[int]*rateMeter{}, now: time.Now}, nil
 }
 
 // Split returns the layer the server should send for freeze layer freeze
@@ -196,21 +155,9 @@ func (p *Planner) SetRawBytes(v float64) {
 	}
 }
 
-// Track counts one read of the planner's model under way until end is
-// called: the throughput feedback (ObserveSamples) only measures a split
-// while its pipeline is full.
-func (p *Planner) Track() (end func()) {
-	p.inflight.Add(1)
-	return func() { p.inflight.Add(-1) }
-}
-
-// ObserveSamples records n samples of freeze layer freeze delivered now,
-// computed with split split (the layer the server sent, spec.SplitRaw for
-// the image) and wire bytes on the wire: the measured throughput, and
-// under --split auto the feedback that corrects the server's estimate
-// (see feedbackGap).
-func (p *Planner) ObserveSamples(freeze, split, n int, wire int64) {
-	busy := p.inflight.Load() >= int64(2*max(1, p.cm.ServerBatch))
+// ObserveSamples records n samples of freeze layer freeze delivered (with
+// wire bytes on the wire) now, for the measured throughput.
+func (p *Planner) ObserveSamples(freeze, n int, wire int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.rates[freeze]
@@ -221,54 +168,7 @@ func (p *Planner) ObserveSamples(freeze, split, n int, wire int64) {
 		r = &rateMeter{}
 		p.rates[freeze] = r
 	}
-	now := p.now()
-	r.add(now, n, wire)
-	if p.policy.Mode == "auto" {
-		p.feedbackLocked(freeze, split, n, busy, now)
-	}
-}
-
-func (p *Planner) feedbackLocked(freeze, split, n int, busy bool, now time.Time) {
-	pl := p.plans[freeze]
-	if pl == nil || p.corrections >= maxCorrections {
-		return
-	}
-	f := p.fb[freeze]
-	if pl.chosen.Split != split {
-		// A sample of an earlier plan, or of a fallback: the window
-		// begins again after it.
-		if f != nil {
-			f.t0, f.n = now, 0
-		}
-		return
-	}
-	if f == nil || f.split != split {
-		if f == nil && len(p.fb) >= len(p.cm.Server.Layers) {
-			return
-		}
-		f = &feedback{split: split}
-		p.fb[freeze] = f
-	}
-	f.seen += n
-	if f.seen <= feedbackWarm || !busy {
-		f.t0, f.n = now, 0 // the window begins (again) here
-		return
-	}
-	f.n += n
-	if f.n < feedbackSamples {
-		return
-	}
-	k := pl.chosen
-	measured := now.Sub(f.t0).Seconds() / float64(f.n) // seconds per sample
-	f.t0, f.n = now, 0
-	serverBound := k.ServerSeconds >= k.WireSeconds && k.ServerSeconds >= k.ClientSeconds && !p.cm.SharedCompute
-	if k.Split == spec.SplitRaw || !serverBound || !(measured > 0) || k.SecondsPerSample >= feedbackGap*measured {
-		return
-	}
-	p.cm.ServerSampleSeconds += measured - k.ServerSeconds
-	p.corrections++
-	clear(p.plans)
-	clear(p.fb)
+	r.add(p.now(), n, wire)
 }
 
 // Stats are a planner's figures, for the mount's stats file.
@@ -285,12 +185,6 @@ type Stats struct {
 	// transfers measured.
 	Replans   int   `json:"replans"`
 	Transfers int64 `json:"transfers"`
-	// Corrections counts re-planning after a split's measured throughput
-	// fell short of its prediction with the server its slowest stage, and
-	// ServerSampleSeconds is the server's time per sample those
-	// measurements added to its profile (see feedbackGap).
-	Corrections         int     `json:"corrections"`
-	ServerSampleSeconds float64 `json:"server_sample_seconds"`
 	// Plans holds one entry per freeze layer in use.
 	Plans []PlanStats `json:"plans"`
 }
@@ -326,8 +220,7 @@ type PlanStats struct {
 func (p *Planner) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := Stats{Policy: p.policy.String(), SharedCompute: p.cm.SharedCompute, BandwidthBps: p.bw, PlannedBandwidthBps: p.plannedBW, Replans: p.replans, Transfers: p.transfers,
-		Corrections: p.corrections, ServerSampleSeconds: p.cm.ServerSampleSeconds}
+	st := Stats{Policy: p.policy.String(), SharedCompute: p.cm.SharedCompute, BandwidthBps: p.bw, PlannedBandwidthBps: p.plannedBW, Replans: p.replans, Transfers: p.transfers}
 	seen := map[int]bool{}
 	add := func(f int) {
 		if seen[f] {

@@ -400,7 +400,6 @@ func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, 
 		x.received.Add(int64(len(data)))
 		return data, err
 	}
-	defer p.Track()()
 	freeze := req.Layer
 	if n := x.rawN.Load(); n > 0 {
 		p.SetRawBytes(float64(x.rawSum.Load()) / float64(n))
@@ -466,7 +465,7 @@ func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, 
 	}
 	x.received.Add(wire)
 	if err == nil {
-		p.ObserveSamples(freeze, split, 1, wire)
+		p.ObserveSamples(freeze, 1, wire)
 	}
 	return data, err
 }
