@@ -134,7 +134,7 @@ func (l *netLink) shape(t testing.TB, verb string, mbit int) {
 	burst := max(32*1024, mbit*1000*1000/8/250)
 	for _, e := range [][2]string{{l.Server, l.serverDev}, {l.Client, l.clientDev}} {
 		runCmd(t, "ip", "netns", "exec", e[0], "tc", "qdisc", verb, "dev", e[1], "root", "tbf",
-			"rate", fmt.Sprintf("%dmbit", mbit), "burst", strconv.Itoa(burst), "latency", "50ms")
+			"rate", fmt.Sprintf("%dmbit", mbit), "burst", strconv.Itoa(burst), "latency", "400ms")
 	}
 	l.Mbit = mbit
 }
