@@ -113,28 +113,36 @@ func TestProfileMeasuredOnceAndCached(t *testing.T) {
 	}
 }
 
-// timeRuns takes the fastest run without a quota, and under one the mean
-// over at least sustainWindow: a run that is fast in bursts and stopped
-// between them (as a quota does) is timed at its sustained rate.
+// timeRuns takes the fastest run without a quota, and under one at least
+// the run's CPU time over the quota: a run stopped between bursts (as a
+// quota stops it) is timed at its sustained rate, and time it spends off
+// the CPU (sleeping, waiting for another) is not charged to the quota.
 func TestTimeRunsUnderAQuota(t *testing.T) {
+	spin := func(d time.Duration) {
+		for t0 := time.Now(); time.Since(t0) < d; {
+		}
+	}
 	n := 0
 	burst := func() error { // every third run is stopped for 20 ms
 		n++
 		if n%3 == 0 {
 			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
+		spin(2 * time.Millisecond)
 		return nil
 	}
 	best, err := timeRuns(3, 0, burst)
-	if err != nil || best > 10*time.Millisecond || n != 3 {
-		t.Errorf("no quota: %v after %d runs (%v), want the fastest, about 1 ms, of 3", best, n, err)
+	if err != nil || best > 15*time.Millisecond || n != 3 {
+		t.Errorf("no quota: %v after %d runs (%v), want the fastest, about 2 ms, of 3", best, n, err)
 	}
 	n = 0
-	t0 := time.Now()
-	mean, err := timeRuns(3, 0.5, burst)
-	if err != nil || time.Since(t0) < sustainWindow || mean < 5*time.Millisecond {
-		t.Errorf("quota: %v after %d runs in %v (%v), want the mean over %v, about 8 ms", mean, n, time.Since(t0), err, sustainWindow)
+	sustained, err := timeRuns(3, 0.25, burst)
+	if err != nil || sustained < 6*time.Millisecond || sustained > 80*time.Millisecond {
+		t.Errorf("quota 0.25: %v after %d runs (%v), want the CPU time over the quota, about 8 ms", sustained, n, err)
+	}
+	sleepy, err := timeRuns(3, 0.25, func() error { time.Sleep(10 * time.Millisecond); return nil })
+	if err != nil || sleepy < 10*time.Millisecond || sleepy > 30*time.Millisecond {
+		t.Errorf("quota 0.25, a run that sleeps 10 ms: %v (%v), want about 10 ms, the wall time", sleepy, err)
 	}
 	if _, err := timeRuns(3, 0.5, func() error { return errors.New("boom") }); err == nil {
 		t.Error("a failing run was timed")

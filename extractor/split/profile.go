@@ -19,7 +19,7 @@ import (
 
 // ProfileSchema is bumped when Profile's meaning changes; older files are
 // measured again.
-const ProfileSchema = 7 // 2: LayerProfile.WireRatio; 3: Profile.CPUs and CPUQuota; 4: sustained times under a quota; 5: prefixes timed whole; 6: a tensor's copy and codec CPU; 7: runs that faulted their buffers in not timed
+const ProfileSchema = 8 // 2: LayerProfile.WireRatio; 3: Profile.CPUs and CPUQuota; 4: sustained times under a quota; 5: prefixes timed whole; 6: a tensor's copy and codec CPU; 7: runs that faulted their buffers in not timed; 8: CPU time / quota under a quota
 
 // Profile is the measured compute cost of one model on one device.
 type Profile struct {
