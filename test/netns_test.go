@@ -8,6 +8,7 @@ package test
 // made there is visible to the whole machine).
 
 import (
+	"bytes"
 	"path/filepath"
 
 	"bufio"
@@ -109,10 +110,10 @@ func newNetLink(t testing.TB, mbit int) *netLink {
 	} {
 		runCmd(t, "ip", append([]string{"netns", "exec", c[0]}, c[1:]...)...)
 	}
-	// Permanent neighbour entries: under tbf a full queue drops ARP as it
-	// drops data, and TestSplitReplan's link, re-shaped from 1000 to 25
-	// Mbit/s with 800 KB tensors queued, lost its neighbours for good
-	// ("no route to host" on every connection after 2 minutes of none).
+	// Permanent neighbour entries: no ARP on the shaped link. (They were
+	// added when TestSplitReplan's link, re-shaped from 1000 to 25 Mbit/s
+	// under load, lost its neighbours, "no route to host": that was the
+	// GSO wedge below, which blocked ARP as it blocked data.)
 	mac := func(ns, dev string) string {
 		out, err := exec.Command("ip", "netns", "exec", ns, "cat", "/sys/class/net/"+dev+"/address").Output()
 		if err != nil {
@@ -123,15 +124,28 @@ func newNetLink(t testing.TB, mbit int) *netLink {
 	sm, cm := mac(l.Server, l.serverDev), mac(l.Client, l.clientDev)
 	runCmd(t, "ip", "netns", "exec", l.Server, "ip", "neigh", "replace", l.ClientIP, "lladdr", cm, "dev", l.serverDev, "nud", "permanent")
 	runCmd(t, "ip", "netns", "exec", l.Client, "ip", "neigh", "replace", l.ServerIP, "lladdr", sm, "dev", l.clientDev, "nud", "permanent")
+	// GSO packets no larger than 16 KB, half the smallest tbf burst
+	// (shape): tbf never sends a packet larger than its burst, and a 64
+	// KB one queued at 1000 Mbit/s (burst 500 KB) wedged the link for
+	// good when it was re-shaped to 25 Mbit/s (burst 32 KB): TestSplitReplan
+	// in CI lost every answer and every SYN-ACK for 2 minutes
+	// (TestNetnsLinkIsShaped drops the rate under load).
+	for _, e := range [][2]string{{l.Server, l.serverDev}, {l.Client, l.clientDev}} {
+		runCmd(t, "ip", "netns", "exec", e[0], "ip", "link", "set", "dev", e[1], "gso_max_size", strconv.Itoa(linkGSOMax))
+	}
 	l.shape(t, "add", mbit)
 	return l
 }
 
+// linkGSOMax is the largest GSO packet the test bed's veth ends build.
+const linkGSOMax = 16 << 10
+
 // shape adds or changes the tbf qdisc of both ends.
 func (l *netLink) shape(t testing.TB, verb string, mbit int) {
 	t.Helper()
-	// burst: at least rate/HZ; 64 KB keeps tbf accurate at 1 Gbit/s.
-	burst := max(32*1024, mbit*1000*1000/8/250)
+	// burst: at least rate/HZ; 64 KB keeps tbf accurate at 1 Gbit/s; at
+	// least twice linkGSOMax, as a rate change keeps the queued packets.
+	burst := max(2*linkGSOMax, mbit*1000*1000/8/250)
 	for _, e := range [][2]string{{l.Server, l.serverDev}, {l.Client, l.clientDev}} {
 		runCmd(t, "ip", "netns", "exec", e[0], "tc", "qdisc", verb, "dev", e[1], "root", "tbf",
 			"rate", fmt.Sprintf("%dmbit", mbit), "burst", strconv.Itoa(burst), "latency", "400ms")
@@ -151,6 +165,14 @@ func (l *netLink) Command(ns, name string, args ...string) *exec.Cmd {
 // with a small TCP pair (the test binary itself, re-run under nsenter) and
 // returns the rate in Mbit/s.
 func measureLink(t testing.TB, l *netLink, n int) float64 {
+	t.Helper()
+	return sendOverLink(t, l, n, 0, nil)
+}
+
+// sendOverLink is measureLink that calls at once the server's end has
+// sent after bytes (read from its qdisc's counter), and fails the test if
+// the transfer has not ended within 60 s.
+func sendOverLink(t testing.TB, l *netLink, n, after int, at func()) float64 {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -172,22 +194,61 @@ func measureLink(t testing.TB, l *netLink, n int) float64 {
 	}
 	cli := l.Command(l.Client, self, "-test.run=^TestNetnsHelperProcess$")
 	cli.Env = append(os.Environ(), "FFTB_ROLE=recv", "FFTB_ADDR="+addr)
-	out, err := cli.CombinedOutput()
-	if err != nil {
-		t.Fatalf("receiver: %v\n%s", err, out)
+	var out bytes.Buffer
+	cli.Stdout, cli.Stderr = &out, &out
+	sent0 := l.sent(t)
+	if err := cli.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wait := make(chan error, 1)
+	go func() { wait <- cli.Wait() }()
+	deadline := time.After(60 * time.Second)
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for done := false; !done; {
+		select {
+		case err := <-wait:
+			if err != nil {
+				t.Fatalf("receiver: %v\n%s", err, out.String())
+			}
+			done = true
+		case <-deadline:
+			cli.Process.Kill()
+			t.Fatalf("%d bytes not through the link in 60 s (%d sent by its qdisc): the link is wedged", n, l.sent(t)-sent0)
+		case <-poll.C:
+			if at != nil && l.sent(t)-sent0 >= int64(after) {
+				at()
+				at = nil
+			}
+		}
 	}
 	var got int
 	var secs float64
-	for _, ln := range strings.Split(string(out), "\n") {
+	for _, ln := range strings.Split(out.String(), "\n") {
 		if _, err := fmt.Sscanf(ln, "received %d bytes in %g s", &got, &secs); err == nil {
 			break
 		}
 	}
 	if got != n || secs <= 0 {
-		t.Fatalf("receiver: %s", out)
+		t.Fatalf("receiver: %s", out.String())
 	}
 	srv.Wait()
 	return float64(got) * 8 / secs / 1e6
+}
+
+// sent returns the bytes the server end's qdisc has sent.
+func (l *netLink) sent(t testing.TB) int64 {
+	t.Helper()
+	b, err := exec.Command("ip", "netns", "exec", l.Server, "tc", "-s", "qdisc", "show", "dev", l.serverDev).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tc -s qdisc show dev %s: %v\n%s", l.serverDev, err, b)
+	}
+	_, rest, ok := strings.Cut(string(b), "Sent ")
+	var v int64
+	if _, err := fmt.Sscanf(rest, "%d", &v); !ok || err != nil {
+		t.Fatalf("tc -s qdisc show dev %s: no byte counter in %q", l.serverDev, b)
+	}
+	return v
 }
 
 // TestNetnsHelperProcess is the sender or receiver of measureLink when run
@@ -281,6 +342,14 @@ func TestNetnsLinkIsShaped(t *testing.T) {
 			t.Errorf("200 Mbit/s link carried %.1f Mbit/s (50: %.1f)", r200, r50)
 		}
 		t.Logf("measured %.1f Mbit/s at 50, %.1f at 200", r50, r200)
+		// A rate dropped under load: tbf never sends a packet larger
+		// than its burst, and a 64 KB GSO packet queued at 1000 Mbit/s
+		// (burst 500 KB) wedged the link for good once it was re-shaped
+		// to 25 (burst 32 KB): TestSplitReplan in CI, every answer lost
+		// for 2 minutes. 48 MB, the rate dropped to 60 Mbit/s after 16.
+		l.SetRate(t, 1000)
+		r := sendOverLink(t, l, 48<<20, 16<<20, func() { l.SetRate(t, 60) })
+		t.Logf("48 MB with the rate dropped from 1000 to 60 Mbit/s after 16: %.1f Mbit/s", r)
 	})
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	for _, n := range names {
