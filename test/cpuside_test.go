@@ -392,7 +392,12 @@ func TestProfileSeesTheQuota(t *testing.T) {
 	// quota's bursts (issue 51). A reading out of bounds is measured once
 	// more on a fresh server and side; a server that ignored the quota
 	// reads about 1x every time.
-	ok := func(early, all float64) bool { return early >= 1.4 && all >= 1.4 && early <= 3 && all <= 3 }
+	//
+	// Since a profile under a quota is the CPU time over the quota and
+	// only runs that did not fault count (extractor/profile.go,
+	// timeRuns), 5 fresh readings to layer2 were 1.92-2.28x and the whole
+	// model 2.06-3.05x (its longest prefix has the fewest clean runs).
+	ok := func(early, all float64) bool { return early >= 1.4 && all >= 1.4 && early <= 3.5 && all <= 3.5 }
 	var early, all float64
 	for attempt := 1; attempt <= 2; attempt++ {
 		t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) {
@@ -442,6 +447,8 @@ func profileQuotaRatios(t *testing.T) (early, all float64) {
 	}
 	at := func(p *split.Profile, k int) float64 { return p.DecodeSeconds + p.Layers[k].CumSeconds }
 	early, all = at(half, 2)/at(whole, 2), at(half, len(half.Layers)-1)/at(whole, len(whole.Layers)-1)
-	t.Logf("half a core / the whole core: %.2fx to layer2, %.2fx the whole model", early, all)
+	t.Logf("half a core / the whole core: %.2fx to layer2, %.2fx the whole model (ms per sample, half then whole: decode %.2f %.2f, to layer2 %.2f %.2f, whole model %.2f %.2f)",
+		early, all, 1e3*half.DecodeSeconds, 1e3*whole.DecodeSeconds, 1e3*half.Layers[2].CumSeconds, 1e3*whole.Layers[2].CumSeconds,
+		1e3*half.Layers[len(half.Layers)-1].CumSeconds, 1e3*whole.Layers[len(whole.Layers)-1].CumSeconds)
 	return early, all
 }
