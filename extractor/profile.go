@@ -256,9 +256,9 @@ func minorFaults() int64 {
 //
 // Only runs that took at most warmFaults page faults count where there
 // are any: a session destroyed meanwhile trims the C heap
-// (releaseMemory), which leaves its free chunks in malloc's lists with
-// their pages handed back, and until every one has been reused the runs
-// fault. On the test bed's AMD EPYC, ResNet-18's prefixes at batch 4
+// (releaseMemory), and runs fault in streaks after it (likely: the trim
+// leaves its free chunks in malloc's lists with their pages handed back,
+// and each faults in when reused; docs/records/profile-timing.md). On the test bed's AMD EPYC, ResNet-18's prefixes at batch 4
 // faulted 3,136-3,921 pages in streaks of up to 16 runs (45-65 ms a run
 // against 6-16 ms; no madvise or munmap between them), with a clean run
 // now and then inside a streak: timing the fastest of at most 4*runs put
