@@ -203,8 +203,13 @@ func sendOverLink(t testing.TB, l *netLink, n, after int, at func()) float64 {
 	wait := make(chan error, 1)
 	go func() { wait <- cli.Wait() }()
 	deadline := time.After(60 * time.Second)
-	poll := time.NewTicker(5 * time.Millisecond)
-	defer poll.Stop()
+	// The qdisc's counter is read (a tc process) only while at waits.
+	var pollC <-chan time.Time
+	if at != nil {
+		poll := time.NewTicker(5 * time.Millisecond)
+		defer poll.Stop()
+		pollC = poll.C
+	}
 	for done := false; !done; {
 		select {
 		case err := <-wait:
@@ -215,10 +220,10 @@ func sendOverLink(t testing.TB, l *netLink, n, after int, at func()) float64 {
 		case <-deadline:
 			cli.Process.Kill()
 			t.Fatalf("%d bytes not through the link in 60 s (%d sent by its qdisc): the link is wedged", n, l.sent(t)-sent0)
-		case <-poll.C:
-			if at != nil && l.sent(t)-sent0 >= int64(after) {
+		case <-pollC:
+			if l.sent(t)-sent0 >= int64(after) {
 				at()
-				at = nil
+				pollC = nil
 			}
 		}
 	}
