@@ -258,10 +258,11 @@ func minorFaults() int64 {
 // are any: a session destroyed meanwhile trims the C heap
 // (releaseMemory), and runs fault in streaks after it (likely: the trim
 // leaves its free chunks in malloc's lists with their pages handed back,
-// and each faults in when reused; docs/records/profile-timing.md). On the test bed's AMD EPYC, ResNet-18's prefixes at batch 4
-// faulted 3,136-3,921 pages in streaks of up to 16 runs (45-65 ms a run
-// against 6-16 ms; no madvise or munmap between them), with a clean run
-// now and then inside a streak: timing the fastest of at most 4*runs put
+// and each faults in when reused; docs/records/profile-timing.md). On
+// the test bed's AMD EPYC, ResNet-18's prefixes at batch 4 faulted
+// 3,136-3,921 pages in streaks of up to 16 runs (44-74 ms a run against
+// 5.5-25 ms; no madvise or munmap between them), with a clean run now
+// and then inside a streak: timing the fastest of at most 4*runs put
 // its layer0 prefix at 5.4 ms a sample in one profile and 1.5 in the next.
 // So runs go on until runs of them are clean, or maxTimedRuns are made,
 // or, past 4*runs, maxTimedFor has passed.
