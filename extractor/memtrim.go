@@ -11,9 +11,12 @@ import (
 	"time"
 )
 
-// Activation buffers (ONNX Runtime runs CPU sessions without its arena,
-// ort.go) come from the C heap and are reused run after run: what one Run
-// frees serves the next without page faults, and without the munmap whose
+// CPU sessions keep their activation buffers in ONNX Runtime's arena
+// (ort.go): glibc handed freed buffers back to the kernel on its own, and
+// every batch faulted them in again. What still comes from the C heap (a
+// session's weights, its arena's regions, other allocations) is reused
+// where it can be: what one Run frees serves the next without page
+// faults, and without the munmap whose
 // TLB shootdown interrupts the decode workers on the other cores (with a
 // 1 MiB mmap threshold every Run of ResNet-50 to layer12 mapped and
 // unmapped about 7 MB: 1,765 page faults and 5 ms of system time per

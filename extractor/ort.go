@@ -162,13 +162,21 @@ func newSessionOptions(c sessionConfig) (*ort.SessionOptions, error) {
 	if err := o.SetInterOpNumThreads(1); err != nil {
 		return fail(fmt.Errorf("inter-op threads: %w", err))
 	}
-	// Without the CPU arena: with it, a mount kept the peak of its largest
-	// batch (over 1 GiB for ResNet-50 at batch 16, which the batch-size
-	// measurement runs) resident for good. Activation buffers come from
-	// the C heap instead, reused from run to run and handed back once the
-	// scheduler is idle (memtrim.go).
+	// With ONNX Runtime's CPU arena: a session keeps the buffers of its
+	// largest batch and reuses them run after run. Without it (as before
+	// this) every node's output came from glibc's malloc and went back to
+	// it, and glibc handed some of it back to the kernel on free (a heap of
+	// its second arena unmapped once wholly free, the main heap's top cut
+	// back past M_TRIM_THRESHOLD): ResNet-50 to layer12 at batch 4 on one
+	// core faulted in 7,057 pages (28 MB) again every batch, in bursts
+	// that depended on where the heaps happened to lie, 1.4-1.5x slower
+	// (docs/records/memory.md, "ONNX Runtime's arena"). The arena holds
+	// the peak of the largest batch a session ran: the batch-size
+	// measurement (up to maxAutoBatch, over 1 GiB for ResNet-50 at 16)
+	// closes the session it measured on (chooseCPUBatch), so that the
+	// session the batches use holds its own batch size's peak only.
 	if !c.gpu {
-		if err := o.SetCpuMemArena(false); err != nil {
+		if err := o.SetCpuMemArena(true); err != nil {
 			return fail(fmt.Errorf("cpu memory arena: %w", err))
 		}
 	}
@@ -687,6 +695,24 @@ func (p *sessionPool) relieve(k sessionKey) {
 		victim.s.close()
 		releaseMemory()
 	}
+}
+
+// drop destroys k's session if nobody holds it, handing its memory back
+// (releaseMemory); the next acquire of k opens a new one. It reports
+// whether it did.
+func (p *sessionPool) drop(k sessionKey) bool {
+	p.mu.Lock()
+	e, ok := p.entries[k]
+	if !ok || e.refs != 0 || e.s == nil {
+		p.mu.Unlock()
+		return false
+	}
+	delete(p.entries, k)
+	p.evicted++
+	p.mu.Unlock()
+	e.s.close()
+	releaseMemory()
+	return true
 }
 
 // forget destroys the sessions nobody holds whose key held does not keep.

@@ -452,7 +452,13 @@ func (s *Service) chooseBatch(ctx context.Context, g segment, dev int) int {
 		}
 		return chooseGPUBatch(ctx, ortRunner{pool: s.pools[dev]}, m, l, est, s.cfg.InFlight, free, log)
 	}
-	return chooseCPUBatch(ctx, ortRunner{pool: s.pools[dev]}, m, l, s.log)
+	b, ran := chooseCPUBatch(ctx, ortRunner{pool: s.pools[dev]}, m, l, s.log)
+	// The session's arena holds the largest batch measured; the lane's
+	// batches need b's.
+	if ran > b && s.pools[dev].drop(g.key()) {
+		s.log.Debug("session closed after the batch-size measurement", "model", m.Name, "layer", l.Name, "measured_up_to", ran, "batch", b)
+	}
+	return b
 }
 
 // cpuPipelineBatch is the CPU batch size taken when the measurement finds
@@ -485,13 +491,17 @@ func preferPipelineBatch(best int, per map[int]time.Duration) int {
 	return best
 }
 
-// chooseCPUBatch measures batch sizes 1..maxAutoBatch on r and logs the pick.
-func chooseCPUBatch(ctx context.Context, r runner, m *model, l Layer, log *slog.Logger) int {
+// chooseCPUBatch measures batch sizes 1..maxAutoBatch on r and logs the
+// pick; it returns the pick and the largest batch size it ran.
+func chooseCPUBatch(ctx context.Context, r runner, m *model, l Layer, log *slog.Logger) (batch, ran int) {
 	t := time.Now()
 	b, per, err := measureBatchSize(ctx, r, m, l, maxAutoBatch, 3*time.Second, time.Now)
+	for bs := range per {
+		ran = max(ran, bs)
+	}
 	if err != nil {
 		log.Warn("batch size measurement failed; using 1", "model", m.Name, "layer", l.Name, "err", err)
-		return 1
+		return 1, ran
 	}
 	b = preferPipelineBatch(b, per)
 	attrs := []any{"model", m.Name, "layer", l.Name, "batch", b, "took", time.Since(t).Round(time.Millisecond)}
@@ -501,7 +511,7 @@ func chooseCPUBatch(ctx context.Context, r runner, m *model, l Layer, log *slog.
 		}
 	}
 	log.Info("batch size measured", attrs...)
-	return b
+	return b, ran
 }
 
 // ortRunner runs batches on pooled ONNX Runtime sessions.

@@ -188,3 +188,46 @@ func TestSessionPoolClosesIdleSessionsUnderPressure(t *testing.T) {
 		t.Errorf("stats: %d live, %d created, %d evicted; want 3, 5, 2", live, created, evicted)
 	}
 }
+
+// TestSessionPoolDropsAnIdleSession: drop closes k's session when nobody
+// holds it (the session a batch-size measurement grew the arena of), never
+// a held one, and the next acquire opens a new session.
+func TestSessionPoolDropsAnIdleSession(t *testing.T) {
+	var live, opened atomic.Int64
+	p := newSessionPool(4, func(k sessionKey) (inferSession, error) {
+		live.Add(1)
+		opened.Add(1)
+		return &fakeSession{live: &live}, nil
+	})
+	defer p.close()
+	ctx := context.Background()
+	k := sessionKey{model: "m", layer: 3}
+	if p.drop(k) {
+		t.Fatal("drop of a session never opened reported a close")
+	}
+	e, err := p.acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.drop(k) {
+		t.Fatal("drop closed a held session")
+	}
+	if err := e.s.run(1, nil, nil); err != nil {
+		t.Fatalf("the held session after drop: %v", err)
+	}
+	p.release(e)
+	if !p.drop(k) {
+		t.Fatal("drop left an idle session open")
+	}
+	if n := live.Load(); n != 0 {
+		t.Fatalf("%d sessions live after drop, want 0", n)
+	}
+	e, err = p.acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.release(e)
+	if n := opened.Load(); n != 2 {
+		t.Fatalf("%d sessions opened, want 2: the acquire after drop opens a new one", n)
+	}
+}

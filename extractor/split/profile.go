@@ -19,7 +19,7 @@ import (
 
 // ProfileSchema is bumped when Profile's meaning changes; older files are
 // measured again.
-const ProfileSchema = 8 // 2: LayerProfile.WireRatio; 3: Profile.CPUs and CPUQuota; 4: sustained times under a quota; 5: prefixes timed whole; 6: a tensor's copy and codec CPU; 7: runs that faulted their buffers in not timed; 8: CPU time / quota under a quota
+const ProfileSchema = 9 // 2: LayerProfile.WireRatio; 3: Profile.CPUs and CPUQuota; 4: sustained times under a quota; 5: prefixes timed whole; 6: a tensor's copy and codec CPU; 7: runs that faulted their buffers in not timed; 8: CPU time / quota under a quota; 9: CPU sessions with ONNX Runtime's arena
 
 // Profile is the measured compute cost of one model on one device.
 type Profile struct {
