@@ -701,22 +701,16 @@ func (p *sessionPool) relieve(k sessionKey) {
 // (releaseMemory); the next acquire of k opens a new one. It reports
 // whether it did.
 func (p *sessionPool) drop(k sessionKey) bool {
-	p.mu.Lock()
-	e, ok := p.entries[k]
-	if !ok || e.refs != 0 || e.s == nil {
-		p.mu.Unlock()
+	if p.forget(func(o sessionKey) bool { return o != k }) == 0 {
 		return false
 	}
-	delete(p.entries, k)
-	p.evicted++
-	p.mu.Unlock()
-	e.s.close()
 	releaseMemory()
 	return true
 }
 
-// forget destroys the sessions nobody holds whose key held does not keep.
-func (p *sessionPool) forget(held func(sessionKey) bool) {
+// forget destroys the sessions nobody holds whose key held does not keep,
+// and returns how many it destroyed.
+func (p *sessionPool) forget(held func(sessionKey) bool) int {
 	var gone []*pooled
 	p.mu.Lock()
 	for k, e := range p.entries {
@@ -730,6 +724,7 @@ func (p *sessionPool) forget(held func(sessionKey) bool) {
 	for _, e := range gone {
 		e.s.close()
 	}
+	return len(gone)
 }
 
 // release gives back a session acquired with acquire.
