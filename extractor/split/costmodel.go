@@ -20,6 +20,9 @@ package split
 //	time(S)   = max(server, wire, client)           stages on separate processors
 //	time(S)   = max(server + client, wire)          both sides share processors
 //
+// with server and client multiplied by the calibration factors (Cal), where
+// the CPU each side measured per sample while serving set them.
+//
 // The stages are pipelined: the mount keeps several batch requests in flight
 // (parallel readers, DataLoader workers), the server computes the next batch
 // while the previous one is on the wire, and the mount's split lane finishes
@@ -89,6 +92,65 @@ type CostModel struct {
 	// both ways, compressed (its bytes divided by its measured
 	// LayerProfile.WireRatio, the codec's CPU on both sides) and plain.
 	Compressed bool
+	// Cal corrects the stage estimates by the CPU each side measured per
+	// sample while serving (Planner.ObserveCPU); the zero value corrects
+	// nothing.
+	Cal Calibration
+}
+
+// Calibration holds, per side, how far the CPU a stage measured per
+// sample while serving was from the profile's estimate of it: a
+// stage's estimate is multiplied by the factor of its candidate where
+// that candidate was measured, and otherwise, for a stage that computes
+// (the server's of any layer, the mount's of any split below the freeze
+// layer or raw), by the factor last measured on such a stage.
+//
+// The profiles time the model's runs and a tensor's path alone; serving
+// costs more. On the test bed at half a core (ResNet-18, 400 Mbit/s) the
+// storage side spent 1.71x the profiled CPU per sample at layer2 and
+// 1.74x at layer6 (HTTP, page faults of fresh buffers, Go's runtime, the
+// cache write of a whole layer, decoding real images), and the mount
+// 1.33x at raw and 1.37x at layer2: near one factor per side whatever
+// the split. And the bound side's measured CPU per sample over its cores
+// was within 1% of the time per sample delivered: corrected, the slowest
+// stage is the rate (docs/records/split-profiles.md).
+type Calibration struct {
+	// Server and Client are the measured factors by candidate.
+	Server, Client map[CalKey]float64
+	// ServerCompute and ClientCompute are the factors last measured on a
+	// computing stage (0: none).
+	ServerCompute, ClientCompute float64
+}
+
+// CalKey names a candidate of a freeze layer (the server's stage does not
+// depend on the freeze layer: its keys have Freeze 0).
+type CalKey struct {
+	Freeze, Split int
+	Compressed    bool
+}
+
+// serverKey and clientKey are k's keys on each side for freeze layer
+// freeze.
+func serverKey(k Candidate) CalKey { return CalKey{Split: k.Split, Compressed: k.Compressed} }
+func clientKey(freeze int, k Candidate) CalKey {
+	return CalKey{Freeze: freeze, Split: k.Split, Compressed: k.Compressed}
+}
+
+// factors returns the server's and the mount's factor for candidate k of
+// freeze layer freeze (1: not calibrated).
+func (cal *Calibration) factors(freeze int, k Candidate) (server, client float64) {
+	server, client = 1, 1
+	if f, ok := cal.Server[serverKey(k)]; ok {
+		server = f
+	} else if k.Split != spec.SplitRaw && cal.ServerCompute > 0 {
+		server = cal.ServerCompute
+	}
+	if f, ok := cal.Client[clientKey(freeze, k)]; ok {
+		client = f
+	} else if k.Split != freeze && cal.ClientCompute > 0 {
+		client = cal.ClientCompute
+	}
+	return server, client
 }
 
 // NewCostModel returns the cost model of two profiles of the same model with
@@ -146,71 +208,110 @@ type Candidate struct {
 	ClientMemory int64 `json:"client_memory"`
 	// Feasible is false when a side lacks the memory.
 	Feasible bool `json:"feasible"`
+	// ServerFactor and ClientFactor are the calibration factors the
+	// stages were multiplied by (CostModel.Cal; 1: none).
+	ServerFactor float64 `json:"server_factor"`
+	ClientFactor float64 `json:"client_factor"`
 }
 
 // Candidates scores raw and every layer 0..freeze at bandwidth (bytes per
-// second).
+// second): each layer the faster of its tensor compressed and plain.
 func (c *CostModel) Candidates(freeze int, bandwidth float64) ([]Candidate, error) {
+	if err := c.check(freeze, bandwidth); err != nil {
+		return nil, err
+	}
+	out := make([]Candidate, 0, freeze+2)
+	for s := spec.SplitRaw; s <= freeze; s++ {
+		plain, z, ok := c.variants(freeze, s, bandwidth)
+		if ok && z.SecondsPerSample < plain.SecondsPerSample {
+			plain = z
+		}
+		out = append(out, plain)
+	}
+	return out, nil
+}
+
+// Candidate scores one candidate of freeze layer freeze at bandwidth:
+// split split, its tensor compressed or plain (a compressed one the
+// model cannot send is scored plain; raw is never compressed).
+func (c *CostModel) Candidate(freeze, split int, compressed bool, bandwidth float64) (Candidate, error) {
+	if err := c.check(freeze, bandwidth); err != nil {
+		return Candidate{}, err
+	}
+	if split < spec.SplitRaw || split > freeze {
+		return Candidate{}, fmt.Errorf("cost model: split %d of freeze layer %d: %w", split, freeze, ErrUnknownLayer)
+	}
+	plain, z, ok := c.variants(freeze, split, bandwidth)
+	if compressed && ok {
+		return z, nil
+	}
+	return plain, nil
+}
+
+func (c *CostModel) check(freeze int, bandwidth float64) error {
 	if c.Server == nil || c.Client == nil {
-		return nil, fmt.Errorf("%w: cost model without profiles", ErrNoProfile)
+		return fmt.Errorf("%w: cost model without profiles", ErrNoProfile)
 	}
 	if freeze < 0 || freeze >= len(c.Server.Layers) || freeze >= len(c.Client.Layers) {
-		return nil, fmt.Errorf("cost model: %w %d (the model has %d)", ErrUnknownLayer, freeze, len(c.Server.Layers))
+		return fmt.Errorf("cost model: %w %d (the model has %d)", ErrUnknownLayer, freeze, len(c.Server.Layers))
 	}
 	if !(bandwidth > 0) || math.IsInf(bandwidth, 0) {
-		return nil, fmt.Errorf("cost model: bandwidth %g bytes/s: want a positive number", bandwidth)
+		return fmt.Errorf("cost model: bandwidth %g bytes/s: want a positive number", bandwidth)
 	}
+	return nil
+}
+
+// variants scores split s of freeze layer freeze plain and, where it may
+// go compressed (ok), compressed.
+func (c *CostModel) variants(freeze, s int, bandwidth float64) (plain, z Candidate, ok bool) {
 	elem := c.ElemBytes
 	if elem <= 0 {
 		elem = 4
 	}
 	sb, cb := int64(max(1, c.ServerBatch)), int64(max(1, c.ClientBatch))
 	cl := c.Client.Layers
-	out := make([]Candidate, 0, freeze+2)
-	for s := spec.SplitRaw; s <= freeze; s++ {
-		var k Candidate
-		k.Split = s
-		if s == spec.SplitRaw {
-			k.WireBytes = c.RawBytes + c.OverheadBytes
-			k.ClientSeconds = c.Client.DecodeSeconds + cl[freeze].CumSeconds
-			k.ClientMemory = c.Client.WeightBytes + cb*cl[freeze].ActBytes
-			out = append(out, c.score(k, bandwidth))
-			continue
-		}
-		sl, ml := c.Server.Layers[s], cl[s]
-		k.WireBytes = float64(sl.Bytes / 4 * elem)
-		k.ServerSeconds = c.Server.DecodeSeconds + sl.CumSeconds + c.Server.Wall(sl.CopySeconds)
-		k.ClientSeconds = cl[freeze].CumSeconds - ml.CumSeconds
-		k.ServerMemory = c.Server.WeightBytes + sb*sl.ActBytes
-		if s < freeze {
-			// The mount copies the tensor into the rest of the model.
-			k.ClientSeconds += c.Client.Wall(ml.CopySeconds)
-			k.ClientMemory = c.Client.WeightBytes + cb*(cl[freeze].ActBytes-ml.ActBytes+ml.Bytes)
-		}
-		plain := k
-		plain.WireBytes += c.OverheadBytes
-		best := c.score(plain, bandwidth)
-		if c.Compressed && sl.WireRatio > 1 {
-			z := k
-			z.Compressed = true
-			z.WireBytes = k.WireBytes/sl.WireRatio + c.OverheadBytes
-			z.ServerSeconds += c.Server.Wall(sl.EncodeSeconds)
-			z.ClientSeconds += c.Client.Wall(ml.DecodeSeconds)
-			if z = c.score(z, bandwidth); z.SecondsPerSample < best.SecondsPerSample {
-				best = z
-			}
-		}
-		out = append(out, best)
+	var k Candidate
+	k.Split = s
+	if s == spec.SplitRaw {
+		k.WireBytes = c.RawBytes + c.OverheadBytes
+		k.ClientSeconds = c.Client.DecodeSeconds + cl[freeze].CumSeconds
+		k.ClientMemory = c.Client.WeightBytes + cb*cl[freeze].ActBytes
+		return c.score(k, freeze, bandwidth), Candidate{}, false
 	}
-	return out, nil
+	sl, ml := c.Server.Layers[s], cl[s]
+	k.WireBytes = float64(sl.Bytes / 4 * elem)
+	k.ServerSeconds = c.Server.DecodeSeconds + sl.CumSeconds + c.Server.Wall(sl.CopySeconds)
+	k.ClientSeconds = cl[freeze].CumSeconds - ml.CumSeconds
+	k.ServerMemory = c.Server.WeightBytes + sb*sl.ActBytes
+	if s < freeze {
+		// The mount copies the tensor into the rest of the model.
+		k.ClientSeconds += c.Client.Wall(ml.CopySeconds)
+		k.ClientMemory = c.Client.WeightBytes + cb*(cl[freeze].ActBytes-ml.ActBytes+ml.Bytes)
+	}
+	plain = k
+	plain.WireBytes += c.OverheadBytes
+	plain = c.score(plain, freeze, bandwidth)
+	if !c.Compressed || !(sl.WireRatio > 1) {
+		return plain, Candidate{}, false
+	}
+	z = k
+	z.Compressed = true
+	z.WireBytes = k.WireBytes/sl.WireRatio + c.OverheadBytes
+	z.ServerSeconds += c.Server.Wall(sl.EncodeSeconds)
+	z.ClientSeconds += c.Client.Wall(ml.DecodeSeconds)
+	return plain, c.score(z, freeze, bandwidth), true
 }
 
-// score adds the per-byte costs and the wire time to k's stages and
-// combines them (see the file comment).
-func (c *CostModel) score(k Candidate, bandwidth float64) Candidate {
+// score adds the per-byte costs and the wire time to k's stages of freeze
+// layer freeze, calibrates them (Cal) and combines them (see the file
+// comment).
+func (c *CostModel) score(k Candidate, freeze int, bandwidth float64) Candidate {
 	k.WireSeconds = k.WireBytes / bandwidth
 	k.ServerSeconds += k.WireBytes * c.Server.ByteWallSeconds()
 	k.ClientSeconds += k.WireBytes * c.Client.ByteWallSeconds()
+	k.ServerFactor, k.ClientFactor = c.Cal.factors(freeze, k)
+	k.ServerSeconds *= k.ServerFactor
+	k.ClientSeconds *= k.ClientFactor
 	if c.SharedCompute {
 		k.SecondsPerSample = max(k.ServerSeconds+k.ClientSeconds, k.WireSeconds)
 	} else {

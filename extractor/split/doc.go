@@ -9,8 +9,10 @@
 // policy (spec.SplitPolicy) and the measured bandwidth. This package only
 // decides: fs/remote's client asks the server for layer S and the mount's
 // extractor finishes S..F. The client feeds back what it measures
-// (ObserveTransfer, SetRawBytes, ObserveSamples) and the planner re-plans
-// when the bandwidth or the image size moves; Planner.Stats is the
+// (ObserveTransfer, SetRawBytes, ObserveSamples, and ObserveCPU: the CPU
+// both sides spent per sample) and the planner re-plans when the
+// bandwidth or the image size moves, or the measured CPU finds a better
+// split (Calibration); Planner.Stats is the
 // "extractor.split" section of MOUNT/.featurefs/stats.
 //
 // It is pure: the standard library (no net/http) and extractor/spec only,

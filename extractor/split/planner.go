@@ -28,6 +28,17 @@ type Planner struct {
 	transfers int64              // GUARDED_BY(mu)
 	now       func() time.Time   // the clock
 	rates     map[int]*rateMeter // GUARDED_BY(mu): by freeze layer
+	served    map[int]*served    // GUARDED_BY(mu): by freeze layer (bounded by the layer count)
+	// calibrations counts ObserveCPU's corrections and switches the
+	// plans they changed.
+	calibrations, switches int // GUARDED_BY(mu)
+}
+
+// served counts the samples of one freeze layer delivered: in all, and
+// in a row by the split of the plan now in use.
+type served struct {
+	total, run int64
+	cals       int // calibrations of this freeze layer
 }
 
 type plan struct {
@@ -48,7 +59,7 @@ func NewPlanner(cm *CostModel, policy spec.SplitPolicy, bandwidth float64) (*Pla
 	if !(bandwidth > 0) {
 		return nil, fmt.Errorf("planner: bandwidth %g: want a positive number", bandwidth)
 	}
-	return &Planner{cm: cm, policy: policy, bw: bandwidth, plannedBW: bandwidth, plans: map[int]*plan{}, rates: map[int]*rateMeter{}, now: time.Now}, nil
+	return &Planner{cm: cm, policy: policy, bw: bandwidth, plannedBW: bandwidth, plans: map[int]*plan{}, rates: map[int]*rateMeter{}, served: map[int]*served{}, now: time.Now}, nil
 }
 
 // Split returns the layer the server should send for freeze layer freeze
@@ -135,7 +146,7 @@ func (p *Planner) ObserveTransfer(n int64, d time.Duration) bool {
 	if r := p.bw / p.plannedBW; r > 2 || r < 0.5 {
 		p.plannedBW = p.bw
 		p.replans++
-		clear(p.plans)
+		p.clearPlansLocked()
 		return true
 	}
 	return false
@@ -151,15 +162,25 @@ func (p *Planner) SetRawBytes(v float64) {
 	defer p.mu.Unlock()
 	if r := v / p.cm.RawBytes; r > 1.25 || r < 0.8 {
 		p.cm.RawBytes = v
-		clear(p.plans)
+		p.clearPlansLocked()
 	}
 }
 
-// ObserveSamples records n samples of freeze layer freeze delivered (with
-// wire bytes on the wire) now, for the measured throughput.
-func (p *Planner) ObserveSamples(freeze, n int, wire int64) {
+// ObserveSamples records n samples of freeze layer freeze delivered by
+// split split (compressed: the tensor came compressed), with wire bytes
+// on the wire, now: the measured throughput, and the samples of the plan
+// in use that ObserveCPU's measurements count.
+func (p *Planner) ObserveSamples(freeze, split int, compressed bool, n int, wire int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if sv := p.servedLocked(freeze); sv != nil {
+		sv.total += int64(n)
+		if pl := p.plans[freeze]; pl != nil && pl.chosen.Split == split && (split == spec.SplitRaw || pl.chosen.Compressed == compressed) {
+			sv.run += int64(n)
+		} else {
+			sv.run = 0
+		}
+	}
 	r := p.rates[freeze]
 	if r == nil {
 		if len(p.rates) >= len(p.cm.Server.Layers) {
@@ -169,6 +190,133 @@ func (p *Planner) ObserveSamples(freeze, n int, wire int64) {
 		p.rates[freeze] = r
 	}
 	r.add(p.now(), n, wire)
+}
+
+// clearPlansLocked drops the plans, to be made again at their next use:
+// no sample delivered so far is of those.
+func (p *Planner) clearPlansLocked() {
+	clear(p.plans)
+	for _, sv := range p.served {
+		sv.run = 0
+	}
+}
+
+func (p *Planner) servedLocked(freeze int) *served {
+	sv := p.served[freeze]
+	if sv == nil {
+		if len(p.served) >= len(p.cm.Server.Layers) {
+			return nil
+		}
+		sv = &served{}
+		p.served[freeze] = sv
+	}
+	return sv
+}
+
+// Served is what a freeze layer's plan delivered (Planner.Served).
+type Served struct {
+	// Key is the plan in use: the split and whether it goes compressed.
+	Key CalKey
+	// Total counts the samples delivered; Run those delivered in a row
+	// by the plan in use, since it came into use.
+	Total, Run int64
+}
+
+// Served returns the counts of each freeze layer that delivered samples,
+// for a caller that measures the CPU both sides spend per sample
+// (ObserveCPU).
+func (p *Planner) Served() []Served {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Served
+	for f, sv := range p.served {
+		k := CalKey{Freeze: f, Split: f}
+		if pl := p.plans[f]; pl != nil {
+			k = clientKey(f, pl.chosen)
+		}
+		out = append(out, Served{Key: k, Total: sv.total, Run: sv.run})
+	}
+	return out
+}
+
+// Calibration factors are kept within [minCalFactor, maxCalFactor]; a
+// plan changes on a calibration only for a candidate predicted at least
+// calSwitchGain faster than the plan in use as now calibrated, so that
+// two candidates within the measurements' noise do not take turns.
+const (
+	minCalFactor  = 0.25
+	maxCalFactor  = 8
+	calSwitchGain = 0.95
+)
+
+// ObserveCPU records the CPU time the server and the mount spent per
+// sample (seconds; 0: not measured) while the plan key of its freeze
+// layer was in use and delivered every sample, and calibrates the cost
+// model with them (Calibration): the factor of each side is its measured
+// CPU per sample, as wall time on that side (Profile.Wall, over the
+// profile's threads), over the estimate of the plan in use. A GPU side's
+// CPU is not its stage's cost: it is not calibrated. Under the auto
+// policy the plan then moves to the best candidate as calibrated, when
+// that is calSwitchGain faster; it reports whether it moved. A key that
+// is no longer the plan in use is ignored.
+func (p *Planner) ObserveCPU(key CalKey, serverCPU, clientCPU float64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	freeze := key.Freeze
+	pl := p.plans[freeze]
+	if pl == nil || clientKey(freeze, pl.chosen) != key {
+		return false
+	}
+	cm := p.cm
+	k := pl.chosen
+	measure := func(prof *Profile, cpu, stage, factor float64, m *map[CalKey]float64, mk CalKey, computes bool, all *float64) {
+		if !(cpu > 0) || !(stage > 0) || isGPU(prof.Device) {
+			return
+		}
+		if !(factor > 0) {
+			factor = 1
+		}
+		f := prof.Wall(cpu) / float64(max(1, prof.Threads)) / (stage / factor)
+		f = min(max(f, minCalFactor), maxCalFactor)
+		if *m == nil {
+			*m = map[CalKey]float64{}
+		}
+		if old, ok := (*m)[mk]; ok {
+			f = (old + f) / 2
+		}
+		(*m)[mk] = f
+		if computes {
+			*all = f
+		}
+	}
+	measure(cm.Server, serverCPU, k.ServerSeconds, k.ServerFactor, &cm.Cal.Server, serverKey(k), k.Split != spec.SplitRaw, &cm.Cal.ServerCompute)
+	measure(cm.Client, clientCPU, k.ClientSeconds, k.ClientFactor, &cm.Cal.Client, clientKey(freeze, k), k.Split != freeze, &cm.Cal.ClientCompute)
+	p.calibrations++
+	sv := p.servedLocked(freeze)
+	if sv != nil {
+		sv.cals++
+	}
+	best, cands, err := cm.Choose(freeze, p.plannedBW)
+	if err != nil {
+		return false
+	}
+	// The plan in use as now calibrated: cands holds the faster of a
+	// layer's two ways, which may not be the one in use.
+	cur, err := cm.Candidate(freeze, k.Split, k.Compressed, p.plannedBW)
+	if err != nil {
+		return false
+	}
+	np := &plan{chosen: cur, cands: cands}
+	switched := p.policy.Mode == "auto" && clientKey(freeze, best) != key && best.SecondsPerSample < calSwitchGain*cur.SecondsPerSample
+	if switched {
+		np.chosen = best
+		p.switches++
+		if sv != nil {
+			sv.run = 0
+		}
+	}
+	p.plans[freeze] = np
+	return switched
 }
 
 // Stats are a planner's figures, for the mount's stats file.
@@ -185,6 +333,11 @@ type Stats struct {
 	// transfers measured.
 	Replans   int   `json:"replans"`
 	Transfers int64 `json:"transfers"`
+	// Calibrations counts the cost model's corrections by the CPU both
+	// sides measured per sample (ObserveCPU), Switches the plans they
+	// changed.
+	Calibrations int `json:"calibrations"`
+	Switches     int `json:"switches"`
 	// Plans holds one entry per freeze layer in use.
 	Plans []PlanStats `json:"plans"`
 }
@@ -214,13 +367,20 @@ type PlanStats struct {
 	MeasuredWireBytes  float64 `json:"measured_wire_bytes_per_sample"`
 	// Samples is the number delivered.
 	Samples int64 `json:"samples"`
+	// ServerFactor and ClientFactor are the calibration factors of the
+	// split's stages (1: none; Calibration), and Calibrations how often
+	// this freeze layer's plan was calibrated.
+	ServerFactor float64 `json:"server_factor"`
+	ClientFactor float64 `json:"client_factor"`
+	Calibrations int     `json:"calibrations"`
 }
 
 // Stats returns the planner's figures.
 func (p *Planner) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := Stats{Policy: p.policy.String(), SharedCompute: p.cm.SharedCompute, BandwidthBps: p.bw, PlannedBandwidthBps: p.plannedBW, Replans: p.replans, Transfers: p.transfers}
+	st := Stats{Policy: p.policy.String(), SharedCompute: p.cm.SharedCompute, BandwidthBps: p.bw, PlannedBandwidthBps: p.plannedBW, Replans: p.replans, Transfers: p.transfers,
+		Calibrations: p.calibrations, Switches: p.switches}
 	seen := map[int]bool{}
 	add := func(f int) {
 		if seen[f] {
@@ -232,7 +392,11 @@ func (p *Planner) Stats() Stats {
 			return
 		}
 		ps := PlanStats{Freeze: f, Split: pl.chosen.Split, SplitLayer: spec.SplitName(pl.chosen.Split), Compressed: pl.chosen.Compressed, PredictedPerSec: pl.chosen.Throughput, PredictedWireBytes: pl.chosen.WireBytes,
-			ServerSeconds: pl.chosen.ServerSeconds, WireSeconds: pl.chosen.WireSeconds, ClientSeconds: pl.chosen.ClientSeconds}
+			ServerSeconds: pl.chosen.ServerSeconds, WireSeconds: pl.chosen.WireSeconds, ClientSeconds: pl.chosen.ClientSeconds,
+			ServerFactor: pl.chosen.ServerFactor, ClientFactor: pl.chosen.ClientFactor}
+		if sv := p.served[f]; sv != nil {
+			ps.Calibrations = sv.cals
+		}
 		if r := p.rates[f]; r != nil {
 			ps.MeasuredPerSec, ps.MeasuredWireBytes, ps.Samples = r.rate()
 		}
@@ -242,6 +406,9 @@ func (p *Planner) Stats() Stats {
 		add(f)
 	}
 	for f := range p.rates {
+		add(f)
+	}
+	for f := range p.served {
 		add(f)
 	}
 	for i := 1; i < len(st.Plans); i++ {

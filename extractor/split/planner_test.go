@@ -64,7 +64,7 @@ func TestPlannerReplansOnBandwidthChange(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p.now = func() time.Time { return now }
 	for range 10 {
-		p.ObserveSamples(4, 8, 8*1000)
+		p.ObserveSamples(4, p.Split(4), false, 8, 8*1000)
 		now = now.Add(100 * time.Millisecond)
 	}
 	st = p.Stats()

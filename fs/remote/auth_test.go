@@ -24,6 +24,7 @@ func TestAuthRefusesMissingAndWrongTokens(t *testing.T) {
 		{"GET", "/v1/feature?model=tiny&layer=0&key=a/x.jpg", ""},
 		{"POST", "/v1/batch", `{"items":[{"model":"tiny","layer":0,"key":"a/x.jpg"}]}`},
 		{"GET", "/v1/stats", ""},
+		{"GET", "/v1/load", ""},
 	}
 	for _, e := range endpoints {
 		for _, auth := range []string{"", "Bearer " + wrong, "Basic " + testToken, testToken, "Bearer " + testToken} {

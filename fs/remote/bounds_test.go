@@ -55,6 +55,7 @@ func TestWrongMethodIs405(t *testing.T) {
 		{"POST", "/v1/profile", "GET, HEAD"},
 		{"POST", "/v1/probe", "GET, HEAD"},
 		{"PUT", "/v1/object", "GET, HEAD"},
+		{"POST", "/v1/load", "GET, HEAD"},
 	} {
 		resp := authorizedDo(t, e.method, ts.URL+e.path, nil)
 		var er ErrorResponse

@@ -124,7 +124,7 @@ type Server struct {
 type serverCounters struct {
 	requests, unauthorized, batches, items, itemsFailed, shared atomic.Int64
 	features, lists, stats, bytesOut, heartbeats                atomic.Int64
-	inFlight, rawBytesOut, compressNanos                        atomic.Int64
+	inFlight, rawBytesOut, compressNanos, objects               atomic.Int64
 }
 
 // ServerStats are the server's own figures (GET /v1/stats "server").
@@ -161,6 +161,8 @@ type ServerStats struct {
 	// BufferedBytes is the bytes of answers computed (or reserved for a
 	// computation) and not yet written (at most MaxBufferedBytes).
 	BufferedBytes int64 `json:"buffered_bytes"`
+	// Objects counts images sent whole (GET /v1/object, split raw).
+	Objects int64 `json:"objects"`
 }
 
 // NewServer checks cfg (every limit must be given) and returns the server over p,
@@ -276,7 +278,7 @@ func (s *Server) Stats() ServerStats {
 		Features: n.features.Load(), Lists: n.lists.Load(), Stats: n.stats.Load(),
 		BytesOut: n.bytesOut.Load(), Heartbeats: n.heartbeats.Load(), InFlight: n.inFlight.Load(),
 		RawBytesOut: n.rawBytesOut.Load(), CompressSeconds: time.Duration(n.compressNanos.Load()).Seconds(),
-		BufferedBytes: s.buffered.inUse(),
+		BufferedBytes: s.buffered.inUse(), Objects: n.objects.Load(),
 	}
 }
 

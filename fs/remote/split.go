@@ -65,8 +65,16 @@ type SplitConfig struct {
 	// nil: spec.DefaultImageExtensions): listed objects of these count
 	// towards the mean image size the plan assumes for split raw.
 	ImageExtensions []string
+	// CalibrateEvery is how often, under --split auto, the mount reads
+	// both sides' CPU time to correct the cost model by what a sample
+	// costs each (calibrate.go; default 250ms; negative: never).
+	CalibrateEvery time.Duration
 	// Logger receives the plan decisions; nil discards.
 	Logger *slog.Logger
+
+	// calibrateSelf calibrates by a server in this process (tests: its
+	// CPU time is the mount's too).
+	calibrateSelf bool
 }
 
 // LocalExtractor is what split execution needs of the mount's own
@@ -101,6 +109,8 @@ type SplitExtractor struct {
 	owner *lifetime.Owner
 
 	received atomic.Int64 // feature and image bytes received
+	probes   atomic.Int64 // bandwidth probes begun plus those ended
+	calSelf  bool         // SplitConfig.calibrateSelf
 	recvCost byteCost     // CPU per byte of probes received
 	rawSum   atomic.Int64 // listed image bytes
 	rawN     atomic.Int64 // listed images
@@ -135,11 +145,14 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 	if cfg.ProfileTimeout <= 0 {
 		cfg.ProfileTimeout = 10 * time.Minute
 	}
+	if cfg.CalibrateEvery == 0 {
+		cfg.CalibrateEvery = 250 * time.Millisecond
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	x := &SplitExtractor{c: c, inner: c.Extractor(), local: cfg.Local, log: cfg.Logger, planners: map[string]*split.Planner{},
-		warned: map[string]string{}, rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, exts: cfg.ImageExtensions}
+		warned: map[string]string{}, rawSem: make(chan struct{}, cfg.MaxRawFetches), maxRaw: cfg.MaxObjectSize, exts: cfg.ImageExtensions, calSelf: cfg.calibrateSelf}
 	x.owner = c.owner.Child()
 	if cfg.Policy.Mode == "none" || cfg.Policy.Mode == "" {
 		// Nothing to plan: no probe, no profile (a short --remote-timeout
@@ -200,6 +213,9 @@ func (c *Client) Split(ctx context.Context, cfg SplitConfig) (*SplitExtractor, e
 			slog.Float64("server_ns_per_byte", sp.ByteSeconds*1e9), slog.Float64("local_ns_per_byte", lp.ByteSeconds*1e9))
 	}
 	x.owner.Go(func() { x.reprobe(cfg.ProbeEvery, cfg.ProbeBytes) })
+	if cfg.Policy.Mode == "auto" && cfg.CalibrateEvery > 0 && len(x.planners) > 0 {
+		x.owner.Go(func() { x.calibrate(cfg.CalibrateEvery) })
+	}
 	return x, nil
 }
 
@@ -276,6 +292,9 @@ func (x *SplitExtractor) probe(ctx context.Context, n int64) (float64, int64, er
 // second half of them, plus what other transfers received meanwhile, and
 // the time from the first byte to the last.
 func (x *SplitExtractor) probeOnce(ctx context.Context, n int64) (float64, time.Duration, error) {
+	// Its CPU on both sides is not a sample's (calibrate).
+	x.probes.Add(1)
+	defer x.probes.Add(1)
 	c := x.c
 	u := c.servers[0].url
 	body, done, err := c.openWatched(ctx, u, "/v1/probe?bytes="+fmt.Sprint(n), "probe")
@@ -465,7 +484,13 @@ func (x *SplitExtractor) Extract(ctx context.Context, req api.Request) ([]byte, 
 	}
 	x.received.Add(wire)
 	if err == nil {
-		p.ObserveSamples(freeze, 1, wire)
+		// How it came: a split as planned, or the whole layer (plain only
+		// where planned so).
+		z := compressed
+		if split != planned {
+			z = split != spec.SplitRaw
+		}
+		p.ObserveSamples(freeze, split, z, 1, wire)
 	}
 	return data, err
 }

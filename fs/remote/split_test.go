@@ -45,7 +45,19 @@ func splitJPEG(t *testing.T, w, h, seed int) []byte {
 	return b.Bytes()
 }
 
-func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
+// splitBed is a server over three images and a client of it, with the
+// mount's extractor (ResNet-18 on the CPU, batches of 2).
+type splitBed struct {
+	keys    []string
+	imgs    map[string][]byte
+	svc     *extractor.Service
+	c       *Client
+	srv     *Server
+	profDir string
+}
+
+func newSplitBed(t *testing.T) *splitBed {
+	t.Helper()
 	dir := t.TempDir()
 	keys := []string{"train/a/1.jpg", "train/a/2.jpg", "train/b/3.jpg"}
 	imgs := map[string][]byte{}
@@ -66,7 +78,7 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer svc.Close()
+	t.Cleanup(func() { svc.Close() })
 	ctx := context.Background()
 	b, err := bucket.Open(ctx, dir, bucket.S3Options{})
 	if err != nil {
@@ -78,13 +90,19 @@ func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv)
-	defer hs.Close()
+	t.Cleanup(hs.Close)
 	c, err := Dial(ctx, clientLimits(ClientConfig{URLs: []string{hs.URL}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return &splitBed{keys: keys, imgs: imgs, svc: svc, c: c, srv: srv, profDir: profDir}
+}
 
+func TestSplitExtractorMatchesDirectExtraction(t *testing.T) {
+	bed := newSplitBed(t)
+	keys, imgs, svc, c, profDir := bed.keys, bed.imgs, bed.svc, bed.c, bed.profDir
+	ctx := context.Background()
 	const freeze = 8
 	m, _ := svc.Model("resnet18")
 	want := map[string][]float32{}
