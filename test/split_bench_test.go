@@ -78,10 +78,17 @@ type splitBenchPlan struct {
 	// Speeds are the storage side's CPU quotas, in cores (0: its whole
 	// CPUs), run in turn; StorageCgroup and StorageV2 are its cgroup, whose
 	// quota the helper sets.
-	Speeds                    []float64
-	StorageCgroup             []string
-	StorageV2                 bool
-	StorageCPUs, TrainerCPUs  string
+	Speeds                   []float64
+	StorageCgroup            []string
+	StorageV2                bool
+	StorageCPUs, TrainerCPUs string
+	// Converge is how many more keys an auto run has (a<N>/ prefixes,
+	// AutoConfigs of them), read while its plan converges: the window
+	// opens once the planner's calibration by both sides' measured CPU
+	// (split.Planner.ObserveCPU) confirmed the plan in use, or after
+	// ConvergeLimit.
+	Converge, AutoConfigs     int
+	ConvergeLimit             time.Duration
 	Out                       string
 	ProfileDir                string
 	IntraOpThreads, BatchSize int
@@ -127,14 +134,29 @@ type splitBenchResult struct {
 	Stages [3]float64 `json:"stages"`
 	// Compressed says the plan sent the split's tensor compressed.
 	Compressed bool `json:"compressed"`
+	// For auto: ConvergeSeconds is how long after the Warm-th completion
+	// the plan was confirmed by a calibration (Converged; false: the
+	// window opened at ConvergeLimit without), Calibrations and Switches
+	// the planner's, Factors the chosen split's server and client
+	// calibration factors.
+	ConvergeSeconds float64    `json:"converge_seconds,omitempty"`
+	Converged       bool       `json:"converged,omitempty"`
+	Calibrations    int        `json:"calibrations,omitempty"`
+	Switches        int        `json:"switches,omitempty"`
+	Factors         [2]float64 `json:"factors,omitempty"`
+	// Converges holds ConvergeSeconds of each round (a negative one: not
+	// converged).
+	Converges []float64 `json:"converges,omitempty"`
 }
 
 func TestSplitBench(t *testing.T) {
 	full := os.Getenv("FEATUREFS_SPLIT_BENCH") == "full"
 	plan := splitBenchPlan{Warm: 4, Timed: 8, Concurrency: 8, Window: 2 * time.Second, Mbits: []int{200}, BatchSize: 4, Speeds: []float64{0},
+		Converge: 600, ConvergeLimit: 20 * time.Second,
 		Models: []splitBenchModel{{Name: "resnet18", Freezes: []int{6}, Extra: 1}}}
 	if full {
 		plan.Warm, plan.Timed, plan.Concurrency, plan.Window = 8, 300, 16, 4*time.Second
+		plan.Converge = 1500
 		plan.Mbits = []int{25, 100, 400, 1000}
 		plan.Speeds = []float64{0, 0.5}
 		// Four shapes: ResNet-18 (layer6 = layer3.0, 256x14x14; layer9 =
@@ -202,8 +224,9 @@ func TestSplitBench(t *testing.T) {
 	for i := range plan.Models {
 		plan.Models[i].Path = testenv.Model(t, plan.Models[i].Name)
 	}
-	perBW := 0
+	perBW, autoPerBW := 0, 0
 	for _, m := range plan.Models {
+		autoPerBW += len(m.Freezes)
 		for _, f := range m.Freezes {
 			if m.Extra < 0 {
 				perBW += 2 + f + 1 // auto, raw, 0..f
@@ -224,6 +247,7 @@ func TestSplitBench(t *testing.T) {
 		plan.Rounds = n
 	}
 	plan.Configs = perBW * len(plan.Mbits) * plan.Rounds * len(plan.Speeds)
+	plan.AutoConfigs = autoPerBW * len(plan.Mbits) * plan.Rounds * len(plan.Speeds)
 
 	// Images: ImageNet-like JPEGs (about 500x375, 110 KB), linked under one
 	// prefix per configuration (as many keys as a run may read).
@@ -234,6 +258,11 @@ func TestSplitBench(t *testing.T) {
 		dirs[c] = fmt.Sprintf("c%03d", c)
 	}
 	plan.RawBytes = benchImages(t, data, min(n, 32), dirs, n, func(j int) string { return fmt.Sprintf("%03d.jpg", j) })
+	autoDirs := make([]string, plan.AutoConfigs)
+	for c := range autoDirs {
+		autoDirs[c] = fmt.Sprintf("a%03d", c)
+	}
+	benchImages(t, data, min(n, 32), autoDirs, n+plan.Converge, func(j int) string { return fmt.Sprintf("%03d.jpg", j) })
 
 	l := newNetLink(t, plan.Mbits[0])
 	// Each side on its own CPUs: the cgroups are made before the processes
@@ -287,6 +316,12 @@ func TestSplitBench(t *testing.T) {
 			r.Split != spec.SplitRaw && !(r.PayloadBytes > 0 && r.PayloadBytes <= r.WantPayload+1) {
 			t.Errorf("%s %s layer%d: %.0f payload bytes per sample, want %.0f (split %s; at most that for a tensor, which may come compressed)",
 				r.Model, r.Policy, r.Freeze, r.PayloadBytes, r.WantPayload, spec.SplitName(r.Split))
+		}
+		// Auto corrected its cost model by both sides' CPU measured per
+		// sample: the storage side's figures reach the trainer across
+		// the processes and the link.
+		if r.Policy == "auto" && (r.Calibrations < 1 || !(r.Factors[0] > 0) || !(r.Factors[1] > 0)) {
+			t.Errorf("%s auto layer%d %d Mbit/s: %d calibrations (factors %v) in a run", r.Model, r.Freeze, r.Mbit, r.Calibrations, r.Factors)
 		}
 		if r.WireBytes < r.PayloadBytes {
 			t.Errorf("%s %s layer%d: %.0f bytes per sample on the link, less than the %.0f payload", r.Model, r.Policy, r.Freeze, r.WireBytes, r.PayloadBytes)
@@ -348,7 +383,7 @@ func TestSplitBenchHelper(t *testing.T) {
 	storage := &cpuSide{dirs: plan.StorageCgroup, v2: plan.StorageV2}
 
 	var results []splitBenchResult
-	next := 0
+	next, nextAuto := 0, 0
 	for _, speed := range plan.Speeds {
 		storage.SetQuota(t, speed)
 		for _, mbit := range plan.Mbits {
@@ -434,13 +469,28 @@ func TestSplitBenchHelper(t *testing.T) {
 						if next >= plan.Configs {
 							t.Fatalf("more configurations than the %d key prefixes", plan.Configs)
 						}
-						r := splitBenchRun(t, l, storage, x, m, freeze, plan, next)
+						prefix, keys := fmt.Sprintf("c%03d", next), plan.Warm+plan.Timed+plan.Concurrency
+						if policy == "auto" {
+							if nextAuto >= plan.AutoConfigs {
+								t.Fatalf("more auto runs than the %d key prefixes", plan.AutoConfigs)
+							}
+							prefix, keys = fmt.Sprintf("a%03d", nextAuto), keys+plan.Converge
+							nextAuto++
+						}
+						r := splitBenchRun(t, l, storage, x, m, freeze, plan, prefix, keys, policy == "auto")
 						r.SettleSeconds = settled.Seconds()
 						next++
 						r.Mbit, r.Policy, r.WantPayload, r.Rank, r.StorageCores = mbit, policy, want(r.Split), rank[r.Split], speed
+						cs := r.ConvergeSeconds
+						if !r.Converged {
+							cs = -cs
+						}
 						if i, ok := slot[policy]; !ok {
 							slot[policy] = len(results)
 							r.Runs = []float64{r.PerSec}
+							if policy == "auto" {
+								r.Converges = []float64{cs}
+							}
 							results = append(results, r)
 						} else {
 							if r.Split != results[i].Split {
@@ -448,11 +498,18 @@ func TestSplitBenchHelper(t *testing.T) {
 									m.Name, freeze, mbit, policy, spec.SplitName(r.Split), spec.SplitName(results[i].Split))
 							}
 							results[i].Runs = append(results[i].Runs, r.PerSec)
+							if policy == "auto" {
+								results[i].Converges = append(results[i].Converges, cs)
+							}
 							results[i].PerSec = median(results[i].Runs)
 						}
-						fmt.Printf("splitbench: storage %s cores, %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample, settled in %.1f s; ms per sample: storage CPU %.1f+%.1f, trainer CPU %.1f+%.1f (user+system), predicted server %.1f wire %.1f client %.1f; tensor %s\n",
+						conv := ""
+						if policy == "auto" {
+							conv = fmt.Sprintf("; converged %v after %.1f s (%d calibrations, %d switches, factors server %.2f client %.2f)", r.Converged, r.ConvergeSeconds, r.Calibrations, r.Switches, r.Factors[0], r.Factors[1])
+						}
+						fmt.Printf("splitbench: storage %s cores, %s layer%d %d Mbit/s (probed %.0f) %s: split %s, %.2f samples/s (predicted %.2f), %.0f payload and %.0f link bytes per sample, settled in %.1f s; ms per sample: storage CPU %.1f+%.1f, trainer CPU %.1f+%.1f (user+system), predicted server %.1f wire %.1f client %.1f; tensor %s%s\n",
 							coresName(speed), m.Name, freeze, mbit, r.ProbedMbit, policy, spec.SplitName(r.Split), r.PerSec, r.Predicted, r.PayloadBytes, r.WireBytes, r.SettleSeconds,
-							1e3*r.StorageCPU[0], 1e3*r.StorageCPU[1], 1e3*r.TrainerCPU[0], 1e3*r.TrainerCPU[1], 1e3*r.Stages[0], 1e3*r.Stages[1], 1e3*r.Stages[2], tensorName(r))
+							1e3*r.StorageCPU[0], 1e3*r.StorageCPU[1], 1e3*r.TrainerCPU[0], 1e3*r.TrainerCPU[1], 1e3*r.Stages[0], 1e3*r.Stages[1], 1e3*r.Stages[2], tensorName(r), conv)
 					}
 					// Rounds run every configuration in turn again (fresh keys):
 					// a burst of other load on the machine hits one run of a
@@ -513,14 +570,16 @@ func coresName(q float64) string {
 	return strconv.FormatFloat(q, 'f', -1, 64)
 }
 
-// splitBenchRun reads the images of key prefix c<cfg> as layer freeze
-// through x with plan.Concurrency readers: the first plan.Warm (sessions
-// are opened on both sides), then, timed from the start to the last
-// completion, the other plan.Timed.
-func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitExtractor, m *extractor.Model, freeze int, plan splitBenchPlan, cfg int) splitBenchResult {
+// splitBenchRun reads the nKeys images of key prefix prefix as layer
+// freeze through x with plan.Concurrency readers: the first plan.Warm
+// (sessions are opened on both sides) and, for auto, those read until its
+// plan converged (a calibration confirmed it, at most
+// plan.ConvergeLimit), then the completions in plan.Window, at most
+// plan.Timed.
+func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitExtractor, m *extractor.Model, freeze int, plan splitBenchPlan, prefix string, nKeys int, auto bool) splitBenchResult {
 	t.Helper()
 	size := api.NPYSize(m.Layers[freeze].Shape, x.DType())
-	keys, stop, warm := make(chan string), make(chan struct{}), make(chan struct{})
+	keys, stop, warmed, warm := make(chan string), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	// Once the window closes, the requests still in flight are cancelled:
 	// on a slow link they would take seconds to drain.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -529,9 +588,9 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 	var done []time.Time // GUARDED_BY(mu)
 	go func() {
 		defer close(keys)
-		for j := range plan.Warm + plan.Timed + plan.Concurrency {
+		for j := range nKeys {
 			select {
-			case keys <- fmt.Sprintf("c%03d/%03d.jpg", cfg, j):
+			case keys <- fmt.Sprintf("%s/%03d.jpg", prefix, j):
 			case <-stop:
 				return
 			}
@@ -555,7 +614,7 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 				mu.Lock()
 				done = append(done, time.Now())
 				if len(done) == plan.Warm {
-					close(warm)
+					close(warmed)
 				}
 				mu.Unlock()
 			}
@@ -567,12 +626,71 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 	// busy), at most Timed of them.
 	ended := make(chan struct{})
 	go func() { wg.Wait(); close(ended) }()
+	// The window opens at the Warm-th completion, or for auto once its
+	// plan converged after it.
+	var warmAt time.Time
+	var conv struct {
+		seconds   float64
+		converged bool
+	}
+	convDone := make(chan struct{})
+	go func() {
+		defer close(convDone)
+		select {
+		case <-warmed:
+		case <-ended:
+			return
+		}
+		t0 := time.Now()
+		if auto {
+			p := x.Planner(m.Name)
+			switches, since := -1, 0
+			for time.Since(t0) < plan.ConvergeLimit && !conv.converged {
+				st := p.Stats()
+				cals := 0
+				for _, ps := range st.Plans {
+					if ps.Freeze == freeze {
+						cals = ps.Calibrations
+					}
+				}
+				if st.Switches != switches {
+					// A switch, or the first look: the plan in use must
+					// be confirmed by a calibration after it.
+					switches, since = st.Switches, cals
+					if st.Switches == 0 {
+						since = 0
+					}
+				}
+				if cals > since {
+					conv.converged = true
+					break
+				}
+				select {
+				case <-time.After(50 * time.Millisecond):
+				case <-ended:
+					return
+				}
+			}
+			conv.seconds = time.Since(t0).Seconds()
+		}
+		mu.Lock()
+		warmAt = time.Now()
+		mu.Unlock()
+		close(warm)
+	}()
 	// Each side's CPU time over the window: what the stages cost, to set
 	// against the cost model's estimates.
-	type cpuAt struct{ su, ss, tu, ts float64 }
+	// And the payload the planner counted: the window's, not that of the
+	// samples auto read by another split before its plan converged.
+	type cpuAt struct{ su, ss, tu, ts, payload, samples float64 }
 	cpuNow := func() (c cpuAt) {
 		c.su, c.ss = storage.CPUTimes(t)
 		c.tu, c.ts, _ = procCPUTimes("self")
+		for _, p := range x.Planner(m.Name).Stats().Plans {
+			if p.Freeze == freeze {
+				c.payload, c.samples = p.MeasuredWireBytes*float64(p.Samples), float64(p.Samples)
+			}
+		}
 		return c
 	}
 	var cpu0, cpu1 cpuAt
@@ -592,6 +710,7 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 	close(stop)
 	cancel()
 	<-ended
+	<-convDone
 	wire := linkBytes(t, l) - before
 	if t.Failed() {
 		t.FailNow()
@@ -601,11 +720,17 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 	slices.SortFunc(done, func(a, b time.Time) int { return a.Compare(b) })
 	var perSec float64
 	var cpuSample cpuAt
-	if n > plan.Warm {
-		t0 := done[plan.Warm-1]
+	if n > plan.Warm && !warmAt.IsZero() {
+		t0, from := done[plan.Warm-1], plan.Warm
+		if auto {
+			t0 = warmAt
+			for from < n && !done[from].After(t0) {
+				from++
+			}
+		}
 		end := t0.Add(plan.Window)
 		in, last := 0, t0
-		for _, d := range done[plan.Warm:] {
+		for _, d := range done[from:] {
 			if !d.After(end) {
 				in++
 				last = d
@@ -617,7 +742,10 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 		}
 		perSec = float64(in) / span.Seconds()
 		if in > 0 {
-			cpuSample = cpuAt{(cpu1.su - cpu0.su) / float64(in), (cpu1.ss - cpu0.ss) / float64(in), (cpu1.tu - cpu0.tu) / float64(in), (cpu1.ts - cpu0.ts) / float64(in)}
+			cpuSample = cpuAt{su: (cpu1.su - cpu0.su) / float64(in), ss: (cpu1.ss - cpu0.ss) / float64(in), tu: (cpu1.tu - cpu0.tu) / float64(in), ts: (cpu1.ts - cpu0.ts) / float64(in)}
+			if d := cpu1.samples - cpu0.samples; d > 0 {
+				cpuSample.payload = (cpu1.payload - cpu0.payload) / d
+			}
 		}
 	}
 	mu.Unlock()
@@ -627,10 +755,16 @@ func splitBenchRun(t *testing.T, l *netLink, storage *cpuSide, x *remote.SplitEx
 		StorageCPU: [2]float64{cpuSample.su, cpuSample.ss}, TrainerCPU: [2]float64{cpuSample.tu, cpuSample.ts}}
 	for _, p := range st.Plans {
 		if p.Freeze == freeze {
-			r.Split, r.Predicted, r.PayloadBytes = p.Split, p.PredictedPerSec, p.MeasuredWireBytes
+			r.Split, r.Predicted, r.PayloadBytes = p.Split, p.PredictedPerSec, cpuSample.payload
 			r.Stages = [3]float64{p.ServerSeconds, p.WireSeconds, p.ClientSeconds}
 			r.Compressed = p.Compressed
+			if auto {
+				r.Calibrations, r.Factors = p.Calibrations, [2]float64{p.ServerFactor, p.ClientFactor}
+			}
 		}
+	}
+	if auto {
+		r.ConvergeSeconds, r.Converged, r.Switches = conv.seconds, conv.converged, st.Switches
 	}
 	return r
 }
@@ -709,7 +843,10 @@ func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.D
 	w("(a profile is of its process's CPUs and quota). The cost model sees two hosts (the profiles' CPU lists are disjoint:\n")
 	w("time(S) = max(server, wire, client)); the test fails if it does not. Per run: %d concurrent readers of fresh images (about\n", plan.Concurrency)
 	w("%.0f KB, ImageNet-like JPEGs) that never wait for a key, so the pipeline stays full; throughput = the completions in the\n", plan.RawBytes/1000)
-	w("%s after the %d-th (sessions open on both sides, every stage busy), at most %d. Each configuration ran %d time(s), interleaved with the\n", plan.Window, plan.Warm, plan.Timed, plan.Rounds)
+	w("%s after the %d-th (sessions open on both sides, every stage busy), at most %d; for auto, the window opens once its plan\n", plan.Window, plan.Warm, plan.Timed)
+	w("converged after that: the planner corrects its cost model by the CPU both sides measured per sample (every 250 ms, over\n")
+	w("windows of at least 1 s and 16 samples, split.Calibration) and may move to another split; converged = a calibration that\n")
+	w("kept the plan in use, at most %s (auto reads up to %d more keys meanwhile). Each configuration ran %d time(s), interleaved with the\n", plan.ConvergeLimit, plan.Converge, plan.Rounds)
 	w("others (every policy of a configuration in turn, then again), each run on object keys of its own (no server cache entry\n")
 	w("of one run serves another); a figure is the median of its runs. Took %s.\n\n", took.Round(time.Second))
 	if full {
@@ -743,8 +880,8 @@ func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.D
 		}
 		by[g] = append(by[g], r)
 	}
-	w("| storage cores | model | freeze | link | auto: split, samples/s | best fixed: split, samples/s | auto ÷ best | raw samples/s | auto ÷ raw | predicted: auto, best fixed's split |\n")
-	w("|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| storage cores | model | freeze | link | auto: split, samples/s | best fixed: split, samples/s | auto ÷ best | raw samples/s | auto ÷ raw | predicted: auto, best fixed's split | auto converged after, s (runs; - not) |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	within, total := 0, 0
 	picked, pickedWithin := 0, 0
 	worst := math.Inf(1)
@@ -778,9 +915,16 @@ func splitBenchMarkdown(plan splitBenchPlan, res []splitBenchResult, took time.D
 			within++
 		}
 		worst = min(worst, ratio)
-		w("| %s | %s | layer%d | %d Mbit/s | %s, %.2f | %s, %.2f | %.2f | %.2f | %.2fx | %.2f, %.2f |\n", coresName(g.cores), g.model, g.freeze, g.mbit,
+		convs := make([]string, len(auto.Converges))
+		for i, c := range auto.Converges {
+			convs[i] = fmt.Sprintf("%.1f", c)
+			if c < 0 {
+				convs[i] = fmt.Sprintf("- (%.1f)", -c)
+			}
+		}
+		w("| %s | %s | layer%d | %d Mbit/s | %s, %.2f | %s, %.2f | %.2f | %.2f | %.2fx | %.2f, %.2f | %s |\n", coresName(g.cores), g.model, g.freeze, g.mbit,
 			spec.SplitName(auto.Split), auto.PerSec, spec.SplitName(best.Split), best.PerSec, ratio, raw.PerSec, auto.PerSec/raw.PerSec,
-			auto.Predicted, best.Predicted)
+			auto.Predicted, best.Predicted, strings.Join(convs, ", "))
 	}
 	pct := func(n int) float64 { return 100 * float64(n) / float64(max(1, total)) }
 	okWithin, okWorst := float64(within) >= 0.9*float64(total), worst >= 0.8
